@@ -1,0 +1,24 @@
+"""Native core (Rust, rust/src/lib.rs). Python code should use amqpcap.load instead."""
+
+from typing import Any
+
+import numpy as np
+
+# A column is a tuple whose first item names its encoding:
+#   ("i32"|"i64"|"bool"|"ts", values)               ts: int64 nanoseconds since the epoch
+#   ("null_i32"|"null_i64"|"null_u64"|"null_bool"|"null_ts", values, valid_mask)
+#   ("str", codes: int32 (-1 = missing), dictionary: list[str])
+#   ("cat", codes: int8 (-1 = missing), names: list[str])
+#   ("text", list[str | None])
+Column = tuple[Any, ...]
+Table = list[tuple[str, Column]]
+
+class CoreCaptureError(Exception):
+    """args: (kind, message); kind is "unreadable", "empty" or "not-a-capture"."""
+
+ANOMALY_KINDS: list[str]
+METHOD_NAMES: list[str]
+
+def decode(path: str, ports: list[int], limits: dict[str, int] | None = None) -> dict[str, Any]:
+    """Decode a capture. Returns {"packets", "frames", "connections", "anomalies": Table,
+    "summary": dict}. Raises CoreCaptureError when the file cannot be used."""

@@ -1,0 +1,139 @@
+"""Loading a capture into the ingestion tables (documented column by column in docs/tables.md).
+
+The native core hands over whole column arrays; this module only wraps them into pandas
+dtypes (nullable integers, categoricals, UTC timestamps) without per-row Python work.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from . import _core
+from .errors import UsageError, from_core
+
+DEFAULT_PORTS: tuple[int, ...] = (5672,)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource caps of the native core (docs/tables.md, "Resource caps")."""
+
+    max_frame_bytes: int = 256 << 20
+    max_buffered_frame_bytes: int = 16 << 20
+    max_reassembly_bytes: int = 16 << 20
+    resync_max_frame_bytes: int = 1 << 20
+    resync_window_bytes: int = 2 << 20
+    max_streams: int = 1_000_000
+    max_record_bytes: int = 16 << 20
+
+
+@dataclass
+class Capture:
+    """A decoded capture: the four ingestion tables and the file summary."""
+
+    path: str
+    ports: tuple[int, ...]
+    frames: pd.DataFrame
+    packets: pd.DataFrame
+    connections: pd.DataFrame
+    anomalies: pd.DataFrame
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def warnings(self) -> list[str]:
+        return list(self.summary.get("warnings", []))
+
+    def __repr__(self) -> str:
+        return (
+            f"<Capture {os.path.basename(self.path)}: {self.summary.get('packets', 0)} packets, "
+            f"{len(self.connections)} AMQP connections, {len(self.frames)} frames, "
+            f"{len(self.anomalies)} anomalies>"
+        )
+
+
+_NAT = np.iinfo(np.int64).min
+
+
+def _timestamps(values: np.ndarray, valid: np.ndarray | None = None) -> pd.arrays.DatetimeArray:
+    if valid is not None and not valid.all():
+        values = np.where(valid, values, _NAT)
+    return pd.array(values.view("datetime64[ns]"), dtype="datetime64[ns]").tz_localize("UTC")
+
+
+def _categorical(codes: np.ndarray, categories: list[str]) -> pd.Categorical:
+    return pd.Categorical.from_codes(codes, categories=pd.Index(categories, dtype=object), validate=False)
+
+
+def _column(col: tuple) -> Any:
+    kind = col[0]
+    if kind in ("i32", "i64", "bool"):
+        return col[1]
+    if kind == "ts":
+        return _timestamps(col[1])
+    if kind in ("null_i32", "null_i64", "null_u64"):
+        return pd.arrays.IntegerArray(col[1], ~col[2])
+    if kind == "null_bool":
+        return pd.arrays.BooleanArray(col[1], ~col[2])
+    if kind == "null_ts":
+        return _timestamps(col[1], col[2])
+    if kind in ("str", "cat"):
+        return _categorical(col[1], col[2])
+    if kind == "text":
+        return pd.array(col[1], dtype=object)
+    raise ValueError(f"unknown column encoding {kind!r}")
+
+
+def _frame(table: list[tuple[str, tuple]]) -> pd.DataFrame:
+    return pd.DataFrame({name: _column(col) for name, col in table}, copy=False)
+
+
+def _ports(ports: int | Iterable[int] | None) -> tuple[int, ...]:
+    if ports is None:
+        return DEFAULT_PORTS
+    if isinstance(ports, int):
+        ports = (ports,)
+    out = tuple(int(p) for p in ports)
+    bad = [p for p in out if not 0 < p < 65536]
+    if bad:
+        raise UsageError(f"not a TCP port: {bad[0]}")
+    return out
+
+
+def load(
+    path: str | os.PathLike[str],
+    ports: int | Iterable[int] | None = DEFAULT_PORTS,
+    limits: Limits | None = None,
+) -> Capture:
+    """Decode the capture at ``path`` (pcap, pcapng, optionally gzip-compressed).
+
+    ``ports`` are the AMQP ports: a connection on one of them is decoded even when the capture
+    starts mid-connection; connections on other ports are decoded when their AMQP protocol
+    header is in the capture. Raises :class:`amqpcap.errors.CaptureError` when the file cannot
+    be used; anything odd inside the capture is reported in ``Capture.anomalies``.
+    """
+    path = os.fspath(path)
+    port_list = _ports(ports)
+    try:
+        raw = _core.decode(path, list(port_list), asdict(limits or Limits()))
+    except _core.CoreCaptureError as e:
+        raise from_core(*e.args) from None
+    summary = dict(raw["summary"])
+    summary["path"] = path
+    summary["file_bytes"] = os.path.getsize(path)
+    for key in ("first_ts", "last_ts"):
+        ns = summary.pop(f"{key}_ns")
+        summary[key] = pd.Timestamp(ns, unit="ns", tz="UTC") if ns is not None else None
+    return Capture(
+        path=path,
+        ports=port_list,
+        frames=_frame(raw["frames"]),
+        packets=_frame(raw["packets"]),
+        connections=_frame(raw["connections"]),
+        anomalies=_frame(raw["anomalies"]),
+        summary=summary,
+    )

@@ -1,0 +1,188 @@
+"""Command line: one subcommand per question (`amqpcap --help`).
+
+Every error the user can cause prints one line on stderr and exits nonzero; a traceback is
+shown only with AMQPCAP_DEBUG=1.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from . import __version__
+from .capture import DEFAULT_PORTS, Capture, load
+from .errors import AmqpcapError, UsageError
+from .sample import sample_path
+
+app = typer.Typer(
+    name="amqpcap",
+    help="AMQP 0-9-1 traffic analysis from pcap/pcapng captures.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console()
+err = Console(stderr=True)
+
+CaptureArg = typer.Argument(..., help="pcap or pcapng file, optionally gzip-compressed", show_default=False)
+PortOpt = typer.Option(
+    None, "--port", "-p", help="AMQP port (repeat for several); default 5672. Adds to the default when --add-port is used."
+)
+
+
+def _load(capture: Path, port: Optional[List[int]]) -> Capture:
+    cap = load(capture, ports=tuple(port) if port else DEFAULT_PORTS)
+    for w in cap.warnings:
+        err.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+    return cap
+
+
+@app.command()
+def frames(
+    capture: Path = CaptureArg,
+    output: Path = typer.Option(..., "--output", "-o", help="output file: .csv or .parquet"),
+    port: Optional[List[int]] = PortOpt,
+) -> None:
+    """Write the frames table (one row per AMQP frame) to CSV or Parquet."""
+    suffix = output.suffix.lower()
+    if suffix not in (".csv", ".parquet"):
+        raise UsageError(f"cannot write {output}: the output must end in .csv or .parquet")
+    cap = _load(capture, port)
+    try:
+        if suffix == ".csv":
+            cap.frames.to_csv(output, index=False)
+        else:
+            try:
+                cap.frames.to_parquet(output, index=False)
+            except ImportError:
+                raise UsageError("writing Parquet needs pyarrow: pip install 'amqpcap[parquet]'") from None
+    except OSError as e:
+        raise UsageError(f"cannot write {output}: {e.strerror or e}") from None
+    err.print(f"{len(cap.frames)} frames from {len(cap.connections)} connections written to {output}", highlight=False)
+
+
+def _fmt_ts(ts) -> str:
+    return "" if ts is None else ts.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+
+
+@app.command()
+def info(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt) -> None:
+    """Print the capture summary and the AMQP connections in it."""
+    cap = _load(capture, port)
+    s = cap.summary
+    head = Table(show_header=False, box=None, pad_edge=False)
+    head.add_column(style="bold")
+    head.add_column()
+    duration = (s["last_ts"] - s["first_ts"]).total_seconds() if s["first_ts"] is not None else 0.0
+    head.add_row("file", f"{s['path']} ({s['file_bytes']:,} bytes, {s['format']}{', gzip' if s['compressed'] else ''})")
+    head.add_row("link types", ", ".join(s["link_types"]))
+    head.add_row("packets", f"{s['packets']:,} ({s['tcp_packets']:,} TCP, {len(cap.packets):,} in AMQP connections)")
+    head.add_row("time", f"{_fmt_ts(s['first_ts'])} → {_fmt_ts(s['last_ts'])} ({duration:.3f} s)")
+    head.add_row("AMQP", f"{len(cap.connections)} connections, {len(cap.frames):,} frames")
+    head.add_row("anomalies", f"{len(cap.anomalies)}" + (f" ({_kinds(cap)})" if len(cap.anomalies) else ""))
+    out.print(head)
+
+    if len(cap.connections):
+        t = Table(title="AMQP connections", title_justify="left")
+        for col in ("stream", "client", "broker", "packets c2s/s2c", "frames", "client product", "vhost", "user", "frame_max", "heartbeat", "missing B", "anomalies"):
+            t.add_column(col, justify="right" if col in ("stream", "frames", "frame_max", "heartbeat", "missing B", "anomalies") else "left")
+        c = cap.connections
+        for r in c.itertuples(index=False):
+            t.add_row(
+                str(r.stream),
+                _endpoint(r.client_addr, r.client_port),
+                _endpoint(r.broker_addr, r.broker_port),
+                f"{r.c2s_packets}/{r.s2c_packets}",
+                f"{r.frames:,}",
+                " ".join(x for x in (r.client_product, r.client_version) if isinstance(x, str)) or ("(mid-stream)" if not r.protocol_header_seen else ""),
+                r.vhost if isinstance(r.vhost, str) else "",
+                r.user if isinstance(r.user, str) else "",
+                "" if _isna(r.frame_max) else f"{r.frame_max:,}",
+                "" if _isna(r.heartbeat_s) else f"{r.heartbeat_s} s",
+                f"{r.c2s_bytes_missing + r.s2c_bytes_missing:,}",
+                str(r.anomalies),
+            )
+        out.print(t)
+        methods = cap.frames["method"].value_counts()
+        methods = methods[methods > 0]
+        if len(methods):
+            m = Table(title="Methods", title_justify="left")
+            m.add_column("method")
+            m.add_column("frames", justify="right")
+            for name, n in methods.items():
+                m.add_row(str(name), f"{n:,}")
+            out.print(m)
+
+
+def _isna(v) -> bool:
+    import pandas as pd
+
+    return bool(pd.isna(v))
+
+
+def _endpoint(addr: str, port: int) -> str:
+    return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
+
+
+def _kinds(cap: Capture) -> str:
+    counts = cap.anomalies["kind"].value_counts()
+    return ", ".join(f"{k} {n}" for k, n in counts.items() if n)
+
+
+@app.command()
+def sample() -> None:
+    """Print the path of the sample capture shipped with amqpcap."""
+    out.print(sample_path(), highlight=False, soft_wrap=True)
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"amqpcap {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version and exit."),
+) -> None:
+    """AMQP 0-9-1 traffic analysis from pcap/pcapng captures."""
+
+
+def main() -> None:
+    """Entry point: run the app; errors become one line on stderr and an exit code."""
+    try:
+        app(standalone_mode=False)
+    except AmqpcapError as e:
+        err.print(f"amqpcap: error: {e}", highlight=False, markup=False)
+        sys.exit(e.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        err.print("amqpcap: interrupted", highlight=False)
+        sys.exit(130)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except SystemExit:
+        raise
+    except Exception as e:  # noqa: BLE001 - last resort: never show a traceback by default
+        import click
+
+        if isinstance(e, click.ClickException):
+            e.show()
+            sys.exit(e.exit_code)
+        if os.environ.get("AMQPCAP_DEBUG"):
+            raise
+        err.print(
+            f"amqpcap: internal error: {type(e).__name__}: {e} (set AMQPCAP_DEBUG=1 for the traceback and please report it)",
+            highlight=False,
+            markup=False,
+        )
+        sys.exit(70)
+
+
+if __name__ == "__main__":
+    main()

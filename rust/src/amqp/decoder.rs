@@ -1,0 +1,441 @@
+//! Per-direction AMQP frame decoder: turns the in-order byte stream of one TCP direction into
+//! frames, never buffering content bodies, and resynchronises on the next valid frame after a
+//! capture gap, a bad frame or a capture that starts mid-connection.
+//!
+//! The decoder only splits the stream into frames and checks their structure; what a frame
+//! means is decided by the caller (the [`FrameSink`]).
+
+use std::collections::VecDeque;
+
+use super::parser::{
+    check_candidate, parse_frame_header, parse_protocol_header, Candidate, FrameHeader, FrameType,
+    Invalid, ParseError, FRAME_END, FRAME_HEADER_LEN, PROTOCOL_HEADER_091, PROTOCOL_HEADER_LEN,
+};
+use crate::anomaly::AnomalyKind;
+use crate::limits::Limits;
+
+/// A complete frame. `payload` is `None` for body frames (bodies are never kept).
+pub struct FrameEvent<'a> {
+    pub header: FrameHeader,
+    pub payload: Option<&'a [u8]>,
+    pub first_packet: u32,
+    /// The packet whose arrival completed the frame.
+    pub packet: u32,
+}
+
+pub trait FrameSink {
+    fn frame(&mut self, ev: FrameEvent<'_>);
+    fn protocol_header(&mut self, version: [u8; 4], packet: u32);
+    fn anomaly(&mut self, kind: AnomalyKind, packet: u32, bytes: u64, detail: String);
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Nothing decoded yet: a protocol header may come first.
+    Start { aligned: bool },
+    /// At a frame boundary.
+    Aligned,
+    /// Inside a body frame: `remaining` payload bytes, then the frame-end octet.
+    Body { header: FrameHeader, remaining: u64, first_packet: u32 },
+    /// Searching for a frame boundary.
+    Resync,
+}
+
+pub struct Decoder {
+    state: State,
+    /// Bytes not yet consumed (a partial frame, or the window searched during resync).
+    buf: Vec<u8>,
+    /// Stream offset of `buf[0]` (or of the next byte when `buf` is empty).
+    buf_offset: u64,
+    /// (stream offset, packet) where each fed chunk started, to find a frame's first packet.
+    marks: VecDeque<(u64, u32)>,
+    /// Bytes skipped by the current resync, reported once it ends.
+    skip_pending: u64,
+    skip_packet: u32,
+    /// Frame size limit in force: the negotiated frame_max once known, else the cap.
+    frame_max: u64,
+    pub bytes_decoded: u64,
+    pub bytes_skipped: u64,
+    pub frames: u64,
+}
+
+impl Decoder {
+    /// `aligned`: the stream is known to start at a frame boundary (its SYN was seen).
+    pub fn new(aligned: bool, limits: &Limits) -> Self {
+        Decoder {
+            state: State::Start { aligned },
+            buf: Vec::new(),
+            buf_offset: 0,
+            marks: VecDeque::new(),
+            skip_pending: 0,
+            skip_packet: 0,
+            frame_max: limits.max_frame_bytes,
+            bytes_decoded: 0,
+            bytes_skipped: 0,
+            frames: 0,
+        }
+    }
+
+    /// Called when connection.tune-ok fixes frame_max (0 = no limit, AMQP 0-9-1 §4.2.3... tune).
+    pub fn set_frame_max(&mut self, frame_max: u64, limits: &Limits) {
+        self.frame_max = if frame_max == 0 { limits.max_frame_bytes } else { frame_max.min(limits.max_frame_bytes) };
+    }
+
+    /// Feed in-order bytes that arrived in packet `data_packet`; frames they complete are
+    /// attributed to `arrival_packet` (differs when reassembly released buffered data).
+    pub fn feed(&mut self, data: &[u8], data_packet: u32, arrival_packet: u32, limits: &Limits, sink: &mut impl FrameSink) {
+        if data.is_empty() {
+            return;
+        }
+        let start = self.buf_offset + self.buf.len() as u64;
+        if self.marks.back().map_or(true, |&(_, p)| p != data_packet) {
+            self.marks.push_back((start, data_packet));
+        }
+        if self.buf.is_empty() {
+            // Fast path: decode straight from the packet, keep only an unfinished tail.
+            let used = self.run(data, arrival_packet, limits, sink);
+            self.buf_offset += used as u64;
+            self.buf.extend_from_slice(&data[used..]);
+        } else {
+            let mut buf = std::mem::take(&mut self.buf);
+            buf.extend_from_slice(data);
+            let used = self.run(&buf, arrival_packet, limits, sink);
+            buf.drain(..used);
+            self.buf_offset += used as u64;
+            self.buf = buf;
+        }
+        // Past `resync_window_bytes` the oldest buffered bytes are given up.
+        if self.state == State::Resync && self.buf.len() as u64 > limits.resync_window_bytes {
+            let drop = self.buf.len() - limits.resync_window_bytes as usize;
+            self.skip(drop as u64, arrival_packet);
+            self.buf.drain(..drop);
+            self.buf_offset += drop as u64;
+        }
+        self.prune_marks();
+    }
+
+    /// `bytes` of the stream are missing from the capture.
+    pub fn gap(&mut self, bytes: u64, packet: u32, _sink: &mut impl FrameSink) {
+        if let State::Body { header, remaining, first_packet } = self.state {
+            if self.buf.is_empty() && remaining >= bytes {
+                // The hole is inside a body we were skipping anyway: stay aligned.
+                self.state = State::Body { header, remaining: remaining - bytes, first_packet };
+                self.buf_offset += bytes;
+                return;
+            }
+        }
+        let unfinished = self.buf.len() as u64 + self.body_bytes_in_progress();
+        if unfinished > 0 {
+            // Reported together with whatever the resync skips next.
+            self.skip(unfinished, packet);
+        }
+        self.buf_offset += self.buf.len() as u64 + bytes;
+        self.buf.clear();
+        self.state = State::Resync;
+    }
+
+    /// End of stream: whatever is unfinished is counted as skipped.
+    pub fn finish(&mut self, packet: u32, sink: &mut impl FrameSink) {
+        let unfinished = self.buf.len() as u64 + self.body_bytes_in_progress();
+        if unfinished > 0 {
+            if self.state == State::Resync {
+                self.skip(unfinished, packet);
+            } else {
+                self.bytes_skipped += unfinished;
+                sink.anomaly(
+                    AnomalyKind::IncompleteFrame,
+                    packet,
+                    unfinished,
+                    format!("{unfinished} bytes of an unfinished frame at the end of the capture"),
+                );
+            }
+        }
+        self.flush_skip(sink);
+        self.buf.clear();
+        self.state = State::Resync;
+    }
+
+    /// Bytes of the body frame being skipped that were already consumed.
+    fn body_bytes_in_progress(&self) -> u64 {
+        match self.state {
+            State::Body { header, remaining, .. } => FRAME_HEADER_LEN as u64 + header.size as u64 - remaining,
+            _ => 0,
+        }
+    }
+
+    fn skip(&mut self, bytes: u64, packet: u32) {
+        if self.skip_pending == 0 {
+            self.skip_packet = packet;
+        }
+        self.skip_pending += bytes;
+        self.bytes_skipped += bytes;
+    }
+
+    fn flush_skip(&mut self, sink: &mut impl FrameSink) {
+        if self.skip_pending > 0 {
+            let n = self.skip_pending;
+            sink.anomaly(AnomalyKind::ResyncSkipped, self.skip_packet, n, format!("{n} bytes skipped to find a frame boundary"));
+            self.skip_pending = 0;
+        }
+    }
+
+    fn prune_marks(&mut self) {
+        let pos = self.buf_offset;
+        while self.marks.len() > 1 && self.marks[1].0 <= pos {
+            self.marks.pop_front();
+        }
+    }
+
+    fn packet_at(&self, offset: u64) -> u32 {
+        let mut p = self.marks.front().map_or(0, |m| m.1);
+        for &(o, pk) in &self.marks {
+            if o > offset {
+                break;
+            }
+            p = pk;
+        }
+        p
+    }
+
+    /// Decode as much of `s` (starting at stream offset `buf_offset`) as possible; returns the
+    /// number of bytes consumed.
+    fn run(&mut self, s: &[u8], packet: u32, limits: &Limits, sink: &mut impl FrameSink) -> usize {
+        let base = self.buf_offset;
+        let mut pos = 0usize;
+        loop {
+            let rest = &s[pos..];
+            if rest.is_empty() {
+                return pos;
+            }
+            match self.state {
+                State::Body { header, remaining, first_packet } => {
+                    let take = remaining.min(rest.len() as u64) as usize;
+                    pos += take;
+                    let remaining = remaining - take as u64;
+                    self.state = State::Body { header, remaining, first_packet };
+                    if remaining > 0 || pos == s.len() {
+                        // more payload, or the frame-end octet, still to come
+                        return pos;
+                    }
+                    let end = s[pos];
+                    if end == FRAME_END {
+                        pos += 1;
+                        self.state = State::Aligned;
+                        self.bytes_decoded += header.wire_len();
+                        self.frames += 1;
+                        sink.frame(FrameEvent { header, payload: None, first_packet, packet });
+                    } else {
+                        // The body's bytes were consumed without being kept: resync from here.
+                        let consumed = FRAME_HEADER_LEN as u64 + header.size as u64;
+                        self.bytes_skipped += consumed;
+                        sink.anomaly(AnomalyKind::BadFrameEnd, packet, consumed, format!("body frame ends with 0x{end:02x}, not 0xce"));
+                        self.state = State::Resync;
+                    }
+                }
+                State::Start { aligned } => match parse_protocol_header(rest) {
+                    Err(_) => return pos,
+                    Ok(Some(version)) => {
+                        pos += PROTOCOL_HEADER_LEN;
+                        self.bytes_decoded += PROTOCOL_HEADER_LEN as u64;
+                        if &rest[..PROTOCOL_HEADER_LEN] != PROTOCOL_HEADER_091 {
+                            sink.anomaly(
+                                AnomalyKind::ProtocolHeader,
+                                packet,
+                                PROTOCOL_HEADER_LEN as u64,
+                                format!("protocol header for version {}-{}-{}-{}", version[0], version[1], version[2], version[3]),
+                            );
+                        }
+                        sink.protocol_header(version, packet);
+                        self.state = State::Aligned;
+                    }
+                    Ok(None) => self.state = if aligned { State::Aligned } else { State::Resync },
+                },
+                State::Aligned => match parse_frame_header(rest) {
+                    Err(ParseError::Incomplete { .. }) => return pos,
+                    Err(ParseError::Invalid(Invalid::UnknownFrameType(t))) => {
+                        sink.anomaly(AnomalyKind::UnknownFrameType, packet, 1, format!("frame type {t}"));
+                        self.state = State::Resync;
+                    }
+                    Err(ParseError::Invalid(_)) => self.state = State::Resync,
+                    Ok(h) => {
+                        if h.size as u64 > self.frame_max {
+                            sink.anomaly(
+                                AnomalyKind::OversizedFrame,
+                                packet,
+                                h.size as u64,
+                                format!("frame claims {} bytes, limit {}", h.size, self.frame_max),
+                            );
+                            self.state = State::Resync;
+                            continue;
+                        }
+                        let first_packet = self.packet_at(base + pos as u64);
+                        if h.frame_type == FrameType::Body {
+                            pos += FRAME_HEADER_LEN;
+                            self.state = State::Body { header: h, remaining: h.size as u64, first_packet };
+                            continue;
+                        }
+                        if h.size as u64 > limits.max_buffered_frame_bytes {
+                            sink.anomaly(
+                                AnomalyKind::OversizedFrame,
+                                packet,
+                                h.size as u64,
+                                format!("{:?} frame of {} bytes exceeds the buffering cap", h.frame_type, h.size),
+                            );
+                            self.state = State::Resync;
+                            continue;
+                        }
+                        let total = h.wire_len() as usize;
+                        if rest.len() < total {
+                            return pos;
+                        }
+                        let end = rest[total - 1];
+                        if end != FRAME_END {
+                            sink.anomaly(AnomalyKind::BadFrameEnd, packet, total as u64, format!("{:?} frame ends with 0x{end:02x}, not 0xce", h.frame_type));
+                            self.state = State::Resync;
+                            continue;
+                        }
+                        self.bytes_decoded += total as u64;
+                        self.frames += 1;
+                        sink.frame(FrameEvent { header: h, payload: Some(&rest[FRAME_HEADER_LEN..total - 1]), first_packet, packet });
+                        pos += total;
+                    }
+                },
+                State::Resync => {
+                    let limit = limits.resync_max_frame_bytes.min(self.frame_max) as u32;
+                    let mut i = 0usize;
+                    let found = loop {
+                        if i >= rest.len() {
+                            break None;
+                        }
+                        match check_candidate(&rest[i..], limit) {
+                            Candidate::No => i += 1,
+                            Candidate::NeedMore { .. } => break None,
+                            Candidate::Frame(n) => {
+                                // A body frame has no structure of its own: the next frame must
+                                // check out too before we trust it.
+                                if rest[i] == FrameType::Body as u8 {
+                                    match check_candidate(&rest[i + n as usize..], limit) {
+                                        Candidate::Frame(_) => break Some(i),
+                                        Candidate::NeedMore { .. } => break None,
+                                        Candidate::No => i += 1,
+                                    }
+                                } else {
+                                    break Some(i);
+                                }
+                            }
+                        }
+                    };
+                    if i > 0 {
+                        self.skip(i as u64, packet);
+                    }
+                    pos += i;
+                    match found {
+                        Some(_) => {
+                            self.flush_skip(sink);
+                            self.state = State::Aligned;
+                        }
+                        None => return pos,
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Rec {
+        frames: Vec<(u8, u16, u32, u32, u32)>,
+        anomalies: Vec<(AnomalyKind, u64)>,
+    }
+    impl FrameSink for Rec {
+        fn frame(&mut self, ev: FrameEvent<'_>) {
+            self.frames.push((ev.header.frame_type as u8, ev.header.channel, ev.header.size, ev.first_packet, ev.packet));
+        }
+        fn protocol_header(&mut self, _: [u8; 4], _: u32) {}
+        fn anomaly(&mut self, kind: AnomalyKind, _: u32, bytes: u64, _: String) {
+            self.anomalies.push((kind, bytes));
+        }
+    }
+
+    fn frame(t: u8, ch: u16, payload: &[u8]) -> Vec<u8> {
+        let mut v = vec![t];
+        v.extend_from_slice(&ch.to_be_bytes());
+        v.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+        v.extend_from_slice(payload);
+        v.push(FRAME_END);
+        v
+    }
+
+    fn ack(tag: u64) -> Vec<u8> {
+        let mut p = vec![0, 60, 0, 80];
+        p.extend_from_slice(&tag.to_be_bytes());
+        p.push(0);
+        frame(1, 1, &p)
+    }
+
+    #[test]
+    fn byte_by_byte_equals_whole() {
+        let limits = Limits::default();
+        let mut stream = PROTOCOL_HEADER_091.to_vec();
+        stream.extend(ack(1));
+        stream.extend(frame(3, 1, &[7u8; 300]));
+        stream.extend(frame(8, 0, &[]));
+        let mut whole = Rec::default();
+        let mut d = Decoder::new(true, &limits);
+        d.feed(&stream, 1, 1, &limits, &mut whole);
+        let mut bytes = Rec::default();
+        let mut d2 = Decoder::new(true, &limits);
+        for (i, b) in stream.iter().enumerate() {
+            d2.feed(std::slice::from_ref(b), i as u32 + 1, i as u32 + 1, &limits, &mut bytes);
+        }
+        assert_eq!(whole.frames.len(), 3);
+        let kinds = |r: &Rec| r.frames.iter().map(|f| (f.0, f.1, f.2)).collect::<Vec<_>>();
+        assert_eq!(kinds(&whole), kinds(&bytes));
+        assert_eq!(d2.bytes_decoded, stream.len() as u64);
+        // the ack frame starts in byte 9 and ends in byte 8 + 21
+        assert_eq!((bytes.frames[0].3, bytes.frames[0].4), (9, 29));
+    }
+
+    #[test]
+    fn resync_after_gap_skips_garbage() {
+        let limits = Limits::default();
+        let mut d = Decoder::new(true, &limits);
+        let mut r = Rec::default();
+        let body = frame(3, 1, &[1u8; 100]);
+        d.feed(&ack(1), 1, 1, &limits, &mut r);
+        d.feed(&body[..20], 2, 2, &limits, &mut r);
+        d.gap(50, 3, &mut r);
+        // the hole was inside the body: still aligned
+        d.feed(&body[70..], 3, 3, &limits, &mut r);
+        d.feed(&ack(2), 4, 4, &limits, &mut r);
+        assert_eq!(r.frames.len(), 3);
+        assert!(r.anomalies.is_empty());
+        // a gap that cuts a method frame forces a resync
+        let a = ack(3);
+        d.feed(&a[..5], 5, 5, &limits, &mut r);
+        d.gap(10, 6, &mut r);
+        let mut tail = a[15..].to_vec();
+        tail.extend(ack(4));
+        d.feed(&tail, 6, 6, &limits, &mut r);
+        assert_eq!(r.frames.len(), 4);
+        assert_eq!(r.anomalies, vec![(AnomalyKind::ResyncSkipped, 5 + (a.len() as u64 - 15))]);
+    }
+
+    #[test]
+    fn bad_frame_end_resyncs() {
+        let limits = Limits::default();
+        let mut d = Decoder::new(true, &limits);
+        let mut r = Rec::default();
+        let mut bad = ack(1);
+        *bad.last_mut().unwrap() = 0;
+        bad.extend(ack(2));
+        d.feed(&bad, 1, 1, &limits, &mut r);
+        assert_eq!(r.frames.len(), 1);
+        assert_eq!(r.anomalies[0].0, AnomalyKind::BadFrameEnd);
+        assert_eq!(d.bytes_decoded + d.bytes_skipped, bad.len() as u64);
+    }
+}

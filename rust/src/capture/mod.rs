@@ -1,0 +1,3 @@
+//! Capture files and link/IP/TCP headers.
+pub mod link;
+pub mod reader;

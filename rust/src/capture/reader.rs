@@ -1,0 +1,234 @@
+//! Capture files: pcap (µs and ns, either byte order), pcapng (several sections and interfaces,
+//! per-interface link type and timestamp resolution, unknown blocks skipped), both optionally
+//! gzip-compressed. Records are streamed through a bounded buffer, never loaded whole.
+
+use std::fs::File;
+use std::io::{self, Chain, Cursor, Read};
+
+use flate2::read::MultiGzDecoder;
+use pcap_parser::pcapng::Block;
+use pcap_parser::{create_reader, PcapBlockOwned, PcapError};
+
+use crate::error::CaptureError;
+
+/// Initial read buffer; grown for larger records up to `max_record_bytes`.
+const BUFFER_BYTES: usize = 4 << 20;
+const SNIFF_BYTES: usize = 64 << 10;
+
+#[derive(Debug, Clone, Copy)]
+pub struct Record<'a> {
+    /// Nanoseconds since the Unix epoch.
+    pub ts_ns: i64,
+    pub linktype: u32,
+    /// On-wire length (Wireshark frame.len).
+    pub origlen: u32,
+    /// Captured bytes (frame.cap_len of them).
+    pub data: &'a [u8],
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Interface {
+    linktype: u32,
+    /// Timestamp units per second.
+    units_per_sec: u64,
+    offset_s: i64,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct ReadSummary {
+    pub format: &'static str,
+    pub compressed: bool,
+    pub records: u64,
+    /// The file ended inside a record or a gzip stream ended early.
+    pub truncated: bool,
+    pub warnings: Vec<String>,
+    pub linktypes: Vec<u32>,
+}
+
+fn describe_start(b: &[u8]) -> String {
+    if b.is_empty() {
+        return "it is empty".into();
+    }
+    let hex: Vec<String> = b.iter().take(4).map(|x| format!("{x:02x}")).collect();
+    let printable = b.iter().take(64).all(|&c| c.is_ascii_graphic() || c.is_ascii_whitespace());
+    format!("it starts with {}{}", hex.join(" "), if printable { ", which looks like text" } else { "" })
+}
+
+fn is_capture_magic(b: &[u8]) -> bool {
+    b.len() >= 4
+        && matches!(
+            u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
+            0xa1b2c3d4 | 0xd4c3b2a1 | 0xa1b23c4d | 0x4d3cb2a1 | 0xa1b2cd34 | 0x34cdb2a1 | 0x0a0d0d0a
+        )
+}
+
+type Source = Chain<Cursor<Vec<u8>>, Box<dyn Read + Send>>;
+
+/// Read up to `n` bytes, retrying short reads (gzip streams return small chunks).
+fn read_prefix(r: &mut dyn Read, n: usize) -> io::Result<Vec<u8>> {
+    let mut v = Vec::with_capacity(n);
+    r.take(n as u64).read_to_end(&mut v)?;
+    Ok(v)
+}
+
+fn open_source(path: &str) -> Result<(Source, bool, String), CaptureError> {
+    let mut file = File::open(path).map_err(|e| CaptureError::Unreadable(format!("cannot open {path}: {e}")))?;
+    let head = read_prefix(&mut file, SNIFF_BYTES).map_err(|e| CaptureError::Unreadable(format!("cannot read {path}: {e}")))?;
+    if head.is_empty() {
+        return Err(CaptureError::Empty(format!("{path} is empty")));
+    }
+    let rest: Box<dyn Read + Send> = Box::new(file);
+    if head.starts_with(&[0x1f, 0x8b]) {
+        let mut gz: Box<dyn Read + Send> = Box::new(MultiGzDecoder::new(Cursor::new(head).chain(rest)));
+        let inner = read_prefix(&mut gz, SNIFF_BYTES).map_err(|e| {
+            CaptureError::NotACapture(format!("{path} is gzip-compressed but cannot be decompressed: {e}"))
+        })?;
+        if !is_capture_magic(&inner) {
+            return Err(CaptureError::NotACapture(format!(
+                "{path} is gzip-compressed but holds no pcap or pcapng capture ({})",
+                describe_start(&inner)
+            )));
+        }
+        return Ok((Cursor::new(inner).chain(gz), true, path.to_string()));
+    }
+    if !is_capture_magic(&head) {
+        return Err(CaptureError::NotACapture(format!("{path} is not a pcap or pcapng capture ({})", describe_start(&head))));
+    }
+    Ok((Cursor::new(head).chain(rest), false, path.to_string()))
+}
+
+/// Length a record claims, read from its header, to tell "large record" from "garbage".
+fn claimed_record_len(data: &[u8], pcapng: bool, big_endian: bool) -> Option<u64> {
+    let at = if pcapng { 4 } else { 8 };
+    let b: [u8; 4] = data.get(at..at + 4)?.try_into().ok()?;
+    Some(if big_endian { u32::from_be_bytes(b) } else { u32::from_le_bytes(b) } as u64)
+}
+
+/// Stream every record of the capture at `path` to `f`.
+pub fn read_capture(path: &str, max_record_bytes: u64, mut f: impl FnMut(Record<'_>)) -> Result<ReadSummary, CaptureError> {
+    let (source, compressed, _) = open_source(path)?;
+    let mut reader = match create_reader(BUFFER_BYTES, source) {
+        Ok(r) => r,
+        Err(PcapError::Eof) => return Err(CaptureError::Empty(format!("{path} is empty"))),
+        Err(e) => return Err(CaptureError::NotACapture(format!("{path}: the capture header cannot be read ({e:?})"))),
+    };
+    let mut s = ReadSummary { compressed, ..Default::default() };
+    let mut interfaces: Vec<Interface> = Vec::new();
+    let mut legacy: Option<(u32, u64)> = None; // (linktype, units per second)
+    let mut big_endian = false;
+    let mut pcapng = false;
+    let mut last_ts: i64 = 0;
+    let mut buffer_size = BUFFER_BYTES;
+    let note_linktype = |lt: u32, s: &mut ReadSummary| {
+        if !s.linktypes.contains(&lt) {
+            s.linktypes.push(lt);
+        }
+    };
+    loop {
+        match reader.next() {
+            Ok((offset, block)) => {
+                match block {
+                    PcapBlockOwned::LegacyHeader(h) => {
+                        s.format = "pcap";
+                        big_endian = h.is_bigendian();
+                        let units = if h.is_nanosecond_precision() { 1_000_000_000 } else { 1_000_000 };
+                        let lt = h.network.0 as u32;
+                        note_linktype(lt, &mut s);
+                        legacy = Some((lt, units));
+                    }
+                    PcapBlockOwned::Legacy(b) => {
+                        let (lt, units) = legacy.unwrap_or((1, 1_000_000));
+                        let ts = b.ts_sec as i64 * 1_000_000_000 + b.ts_usec as i64 * (1_000_000_000 / units as i64);
+                        last_ts = ts;
+                        s.records += 1;
+                        let data = &b.data[..(b.caplen as usize).min(b.data.len())];
+                        f(Record { ts_ns: ts, linktype: lt, origlen: b.origlen, data });
+                    }
+                    PcapBlockOwned::NG(block) => {
+                        s.format = "pcapng";
+                        pcapng = true;
+                        match block {
+                            Block::SectionHeader(shb) => {
+                                big_endian = shb.big_endian();
+                                interfaces.clear();
+                            }
+                            Block::InterfaceDescription(idb) => {
+                                let lt = idb.linktype.0 as u32;
+                                note_linktype(lt, &mut s);
+                                let units = idb.ts_resolution().unwrap_or(1_000_000);
+                                interfaces.push(Interface { linktype: lt, units_per_sec: units, offset_s: idb.ts_offset() });
+                            }
+                            Block::EnhancedPacket(epb) => {
+                                s.records += 1;
+                                let iface = interfaces.get(epb.if_id as usize).copied();
+                                let (lt, ts) = match iface {
+                                    Some(i) => {
+                                        let raw = ((epb.ts_high as u64) << 32) | epb.ts_low as u64;
+                                        let ns = (raw as u128 * 1_000_000_000 / i.units_per_sec as u128) as i64;
+                                        (i.linktype, ns + i.offset_s * 1_000_000_000)
+                                    }
+                                    None => (u32::MAX, last_ts),
+                                };
+                                last_ts = ts;
+                                let data = &epb.data[..(epb.caplen as usize).min(epb.data.len())];
+                                f(Record { ts_ns: ts, linktype: lt, origlen: epb.origlen, data });
+                            }
+                            Block::SimplePacket(spb) => {
+                                s.records += 1;
+                                let lt = interfaces.first().map_or(u32::MAX, |i| i.linktype);
+                                let snap = spb.data.len().min(spb.origlen as usize);
+                                f(Record { ts_ns: last_ts, linktype: lt, origlen: spb.origlen, data: &spb.data[..snap] });
+                            }
+                            _ => {} // statistics, name resolution, custom and unknown blocks
+                        }
+                    }
+                }
+                reader.consume(offset);
+            }
+            Err(PcapError::Eof) => break,
+            Err(PcapError::Incomplete(_)) => {
+                if let Err(e) = reader.refill() {
+                    s.truncated = true;
+                    s.warnings.push(format!("reading stopped after {} packets: {e:?} (a gzip stream that ends early?)", s.records));
+                    break;
+                }
+            }
+            Err(PcapError::UnexpectedEof) => {
+                s.truncated = true;
+                s.warnings.push(format!("the capture ends in the middle of a record after {} packets (tcpdump killed?); decoded what is there", s.records));
+                break;
+            }
+            Err(PcapError::BufferTooSmall) => {
+                let claimed = claimed_record_len(reader.data(), pcapng, big_endian).unwrap_or(u64::MAX);
+                if claimed > max_record_bytes || (claimed as usize) < buffer_size / 2 {
+                    s.truncated = true;
+                    s.warnings.push(format!(
+                        "record {} claims {claimed} bytes (cap {max_record_bytes}); the rest of the file is skipped",
+                        s.records + 1
+                    ));
+                    break;
+                }
+                buffer_size = (claimed as usize + 65536).max(buffer_size * 2);
+                if !reader.grow(buffer_size) {
+                    s.truncated = true;
+                    s.warnings.push(format!("record {} of {claimed} bytes could not be buffered", s.records + 1));
+                    break;
+                }
+                if let Err(e) = reader.refill() {
+                    s.truncated = true;
+                    s.warnings.push(format!("reading stopped after {} packets: {e:?}", s.records));
+                    break;
+                }
+            }
+            Err(e) => {
+                s.truncated = true;
+                s.warnings.push(format!("corrupt data after {} packets ({e:?}); the rest of the file is skipped", s.records));
+                break;
+            }
+        }
+    }
+    if s.records == 0 && s.format.is_empty() {
+        return Err(CaptureError::NotACapture(format!("{path}: no capture header")));
+    }
+    Ok(s)
+}

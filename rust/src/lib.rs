@@ -1,0 +1,109 @@
+//! amqpcap's native core. This file is only the Python binding: it converts arguments, runs
+//! [`ingest::ingest`] without the GIL, and moves the finished columns into numpy arrays.
+//! The stub `amqpcap/_core.pyi` documents what Python sees.
+
+pub mod amqp;
+pub mod anomaly;
+pub mod capture;
+pub mod error;
+pub mod ingest;
+pub mod limits;
+pub mod tables;
+pub mod tcp;
+
+#[cfg(feature = "python")]
+mod python {
+    use numpy::PyArray1;
+    use pyo3::exceptions::PyException;
+    use pyo3::prelude::*;
+    use pyo3::types::{PyDict, PyList, PyTuple};
+
+    use crate::capture::link::linktype_name;
+    use crate::ingest::ingest;
+    use crate::limits::Limits;
+    use crate::tables::{Column, Table};
+
+    pyo3::create_exception!(_core, CoreCaptureError, PyException, "The capture cannot be used: args are (kind, message).");
+
+    fn column<'py>(py: Python<'py>, c: Column) -> PyResult<Bound<'py, PyTuple>> {
+        let t = match c {
+            Column::I32(v) => ("i32", PyArray1::from_vec(py, v)).into_pyobject(py)?,
+            Column::I64(v) => ("i64", PyArray1::from_vec(py, v)).into_pyobject(py)?,
+            Column::Bool(v) => ("bool", PyArray1::from_vec(py, v)).into_pyobject(py)?,
+            Column::Ts(v) => ("ts", PyArray1::from_vec(py, v)).into_pyobject(py)?,
+            Column::NullI32(v, m) => ("null_i32", PyArray1::from_vec(py, v), PyArray1::from_vec(py, m)).into_pyobject(py)?,
+            Column::NullI64(v, m) => ("null_i64", PyArray1::from_vec(py, v), PyArray1::from_vec(py, m)).into_pyobject(py)?,
+            Column::NullU64(v, m) => ("null_u64", PyArray1::from_vec(py, v), PyArray1::from_vec(py, m)).into_pyobject(py)?,
+            Column::NullBool(v, m) => ("null_bool", PyArray1::from_vec(py, v), PyArray1::from_vec(py, m)).into_pyobject(py)?,
+            Column::NullTs(v, m) => ("null_ts", PyArray1::from_vec(py, v), PyArray1::from_vec(py, m)).into_pyobject(py)?,
+            Column::Str(codes, dict) => ("str", PyArray1::from_vec(py, codes), PyList::new(py, dict)?).into_pyobject(py)?,
+            Column::Cat(codes, names) => ("cat", PyArray1::from_vec(py, codes), PyList::new(py, names)?).into_pyobject(py)?,
+            Column::Text(v) => ("text", PyList::new(py, v)?).into_pyobject(py)?,
+        };
+        Ok(t)
+    }
+
+    fn table<'py>(py: Python<'py>, t: Table) -> PyResult<Bound<'py, PyList>> {
+        let out = PyList::empty(py);
+        for (name, c) in t {
+            out.append((name, column(py, c)?))?;
+        }
+        Ok(out)
+    }
+
+    fn limits_from(d: Option<&Bound<'_, PyDict>>) -> PyResult<Limits> {
+        let mut l = Limits::default();
+        let Some(d) = d else { return Ok(l) };
+        for (k, v) in d.iter() {
+            let key: String = k.extract()?;
+            let v: u64 = v.extract()?;
+            match key.as_str() {
+                "max_frame_bytes" => l.max_frame_bytes = v,
+                "max_buffered_frame_bytes" => l.max_buffered_frame_bytes = v,
+                "max_reassembly_bytes" => l.max_reassembly_bytes = v,
+                "resync_max_frame_bytes" => l.resync_max_frame_bytes = v,
+                "resync_window_bytes" => l.resync_window_bytes = v,
+                "max_streams" => l.max_streams = v,
+                "max_record_bytes" => l.max_record_bytes = v,
+                other => return Err(pyo3::exceptions::PyValueError::new_err(format!("unknown limit {other}"))),
+            }
+        }
+        Ok(l)
+    }
+
+    /// Decode a capture file into column tables. See `amqpcap/_core.pyi`.
+    #[pyfunction]
+    #[pyo3(signature = (path, ports, limits=None))]
+    fn decode<'py>(py: Python<'py>, path: String, ports: Vec<u16>, limits: Option<&Bound<'py, PyDict>>) -> PyResult<Bound<'py, PyDict>> {
+        let limits = limits_from(limits)?;
+        let out = py
+            .detach(|| ingest(&path, &ports, &limits))
+            .map_err(|e| CoreCaptureError::new_err((e.kind(), e.message().to_string())))?;
+        let d = PyDict::new(py);
+        d.set_item("packets", table(py, out.packets)?)?;
+        d.set_item("frames", table(py, out.frames)?)?;
+        d.set_item("connections", table(py, out.connections)?)?;
+        d.set_item("anomalies", table(py, out.anomalies)?)?;
+        let s = PyDict::new(py);
+        s.set_item("format", out.read.format)?;
+        s.set_item("compressed", out.read.compressed)?;
+        s.set_item("packets", out.read.records)?;
+        s.set_item("tcp_packets", out.tcp_packets)?;
+        s.set_item("first_ts_ns", out.first_ts)?;
+        s.set_item("last_ts_ns", out.last_ts)?;
+        s.set_item("truncated", out.read.truncated)?;
+        s.set_item("warnings", out.read.warnings)?;
+        s.set_item("link_types", out.read.linktypes.iter().map(|&l| linktype_name(l)).collect::<Vec<_>>())?;
+        d.set_item("summary", s)?;
+        Ok(d)
+    }
+
+    #[pymodule]
+    fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        m.add_function(wrap_pyfunction!(decode, m)?)?;
+        m.add("CoreCaptureError", m.py().get_type::<CoreCaptureError>())?;
+        m.add("ANOMALY_KINDS", crate::anomaly::AnomalyKind::ALL.iter().map(|k| k.name()).collect::<Vec<_>>())?;
+        m.add("METHOD_NAMES", crate::amqp::spec::METHODS.iter().map(|x| x.name).collect::<Vec<_>>())?;
+        Ok(())
+    }
+}

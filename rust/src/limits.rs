@@ -1,0 +1,34 @@
+//! Resource caps. Every cap is documented in docs/tables.md ("Resource caps") and can be set
+//! from Python (`amqpcap.Limits`). Past a cap, input is recorded as an anomaly, never buffered.
+
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest frame accepted when frame_max was not negotiated in the capture (or was 0).
+    pub max_frame_bytes: u64,
+    /// Method and content-header frames are buffered whole up to this size (bodies never are).
+    pub max_buffered_frame_bytes: u64,
+    /// Out-of-order bytes held per direction while waiting for a hole to fill.
+    pub max_reassembly_bytes: u64,
+    /// Largest candidate frame considered while searching for a frame boundary.
+    pub resync_max_frame_bytes: u64,
+    /// Bytes held per direction while searching for a frame boundary.
+    pub resync_window_bytes: u64,
+    /// TCP conversations decoded; later ones are numbered but not decoded.
+    pub max_streams: u64,
+    /// A capture record claiming more than this ends reading.
+    pub max_record_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_frame_bytes: 256 << 20,
+            max_buffered_frame_bytes: 16 << 20,
+            max_reassembly_bytes: 16 << 20,
+            resync_max_frame_bytes: 1 << 20,
+            resync_window_bytes: 2 << 20,
+            max_streams: 1_000_000,
+            max_record_bytes: 16 << 20,
+        }
+    }
+}

@@ -1,0 +1,294 @@
+//! Per-direction TCP reassembly: turns segments as captured (retransmitted, reordered,
+//! overlapping, dropped, truncated) into the in-order byte stream plus explicit gaps.
+//!
+//! Offsets are 64-bit positions in the direction's sequence space, so sequence-number wrap
+//! (RFC 9293 §3.4) is handled by comparing 32-bit numbers only as signed distances from the
+//! next expected one.
+
+use std::collections::BTreeMap;
+
+/// A packet as seen by reassembly: its Wireshark frame number and its row in `packets`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PacketRef {
+    pub number: u32,
+    pub row: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GapCause {
+    /// The capture lost the bytes (kernel drops): the peer acknowledged them, or the stream
+    /// went on past them.
+    Dropped,
+    /// The capture kept only the start of the packet (snaplen).
+    Snaplen,
+    /// Out-of-order data exceeded the reassembly cap and the hole was given up.
+    Overflow,
+}
+
+pub enum Chunk<'a> {
+    /// In-order bytes; `from` holds them, `arrival` is the packet that released them.
+    Data { bytes: &'a [u8], from: PacketRef, arrival: PacketRef },
+    /// Bytes never seen; `next` is the packet whose data follows the hole (for drops).
+    Gap { bytes: u64, cause: GapCause, next: PacketRef, arrival: PacketRef },
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentOutcome {
+    /// Payload (or part of it) already seen (Wireshark's tcp.analysis.retransmission).
+    pub retransmission: bool,
+}
+
+struct Pending {
+    data: Vec<u8>,
+    declared: u64,
+    packet: PacketRef,
+}
+
+#[derive(Default)]
+pub struct Reassembler {
+    started: bool,
+    /// The direction's SYN was seen, so its first data byte starts the AMQP stream.
+    pub syn_seen: bool,
+    next_seq: u32,
+    /// Offset of `next_seq`: bytes delivered or declared missing so far, plus a FIN.
+    next_off: u64,
+    fin_done: bool,
+    peer_acked_off: u64,
+    ooo: BTreeMap<u64, Pending>,
+    ooo_bytes: u64,
+    pub bytes_missing: u64,
+}
+
+impl Reassembler {
+    pub fn started(&self) -> bool {
+        self.started
+    }
+
+    /// Stream bytes accounted for (delivered or missing), FIN excluded.
+    pub fn span(&self) -> u64 {
+        self.next_off - self.fin_done as u64
+    }
+
+    fn offset_of(&self, seq: u32) -> i64 {
+        self.next_off as i64 + seq.wrapping_sub(self.next_seq) as i32 as i64
+    }
+
+    /// One captured segment. `data` is what the capture holds of the payload, `declared` the
+    /// payload length from the IP/TCP headers (larger when snaplen cut the packet).
+    #[allow(clippy::too_many_arguments)]
+    pub fn segment(
+        &mut self,
+        seq: u32,
+        syn: bool,
+        fin: bool,
+        data: &[u8],
+        declared: u64,
+        packet: PacketRef,
+        max_buffered: u64,
+        out: &mut impl FnMut(Chunk<'_>),
+    ) -> SegmentOutcome {
+        let mut seq = seq;
+        if !self.started {
+            self.started = true;
+            self.syn_seen = syn;
+            self.next_seq = if syn { seq.wrapping_add(1) } else { seq };
+        }
+        if syn {
+            // Data on a SYN (TCP Fast Open) starts after the SYN's own sequence number.
+            seq = seq.wrapping_add(1);
+        }
+        let mut outcome = SegmentOutcome::default();
+        if declared == 0 {
+            if fin && self.offset_of(seq) == self.next_off as i64 && !self.fin_done {
+                self.fin_done = true;
+                self.next_off += 1;
+                self.next_seq = self.next_seq.wrapping_add(1);
+            }
+            return outcome;
+        }
+        let off = self.offset_of(seq);
+        let end = off + declared as i64;
+        let next = self.next_off as i64;
+        if end <= next {
+            // Old data. A keep-alive re-sends the one byte before next_seq: not a retransmission.
+            outcome.retransmission = !(declared <= 1 && end == next);
+            return outcome;
+        }
+        if off > next {
+            let hole = (off - next) as u64;
+            if self.peer_acked_off as i64 >= off {
+                // The peer already acknowledged the bytes before this segment: the capture lost them.
+                self.gap(hole, GapCause::Dropped, packet, packet, out);
+            } else {
+                let key = off as u64;
+                if self.ooo.contains_key(&key) {
+                    outcome.retransmission = true;
+                    return outcome;
+                }
+                self.ooo_bytes += data.len() as u64;
+                self.ooo.insert(key, Pending { data: data.to_vec(), declared, packet });
+                if self.ooo_bytes > max_buffered {
+                    self.flush_ooo(GapCause::Overflow, packet, out);
+                }
+                return outcome;
+            }
+        }
+        let trim = (self.next_off as i64 - off).max(0) as u64;
+        outcome.retransmission = trim > 0;
+        self.deliver(data, declared, trim, packet, packet, out);
+        if fin && !self.fin_done && self.offset_of(seq.wrapping_add(declared as u32)) == self.next_off as i64 {
+            self.fin_done = true;
+            self.next_off += 1;
+            self.next_seq = self.next_seq.wrapping_add(1);
+        }
+        self.drain(packet, out);
+        outcome
+    }
+
+    /// The other direction acknowledged up to `ack`: bytes acknowledged but never captured
+    /// before buffered out-of-order data are a capture gap.
+    pub fn peer_ack(&mut self, ack: u32, packet: PacketRef, out: &mut impl FnMut(Chunk<'_>)) {
+        if !self.started {
+            return;
+        }
+        let ack_off = self.offset_of(ack);
+        if ack_off <= self.next_off as i64 {
+            return;
+        }
+        self.peer_acked_off = self.peer_acked_off.max(ack_off as u64);
+        if let Some((&first, p)) = self.ooo.iter().next() {
+            let next_pkt = p.packet;
+            let upto = first.min(ack_off as u64);
+            let hole = upto - self.next_off;
+            if hole > 0 {
+                self.gap(hole, GapCause::Dropped, next_pkt, packet, out);
+                self.drain(packet, out);
+            }
+        }
+    }
+
+    /// End of capture: release buffered data behind its holes; report an unseen tail the
+    /// peer acknowledged.
+    pub fn finish(&mut self, packet: PacketRef, out: &mut impl FnMut(Chunk<'_>)) {
+        self.flush_ooo(GapCause::Dropped, packet, out);
+        // More than one byte: a FIN the capture missed is acknowledged too.
+        if self.peer_acked_off > self.next_off + 1 {
+            let hole = self.peer_acked_off - self.next_off;
+            self.gap(hole, GapCause::Dropped, packet, packet, out);
+        }
+    }
+
+    fn flush_ooo(&mut self, cause: GapCause, arrival: PacketRef, out: &mut impl FnMut(Chunk<'_>)) {
+        while let Some((&first, p)) = self.ooo.iter().next() {
+            if first > self.next_off {
+                let next_pkt = p.packet;
+                self.gap(first - self.next_off, cause, next_pkt, arrival, out);
+            }
+            self.drain(arrival, out);
+        }
+    }
+
+    fn gap(&mut self, bytes: u64, cause: GapCause, next: PacketRef, arrival: PacketRef, out: &mut impl FnMut(Chunk<'_>)) {
+        self.bytes_missing += bytes;
+        self.next_off += bytes;
+        self.next_seq = self.next_seq.wrapping_add(bytes as u32);
+        out(Chunk::Gap { bytes, cause, next, arrival });
+    }
+
+    fn deliver(&mut self, data: &[u8], declared: u64, trim: u64, from: PacketRef, arrival: PacketRef, out: &mut impl FnMut(Chunk<'_>)) {
+        let captured = (data.len() as u64).min(declared);
+        if trim < captured {
+            out(Chunk::Data { bytes: &data[trim as usize..captured as usize], from, arrival });
+        }
+        let advance = declared - trim;
+        let missing = declared - captured.max(trim);
+        self.next_off += advance - missing;
+        self.next_seq = self.next_seq.wrapping_add((advance - missing) as u32);
+        if missing > 0 {
+            self.gap(missing, GapCause::Snaplen, from, arrival, out);
+        }
+    }
+
+    /// Deliver buffered segments that now continue the stream.
+    fn drain(&mut self, arrival: PacketRef, out: &mut impl FnMut(Chunk<'_>)) {
+        while let Some(entry) = self.ooo.first_entry() {
+            let key = *entry.key();
+            if key > self.next_off {
+                break;
+            }
+            let p = entry.remove();
+            self.ooo_bytes -= p.data.len() as u64;
+            if key + p.declared <= self.next_off {
+                continue;
+            }
+            let trim = self.next_off - key;
+            self.deliver(&p.data, p.declared, trim, p.packet, arrival, out);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pr(n: u32) -> PacketRef {
+        PacketRef { number: n, row: n }
+    }
+
+    #[derive(Default)]
+    struct Out {
+        bytes: Vec<u8>,
+        gaps: Vec<(u64, GapCause)>,
+    }
+
+    fn run(r: &mut Reassembler, o: &mut Out, seq: u32, data: &[u8], n: u32) -> SegmentOutcome {
+        r.segment(seq, false, false, data, data.len() as u64, pr(n), 1 << 20, &mut |c| match c {
+            Chunk::Data { bytes, .. } => o.bytes.extend_from_slice(bytes),
+            Chunk::Gap { bytes, cause, .. } => o.gaps.push((bytes, cause)),
+        })
+    }
+
+    #[test]
+    fn reorder_retransmit_overlap_wrap() {
+        let mut r = Reassembler::default();
+        let mut o = Out::default();
+        let base = u32::MAX - 3; // the stream crosses the 32-bit wrap
+        r.segment(base, true, false, &[], 0, pr(1), 1 << 20, &mut |_| {});
+        let isn1 = base.wrapping_add(1);
+        assert!(!run(&mut r, &mut o, isn1, b"abcd", 2).retransmission);
+        assert!(!run(&mut r, &mut o, isn1.wrapping_add(8), b"ijkl", 3).retransmission); // ahead
+        assert!(!run(&mut r, &mut o, isn1.wrapping_add(4), b"efgh", 4).retransmission); // fills
+        assert!(run(&mut r, &mut o, isn1.wrapping_add(2), b"cdefgh", 5).retransmission);
+        assert!(run(&mut r, &mut o, isn1.wrapping_add(10), b"klmn", 6).retransmission); // overlap
+        assert_eq!(o.bytes, b"abcdefghijklmn");
+        assert!(o.gaps.is_empty());
+    }
+
+    #[test]
+    fn acked_hole_is_a_gap() {
+        let mut r = Reassembler::default();
+        let mut o = Out::default();
+        run(&mut r, &mut o, 100, b"abc", 1);
+        run(&mut r, &mut o, 110, b"xyz", 2); // 7 bytes lost by the capture
+        r.peer_ack(113, pr(3), &mut |c| match c {
+            Chunk::Data { bytes, .. } => o.bytes.extend_from_slice(bytes),
+            Chunk::Gap { bytes, cause, .. } => o.gaps.push((bytes, cause)),
+        });
+        assert_eq!(o.bytes, b"abcxyz");
+        assert_eq!(o.gaps, vec![(7, GapCause::Dropped)]);
+        assert_eq!(r.span(), 13);
+    }
+
+    #[test]
+    fn snaplen_truncation() {
+        let mut r = Reassembler::default();
+        let mut o = Out::default();
+        r.segment(1, false, false, b"ab", 10, pr(1), 1 << 20, &mut |c| match c {
+            Chunk::Data { bytes, .. } => o.bytes.extend_from_slice(bytes),
+            Chunk::Gap { bytes, cause, .. } => o.gaps.push((bytes, cause)),
+        });
+        run(&mut r, &mut o, 11, b"cd", 2);
+        assert_eq!(o.bytes, b"abcd");
+        assert_eq!(o.gaps, vec![(8, GapCause::Snaplen)]);
+    }
+}
