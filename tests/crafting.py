@@ -710,12 +710,13 @@ def link_frame(l3: bytes, link: str, direction: str = "c2s") -> bytes:
     raise ValueError(link)
 
 
-def write_pcap(path, records, link: str = "ether", nano: bool = False, endian: str = "<",
+def write_pcap(path, records, link: str = "ether", nano: bool = True, endian: str = "<",
                snaplen: int = 262144, compress: bool = False):
     """Write a classic pcap file.
 
-    ``endian`` '<' or '>' (byte order of every header), ``nano`` selects the
-    0xa1b23c4d magic, ``snaplen`` truncates every record (a record's own
+    ``endian`` '<' or '>' (byte order of every header), ``nano`` (default, so
+    that record times are kept exactly) selects the 0xa1b23c4d magic, else
+    times are truncated to microseconds; ``snaplen`` truncates every record (a record's own
     ``caplen`` truncates just that one); the original length is kept in the
     record header, as tcpdump does.  ``compress`` gzips the file.
     """

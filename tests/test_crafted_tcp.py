@@ -429,3 +429,70 @@ def test_mid_stream_start(tmp_path):
     assert conn["c2s_bytes_skipped"] == skip
     assert conn["s2c_bytes_skipped"] == 0
     assert cap.packets.iloc[0]["seq"] == 1
+
+
+# ---------------------------------------------------------------------------
+# packets / connections / anomalies columns and dtypes (docs/tables.md)
+# ---------------------------------------------------------------------------
+
+PACKETS_DTYPES = {"packet": "int64", "ts": "datetime64[ns, UTC]", "stream": "int64",
+                  "direction": "category", "frame_len": "int64", "payload_bytes": "int64",
+                  "seq": "int64", "ack": "int64", "flags": "int64", "window": "int64",
+                  "tsval": "Int64", "tsecr": "Int64", "sack_blocks": "int64",
+                  "frames_ended": "int64", "retransmission": "bool", "gap_before": "int64"}
+CONNECTIONS_DTYPES = {
+    "stream": "int64", "client_addr": "str", "broker_addr": "str", "client_port": "int64",
+    "broker_port": "int64", "first_ts": "datetime64[ns, UTC]", "last_ts": "datetime64[ns, UTC]",
+    "c2s_packets": "int64", "s2c_packets": "int64", "c2s_bytes": "int64", "s2c_bytes": "int64",
+    "handshake_seen": "bool", "protocol_header_seen": "bool", "frame_max": "Int64",
+    "channel_max": "Int64", "heartbeat_s": "Int64", "vhost": "str", "user": "str",
+    "mechanism": "str", "client_product": "str", "client_version": "str",
+    "client_platform": "str", "connection_name": "str", "server_product": "str",
+    "server_version": "str", "mss_c2s": "Int64", "mss_s2c": "Int64",
+    "window_scale_c2s": "Int64", "window_scale_s2c": "Int64", "frames": "int64",
+    "c2s_bytes_decoded": "int64", "s2c_bytes_decoded": "int64", "c2s_bytes_skipped": "int64",
+    "s2c_bytes_skipped": "int64", "bytes_missing": "int64", "anomalies": "int64"}
+ANOMALIES_DTYPES = {"kind": "category", "stream": "Int64", "direction": "category",
+                    "packet": "Int64", "ts": "datetime64[ns, UTC]", "bytes": "int64",
+                    "detail": "str"}
+ANOMALY_KINDS = {"capture-gap", "truncated-packet", "bad-frame-end", "unknown-frame-type",
+                 "oversized-frame", "unknown-method", "malformed-method", "malformed-header",
+                 "resync-skipped", "protocol-header", "reassembly-overflow", "ip-fragment",
+                 "malformed-packet", "unsupported-link-type", "stream-limit",
+                 "capture-truncated"}
+
+
+def dtype_problems(df, spec):
+    problems = []
+    if set(df.columns) != set(spec):
+        problems.append(f"undocumented columns {sorted(set(df.columns) - set(spec))}, "
+                        f"missing columns {sorted(set(spec) - set(df.columns))}")
+    for col, want in spec.items():
+        if col not in df.columns:
+            continue
+        got = df[col].dtype
+        if want == "str":
+            # documented as "object (str)": python str values; pandas >= 3 infers its
+            # own str dtype for such columns, which is accepted too
+            ok = got == object or pd.api.types.is_string_dtype(got)
+        else:
+            ok = str(got) == want
+        if not ok:
+            problems.append(f"{col}: {got}, expected {want}")
+    return problems
+
+
+def test_table_columns_and_dtypes(tmp_path):
+    conv = opened()
+    segs = conv.send_frames("c2s", publish(body=b"x" * 2000), segment_sizes=[1000])
+    conv.drop(segs[0])  # one anomaly row at least
+    recs = conv.timed()
+    cap = write_load(tmp_path, recs)
+    assert len(cap.anomalies) >= 1
+    problems = [f"packets.{p}" for p in dtype_problems(cap.packets, PACKETS_DTYPES)]
+    problems += [f"connections.{p}" for p in dtype_problems(cap.connections, CONNECTIONS_DTYPES)]
+    problems += [f"anomalies.{p}" for p in dtype_problems(cap.anomalies, ANOMALIES_DTYPES)]
+    kinds = cap.anomalies["kind"].dtype.categories
+    if set(kinds) - ANOMALY_KINDS:
+        problems.append(f"anomalies.kind has undocumented categories {sorted(set(kinds) - ANOMALY_KINDS)}")
+    assert not problems, "\n".join(problems)
