@@ -128,10 +128,15 @@ def load(
     for key in ("first_ts", "last_ts"):
         ns = summary.pop(f"{key}_ns")
         summary[key] = pd.Timestamp(ns, unit="ns", tz="UTC") if ns is not None else None
+    frames = _frame(raw["frames"])
+    # Frames released when a capture gap was given up complete in the packet that holds them,
+    # which can be earlier than frames already emitted: restore packet order.
+    if not frames["packet"].is_monotonic_increasing:
+        frames = frames.sort_values("packet", kind="stable", ignore_index=True)
     return Capture(
         path=path,
         ports=port_list,
-        frames=_frame(raw["frames"]),
+        frames=frames,
         packets=_frame(raw["packets"]),
         connections=_frame(raw["connections"]),
         anomalies=_frame(raw["anomalies"]),

@@ -195,26 +195,33 @@ def test_overlapping_retransmission(tmp_path):
 # 4. capture gap
 # ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("cut", ["mid-frame", "frame-boundary"])
+@pytest.mark.parametrize("cut", ["inside-body", "frame-boundary", "across-frames"])
 def test_capture_gap(tmp_path, cut):
     conv = opened()
     before = publish(body=b"a" * 100)
     conv.send_frames("c2s", before)
     m2, h2, b2 = publish(body=b"b" * 3000)
     after = publish(body=b"c" * 20) + [c.basic_publish(routing_key="last")]
-    if cut == "mid-frame":
-        # segments of 1000 bytes; the second (middle of b2's body) is dropped
+    if cut == "inside-body":
+        # segments of 1000 bytes; the second (middle of b2's body) is dropped. The hole lies
+        # inside a body frame whose size the header gave: b2 is still decoded, nothing skipped.
         segs = conv.send_frames("c2s", [m2, h2, b2] + after, segment_sizes=[1000, 1000])
         dropped, first_after = segs[1], segs[2]
-        tail = len(m2) + len(h2) + len(b2) - 2000      # b2 bytes after the gap
-        head = 1000 - len(m2) - len(h2)                # b2 bytes before the gap
-        lost_frames = [b2]
-    else:
+        tail = head = 0
+        lost_frames = []
+    elif cut == "frame-boundary":
         # the dropped segment holds exactly the header and body frames
         segs = conv.send_frames("c2s", [m2, h2, b2] + after,
                                 segment_sizes=[len(m2), len(h2) + len(b2)])
         dropped, first_after = segs[1], segs[2]
         tail = head = 0
+        lost_frames = [h2, b2]
+    else:
+        # the hole cuts the content header: decoding resynchronises on the next publish
+        segs = conv.send_frames("c2s", [m2, h2, b2] + after, segment_sizes=[len(m2) + 10, 200])
+        dropped, first_after = segs[1], segs[2]
+        head = 10                                       # h2 bytes before the gap
+        tail = len(h2) + len(b2) - 10 - 200             # b2 bytes after the gap
         lost_frames = [h2, b2]
     conv.ack("s2c")  # the broker got everything: the capture dropped it
     conv.send_frames("s2c", [c.basic_ack(delivery_tag=2)])
@@ -245,15 +252,18 @@ def test_capture_gap(tmp_path, cut):
 
     skipped = c.kinds(cap, "resync-skipped")
     if tail:
+        # the cut frame's bytes before the gap are reported with the bytes skipped after it
         after_gap = skipped[(skipped["direction"] == "c2s")
                             & (skipped["packet"] == c.number(recs, first_after))]
-        assert list(after_gap["bytes"]) == [tail], cap.anomalies.to_string()
+        assert list(after_gap["bytes"]) == [head + tail], cap.anomalies.to_string()
     else:
         assert skipped.empty, cap.anomalies.to_string()
 
     conn = cap.connections.iloc[0]
     decoded_c2s = len(c.PROTOCOL_HEADER) + sum(len(f) for d, _, f in conv.frame_log
                                                if d == "c2s" and id(f) not in lost)
+    if cut == "inside-body":
+        decoded_c2s -= gap_len
     assert conn["bytes_missing"] == gap_len
     assert conn["c2s_bytes_decoded"] == decoded_c2s
     assert conn["c2s_bytes_skipped"] == head + tail
@@ -451,13 +461,15 @@ CONNECTIONS_DTYPES = {
     "server_version": "str", "mss_c2s": "Int64", "mss_s2c": "Int64",
     "window_scale_c2s": "Int64", "window_scale_s2c": "Int64", "frames": "int64",
     "c2s_bytes_decoded": "int64", "s2c_bytes_decoded": "int64", "c2s_bytes_skipped": "int64",
-    "s2c_bytes_skipped": "int64", "bytes_missing": "int64", "anomalies": "int64"}
+    "s2c_bytes_skipped": "int64", "c2s_bytes_missing": "int64", "s2c_bytes_missing": "int64",
+    "bytes_missing": "int64", "c2s_stream_bytes": "int64", "s2c_stream_bytes": "int64",
+    "anomalies": "int64"}
 ANOMALIES_DTYPES = {"kind": "category", "stream": "Int64", "direction": "category",
                     "packet": "Int64", "ts": "datetime64[ns, UTC]", "bytes": "int64",
                     "detail": "str"}
 ANOMALY_KINDS = {"capture-gap", "truncated-packet", "bad-frame-end", "unknown-frame-type",
                  "oversized-frame", "unknown-method", "malformed-method", "malformed-header",
-                 "resync-skipped", "protocol-header", "reassembly-overflow", "ip-fragment",
+                 "resync-skipped", "incomplete-frame", "protocol-header", "reassembly-overflow", "ip-fragment",
                  "malformed-packet", "unsupported-link-type", "stream-limit",
                  "capture-truncated"}
 

@@ -35,8 +35,9 @@ enum State {
     Start { aligned: bool },
     /// At a frame boundary.
     Aligned,
-    /// Inside a body frame: `remaining` payload bytes, then the frame-end octet.
-    Body { header: FrameHeader, remaining: u64, first_packet: u32 },
+    /// Inside a body frame: `remaining` payload bytes, then the frame-end octet. `missing`
+    /// payload bytes fell into capture gaps (the frame stays aligned: its header gave the size).
+    Body { header: FrameHeader, remaining: u64, first_packet: u32, missing: u64 },
     /// Searching for a frame boundary.
     Resync,
 }
@@ -116,10 +117,11 @@ impl Decoder {
 
     /// `bytes` of the stream are missing from the capture.
     pub fn gap(&mut self, bytes: u64, packet: u32, _sink: &mut impl FrameSink) {
-        if let State::Body { header, remaining, first_packet } = self.state {
+        if let State::Body { header, remaining, first_packet, missing } = self.state {
             if self.buf.is_empty() && remaining >= bytes {
-                // The hole is inside a body we were skipping anyway: stay aligned.
-                self.state = State::Body { header, remaining: remaining - bytes, first_packet };
+                // The hole is inside a body we were skipping anyway: stay aligned. (Wireshark
+                // loses the rest of the stream here; the frame-end check still guards us.)
+                self.state = State::Body { header, remaining: remaining - bytes, first_packet, missing: missing + bytes };
                 self.buf_offset += bytes;
                 return;
             }
@@ -158,7 +160,7 @@ impl Decoder {
     /// Bytes of the body frame being skipped that were already consumed.
     fn body_bytes_in_progress(&self) -> u64 {
         match self.state {
-            State::Body { header, remaining, .. } => FRAME_HEADER_LEN as u64 + header.size as u64 - remaining,
+            State::Body { header, remaining, missing, .. } => FRAME_HEADER_LEN as u64 + header.size as u64 - remaining - missing,
             _ => 0,
         }
     }
@@ -208,11 +210,11 @@ impl Decoder {
                 return pos;
             }
             match self.state {
-                State::Body { header, remaining, first_packet } => {
+                State::Body { header, remaining, first_packet, missing } => {
                     let take = remaining.min(rest.len() as u64) as usize;
                     pos += take;
                     let remaining = remaining - take as u64;
-                    self.state = State::Body { header, remaining, first_packet };
+                    self.state = State::Body { header, remaining, first_packet, missing };
                     if remaining > 0 || pos == s.len() {
                         // more payload, or the frame-end octet, still to come
                         return pos;
@@ -221,12 +223,12 @@ impl Decoder {
                     if end == FRAME_END {
                         pos += 1;
                         self.state = State::Aligned;
-                        self.bytes_decoded += header.wire_len();
+                        self.bytes_decoded += header.wire_len() - missing;
                         self.frames += 1;
                         sink.frame(FrameEvent { header, payload: None, first_packet, packet });
                     } else {
                         // The body's bytes were consumed without being kept: resync from here.
-                        let consumed = FRAME_HEADER_LEN as u64 + header.size as u64;
+                        let consumed = FRAME_HEADER_LEN as u64 + header.size as u64 - missing;
                         self.bytes_skipped += consumed;
                         sink.anomaly(AnomalyKind::BadFrameEnd, packet, consumed, format!("body frame ends with 0x{end:02x}, not 0xce"));
                         self.state = State::Resync;
@@ -271,7 +273,7 @@ impl Decoder {
                         let first_packet = self.packet_at(base + pos as u64);
                         if h.frame_type == FrameType::Body {
                             pos += FRAME_HEADER_LEN;
-                            self.state = State::Body { header: h, remaining: h.size as u64, first_packet };
+                            self.state = State::Body { header: h, remaining: h.size as u64, first_packet, missing: 0 };
                             continue;
                         }
                         if h.size as u64 > limits.max_buffered_frame_bytes {

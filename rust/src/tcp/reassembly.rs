@@ -53,6 +53,8 @@ pub struct Reassembler {
     /// Offset of `next_seq`: bytes delivered or declared missing so far, plus a FIN.
     next_off: u64,
     fin_done: bool,
+    /// Sequence number of the direction's SYN, when seen.
+    isn: Option<u32>,
     peer_acked_off: u64,
     ooo: BTreeMap<u64, Pending>,
     ooo_bytes: u64,
@@ -88,21 +90,33 @@ impl Reassembler {
         out: &mut impl FnMut(Chunk<'_>),
     ) -> SegmentOutcome {
         let mut seq = seq;
+        let mut outcome = SegmentOutcome::default();
         if !self.started {
             self.started = true;
             self.syn_seen = syn;
             self.next_seq = if syn { seq.wrapping_add(1) } else { seq };
+            if syn {
+                self.isn = Some(seq);
+            }
+        } else if syn && self.isn == Some(seq) {
+            // SYN and FIN occupy a sequence number, so a repeated one is a retransmission too
+            // (as Wireshark counts them).
+            outcome.retransmission = true;
         }
         if syn {
             // Data on a SYN (TCP Fast Open) starts after the SYN's own sequence number.
             seq = seq.wrapping_add(1);
         }
-        let mut outcome = SegmentOutcome::default();
         if declared == 0 {
-            if fin && self.offset_of(seq) == self.next_off as i64 && !self.fin_done {
-                self.fin_done = true;
-                self.next_off += 1;
-                self.next_seq = self.next_seq.wrapping_add(1);
+            if fin {
+                let at = self.offset_of(seq);
+                if !self.fin_done && at == self.next_off as i64 {
+                    self.fin_done = true;
+                    self.next_off += 1;
+                    self.next_seq = self.next_seq.wrapping_add(1);
+                } else if self.fin_done && at + 1 == self.next_off as i64 {
+                    outcome.retransmission = true;
+                }
             }
             return outcome;
         }
@@ -115,10 +129,13 @@ impl Reassembler {
             return outcome;
         }
         if off > next {
-            let hole = (off - next) as u64;
             if self.peer_acked_off as i64 >= off {
-                // The peer already acknowledged the bytes before this segment: the capture lost them.
-                self.gap(hole, GapCause::Dropped, packet, packet, out);
+                // The peer already acknowledged the bytes before this segment: the capture lost
+                // them. Buffered data in between is released first, hole by hole.
+                self.release_holes_before(off as u64, out);
+                if off > self.next_off as i64 {
+                    self.gap((off - self.next_off as i64) as u64, GapCause::Dropped, packet, packet, out);
+                }
             } else {
                 let key = off as u64;
                 if self.ooo.contains_key(&key) {
@@ -128,7 +145,7 @@ impl Reassembler {
                 self.ooo_bytes += data.len() as u64;
                 self.ooo.insert(key, Pending { data: data.to_vec(), declared, packet });
                 if self.ooo_bytes > max_buffered {
-                    self.flush_ooo(GapCause::Overflow, packet, out);
+                    self.flush_ooo(GapCause::Overflow, out);
                 }
                 return outcome;
             }
@@ -141,13 +158,13 @@ impl Reassembler {
             self.next_off += 1;
             self.next_seq = self.next_seq.wrapping_add(1);
         }
-        self.drain(packet, out);
+        self.drain(Some(packet), out);
         outcome
     }
 
     /// The other direction acknowledged up to `ack`: bytes acknowledged but never captured
     /// before buffered out-of-order data are a capture gap.
-    pub fn peer_ack(&mut self, ack: u32, packet: PacketRef, out: &mut impl FnMut(Chunk<'_>)) {
+    pub fn peer_ack(&mut self, ack: u32, out: &mut impl FnMut(Chunk<'_>)) {
         if !self.started {
             return;
         }
@@ -156,21 +173,38 @@ impl Reassembler {
             return;
         }
         self.peer_acked_off = self.peer_acked_off.max(ack_off as u64);
-        if let Some((&first, p)) = self.ooo.iter().next() {
-            let next_pkt = p.packet;
-            let upto = first.min(ack_off as u64);
-            let hole = upto - self.next_off;
-            if hole > 0 {
-                self.gap(hole, GapCause::Dropped, next_pkt, packet, out);
-                self.drain(packet, out);
+        if self.ooo.is_empty() {
+            // Nothing buffered: the missing bytes are declared when data after them arrives.
+            return;
+        }
+        self.release_holes_before(ack_off as u64, out);
+        if let Some(p) = self.ooo.values().next() {
+            if (self.next_off as i64) < ack_off {
+                let next_pkt = p.packet;
+                self.gap(ack_off as u64 - self.next_off, GapCause::Dropped, next_pkt, next_pkt, out);
+                self.drain(None, out);
             }
+        }
+    }
+
+    /// Give up every hole in front of buffered data that starts at or before `limit`.
+    fn release_holes_before(&mut self, limit: u64, out: &mut impl FnMut(Chunk<'_>)) {
+        while let Some((&first, p)) = self.ooo.iter().next() {
+            if first > limit {
+                break;
+            }
+            if first > self.next_off {
+                let next_pkt = p.packet;
+                self.gap(first - self.next_off, GapCause::Dropped, next_pkt, next_pkt, out);
+            }
+            self.drain(None, out);
         }
     }
 
     /// End of capture: release buffered data behind its holes; report an unseen tail the
     /// peer acknowledged.
     pub fn finish(&mut self, packet: PacketRef, out: &mut impl FnMut(Chunk<'_>)) {
-        self.flush_ooo(GapCause::Dropped, packet, out);
+        self.flush_ooo(GapCause::Dropped, out);
         // More than one byte: a FIN the capture missed is acknowledged too.
         if self.peer_acked_off > self.next_off + 1 {
             let hole = self.peer_acked_off - self.next_off;
@@ -178,13 +212,15 @@ impl Reassembler {
         }
     }
 
-    fn flush_ooo(&mut self, cause: GapCause, arrival: PacketRef, out: &mut impl FnMut(Chunk<'_>)) {
+    /// Give up the holes before buffered data: each buffered segment is then released as if
+    /// it had just arrived, so its frames belong to the packet that holds them.
+    fn flush_ooo(&mut self, cause: GapCause, out: &mut impl FnMut(Chunk<'_>)) {
         while let Some((&first, p)) = self.ooo.iter().next() {
             if first > self.next_off {
                 let next_pkt = p.packet;
-                self.gap(first - self.next_off, cause, next_pkt, arrival, out);
+                self.gap(first - self.next_off, cause, next_pkt, next_pkt, out);
             }
-            self.drain(arrival, out);
+            self.drain(None, out);
         }
     }
 
@@ -209,8 +245,10 @@ impl Reassembler {
         }
     }
 
-    /// Deliver buffered segments that now continue the stream.
-    fn drain(&mut self, arrival: PacketRef, out: &mut impl FnMut(Chunk<'_>)) {
+    /// Deliver buffered segments that now continue the stream. `filler` is the packet that
+    /// filled the hole before them (their frames complete on its arrival, as in Wireshark);
+    /// `None` when a hole was given up instead.
+    fn drain(&mut self, filler: Option<PacketRef>, out: &mut impl FnMut(Chunk<'_>)) {
         while let Some(entry) = self.ooo.first_entry() {
             let key = *entry.key();
             if key > self.next_off {
@@ -222,7 +260,7 @@ impl Reassembler {
                 continue;
             }
             let trim = self.next_off - key;
-            self.deliver(&p.data, p.declared, trim, p.packet, arrival, out);
+            self.deliver(&p.data, p.declared, trim, p.packet, filler.unwrap_or(p.packet), out);
         }
     }
 }
@@ -270,13 +308,33 @@ mod tests {
         let mut o = Out::default();
         run(&mut r, &mut o, 100, b"abc", 1);
         run(&mut r, &mut o, 110, b"xyz", 2); // 7 bytes lost by the capture
-        r.peer_ack(113, pr(3), &mut |c| match c {
+        r.peer_ack(113, &mut |c| match c {
             Chunk::Data { bytes, .. } => o.bytes.extend_from_slice(bytes),
             Chunk::Gap { bytes, cause, .. } => o.gaps.push((bytes, cause)),
         });
         assert_eq!(o.bytes, b"abcxyz");
         assert_eq!(o.gaps, vec![(7, GapCause::Dropped)]);
         assert_eq!(r.span(), 13);
+    }
+
+    #[test]
+    fn several_holes_released_in_order() {
+        let mut r = Reassembler::default();
+        let mut o = Out::default();
+        let mut sink = |o: &mut Out, c: Chunk<'_>| match c {
+            Chunk::Data { bytes, .. } => o.bytes.extend_from_slice(bytes),
+            Chunk::Gap { bytes, cause, .. } => o.gaps.push((bytes, cause)),
+        };
+        run(&mut r, &mut o, 0, b"ab", 1);
+        run(&mut r, &mut o, 4, b"ef", 2); // hole of 2
+        run(&mut r, &mut o, 10, b"kl", 3); // hole of 4
+        r.peer_ack(8, &mut |c| sink(&mut o, c)); // acks past the first hole only
+        assert_eq!(o.bytes, b"abef");
+        // data after the last hole, already acknowledged: the buffered "kl" must not be lost
+        r.peer_ack(14, &mut |c| sink(&mut o, c));
+        run(&mut r, &mut o, 14, b"op", 4);
+        assert_eq!(o.bytes, b"abefklop");
+        assert_eq!(o.gaps, vec![(2, GapCause::Dropped), (2, GapCause::Dropped), (2, GapCause::Dropped), (2, GapCause::Dropped)]);
     }
 
     #[test]
