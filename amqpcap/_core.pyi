@@ -5,9 +5,9 @@ from typing import Any
 import numpy as np
 
 # A column is a tuple whose first item names its encoding:
-#   ("i32"|"i64"|"bool"|"ts", values)               ts: int64 nanoseconds since the epoch
-#   ("null_i32"|"null_i64"|"null_u64"|"null_bool"|"null_ts", values, valid_mask)
-#   ("str", codes: int32 (-1 = missing), dictionary: list[str])
+#   ("i8"|"i16"|"i32"|"i64"|"bool"|"ts", values)               ts: int64 nanoseconds since the epoch
+#   ("null_i16"|"null_i32"|"null_u32"|"null_i64"|"null_u64"|"null_bool"|"null_ts", values, missing_mask)
+#   ("str", codes: int8/int16/int32 (-1 = missing), dictionary: list[str])
 #   ("cat", codes: int8 (-1 = missing), names: list[str])
 #   ("text", list[str | None])
 Column = tuple[Any, ...]

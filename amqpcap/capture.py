@@ -59,10 +59,17 @@ class Capture:
 _NAT = np.iinfo(np.int64).min
 
 
-def _timestamps(values: np.ndarray, valid: np.ndarray | None = None) -> pd.arrays.DatetimeArray:
-    if valid is not None and not valid.all():
-        values = np.where(valid, values, _NAT)
-    return pd.array(values.view("datetime64[ns]"), dtype="datetime64[ns]").tz_localize("UTC")
+_UTC = pd.DatetimeTZDtype(unit="ns", tz="UTC")
+
+
+def _timestamps(values: np.ndarray, missing: np.ndarray | None = None) -> pd.arrays.DatetimeArray:
+    if missing is not None and missing.any():
+        values[missing] = _NAT
+    try:
+        # Wraps the int64 nanoseconds without a copy (the public constructors copy).
+        return pd.arrays.DatetimeArray._simple_new(values.view("M8[ns]"), dtype=_UTC)
+    except (AttributeError, TypeError):  # pragma: no cover - other pandas versions
+        return pd.array(values.view("M8[ns]"), dtype="M8[ns]").tz_localize("UTC")
 
 
 def _categorical(codes: np.ndarray, categories: list[str]) -> pd.Categorical:
@@ -71,14 +78,15 @@ def _categorical(codes: np.ndarray, categories: list[str]) -> pd.Categorical:
 
 def _column(col: tuple) -> Any:
     kind = col[0]
-    if kind in ("i32", "i64", "bool"):
+    if kind in ("i8", "i16", "i32", "i64", "bool"):
         return col[1]
     if kind == "ts":
         return _timestamps(col[1])
-    if kind in ("null_i32", "null_i64", "null_u64"):
-        return pd.arrays.IntegerArray(col[1], ~col[2])
+    # nullable columns come as (values, missing mask), the layout pandas keeps as is
+    if kind in ("null_i16", "null_i32", "null_u32", "null_i64", "null_u64"):
+        return pd.arrays.IntegerArray(col[1], col[2])
     if kind == "null_bool":
-        return pd.arrays.BooleanArray(col[1], ~col[2])
+        return pd.arrays.BooleanArray(col[1], col[2])
     if kind == "null_ts":
         return _timestamps(col[1], col[2])
     if kind in ("str", "cat"):
@@ -89,7 +97,14 @@ def _column(col: tuple) -> Any:
 
 
 def _frame(table: list[tuple[str, tuple]]) -> pd.DataFrame:
-    return pd.DataFrame({name: _column(col) for name, col in table}, copy=False)
+    """Columns are taken out of ``table`` one by one so each raw array is released as soon as
+    pandas holds it (peak memory stays near one copy of the tables)."""
+    columns = {}
+    table.reverse()
+    while table:
+        name, col = table.pop()
+        columns[name] = _column(col)
+    return pd.DataFrame(columns, copy=False)
 
 
 def _ports(ports: int | Iterable[int] | None) -> tuple[int, ...]:
@@ -128,7 +143,7 @@ def load(
     for key in ("first_ts", "last_ts"):
         ns = summary.pop(f"{key}_ns")
         summary[key] = pd.Timestamp(ns, unit="ns", tz="UTC") if ns is not None else None
-    frames = _frame(raw["frames"])
+    frames = _frame(raw.pop("frames"))
     # Frames released when a capture gap was given up complete in the packet that holds them,
     # which can be earlier than frames already emitted: restore packet order.
     if not frames["packet"].is_monotonic_increasing:
@@ -137,8 +152,8 @@ def load(
         path=path,
         ports=port_list,
         frames=frames,
-        packets=_frame(raw["packets"]),
-        connections=_frame(raw["connections"]),
-        anomalies=_frame(raw["anomalies"]),
+        packets=_frame(raw.pop("packets")),
+        connections=_frame(raw.pop("connections")),
+        anomalies=_frame(raw.pop("anomalies")),
         summary=summary,
     )

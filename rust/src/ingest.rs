@@ -92,34 +92,34 @@ fn text(b: &[u8]) -> String {
 
 #[derive(Default)]
 pub struct PacketsBuilder {
-    packet: Vec<i64>,
-    stream: Vec<i64>,
+    packet: Vec<i32>,
+    stream: Vec<i32>,
     from_a: Vec<bool>,
-    frame_len: Vec<i64>,
-    payload_bytes: Vec<i64>,
+    frame_len: Vec<i32>,
+    payload_bytes: Vec<i32>,
     seq: Vec<i64>,
     ack: Vec<i64>,
-    flags: Vec<i64>,
+    flags: Vec<i16>,
     window: Vec<i64>,
-    tsval: OptCol<i64>,
-    tsecr: OptCol<i64>,
-    sack_blocks: Vec<i64>,
-    frames_ended: Vec<i64>,
+    tsval: OptCol<u32>,
+    tsecr: OptCol<u32>,
+    sack_blocks: Vec<i8>,
+    frames_ended: Vec<i32>,
     retransmission: Vec<bool>,
     gap_before: Vec<i64>,
 }
 
 #[derive(Default)]
 pub struct FramesBuilder {
-    packet: Vec<i64>,
-    first_packet: Vec<i64>,
-    stream: Vec<i64>,
+    packet: Vec<i32>,
+    first_packet: Vec<i32>,
+    stream: Vec<i32>,
     from_a: Vec<bool>,
-    channel: Vec<i64>,
+    channel: Vec<i32>,
     frame_type: Vec<i8>,
     size_bytes: Vec<i64>,
-    class_id: OptCol<i64>,
-    method_id: OptCol<i64>,
+    class_id: OptCol<i16>,
+    method_id: OptCol<i16>,
     method: Vec<i32>,
     consumer_tag: StrCol,
     delivery_tag: OptCol<u64>,
@@ -131,14 +131,14 @@ pub struct FramesBuilder {
     mandatory: OptCol<bool>,
     queue: StrCol,
     no_ack: OptCol<bool>,
-    prefetch_count: OptCol<i64>,
+    prefetch_count: OptCol<i32>,
     prefetch_size: OptCol<i64>,
     global: OptCol<bool>,
     active: OptCol<bool>,
     nowait: OptCol<bool>,
     frame_max: OptCol<i64>,
-    channel_max: OptCol<i64>,
-    heartbeat_s: OptCol<i64>,
+    channel_max: OptCol<i32>,
+    heartbeat_s: OptCol<i32>,
     vhost: StrCol,
     mechanism: StrCol,
     user: StrCol,
@@ -148,14 +148,14 @@ pub struct FramesBuilder {
     connection_name: StrCol,
     server_product: StrCol,
     server_version: StrCol,
-    reply_code: OptCol<i64>,
+    reply_code: OptCol<i16>,
     reply_text: StrCol,
     reason: StrCol,
     message_count: OptCol<i64>,
     consumer_count: OptCol<i64>,
     body_size: OptCol<i64>,
-    delivery_mode: OptCol<i64>,
-    priority: OptCol<i64>,
+    delivery_mode: OptCol<i16>,
+    priority: OptCol<i16>,
     content_type: StrCol,
     correlation_id: StrCol,
     reply_to: StrCol,
@@ -235,8 +235,8 @@ impl FramesBuilder {
         let f = self;
         match decode_method(payload) {
             Ok(a) => {
-                f.class_id.push(Some(a.class_id() as i64));
-                f.method_id.push(Some(a.method_id() as i64));
+                f.class_id.push(Some(a.class_id() as i16));
+                f.method_id.push(Some(a.method_id() as i16));
                 f.method.push(a.index as i32);
                 f.consumer_tag.push(a.consumer_tag);
                 f.delivery_tag.push(a.delivery_tag);
@@ -248,14 +248,14 @@ impl FramesBuilder {
                 f.mandatory.push(a.mandatory);
                 f.queue.push(a.queue);
                 f.no_ack.push(a.no_ack);
-                f.prefetch_count.push(opt_i64(a.prefetch_count));
+                f.prefetch_count.push(a.prefetch_count.map(|v| v as i32));
                 f.prefetch_size.push(opt_i64(a.prefetch_size));
                 f.global.push(a.global);
                 f.active.push(a.active);
                 f.nowait.push(a.nowait);
                 f.frame_max.push(opt_i64(a.frame_max));
-                f.channel_max.push(opt_i64(a.channel_max));
-                f.heartbeat_s.push(opt_i64(a.heartbeat));
+                f.channel_max.push(a.channel_max.map(|v| v as i32));
+                f.heartbeat_s.push(a.heartbeat.map(|v| v as i32));
                 f.vhost.push(a.vhost);
                 f.mechanism.push(a.mechanism);
                 f.user.push(a.user());
@@ -265,7 +265,7 @@ impl FramesBuilder {
                 f.connection_name.push(a.client_property(b"connection_name"));
                 f.server_product.push(a.server_property(b"product"));
                 f.server_version.push(a.server_property(b"version"));
-                f.reply_code.push(opt_i64(a.reply_code));
+                f.reply_code.push(a.reply_code.map(|v| v as i16));
                 f.reply_text.push(a.reply_text);
                 f.reason.push(a.reason);
                 f.message_count.push(opt_i64(a.message_count));
@@ -274,8 +274,8 @@ impl FramesBuilder {
             }
             Err(e) => {
                 let ids = method_ids(payload).ok();
-                f.class_id.push(ids.map(|i| i.0 as i64));
-                f.method_id.push(ids.map(|i| i.1 as i64));
+                f.class_id.push(ids.map(|i| i.0 as i16));
+                f.method_id.push(ids.map(|i| i.1 as i16));
                 f.push_no_method();
                 Err(match e {
                     Invalid::UnknownMethod(c, m) => (AnomalyKind::UnknownMethod, format!("class {c} method {m}")),
@@ -327,11 +327,11 @@ impl FrameSink for Sink<'_> {
         let f = &mut *self.frames;
         self.info.frames += 1;
         self.packets.frames_ended[self.arrival_row as usize] += 1;
-        f.packet.push(ev.packet as i64);
-        f.first_packet.push(ev.first_packet as i64);
-        f.stream.push(self.origin.stream as i64);
+        f.packet.push(ev.packet as i32);
+        f.first_packet.push(ev.first_packet as i32);
+        f.stream.push(self.origin.stream as i32);
         f.from_a.push(self.origin.from_a);
-        f.channel.push(ev.header.channel as i64);
+        f.channel.push(ev.header.channel as i32);
         f.frame_type.push(frame_type_code(ev.header.frame_type));
         f.size_bytes.push(ev.header.size as i64);
         let payload = ev.payload.unwrap_or(&[]);
@@ -347,10 +347,10 @@ impl FrameSink for Sink<'_> {
             FrameType::Header => {
                 match decode_content_header(payload) {
                     Ok(h) => {
-                        f.class_id.push(Some(h.class_id as i64));
+                        f.class_id.push(Some(h.class_id as i16));
                         f.body_size.push(Some(h.body_size as i64));
-                        f.delivery_mode.push(opt_i64(h.delivery_mode));
-                        f.priority.push(opt_i64(h.priority));
+                        f.delivery_mode.push(h.delivery_mode.map(|v| v as i16));
+                        f.priority.push(h.priority.map(|v| v as i16));
                         f.content_type.push(h.content_type);
                         f.correlation_id.push(h.correlation_id);
                         f.reply_to.push(h.reply_to);
@@ -359,7 +359,7 @@ impl FrameSink for Sink<'_> {
                         f.message_timestamp.push(h.timestamp.map(|s| (s as i64).saturating_mul(1_000_000_000)));
                     }
                     Err(e) => {
-                        f.class_id.push(payload.get(..2).map(|b| u16::from_be_bytes([b[0], b[1]]) as i64));
+                        f.class_id.push(payload.get(..2).map(|b| u16::from_be_bytes([b[0], b[1]]) as i16));
                         f.push_no_header();
                         self.anomaly(AnomalyKind::MalformedHeader, ev.packet, ev.header.size as u64, format!("{e:?}"));
                     }
@@ -607,18 +607,18 @@ impl<'l> Ingest<'l> {
         };
 
         let row = packets.packet.len() as u32;
-        packets.packet.push(number as i64);
-        packets.stream.push(idx as i64);
+        packets.packet.push(number as i32);
+        packets.stream.push(idx as i32);
         packets.from_a.push(d == 0);
-        packets.frame_len.push(rec.origlen as i64);
-        packets.payload_bytes.push(tcp.payload_len as i64);
+        packets.frame_len.push(rec.origlen as i32);
+        packets.payload_bytes.push(tcp.payload_len as i32);
         packets.seq.push(tcp.seq.wrapping_sub(dir.base_seq.unwrap_or(0)) as i64);
         packets.ack.push(if has_ack { tcp.ack.wrapping_sub(other.base_seq.unwrap_or(0)) as i64 } else { 0 });
-        packets.flags.push(tcp.flags as i64);
+        packets.flags.push(tcp.flags as i16);
         packets.window.push(window);
-        packets.tsval.push(opts.timestamp.map(|t| t.0 as i64));
-        packets.tsecr.push(opts.timestamp.map(|t| t.1 as i64));
-        packets.sack_blocks.push(opts.sack_blocks as i64);
+        packets.tsval.push(opts.timestamp.map(|t| t.0));
+        packets.tsecr.push(opts.timestamp.map(|t| t.1));
+        packets.sack_blocks.push(opts.sack_blocks as i8);
         packets.frames_ended.push(0);
         packets.retransmission.push(false);
         packets.gap_before.push(0);
@@ -793,7 +793,7 @@ fn on_chunk(c: Chunk<'_>, decoder: &mut Option<Decoder>, aligned: bool, sink: &m
     }
 }
 
-fn ts_of(packets: &[i64], all_ts: &[i64]) -> Vec<i64> {
+fn ts_of(packets: &[i32], all_ts: &[i64]) -> Vec<i64> {
     packets.iter().map(|&p| all_ts[(p - 1) as usize]).collect()
 }
 
@@ -820,20 +820,20 @@ fn packets_table(mut p: PacketsBuilder, is_amqp: &[bool], a_is_client: &[bool], 
     let direction = direction_codes(&stream_u32, &p.from_a, a_is_client);
     let ts = ts_of(&p.packet, all_ts);
     vec![
-        ("packet", Column::I64(p.packet)),
+        ("packet", Column::I32(p.packet)),
         ("ts", Column::Ts(ts)),
-        ("stream", Column::I64(p.stream)),
+        ("stream", Column::I32(p.stream)),
         ("direction", Column::Cat(direction, DIRECTIONS.to_vec())),
-        ("frame_len", Column::I64(p.frame_len)),
-        ("payload_bytes", Column::I64(p.payload_bytes)),
+        ("frame_len", Column::I32(p.frame_len)),
+        ("payload_bytes", Column::I32(p.payload_bytes)),
         ("seq", Column::I64(p.seq)),
         ("ack", Column::I64(p.ack)),
-        ("flags", Column::I64(p.flags)),
+        ("flags", Column::I16(p.flags)),
         ("window", Column::I64(p.window)),
         ("tsval", p.tsval.finish()),
         ("tsecr", p.tsecr.finish()),
-        ("sack_blocks", Column::I64(p.sack_blocks)),
-        ("frames_ended", Column::I64(p.frames_ended)),
+        ("sack_blocks", Column::I8(p.sack_blocks)),
+        ("frames_ended", Column::I32(p.frames_ended)),
         ("retransmission", Column::Bool(p.retransmission)),
         ("gap_before", Column::I64(p.gap_before)),
     ]
@@ -848,12 +848,12 @@ fn frames_table(f: FramesBuilder, a_is_client: &[bool], all_ts: &[i64]) -> Table
     debug_assert_eq!(method_names.len(), METHOD_COUNT);
     let (ts_values, ts_valid): (Vec<i64>, Vec<bool>) = (f.message_timestamp.values, f.message_timestamp.valid);
     vec![
-        ("packet", Column::I64(f.packet)),
-        ("first_packet", Column::I64(f.first_packet)),
+        ("packet", Column::I32(f.packet)),
+        ("first_packet", Column::I32(f.first_packet)),
         ("ts", Column::Ts(ts)),
-        ("stream", Column::I64(f.stream)),
+        ("stream", Column::I32(f.stream)),
         ("direction", Column::Cat(direction, DIRECTIONS.to_vec())),
-        ("channel", Column::I64(f.channel)),
+        ("channel", Column::I32(f.channel)),
         ("type", Column::Cat(f.frame_type, FRAME_TYPES.to_vec())),
         ("size_bytes", Column::I64(f.size_bytes)),
         ("class_id", f.class_id.finish()),

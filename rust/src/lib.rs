@@ -25,19 +25,50 @@ mod python {
 
     pyo3::create_exception!(_core, CoreCaptureError, PyException, "The capture cannot be used: args are (kind, message).");
 
-    fn column<'py>(py: Python<'py>, c: Column) -> PyResult<Bound<'py, PyTuple>> {
+    /// numpy array from a Vec without copying.
+    fn arr<'py, T: numpy::Element>(py: Python<'py>, v: Vec<T>) -> Bound<'py, PyArray1<T>> {
+        PyArray1::from_vec(py, v)
+    }
+
+    /// pandas masks are true where a value is missing: flip the builders' validity in place.
+    fn missing(mut valid: Vec<bool>) -> Vec<bool> {
+        valid.iter_mut().for_each(|v| *v = !*v);
+        valid
+    }
+
+    /// Dictionary codes in the narrowest integer type pandas would pick itself, so that
+    /// `Categorical.from_codes` keeps our array instead of copying it.
+    fn codes<'py>(py: Python<'py>, codes: Vec<i32>, categories: usize) -> Bound<'py, PyAny> {
+        if categories < i8::MAX as usize {
+            arr(py, codes.into_iter().map(|c| c as i8).collect::<Vec<_>>()).into_any()
+        } else if categories < i16::MAX as usize {
+            arr(py, codes.into_iter().map(|c| c as i16).collect::<Vec<_>>()).into_any()
+        } else {
+            arr(py, codes).into_any()
+        }
+    }
+
+    fn column<'py>(py: Python<'py>, mut c: Column) -> PyResult<Bound<'py, PyTuple>> {
+        c.shrink();
         let t = match c {
-            Column::I32(v) => ("i32", PyArray1::from_vec(py, v)).into_pyobject(py)?,
-            Column::I64(v) => ("i64", PyArray1::from_vec(py, v)).into_pyobject(py)?,
-            Column::Bool(v) => ("bool", PyArray1::from_vec(py, v)).into_pyobject(py)?,
-            Column::Ts(v) => ("ts", PyArray1::from_vec(py, v)).into_pyobject(py)?,
-            Column::NullI32(v, m) => ("null_i32", PyArray1::from_vec(py, v), PyArray1::from_vec(py, m)).into_pyobject(py)?,
-            Column::NullI64(v, m) => ("null_i64", PyArray1::from_vec(py, v), PyArray1::from_vec(py, m)).into_pyobject(py)?,
-            Column::NullU64(v, m) => ("null_u64", PyArray1::from_vec(py, v), PyArray1::from_vec(py, m)).into_pyobject(py)?,
-            Column::NullBool(v, m) => ("null_bool", PyArray1::from_vec(py, v), PyArray1::from_vec(py, m)).into_pyobject(py)?,
-            Column::NullTs(v, m) => ("null_ts", PyArray1::from_vec(py, v), PyArray1::from_vec(py, m)).into_pyobject(py)?,
-            Column::Str(codes, dict) => ("str", PyArray1::from_vec(py, codes), PyList::new(py, dict)?).into_pyobject(py)?,
-            Column::Cat(codes, names) => ("cat", PyArray1::from_vec(py, codes), PyList::new(py, names)?).into_pyobject(py)?,
+            Column::I8(v) => ("i8", arr(py, v)).into_pyobject(py)?,
+            Column::I16(v) => ("i16", arr(py, v)).into_pyobject(py)?,
+            Column::I32(v) => ("i32", arr(py, v)).into_pyobject(py)?,
+            Column::I64(v) => ("i64", arr(py, v)).into_pyobject(py)?,
+            Column::Bool(v) => ("bool", arr(py, v)).into_pyobject(py)?,
+            Column::Ts(v) => ("ts", arr(py, v)).into_pyobject(py)?,
+            Column::NullI16(v, m) => ("null_i16", arr(py, v), arr(py, missing(m))).into_pyobject(py)?,
+            Column::NullI32(v, m) => ("null_i32", arr(py, v), arr(py, missing(m))).into_pyobject(py)?,
+            Column::NullU32(v, m) => ("null_u32", arr(py, v), arr(py, missing(m))).into_pyobject(py)?,
+            Column::NullI64(v, m) => ("null_i64", arr(py, v), arr(py, missing(m))).into_pyobject(py)?,
+            Column::NullU64(v, m) => ("null_u64", arr(py, v), arr(py, missing(m))).into_pyobject(py)?,
+            Column::NullBool(v, m) => ("null_bool", arr(py, v), arr(py, missing(m))).into_pyobject(py)?,
+            Column::NullTs(v, m) => ("null_ts", arr(py, v), arr(py, missing(m))).into_pyobject(py)?,
+            Column::Str(c, dict) => {
+                let n = dict.len();
+                ("str", codes(py, c, n), PyList::new(py, dict)?).into_pyobject(py)?
+            }
+            Column::Cat(c, names) => ("cat", arr(py, c), PyList::new(py, names)?).into_pyobject(py)?,
             Column::Text(v) => ("text", PyList::new(py, v)?).into_pyobject(py)?,
         };
         Ok(t)

@@ -4,15 +4,20 @@
 use std::collections::HashMap;
 
 use ahash::RandomState;
+use std::hash::BuildHasher;
 
 /// One finished column, in the compact dtype it is handed to numpy with.
 pub enum Column {
+    I8(Vec<i8>),
+    I16(Vec<i16>),
     I32(Vec<i32>),
     I64(Vec<i64>),
     Bool(Vec<bool>),
     /// Nanoseconds since the epoch.
     Ts(Vec<i64>),
+    NullI16(Vec<i16>, Vec<bool>),
     NullI32(Vec<i32>, Vec<bool>),
+    NullU32(Vec<u32>, Vec<bool>),
     NullI64(Vec<i64>, Vec<bool>),
     NullU64(Vec<u64>, Vec<bool>),
     NullBool(Vec<bool>, Vec<bool>),
@@ -27,30 +32,60 @@ pub enum Column {
 
 pub type Table = Vec<(&'static str, Column)>;
 
-/// Interns byte strings as UTF-8 text (lossy), so equal texts share one code.
+/// Interns byte strings as UTF-8 text (lossy), so equal texts share one code. Keyed by a hash
+/// of the bytes, checked against the stored text, so each distinct string is stored once.
 #[derive(Default)]
 pub struct Interner {
-    by_bytes: HashMap<Box<[u8]>, i32, RandomState>,
-    by_text: HashMap<String, i32, RandomState>,
+    by_hash: HashMap<u64, i32, RandomState>,
+    /// Strings whose hash slot is taken by another string, and invalid UTF-8 (whose text
+    /// differs from its bytes).
+    overflow: HashMap<Box<[u8]>, i32, RandomState>,
+    /// Text of the invalid-UTF-8 strings, so their replacement text maps to one code.
+    lossy_text: HashMap<String, i32, RandomState>,
+    hasher: RandomState,
     values: Vec<String>,
 }
 
 impl Interner {
     pub fn code(&mut self, b: &[u8]) -> i32 {
-        if let Some(&c) = self.by_bytes.get(b) {
+        let h = self.hasher.hash_one(b);
+        if let Some(&c) = self.by_hash.get(&h) {
+            if self.values[c as usize].as_bytes() == b {
+                return c;
+            }
+        }
+        if let Some(&c) = self.overflow.get(b) {
             return c;
         }
-        let text = String::from_utf8_lossy(b).into_owned();
-        let c = match self.by_text.get(&text) {
-            Some(&c) => c,
-            None => {
-                let c = self.values.len() as i32;
-                self.values.push(text.clone());
-                self.by_text.insert(text, c);
-                c
+        let c = match std::str::from_utf8(b) {
+            Ok(text) => self.add(text.to_owned()),
+            Err(_) => {
+                let text = String::from_utf8_lossy(b).into_owned();
+                match self.lossy_text.get(&text) {
+                    Some(&c) => c,
+                    None => {
+                        let c = self.add(text.clone());
+                        self.lossy_text.insert(text, c);
+                        c
+                    }
+                }
             }
         };
-        self.by_bytes.insert(b.into(), c);
+        if self.values[c as usize].as_bytes() == b && !self.by_hash.contains_key(&h) {
+            self.by_hash.insert(h, c);
+        } else {
+            self.overflow.insert(b.into(), c);
+        }
+        c
+    }
+
+    fn add(&mut self, text: String) -> i32 {
+        // A valid string equal to an earlier lossy replacement text shares its code.
+        if let Some(&c) = self.lossy_text.get(&text) {
+            return c;
+        }
+        let c = self.values.len() as i32;
+        self.values.push(text);
         c
     }
 }
@@ -96,9 +131,19 @@ impl<T: Default + Copy> OptCol<T> {
     }
 }
 
+impl OptCol<i16> {
+    pub fn finish(self) -> Column {
+        Column::NullI16(self.values, self.valid)
+    }
+}
 impl OptCol<i32> {
     pub fn finish(self) -> Column {
         Column::NullI32(self.values, self.valid)
+    }
+}
+impl OptCol<u32> {
+    pub fn finish(self) -> Column {
+        Column::NullU32(self.values, self.valid)
     }
 }
 impl OptCol<i64> {
@@ -144,4 +189,27 @@ pub fn keep_rows<T: Copy>(v: &mut Vec<T>, keep: &[bool]) {
         i += 1;
         k
     });
+}
+
+impl Column {
+    /// Give back the spare capacity of the builders' vectors before handing them to numpy
+    /// (a growing Vec holds up to twice what it uses).
+    pub fn shrink(&mut self) {
+        match self {
+            Column::I8(v) => v.shrink_to_fit(),
+            Column::I16(v) => v.shrink_to_fit(),
+            Column::I32(v) => v.shrink_to_fit(),
+            Column::I64(v) | Column::Ts(v) => v.shrink_to_fit(),
+            Column::Bool(v) => v.shrink_to_fit(),
+            Column::NullI16(v, m) => (v.shrink_to_fit(), m.shrink_to_fit()).1,
+            Column::NullI32(v, m) => (v.shrink_to_fit(), m.shrink_to_fit()).1,
+            Column::NullU32(v, m) => (v.shrink_to_fit(), m.shrink_to_fit()).1,
+            Column::NullI64(v, m) | Column::NullTs(v, m) => (v.shrink_to_fit(), m.shrink_to_fit()).1,
+            Column::NullU64(v, m) => (v.shrink_to_fit(), m.shrink_to_fit()).1,
+            Column::NullBool(v, m) => (v.shrink_to_fit(), m.shrink_to_fit()).1,
+            Column::Str(c, _) => c.shrink_to_fit(),
+            Column::Cat(c, _) => c.shrink_to_fit(),
+            Column::Text(v) => v.shrink_to_fit(),
+        }
+    }
 }
