@@ -75,17 +75,22 @@ def main() -> None:
     step = max(duration // args.overlap, 1)
     ports = [port_offsets(r, linktype) for _, r, _ in records]
 
+    # Every client port of the source gets a fresh port in every copy, so each recorded
+    # connection becomes `copies` distinct connections.
+    client_ports = sorted({p for r, po in zip(records, ports) if po for p in struct.unpack(">HH", r[1][po[0] : po[0] + 4]) if p != args.broker_port})
+    if copies * len(client_ports) > 60000:
+        sys.exit(f"{copies} copies x {len(client_ports)} connections need more client ports than exist")
+    remap = [{p: 2000 + i * len(client_ports) + k for k, p in enumerate(client_ports)} for i in range(copies)]
+
     def copy(i: int):
-        client_port = 10000 + i % 50000
         shift = i * step
         for (ts, rec, origlen), po in zip(records, ports):
             out = bytearray(rec)
             if po is not None:
-                s, d = po
-                if struct.unpack(">H", out[s : s + 2])[0] != args.broker_port:
-                    out[s : s + 2] = struct.pack(">H", client_port)
-                if struct.unpack(">H", out[d : d + 2])[0] != args.broker_port:
-                    out[d : d + 2] = struct.pack(">H", client_port)
+                for off in po:
+                    port = struct.unpack(">H", out[off : off + 2])[0]
+                    if port != args.broker_port:
+                        out[off : off + 2] = struct.pack(">H", remap[i][port])
             yield ts + shift, i, out, origlen
 
     total = 0

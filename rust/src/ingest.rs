@@ -13,7 +13,7 @@ use crate::capture::link::{self, parse_options, LinkError, TcpOptions, ACK, SYN}
 use crate::capture::reader::{read_capture, ReadSummary, Record};
 use crate::error::CaptureError;
 use crate::limits::Limits;
-use crate::tables::{direction_codes, keep_rows, Column, OptCol, RowOrigin, StrCol, Table, DIRECTIONS};
+use crate::tables::{direction_codes, keep_rows, Column, OptCol, RowOrigin, Sparse, SparseStr, Table, DIRECTIONS};
 use crate::tcp::reassembly::{Chunk, GapCause, PacketRef, Reassembler};
 use crate::tcp::{format_addr, ConvKey, Endpoint};
 
@@ -121,47 +121,47 @@ pub struct FramesBuilder {
     class_id: OptCol<i16>,
     method_id: OptCol<i16>,
     method: Vec<i32>,
-    consumer_tag: StrCol,
-    delivery_tag: OptCol<u64>,
-    redelivered: OptCol<bool>,
-    exchange: StrCol,
-    routing_key: StrCol,
-    multiple: OptCol<bool>,
-    requeue: OptCol<bool>,
-    mandatory: OptCol<bool>,
-    queue: StrCol,
-    no_ack: OptCol<bool>,
-    prefetch_count: OptCol<i32>,
-    prefetch_size: OptCol<i64>,
-    global: OptCol<bool>,
-    active: OptCol<bool>,
-    nowait: OptCol<bool>,
-    frame_max: OptCol<i64>,
-    channel_max: OptCol<i32>,
-    heartbeat_s: OptCol<i32>,
-    vhost: StrCol,
-    mechanism: StrCol,
-    user: StrCol,
-    client_product: StrCol,
-    client_version: StrCol,
-    client_platform: StrCol,
-    connection_name: StrCol,
-    server_product: StrCol,
-    server_version: StrCol,
-    reply_code: OptCol<i16>,
-    reply_text: StrCol,
-    reason: StrCol,
-    message_count: OptCol<i64>,
-    consumer_count: OptCol<i64>,
-    body_size: OptCol<i64>,
-    delivery_mode: OptCol<i16>,
-    priority: OptCol<i16>,
-    content_type: StrCol,
-    correlation_id: StrCol,
-    reply_to: StrCol,
-    expiration: StrCol,
-    message_id: StrCol,
-    message_timestamp: OptCol<i64>,
+    consumer_tag: SparseStr,
+    delivery_tag: Sparse<u64>,
+    redelivered: Sparse<bool>,
+    exchange: SparseStr,
+    routing_key: SparseStr,
+    multiple: Sparse<bool>,
+    requeue: Sparse<bool>,
+    mandatory: Sparse<bool>,
+    queue: SparseStr,
+    no_ack: Sparse<bool>,
+    prefetch_count: Sparse<i32>,
+    prefetch_size: Sparse<u32>,
+    global: Sparse<bool>,
+    active: Sparse<bool>,
+    nowait: Sparse<bool>,
+    frame_max: Sparse<u32>,
+    channel_max: Sparse<i32>,
+    heartbeat_s: Sparse<i32>,
+    vhost: SparseStr,
+    mechanism: SparseStr,
+    user: SparseStr,
+    client_product: SparseStr,
+    client_version: SparseStr,
+    client_platform: SparseStr,
+    connection_name: SparseStr,
+    server_product: SparseStr,
+    server_version: SparseStr,
+    reply_code: Sparse<i16>,
+    reply_text: SparseStr,
+    reason: SparseStr,
+    message_count: Sparse<u32>,
+    consumer_count: Sparse<u32>,
+    body_size: Sparse<i64>,
+    delivery_mode: Sparse<i16>,
+    priority: Sparse<i16>,
+    content_type: SparseStr,
+    correlation_id: SparseStr,
+    reply_to: SparseStr,
+    expiration: SparseStr,
+    message_id: SparseStr,
+    message_timestamp: Sparse<i64>,
 }
 
 pub const FRAME_TYPES: [&str; 4] = ["method", "header", "body", "heartbeat"];
@@ -180,103 +180,54 @@ fn opt_i64(v: Option<u64>) -> Option<i64> {
 }
 
 impl FramesBuilder {
-    /// Columns that only method frames fill, pushed empty for other rows.
-    fn push_no_method(&mut self) {
-        self.method.push(-1);
-        self.consumer_tag.push(None);
-        self.delivery_tag.push(None);
-        self.redelivered.push(None);
-        self.exchange.push(None);
-        self.routing_key.push(None);
-        self.multiple.push(None);
-        self.requeue.push(None);
-        self.mandatory.push(None);
-        self.queue.push(None);
-        self.no_ack.push(None);
-        self.prefetch_count.push(None);
-        self.prefetch_size.push(None);
-        self.global.push(None);
-        self.active.push(None);
-        self.nowait.push(None);
-        self.frame_max.push(None);
-        self.channel_max.push(None);
-        self.heartbeat_s.push(None);
-        self.vhost.push(None);
-        self.mechanism.push(None);
-        self.user.push(None);
-        self.client_product.push(None);
-        self.client_version.push(None);
-        self.client_platform.push(None);
-        self.connection_name.push(None);
-        self.server_product.push(None);
-        self.server_version.push(None);
-        self.reply_code.push(None);
-        self.reply_text.push(None);
-        self.reason.push(None);
-        self.message_count.push(None);
-        self.consumer_count.push(None);
-    }
-
-    fn push_no_header(&mut self) {
-        self.body_size.push(None);
-        self.delivery_mode.push(None);
-        self.priority.push(None);
-        self.content_type.push(None);
-        self.correlation_id.push(None);
-        self.reply_to.push(None);
-        self.expiration.push(None);
-        self.message_id.push(None);
-        self.message_timestamp.push(None);
-    }
-
     /// Fill the method columns of one row; `Err` names the anomaly when the payload is not a
     /// known, well-formed method (the row then has only the ids).
-    fn push_method<'p>(&mut self, payload: &'p [u8]) -> Result<MethodArgs<'p>, (AnomalyKind, String)> {
+    fn push_method<'p>(&mut self, row: usize, payload: &'p [u8]) -> Result<MethodArgs<'p>, (AnomalyKind, String)> {
         let f = self;
         match decode_method(payload) {
             Ok(a) => {
                 f.class_id.push(Some(a.class_id() as i16));
                 f.method_id.push(Some(a.method_id() as i16));
                 f.method.push(a.index as i32);
-                f.consumer_tag.push(a.consumer_tag);
-                f.delivery_tag.push(a.delivery_tag);
-                f.redelivered.push(a.redelivered);
-                f.exchange.push(a.exchange);
-                f.routing_key.push(a.routing_key);
-                f.multiple.push(a.multiple);
-                f.requeue.push(a.requeue);
-                f.mandatory.push(a.mandatory);
-                f.queue.push(a.queue);
-                f.no_ack.push(a.no_ack);
-                f.prefetch_count.push(a.prefetch_count.map(|v| v as i32));
-                f.prefetch_size.push(opt_i64(a.prefetch_size));
-                f.global.push(a.global);
-                f.active.push(a.active);
-                f.nowait.push(a.nowait);
-                f.frame_max.push(opt_i64(a.frame_max));
-                f.channel_max.push(a.channel_max.map(|v| v as i32));
-                f.heartbeat_s.push(a.heartbeat.map(|v| v as i32));
-                f.vhost.push(a.vhost);
-                f.mechanism.push(a.mechanism);
-                f.user.push(a.user());
-                f.client_product.push(a.client_property(b"product"));
-                f.client_version.push(a.client_property(b"version"));
-                f.client_platform.push(a.client_property(b"platform"));
-                f.connection_name.push(a.client_property(b"connection_name"));
-                f.server_product.push(a.server_property(b"product"));
-                f.server_version.push(a.server_property(b"version"));
-                f.reply_code.push(a.reply_code.map(|v| v as i16));
-                f.reply_text.push(a.reply_text);
-                f.reason.push(a.reason);
-                f.message_count.push(opt_i64(a.message_count));
-                f.consumer_count.push(opt_i64(a.consumer_count));
+                f.consumer_tag.push(row, a.consumer_tag);
+                f.delivery_tag.push(row, a.delivery_tag);
+                f.redelivered.push(row, a.redelivered);
+                f.exchange.push(row, a.exchange);
+                f.routing_key.push(row, a.routing_key);
+                f.multiple.push(row, a.multiple);
+                f.requeue.push(row, a.requeue);
+                f.mandatory.push(row, a.mandatory);
+                f.queue.push(row, a.queue);
+                f.no_ack.push(row, a.no_ack);
+                f.prefetch_count.push(row, a.prefetch_count.map(|v| v as i32));
+                f.prefetch_size.push(row, a.prefetch_size.map(|v| v as u32));
+                f.global.push(row, a.global);
+                f.active.push(row, a.active);
+                f.nowait.push(row, a.nowait);
+                f.frame_max.push(row, a.frame_max.map(|v| v as u32));
+                f.channel_max.push(row, a.channel_max.map(|v| v as i32));
+                f.heartbeat_s.push(row, a.heartbeat.map(|v| v as i32));
+                f.vhost.push(row, a.vhost);
+                f.mechanism.push(row, a.mechanism);
+                f.user.push(row, a.user());
+                f.client_product.push(row, a.client_property(b"product"));
+                f.client_version.push(row, a.client_property(b"version"));
+                f.client_platform.push(row, a.client_property(b"platform"));
+                f.connection_name.push(row, a.client_property(b"connection_name"));
+                f.server_product.push(row, a.server_property(b"product"));
+                f.server_version.push(row, a.server_property(b"version"));
+                f.reply_code.push(row, a.reply_code.map(|v| v as i16));
+                f.reply_text.push(row, a.reply_text);
+                f.reason.push(row, a.reason);
+                f.message_count.push(row, a.message_count.map(|v| v as u32));
+                f.consumer_count.push(row, a.consumer_count.map(|v| v as u32));
                 Ok(a)
             }
             Err(e) => {
                 let ids = method_ids(payload).ok();
                 f.class_id.push(ids.map(|i| i.0 as i16));
                 f.method_id.push(ids.map(|i| i.1 as i16));
-                f.push_no_method();
+                f.method.push(-1);
                 Err(match e {
                     Invalid::UnknownMethod(c, m) => (AnomalyKind::UnknownMethod, format!("class {c} method {m}")),
                     other => (AnomalyKind::MalformedMethod, format!("{other:?} in method {ids:?}")),
@@ -293,9 +244,9 @@ impl FramesBuilder {
 #[derive(Default)]
 pub struct AnomaliesBuilder {
     kind: Vec<i8>,
-    stream: OptCol<i64>,
+    stream: OptCol<i32>,
     from_a: Vec<bool>,
-    packet: OptCol<i64>,
+    packet: OptCol<i32>,
     bytes: Vec<i64>,
     detail: Vec<Option<String>>,
 }
@@ -304,9 +255,9 @@ impl AnomaliesBuilder {
     fn push(&mut self, kind: AnomalyKind, origin: Option<RowOrigin>, packet: Option<u32>, bytes: u64, detail: String) {
         let code = AnomalyKind::ALL.iter().position(|k| *k == kind).unwrap() as i8;
         self.kind.push(code);
-        self.stream.push(origin.map(|o| o.stream as i64));
+        self.stream.push(origin.map(|o| o.stream as i32));
         self.from_a.push(origin.is_some_and(|o| o.from_a));
-        self.packet.push(packet.filter(|&p| p > 0).map(|p| p as i64));
+        self.packet.push(packet.filter(|&p| p > 0).map(|p| p as i32));
         self.bytes.push(bytes as i64);
         self.detail.push(Some(detail));
     }
@@ -325,6 +276,7 @@ struct Sink<'a> {
 impl FrameSink for Sink<'_> {
     fn frame(&mut self, ev: FrameEvent<'_>) {
         let f = &mut *self.frames;
+        let row = f.packet.len();
         self.info.frames += 1;
         self.packets.frames_ended[self.arrival_row as usize] += 1;
         f.packet.push(ev.packet as i32);
@@ -337,8 +289,7 @@ impl FrameSink for Sink<'_> {
         let payload = ev.payload.unwrap_or(&[]);
         match ev.header.frame_type {
             FrameType::Method => {
-                let res = f.push_method(payload);
-                f.push_no_header();
+                let res = f.push_method(row, payload);
                 match res {
                     Ok(a) => self.connection_facts(&a),
                     Err((kind, detail)) => self.anomaly(kind, ev.packet, ev.header.size as u64, detail),
@@ -348,31 +299,29 @@ impl FrameSink for Sink<'_> {
                 match decode_content_header(payload) {
                     Ok(h) => {
                         f.class_id.push(Some(h.class_id as i16));
-                        f.body_size.push(Some(h.body_size as i64));
-                        f.delivery_mode.push(h.delivery_mode.map(|v| v as i16));
-                        f.priority.push(h.priority.map(|v| v as i16));
-                        f.content_type.push(h.content_type);
-                        f.correlation_id.push(h.correlation_id);
-                        f.reply_to.push(h.reply_to);
-                        f.expiration.push(h.expiration);
-                        f.message_id.push(h.message_id);
-                        f.message_timestamp.push(h.timestamp.map(|s| (s as i64).saturating_mul(1_000_000_000)));
+                        f.body_size.push(row, Some(h.body_size as i64));
+                        f.delivery_mode.push(row, h.delivery_mode.map(|v| v as i16));
+                        f.priority.push(row, h.priority.map(|v| v as i16));
+                        f.content_type.push(row, h.content_type);
+                        f.correlation_id.push(row, h.correlation_id);
+                        f.reply_to.push(row, h.reply_to);
+                        f.expiration.push(row, h.expiration);
+                        f.message_id.push(row, h.message_id);
+                        f.message_timestamp.push(row, h.timestamp.map(|s| (s as i64).saturating_mul(1_000_000_000)));
                     }
                     Err(e) => {
                         f.class_id.push(payload.get(..2).map(|b| u16::from_be_bytes([b[0], b[1]]) as i16));
-                        f.push_no_header();
                         self.anomaly(AnomalyKind::MalformedHeader, ev.packet, ev.header.size as u64, format!("{e:?}"));
                     }
                 }
                 let f = &mut *self.frames;
                 f.method_id.push(None);
-                f.push_no_method();
+                f.method.push(-1);
             }
             FrameType::Body | FrameType::Heartbeat => {
                 f.class_id.push(None);
                 f.method_id.push(None);
-                f.push_no_method();
-                f.push_no_header();
+                f.method.push(-1);
             }
         }
     }
@@ -710,7 +659,7 @@ impl<'l> Ingest<'l> {
         let client = |s: &Stream| if s.a_is_client { 0 } else { 1 };
         let ep = |s: &Stream, client_side: bool| if s.a_is_client == client_side { s.a } else { s.b };
         vec![
-            ("stream", col_i64(&|i, _| i as i64)),
+            ("stream", Column::I32(amqp.iter().map(|&(i, _)| i as i32).collect())),
             ("client_addr", col_text(&|s| Some(format_addr(&ep(s, true).addr, s.v6)))),
             ("client_port", col_i64(&|_, s| ep(s, true).port as i64)),
             ("broker_addr", col_text(&|s| Some(format_addr(&ep(s, false).addr, s.v6)))),
@@ -840,13 +789,13 @@ fn packets_table(mut p: PacketsBuilder, is_amqp: &[bool], a_is_client: &[bool], 
 }
 
 fn frames_table(f: FramesBuilder, a_is_client: &[bool], all_ts: &[i64]) -> Table {
-    debug_assert_eq!(f.rows(), f.method.len());
+    let n = f.rows();
     let stream_u32: Vec<u32> = f.stream.iter().map(|&s| s as u32).collect();
     let direction = direction_codes(&stream_u32, &f.from_a, a_is_client);
     let ts = ts_of(&f.packet, all_ts);
     let method_names: Vec<String> = METHODS.iter().map(|m| m.name.to_string()).collect();
     debug_assert_eq!(method_names.len(), METHOD_COUNT);
-    let (ts_values, ts_valid): (Vec<i64>, Vec<bool>) = (f.message_timestamp.values, f.message_timestamp.valid);
+    let (ts_values, ts_valid) = f.message_timestamp.dense(n);
     vec![
         ("packet", Column::I32(f.packet)),
         ("first_packet", Column::I32(f.first_packet)),
@@ -859,46 +808,46 @@ fn frames_table(f: FramesBuilder, a_is_client: &[bool], all_ts: &[i64]) -> Table
         ("class_id", f.class_id.finish()),
         ("method_id", f.method_id.finish()),
         ("method", Column::Str(f.method, method_names)),
-        ("consumer_tag", f.consumer_tag.finish()),
-        ("delivery_tag", f.delivery_tag.finish()),
-        ("redelivered", f.redelivered.finish()),
-        ("exchange", f.exchange.finish()),
-        ("routing_key", f.routing_key.finish()),
-        ("multiple", f.multiple.finish()),
-        ("requeue", f.requeue.finish()),
-        ("mandatory", f.mandatory.finish()),
-        ("queue", f.queue.finish()),
-        ("no_ack", f.no_ack.finish()),
-        ("prefetch_count", f.prefetch_count.finish()),
-        ("prefetch_size", f.prefetch_size.finish()),
-        ("global", f.global.finish()),
-        ("active", f.active.finish()),
-        ("nowait", f.nowait.finish()),
-        ("frame_max", f.frame_max.finish()),
-        ("channel_max", f.channel_max.finish()),
-        ("heartbeat_s", f.heartbeat_s.finish()),
-        ("vhost", f.vhost.finish()),
-        ("mechanism", f.mechanism.finish()),
-        ("user", f.user.finish()),
-        ("client_product", f.client_product.finish()),
-        ("client_version", f.client_version.finish()),
-        ("client_platform", f.client_platform.finish()),
-        ("connection_name", f.connection_name.finish()),
-        ("server_product", f.server_product.finish()),
-        ("server_version", f.server_version.finish()),
-        ("reply_code", f.reply_code.finish()),
-        ("reply_text", f.reply_text.finish()),
-        ("reason", f.reason.finish()),
-        ("message_count", f.message_count.finish()),
-        ("consumer_count", f.consumer_count.finish()),
-        ("body_size", f.body_size.finish()),
-        ("delivery_mode", f.delivery_mode.finish()),
-        ("priority", f.priority.finish()),
-        ("content_type", f.content_type.finish()),
-        ("correlation_id", f.correlation_id.finish()),
-        ("reply_to", f.reply_to.finish()),
-        ("expiration", f.expiration.finish()),
-        ("message_id", f.message_id.finish()),
+        ("consumer_tag", f.consumer_tag.finish(n)),
+        ("delivery_tag", f.delivery_tag.finish(n)),
+        ("redelivered", f.redelivered.finish(n)),
+        ("exchange", f.exchange.finish(n)),
+        ("routing_key", f.routing_key.finish(n)),
+        ("multiple", f.multiple.finish(n)),
+        ("requeue", f.requeue.finish(n)),
+        ("mandatory", f.mandatory.finish(n)),
+        ("queue", f.queue.finish(n)),
+        ("no_ack", f.no_ack.finish(n)),
+        ("prefetch_count", f.prefetch_count.finish(n)),
+        ("prefetch_size", f.prefetch_size.finish(n)),
+        ("global", f.global.finish(n)),
+        ("active", f.active.finish(n)),
+        ("nowait", f.nowait.finish(n)),
+        ("frame_max", f.frame_max.finish(n)),
+        ("channel_max", f.channel_max.finish(n)),
+        ("heartbeat_s", f.heartbeat_s.finish(n)),
+        ("vhost", f.vhost.finish(n)),
+        ("mechanism", f.mechanism.finish(n)),
+        ("user", f.user.finish(n)),
+        ("client_product", f.client_product.finish(n)),
+        ("client_version", f.client_version.finish(n)),
+        ("client_platform", f.client_platform.finish(n)),
+        ("connection_name", f.connection_name.finish(n)),
+        ("server_product", f.server_product.finish(n)),
+        ("server_version", f.server_version.finish(n)),
+        ("reply_code", f.reply_code.finish(n)),
+        ("reply_text", f.reply_text.finish(n)),
+        ("reason", f.reason.finish(n)),
+        ("message_count", f.message_count.finish(n)),
+        ("consumer_count", f.consumer_count.finish(n)),
+        ("body_size", f.body_size.finish(n)),
+        ("delivery_mode", f.delivery_mode.finish(n)),
+        ("priority", f.priority.finish(n)),
+        ("content_type", f.content_type.finish(n)),
+        ("correlation_id", f.correlation_id.finish(n)),
+        ("reply_to", f.reply_to.finish(n)),
+        ("expiration", f.expiration.finish(n)),
+        ("message_id", f.message_id.finish(n)),
         ("message_timestamp", Column::NullTs(ts_values, ts_valid)),
     ]
 }

@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 
+
 use ahash::RandomState;
-use std::hash::BuildHasher;
 
 /// One finished column, in the compact dtype it is handed to numpy with.
 pub enum Column {
@@ -211,5 +211,81 @@ impl Column {
             Column::Cat(c, _) => c.shrink_to_fit(),
             Column::Text(v) => v.shrink_to_fit(),
         }
+    }
+}
+
+/// A column that most rows leave empty (method arguments, content properties): only the rows
+/// that have a value are stored while decoding; `finish` spreads them over all rows.
+pub struct Sparse<T> {
+    rows: Vec<u32>,
+    values: Vec<T>,
+}
+
+impl<T> Default for Sparse<T> {
+    fn default() -> Self {
+        Sparse { rows: Vec::new(), values: Vec::new() }
+    }
+}
+
+impl<T: Copy + Default> Sparse<T> {
+    #[inline]
+    pub fn push(&mut self, row: usize, v: Option<T>) {
+        if let Some(v) = v {
+            self.rows.push(row as u32);
+            self.values.push(v);
+        }
+    }
+    /// (values, validity) over `n` rows.
+    pub fn dense(self, n: usize) -> (Vec<T>, Vec<bool>) {
+        let mut values = vec![T::default(); n];
+        let mut valid = vec![false; n];
+        for (r, v) in self.rows.into_iter().zip(self.values) {
+            values[r as usize] = v;
+            valid[r as usize] = true;
+        }
+        (values, valid)
+    }
+}
+
+macro_rules! sparse_finish {
+    ($t:ty, $variant:ident) => {
+        impl Sparse<$t> {
+            pub fn finish(self, n: usize) -> Column {
+                let (v, m) = self.dense(n);
+                Column::$variant(v, m)
+            }
+        }
+    };
+}
+sparse_finish!(i16, NullI16);
+sparse_finish!(i32, NullI32);
+sparse_finish!(i64, NullI64);
+sparse_finish!(u32, NullU32);
+sparse_finish!(u64, NullU64);
+sparse_finish!(bool, NullBool);
+
+/// Sparse dictionary-encoded text.
+#[derive(Default)]
+pub struct SparseStr {
+    rows: Vec<u32>,
+    codes: Vec<i32>,
+    dict: Interner,
+}
+
+impl SparseStr {
+    #[inline]
+    pub fn push(&mut self, row: usize, v: Option<&[u8]>) {
+        if let Some(b) = v {
+            self.rows.push(row as u32);
+            let c = self.dict.code(b);
+            self.codes.push(c);
+        }
+    }
+    pub fn finish(self, n: usize) -> Column {
+        let mut codes = vec![-1i32; n];
+        for (r, c) in self.rows.into_iter().zip(self.codes) {
+            codes[r as usize] = c;
+        }
+        Column::Str(codes, self.dict.values)
     }
 }
