@@ -28,9 +28,11 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 out = Console()
+if not out.is_terminal:
+    out.width = 120  # files and pipes: don't squeeze tables into 80 columns
 err = Console(stderr=True)
 
-CaptureArg = typer.Argument(..., help="pcap or pcapng file, optionally gzip-compressed", show_default=False)
+CaptureArg = typer.Argument(..., metavar="CAPTURE", help="pcap or pcapng file, optionally gzip-compressed", show_default=False)
 PortOpt = typer.Option(
     None, "--port", "-p", help="AMQP port (repeat for several); default 5672. Adds to the default when --add-port is used."
 )
@@ -39,7 +41,7 @@ PortOpt = typer.Option(
 def _load(capture: Path, port: Optional[List[int]]) -> Capture:
     cap = load(capture, ports=tuple(port) if port else DEFAULT_PORTS)
     for w in cap.warnings:
-        err.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+        err.print(f"[yellow]warning:[/yellow] {w}", highlight=False, soft_wrap=True)
     return cap
 
 
@@ -90,22 +92,19 @@ def info(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt) -> Non
 
     if len(cap.connections):
         t = Table(title="AMQP connections", title_justify="left")
-        for col in ("stream", "client", "broker", "packets c2s/s2c", "frames", "client product", "vhost", "user", "frame_max", "heartbeat", "missing B", "anomalies"):
-            t.add_column(col, justify="right" if col in ("stream", "frames", "frame_max", "heartbeat", "missing B", "anomalies") else "left")
-        c = cap.connections
-        for r in c.itertuples(index=False):
+        for col in ("stream", "client → broker", "packets", "frames", "client", "user@vhost", "missing B", "anomalies"):
+            t.add_column(col, justify="right" if col in ("stream", "packets", "frames", "missing B", "anomalies") else "left")
+        for r in cap.connections.itertuples(index=False):
+            client = " ".join(x for x in (r.client_product, r.client_version) if isinstance(x, str))
+            user = "@".join(x for x in (r.user, r.vhost) if isinstance(x, str))
             t.add_row(
                 str(r.stream),
-                _endpoint(r.client_addr, r.client_port),
-                _endpoint(r.broker_addr, r.broker_port),
-                f"{r.c2s_packets}/{r.s2c_packets}",
+                f"{_endpoint(r.client_addr, r.client_port)} → {_endpoint(r.broker_addr, r.broker_port)}",
+                f"{r.c2s_packets + r.s2c_packets:,}",
                 f"{r.frames:,}",
-                " ".join(x for x in (r.client_product, r.client_version) if isinstance(x, str)) or ("(mid-stream)" if not r.protocol_header_seen else ""),
-                r.vhost if isinstance(r.vhost, str) else "",
-                r.user if isinstance(r.user, str) else "",
-                "" if _isna(r.frame_max) else f"{r.frame_max:,}",
-                "" if _isna(r.heartbeat_s) else f"{r.heartbeat_s} s",
-                f"{r.c2s_bytes_missing + r.s2c_bytes_missing:,}",
+                client or ("(capture started mid-connection)" if not r.protocol_header_seen else ""),
+                user,
+                f"{r.bytes_missing:,}",
                 str(r.anomalies),
             )
         out.print(t)
@@ -159,7 +158,7 @@ def main() -> None:
     try:
         app(standalone_mode=False)
     except AmqpcapError as e:
-        err.print(f"amqpcap: error: {e}", highlight=False, markup=False)
+        err.print(f"amqpcap: error: {e}", highlight=False, markup=False, soft_wrap=True)
         sys.exit(e.exit_code)
     except (typer.Abort, KeyboardInterrupt):
         err.print("amqpcap: interrupted", highlight=False)
@@ -169,9 +168,8 @@ def main() -> None:
     except SystemExit:
         raise
     except Exception as e:  # noqa: BLE001 - last resort: never show a traceback by default
-        import click
-
-        if isinstance(e, click.ClickException):
+        # Usage errors of typer's (vendored) click: they print their own message.
+        if callable(getattr(e, "show", None)) and isinstance(getattr(e, "exit_code", None), int):
             e.show()
             sys.exit(e.exit_code)
         if os.environ.get("AMQPCAP_DEBUG"):
@@ -180,6 +178,7 @@ def main() -> None:
             f"amqpcap: internal error: {type(e).__name__}: {e} (set AMQPCAP_DEBUG=1 for the traceback and please report it)",
             highlight=False,
             markup=False,
+            soft_wrap=True,
         )
         sys.exit(70)
 

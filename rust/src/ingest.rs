@@ -175,6 +175,7 @@ fn frame_type_code(t: FrameType) -> i8 {
     }
 }
 
+#[allow(dead_code)]
 fn opt_i64(v: Option<u64>) -> Option<i64> {
     v.map(|x| x as i64)
 }

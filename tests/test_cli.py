@@ -1,0 +1,116 @@
+"""The command line: outputs, and one clear line (never a traceback) for unusable input."""
+
+from __future__ import annotations
+
+import gzip
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import amqpcap
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIRMS = ROOT / "fixtures" / "confirms.pcap"
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "amqpcap", *map(str, args)], capture_output=True, text=True, timeout=120)
+
+
+def test_frames_csv_has_the_documented_columns(tmp_path):
+    out = tmp_path / "frames.csv"
+    r = run("frames", CONFIRMS, "-o", out)
+    assert r.returncode == 0, r.stderr
+    csv = pd.read_csv(out)
+    cap = amqpcap.load(CONFIRMS)
+    assert list(csv.columns) == list(cap.frames.columns)
+    assert len(csv) == len(cap.frames)
+    assert csv["method"].value_counts()["basic.publish"] == (cap.frames["method"] == "basic.publish").sum()
+
+
+def test_frames_parquet(tmp_path):
+    out = tmp_path / "frames.parquet"
+    r = run("frames", CONFIRMS, "--output", out)
+    assert r.returncode == 0, r.stderr
+    back = pd.read_parquet(out)
+    assert len(back) == len(amqpcap.load(CONFIRMS).frames)
+
+
+def test_info_lists_connections():
+    r = run("info", CONFIRMS)
+    assert r.returncode == 0, r.stderr
+    assert "AMQP connections" in r.stdout and "basic.publish" in r.stdout
+    assert "guest@/" in r.stdout
+
+
+def test_sample_is_shipped():
+    r = run("sample")
+    assert r.returncode == 0
+    assert Path(r.stdout.strip()).is_file()
+    assert len(amqpcap.load(r.stdout.strip()).frames) > 0
+
+
+def _bad_inputs(tmp: Path) -> dict[str, tuple[Path, str]]:
+    empty = tmp / "empty.pcap"
+    empty.write_bytes(b"")
+    text = tmp / "notes.pcap"
+    text.write_text("this is not a capture\n")
+    magic = tmp / "wrong-magic.pcap"
+    magic.write_bytes(b"\x00\x01\x02\x03" + bytes(100))
+    gz_text = tmp / "text.pcap.gz"
+    gz_text.write_bytes(gzip.compress(b"hello"))
+    return {
+        "missing": (tmp / "nope.pcap", "cannot open"),
+        "empty": (empty, "is empty"),
+        "text": (text, "looks like text"),
+        "wrong magic": (magic, "not a pcap or pcapng"),
+        "gzip without a capture": (gz_text, "holds no pcap"),
+        "a directory": (tmp, "cannot"),
+    }
+
+
+@pytest.mark.parametrize("case", ["missing", "empty", "text", "wrong magic", "gzip without a capture", "a directory"])
+def test_unusable_input_is_one_line(tmp_path, case):
+    path, words = _bad_inputs(tmp_path)[case]
+    r = run("info", path)
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("amqpcap: error:") and words in lines[0], r.stderr
+    with pytest.raises(amqpcap.CaptureError):
+        amqpcap.load(path)
+
+
+def test_capture_cut_mid_record_decodes_and_warns(tmp_path):
+    data = CONFIRMS.read_bytes()
+    cut = tmp_path / "cut.pcap"
+    cut.write_bytes(data[: len(data) // 2 + 7])
+    r = run("info", cut)
+    assert r.returncode == 0
+    assert "warning:" in r.stderr and "middle of a record" in r.stderr
+    cap = amqpcap.load(cut)
+    assert cap.summary["truncated"] and (cap.anomalies["kind"] == "capture-truncated").sum() == 1
+    assert 0 < len(cap.frames) < len(amqpcap.load(CONFIRMS).frames)
+
+
+def test_gzip_ending_early_decodes_and_warns(tmp_path):
+    data = gzip.compress(CONFIRMS.read_bytes())
+    cut = tmp_path / "cut.pcap.gz"
+    cut.write_bytes(data[: len(data) // 2])
+    cap = amqpcap.load(cut)
+    assert cap.summary["truncated"] and cap.warnings
+    assert len(cap.frames) > 0
+
+
+def test_bad_output_and_usage_errors(tmp_path):
+    r = run("frames", CONFIRMS, "-o", tmp_path / "x.txt")
+    assert r.returncode == 64 and "must end in .csv or .parquet" in r.stderr and "Traceback" not in r.stderr
+    r = run("frames", CONFIRMS, "-o", tmp_path / "no" / "such" / "dir.csv")
+    assert r.returncode == 64 and "Traceback" not in r.stderr
+    r = run("info")
+    assert r.returncode == 2 and "Missing argument" in r.stderr and "Traceback" not in r.stderr
+    r = run("info", CONFIRMS, "--port", "70000")
+    assert r.returncode == 64 and "not a TCP port" in r.stderr
