@@ -42,6 +42,8 @@ class Capture:
     packets: pd.DataFrame
     connections: pd.DataFrame
     anomalies: pd.DataFrame
+    #: every record of the file (also non-TCP): packet, ts, frame_len
+    records: pd.DataFrame = field(default_factory=pd.DataFrame)
     summary: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -155,5 +157,6 @@ def load(
         packets=_frame(raw.pop("packets")),
         connections=_frame(raw.pop("connections")),
         anomalies=_frame(raw.pop("anomalies")),
+        records=_frame(raw.pop("records")),
         summary=summary,
     )

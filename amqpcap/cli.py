@@ -16,8 +16,10 @@ from rich.console import Console
 from rich.table import Table
 
 from . import __version__
+from .analysis import analyzers, rank
 from .capture import DEFAULT_PORTS, Capture, load
 from .errors import AmqpcapError, UsageError
+from .render import findings_table, print_result
 from .sample import sample_path
 
 app = typer.Typer(
@@ -134,10 +136,64 @@ def _kinds(cap: Capture) -> str:
     return ", ".join(f"{k} {n}" for k, n in counts.items() if n)
 
 
+OutOpt = typer.Option(None, "--out", "-o", help="directory for tables, plots (and summary.json, report.html)")
+FormatOpt = typer.Option("csv", "--format", help="table format: csv or parquet")
+PlotsOpt = typer.Option(True, "--plots/--no-plots", help="draw PNG plots into --out")
+
+
+def _analyzer_command(name: str, fn, help_text: str):
+    def command(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, out_dir: Optional[Path] = OutOpt,
+                fmt: str = FormatOpt, plots: bool = PlotsOpt) -> None:
+        from .report import write_result
+
+        cap = _load(capture, port)
+        result = fn(cap)
+        result.findings = rank(result.findings)
+        print_result(out, result)
+        if out_dir is not None:
+            written = write_result(result, out_dir, fmt, plots=plots)
+            err.print(f"{len(written)} files written to {out_dir}", highlight=False, soft_wrap=True)
+
+    command.__doc__ = help_text
+    return command
+
+
+@app.command()
+def analyze(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, out_dir: Optional[Path] = OutOpt,
+            fmt: str = FormatOpt, plots: bool = PlotsOpt) -> None:
+    """Run every analyzer: findings first (who is to blame, with evidence), then the numbers."""
+    from .report import build_summary, write_result, write_summary
+
+    cap = _load(capture, port)
+    results = [fn(cap) for fn, _ in analyzers().values()]
+    summary = build_summary(cap, results)
+    findings = rank([f for r in results for f in r.findings])
+    c = summary["capture"]
+    out.print(f"[bold]{c['path']}[/bold]: {c['packets']:,} packets, {c['connections']} AMQP connections, "
+              f"{c['frames']:,} frames over {c['duration_s']:.3f} s", highlight=False)
+    if findings:
+        out.print(findings_table(findings))
+    else:
+        out.print("No findings.")
+    if out_dir is not None:
+        written = [write_summary(summary, out_dir)]
+        for r in results:
+            written += write_result(r, out_dir, fmt, plots=plots)
+        if plots:
+            from .html import write_report
+
+            written.append(write_report(cap, results, summary, out_dir))
+        err.print(f"{len(written)} files written to {out_dir}", highlight=False, soft_wrap=True)
+
+
 @app.command()
 def sample() -> None:
     """Print the path of the sample capture shipped with amqpcap."""
     out.print(sample_path(), highlight=False, soft_wrap=True)
+
+
+for _name, (_fn, _help) in analyzers().items():
+    app.command(name=_name, help=_help)(_analyzer_command(_name, _fn, _help))
 
 
 def _version(value: bool) -> None:

@@ -14,7 +14,7 @@ from amqpcap import _core
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = (ROOT / "docs" / "tables.md").read_text()
-TABLES = ("frames", "packets", "connections", "anomalies")
+TABLES = ("frames", "packets", "connections", "anomalies", "records")
 
 
 def documented(table: str) -> dict[str, str]:

@@ -378,6 +378,8 @@ pub struct Ingest<'l> {
     conversations: HashMap<ConvKey, u32, RandomState>,
     streams: Vec<Stream>,
     all_ts: Vec<i64>,
+    /// On-wire length of every record (the `records` table).
+    all_len: Vec<i32>,
     packets: PacketsBuilder,
     frames: FramesBuilder,
     anomalies: AnomaliesBuilder,
@@ -387,6 +389,7 @@ pub struct Ingest<'l> {
 }
 
 pub struct Output {
+    pub records: Table,
     pub packets: Table,
     pub frames: Table,
     pub connections: Table,
@@ -405,6 +408,7 @@ impl<'l> Ingest<'l> {
             conversations: HashMap::default(),
             streams: Vec::new(),
             all_ts: Vec::new(),
+            all_len: Vec::new(),
             packets: PacketsBuilder::default(),
             frames: FramesBuilder::default(),
             anomalies: AnomaliesBuilder::default(),
@@ -420,6 +424,7 @@ impl<'l> Ingest<'l> {
 
     pub fn record(&mut self, rec: Record<'_>) {
         self.all_ts.push(rec.ts_ns);
+        self.all_len.push(rec.origlen as i32);
         let number = self.all_ts.len() as u32;
         if !link::linktype_supported(rec.linktype) {
             if !self.reported_linktypes.contains(&rec.linktype) {
@@ -646,7 +651,13 @@ impl<'l> Ingest<'l> {
         let packets = packets_table(std::mem::take(&mut self.packets), &is_amqp, &a_is_client, &self.all_ts);
         let frames = frames_table(std::mem::take(&mut self.frames), &a_is_client, &self.all_ts);
         let anomalies = anomalies_table(std::mem::take(&mut self.anomalies), &a_is_client, &self.all_ts);
-        Output { packets, frames, connections, anomalies, read, tcp_packets, first_ts, last_ts }
+        let all_len = std::mem::take(&mut self.all_len);
+        let records = vec![
+            ("packet", Column::I32((1..=all_len.len() as i32).collect())),
+            ("ts", Column::Ts(std::mem::take(&mut self.all_ts))),
+            ("frame_len", Column::I32(all_len)),
+        ];
+        Output { records, packets, frames, connections, anomalies, read, tcp_packets, first_ts, last_ts }
     }
 
     fn connections_table(&self) -> Table {

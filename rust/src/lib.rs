@@ -111,6 +111,7 @@ mod python {
             .detach(|| ingest(&path, &ports, &limits))
             .map_err(|e| CoreCaptureError::new_err((e.kind(), e.message().to_string())))?;
         let d = PyDict::new(py);
+        d.set_item("records", table(py, out.records)?)?;
         d.set_item("packets", table(py, out.packets)?)?;
         d.set_item("frames", table(py, out.frames)?)?;
         d.set_item("connections", table(py, out.connections)?)?;

@@ -1,0 +1,108 @@
+"""What every analyzer returns, and the registry the CLI and `analyze` are built from.
+
+An analyzer is a module in `amqpcap/analyzers/` with one function decorated `@analyzer("name")`
+taking a :class:`~amqpcap.capture.Capture` and returning an :class:`AnalyzerResult`. It reads
+only the ingestion tables (docs/tables.md) and works on whole columns. The CLI gets a
+subcommand of the same name automatically, and `amqpcap analyze` runs every analyzer.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+import pandas as pd
+
+from .capture import Capture
+
+Severity = Literal["info", "warning", "critical"]
+SEVERITY_RANK = {"critical": 2, "warning": 1, "info": 0}
+
+
+@dataclass
+class Finding:
+    """One diagnosis, with the numbers that prove it.
+
+    ``evidence`` holds the numbers (units in the key names, e.g. ``median_latency_s``), the
+    ``streams`` and a few ``packets`` concerned, and ``filter``: a Wireshark display filter
+    that opens the same packets. ``impact`` (0..1) ranks findings of the same severity.
+    """
+
+    id: str
+    severity: Severity
+    title: str
+    evidence: dict[str, Any]
+    advice: str
+    impact: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "severity": self.severity, "title": self.title, "evidence": self.evidence, "advice": self.advice}
+
+
+@dataclass
+class Plot:
+    """A plot an analyzer can draw: ``draw(path)`` writes a PNG there."""
+
+    name: str
+    title: str
+    draw: Callable[[Path], None]
+
+
+@dataclass
+class AnalyzerResult:
+    name: str
+    #: tables written as CSV/Parquet (documented in docs/analyzers.md)
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    #: JSON-ready numbers for summary.json (documented in docs/summary.md)
+    summary: dict[str, Any] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+    plots: list[Plot] = field(default_factory=list)
+
+
+AnalyzerFn = Callable[[Capture], AnalyzerResult]
+_REGISTRY: dict[str, tuple[AnalyzerFn, str]] = {}
+
+
+def analyzer(name: str) -> Callable[[AnalyzerFn], AnalyzerFn]:
+    """Register an analyzer under ``name`` (also its CLI subcommand). Its docstring's first
+    line is the subcommand's help."""
+
+    def wrap(fn: AnalyzerFn) -> AnalyzerFn:
+        _REGISTRY[name] = (fn, (fn.__doc__ or name).strip().splitlines()[0])
+        return fn
+
+    return wrap
+
+
+def analyzers() -> dict[str, tuple[AnalyzerFn, str]]:
+    """Every analyzer module in amqpcap/analyzers, imported once: {name: (function, help)}."""
+    from . import analyzers as pkg
+
+    for mod in pkgutil.iter_modules(pkg.__path__):
+        importlib.import_module(f"{pkg.__name__}.{mod.name}")
+    return dict(sorted(_REGISTRY.items()))
+
+
+def rank(findings: list[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda f: (-SEVERITY_RANK[f.severity], -f.impact, f.id))
+
+
+def stream_filter(streams) -> str:
+    """Wireshark display filter for a set of tcp.stream numbers."""
+    streams = sorted({int(s) for s in streams})
+    if not streams:
+        return ""
+    if len(streams) == 1:
+        return f"tcp.stream eq {streams[0]}"
+    return "tcp.stream in {" + " ".join(map(str, streams)) + "}"
+
+
+def packets_filter(packets, limit: int = 20) -> str:
+    """Wireshark display filter for (at most ``limit``) frame numbers."""
+    packets = sorted({int(p) for p in packets})[:limit]
+    if not packets:
+        return ""
+    return "frame.number in {" + " ".join(map(str, packets)) + "}"

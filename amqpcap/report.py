@@ -1,0 +1,115 @@
+"""Writing results: tables (CSV/Parquet), plots (PNG), summary.json and report.html."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .analysis import AnalyzerResult, Finding, rank
+from .capture import Capture
+from .errors import UsageError
+
+FORMATS = ("csv", "parquet")
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating, float)):
+        return None if math.isnan(v) or math.isinf(v) else float(v)
+    if isinstance(v, (np.bool_,)):
+        return bool(v)
+    if isinstance(v, pd.Timestamp):
+        return v.isoformat()
+    if v is pd.NA or v is pd.NaT:
+        return None
+    return v
+
+
+def write_table(df: pd.DataFrame, path_no_ext: Path, fmt: str) -> Path:
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown table format {fmt!r}: use csv or parquet")
+    path = path_no_ext.with_suffix("." + fmt)
+    if fmt == "csv":
+        df.to_csv(path, index=False)
+    else:
+        try:
+            df.to_parquet(path, index=False)
+        except ImportError:
+            raise UsageError("writing Parquet needs pyarrow: pip install 'amqpcap[parquet]'") from None
+    return path
+
+
+def write_result(result: AnalyzerResult, out: Path, fmt: str = "csv", plots: bool = True) -> list[Path]:
+    """An analyzer's tables as `<analyzer>-<table>.<fmt>` and its plots as `<plot>.png`."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = [write_table(df, out / f"{result.name}-{name}", fmt) for name, df in result.tables.items()]
+    if plots:
+        written += draw_plots(result, out)
+    return written
+
+
+def draw_plots(result: AnalyzerResult, out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    for p in result.plots:
+        path = out / f"{p.name}.png"
+        p.draw(path)
+        plt.close("all")
+        paths.append(path)
+    return paths
+
+
+def capture_summary(cap: Capture) -> dict[str, Any]:
+    s = cap.summary
+    return {
+        "path": s["path"],
+        "format": s["format"],
+        "compressed": s["compressed"],
+        "file_bytes": s["file_bytes"],
+        "packets": s["packets"],
+        "tcp_packets": s["tcp_packets"],
+        "first_ts": s["first_ts"],
+        "last_ts": s["last_ts"],
+        "duration_s": (s["last_ts"] - s["first_ts"]).total_seconds() if s["first_ts"] is not None else 0.0,
+        "link_types": s["link_types"],
+        "connections": len(cap.connections),
+        "frames": len(cap.frames),
+        "anomalies": {str(k): int(n) for k, n in cap.anomalies["kind"].value_counts().items() if n},
+        "warnings": s["warnings"],
+    }
+
+
+def method_counts(cap: Capture) -> dict[str, int]:
+    counts = cap.frames["method"].value_counts()
+    return {str(k): int(n) for k, n in counts.items() if n}
+
+
+def build_summary(cap: Capture, results: list[AnalyzerResult]) -> dict[str, Any]:
+    """summary.json (schema: docs/summary.md)."""
+    summary: dict[str, Any] = {"capture": capture_summary(cap), "methods": method_counts(cap)}
+    for r in results:
+        summary.update(r.summary)
+    findings: list[Finding] = rank([f for r in results for f in r.findings])
+    summary["findings"] = [f.to_json() for f in findings]
+    return _jsonable(summary)
+
+
+def write_summary(summary: dict[str, Any], out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "summary.json"
+    path.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    return path
