@@ -55,7 +55,8 @@ def test_every_column_documented_with_its_dtype(cap, table):
 
 def test_every_anomaly_kind_documented():
     start = DOC.index("Kinds:")
-    kinds = set(re.findall(r"^\| `([a-z-]+)` \|", DOC[start:], re.M))
+    end = DOC.index("\n## ", start)
+    kinds = set(re.findall(r"^\| `([a-z-]+)` \|", DOC[start:end], re.M))
     assert kinds == set(_core.ANOMALY_KINDS)
 
 
