@@ -363,14 +363,7 @@ mod tests {
         }
     }
 
-    fn frame(t: u8, ch: u16, payload: &[u8]) -> Vec<u8> {
-        let mut v = vec![t];
-        v.extend_from_slice(&ch.to_be_bytes());
-        v.extend_from_slice(&(payload.len() as u32).to_be_bytes());
-        v.extend_from_slice(payload);
-        v.push(FRAME_END);
-        v
-    }
+    use crate::amqp::parser::encode_frame as frame;
 
     fn ack(tag: u64) -> Vec<u8> {
         let mut p = vec![0, 60, 0, 80];

@@ -503,17 +503,23 @@ pub fn check_candidate(buf: &[u8], max_size: u32) -> Candidate {
     }
 }
 
+/// Wire bytes of one frame, for tests.
+#[cfg(test)]
+pub(crate) fn encode_frame(frame_type: u8, channel: u16, payload: &[u8]) -> Vec<u8> {
+    let mut v = vec![frame_type];
+    v.extend_from_slice(&channel.to_be_bytes());
+    v.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    v.extend_from_slice(payload);
+    v.push(FRAME_END);
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn frame(t: u8, ch: u16, payload: &[u8]) -> Vec<u8> {
-        let mut v = vec![t];
-        v.extend_from_slice(&ch.to_be_bytes());
-        v.extend_from_slice(&(payload.len() as u32).to_be_bytes());
-        v.extend_from_slice(payload);
-        v.push(FRAME_END);
-        v
+        encode_frame(t, ch, payload)
     }
 
     #[test]
