@@ -1,0 +1,342 @@
+"""Shared helpers for the latency and consumers analyzers: who settled what, and when.
+
+Everything here works on whole columns of ``cap.frames`` (sorted-array operations: cumulative
+sums, ``merge_asof`` per channel group), never per frame in Python.
+
+Ordering. Frames are compared by their position in ``cap.frames`` (``order``: the order in which
+the capture completed them), not by timestamp: files with out-of-order timestamps (pcapng with
+per-interface batches) still give a consistent "before/after". Latencies are differences of the
+frames' ``ts``.
+
+Tag spaces. Delivery tags are per channel and count from 1 (AMQP 0-9-1 §1.8.3.13 ``basic.ack``;
+§4.2.4 channels); publish sequence numbers count from 1 after ``confirm.select`` on a channel
+(RabbitMQ publisher confirms). Both restart when the channel is opened again, so every frame gets
+an ``epoch``: the number of ``channel.open`` frames seen on that (stream, channel) so far. The key
+of a tag space is (stream, channel, epoch).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..capture import Capture
+
+KEY = ["stream", "channel", "epoch"]
+#: consumer tag used for basic.get-ok deliveries (they have no consumer)
+GET_TAG = "(basic.get)"
+#: delivery tag standing for "everything outstanding" (tag 0 with multiple=1, §1.8.3.13)
+ALL_TAGS = np.iinfo(np.int64).max
+
+SETTLE_METHODS = ("basic.ack", "basic.nack", "basic.reject")
+DELIVER_METHODS = ("basic.deliver", "basic.get-ok")
+
+_COLUMNS = [
+    "packet", "ts", "stream", "direction", "channel", "method", "consumer_tag", "delivery_tag",
+    "redelivered", "multiple", "requeue", "no_ack", "prefetch_count", "global", "queue", "exchange",
+    "routing_key", "nowait",
+]
+
+
+def methods(cap: Capture) -> pd.DataFrame:
+    """Method frames with ``order`` (position in cap.frames) and ``epoch`` (see module doc).
+
+    Text columns are plain ``str``/object so that they can be merge keys; method is a str."""
+    cached = getattr(cap, "_amqpcap_methods", None)
+    if cached is not None:
+        return cached
+    f = cap.frames
+    mask = (f["type"] == "method").to_numpy(dtype=bool, na_value=False)
+    m = f.loc[mask, _COLUMNS].copy()
+    m["order"] = np.flatnonzero(mask).astype(np.int64)
+    for col in ("direction", "method", "consumer_tag", "queue", "exchange", "routing_key"):
+        m[col] = m[col].astype(object)
+    m["stream"] = m["stream"].astype(np.int64)
+    m["channel"] = m["channel"].astype(np.int64)
+    opened = (m["method"] == "channel.open").astype(np.int64)
+    m["epoch"] = opened.groupby([m["stream"], m["channel"]]).cumsum()
+    m = m.reset_index(drop=True)
+    try:  # the Capture may refuse new attributes; caching is only an optimisation
+        cap._amqpcap_methods = m
+    except AttributeError:
+        pass
+    return m
+
+
+def _obj(df: pd.DataFrame, *cols: str) -> pd.DataFrame:
+    """Text merge keys as object dtype on both sides (pandas 3 infers `str` from arrays)."""
+    return df.assign(**{c: df[c].astype(object) for c in cols})
+
+
+def _tags(s: pd.Series) -> np.ndarray:
+    return s.astype("Int64").to_numpy(dtype=np.int64, na_value=-1)
+
+
+def match_settlements(items: pd.DataFrame, settlers: pd.DataFrame) -> np.ndarray:
+    """For each item (a delivery or a confirmed publish), the row position in ``settlers`` of the
+    frame that settles it, or -1.
+
+    ``items`` and ``settlers`` carry the KEY columns, ``order`` and ``tag`` (int64); settlers
+    also ``multiple`` (bool). A settler settles an item of the same key that came before it when
+    its tag equals the item's, or when it has ``multiple`` and its tag is ≥ the item's (tag 0 with
+    multiple means every outstanding tag): §1.8.3.13. The first such settler wins (an item
+    already settled is not settled again).
+
+    Sorted-array formulation: exact matches are a ``merge_asof`` forward on order by (key, tag).
+    For ``multiple`` settlers, a frame can only name tags already delivered, so every multiple
+    settler before an item has a smaller tag; the running maximum of the multiple tags per key
+    is therefore sorted, and "the first multiple settler after the item with tag ≥ item tag" is
+    "the first running maximum ≥ item tag": a ``merge_asof`` forward on the tag.
+    """
+    n = len(items)
+    out = np.full(n, -1, dtype=np.int64)
+    if n == 0 or len(settlers) == 0:
+        return out
+    it = pd.DataFrame({k: items[k].to_numpy() for k in KEY})
+    it["order"] = items["order"].to_numpy(np.int64)
+    it["tag"] = items["tag"].to_numpy(np.int64)
+    it["pos"] = np.arange(n)
+    st = pd.DataFrame({k: settlers[k].to_numpy() for k in KEY})
+    st["order"] = settlers["order"].to_numpy(np.int64)
+    st["tag"] = settlers["tag"].to_numpy(np.int64)
+    st["row"] = np.arange(len(settlers))
+    multiple = settlers["multiple"].to_numpy(dtype=bool)
+    st.loc[multiple & (st["tag"].to_numpy() == 0), "tag"] = ALL_TAGS
+
+    best_order = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+
+    single = st[~multiple]
+    if len(single):
+        a = pd.merge_asof(it.sort_values("order"), single.sort_values("order")[KEY + ["tag", "order", "row"]]
+                          .rename(columns={"order": "s_order"}),
+                          left_on="order", right_on="s_order", by=KEY + ["tag"],
+                          direction="forward", allow_exact_matches=False)
+        ok = a["row"].notna().to_numpy()
+        pos = a["pos"].to_numpy()[ok]
+        out[pos] = a["row"].to_numpy()[ok].astype(np.int64)
+        best_order[pos] = a["s_order"].to_numpy()[ok].astype(np.int64)
+
+    mult = st[multiple].sort_values(KEY + ["order"])
+    if len(mult):
+        mult = mult.assign(cm=mult.groupby(KEY)["tag"].cummax())
+        mult = mult[~mult.duplicated(KEY + ["cm"])]  # first settler reaching each running max
+        b = pd.merge_asof(it.sort_values("tag"), mult.sort_values("cm")[KEY + ["cm", "order", "row"]]
+                          .rename(columns={"order": "m_order"}),
+                          left_on="tag", right_on="cm", by=KEY, direction="forward")
+        ok = b["row"].notna().to_numpy()
+        pos = b["pos"].to_numpy()[ok]
+        m_order = b["m_order"].to_numpy()[ok].astype(np.int64)
+        row = b["row"].to_numpy()[ok].astype(np.int64)
+        # after the item (a protocol-valid capture always is), and earlier than an exact match
+        better = (m_order > it["order"].to_numpy()[pos]) & (m_order < best_order[pos])
+        out[pos[better]] = row[better]
+        best_order[pos[better]] = m_order[better]
+    return out
+
+
+def consumes(m: pd.DataFrame) -> pd.DataFrame:
+    """basic.consume (client) with the tag the broker confirmed: an empty consumer tag in
+    basic.consume means "broker, choose one", given back in the next basic.consume-ok on that
+    channel (the broker answers a channel's methods in order)."""
+    c = m[(m["method"] == "basic.consume") & (m["direction"] == "c2s")]
+    ok = m[(m["method"] == "basic.consume-ok") & (m["direction"] == "s2c")]
+    c = c[["stream", "channel", "epoch", "order", "packet", "ts", "consumer_tag", "no_ack", "queue", "nowait"]]
+    c = c.sort_values("order")
+    ok = ok[["stream", "channel", "order", "ts", "packet", "consumer_tag"]].sort_values("order").rename(
+        columns={"order": "ok_order", "ts": "ok_ts", "packet": "ok_packet", "consumer_tag": "ok_tag"})
+    c = pd.merge_asof(c, ok, left_on="order", right_on="ok_order", by=["stream", "channel"], direction="forward")
+    nowait = c["nowait"].fillna(False).to_numpy(bool)  # no consume-ok will come for this one
+    c.loc[nowait, ["ok_order", "ok_ts", "ok_packet", "ok_tag"]] = None
+    tag = c["consumer_tag"].where(c["consumer_tag"].fillna("") != "", c["ok_tag"])
+    c["consumer_tag"] = tag
+    c["no_ack"] = c["no_ack"].fillna(False).astype(bool)
+    # the consumer exists from consume-ok (nowait: from basic.consume)
+    has_ok = c["ok_ts"].notna()
+    c["start_ts"] = c["ok_ts"].where(has_ok, c["ts"])
+    c["start_order"] = c["ok_order"].where(has_ok, c["order"]).astype(np.int64)
+    c["start_packet"] = c["ok_packet"].where(has_ok, c["packet"]).astype(np.int64)
+    return c[c["consumer_tag"].notna()].reset_index(drop=True)
+
+
+def deliveries(cap: Capture) -> pd.DataFrame:
+    """One row per basic.deliver / basic.get-ok, with the frame that settled it.
+
+    Columns: stream, channel, epoch, consumer_tag, delivery_tag, packet, ts, order, redelivered,
+    queue (from basic.consume/basic.get; None when not in the capture), no_ack,
+    no_ack_known (the basic.consume/basic.get is in the capture; otherwise no_ack is inferred:
+    a channel with no client ack/nack/reject at all is taken as no-ack), settle_packet,
+    settle_ts, settle_order, settle_method, settle_multiple, settle_requeue, latency_s and
+    outcome (ack, nack, reject, no-ack, closed: unsettled when its channel or connection closed,
+    unsettled: still outstanding at the end of the capture)."""
+    cached = getattr(cap, "_amqpcap_deliveries", None)
+    if cached is not None:
+        return cached
+    m = methods(cap)
+    d = m[m["method"].isin(DELIVER_METHODS) & (m["direction"] == "s2c")].copy()
+    d["consumer_tag"] = np.where((d["method"] == "basic.get-ok").to_numpy(), GET_TAG,
+                                 d["consumer_tag"].fillna("").to_numpy(object))
+    d["tag"] = _tags(d["delivery_tag"])
+    d = d[d["tag"] >= 0].sort_values("order").reset_index(drop=True)
+
+    # no-ack and queue: from the consumer's basic.consume, or the basic.get before a get-ok
+    cons = consumes(m).sort_values("order")
+    a = pd.merge_asof(_obj(d[["order", "stream", "channel", "consumer_tag"]], "consumer_tag"),
+                      _obj(cons[["order", "stream", "channel", "consumer_tag", "no_ack", "queue"]].rename(
+                          columns={"order": "c_order"}), "consumer_tag"),
+                      left_on="order", right_on="c_order", by=["stream", "channel", "consumer_tag"],
+                      direction="backward")
+    gets = m[(m["method"] == "basic.get") & (m["direction"] == "c2s")][["order", "stream", "channel", "no_ack", "queue"]]
+    g = pd.merge_asof(d[["order", "stream", "channel"]], gets.rename(columns={"order": "g_order"}).sort_values("g_order"),
+                      left_on="order", right_on="g_order", by=["stream", "channel"], direction="backward")
+    get_rows = (d["method"] == "basic.get-ok").to_numpy()
+    known = np.where(get_rows, g["g_order"].notna().to_numpy(), a["c_order"].notna().to_numpy())
+    no_ack = np.where(get_rows, g["no_ack"].fillna(False).to_numpy(bool), a["no_ack"].fillna(False).to_numpy(bool))
+    d["queue"] = np.where(get_rows, g["queue"].to_numpy(object), a["queue"].to_numpy(object))
+
+    # settling frames: the client's ack/nack/reject on the same channel (§1.8.3.13)
+    s = m[m["method"].isin(SETTLE_METHODS) & (m["direction"] == "c2s")].copy()
+    s["tag"] = _tags(s["delivery_tag"])
+    s["multiple"] = s["multiple"].fillna(False).astype(bool)  # basic.reject has no multiple bit
+    s = s[s["tag"] >= 0].reset_index(drop=True)
+    # without the basic.consume, a channel whose client never settles anything is taken as no-ack
+    settling_keys = pd.MultiIndex.from_frame(s[KEY].drop_duplicates())
+    has_settles = pd.MultiIndex.from_frame(d[KEY]).isin(settling_keys)
+    no_ack = np.where(known, no_ack, ~has_settles)
+    d["no_ack"] = no_ack
+    d["no_ack_known"] = known
+
+    acked = d[~d["no_ack"]]
+    row = match_settlements(acked, s)
+    hit = row >= 0
+    idx = acked.index
+    for col in ("settle_packet", "settle_order"):
+        d[col] = pd.array(np.full(len(d), pd.NA), dtype="Int64")
+    d["settle_ts"] = pd.Series(pd.NaT, index=d.index, dtype=d["ts"].dtype)
+    d["settle_method"] = pd.Series(None, index=d.index, dtype=object)
+    d["settle_multiple"] = pd.array(np.full(len(d), pd.NA), dtype="boolean")
+    d["settle_requeue"] = pd.array(np.full(len(d), pd.NA), dtype="boolean")
+    sr = s.iloc[row[hit]]
+    tgt = idx[hit]
+    d.loc[tgt, "settle_packet"] = sr["packet"].to_numpy(np.int64)
+    d.loc[tgt, "settle_order"] = sr["order"].to_numpy(np.int64)
+    d.loc[tgt, "settle_ts"] = sr["ts"].to_numpy()
+    d.loc[tgt, "settle_method"] = sr["method"].to_numpy(object)
+    d.loc[tgt, "settle_multiple"] = sr["multiple"].to_numpy(bool)
+    # basic.ack never requeues; nack/reject carry the requeue bit
+    d.loc[tgt, "settle_requeue"] = sr["requeue"].fillna(False).to_numpy(bool)
+    d["latency_s"] = (d["settle_ts"] - d["ts"]).dt.total_seconds()
+
+    outcome = np.full(len(d), "unsettled", dtype=object)
+    settled = d["settle_method"].notna().to_numpy()
+    outcome[settled] = d["settle_method"].to_numpy(object)[settled]
+    outcome = np.char.replace(outcome.astype(str), "basic.", "").astype(object)
+    outcome[d["no_ack"].to_numpy(bool)] = "no-ack"
+    closed = _closed_after(m, d) & (outcome == "unsettled")
+    outcome[closed] = "closed"
+    d["outcome"] = outcome
+    out = d[["stream", "channel", "epoch", "consumer_tag", "delivery_tag", "packet", "ts", "order",
+             "redelivered", "queue", "no_ack", "no_ack_known", "settle_packet", "settle_ts", "settle_order",
+             "settle_method", "settle_multiple", "settle_requeue", "latency_s", "outcome"]].reset_index(drop=True)
+    try:
+        cap._amqpcap_deliveries = out
+    except AttributeError:
+        pass
+    return out
+
+
+def _closed_after(m: pd.DataFrame, items: pd.DataFrame) -> np.ndarray:
+    """Whether the item's channel (or connection) closed after it: the broker requeues a closed
+    channel's unacked deliveries and forgets its unconfirmed publishes."""
+    closes = m[m["method"].isin(["channel.close", "channel.close-ok", "connection.close", "connection.close-ok"])]
+    if len(closes) == 0 or len(items) == 0:
+        return np.zeros(len(items), dtype=bool)
+    conn = closes["channel"].to_numpy() == 0
+    it = items[["order", "stream", "channel"]].reset_index(drop=True).assign(pos=lambda x: np.arange(len(x))).sort_values("order")
+    res = np.zeros(len(items), dtype=bool)
+    ch = closes[~conn][["order", "stream", "channel"]].rename(columns={"order": "c_order"}).sort_values("c_order")
+    a = pd.merge_asof(it, ch, left_on="order", right_on="c_order", by=["stream", "channel"], direction="forward")
+    res[a["pos"].to_numpy()] |= a["c_order"].notna().to_numpy()
+    cc = closes[conn][["order", "stream"]].rename(columns={"order": "c_order"}).sort_values("c_order")
+    b = pd.merge_asof(it, cc, left_on="order", right_on="c_order", by="stream", direction="forward")
+    res[b["pos"].to_numpy()] |= b["c_order"].notna().to_numpy()
+    return res
+
+
+def confirms(cap: Capture) -> pd.DataFrame:
+    """One row per basic.publish on a channel in confirm mode, with the broker's basic.ack or
+    basic.nack that confirmed it.
+
+    RabbitMQ publisher confirms: after confirm.select on a channel, publishes are numbered 1, 2, …
+    on that channel; the broker's basic.ack/basic.nack carry that number as delivery tag, with
+    ``multiple`` covering every lower unconfirmed number (a nack means the broker could not take
+    the message). Columns: stream, channel, epoch, seq, packet, ts, order, confirm_packet,
+    confirm_ts, confirm_method, confirm_multiple, latency_s, outcome (ack, nack, closed, unconfirmed)."""
+    m = methods(cap)
+    sel = m[(m["method"] == "confirm.select") & (m["direction"] == "c2s")]
+    cols = ["stream", "channel", "epoch", "seq", "packet", "ts", "order", "confirm_packet", "confirm_ts",
+            "confirm_method", "confirm_multiple", "latency_s", "outcome"]
+    if len(sel) == 0:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
+    first_sel = sel.groupby(KEY)["order"].min().rename("sel_order")
+    p = m[(m["method"] == "basic.publish") & (m["direction"] == "c2s")].join(first_sel, on=KEY, how="inner")
+    p = p[p["order"] > p["sel_order"]].sort_values("order").copy()
+    p["seq"] = p.groupby(KEY).cumcount().astype(np.int64) + 1
+    p["tag"] = p["seq"]
+    s = m[m["method"].isin(["basic.ack", "basic.nack"]) & (m["direction"] == "s2c")].copy()
+    s["tag"] = _tags(s["delivery_tag"])
+    s["multiple"] = s["multiple"].fillna(False).astype(bool)
+    s = s[s["tag"] >= 0].reset_index(drop=True)
+    row = match_settlements(p, s)
+    hit = row >= 0
+    sr = s.iloc[row[hit]]
+    p["confirm_packet"] = pd.array(np.full(len(p), pd.NA), dtype="Int64")
+    p.loc[p.index[hit], "confirm_packet"] = sr["packet"].to_numpy(np.int64)
+    p["confirm_ts"] = pd.Series(pd.NaT, index=p.index, dtype=p["ts"].dtype)
+    p.loc[p.index[hit], "confirm_ts"] = sr["ts"].to_numpy()
+    p["confirm_method"] = pd.Series(None, index=p.index, dtype=object)
+    p.loc[p.index[hit], "confirm_method"] = sr["method"].to_numpy(object)
+    p["confirm_multiple"] = pd.array(np.full(len(p), pd.NA), dtype="boolean")
+    p.loc[p.index[hit], "confirm_multiple"] = sr["multiple"].to_numpy(bool)
+    p["latency_s"] = (p["confirm_ts"] - p["ts"]).dt.total_seconds()
+    outcome = np.full(len(p), "unconfirmed", dtype=object)
+    outcome[hit] = np.where(sr["method"].to_numpy(object) == "basic.nack", "nack", "ack")
+    outcome[(~hit) & _closed_after(m, p)] = "closed"
+    p["outcome"] = outcome
+    return p[cols].reset_index(drop=True)
+
+
+def queue_backlog(cap: Capture) -> pd.DataFrame:
+    """Lower bound of each consumed queue's backlog over time, from what the capture shows.
+
+    A publish counts for queue Q when it goes to the default exchange with routing key Q, or to
+    an (exchange, routing key) that a queue.bind in the capture bound Q with (exact key: direct
+    exchanges; wildcards and fanout are not interpreted). Deliveries from Q subtract, nack/reject
+    with requeue add back. Messages already in Q when the capture started are unknown, so the
+    running sum is a lower bound of the backlog (never below 0). Columns: queue, order, ts,
+    backlog_min (messages, after that frame)."""
+    m = methods(cap)
+    d = deliveries(cap)
+    d = d[d["queue"].notna()]
+    empty = pd.DataFrame({"queue": pd.Series(dtype=object), "order": pd.Series(dtype=np.int64),
+                          "ts": pd.Series(dtype=m["ts"].dtype), "backlog_min": pd.Series(dtype=np.int64)})
+    if len(d) == 0:
+        return empty
+    queues = pd.unique(d["queue"])
+    binds = m[(m["method"] == "queue.bind") & m["queue"].isin(queues)][["queue", "exchange", "routing_key"]]
+    default = pd.DataFrame({"queue": queues, "exchange": "", "routing_key": queues})
+    routes = pd.concat([binds, default]).drop_duplicates()
+    pub = m[(m["method"] == "basic.publish") & (m["direction"] == "c2s")][["order", "ts", "exchange", "routing_key"]]
+    pub = pub.assign(exchange=pub["exchange"].fillna(""), routing_key=pub["routing_key"].fillna(""))
+    pub = pub.merge(routes, on=["exchange", "routing_key"])[["queue", "order", "ts"]].assign(delta=1)
+    out = d[["queue", "order", "ts"]].assign(delta=-1)
+    rq = d[d["settle_requeue"].fillna(False).to_numpy(bool)]
+    back = pd.DataFrame({"queue": rq["queue"].to_numpy(object), "order": rq["settle_order"].to_numpy(np.int64),
+                         "ts": rq["settle_ts"].to_numpy(), "delta": 1})
+    ev = pd.concat([pub, out, back], ignore_index=True)
+    ev = ev.groupby(["queue", "order"], sort=True).agg(ts=("ts", "first"), delta=("delta", "sum")).reset_index()
+    run = ev.groupby("queue")["delta"].cumsum()
+    # deliveries of messages older than the capture drive the sum negative; the true backlog is
+    # at least (published − delivered) since the lowest point of the running sum
+    floor = run.groupby(ev["queue"]).cummin().clip(upper=0)
+    ev["backlog_min"] = (run - floor).astype(np.int64)
+    return ev[["queue", "order", "ts", "backlog_min"]]
