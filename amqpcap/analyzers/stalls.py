@@ -1,0 +1,749 @@
+"""stalls: intervals where a connection direction went silent, and who is to blame.
+
+A *stall* is a silence of one direction of one connection (no new data segment) that is long
+both absolutely and relative to that direction's normal pacing and the connection's round trip.
+Each stall gets exactly one cause, the first of `CAUSES` whose evidence holds over the interval:
+what the capture cannot tell (a gap), TCP (receive window, loss), the broker (flow control), the
+consumer's credit (prefetch), the publisher's confirm window, and otherwise the application.
+Per direction it also reports the TCP numbers that separate "TCP's fault" from "broker's fault":
+segment→ACK times, retransmissions, zero windows, window-full segments, bytes in flight.
+
+Method and limits: docs/analyzers/stalls.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..analysis import AnalyzerResult, Finding, Plot, analyzer, packets_filter, stream_filter
+from ..capture import Capture
+
+# --- stall detection thresholds -------------------------------------------------------------
+#: A silence shorter than this is never a stall: below ~50 ms users do not notice, and Linux's
+#: 40 ms delayed ACK alone produces silences up to that length (the nagle analyzer's subject).
+MIN_STALL_S = 0.050
+#: ... and it must be this many times the direction's median gap between new-data segments,
+#: so a direction that normally talks every 200 ms (a slow, steady publisher, heartbeats) is not
+#: "stalled" each time it pauses as usual.
+GAP_FACTOR = 10.0
+#: ... and this many path round trips: a silence of a couple of RTTs is one request/response
+#: exchange on a long path, not a stall.
+RTT_FACTOR = 4.0
+#: A state (window full, blocked, at prefetch, confirms outstanding) is the cause of a stall only
+#: when it held for at least this share of the stall: a stall is blamed on what kept the
+#: direction silent for most of it, not on a coincidence at one end.
+CAUSE_SHARE = 0.5
+
+#: Causes, in the order they are checked (the first that holds wins).
+CAUSES = (
+    "capture-gap",  # the capture lost bytes of this connection inside the interval: unknowable
+    "receiver-window",  # peer advertised a zero window, or bytes in flight filled its window
+    "retransmission",  # segments of this direction were retransmitted inside it: TCP loss recovery
+    "broker-flow",  # connection.blocked / channel.flow active=false (also: publishers blocked)
+    "consumer-prefetch",  # s2c: a consumer of the connection had unacked == prefetch
+    "publisher-confirms",  # c2s: publishes awaiting a confirm were outstanding
+    "idle",  # none of the above: the application had nothing to send (or did not send it)
+)
+
+# --- finding thresholds ---------------------------------------------------------------------
+#: receiver-window: stalled time on full/zero windows that makes it a warning (a few window-full
+#: moments that cost no noticeable time are only info) ...
+RECEIVER_WINDOW_WARNING_S = 0.2
+#: ... and the share of the affected connections' lifetime that makes it critical.
+RECEIVER_WINDOW_CRITICAL_SHARE = 0.25
+#: publisher-blocked: any block is at least a warning (a resource alarm fired); a block this long
+#: (or one still active when the capture ends) is critical: publishers waited for seconds.
+PUBLISHER_BLOCKED_CRITICAL_S = 1.0
+#: capture-gaps: at most this many gaps missing less than WARNING_SHARE of the affected streams'
+#: bytes is info (a rare drop does not change conclusions); beyond, a warning; a capture
+#: missing CRITICAL_SHARE of the bytes cannot support conclusions about those streams.
+CAPTURE_GAPS_INFO_MAX = 2
+CAPTURE_GAPS_WARNING_SHARE = 0.001
+CAPTURE_GAPS_CRITICAL_SHARE = 0.10
+
+#: Plots: connections/directions drawn in the window plot, rows in the timeline, and the number
+#: of time bins a long series is aggregated into (so millions of packets draw in seconds).
+PLOT_MAX_DIRECTIONS = 6
+PLOT_MAX_TIMELINE_ROWS = 40
+PLOT_BINS = 2000
+
+DIRS = np.array(["c2s", "s2c"])
+FIN_SYN_RST = 0x07
+SYN = 0x02
+ACK = 0x10
+
+STALL_COLUMNS = ["stream", "direction", "start_ts", "end_ts", "duration_s", "cause", "first_packet", "last_packet",
+                 "threshold_s", "detail"]
+TCP_COLUMNS = ["stream", "direction", "data_packets", "data_bytes", "retransmissions", "zero_window_ads",
+               "window_full_segments", "bytes_in_flight_max", "peer_window_min_bytes", "peer_window_max_bytes",
+               "rtt_samples", "rtt_min_s", "rtt_p50_s", "rtt_p90_s", "path_rtt_s", "median_gap_s", "stall_count",
+               "stall_total_s"]
+CAUSE_COLORS = {"capture-gap": "#7f7f7f", "receiver-window": "#d62728", "retransmission": "#ff7f0e",
+                "broker-flow": "#9467bd", "consumer-prefetch": "#1f77b4", "publisher-confirms": "#17becf",
+                "idle": "#bcbd22"}
+
+
+# --- interval helpers -------------------------------------------------------------------------
+
+
+def _union(iv: pd.DataFrame) -> pd.DataFrame:
+    """Merge overlapping intervals per (stream, d): columns stream, d, start, end (seconds)."""
+    iv = iv[["stream", "d", "start", "end"]].astype({"stream": np.int64, "d": np.int64, "start": float, "end": float})
+    iv = iv[iv["end"] > iv["start"]].sort_values(["stream", "d", "start"], kind="mergesort")
+    if iv.empty:
+        return iv[["stream", "d", "start", "end"]].reset_index(drop=True)
+    keys = [iv["stream"], iv["d"]]
+    prev_end = iv["end"].groupby(keys).cummax().groupby(keys).shift()
+    new = prev_end.isna() | (iv["start"] > prev_end)
+    gid = new.cumsum().to_numpy()
+    return iv.groupby(gid).agg(stream=("stream", "first"), d=("d", "first"), start=("start", "min"),
+                               end=("end", "max")).reset_index(drop=True)
+
+
+def _overlap_s(stalls: pd.DataFrame, iv: pd.DataFrame) -> np.ndarray:
+    """Seconds of each stall [start, end] covered by the intervals of the same (stream, d)."""
+    out = np.zeros(len(stalls))
+    if stalls.empty or iv.empty:
+        return out
+    iv = _union(iv)
+    ivg = iv.groupby(["stream", "d"]).indices
+    s_all, e_all = iv["start"].to_numpy(), iv["end"].to_numpy()
+    for key, spos in stalls.groupby(["stream", "d"]).indices.items():  # per connection direction
+        ipos = ivg.get(key)
+        if ipos is None:
+            continue
+        s, e = s_all[ipos], e_all[ipos]
+        cum = np.concatenate([[0.0], np.cumsum(e - s)])
+
+        def covered(x):  # covered time in (-inf, x]
+            k = np.searchsorted(s, x, side="right") - 1
+            kk = np.maximum(k, 0)
+            return np.where(k < 0, 0.0, cum[kk] + np.clip(x - s[kk], 0.0, e[kk] - s[kk]))
+
+        out[spos] = covered(stalls["end"].to_numpy()[spos]) - covered(stalls["start"].to_numpy()[spos])
+    return out
+
+
+def _count_in(stalls: pd.DataFrame, ev: pd.DataFrame, closed_end: bool = True) -> np.ndarray:
+    """Events (stream, d, t) inside each stall: start < t <= end (or < end)."""
+    out = np.zeros(len(stalls), dtype=np.int64)
+    if stalls.empty or ev.empty:
+        return out
+    ev = ev[["stream", "d", "t"]].astype({"stream": np.int64, "d": np.int64, "t": float})
+    ev = ev.sort_values(["stream", "d", "t"], kind="mergesort")
+    evg = ev.groupby(["stream", "d"]).indices
+    t_all = ev["t"].to_numpy()
+    for key, spos in stalls.groupby(["stream", "d"]).indices.items():
+        epos = evg.get(key)
+        if epos is None:
+            continue
+        t = t_all[epos]
+        hi = np.searchsorted(t, stalls["end"].to_numpy()[spos], side="right" if closed_end else "left")
+        lo = np.searchsorted(t, stalls["start"].to_numpy()[spos], side="right")
+        out[spos] = hi - lo
+    return out
+
+
+def _empty_iv(cols: list[str]) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=float if c in ("start", "end") else np.int64) for c in cols})
+
+
+def _steps_to_intervals(df: pd.DataFrame, group: list[str], state: str, stream_end: pd.Series) -> pd.DataFrame:
+    """A step function (rows sorted by t within `group`; `state` holds from a row's t until the
+    next row's) as intervals where the state is true; the last step lasts to the stream's end."""
+    nxt = df.groupby(group, sort=False)["t"].shift(-1)
+    nxt = nxt.fillna(df["stream"].map(stream_end))
+    on = df[state].to_numpy(dtype=bool)
+    return pd.DataFrame({"stream": df["stream"].to_numpy()[on], "start": df["t"].to_numpy()[on],
+                         "end": nxt.to_numpy()[on]})
+
+
+# --- per-packet TCP state -------------------------------------------------------------------
+
+
+def _packets(cap: Capture, t0: pd.Timestamp) -> pd.DataFrame:
+    """Packets sorted by (stream, time, packet) with the state of both directions at each one:
+    for sender direction D, its highest sequence sent, the peer's latest ACK and window."""
+    p = cap.packets
+    df = pd.DataFrame({
+        "packet": p["packet"].to_numpy(np.int64),
+        "stream": p["stream"].to_numpy(np.int64),
+        "d": (p["direction"] == "s2c").to_numpy(np.int8),
+        "t": (p["ts"] - t0).dt.total_seconds().to_numpy(),
+        "payload": p["payload_bytes"].to_numpy(np.int64),
+        "seq": p["seq"].to_numpy(np.int64),
+        "ack": p["ack"].to_numpy(np.int64),
+        "flags": p["flags"].to_numpy(np.int64),
+        "window": p["window"].to_numpy(np.int64),
+        "retrans": p["retransmission"].to_numpy(bool),
+    })
+    # File order is not always time order (several interfaces): sort by time within a stream.
+    df = df.iloc[np.lexsort((df["packet"].to_numpy(), df["t"].to_numpy(), df["stream"].to_numpy()))]
+    df = df.reset_index(drop=True)
+    scaled = cap.connections.set_index("stream")["handshake_seen"]
+    # Without both SYNs the window field may be unscaled: only zero windows are trustworthy then.
+    df["scaled"] = df["stream"].map(scaled).fillna(False).astype(bool)
+    df["data"] = df["payload"] > 0
+    df["new_data"] = df["data"] & ~df["retrans"]
+    df["end_seq"] = df["seq"] + df["payload"]
+    ack_flag = (df["flags"] & ACK) != 0
+    ctl = (df["flags"] & FIN_SYN_RST) != 0
+    df["zero_window"] = (df["window"] == 0) & ~ctl  # Wireshark's tcp.analysis.zero_window
+    by = df["stream"]
+    for D in (0, 1):
+        mine = df["d"] == D
+        sent = df["end_seq"].where(mine & df["data"]).groupby(by).cummax().groupby(by).ffill()
+        peer_ack = df["ack"].where(~mine & ack_flag).groupby(by).cummax().groupby(by).ffill()
+        # SYN windows are never scaled: skip them.
+        peer_win = df["window"].where(~mine & ((df["flags"] & SYN) == 0)).groupby(by).ffill()
+        inflight = (sent - peer_ack).clip(lower=0)
+        df[f"inflight{D}"] = inflight
+        df[f"peer_win{D}"] = peer_win
+        # The sender may not send: the peer's window is zero, or what is unacknowledged fills it.
+        df[f"limited{D}"] = (peer_win == 0) | (df["scaled"] & (inflight >= peer_win) & (peer_win > 0))
+        full = mine & df["data"] & ~ctl & df["scaled"]
+        # Wireshark's tcp.analysis.window_full: the segment reaches the right edge of the window
+        # the peer last advertised (its ACK + window; on a row of D these are the peer's latest).
+        df[f"wfull{D}"] = full & (df["end_seq"] == peer_ack + peer_win)
+    return df
+
+
+def _rtt(df: pd.DataFrame) -> pd.DataFrame:
+    """Segment→ACK time samples: each new-data segment to the first later peer packet whose ACK
+    covers its last byte (retransmitted segments excluded, Karn)."""
+    rows = []
+    streams, first = np.unique(df["stream"].to_numpy(), return_index=True)
+    bounds = np.append(first, len(df))
+    t_all, d_all = df["t"].to_numpy(), df["d"].to_numpy()
+    ack_all, end_all = df["ack"].to_numpy(), df["end_seq"].to_numpy()
+    nd_all = df["new_data"].to_numpy()
+    ackf_all = (df["flags"].to_numpy() & ACK) != 0
+    for i, s in enumerate(streams):  # per connection
+        a, b = bounds[i], bounds[i + 1]
+        t, d, ackv, endv, nd, ackf = t_all[a:b], d_all[a:b], ack_all[a:b], end_all[a:b], nd_all[a:b], ackf_all[a:b]
+        for D in (0, 1):
+            seg = np.flatnonzero(nd & (d == D))
+            acks = np.flatnonzero(ackf & (d != D))
+            if not len(seg) or not len(acks):
+                continue
+            cm = np.maximum.accumulate(ackv[acks])
+            # First peer ACK at or beyond the segment's end, and after the segment itself.
+            k = np.maximum(np.searchsorted(cm, endv[seg], side="left"), np.searchsorted(acks, seg, side="right"))
+            ok = k < len(acks)
+            rows.append(pd.DataFrame({"stream": s, "d": D, "rtt_s": t[acks[k[ok]]] - t[seg[ok]]}))
+    if not rows:
+        return pd.DataFrame({"stream": pd.Series(dtype=np.int64), "d": pd.Series(dtype=np.int8),
+                             "rtt_s": pd.Series(dtype=float)})
+    return pd.concat(rows, ignore_index=True)
+
+
+# --- cause states as intervals --------------------------------------------------------------
+
+
+def _frames(cap: Capture, t0: pd.Timestamp) -> pd.DataFrame:
+    f = cap.frames
+    return pd.DataFrame({
+        "packet": f["packet"].to_numpy(np.int64),
+        "stream": f["stream"].to_numpy(np.int64),
+        "d": (f["direction"] == "s2c").to_numpy(np.int8),
+        "t": (f["ts"] - t0).dt.total_seconds().to_numpy(),
+        "channel": f["channel"].to_numpy(np.int64),
+        "method": f["method"].astype(object).to_numpy(),
+    }), f
+
+
+def _blocked(cap: Capture, fr: pd.DataFrame, f: pd.DataFrame, stream_end: pd.Series) -> pd.DataFrame:
+    """connection.blocked → connection.unblocked intervals per stream (broker → client), with the
+    reason and the packets; a block never lifted lasts to the connection's last packet."""
+    m = fr["method"].isin(["connection.blocked", "connection.unblocked"]) & (fr["d"] == 1)
+    ev = fr[m].assign(reason=f["reason"].astype(object).to_numpy()[m.to_numpy()])
+    ev = ev.sort_values(["stream", "t"], kind="mergesort")
+    ev["blocked"] = ev["method"] == "connection.blocked"
+    # Only state changes matter (a repeated connection.blocked does not restart the block).
+    ev = ev[ev["blocked"] != ev.groupby("stream")["blocked"].shift().fillna(False).astype(bool)]
+    start = ev[ev["blocked"]]
+    nxt = ev.groupby("stream")[["t", "packet"]].shift(-1)
+    out = pd.DataFrame({
+        "stream": start["stream"].to_numpy(),
+        "start": start["t"].to_numpy(),
+        "end": nxt.loc[start.index, "t"].fillna(start["stream"].map(stream_end)).to_numpy(),
+        "blocked_packet": start["packet"].to_numpy(),
+        "unblocked_packet": nxt.loc[start.index, "packet"].to_numpy(),
+        "reason": start["reason"].to_numpy(),
+    })
+    out["lifted"] = out["unblocked_packet"].notna()
+    return out
+
+
+def _channel_flow(fr: pd.DataFrame, f: pd.DataFrame, stream_end: pd.Series) -> pd.DataFrame:
+    """channel.flow active=false → active=true: the receiving side must stop sending content, so
+    the stopped direction is the opposite of the frame's sender."""
+    m = (fr["method"] == "channel.flow").to_numpy()
+    if not m.any():
+        return _empty_iv(["stream", "d", "start", "end"])
+    ev = fr[m].assign(stop=~f["active"].to_numpy()[m].astype(bool))
+    ev = ev.sort_values(["stream", "d", "channel", "t"], kind="mergesort")
+    iv = _steps_to_intervals(ev, ["stream", "d", "channel"], "stop", stream_end)
+    iv["d"] = 1 - ev.loc[ev["stop"], "d"].to_numpy()
+    return iv
+
+
+def _confirm_outstanding(fr: pd.DataFrame, f: pd.DataFrame, stream_end: pd.Series) -> pd.DataFrame:
+    """Intervals where a channel in confirm mode had publishes awaiting basic.ack/nack."""
+    sel = fr[(fr["method"] == "confirm.select") & (fr["d"] == 0)].groupby(["stream", "channel"])["t"].min()
+    if sel.empty:
+        return _empty_iv(["stream", "start", "end"])
+    sel = sel.rename("select_t").reset_index()
+    pubs = fr[(fr["method"] == "basic.publish") & (fr["d"] == 0)].merge(sel, on=["stream", "channel"])
+    pubs = pubs[pubs["t"] >= pubs["select_t"]].sort_values(["stream", "channel", "t"], kind="mergesort")
+    # Publish sequence numbers count from 1 after confirm.select, per channel.
+    pubs["seq"] = pubs.groupby(["stream", "channel"]).cumcount() + 1
+    am = (fr["method"].isin(["basic.ack", "basic.nack"]) & (fr["d"] == 1)).to_numpy()
+    acks = fr[am].assign(tag=f["delivery_tag"].to_numpy()[am].astype("float64"),
+                         multiple=f["multiple"].to_numpy()[am].astype("boolean").fillna(False).to_numpy(bool))
+    acks = acks.merge(sel[["stream", "channel"]], on=["stream", "channel"]).sort_values(["stream", "channel", "t"])
+    # A single confirm settles its own tag ...
+    single = acks[~acks["multiple"]].groupby(["stream", "channel", "tag"])["t"].min().rename("single_t")
+    pubs = pubs.merge(single, left_on=["stream", "channel", "seq"], right_index=True, how="left")
+    # ... a multiple one every tag up to it: the first multiple confirm whose running maximum tag
+    # reaches the publish's number (per channel in confirm mode: a few).
+    pubs["multi_t"] = np.nan
+    mult = acks[acks["multiple"]]
+    pg = pubs.groupby(["stream", "channel"]).indices
+    for key, mpos in mult.groupby(["stream", "channel"]).indices.items():
+        ppos = pg.get(key)
+        if ppos is None:
+            continue
+        cm = np.maximum.accumulate(mult["tag"].to_numpy()[mpos])
+        k = np.searchsorted(cm, pubs["seq"].to_numpy()[ppos], side="left")
+        ok = k < len(mpos)
+        mt = np.full(len(ppos), np.nan)
+        mt[ok] = mult["t"].to_numpy()[mpos][k[ok]]
+        pubs.iloc[ppos, pubs.columns.get_loc("multi_t")] = mt
+    confirm_t = np.fmin(pubs["single_t"].to_numpy(float), pubs["multi_t"].to_numpy(float))
+    confirm_t = np.where(np.isnan(confirm_t), pubs["stream"].map(stream_end).to_numpy(float), confirm_t)
+    ev = pd.concat([
+        pd.DataFrame({"stream": pubs["stream"].to_numpy(), "channel": pubs["channel"].to_numpy(),
+                      "t": pubs["t"].to_numpy(), "delta": 1}),
+        pd.DataFrame({"stream": pubs["stream"].to_numpy(), "channel": pubs["channel"].to_numpy(),
+                      "t": confirm_t, "delta": -1}),
+    ]).sort_values(["stream", "channel", "t", "delta"], kind="mergesort").reset_index(drop=True)
+    ev["outstanding"] = ev.groupby(["stream", "channel"])["delta"].cumsum() > 0
+    return _steps_to_intervals(ev, ["stream", "channel"], "outstanding", stream_end)
+
+
+def _prefetch_limited(cap: Capture, t0: pd.Timestamp, stream_end: pd.Series) -> pd.DataFrame | None:
+    """Intervals where a consumer had unacked == prefetch (from the consumers analyzer); None when
+    that analyzer is not available."""
+    try:
+        from .consumers import consumer_state  # written in parallel: optional
+    except ImportError:
+        return None
+    st = consumer_state(cap)
+    need = {"stream", "channel", "consumer_tag", "ts", "unacked", "prefetch"}
+    if st is None or not need <= set(st.columns):
+        return None
+    st = pd.DataFrame({
+        "stream": st["stream"].to_numpy(np.int64),
+        "channel": st["channel"].to_numpy(np.int64),
+        "tag": st["consumer_tag"].astype(object).to_numpy(),
+        "t": (st["ts"] - t0).dt.total_seconds().to_numpy(),
+        "at_limit": (pd.to_numeric(st["prefetch"], errors="coerce").fillna(0).to_numpy() > 0)
+        & (pd.to_numeric(st["unacked"], errors="coerce").fillna(-1).to_numpy()
+           >= pd.to_numeric(st["prefetch"], errors="coerce").fillna(np.inf).to_numpy()),
+    }).sort_values(["stream", "channel", "tag", "t"], kind="mergesort").reset_index(drop=True)
+    return _steps_to_intervals(st, ["stream", "channel", "tag"], "at_limit", stream_end)
+
+
+# --- the analyzer -----------------------------------------------------------------------------
+
+
+@analyzer("stalls")
+def stalls(cap: Capture) -> AnalyzerResult:
+    """Silent intervals per connection direction and their cause; RTT, retransmissions, windows."""
+    p = cap.packets
+    t0 = p["ts"].min() if len(p) else pd.Timestamp(0, tz="UTC")
+    df = _packets(cap, t0)
+    stream_end = df.groupby("stream")["t"].max()
+    stream_start = df.groupby("stream")["t"].min()
+
+    # RTT per direction, and the path RTT: each direction's minimum segment→ACK time is the
+    # part of the round trip on one side of the capture point; together they make one RTT.
+    rtt = _rtt(df)
+    rg = rtt.groupby(["stream", "d"])["rtt_s"]
+    rtt_stats = pd.DataFrame({"rtt_samples": rg.size(), "rtt_min_s": rg.min(), "rtt_p50_s": rg.median(),
+                              "rtt_p90_s": rg.quantile(0.9)})
+    path_rtt = rtt_stats["rtt_min_s"].groupby(level="stream").sum(min_count=2)
+
+    # Silences: gaps between consecutive new-data segments of a direction.
+    nd = df[df["new_data"]]
+    keys = [nd["stream"], nd["d"]]
+    prev_t = nd.groupby(keys)["t"].shift()
+    prev_packet = nd.groupby(keys)["packet"].shift()
+    gap = nd["t"] - prev_t
+    median_gap = gap.groupby(keys).transform("median")
+    rtt_term = RTT_FACTOR * nd["stream"].map(path_rtt).fillna(0.0)
+    threshold = np.maximum(np.maximum(MIN_STALL_S, GAP_FACTOR * median_gap.fillna(0.0)), rtt_term)
+    is_stall = (gap >= threshold).to_numpy()
+    st = pd.DataFrame({
+        "stream": nd["stream"].to_numpy()[is_stall], "d": nd["d"].to_numpy()[is_stall],
+        "start": prev_t.to_numpy()[is_stall], "end": nd["t"].to_numpy()[is_stall],
+        "first_packet": prev_packet.to_numpy()[is_stall].astype(np.int64),
+        "last_packet": nd["packet"].to_numpy()[is_stall], "threshold_s": threshold.to_numpy()[is_stall],
+    })
+    st["duration_s"] = st["end"] - st["start"]
+
+    # Evidence for each cause over each stall.
+    gaps = cap.anomalies[cap.anomalies["kind"] == "capture-gap"]
+    gap_ev = pd.DataFrame({"stream": gaps["stream"].to_numpy(np.int64),
+                           "t": (gaps["ts"] - t0).dt.total_seconds().to_numpy()})
+    # A gap in either direction hides what the window and ACKs did: both directions uncertain.
+    gap_ev = pd.concat([gap_ev.assign(d=0), gap_ev.assign(d=1)], ignore_index=True)
+    st["gaps_n"] = _count_in(st, gap_ev)
+
+    nxt_t = df.groupby("stream")["t"].shift(-1).fillna(df["stream"].map(stream_end))
+    lim = []
+    for D in (0, 1):
+        on = df[f"limited{D}"].to_numpy(bool)
+        lim.append(pd.DataFrame({"stream": df["stream"].to_numpy()[on], "d": D, "start": df["t"].to_numpy()[on],
+                                 "end": nxt_t.to_numpy()[on]}))
+    st["window_s"] = _overlap_s(st, pd.concat(lim, ignore_index=True))
+    zw = df[df["zero_window"]]
+    st["zero_window_n"] = _count_in(st, pd.DataFrame({"stream": zw["stream"], "d": 1 - zw["d"], "t": zw["t"]}))
+    rt = df[df["retrans"] & df["data"]]
+    st["retrans_n"] = _count_in(st, rt[["stream", "d", "t"]], closed_end=False)
+
+    fr, f = _frames(cap, t0)
+    blocked = _blocked(cap, fr, f, stream_end)
+    flow = pd.concat([blocked.assign(d=0)[["stream", "d", "start", "end"]],
+                      _channel_flow(fr, f, stream_end)], ignore_index=True)
+    st["flow_s"] = _overlap_s(st, flow)
+    # A memory/disk alarm blocks every publisher: consumers then get nothing new to deliver. A
+    # silent consumer direction during a block elsewhere is blamed on the alarm too.
+    consumers_streams = np.unique(fr.loc[fr["method"] == "basic.deliver", "stream"].to_numpy())
+    if len(blocked) and len(consumers_streams):
+        xb = pd.concat([blocked[["start", "end"]].assign(stream=s, d=1) for s in consumers_streams],
+                       ignore_index=True)
+        st["flow_s"] = np.maximum(st["flow_s"].to_numpy(), _overlap_s(st, xb))
+
+    pref = _prefetch_limited(cap, t0, stream_end)
+    st["prefetch_s"] = _overlap_s(st, pref.assign(d=1)) if pref is not None else 0.0
+    conf = _confirm_outstanding(fr, f, stream_end)
+    st["confirm_s"] = _overlap_s(st, conf.assign(d=0)) if len(conf) else 0.0
+
+    share = lambda col: st[col] >= CAUSE_SHARE * st["duration_s"]  # noqa: E731
+    conds = [st["gaps_n"] > 0, share("window_s") | (st["zero_window_n"] > 0), st["retrans_n"] > 0,
+             share("flow_s"), share("prefetch_s") & (st["d"] == 1), share("confirm_s") & (st["d"] == 0)]
+    st["cause"] = np.select(conds, list(CAUSES[:-1]), default=CAUSES[-1]) if len(st) else []
+    r3 = lambda col: st[col].round(3).astype(str)  # noqa: E731
+    details = [
+        st["gaps_n"].astype(str) + " capture gap(s) on this connection inside it",
+        "peer advertised a zero window " + st["zero_window_n"].astype(str) + " time(s); window full or zero for "
+        + r3("window_s") + " s",
+        st["retrans_n"].astype(str) + " retransmitted segment(s) inside it",
+        "flow control (connection.blocked / channel.flow) active for " + r3("flow_s") + " s",
+        "a consumer at its prefetch limit for " + r3("prefetch_s") + " s",
+        "publishes awaiting confirms for " + r3("confirm_s") + " s",
+        pd.Series("no window, flow, prefetch or confirm limit: the application sent nothing", index=st.index),
+    ]
+    st["detail"] = np.select(conds + [np.ones(len(st), bool)], details, default="") if len(st) else []
+
+    stalls_tbl = pd.DataFrame({
+        "stream": st["stream"].astype(np.int32),
+        "direction": pd.Categorical(DIRS[st["d"].to_numpy(int)], categories=list(DIRS)),
+        "start_ts": t0 + pd.to_timedelta(st["start"], unit="s"),
+        "end_ts": t0 + pd.to_timedelta(st["end"], unit="s"),
+        "duration_s": st["duration_s"],
+        "cause": pd.Categorical(st["cause"], categories=list(CAUSES)),
+        "first_packet": st["first_packet"].astype(np.int32),
+        "last_packet": st["last_packet"].astype(np.int32),
+        "threshold_s": st["threshold_s"],
+        "detail": st["detail"].astype(object),
+    }, columns=STALL_COLUMNS).sort_values(["start_ts", "stream"], kind="mergesort").reset_index(drop=True)
+
+    tcp = _tcp_table(df, rtt_stats, path_rtt, nd, gap, st)
+    summary = _summary(stalls_tbl, tcp, rtt, pref is None)
+    findings = [x for x in (_receiver_window(stalls_tbl, tcp, cap, df),
+                            _publisher_blocked(blocked, fr, t0, cap),
+                            _capture_gaps(gaps, cap, stalls_tbl)) if x is not None]
+    plots = [
+        Plot("stalls-window", "Peer window and bytes in flight", lambda path: _plot_window(path, df, tcp, stalls_tbl, t0)),
+        Plot("stalls-timeline", "Stalls by cause", lambda path: _plot_timeline(path, stalls_tbl, t0)),
+    ]
+    return AnalyzerResult("stalls", tables={"stalls": stalls_tbl, "tcp": tcp}, summary=summary, findings=findings,
+                          plots=plots)
+
+
+def _tcp_table(df, rtt_stats, path_rtt, nd, gap, st) -> pd.DataFrame:
+    data = df["data"]
+    mine = df["d"].to_numpy() == 0
+    wfull = np.where(mine, df["wfull0"].to_numpy(bool), df["wfull1"].to_numpy(bool))
+    inflight = np.where(mine & df["data"].to_numpy(), df["inflight0"].to_numpy(float),
+                        np.where(~mine & df["data"].to_numpy(), df["inflight1"].to_numpy(float), np.nan))
+    peer_win = np.where(mine, df["peer_win0"].to_numpy(float), df["peer_win1"].to_numpy(float))
+    cols = pd.DataFrame({"stream": df["stream"], "d": df["d"], "data": data, "payload": df["payload"],
+                         "retrans": df["retrans"] & data, "zero_window": df["zero_window"], "wfull": wfull,
+                         "inflight": inflight, "peer_win": peer_win})
+    agg = cols.groupby(["stream", "d"]).agg(
+        data_packets=("data", "sum"), data_bytes=("payload", "sum"), retransmissions=("retrans", "sum"),
+        zero_window_ads=("zero_window", "sum"), window_full_segments=("wfull", "sum"),
+        bytes_in_flight_max=("inflight", "max"), peer_window_min_bytes=("peer_win", "min"),
+        peer_window_max_bytes=("peer_win", "max"))
+    agg = agg.join(rtt_stats, how="left")
+    agg["path_rtt_s"] = agg.index.get_level_values("stream").map(path_rtt)
+    agg["median_gap_s"] = gap.groupby([nd["stream"], nd["d"]]).median()
+    sg = st.groupby(["stream", "d"])["duration_s"]
+    agg["stall_count"] = sg.size()
+    agg["stall_total_s"] = sg.sum()
+    agg = agg.reset_index()
+    out = pd.DataFrame({
+        "stream": agg["stream"].astype(np.int32),
+        "direction": pd.Categorical(DIRS[agg["d"].to_numpy(int)], categories=list(DIRS)),
+    })
+    for c in TCP_COLUMNS[2:]:
+        out[c] = agg[c]
+    for c in ("data_packets", "data_bytes", "retransmissions", "zero_window_ads", "window_full_segments",
+              "stall_count"):
+        out[c] = out[c].fillna(0).astype(np.int64)
+    for c in ("bytes_in_flight_max", "peer_window_min_bytes", "peer_window_max_bytes", "rtt_samples"):
+        out[c] = out[c].astype("Int64")
+    out["stall_total_s"] = out["stall_total_s"].fillna(0.0)
+    return out
+
+
+def _summary(stalls_tbl: pd.DataFrame, tcp: pd.DataFrame, rtt: pd.DataFrame, prefetch_skipped: bool) -> dict:
+    by = stalls_tbl.groupby("cause", observed=False)["duration_s"]
+    rtt_dir = {}
+    for D, name in enumerate(DIRS):
+        r = rtt.loc[rtt["d"] == D, "rtt_s"]
+        rtt_dir[str(name)] = {"samples": int(len(r)), "p50_s": float(r.median()) if len(r) else None,
+                              "p90_s": float(r.quantile(0.9)) if len(r) else None}
+    return {"stalls": {
+        "count": int(len(stalls_tbl)),
+        "total_s": float(stalls_tbl["duration_s"].sum()),
+        "by_cause": {c: {"count": int(by.size().get(c, 0)), "total_s": float(by.sum().get(c, 0.0))} for c in CAUSES},
+        "causes_skipped": ["consumer-prefetch"] if prefetch_skipped else [],
+        "thresholds": {"min_stall_s": MIN_STALL_S, "gap_factor": GAP_FACTOR, "rtt_factor": RTT_FACTOR,
+                       "cause_share": CAUSE_SHARE},
+        "rtt": rtt_dir,
+        "retransmissions": int(tcp["retransmissions"].sum()),
+        "zero_window_ads": int(tcp["zero_window_ads"].sum()),
+        "window_full_segments": int(tcp["window_full_segments"].sum()),
+        "bytes_in_flight_max": int(tcp["bytes_in_flight_max"].max()) if tcp["bytes_in_flight_max"].notna().any() else None,
+    }}
+
+
+def _lifetime_s(cap: Capture, streams) -> float:
+    c = cap.connections[cap.connections["stream"].isin(list(streams))]
+    return float((c["last_ts"] - c["first_ts"]).dt.total_seconds().sum())
+
+
+def _receiver_window(stalls_tbl: pd.DataFrame, tcp: pd.DataFrame, cap: Capture, df: pd.DataFrame) -> Finding | None:
+    rw = stalls_tbl[stalls_tbl["cause"] == "receiver-window"]
+    zero = int(tcp["zero_window_ads"].sum())
+    if rw.empty and zero == 0:
+        return None
+    streams = sorted(set(rw["stream"].tolist()) | set(tcp.loc[tcp["zero_window_ads"] > 0, "stream"].tolist()))
+    total = float(rw["duration_s"].sum())
+    share = total / max(_lifetime_s(cap, streams), 1e-9)
+    if share >= RECEIVER_WINDOW_CRITICAL_SHARE:
+        severity = "critical"
+    elif total >= RECEIVER_WINDOW_WARNING_S:
+        severity = "warning"
+    else:
+        severity = "info"
+    s2c = rw["direction"] == "s2c"
+    s2c_s, c2s_s = float(rw.loc[s2c, "duration_s"].sum()), float(rw.loc[~s2c, "duration_s"].sum())
+    t = tcp[tcp["stream"].isin(streams)]
+    # Zero windows advertised by the receiver side, and segments that filled the window.
+    zw_packets = df.loc[df["zero_window"] & df["stream"].isin(streams), "packet"].head(5).tolist()
+    longest = rw.nlargest(3, "duration_s")
+    if rw.empty:
+        title = f"Receive windows reached zero {zero} times but stalled no traffic longer than the threshold"
+    elif s2c_s >= c2s_s:
+        title = (f"The client stopped reading: broker→client traffic waited {s2c_s:.2f} s on a zero or full "
+                 f"receive window ({len(rw)} stalls)")
+    else:
+        title = (f"The broker stopped reading: client→broker traffic waited {c2s_s:.2f} s on a zero or full "
+                 f"receive window ({len(rw)} stalls)")
+    evidence = {
+        "stalls": int(len(rw)),
+        "stalled_s": total,
+        "stalled_s2c_s": s2c_s,
+        "stalled_c2s_s": c2s_s,
+        "longest_stall_s": float(rw["duration_s"].max()) if len(rw) else 0.0,
+        "stalled_share_of_lifetime": share,
+        "zero_window_ads": zero,
+        "window_full_segments": int(t["window_full_segments"].sum()),
+        "peer_window_min_bytes": int(t["peer_window_min_bytes"].min()) if t["peer_window_min_bytes"].notna().any() else None,
+        "peer_window_max_bytes": int(t["peer_window_max_bytes"].max()) if t["peer_window_max_bytes"].notna().any() else None,
+        "streams": streams,
+        "packets": sorted(set(longest["first_packet"].tolist() + longest["last_packet"].tolist() + zw_packets)),
+        "filter": f"{stream_filter(streams)} && (tcp.analysis.zero_window || tcp.analysis.window_full)",
+    }
+    if s2c_s >= c2s_s:
+        advice = ("The client application, or its socket receive buffer, does not keep up: it left the socket "
+                  "unread while the broker had data for it. Do not do slow work on the connection's I/O thread "
+                  "(blocking callbacks, synchronous DB calls, long GC pauses); hand messages to a worker pool. "
+                  "Do not pin a small SO_RCVBUF (let kernel autotuning grow it; see peer_window_max_bytes). "
+                  "Lower the prefetch (basic.qos) so less data piles up unread.")
+    else:
+        advice = ("The broker is not reading this connection fast enough: RabbitMQ stops reading publishers "
+                  "under credit-based flow control (state 'flow' in the management UI) or when overloaded. "
+                  "Check broker CPU, the length of the target queues and disk I/O; spread publishers over more "
+                  "queues, or publish more slowly.")
+    return Finding("receiver-window", severity, title, evidence, advice, impact=min(share, 1.0))
+
+
+def _publisher_blocked(blocked: pd.DataFrame, fr: pd.DataFrame, t0: pd.Timestamp, cap: Capture) -> Finding | None:
+    if blocked.empty:
+        return None
+    dur = blocked["end"] - blocked["start"]
+    total, longest = float(dur.sum()), float(dur.max())
+    open_end = bool((~blocked["lifted"]).any())
+    severity = "critical" if longest >= PUBLISHER_BLOCKED_CRITICAL_S or open_end else "warning"
+    streams = sorted(blocked["stream"].unique().tolist())
+    reasons = sorted({str(r) for r in blocked["reason"] if isinstance(r, str)})
+    # Publishes the clients still wrote while blocked: they pile up in socket buffers.
+    pubs = fr[(fr["method"] == "basic.publish") & (fr["d"] == 0)]
+    during = _count_in(blocked.assign(d=0)[["stream", "d", "start", "end"]].reset_index(drop=True),
+                       pubs[["stream", "d", "t"]]).sum()
+    packets = blocked["blocked_packet"].tolist() + blocked["unblocked_packet"].dropna().astype(int).tolist()
+    evidence = {
+        "blocks": int(len(blocked)),
+        "blocked_s": total,
+        "longest_blocked_s": longest,
+        "first_blocked_at_s": float(blocked["start"].min()),
+        "reasons": reasons,
+        "still_blocked_at_end": open_end,
+        "publishes_while_blocked": int(during),
+        "streams": streams,
+        "packets": sorted(int(x) for x in packets)[:20],
+        "filter": f"{stream_filter(streams)} && amqp.method.class == 10 && "
+                  "(amqp.method.method == 60 || amqp.method.method == 61)",
+    }
+    what = ", ".join(reasons) if reasons else "no reason given"
+    title = (f"The broker blocked publishers for {longest:.2f} s (resource alarm: {what}) on "
+             f"{len(streams)} connection(s)")
+    advice = ("A broker resource alarm blocked every publishing connection ('low on memory': memory above "
+              "vm_memory_high_watermark; 'low on disk': free disk below disk_free_limit). Find why the broker ran "
+              "short: queues growing because consumers are slower than publishers (see the consumer findings), "
+              "large messages or long queues held in memory (use lazy or quorum queues, set max-length), or "
+              "too little RAM/disk for the load. Raise the limits only with the resources to back them. Make "
+              "publishers handle connection.blocked (Java BlockedListener, pika "
+              "add_on_connection_blocked_callback) instead of timing out.")
+    return Finding("publisher-blocked", severity, title, evidence, advice, impact=min(total / 10.0, 1.0))
+
+
+def _capture_gaps(gaps: pd.DataFrame, cap: Capture, stalls_tbl: pd.DataFrame) -> Finding | None:
+    if gaps.empty:
+        return None
+    n, missing = int(len(gaps)), int(gaps["bytes"].sum())
+    streams = sorted(int(s) for s in gaps["stream"].dropna().unique())
+    c = cap.connections[cap.connections["stream"].isin(streams)]
+    span = int((c["c2s_stream_bytes"] + c["s2c_stream_bytes"]).sum())
+    share = missing / span if span else 1.0
+    if share >= CAPTURE_GAPS_CRITICAL_SHARE:
+        severity = "critical"
+    elif n > CAPTURE_GAPS_INFO_MAX or share >= CAPTURE_GAPS_WARNING_SHARE:
+        severity = "warning"
+    else:
+        severity = "info"
+    per_stream = gaps.groupby("stream", observed=True)["bytes"].agg(["size", "sum"])
+    evidence = {
+        "gaps": n,
+        "bytes_missing": missing,
+        "missing_share": share,
+        "stalls_uncertain": int((stalls_tbl["cause"] == "capture-gap").sum()),
+        "gaps_by_stream": {int(s): int(r["size"]) for s, r in per_stream.iterrows()},
+        "bytes_missing_by_stream": {int(s): int(r["sum"]) for s, r in per_stream.iterrows()},
+        "streams": streams,
+        "packets": gaps["packet"].dropna().astype(int).head(10).tolist(),
+        "filter": f"{stream_filter(streams)} && (tcp.analysis.lost_segment || tcp.analysis.ack_lost_segment)",
+    }
+    title = (f"The capture lost {missing:,} bytes in {n} gaps ({share:.1%} of those connections' bytes): "
+             "conclusions about those intervals are uncertain")
+    advice = ("The capture, not the network, dropped packets (the peer acknowledged bytes the capture never "
+              "saw), so what happened inside those gaps (windows, frames, timing) cannot be known. Capture "
+              "again with a bigger kernel buffer (tcpdump -B 65536, in KiB), full packets or a snaplen that keeps "
+              "the AMQP frame headers (-s 0), a narrow capture filter ('tcp port 5672') rather than display "
+              "filtering later, writing to a fast local disk, and rotating files (-C/-G) on long captures. "
+              "tcpdump's 'packets dropped by kernel' line confirms it.")
+    return Finding("capture-gaps", severity, title, evidence, advice, impact=min(share, 1.0))
+
+
+# --- plots ------------------------------------------------------------------------------------
+
+
+def _binned(t: np.ndarray, y: np.ndarray, how: str) -> tuple[np.ndarray, np.ndarray]:
+    """At most PLOT_BINS points: the max (or min) of y per time bin, so peaks stay visible."""
+    if len(t) <= PLOT_BINS:
+        return t, y
+    edges = np.linspace(t.min(), t.max(), PLOT_BINS + 1)
+    b = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, PLOT_BINS - 1)
+    s = pd.Series(y).groupby(b)
+    v = s.max() if how == "max" else s.min()
+    return edges[v.index.to_numpy()], v.to_numpy()
+
+
+def _plot_window(path: Path, df: pd.DataFrame, tcp: pd.DataFrame, stalls_tbl: pd.DataFrame, t0) -> None:
+    import matplotlib.pyplot as plt
+
+    # The directions worth looking at: those with window stalls first, then the fullest windows.
+    cand = tcp.dropna(subset=["bytes_in_flight_max"]).copy()
+    rw = stalls_tbl[stalls_tbl["cause"] == "receiver-window"].groupby(["stream", "direction"], observed=True).size()
+    cand["rw"] = [rw.get((s, d), 0) for s, d in zip(cand["stream"], cand["direction"])]
+    cand = cand.sort_values(["rw", "window_full_segments", "bytes_in_flight_max"], ascending=False)
+    cand = cand.head(PLOT_MAX_DIRECTIONS)
+    n = max(len(cand), 1)
+    fig, axes = plt.subplots(n, 1, figsize=(11, 2.6 * n + 0.6), squeeze=False, sharex=True)
+    if cand.empty:
+        axes[0, 0].text(0.5, 0.5, "no data segments", ha="center", va="center")
+    for ax, (_, r) in zip(axes[:, 0], cand.iterrows()):
+        D = 0 if r["direction"] == "c2s" else 1
+        s = df[df["stream"] == r["stream"]]
+        w = s[f"peer_win{D}"].notna()
+        tw, yw = _binned(s["t"].to_numpy()[w], s[f"peer_win{D}"].to_numpy()[w], "min")
+        ax.step(tw, yw, where="post", color="#2ca02c", lw=1, label="peer's advertised window (min per bin)")
+        m = (s["d"] == D) & s["data"]
+        ti, yi = _binned(s["t"].to_numpy()[m], s[f"inflight{D}"].to_numpy()[m], "max")
+        ax.plot(ti, yi, ".", ms=2, color="#d62728", label="bytes in flight (max per bin)")
+        for _, x in stalls_tbl[(stalls_tbl["stream"] == r["stream"]) & (stalls_tbl["direction"] == r["direction"])].iterrows():
+            ax.axvspan((x["start_ts"] - t0).total_seconds(), (x["end_ts"] - t0).total_seconds(),
+                       color=CAUSE_COLORS[x["cause"]], alpha=0.2, lw=0)
+        ax.set_ylabel("bytes")
+        ax.set_title(f"tcp.stream eq {r['stream']} {r['direction']}: {int(r['window_full_segments'])} window-full, "
+                     f"{int(r['zero_window_ads'])} zero-window ads by this side", fontsize=9, loc="left")
+        ax.legend(fontsize=7, loc="upper right")
+    axes[-1, 0].set_xlabel("seconds since capture start (shaded: stalls, coloured by cause)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def _plot_timeline(path: Path, stalls_tbl: pd.DataFrame, t0) -> None:
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    st = stalls_tbl.assign(row=stalls_tbl["stream"].astype(str) + " " + stalls_tbl["direction"].astype(str))
+    rows = st.groupby("row")["duration_s"].sum().nlargest(PLOT_MAX_TIMELINE_ROWS).index.tolist()
+    rows = sorted(rows, key=lambda x: (int(x.split()[0]), x))
+    fig, ax = plt.subplots(figsize=(11, 1.2 + 0.3 * max(len(rows), 1)))
+    st = st[st["row"].isin(rows)]
+    y = st["row"].map({r: i for i, r in enumerate(rows)}).to_numpy()
+    start = (st["start_ts"] - t0).dt.total_seconds().to_numpy()
+    ax.barh(y, st["duration_s"].to_numpy(), left=start, height=0.7,
+            color=[CAUSE_COLORS[c] for c in st["cause"].astype(str)])
+    ax.set_yticks(range(len(rows)), [f"stream {r}" for r in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds since capture start")
+    ax.set_title(f"{len(stalls_tbl)} stalls" + ("" if len(rows) == st["row"].nunique() else ""), loc="left",
+                 fontsize=10)
+    used = [c for c in CAUSES if (stalls_tbl["cause"] == c).any()] or list(CAUSES)
+    ax.legend(handles=[Patch(color=CAUSE_COLORS[c], label=c) for c in used], fontsize=7, loc="upper left",
+              bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
