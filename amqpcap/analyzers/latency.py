@@ -1,0 +1,415 @@
+"""latency: deliver→ack, ack→next-deliver, publish→confirm and deliver/ack interleaving.
+
+Who is slow? deliver→ack is the consumer's time (work plus the way back); ack→next-deliver is the
+broker's time to use the credit an ack freed ("assigning blame": a healthy consumer connection
+interleaves deliveries and acks, a starved one shows long runs of acks with no delivery between).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..analysis import AnalyzerResult, Finding, Plot, analyzer, packets_filter, stream_filter
+from ..capture import Capture
+from . import _deliveries as D
+
+#: broker-slow-refill: median ack→next-deliver (with messages known to be waiting) above this is
+#: slow. On one host or a LAN RabbitMQ dispatches the next message well under a millisecond after
+#: the ack arrives; 5 ms is several round trips, and at prefetch 1 it caps a consumer at 200 msg/s.
+REFILL_SLOW_S = 0.005
+#: ... and critical above this (a consumer at prefetch 1 then gets < 20 msg/s whatever it does)
+REFILL_CRITICAL_S = 0.050
+#: ... and only when the broker's share is at least this multiple of the consumer's deliver→ack
+#: median: if the consumer's own work takes longer, raising the broker's speed would not help much
+REFILL_RATIO = 1.0
+#: ... with at least this many measured refills (fewer is anecdotal)
+MIN_REFILLS = 20
+#: redelivery-loop: at least this many redelivered deliveries or requeueing nack/reject...
+REDELIVERY_MIN = 10
+#: ... making at least this share of a channel's deliveries (a few redeliveries after a consumer
+#: restart are normal; one in twenty bounced messages costs real broker and consumer work)
+REDELIVERY_SHARE = 0.05
+#: ... critical from this share (most of the traffic is the same messages going round)
+REDELIVERY_CRITICAL_SHARE = 0.5
+#: plots: time bins for the percentile bands, and raw points drawn below this count
+TIME_BINS = 200
+MAX_POINTS = 20_000
+
+FILTER_DELIVER = "amqp.method.class == 60 && amqp.method.method in {60 71}"
+FILTER_SETTLE = "amqp.method.class == 60 && amqp.method.method in {80 90 120}"
+
+
+def stats(values) -> dict:
+    """count, p50_s, p90_s, p99_s, max_s, mean_s of a latency column (NaN ignored)."""
+    v = np.asarray(values, dtype=float)
+    v = v[~np.isnan(v)]
+    if len(v) == 0:
+        return {"count": 0, "p50_s": None, "p90_s": None, "p99_s": None, "max_s": None, "mean_s": None}
+    p50, p90, p99 = np.percentile(v, [50, 90, 99])
+    return {"count": int(len(v)), "p50_s": float(p50), "p90_s": float(p90), "p99_s": float(p99),
+            "max_s": float(v.max()), "mean_s": float(v.mean())}
+
+
+def ack_gaps(cap: Capture) -> pd.DataFrame:
+    """One row per client ack/nack/reject: the next delivery on its channel and the gap.
+
+    Columns: stream, channel, epoch, packet, ts, order, method, multiple, settled (deliveries it
+    settled), queue, backlog_min (messages known to be waiting in that queue right after the ack,
+    see _deliveries.queue_backlog), next_deliver_packet, next_deliver_ts, gap_s."""
+    m = D.methods(cap)
+    s = m[m["method"].isin(D.SETTLE_METHODS) & (m["direction"] == "c2s")]
+    s = s[["stream", "channel", "epoch", "packet", "ts", "order", "method", "multiple"]].copy()
+    s["multiple"] = s["multiple"].fillna(False).astype(bool)
+    d = D.deliveries(cap)
+    per = d[d["settle_order"].notna()].groupby("settle_order").agg(settled=("order", "size"), queue=("queue", "first"))
+    per.index = per.index.astype(np.int64)
+    s = s.join(per, on="order")
+    s["settled"] = s["settled"].fillna(0).astype(np.int64)
+    s = s.sort_values("order")
+    nxt = d[["stream", "channel", "epoch", "order", "packet", "ts"]].rename(
+        columns={"order": "n_order", "packet": "next_deliver_packet", "ts": "next_deliver_ts"}).sort_values("n_order")
+    s = pd.merge_asof(s, nxt, left_on="order", right_on="n_order", by=D.KEY, direction="forward",
+                      allow_exact_matches=False)
+    s["next_deliver_packet"] = s["next_deliver_packet"].astype("Int64")
+    s["gap_s"] = (s["next_deliver_ts"] - s["ts"]).dt.total_seconds()
+    b = D.queue_backlog(cap)
+    s["backlog_min"] = pd.array(np.full(len(s), pd.NA), dtype="Int64")
+    has_q = s["queue"].notna().to_numpy()
+    if len(b) and has_q.any():
+        q = s.loc[has_q, ["order", "queue"]].assign(pos=np.flatnonzero(has_q))
+        q["queue"] = q["queue"].astype(object)
+        bb = b.rename(columns={"order": "b_order"}).assign(queue=b["queue"].astype(object)).sort_values("b_order")
+        r = pd.merge_asof(q.sort_values("order"), bb[["queue", "b_order", "backlog_min"]], left_on="order",
+                          right_on="b_order", by="queue", direction="backward")
+        s.loc[s.index[r["pos"].to_numpy()], "backlog_min"] = r["backlog_min"].astype("Int64").to_numpy()
+    return s[["stream", "channel", "epoch", "packet", "ts", "order", "method", "multiple", "settled", "queue",
+              "backlog_min", "next_deliver_packet", "next_deliver_ts", "gap_s"]].reset_index(drop=True)
+
+
+def interleaving(cap: Capture) -> pd.DataFrame:
+    """Per channel with deliveries and acks: runs of consecutive deliveries and of consecutive
+    settling frames (in frame order), and packets carrying several of either.
+
+    alternation_ratio = (runs − 1) / (events − 1): 1 when deliveries and acks strictly alternate,
+    near 0 when they come in long runs."""
+    m = D.methods(cap)
+    ev = m[(m["method"].isin(D.DELIVER_METHODS) & (m["direction"] == "s2c"))
+           | (m["method"].isin(D.SETTLE_METHODS) & (m["direction"] == "c2s"))]
+    ev = ev[["stream", "channel", "epoch", "order", "packet", "method"]].sort_values(D.KEY + ["order"])
+    cols = ["stream", "channel", "delivers", "acks", "runs", "mean_deliver_run", "max_deliver_run", "mean_ack_run",
+            "max_ack_run", "alternation_ratio", "packets_multi_deliver", "max_delivers_per_packet",
+            "packets_multi_ack", "max_acks_per_packet"]
+    if len(ev) == 0:
+        return pd.DataFrame({c: pd.Series(dtype=float if "mean" in c or "ratio" in c else np.int64) for c in cols})
+    ev["is_deliver"] = ev["method"].isin(D.DELIVER_METHODS).to_numpy()
+    kind = ev["is_deliver"].to_numpy()
+    keys = ev[D.KEY].to_numpy()
+    new_group = np.r_[True, (keys[1:] != keys[:-1]).any(axis=1)]
+    new_run = new_group | np.r_[True, kind[1:] != kind[:-1]]
+    ev["run"] = np.cumsum(new_run)
+    runs = ev.groupby("run").agg(stream=("stream", "first"), channel=("channel", "first"), epoch=("epoch", "first"),
+                                 is_deliver=("is_deliver", "first"), length=("order", "size"))
+    g = runs.groupby(D.KEY)
+    dl = runs[runs["is_deliver"]].groupby(D.KEY)["length"]
+    ak = runs[~runs["is_deliver"]].groupby(D.KEY)["length"]
+    out = pd.DataFrame({
+        "delivers": dl.sum(), "acks": ak.sum(), "runs": g.size(),
+        "mean_deliver_run": dl.mean(), "max_deliver_run": dl.max(),
+        "mean_ack_run": ak.mean(), "max_ack_run": ak.max(),
+    })
+    per_pkt = ev.groupby(D.KEY + ["packet", "is_deliver"]).size().rename("n").reset_index()
+    pd_ = per_pkt[per_pkt["is_deliver"]].groupby(D.KEY)["n"]
+    pa_ = per_pkt[~per_pkt["is_deliver"]].groupby(D.KEY)["n"]
+    out["packets_multi_deliver"] = pd_.apply(lambda n: int((n > 1).sum())) if len(pd_.size()) else 0
+    out["max_delivers_per_packet"] = pd_.max()
+    out["packets_multi_ack"] = pa_.apply(lambda n: int((n > 1).sum())) if len(pa_.size()) else 0
+    out["max_acks_per_packet"] = pa_.max()
+    out = out.reset_index()
+    for c in ("delivers", "acks", "max_deliver_run", "max_ack_run", "packets_multi_deliver",
+              "max_delivers_per_packet", "packets_multi_ack", "max_acks_per_packet"):
+        out[c] = out[c].fillna(0).astype(np.int64)
+    events = out["delivers"] + out["acks"]
+    out["alternation_ratio"] = np.where(events > 1, (out["runs"] - 1) / (events - 1).clip(lower=1), np.nan)
+    # channels reopened: report per (stream, channel), keeping the opening with the most events
+    out = out.assign(_n=events).sort_values("_n", ascending=False).drop_duplicates(["stream", "channel"])
+    return out.sort_values(["stream", "channel"])[cols].reset_index(drop=True)
+
+
+def consumer_latency(d: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
+    """Per consumer: deliveries, outcomes and deliver→ack / ack→next-deliver percentiles."""
+    cons = ["stream", "channel", "consumer_tag"]
+    if len(d) == 0:
+        return pd.DataFrame(columns=cons + ["deliveries"])
+    d = d.assign(consumer_tag=d["consumer_tag"].astype(object))
+    oc = pd.crosstab([d[c] for c in cons], d["outcome"])
+    for k in ("ack", "nack", "reject", "unsettled", "closed", "no-ack"):
+        if k not in oc:
+            oc[k] = 0
+    lat = d.groupby(cons)["latency_s"]
+    out = pd.DataFrame({
+        "deliveries": d.groupby(cons).size(),
+        "redelivered": d.groupby(cons)["redelivered"].sum().astype(np.int64),
+        "no_ack": d.groupby(cons)["no_ack"].all(),
+        "acked": oc["ack"], "nacked": oc["nack"], "rejected": oc["reject"],
+        "unsettled_at_end": oc["unsettled"], "unsettled_at_close": oc["closed"],
+        "deliver_to_ack_p50_s": lat.median(), "deliver_to_ack_p90_s": lat.quantile(0.9),
+        "deliver_to_ack_p99_s": lat.quantile(0.99), "deliver_to_ack_max_s": lat.max(),
+    })
+    first = d.groupby(cons)["ts"].min()
+    last = d.groupby(cons)["ts"].max()
+    span = (last - first).dt.total_seconds()
+    out["rate_per_s"] = np.where(span > 0, (out["deliveries"] - 1) / span.where(span > 0, 1), np.nan)
+    # ack→next-deliver is per channel; attach it to the channel's consumers
+    g = gaps.groupby(["stream", "channel"])["gap_s"]
+    ch = pd.DataFrame({"ack_to_next_deliver_p50_s": g.median(), "ack_to_next_deliver_p90_s": g.quantile(0.9),
+                       "ack_to_next_deliver_max_s": g.max()})
+    out = out.reset_index().join(ch, on=["stream", "channel"])
+    return out
+
+
+@analyzer("latency")
+def latency(cap: Capture) -> AnalyzerResult:
+    """Deliver→ack, ack→next-deliver and publish→confirm latencies; deliver/ack interleaving."""
+    d = D.deliveries(cap)
+    gaps = ack_gaps(cap)
+    conf = D.confirms(cap)
+    inter = interleaving(cap)
+    per_consumer = consumer_latency(d, gaps)
+
+    acked = d[~d["no_ack"].to_numpy(bool)]
+    dta = stats(acked["latency_s"])
+    dta.update(unsettled_at_end=int((d["outcome"] == "unsettled").sum()),
+               unsettled_at_close=int((d["outcome"] == "closed").sum()),
+               no_ack_excluded=int(d["no_ack"].sum()), deliveries=int(len(d)))
+    a2d = stats(gaps["gap_s"])
+    p2c = stats(conf["latency_s"])
+    p2c.update(publishes=int(len(conf)), nacked=int((conf["outcome"] == "nack").sum()),
+               unconfirmed_at_end=int((conf["outcome"] == "unconfirmed").sum()),
+               unconfirmed_at_close=int((conf["outcome"] == "closed").sum()))
+    summary_inter = {
+        "channels": int(len(inter)),
+        "mean_deliver_run": _wmean(inter, "mean_deliver_run"), "max_deliver_run": _imax(inter, "max_deliver_run"),
+        "mean_ack_run": _wmean(inter, "mean_ack_run"), "max_ack_run": _imax(inter, "max_ack_run"),
+        "alternation_ratio": float(((inter["runs"] - 1).sum() / max((inter["delivers"] + inter["acks"] - 1).sum(), 1)))
+        if len(inter) else None,
+        "packets_multi_deliver": int(inter["packets_multi_deliver"].sum()) if len(inter) else 0,
+        "packets_multi_ack": int(inter["packets_multi_ack"].sum()) if len(inter) else 0,
+    }
+    summary = {"latency": {"deliver_to_ack": dta, "ack_to_next_deliver": a2d, "publish_to_confirm": p2c,
+                           "interleaving": summary_inter,
+                           "consumers": per_consumer.to_dict(orient="records")}}
+    findings = _refill_findings(d, gaps) + _redelivery_findings(d)
+    tables = {
+        "consumers": per_consumer,
+        "deliveries": d.drop(columns=["order", "settle_order", "epoch"]),
+        "ack-gaps": gaps.drop(columns=["order", "epoch"]),
+        "confirms": conf,
+        "interleaving": inter,
+    }
+    plots = []
+    if len(acked) and acked["latency_s"].notna().any():
+        plots.append(Plot("latency-over-time", "deliver→ack latency over time per consumer",
+                          lambda path: _plot_over_time(acked, path)))
+    if (len(acked) and acked["latency_s"].notna().any()) or len(conf) or gaps["gap_s"].notna().any():
+        plots.append(Plot("latency-cdf", "latency CDF per consumer (deliver→ack), ack→next-deliver, publish→confirm",
+                          lambda path: _plot_cdf(acked, gaps, conf, path)))
+    if len(inter):
+        plots.append(Plot("interleaving-raster", "deliveries and acks over time per channel",
+                          lambda path: _plot_raster(cap, path)))
+    return AnalyzerResult("latency", tables=tables, summary=summary, findings=findings, plots=plots)
+
+
+def _wmean(df, col):
+    v = df[col].dropna()
+    return float(v.mean()) if len(v) else None
+
+
+def _imax(df, col):
+    return int(df[col].max()) if len(df) else None
+
+
+def _refill_findings(d: pd.DataFrame, gaps: pd.DataFrame) -> list[Finding]:
+    """broker-slow-refill, per channel: acks freed credit while messages were known to be
+    waiting (backlog_min > 0), yet the broker's next delivery came late."""
+    out = []
+    waiting = gaps[gaps["gap_s"].notna() & (gaps["backlog_min"].fillna(0) > 0) & (gaps["settled"] > 0)]
+    if len(waiting) == 0:
+        return out
+    acked = d[d["latency_s"].notna()]
+    dta = acked.groupby(["stream", "channel"])["latency_s"].median()
+    for (stream, channel), g in waiting.groupby(["stream", "channel"]):
+        n = len(g)
+        p50 = float(g["gap_s"].median())
+        consumer_p50 = float(dta.get((stream, channel), np.nan))
+        if n < MIN_REFILLS or p50 < REFILL_SLOW_S or not (p50 >= REFILL_RATIO * consumer_p50):
+            continue
+        worst = g.nlargest(5, "gap_s")
+        share = p50 / (p50 + consumer_p50) if consumer_p50 == consumer_p50 else 1.0
+        out.append(Finding(
+            id="broker-slow-refill",
+            severity="critical" if p50 >= REFILL_CRITICAL_S else "warning",
+            title=f"Broker slow to refill: on stream {stream} channel {channel} the next delivery comes a median "
+                  f"{p50 * 1e3:.1f} ms after an ack although messages were waiting (the consumer's own "
+                  f"deliver→ack median is {consumer_p50 * 1e3:.1f} ms)",
+            evidence={
+                "ack_to_next_deliver_p50_s": p50, "ack_to_next_deliver_p90_s": float(g["gap_s"].quantile(0.9)),
+                "ack_to_next_deliver_max_s": float(g["gap_s"].max()), "refills": n,
+                "deliver_to_ack_p50_s": consumer_p50, "broker_share_of_cycle": share,
+                "backlog_min_median_msgs": float(g["backlog_min"].astype(float).median()),
+                "streams": [int(stream)], "channel": int(channel),
+                "packets": [int(x) for x in worst["packet"]] + [int(x) for x in worst["next_deliver_packet"].dropna()],
+                "filter": f"tcp.stream eq {stream} && amqp.channel == {channel} && amqp.method.class == 60 && "
+                          f"amqp.method.method in {{60 80 90 120}}",
+            },
+            advice="The consumer acks quickly but the broker sends the next message late although the queue has "
+                   "messages: check the broker's load (CPU, queue process, disk for persistent/quorum queues, "
+                   "memory or disk alarms), the number of queues and consumers per node, and the network "
+                   "between broker and consumer. A larger prefetch (e.g. 50–300) hides the refill delay by "
+                   "keeping messages in flight.",
+            impact=float(min(1.0, share)),
+        ))
+    return out
+
+
+def _redelivery_findings(d: pd.DataFrame) -> list[Finding]:
+    """redelivery-loop, per channel: many redelivered deliveries or requeueing nack/reject."""
+    out = []
+    if len(d) == 0:
+        return out
+    d = d.assign(requeued=d["settle_requeue"].fillna(False).to_numpy(bool) & d["outcome"].isin(["nack", "reject"]),
+                 dropped=~d["settle_requeue"].fillna(True).to_numpy(bool) & d["outcome"].isin(["nack", "reject"]),
+                 red=d["redelivered"].fillna(False).to_numpy(bool))
+    for (stream, channel), g in d.groupby(["stream", "channel"]):
+        n = len(g)
+        red, req = int(g["red"].sum()), int(g["requeued"].sum())
+        worst = max(red, req)
+        share = worst / n
+        if worst < REDELIVERY_MIN or share < REDELIVERY_SHARE:
+            continue
+        ex = pd.concat([g.loc[g["red"], "packet"].head(5), g.loc[g["requeued"], "settle_packet"].head(5)])
+        out.append(Finding(
+            id="redelivery-loop",
+            severity="critical" if share >= REDELIVERY_CRITICAL_SHARE else "warning",
+            title=f"Messages bouncing: {red} of {n} deliveries on stream {stream} channel {channel} are redeliveries "
+                  f"and {req} were requeued by nack/reject",
+            evidence={
+                "deliveries": n, "redelivered": red, "redelivered_share": red / n,
+                "requeued_by_nack": int((g["requeued"] & (g["outcome"] == "nack")).sum()),
+                "requeued_by_reject": int((g["requeued"] & (g["outcome"] == "reject")).sum()),
+                "dropped_by_nack_or_reject": int(g["dropped"].sum()),
+                "streams": [int(stream)], "channel": int(channel),
+                "packets": sorted({int(x) for x in ex.dropna()}),
+                "filter": f"tcp.stream eq {stream} && amqp.channel == {channel} && "
+                          f"(amqp.method.arguments.redelivered == 1 || (amqp.method.class == 60 && "
+                          f"amqp.method.method in {{90 120}} && amqp.method.arguments.requeue == 1))",
+            },
+            advice="The consumer rejects or nacks messages with requeue=true and gets them back: a poisoned "
+                   "message can loop forever. Requeue only transient failures, reject others with "
+                   "requeue=false to a dead-letter exchange (x-dead-letter-exchange), and cap retries "
+                   "(quorum queues: x-delivery-limit).",
+            impact=float(min(1.0, share)),
+        ))
+    return out
+
+
+# -- plots ------------------------------------------------------------------------------------
+
+def _consumer_label(stream, channel, tag) -> str:
+    tag = str(tag)
+    return f"s{stream} ch{channel} {tag[-10:] if len(tag) > 12 else tag}"
+
+
+def _plot_over_time(acked: pd.DataFrame, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    a = acked[acked["latency_s"].notna()]
+    t0 = a["ts"].min()
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    groups = list(a.groupby(["stream", "channel", "consumer_tag"], observed=True))
+    groups.sort(key=lambda kv: -len(kv[1]))
+    for i, ((stream, channel, tag), g) in enumerate(groups[:8]):
+        x = (g["ts"] - t0).dt.total_seconds().to_numpy()
+        y = g["latency_s"].to_numpy(float)
+        label = _consumer_label(stream, channel, tag)
+        if len(g) <= MAX_POINTS:
+            ax.plot(x, y, ".", ms=2, alpha=0.5, color=f"C{i}", label=label)
+        # percentile bands per time bin: O(points) to compute, O(bins) to draw
+        bins = np.linspace(x.min(), x.max() + 1e-9, min(TIME_BINS, max(2, len(g) // 5)) + 1)
+        b = pd.Series(y).groupby(np.digitize(x, bins))
+        q = b.quantile([0.5, 0.9]).unstack()
+        mid = (bins[:-1] + bins[1:]) / 2
+        xs = mid[np.clip(q.index.to_numpy() - 1, 0, len(mid) - 1)]
+        ax.plot(xs, q[0.5].to_numpy(), "-", color=f"C{i}", lw=1.2, label=None if len(g) <= MAX_POINTS else label)
+        ax.fill_between(xs, q[0.5].to_numpy(), q[0.9].to_numpy(), color=f"C{i}", alpha=0.2, lw=0)
+    ax.set_yscale("log")
+    ax.set_xlabel("time since first delivery (s)")
+    ax.set_ylabel("deliver→ack latency (s)")
+    ax.set_title("deliver→ack latency (line: median per time bin, band: to p90)")
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def _cdf(ax, values, label, **kw):
+    v = np.sort(np.asarray(values, dtype=float))
+    v = v[~np.isnan(v)]
+    if len(v) == 0:
+        return
+    if len(v) > 2000:  # the CDF drawn at 2000 quantiles looks the same and renders at once
+        p = np.linspace(0, 1, 2000)
+        ax.plot(np.quantile(v, p), p, label=f"{label} (n={len(v):,})", **kw)
+    else:
+        ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post", label=f"{label} (n={len(v):,})", **kw)
+
+
+def _plot_cdf(acked, gaps, conf, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    groups = sorted(acked.groupby(["stream", "channel", "consumer_tag"], observed=True), key=lambda kv: -len(kv[1]))
+    for i, ((stream, channel, tag), g) in enumerate(groups[:8]):
+        _cdf(ax, g["latency_s"], "deliver→ack " + _consumer_label(stream, channel, tag), color=f"C{i}")
+    _cdf(ax, gaps["gap_s"], "ack→next-deliver (all channels)", color="black", ls="--")
+    if len(conf):
+        _cdf(ax, conf["latency_s"], "publish→confirm (all channels)", color="grey", ls=":")
+    ax.set_xscale("log")
+    ax.set_xlabel("latency (s)")
+    ax.set_ylabel("share ≤ x")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def _plot_raster(cap: Capture, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    m = D.methods(cap)
+    ev = m[(m["method"].isin(D.DELIVER_METHODS) & (m["direction"] == "s2c"))
+           | (m["method"].isin(D.SETTLE_METHODS) & (m["direction"] == "c2s"))]
+    t0 = ev["ts"].min()
+    ev = ev.assign(t=(ev["ts"] - t0).dt.total_seconds(), is_deliver=ev["method"].isin(D.DELIVER_METHODS))
+    chans = ev.groupby(["stream", "channel"]).size().sort_values(ascending=False).index[:12]
+    fig, ax = plt.subplots(figsize=(10, 0.8 + 0.6 * len(chans)))
+    tmax = float(ev["t"].max()) or 1.0
+    bins = np.linspace(0, tmax, 1000 + 1)
+    for row, (stream, channel) in enumerate(chans):
+        g = ev[(ev["stream"] == stream) & (ev["channel"] == channel)]
+        for kind, dy, color in ((True, 0.2, "tab:blue"), (False, -0.2, "tab:orange")):
+            t = g.loc[g["is_deliver"] == kind, "t"].to_numpy()
+            if len(g) <= MAX_POINTS:
+                ax.vlines(t, row + dy - 0.15, row + dy + 0.15, color=color, lw=0.5)
+            else:  # density per time bin: one image row instead of millions of marks
+                h, _ = np.histogram(t, bins)
+                ax.imshow(h[None, :], extent=(0, tmax, row + dy - 0.15, row + dy + 0.15), aspect="auto",
+                          cmap="Blues" if kind else "Oranges", interpolation="nearest")
+    ax.set_yticks(range(len(chans)), [f"s{s} ch{c}" for s, c in chans])
+    ax.set_ylim(-0.6, len(chans) - 0.4)
+    ax.set_xlim(0, tmax)
+    ax.set_xlabel("time (s)")
+    ax.set_title("deliveries (blue, upper) and acks (orange, lower) per channel")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
