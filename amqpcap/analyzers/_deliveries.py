@@ -219,7 +219,7 @@ def deliveries(cap: Capture) -> pd.DataFrame:
     tgt = idx[hit]
     d.loc[tgt, "settle_packet"] = sr["packet"].to_numpy(np.int64)
     d.loc[tgt, "settle_order"] = sr["order"].to_numpy(np.int64)
-    d.loc[tgt, "settle_ts"] = sr["ts"].to_numpy()
+    d.loc[tgt, "settle_ts"] = sr["ts"].array
     d.loc[tgt, "settle_method"] = sr["method"].to_numpy(object)
     d.loc[tgt, "settle_multiple"] = sr["multiple"].to_numpy(bool)
     # basic.ack never requeues; nack/reject carry the requeue bit
@@ -292,7 +292,7 @@ def confirms(cap: Capture) -> pd.DataFrame:
     p["confirm_packet"] = pd.array(np.full(len(p), pd.NA), dtype="Int64")
     p.loc[p.index[hit], "confirm_packet"] = sr["packet"].to_numpy(np.int64)
     p["confirm_ts"] = pd.Series(pd.NaT, index=p.index, dtype=p["ts"].dtype)
-    p.loc[p.index[hit], "confirm_ts"] = sr["ts"].to_numpy()
+    p.loc[p.index[hit], "confirm_ts"] = sr["ts"].array
     p["confirm_method"] = pd.Series(None, index=p.index, dtype=object)
     p.loc[p.index[hit], "confirm_method"] = sr["method"].to_numpy(object)
     p["confirm_multiple"] = pd.array(np.full(len(p), pd.NA), dtype="boolean")
@@ -331,7 +331,7 @@ def queue_backlog(cap: Capture) -> pd.DataFrame:
     out = d[["queue", "order", "ts"]].assign(delta=-1)
     rq = d[d["settle_requeue"].fillna(False).to_numpy(bool)]
     back = pd.DataFrame({"queue": rq["queue"].to_numpy(object), "order": rq["settle_order"].to_numpy(np.int64),
-                         "ts": rq["settle_ts"].to_numpy(), "delta": 1})
+                         "ts": rq["settle_ts"].array, "delta": 1})
     ev = pd.concat([pub, out, back], ignore_index=True)
     ev = ev.groupby(["queue", "order"], sort=True).agg(ts=("ts", "first"), delta=("delta", "sum")).reset_index()
     run = ev.groupby("queue")["delta"].cumsum()

@@ -59,7 +59,7 @@ def _consumer_rows(cap: Capture) -> pd.DataFrame:
                           D._obj(ends.rename(columns={"order": "e_order", "ts": "e_ts"}).sort_values("e_order"), "consumer_tag"),
                           left_on="start_order", right_on="e_order", by=["stream", "channel", "consumer_tag"],
                           direction="forward")
-        c["end_ts"] = c["end_ts"].where(e["e_ts"].isna().to_numpy(), e["e_ts"].to_numpy())
+        c["end_ts"] = c["end_ts"].where(e["e_ts"].isna().to_numpy(), e["e_ts"].array)
     closes = m[m["method"].isin(["channel.close", "connection.close"])][["stream", "channel", "order", "ts"]]
     for by, rows in (("channel", closes[closes["channel"] != 0]), (None, closes[closes["channel"] == 0])):
         if len(rows) == 0:
@@ -68,8 +68,10 @@ def _consumer_rows(cap: Capture) -> pd.DataFrame:
         e = pd.merge_asof(c[keys + ["start_order"]], rows[keys + ["order", "ts"]].rename(
             columns={"order": "e_order", "ts": "e_ts"}).sort_values("e_order"),
             left_on="start_order", right_on="e_order", by=keys, direction="forward")
-        earlier = e["e_ts"].notna().to_numpy() & (e["e_ts"].to_numpy() < c["end_ts"].to_numpy())
-        c.loc[c.index[earlier], "end_ts"] = e["e_ts"].to_numpy()[earlier]
+        earlier = (e["e_ts"].notna() & (e["e_ts"].array < c["end_ts"].array)).to_numpy(bool)
+        c.loc[c.index[earlier], "end_ts"] = e["e_ts"].array[earlier]
+    for col in ("start_ts", "end_ts"):
+        c[col] = pd.to_datetime(c[col], utc=True).astype(d["ts"].dtype)
     return c.drop(columns=["q_order", "prefetch_count", "first_order", "first_ts", "first_packet"]).reset_index(drop=True)
 
 
@@ -109,7 +111,7 @@ def consumer_state(cap: Capture) -> pd.DataFrame:
     ev = pd.concat([
         d[CONSUMER + ["order", "ts", "packet"]].assign(delta=1),
         pd.DataFrame({**{k: settled[k].to_numpy() for k in CONSUMER},
-                      "order": settled["settle_order"].to_numpy(np.int64), "ts": settled["settle_ts"].to_numpy(),
+                      "order": settled["settle_order"].to_numpy(np.int64), "ts": settled["settle_ts"].array,
                       "packet": settled["settle_packet"].to_numpy(np.int64), "delta": -1}),
         c.loc[c["consume_seen"], CONSUMER + ["start_order", "start_ts", "start_packet"]].rename(
             columns={"start_order": "order", "start_ts": "ts", "start_packet": "packet"}).assign(delta=0),
@@ -168,3 +170,229 @@ def consumer_state(cap: Capture) -> pd.DataFrame:
     except AttributeError:
         pass
     return out
+
+
+# -- the analyzer ------------------------------------------------------------------------------
+
+#: prefetch-one: a consumer at prefetch 1 receiving at least this rate (msg/s). Each message then
+#: costs a full deliver→ack→deliver round trip; below a few messages per second nobody notices.
+PREFETCH_ONE_MIN_RATE_PER_S = 10.0
+#: ... "one ack per message": at least this share of its settled deliveries were settled one per
+#: ack frame (with multiple=1 acks the per-message cost is shared)
+ONE_ACK_PER_MESSAGE_SHARE = 0.9
+#: ... warning (not info) when the consumer is also held at its limit at least this share of time:
+#: then prefetch 1 is what limits its throughput, not just a cost
+PREFETCH_ONE_WARNING_SHARE_AT_LIMIT = 0.5
+#: consumer-bound: at its prefetch limit at least this share of its time (the broker could not
+#: send it more for most of the capture)...
+CONSUMER_BOUND_SHARE = 0.5
+#: ... and its deliver→ack median at least this multiple of the channel's ack→next-deliver median
+#: (the consumer's processing, not the broker's refill, takes most of each cycle)
+CONSUMER_DOMINANCE = 2.0
+#: ... critical when at the limit at least this share of time and its queue's backlog (lower
+#: bound) grew by at least BACKLOG_GROWTH_MSGS during the consumer's life: it cannot keep up
+CONSUMER_BOUND_CRITICAL_SHARE = 0.8
+BACKLOG_GROWTH_MSGS = 100
+#: findings need at least this many deliveries to the consumer (fewer is anecdotal)
+MIN_DELIVERIES = 50
+#: plots: step series longer than this are drawn as per-bin min/max envelopes
+MAX_STEPS = 20_000
+TIME_BINS = 400
+
+
+def consumer_summary(cap: Capture) -> pd.DataFrame:
+    """One row per acknowledging consumer (see docs/analyzers/consumers.md)."""
+    st = consumer_state(cap)
+    c = _consumer_rows(cap)
+    cols = ["stream", "channel", "consumer_tag", "queue", "deliveries", "start_ts", "end_ts", "duration_s",
+            "rate_per_s", "prefetch", "prefetch_estimated", "channel_prefetch", "max_unacked", "mean_unacked",
+            "share_at_limit", "utilisation", "share_idle", "mean_deficit", "acks", "acks_multiple",
+            "messages_per_ack", "deliver_to_ack_p50_s", "ack_to_next_deliver_p50_s", "backlog_growth_msgs"]
+    if len(st) == 0:
+        return pd.DataFrame({k: pd.Series(dtype=object) for k in cols})
+    dur = st["duration_s"].to_numpy(float)
+    w = st.assign(_d=dur, _u=dur * st["unacked"].to_numpy(float),
+                  _lim=dur * st["at_limit"].to_numpy(bool), _idle=dur * (st["unacked"].to_numpy() == 0),
+                  _def=dur * st["deficit"].astype(float).fillna(0).to_numpy(),
+                  _has_def=dur * st["deficit"].notna().to_numpy())
+    g = w.groupby(CONSUMER, sort=False)
+    agg = g.agg(T=("_d", "sum"), U=("_u", "sum"), L=("_lim", "sum"), I=("_idle", "sum"), DF=("_def", "sum"),
+                HD=("_has_def", "sum"), max_unacked=("unacked", "max"), prefetch=("prefetch", "last"),
+                prefetch_estimated=("prefetch_estimated", "last"), channel_prefetch=("channel_prefetch", "last"))
+    T = agg["T"].where(agg["T"] > 0)
+    agg["mean_unacked"] = agg["U"] / T
+    agg["share_at_limit"] = agg["L"] / T
+    # wire-level utilisation: the share of the consumer's life in which the broker was allowed
+    # to send it another message (deficit > 0, or no limit): RabbitMQ's "consumer utilisation"
+    # seen from the wire
+    agg["utilisation"] = 1 - agg["share_at_limit"]
+    agg["share_idle"] = agg["I"] / T
+    agg["mean_deficit"] = agg["DF"] / agg["HD"].where(agg["HD"] > 0)
+    agg["duration_s"] = agg["T"]
+    agg = agg.reset_index()
+
+    d = D.deliveries(cap)
+    d = d[~d["no_ack"].to_numpy(bool) & (d["consumer_tag"] != D.GET_TAG)]
+    d = D._obj(d, "consumer_tag")
+    lat = d.groupby(CONSUMER)["latency_s"].median().rename("deliver_to_ack_p50_s")
+    settled = d[d["settle_order"].notna()]
+    # ack frames per consumer: distinct settling frames; multiple ones among them
+    frames = settled.drop_duplicates(CONSUMER + ["settle_order"])
+    acks = frames.groupby(CONSUMER).size().rename("acks")
+    acks_mult = frames.groupby(CONSUMER)["settle_multiple"].sum().astype(np.int64).rename("acks_multiple")
+    mpa = (settled.groupby(CONSUMER).size() / acks).rename("messages_per_ack")
+
+    from .latency import ack_gaps  # noqa: PLC0415 (shared helper of the sibling analyzer)
+
+    gaps = ack_gaps(cap)
+    a2d = gaps.groupby(D.KEY)["gap_s"].median().rename("ack_to_next_deliver_p50_s")
+
+    out = D._obj(c.drop(columns=["prefetch"]), "consumer_tag").merge(D._obj(agg, "consumer_tag"), on=CONSUMER, how="inner")
+    out = out.join(lat, on=CONSUMER).join(acks, on=CONSUMER).join(acks_mult, on=CONSUMER).join(mpa, on=CONSUMER)
+    out = out.join(a2d, on=D.KEY)
+    out["acks"] = out["acks"].fillna(0).astype(np.int64)
+    out["acks_multiple"] = out["acks_multiple"].fillna(0).astype(np.int64)
+    span = (out["end_ts"] - out["start_ts"]).dt.total_seconds()
+    out["rate_per_s"] = out["deliveries"] / span.where(span > 0)
+    out["backlog_growth_msgs"] = _backlog_growth(cap, out)
+    out = out.sort_values(["stream", "channel", "start_ts"]).reset_index(drop=True)
+    return out[cols]
+
+
+def _backlog_growth(cap: Capture, cons: pd.DataFrame) -> pd.Series:
+    """Growth of the consumer's queue backlog (lower bound) from its start to its end, in messages."""
+    b = D.queue_backlog(cap)
+    res = pd.Series(pd.array(np.full(len(cons), pd.NA), dtype="Int64"), index=cons.index)
+    ok = cons["queue"].notna().to_numpy()
+    if len(b) == 0 or not ok.any():
+        return res
+    b = b.assign(queue=b["queue"].astype(object)).sort_values("ts")
+    vals = []
+    for when in ("start_ts", "end_ts"):
+        q = cons.loc[ok, ["queue", when]].rename(columns={when: "t"}).assign(queue=lambda x: x["queue"].astype(object))
+        q = q.assign(pos=np.arange(len(q))).sort_values("t")
+        r = pd.merge_asof(q, b[["queue", "ts", "backlog_min"]], left_on="t", right_on="ts", by="queue")
+        vals.append(r.sort_values("pos")["backlog_min"].fillna(0).to_numpy(np.int64))
+    res.loc[cons.index[ok]] = vals[1] - vals[0]
+    return res
+
+
+def _qfilter(stream, channel) -> str:
+    return f"tcp.stream eq {stream} && amqp.channel == {channel}"
+
+
+def _findings(cap: Capture, s: pd.DataFrame) -> list[Finding]:
+    out: list[Finding] = []
+    st = consumer_state(cap)
+    for r in s.itertuples(index=False):
+        if r.deliveries < MIN_DELIVERIES or not (r.duration_s and r.duration_s > 0):
+            continue
+        label = f"consumer {r.consumer_tag} (stream {r.stream}, channel {r.channel})"
+        rows = st[(st["stream"] == r.stream) & (st["channel"] == r.channel) & (st["consumer_tag"] == r.consumer_tag)]
+        at_limit_pkts = [int(p) for p in rows.loc[rows["at_limit"], "packet"].head(5)]
+        share = float(r.share_at_limit) if r.share_at_limit == r.share_at_limit else 0.0
+        dta = float(r.deliver_to_ack_p50_s) if pd.notna(r.deliver_to_ack_p50_s) else np.nan
+        a2d = float(r.ack_to_next_deliver_p50_s) if pd.notna(r.ack_to_next_deliver_p50_s) else np.nan
+        mpa = float(r.messages_per_ack) if pd.notna(r.messages_per_ack) else np.nan
+        base = {"streams": [int(r.stream)], "channel": int(r.channel), "consumer_tag": str(r.consumer_tag),
+                "prefetch_msgs": int(r.prefetch), "prefetch_estimated": bool(r.prefetch_estimated),
+                "deliveries": int(r.deliveries), "rate_msgs_per_s": float(r.rate_per_s or 0),
+                "share_at_limit": share, "deliver_to_ack_p50_s": dta, "ack_to_next_deliver_p50_s": a2d}
+
+        one_ack = r.acks > 0 and (1 - r.acks_multiple / r.acks) >= ONE_ACK_PER_MESSAGE_SHARE and mpa < 1.5
+        if r.prefetch == 1 and one_ack and (r.rate_per_s or 0) >= PREFETCH_ONE_MIN_RATE_PER_S:
+            severe = share >= PREFETCH_ONE_WARNING_SHARE_AT_LIMIT and not r.prefetch_estimated
+            cycle = (dta if dta == dta else 0) + (a2d if a2d == a2d else 0)
+            out.append(Finding(
+                id="prefetch-one",
+                severity="warning" if severe else "info",
+                title=f"Prefetch 1 with one ack per message: {label} gets {r.rate_per_s:.0f} msg/s one at a time, "
+                      f"each waiting for the previous ack ({share:.0%} of its time at the limit)",
+                evidence={**base, "acks": int(r.acks), "messages_per_ack": mpa,
+                          "cycle_s": cycle, "max_rate_msgs_per_s": (1 / cycle) if cycle > 0 else None,
+                          "packets": at_limit_pkts,
+                          "filter": _qfilter(r.stream, r.channel) + " && amqp.method.class == 60 && "
+                                    "amqp.method.method in {10 60 80}"},
+                advice="Raise the prefetch (basic.qos prefetch_count, e.g. 50–300) so the broker keeps messages "
+                       "in flight while the consumer works, and ack with multiple=true every few messages; "
+                       "keep prefetch 1 only where strict one-at-a-time fairness between slow consumers matters.",
+                impact=float(min(1.0, share + (r.rate_per_s or 0) / 10_000)),
+            ))
+
+        dominant = dta == dta and (a2d != a2d or dta >= CONSUMER_DOMINANCE * a2d)
+        if share >= CONSUMER_BOUND_SHARE and dominant and r.prefetch > 0:
+            growth = int(r.backlog_growth_msgs) if pd.notna(r.backlog_growth_msgs) else None
+            critical = (share >= CONSUMER_BOUND_CRITICAL_SHARE and growth is not None
+                        and growth >= BACKLOG_GROWTH_MSGS)
+            sev = "info" if r.prefetch_estimated else ("critical" if critical else "warning")
+            out.append(Finding(
+                id="consumer-bound",
+                severity=sev,
+                title=f"The consumer is the bottleneck: {label} sat at its prefetch limit ({r.prefetch}) "
+                      f"{share:.0%} of the time; it holds each message {dta * 1e3:.1f} ms (median) while the "
+                      f"broker refills in {a2d * 1e3:.1f} ms"
+                      + (f"; its queue grew by at least {growth} messages" if growth else ""),
+                evidence={**base, "mean_unacked_msgs": float(r.mean_unacked), "utilisation": float(r.utilisation),
+                          "backlog_growth_msgs": growth, "packets": at_limit_pkts,
+                          "filter": _qfilter(r.stream, r.channel) + " && amqp.method.class == 60 && "
+                                    "amqp.method.method in {60 80 90 120}"},
+                advice="The broker waits for this consumer's acks: look at the consumer's work per message "
+                       "(slow handlers, synchronous I/O, locks), add consumers or threads, and raise the prefetch "
+                       "if the work is I/O-bound. A growing queue means the consumers cannot keep up with the "
+                       "publish rate.",
+                impact=float(share),
+            ))
+    return out
+
+
+@analyzer("consumers")
+def consumers(cap: Capture) -> AnalyzerResult:
+    """Per consumer: unacked messages, prefetch, deficit (unused credit), utilisation, time at the limit."""
+    s = consumer_summary(cap)
+    st = consumer_state(cap)
+    m = D.methods(cap)
+    d = D.deliveries(cap)
+    no_ack = d[d["no_ack"].to_numpy(bool)].groupby(["stream", "channel", "consumer_tag"]).size()
+    rows = s.drop(columns=["start_ts", "end_ts"]).to_dict(orient="records")
+    for (stream, channel, tag), n in no_ack.items():
+        rows.append({"stream": stream, "channel": channel, "consumer_tag": tag, "no_ack": True, "deliveries": int(n)})
+    for r in rows:
+        r.setdefault("no_ack", False)
+    del m
+    plots = []
+    if len(st):
+        plots.append(Plot("consumers-unacked-deficit", "unacked messages and deficit over time per consumer",
+                          lambda path: _plot_state(st, path)))
+    return AnalyzerResult("consumers", tables={"consumers": s, "state": st}, summary={"consumers": rows},
+                          findings=_findings(cap, s), plots=plots)
+
+
+def _plot_state(st: pd.DataFrame, path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
+    t0 = st["ts"].min()
+    groups = sorted(st.groupby(CONSUMER, sort=False), key=lambda kv: -len(kv[1]))[:8]
+    for i, (key, g) in enumerate(groups):
+        label = f"s{key[0]} ch{key[1]} {str(key[3])[-10:]}"
+        x = (g["ts"] - t0).dt.total_seconds().to_numpy()
+        for ax, col in ((ax1, "unacked"), (ax2, "deficit")):
+            y = g[col].astype(float).to_numpy()
+            if len(g) <= MAX_STEPS:
+                ax.step(x, y, where="post", color=f"C{i}", lw=0.8, label=label)
+            else:  # min/max envelope per time bin: the shape of millions of steps in O(bins)
+                bins = np.linspace(x.min(), x.max() + 1e-9, TIME_BINS + 1)
+                k = np.digitize(x, bins)
+                env = pd.Series(y).groupby(k).agg(["min", "max"])
+                xs = bins[np.clip(env.index.to_numpy() - 1, 0, TIME_BINS - 1)]
+                ax.fill_between(xs, env["min"], env["max"], step="post", color=f"C{i}", alpha=0.4, label=label)
+        if g["prefetch"].iloc[-1] > 0:
+            ax1.axhline(g["prefetch"].iloc[-1], color=f"C{i}", ls=":", lw=0.8)
+    ax1.set_ylabel("unacked (msgs)")
+    ax1.set_title("unacked messages (dotted: prefetch" + (", estimated" if st["prefetch_estimated"].any() else "") + ")")
+    ax2.set_ylabel("deficit (msgs)")
+    ax2.set_title("deficit = prefetch − unacked (credit the broker has not used)")
+    ax2.set_xlabel("time since first event (s)")
+    ax1.legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
