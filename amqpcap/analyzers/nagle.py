@@ -253,6 +253,11 @@ def analyze_segments(cap: Capture) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataF
 # -------------------------------------------------------------------------------------- findings
 
 
+def _frames_filter(packets) -> str:
+    # Comma-separated: Wireshark >= 4.0 rejects whitespace-separated set members.
+    return "frame.number in {" + ", ".join(str(int(x)) for x in sorted(set(packets))) + "}"
+
+
 def _dir_clause(stream: int, direction: str, port: int, extra: str) -> str:
     side = "tcp.dstport" if direction == "c2s" else "tcp.srcport"
     return f"(tcp.stream eq {stream} && {side} == {port}{extra})"
@@ -342,7 +347,7 @@ def nagle_finding(d: pd.DataFrame, stalls: pd.DataFrame) -> Finding | None:
             "directions": {f"{s} {dr}": int(n) for (s, dr), n in st.groupby(["stream", "direction"]).size().items()},
             "streams": streams,
             "packets": examples,
-            "filter": "frame.number in {" + " ".join(map(str, sorted(held))) + "}",
+            "filter": _frames_filter(held),
         },
         advice=("Write-write-read with Nagle on: the second small write waits until the first is acknowledged, and "
                 "the peer delays that ACK (~40 ms on Linux, up to 200 ms elsewhere). Write the whole message "
