@@ -1,0 +1,165 @@
+"""sizes analyzer: packet-length buckets against tshark's `-z plen,tree`, frame/packet accounting,
+throughput totals against tshark's method counts and the recording scenarios, CLI output."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import amqpcap
+from amqpcap.analyzers.sizes import PLEN_LABELS, sizes
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+SHARED_MIDSTREAM = ROOT.parent / "shared" / "captures" / "ndpi-amqp-celery-midstream.pcap"
+
+
+def _fixture_pairs():
+    pairs = [(FIXTURES / j.name[: -len(".tshark.json")], j) for j in sorted(FIXTURES.glob("*.tshark.json"))]
+    if SHARED_MIDSTREAM.exists():
+        pairs.append((SHARED_MIDSTREAM, SHARED_MIDSTREAM.with_name("ndpi-amqp-celery-midstream.tshark.json")))
+    return pairs
+
+
+PAIRS = _fixture_pairs()
+_results: dict[Path, tuple] = {}
+
+
+def result(path: Path):
+    if path not in _results:
+        cap = amqpcap.load(path)
+        _results[path] = (cap, sizes(cap))
+    return _results[path]
+
+
+@pytest.mark.parametrize("cap_path,facts_path", PAIRS, ids=[p.name for p, _ in PAIRS])
+def test_packet_size_bins_equal_tshark_plen(cap_path, facts_path):
+    plen = json.loads(facts_path.read_text())["plen"]
+    _, r = result(cap_path)
+    bins = r.summary["packet_sizes"]["bins"]
+    assert [b["range"] for b in bins] == list(plen)  # same buckets, same spelling, same order
+    assert {b["range"]: b["count"] for b in bins} == plen
+    total = sum(plen.values())
+    assert r.summary["packet_sizes"]["total"] == total
+    # tshark prints each bucket's share of all packets with two decimals.
+    assert [b["percent"] for b in bins] == [round(100 * plen[k] / total, 2) for k in plen]
+
+
+@pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark not installed")
+def test_percent_as_tshark_prints_it():
+    cap_path = FIXTURES / "rpc-nodelay.pcap"
+    out = subprocess.run(["tshark", "-r", str(cap_path), "-q", "-z", "plen,tree"], capture_output=True, text=True,
+                         timeout=120).stdout
+    printed = {}
+    for line in out.splitlines():
+        m = re.match(r"^\s(\d+-\d+|\d+ and greater)\s+(\d+)\s.*?(\d+\.\d+)%", line)
+        if m:
+            printed[m.group(1)] = (int(m.group(2)), float(m.group(3)))
+    assert list(printed) == list(PLEN_LABELS)
+    _, r = result(cap_path)
+    assert {b["range"]: (b["count"], b["percent"]) for b in r.summary["packet_sizes"]["bins"]} == printed
+
+
+@pytest.mark.parametrize("cap_path,facts_path", PAIRS, ids=[p.name for p, _ in PAIRS])
+def test_per_connection_buckets_add_up(cap_path, facts_path):
+    cap, r = result(cap_path)
+    t = r.tables["packet-sizes"]
+    per = t[t["direction"] != "all"]
+    # Every AMQP packet is in exactly one bucket of its stream direction.
+    assert per["count"].sum() == len(cap.packets)
+    n = per.groupby(["stream", "direction"])["count"].sum()
+    expect = cap.packets.groupby(["stream", cap.packets["direction"].astype(str)]).size()
+    assert n.sort_index().tolist() == expect.sort_index().tolist()
+
+
+@pytest.mark.parametrize("cap_path,facts_path", PAIRS, ids=[p.name for p, _ in PAIRS])
+def test_frames_per_packet_sum_to_frames(cap_path, facts_path):
+    cap, r = result(cap_path)
+    fpp = r.tables["frames-per-packet"]
+    assert (fpp["frames_per_packet"] * fpp["packets"]).sum() == len(cap.frames)
+    assert fpp["packets"].sum() == (cap.packets["payload_bytes"] > 0).sum()
+    ppf = r.tables["packets-per-frame"]
+    assert ppf["frames"].sum() == len(cap.frames)
+    assert (ppf["packets_per_frame"] >= 1).all()
+    assert sum(int(k) * v for k, v in r.summary["frames_per_packet"].items()) == len(cap.frames)
+
+
+def test_rpc_nodelay_frames_per_packet_as_recorded():
+    # fixtures/README.md: pika sends publish, header and body as three segments (1088 packets
+    # carry exactly one AMQP frame); the broker sends each delivery as one segment (300 with 3).
+    _, r = result(FIXTURES / "rpc-nodelay.pcap")
+    assert r.summary["frames_per_packet"]["1"] == 1088
+    assert r.summary["frames_per_packet"]["3"] == 300
+
+
+def test_large_frames_span_several_packets():
+    # large-messages: 400 kB bodies in 128 KiB frames over 64 KiB segments: a body frame cannot
+    # fit in fewer packets than its size over the largest segment of its direction.
+    path = FIXTURES / "large-messages.pcap"
+    if not path.exists():
+        pytest.skip("large-messages fixture not present")
+    cap, r = result(path)
+    ppf = r.tables["packets-per-frame"]
+    assert ppf.loc[ppf["type"] == "body", "packets_per_frame"].max() >= 2
+    body = cap.frames[cap.frames["type"] == "body"]
+    largest = cap.packets.groupby(cap.packets["direction"].astype(str))["payload_bytes"].max()
+    from amqpcap.analyzers.sizes import packets_per_frame
+
+    data = cap.packets[cap.packets["payload_bytes"] > 0]
+    span = packets_per_frame(cap.frames, data)[(cap.frames["type"] == "body").to_numpy()]
+    lower = np.ceil((body["size_bytes"].to_numpy() + 8) / largest.reindex(body["direction"].astype(str)).to_numpy())
+    assert (span >= lower).all()
+
+
+@pytest.mark.parametrize("cap_path,facts_path", PAIRS, ids=[p.name for p, _ in PAIRS])
+def test_throughput_totals(cap_path, facts_path):
+    facts = json.loads(facts_path.read_text())
+    cap, r = result(cap_path)
+    tp = r.tables["throughput"]
+    w = r.summary["throughput"]["bin_s"]
+    assert len(tp) <= 2 * 201
+    assert tp["packets"].sum() == len(cap.packets)
+    assert tp["bytes"].sum() == cap.packets["frame_len"].sum()
+    if "dumpcap" in cap_path.name:
+        return  # tshark counts each duplicated packet once there (fixtures/README.md)
+    methods = facts["methods"]
+    assert round((tp["published_msgs_s"] * w).sum()) == methods.get("60.40", 0)
+    assert round((tp["delivered_msgs_s"] * w).sum()) == methods.get("60.60", 0) + methods.get("60.71", 0)
+
+
+def test_acked_counts_tags_settled_by_multiple_acks():
+    # healthy: PerfTest -A 50 acks every 50th delivery with multiple=1; 12 acks settle 600 tags.
+    _, r = result(FIXTURES / "healthy.pcap")
+    tp = r.tables["throughput"]
+    w = r.summary["throughput"]["bin_s"]
+    acked = (tp.loc[tp["direction"] == "c2s", "acked_msgs_s"] * w).sum()
+    assert math.isclose(acked, 12 * 50)
+
+
+def test_bin_width_gives_about_200_bins():
+    from amqpcap.analyzers.sizes import bin_width_s
+
+    for duration in (0.001, 0.37, 1.1, 3.2, 60, 86400):
+        w = bin_width_s(duration)
+        assert 80 <= duration / w <= 200 + 1e-9, (duration, w)
+
+
+def test_cli_writes_tables_and_pngs(tmp_path):
+    out = tmp_path / "x"
+    r = subprocess.run([sys.executable, "-m", "amqpcap", "sizes", str(FIXTURES / "rpc-nodelay.pcap"), "--out", str(out)],
+                       capture_output=True, text=True, timeout=180, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    names = {p.name for p in out.iterdir()}
+    for t in ("packet-sizes", "payload-sizes", "frames-per-packet", "packets-per-frame", "throughput"):
+        assert f"sizes-{t}.csv" in names
+    for p in ("sizes-packet-sizes", "sizes-frames-per-packet", "sizes-throughput", "sizes-segment-sizes"):
+        png = out / f"{p}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
