@@ -3,7 +3,7 @@
 //! Link types (tcpdump.org/linktypes.html): Ethernet with 802.1Q tags, Linux cooked SLL and
 //! SLL2 (`tcpdump -i any`), BSD NULL/LOOP, raw IP.
 
-use etherparse::{EtherType, LaxNetSlice, LaxSlicedPacket, TransportSlice};
+use etherparse::{Ethernet2HeaderSlice, IpNumber, Ipv4HeaderSlice, Ipv6ExtensionsSlice, Ipv6HeaderSlice, SingleVlanHeaderSlice, TcpHeaderSlice};
 
 pub const LINKTYPE_NULL: u32 = 0;
 pub const LINKTYPE_ETHERNET: u32 = 1;
@@ -81,97 +81,128 @@ pub enum LinkError {
     Fragment,
 }
 
-pub fn decode(linktype: u32, data: &[u8]) -> Result<TcpPacket<'_>, LinkError> {
-    let sliced = match linktype {
-        LINKTYPE_ETHERNET => LaxSlicedPacket::from_ethernet(data).map_err(|_| LinkError::Malformed)?,
-        LINKTYPE_RAW | LINKTYPE_RAW_BSD12 | LINKTYPE_RAW_BSD14 | LINKTYPE_IPV4 | LINKTYPE_IPV6 => {
-            LaxSlicedPacket::from_ip(data).map_err(|_| LinkError::Malformed)?
+/// What follows the link header.
+enum Network<'a> {
+    EtherType(u16, &'a [u8]),
+    /// IPv4 or IPv6, told apart by the version nibble.
+    Ip(&'a [u8]),
+}
+
+const ETHERTYPE_IPV4: u16 = 0x0800;
+const ETHERTYPE_IPV6: u16 = 0x86DD;
+const ETHERTYPE_VLAN: u16 = 0x8100;
+const ETHERTYPE_QINQ: u16 = 0x88A8;
+
+fn link_layer(linktype: u32, data: &[u8]) -> Result<Network<'_>, LinkError> {
+    Ok(match linktype {
+        LINKTYPE_ETHERNET => {
+            let eth = Ethernet2HeaderSlice::from_slice(data).map_err(|_| LinkError::Malformed)?;
+            let mut ether_type = eth.ether_type().0;
+            let mut rest = &data[eth.slice().len()..];
+            // 802.1Q / 802.1ad tags (at most two, as in QinQ)
+            for _ in 0..2 {
+                if ether_type != ETHERTYPE_VLAN && ether_type != ETHERTYPE_QINQ {
+                    break;
+                }
+                let vlan = SingleVlanHeaderSlice::from_slice(rest).map_err(|_| LinkError::Malformed)?;
+                ether_type = vlan.ether_type().0;
+                rest = &rest[vlan.slice().len()..];
+            }
+            Network::EtherType(ether_type, rest)
         }
+        LINKTYPE_RAW | LINKTYPE_RAW_BSD12 | LINKTYPE_RAW_BSD14 | LINKTYPE_IPV4 | LINKTYPE_IPV6 => Network::Ip(data),
         LINKTYPE_LINUX_SLL => {
             // pkttype(2) hatype(2) halen(2) addr(8) protocol(2)
             let proto = data.get(14..16).ok_or(LinkError::Malformed)?;
-            LaxSlicedPacket::from_ether_type(EtherType(u16::from_be_bytes([proto[0], proto[1]])), &data[16..])
+            Network::EtherType(u16::from_be_bytes([proto[0], proto[1]]), &data[16..])
         }
         LINKTYPE_LINUX_SLL2 => {
             // protocol(2) reserved(2) ifindex(4) hatype(2) pkttype(1) halen(1) addr(8)
             let proto = data.get(0..2).ok_or(LinkError::Malformed)?;
-            let rest = data.get(20..).ok_or(LinkError::Malformed)?;
-            LaxSlicedPacket::from_ether_type(EtherType(u16::from_be_bytes([proto[0], proto[1]])), rest)
+            Network::EtherType(u16::from_be_bytes([proto[0], proto[1]]), data.get(20..).ok_or(LinkError::Malformed)?)
         }
-        LINKTYPE_NULL | LINKTYPE_LOOP => {
-            // A 4-byte address family, host byte order for NULL, network order for LOOP. Only
-            // IPv4 and IPv6 follow, so the IP version nibble decides.
-            let rest = data.get(4..).ok_or(LinkError::Malformed)?;
-            LaxSlicedPacket::from_ip(rest).map_err(|_| LinkError::Malformed)?
-        }
+        // A 4-byte address family, host byte order for NULL, network order for LOOP. Only IPv4
+        // and IPv6 follow, so the IP version nibble decides.
+        LINKTYPE_NULL | LINKTYPE_LOOP => Network::Ip(data.get(4..).ok_or(LinkError::Malformed)?),
         _ => return Err(LinkError::NotTcp),
-    };
-    let (v6, src, dst, ip_start, ip_declared_end) = match &sliced.net {
-        Some(LaxNetSlice::Ipv4(ip)) => {
-            let h = ip.header();
-            if ip.is_payload_fragmented() {
-                return Err(LinkError::Fragment);
-            }
-            let mut s = [0u8; 16];
-            let mut d = [0u8; 16];
-            s[..4].copy_from_slice(&h.source());
-            d[..4].copy_from_slice(&h.destination());
-            let start = h.slice().as_ptr() as usize - data.as_ptr() as usize;
-            (false, s, d, start, start + h.total_len() as usize)
-        }
-        Some(LaxNetSlice::Ipv6(ip)) => {
-            let h = ip.header();
-            if ip.is_payload_fragmented() {
-                return Err(LinkError::Fragment);
-            }
-            let start = h.slice().as_ptr() as usize - data.as_ptr() as usize;
-            (true, h.source(), h.destination(), start, start + 40 + h.payload_length() as usize)
-        }
-        _ => return Err(LinkError::NotTcp),
-    };
-    let tcp = match sliced.transport {
-        Some(TransportSlice::Tcp(t)) => t,
-        _ => {
-            let is_tcp = sliced.net.as_ref().and_then(|n| n.ip_payload_ref()).is_some_and(|p| p.ip_number == etherparse::IpNumber::TCP);
-            return Err(if is_tcp { LinkError::Malformed } else { LinkError::NotTcp });
-        }
-    };
-    let payload = tcp.payload();
-    let payload_start = payload.as_ptr() as usize - data.as_ptr() as usize;
-    // The IP length says how much payload the packet had, even when snaplen cut it. A zero
-    // IPv4 total length (TSO on the sending host) means "as captured".
-    let payload_len = if ip_declared_end > ip_start + 20 || v6 {
-        ip_declared_end.saturating_sub(payload_start).max(payload.len())
-    } else {
-        payload.len()
-    };
-    let mut flags = 0u16;
-    for (bit, set) in [
-        (0x01, tcp.fin()),
-        (0x02, tcp.syn()),
-        (0x04, tcp.rst()),
-        (0x08, tcp.psh()),
-        (0x10, tcp.ack()),
-        (0x20, tcp.urg()),
-        (0x40, tcp.ece()),
-        (0x80, tcp.cwr()),
-        (0x100, tcp.ns()),
-    ] {
-        if set {
-            flags |= bit;
-        }
+    })
+}
+
+/// IP layer: addresses, the TCP bytes the capture holds, and the TCP length the IP header declares.
+struct IpPart<'a> {
+    v6: bool,
+    src: [u8; 16],
+    dst: [u8; 16],
+    tcp: &'a [u8],
+    tcp_declared_len: usize,
+}
+
+fn ipv4(l3: &[u8]) -> Result<IpPart<'_>, LinkError> {
+    let h = Ipv4HeaderSlice::from_slice(l3).map_err(|_| LinkError::Malformed)?;
+    if h.protocol() != IpNumber::TCP {
+        return Err(LinkError::NotTcp);
     }
+    if h.is_fragmenting_payload() {
+        return Err(LinkError::Fragment);
+    }
+    let hl = h.slice().len();
+    let total = h.total_len() as usize;
+    // Ethernet pads short frames: the IP length bounds the payload. A zero total length
+    // (TSO on the sending host) means "as captured".
+    let end = if total >= hl { total.min(l3.len()) } else { l3.len() };
+    let mut src = [0u8; 16];
+    let mut dst = [0u8; 16];
+    src[..4].copy_from_slice(&h.source());
+    dst[..4].copy_from_slice(&h.destination());
+    let declared = if total >= hl { total - hl } else { l3.len() - hl };
+    Ok(IpPart { v6: false, src, dst, tcp: &l3[hl..end.max(hl)], tcp_declared_len: declared })
+}
+
+fn ipv6(l3: &[u8]) -> Result<IpPart<'_>, LinkError> {
+    let h = Ipv6HeaderSlice::from_slice(l3).map_err(|_| LinkError::Malformed)?;
+    let payload_len = h.payload_length() as usize;
+    let avail = &l3[40..(40 + payload_len).min(l3.len())];
+    let (exts, next, rest) = Ipv6ExtensionsSlice::from_slice(h.next_header(), avail).map_err(|_| LinkError::Malformed)?;
+    if next != IpNumber::TCP {
+        return Err(LinkError::NotTcp);
+    }
+    if exts.is_fragmenting_payload() {
+        return Err(LinkError::Fragment);
+    }
+    let ext_len = avail.len() - rest.len();
+    Ok(IpPart { v6: true, src: h.source(), dst: h.destination(), tcp: rest, tcp_declared_len: payload_len.saturating_sub(ext_len) })
+}
+
+pub fn decode(linktype: u32, data: &[u8]) -> Result<TcpPacket<'_>, LinkError> {
+    let ip = match link_layer(linktype, data)? {
+        Network::EtherType(ETHERTYPE_IPV4, l3) => ipv4(l3)?,
+        Network::EtherType(ETHERTYPE_IPV6, l3) => ipv6(l3)?,
+        Network::EtherType(_, _) => return Err(LinkError::NotTcp),
+        Network::Ip(l3) => match l3.first().map(|b| b >> 4) {
+            Some(4) => ipv4(l3)?,
+            Some(6) => ipv6(l3)?,
+            _ => return Err(LinkError::Malformed),
+        },
+    };
+    let tcp = TcpHeaderSlice::from_slice(ip.tcp).map_err(|_| LinkError::Malformed)?;
+    let header_len = tcp.slice().len();
+    let payload = &ip.tcp[header_len..];
+    // The IP length says how much payload the packet had, even when snaplen cut it.
+    let payload_len = ip.tcp_declared_len.saturating_sub(header_len).max(payload.len());
+    let b = tcp.slice();
+    // Flags as Wireshark's tcp.flags: the NS/AE bit sits in the low bit of byte 12.
+    let flags = ((b[12] as u16 & 1) << 8) | b[13] as u16;
     Ok(TcpPacket {
-        v6,
-        src,
-        dst,
+        v6: ip.v6,
+        src: ip.src,
+        dst: ip.dst,
         sport: tcp.source_port(),
         dport: tcp.destination_port(),
         seq: tcp.sequence_number(),
         ack: tcp.acknowledgment_number(),
         flags,
         window: tcp.window_size(),
-        options: &tcp.header_slice()[20..],
+        options: &b[20..],
         payload,
         payload_len: payload_len as u32,
     })
