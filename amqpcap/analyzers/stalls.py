@@ -13,8 +13,8 @@ Method and limits: docs/analyzers/stalls.md.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -33,6 +33,10 @@ GAP_FACTOR = 10.0
 #: ... and this many path round trips: a silence of a couple of RTTs is one request/response
 #: exchange on a long path, not a stall.
 RTT_FACTOR = 4.0
+#: Two copies of one segment (same seq and length) closer than this are the capture seeing the
+#: packet twice (several interfaces), not a retransmission: TCP cannot detect a loss that fast
+#: (Linux's minimum RTO is 200 ms; fast retransmit waits for three duplicate ACKs).
+DUPLICATE_S = 0.001
 #: A state (window full, blocked, at prefetch, confirms outstanding) is the cause of a stall only
 #: when it held for at least this share of the stall: a stall is blamed on what kept the
 #: direction silent for most of it, not on a coincidence at one end.
@@ -212,6 +216,18 @@ def _packets(cap: Capture, t0: pd.Timestamp) -> pd.DataFrame:
     return df
 
 
+def _real_retransmissions(df: pd.DataFrame) -> pd.DataFrame:
+    """Retransmitted data segments (stream, d, t), without the capture's own duplicates: a copy of
+    a segment (same seq and length) within DUPLICATE_S of another copy is the same packet seen on
+    two interfaces, not TCP loss recovery."""
+    rt = df[df["retrans"] & df["data"]]
+    orig = df[df["data"] & ~df["retrans"]][["stream", "d", "seq", "payload", "t"]]
+    m = rt[["stream", "d", "seq", "payload", "t"]].reset_index().merge(
+        orig, on=["stream", "d", "seq", "payload"], suffixes=("", "_orig"))
+    dup = m.loc[(m["t"] - m["t_orig"]).abs() < DUPLICATE_S, "index"].unique()
+    return rt.drop(index=dup)[["stream", "d", "t"]]
+
+
 def _rtt(df: pd.DataFrame) -> pd.DataFrame:
     """Segment→ACK time samples: each new-data segment to the first later peer packet whose ACK
     covers its last byte (retransmitted segments excluded, Karn)."""
@@ -234,11 +250,13 @@ def _rtt(df: pd.DataFrame) -> pd.DataFrame:
             # First peer ACK at or beyond the segment's end, and after the segment itself.
             k = np.maximum(np.searchsorted(cm, endv[seg], side="left"), np.searchsorted(acks, seg, side="right"))
             ok = k < len(acks)
-            rows.append(pd.DataFrame({"stream": s, "d": D, "rtt_s": t[acks[k[ok]]] - t[seg[ok]]}))
-    if not rows:
-        return pd.DataFrame({"stream": pd.Series(dtype=np.int64), "d": pd.Series(dtype=np.int8),
-                             "rtt_s": pd.Series(dtype=float)})
-    return pd.concat(rows, ignore_index=True)
+            rows.append((s, D, t[acks[k[ok]]] - t[seg[ok]]))
+    n = [len(r[2]) for r in rows]
+    return pd.DataFrame({
+        "stream": np.repeat(np.array([r[0] for r in rows], dtype=np.int64), n),
+        "d": np.repeat(np.array([r[1] for r in rows], dtype=np.int8), n),
+        "rtt_s": np.concatenate([r[2] for r in rows]) if rows else np.zeros(0),
+    })
 
 
 # --- cause states as intervals --------------------------------------------------------------
@@ -252,7 +270,7 @@ def _frames(cap: Capture, t0: pd.Timestamp) -> pd.DataFrame:
         "d": (f["direction"] == "s2c").to_numpy(np.int8),
         "t": (f["ts"] - t0).dt.total_seconds().to_numpy(),
         "channel": f["channel"].to_numpy(np.int64),
-        "method": f["method"].astype(object).to_numpy(),
+        "method": f["method"].array,  # categorical: comparisons stay cheap
     }), f
 
 
@@ -303,8 +321,8 @@ def _confirm_outstanding(fr: pd.DataFrame, f: pd.DataFrame, stream_end: pd.Serie
     # Publish sequence numbers count from 1 after confirm.select, per channel.
     pubs["seq"] = pubs.groupby(["stream", "channel"]).cumcount() + 1
     am = (fr["method"].isin(["basic.ack", "basic.nack"]) & (fr["d"] == 1)).to_numpy()
-    acks = fr[am].assign(tag=f["delivery_tag"].to_numpy()[am].astype("float64"),
-                         multiple=f["multiple"].to_numpy()[am].astype("boolean").fillna(False).to_numpy(bool))
+    acks = fr[am].assign(tag=f["delivery_tag"].to_numpy(dtype=float, na_value=np.nan)[am],
+                         multiple=f["multiple"].fillna(False).to_numpy(bool)[am])
     acks = acks.merge(sel[["stream", "channel"]], on=["stream", "channel"]).sort_values(["stream", "channel", "t"])
     # A single confirm settles its own tag ...
     single = acks[~acks["multiple"]].groupby(["stream", "channel", "tag"])["t"].min().rename("single_t")
@@ -336,27 +354,37 @@ def _confirm_outstanding(fr: pd.DataFrame, f: pd.DataFrame, stream_end: pd.Serie
     return _steps_to_intervals(ev, ["stream", "channel"], "outstanding", stream_end)
 
 
-def _prefetch_limited(cap: Capture, t0: pd.Timestamp, stream_end: pd.Series) -> pd.DataFrame | None:
-    """Intervals where a consumer had unacked == prefetch (from the consumers analyzer); None when
-    that analyzer is not available."""
+def _prefetch_limited(cap: Capture, t0: pd.Timestamp, stream_end: pd.Series) -> tuple[pd.DataFrame | None, str]:
+    """Intervals where a consumer had unacked == prefetch (from the consumers analyzer), or None
+    and why that cause was skipped."""
     try:
-        from .consumers import consumer_state  # written in parallel: optional
-    except ImportError:
-        return None
-    st = consumer_state(cap)
+        from .consumers import consumer_state  # the consumers analyzer owns credit tracking
+    except ImportError as e:
+        return None, f"consumers.consumer_state not available ({e})"
+    try:
+        st = consumer_state(cap)
+    except Exception as e:  # noqa: BLE001 - its failure must not hide the other causes; reported
+        warnings.warn(f"stalls: consumer-prefetch cause skipped: consumer_state failed: {type(e).__name__}: {e}")
+        return None, f"consumers.consumer_state failed: {type(e).__name__}: {e}"
     need = {"stream", "channel", "consumer_tag", "ts", "unacked", "prefetch"}
     if st is None or not need <= set(st.columns):
-        return None
-    st = pd.DataFrame({
-        "stream": st["stream"].to_numpy(np.int64),
-        "channel": st["channel"].to_numpy(np.int64),
-        "tag": st["consumer_tag"].astype(object).to_numpy(),
-        "t": (st["ts"] - t0).dt.total_seconds().to_numpy(),
-        "at_limit": (pd.to_numeric(st["prefetch"], errors="coerce").fillna(0).to_numpy() > 0)
-        & (pd.to_numeric(st["unacked"], errors="coerce").fillna(-1).to_numpy()
-           >= pd.to_numeric(st["prefetch"], errors="coerce").fillna(np.inf).to_numpy()),
+        return None, "consumers.consumer_state lacks the columns " + ", ".join(sorted(need))
+    if "at_limit" in st.columns:  # the consumers analyzer's own verdict (also covers global qos)
+        at_limit = st["at_limit"].astype("boolean").fillna(False).to_numpy(bool)
+    else:  # prefetch 0 means unlimited
+        prefetch = pd.to_numeric(st["prefetch"], errors="coerce").to_numpy(float)
+        unacked = pd.to_numeric(st["unacked"], errors="coerce").to_numpy(float)
+        at_limit = (prefetch > 0) & (unacked >= prefetch)
+    start = (st["ts"] - t0).dt.total_seconds().to_numpy()
+    if "until_ts" in st.columns:  # each step holds until until_ts
+        end = (st["until_ts"] - t0).dt.total_seconds().to_numpy()
+        return pd.DataFrame({"stream": st["stream"].to_numpy(np.int64)[at_limit], "start": start[at_limit],
+                             "end": end[at_limit]}), ""
+    steps = pd.DataFrame({
+        "stream": st["stream"].to_numpy(np.int64), "channel": st["channel"].to_numpy(np.int64),
+        "tag": st["consumer_tag"].astype(object).to_numpy(), "t": start, "at_limit": at_limit,
     }).sort_values(["stream", "channel", "tag", "t"], kind="mergesort").reset_index(drop=True)
-    return _steps_to_intervals(st, ["stream", "channel", "tag"], "at_limit", stream_end)
+    return _steps_to_intervals(steps, ["stream", "channel", "tag"], "at_limit", stream_end), ""
 
 
 # --- the analyzer -----------------------------------------------------------------------------
@@ -414,8 +442,7 @@ def stalls(cap: Capture) -> AnalyzerResult:
     st["window_s"] = _overlap_s(st, pd.concat(lim, ignore_index=True))
     zw = df[df["zero_window"]]
     st["zero_window_n"] = _count_in(st, pd.DataFrame({"stream": zw["stream"], "d": 1 - zw["d"], "t": zw["t"]}))
-    rt = df[df["retrans"] & df["data"]]
-    st["retrans_n"] = _count_in(st, rt[["stream", "d", "t"]], closed_end=False)
+    st["retrans_n"] = _count_in(st, _real_retransmissions(df), closed_end=False)
 
     fr, f = _frames(cap, t0)
     blocked = _blocked(cap, fr, f, stream_end)
@@ -430,7 +457,7 @@ def stalls(cap: Capture) -> AnalyzerResult:
                        ignore_index=True)
         st["flow_s"] = np.maximum(st["flow_s"].to_numpy(), _overlap_s(st, xb))
 
-    pref = _prefetch_limited(cap, t0, stream_end)
+    pref, pref_skipped = _prefetch_limited(cap, t0, stream_end)
     st["prefetch_s"] = _overlap_s(st, pref.assign(d=1)) if pref is not None else 0.0
     conf = _confirm_outstanding(fr, f, stream_end)
     st["confirm_s"] = _overlap_s(st, conf.assign(d=0)) if len(conf) else 0.0
@@ -448,7 +475,7 @@ def stalls(cap: Capture) -> AnalyzerResult:
         "flow control (connection.blocked / channel.flow) active for " + r3("flow_s") + " s",
         "a consumer at its prefetch limit for " + r3("prefetch_s") + " s",
         "publishes awaiting confirms for " + r3("confirm_s") + " s",
-        pd.Series("no window, flow, prefetch or confirm limit: the application sent nothing", index=st.index),
+        pd.Series("nothing held it back: the application sent nothing", index=st.index),
     ]
     st["detail"] = np.select(conds + [np.ones(len(st), bool)], details, default="") if len(st) else []
 
@@ -466,7 +493,7 @@ def stalls(cap: Capture) -> AnalyzerResult:
     }, columns=STALL_COLUMNS).sort_values(["start_ts", "stream"], kind="mergesort").reset_index(drop=True)
 
     tcp = _tcp_table(df, rtt_stats, path_rtt, nd, gap, st)
-    summary = _summary(stalls_tbl, tcp, rtt, pref is None)
+    summary = _summary(stalls_tbl, tcp, rtt, pref_skipped)
     findings = [x for x in (_receiver_window(stalls_tbl, tcp, cap, df),
                             _publisher_blocked(blocked, fr, t0, cap),
                             _capture_gaps(gaps, cap, stalls_tbl)) if x is not None]
@@ -515,7 +542,7 @@ def _tcp_table(df, rtt_stats, path_rtt, nd, gap, st) -> pd.DataFrame:
     return out
 
 
-def _summary(stalls_tbl: pd.DataFrame, tcp: pd.DataFrame, rtt: pd.DataFrame, prefetch_skipped: bool) -> dict:
+def _summary(stalls_tbl: pd.DataFrame, tcp: pd.DataFrame, rtt: pd.DataFrame, prefetch_skipped: str) -> dict:
     by = stalls_tbl.groupby("cause", observed=False)["duration_s"]
     rtt_dir = {}
     for D, name in enumerate(DIRS):
@@ -526,7 +553,7 @@ def _summary(stalls_tbl: pd.DataFrame, tcp: pd.DataFrame, rtt: pd.DataFrame, pre
         "count": int(len(stalls_tbl)),
         "total_s": float(stalls_tbl["duration_s"].sum()),
         "by_cause": {c: {"count": int(by.size().get(c, 0)), "total_s": float(by.sum().get(c, 0.0))} for c in CAUSES},
-        "causes_skipped": ["consumer-prefetch"] if prefetch_skipped else [],
+        "causes_skipped": {"consumer-prefetch": prefetch_skipped} if prefetch_skipped else {},
         "thresholds": {"min_stall_s": MIN_STALL_S, "gap_factor": GAP_FACTOR, "rtt_factor": RTT_FACTOR,
                        "cause_share": CAUSE_SHARE},
         "rtt": rtt_dir,
@@ -716,8 +743,9 @@ def _plot_window(path: Path, df: pd.DataFrame, tcp: pd.DataFrame, stalls_tbl: pd
             ax.axvspan((x["start_ts"] - t0).total_seconds(), (x["end_ts"] - t0).total_seconds(),
                        color=CAUSE_COLORS[x["cause"]], alpha=0.2, lw=0)
         ax.set_ylabel("bytes")
-        ax.set_title(f"tcp.stream eq {r['stream']} {r['direction']}: {int(r['window_full_segments'])} window-full, "
-                     f"{int(r['zero_window_ads'])} zero-window ads by this side", fontsize=9, loc="left")
+        peer = tcp[(tcp["stream"] == r["stream"]) & (tcp["direction"] != r["direction"])]["zero_window_ads"].sum()
+        ax.set_title(f"tcp.stream eq {r['stream']} {r['direction']}: {int(r['window_full_segments'])} window-full "
+                     f"segments, peer advertised a zero window {int(peer)} times", fontsize=9, loc="left")
         ax.legend(fontsize=7, loc="upper right")
     axes[-1, 0].set_xlabel("seconds since capture start (shaded: stalls, coloured by cause)")
     fig.tight_layout()
