@@ -177,6 +177,7 @@ def _packets(cap: Capture, t0: pd.Timestamp) -> pd.DataFrame:
         "packet": p["packet"].to_numpy(np.int64),
         "stream": p["stream"].to_numpy(np.int64),
         "d": (p["direction"] == "s2c").to_numpy(np.int8),
+        "ts": p["ts"].array,  # exact timestamps for the table; t (float seconds) for arithmetic
         "t": (p["ts"] - t0).dt.total_seconds().to_numpy(),
         "payload": p["payload_bytes"].to_numpy(np.int64),
         "seq": p["seq"].to_numpy(np.int64),
@@ -412,6 +413,7 @@ def stalls(cap: Capture) -> AnalyzerResult:
     keys = [nd["stream"], nd["d"]]
     prev_t = nd.groupby(keys)["t"].shift()
     prev_packet = nd.groupby(keys)["packet"].shift()
+    prev_ts = nd.groupby(keys)["ts"].shift()
     gap = nd["t"] - prev_t
     median_gap = gap.groupby(keys).transform("median")
     rtt_term = RTT_FACTOR * nd["stream"].map(path_rtt).fillna(0.0)
@@ -422,6 +424,7 @@ def stalls(cap: Capture) -> AnalyzerResult:
         "start": prev_t.to_numpy()[is_stall], "end": nd["t"].to_numpy()[is_stall],
         "first_packet": prev_packet.to_numpy()[is_stall].astype(np.int64),
         "last_packet": nd["packet"].to_numpy()[is_stall], "threshold_s": threshold.to_numpy()[is_stall],
+        "start_ts": prev_ts.array[is_stall], "end_ts": nd["ts"].array[is_stall],
     })
     st["duration_s"] = st["end"] - st["start"]
 
@@ -482,8 +485,8 @@ def stalls(cap: Capture) -> AnalyzerResult:
     stalls_tbl = pd.DataFrame({
         "stream": st["stream"].astype(np.int32),
         "direction": pd.Categorical(DIRS[st["d"].to_numpy(int)], categories=list(DIRS)),
-        "start_ts": t0 + pd.to_timedelta(st["start"], unit="s"),
-        "end_ts": t0 + pd.to_timedelta(st["end"], unit="s"),
+        "start_ts": st["start_ts"],
+        "end_ts": st["end_ts"],
         "duration_s": st["duration_s"],
         "cause": pd.Categorical(st["cause"], categories=list(CAUSES)),
         "first_packet": st["first_packet"].astype(np.int32),
