@@ -79,157 +79,184 @@ def _ns(ts: pd.Series) -> np.ndarray:
     return np.asarray(ts.dt.as_unit("ns").array.asi8, dtype=np.int64)
 
 
-def _gkey(stream: np.ndarray, s2c: np.ndarray) -> np.ndarray:
-    return stream.astype(np.int64) * 2 + s2c.astype(np.int64)
+def _running_last(mask: np.ndarray) -> np.ndarray:
+    """For each position, the index of the last position at or before it where ``mask`` holds
+    (-1 if none): one `maximum.accumulate`, no loop."""
+    return np.maximum.accumulate(np.where(mask, np.arange(len(mask)), -1)) if len(mask) else np.zeros(0, np.int64)
 
 
-def _segments(cap: Capture) -> pd.DataFrame:
-    """Every data segment (not a retransmission) with what the analysis needs, in group order."""
+def _running_max_per_stream(values: np.ndarray, mask: np.ndarray, stream: np.ndarray) -> np.ndarray:
+    """Running max of ``values`` over the masked rows of the same stream (rows sorted by stream);
+    -1 where the stream has no masked row yet. The stream number is folded into the high bits so
+    one global `maximum.accumulate` never carries a value across streams."""
+    if not len(values):
+        return np.zeros(0, np.int64)
+    shift = np.int64(1) << np.int64(40)
+    acc = np.maximum.accumulate(np.where(mask, values + stream * shift, -1))
+    same = (acc >= 0) & ((acc >> np.int64(40)) == stream)
+    return np.where(same, acc - stream * shift, -1)
+
+
+def _segments(cap: Capture) -> dict[str, np.ndarray]:
+    """Every data segment that is not a retransmission, sorted by (stream, direction, packet),
+    with what the analysis needs from the peer's side, as plain numpy columns.
+
+    All packets are first put in (stream, packet) order; there, the peer's last packet before a
+    segment, the peer's cumulative ACK and the peer's data count are running maxima/sums."""
     p = cap.packets
-    s2c = (p["direction"] == "s2c").to_numpy()
-    g = _gkey(p["stream"].to_numpy(), s2c)
-    ts = _ns(p["ts"])
-    payload = p["payload_bytes"].to_numpy(np.int64)
-    flags = p["flags"].to_numpy(np.int64)
-    ack = p["ack"].to_numpy(np.int64)
-    pkt = p["packet"].to_numpy(np.int64)
+    stream = p["stream"].to_numpy(np.int64)
+    o = np.argsort(stream, kind="stable")  # packets are in packet order: now (stream, packet)
+    stream = stream[o]
+    s2c = (p["direction"] == "s2c").to_numpy()[o]
+    pkt = p["packet"].to_numpy(np.int64)[o]
+    ts = _ns(p["ts"])[o]
+    payload = p["payload_bytes"].to_numpy(np.int64)[o]
+    flags = p["flags"].to_numpy(np.int64)[o]
+    ack = p["ack"].to_numpy(np.int64)[o]
+    seq = p["seq"].to_numpy(np.int64)[o]
+    frames = p["frames_ended"].to_numpy(np.int64)[o]
+    retr = p["retransmission"].to_numpy(bool)[o]
 
-    # All packets keyed by (group, packet): the peer's side of every question below.
-    key = (g << 32) | pkt
-    order = np.argsort(key, kind="stable")
-    key_s, g_s, ts_s, ack_s = key[order], g[order], ts[order], ack[order]
-    payload_s, flags_s, pkt_s = payload[order], flags[order], pkt[order]
-    # Highest ACK a group's packets carried so far (cumulative: the peer's data acknowledged).
-    acked_s = pd.Series(ack_s).groupby(g_s).cummax().to_numpy()
-    pure_ack_s = (payload_s == 0) & ((flags_s & FLAG_ACK) != 0) & ((flags_s & (FLAG_SYN | FLAG_FIN | FLAG_RST)) == 0)
-    # Peer data packets only, for "did the peer send data between two of our segments".
-    pdata_key = key_s[payload_s > 0]
+    last_dir = {False: _running_last(~s2c), True: _running_last(s2c)}
+    # The peer's cumulative ACK (highest ack so far) = how much of our data it has acknowledged.
+    acked_dir = {False: _running_max_per_stream(ack, ~s2c, stream), True: _running_max_per_stream(ack, s2c, stream)}
+    data_cnt = {False: np.cumsum(~s2c & (payload > 0)), True: np.cumsum(s2c & (payload > 0))}
+    pure_ack = (payload == 0) & ((flags & FLAG_ACK) != 0) & ((flags & (FLAG_SYN | FLAG_FIN | FLAG_RST)) == 0)
 
-    m = (payload > 0) & ~p["retransmission"].to_numpy(bool)
-    seg = pd.DataFrame({
-        "g": g[m], "stream": p["stream"].to_numpy()[m], "direction": np.where(s2c[m], "s2c", "c2s"),
-        "packet": pkt[m], "ts_ns": ts[m], "seq": p["seq"].to_numpy(np.int64)[m], "payload_bytes": payload[m],
-        "frames": p["frames_ended"].to_numpy(np.int64)[m],
-    })
-    seg = seg.iloc[np.argsort(((seg["g"].to_numpy() << 32) | seg["packet"].to_numpy()), kind="stable")].reset_index(drop=True)
-    seg["end"] = seg["seq"] + seg["payload_bytes"]
+    m = (payload > 0) & ~retr
+    idx = np.flatnonzero(m)
+    g = stream[idx] * 2 + s2c[idx]
+    idx = idx[np.argsort(g, kind="stable")]  # (stream, direction, packet)
+    g = stream[idx] * 2 + s2c[idx]
+    seg_s2c = s2c[idx]
 
-    peer_g = seg["g"].to_numpy() ^ 1
-    # Index of the peer's last packet before this segment (-1: none).
-    i = np.searchsorted(key_s, (peer_g << 32) | seg["packet"].to_numpy(), side="left") - 1
-    valid = (i >= 0) & (g_s[np.clip(i, 0, None)] == peer_g)
-    ic = np.clip(i, 0, None)
-    seg["peer_acked"] = np.where(valid, acked_s[ic], -1)
-    seg["peer_last_packet"] = np.where(valid, pkt_s[ic], -1)
-    seg["peer_last_ts_ns"] = np.where(valid, ts_s[ic], 0)
-    seg["peer_last_pure_ack"] = valid & pure_ack_s[ic]
-    seg["peer_last_ack"] = np.where(valid, ack_s[ic], -1)
-    # What the peer had acknowledged just before that last packet.
-    j = i - 1
-    valid_j = valid & (j >= 0) & (g_s[np.clip(j, 0, None)] == peer_g)
-    seg["peer_acked_before_last"] = np.where(valid_j, acked_s[np.clip(j, 0, None)], -1)
-    # Peer data packets strictly between the previous segment of this direction and this one.
-    before = np.searchsorted(pdata_key, (peer_g << 32) | seg["packet"].to_numpy(), side="left")
-    seg["_peer_data_before"] = before
-    return seg
+    # The peer's last packet before this segment (the peer is the other direction).
+    peer_last = np.where(seg_s2c, last_dir[False][idx], last_dir[True][idx])
+    valid = (peer_last >= 0) & (stream[np.clip(peer_last, 0, None)] == stream[idx])
+    pl = np.clip(peer_last, 0, None)
+    peer_acked = np.where(seg_s2c, acked_dir[False][idx], acked_dir[True][idx])
+    # What the peer had acknowledged before that last packet (its running max one row earlier).
+    before = np.clip(peer_last - 1, 0, None)
+    peer_acked_before = np.where(seg_s2c, acked_dir[False][before], acked_dir[True][before])
+    peer_acked_before = np.where(valid & (peer_last >= 1) & (stream[before] == stream[idx]), peer_acked_before, -1)
+    peer_data = np.where(seg_s2c, data_cnt[False][idx], data_cnt[True][idx])
+    return {
+        "g": g, "stream": stream[idx], "s2c": seg_s2c, "packet": pkt[idx], "ts_ns": ts[idx],
+        "payload_bytes": payload[idx], "end": seq[idx] + payload[idx], "frames": frames[idx],
+        "peer_acked": np.where(valid, peer_acked, -1),
+        "peer_last_packet": np.where(valid, pkt[pl], -1),
+        "peer_last_ts_ns": np.where(valid, ts[pl], 0),
+        "peer_last_pure_ack": valid & pure_ack[pl],
+        "peer_last_ack": np.where(valid, ack[pl], -1),
+        "peer_acked_before_last": peer_acked_before,
+        "peer_data_count": peer_data,
+    }
 
 
 def _mss(cap: Capture) -> pd.DataFrame:
-    """Effective MSS per (stream, direction): the smaller of the two SYN options (a sender
-    uses min(peer's MSS, its own)); <NA> when neither SYN is in the capture."""
+    """Effective MSS per (stream, direction) group: the smaller of the two SYN options (a sender
+    uses min(peer's MSS, its own)); NaN when neither SYN is in the capture."""
     c = cap.connections
-    both = pd.concat([c["mss_c2s"], c["mss_s2c"]], axis=1).min(axis=1, skipna=True).astype("Int64")
-    rows = pd.DataFrame({"stream": np.repeat(c["stream"].to_numpy(), 2), "direction": np.tile(["c2s", "s2c"], len(c)),
-                         "mss_bytes": pd.array(np.repeat(both.to_numpy(dtype="float64", na_value=np.nan), 2)).astype("Int64")})
-    rows["broker_port"] = np.repeat(c["broker_port"].to_numpy(), 2)
-    rows["first_ts"] = np.repeat(c["first_ts"].to_numpy(), 2)
-    rows["last_ts"] = np.repeat(c["last_ts"].to_numpy(), 2)
-    return rows
+    mss = np.fmin(c["mss_c2s"].to_numpy(dtype="float64", na_value=np.nan), c["mss_s2c"].to_numpy(dtype="float64", na_value=np.nan))
+    streams = c["stream"].to_numpy(np.int64)
+    return pd.DataFrame({
+        "g": np.concatenate([streams * 2, streams * 2 + 1]),
+        "mss": np.concatenate([mss, mss]),
+        "broker_port": np.concatenate([c["broker_port"].to_numpy(np.int64)] * 2),
+        "connection_s": np.concatenate([(c["last_ts"] - c["first_ts"]).dt.total_seconds().to_numpy()] * 2),
+    }).set_index("g")
 
 
-def analyze_segments(cap: Capture) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """(segments with per-segment flags, per-direction table, stalls table)."""
-    seg = _segments(cap)
-    mss = _mss(cap)
-    seg = seg.merge(mss[["stream", "direction", "mss_bytes"]], on=["stream", "direction"], how="left")
-    mss_f = seg["mss_bytes"].to_numpy(dtype="float64", na_value=np.nan)
-    small_limit = np.where(np.isnan(mss_f), SMALL_BYTES_UNKNOWN_MSS, SMALL_MSS_FRACTION * mss_f)
+def analyze_segments(cap: Capture) -> tuple[dict[str, np.ndarray], pd.DataFrame, pd.DataFrame]:
+    """(segment columns with per-segment flags, per-direction table, stalls table)."""
+    s = _segments(cap)
+    n = len(s["g"])
+    conn = _mss(cap)
+    g = s["g"]
+    mss_f = conn["mss"].reindex(g).to_numpy() if n else np.zeros(0)
+    small_limit = np.ceil(np.where(np.isnan(mss_f), SMALL_BYTES_UNKNOWN_MSS, SMALL_MSS_FRACTION * mss_f)).astype(np.int64)
     merge_mss = np.where(np.isnan(mss_f), MERGE_MSS_UNKNOWN_BYTES, mss_f)
-    seg["small_limit_bytes"] = np.ceil(small_limit).astype(np.int64)
-    small = seg["payload_bytes"].to_numpy() < small_limit
-    seg["small"] = small
+    payload, ts, end = s["payload_bytes"], s["ts_ns"], s["end"]
+    small = payload < small_limit
 
-    g = seg["g"].to_numpy()
-    same = np.r_[False, g[1:] == g[:-1]]  # previous row is the same stream direction
-    prev = np.r_[0, np.arange(len(seg) - 1)] if len(seg) else np.zeros(0, dtype=np.int64)
-    ts = seg["ts_ns"].to_numpy()
+    same = np.r_[False, g[1:] == g[:-1]] if n else np.zeros(0, bool)  # previous row: same stream direction
+    prev = np.r_[0, np.arange(n - 1)] if n else np.zeros(0, np.int64)
     gap_s = np.where(same, (ts - ts[prev]) / 1e9, np.nan)
     prev_small = same & small[prev]
-    prev_end = seg["end"].to_numpy()[prev]
-    prev_packet = seg["packet"].to_numpy()[prev]
+    prev_end, prev_packet = end[prev], s["packet"][prev]
 
     # Unbatched writes: a small segment sent while an earlier small segment of the direction
     # was still unacknowledged by the peer (Nagle would have held it; with TCP_NODELAY it goes).
-    small_end = pd.Series(np.where(small, seg["end"].to_numpy(), np.nan)).groupby(g).shift(1)
-    small_end = small_end.groupby(g).ffill().to_numpy()
-    seg["small_while_unacked"] = small & ~np.isnan(small_end) & (seg["peer_acked"].to_numpy() < small_end)
+    last_small = np.r_[-1, _running_last(small)[:-1]] if n else np.zeros(0, np.int64)
+    has_small = (last_small >= 0) & (g[np.clip(last_small, 0, None)] == g)
+    small_while_unacked = small & has_small & (s["peer_acked"] < end[np.clip(last_small, 0, None)])
 
     # Coalescing: runs of small segments, each within COALESCE_WINDOW_S of the previous one
     # and with no peer data in between, could have been written (and sent) together.
-    peer_data_between = seg["_peer_data_before"].to_numpy() - seg["_peer_data_before"].to_numpy()[prev]
+    peer_data_between = s["peer_data_count"] - s["peer_data_count"][prev]
     joins = small & prev_small & (gap_s <= COALESCE_WINDOW_S) & (peer_data_between == 0)
-    run = np.cumsum(~joins)
-    runs = pd.DataFrame({"run": run, "g": g, "bytes": seg["payload_bytes"].to_numpy(), "mss": merge_mss}).groupby("run").agg(
-        g=("g", "first"), segments=("g", "size"), bytes=("bytes", "sum"), mss=("mss", "first"))
-    runs["needed"] = np.ceil(runs["bytes"] / runs["mss"]).clip(lower=1)
-    runs["saved"] = (runs["segments"] - runs["needed"]).clip(lower=0).astype(np.int64)
-    seg["run"] = run
-    seg["in_run"] = joins | np.r_[joins[1:], False]
+    run = np.cumsum(~joins) - 1
+    start = np.flatnonzero(~joins)
+    run_segments = np.bincount(run, minlength=len(start))
+    run_bytes = np.bincount(run, weights=payload, minlength=len(start))
+    needed = np.maximum(np.ceil(run_bytes / merge_mss[start]) if n else np.zeros(0), 1)
+    run_saved = np.maximum(run_segments - needed, 0)
+    in_run = joins | np.r_[joins[1:], False] if n else np.zeros(0, bool)
 
     # Nagle/delayed-ACK stall: this small segment left right after the peer's pure ACK of the
     # previous small segment, and that ACK was itself delayed by a delayed-ACK timer.
-    t_ack = seg["peer_last_ts_ns"].to_numpy()
+    t_ack = s["peer_last_ts_ns"]
     ack_delay_s = (t_ack - ts[prev]) / 1e9
     release_s = (ts - t_ack) / 1e9
     stall = (
-        small & prev_small & seg["peer_last_pure_ack"].to_numpy()
-        & (seg["peer_last_packet"].to_numpy() > prev_packet)
-        & (seg["peer_last_ack"].to_numpy() >= prev_end)
-        & (seg["peer_acked_before_last"].to_numpy() < prev_end)
+        small & prev_small & s["peer_last_pure_ack"]
+        & (s["peer_last_packet"] > prev_packet)
+        & (s["peer_last_ack"] >= prev_end)
+        & (s["peer_acked_before_last"] < prev_end)
         & (ack_delay_s >= STALL_ACK_DELAY_MIN_S) & (ack_delay_s <= STALL_ACK_DELAY_MAX_S)
         & (release_s >= 0) & (release_s <= STALL_RELEASE_MAX_S)
     )
-    seg["stall"] = stall
     stalls = pd.DataFrame({
-        "stream": seg["stream"].to_numpy()[stall].astype(np.int32),
-        "direction": seg["direction"].to_numpy()[stall],
-        "packet": seg["packet"].to_numpy()[stall].astype(np.int32),
+        "stream": s["stream"][stall].astype(np.int32),
+        "direction": np.where(s["s2c"][stall], "s2c", "c2s"),
+        "packet": s["packet"][stall].astype(np.int32),
         "ts": pd.to_datetime(ts[stall], utc=True),
         "previous_packet": prev_packet[stall].astype(np.int32),
-        "ack_packet": seg["peer_last_packet"].to_numpy()[stall].astype(np.int32),
+        "ack_packet": s["peer_last_packet"][stall].astype(np.int32),
         "stall_s": gap_s[stall],
         "ack_delay_s": ack_delay_s[stall],
         "release_s": release_s[stall],
-        "payload_bytes": seg["payload_bytes"].to_numpy()[stall],
+        "payload_bytes": payload[stall],
     })
 
-    # Per direction.
-    seg["stall_s"] = np.where(stall, gap_s, 0.0)
-    grp = seg.groupby(["stream", "direction"], sort=True)
-    d = grp.agg(
-        data_segments=("packet", "size"), payload_bytes=("payload_bytes", "sum"), small_segments=("small", "sum"),
-        small_limit_bytes=("small_limit_bytes", "first"), frames=("frames", "sum"),
-        small_while_unacked=("small_while_unacked", "sum"), stalls=("stall", "sum"), stall_time_s=("stall_s", "sum"),
-        first_ns=("ts_ns", "min"), last_ns=("ts_ns", "max"),
-    ).reset_index()
-    d["single_frame_segments"] = seg.assign(one=seg["frames"] == 1).groupby(["stream", "direction"], sort=True)["one"].sum().to_numpy()
-    saved = runs.groupby("g")["saved"].sum()
-    d_g = _gkey(d["stream"].to_numpy(), (d["direction"] == "s2c").to_numpy())
-    d["packets_saved"] = saved.reindex(d_g, fill_value=0).to_numpy().astype(np.int64)
-    stall_med = stalls.groupby(["stream", "direction"])["stall_s"].median()
-    d["median_stall_s"] = stall_med.reindex(pd.MultiIndex.from_frame(d[["stream", "direction"]])).to_numpy()
-    d = d.merge(mss[["stream", "direction", "mss_bytes", "broker_port", "first_ts", "last_ts"]], on=["stream", "direction"], how="left")
-    d["active_s"] = (d["last_ns"] - d["first_ns"]) / 1e9
+    # Per direction: groups are contiguous, so sums are `add.reduceat` over group starts.
+    gs = np.flatnonzero(~same)
+    gid = np.cumsum(~same) - 1
+
+    def total(x):
+        return np.add.reduceat(np.asarray(x, dtype=np.float64), gs) if n else np.zeros(0)
+
+    groups = g[gs]
+    d = pd.DataFrame({
+        "stream": (groups // 2).astype(np.int32),
+        "direction": np.where(groups % 2 == 1, "s2c", "c2s"),
+        "mss_bytes": pd.array(mss_f[gs] if n else [], dtype="Float64").astype("Int64"),
+        "small_limit_bytes": small_limit[gs],
+        "data_segments": np.diff(np.r_[gs, n]).astype(np.int64),
+        "payload_bytes": total(payload).astype(np.int64),
+        "small_segments": total(small).astype(np.int64),
+        "frames": total(s["frames"]).astype(np.int64),
+        "single_frame_segments": total(s["frames"] == 1).astype(np.int64),
+        "small_while_unacked": total(small_while_unacked).astype(np.int64),
+        "packets_saved": np.bincount(gid[start], weights=run_saved, minlength=len(gs)).astype(np.int64) if n else np.zeros(0, np.int64),
+        "stalls": total(stall).astype(np.int64),
+        "stall_time_s": total(np.where(stall, gap_s, 0.0)),
+        "active_s": (np.maximum.reduceat(ts, gs) - np.minimum.reduceat(ts, gs)) / 1e9 if n else np.zeros(0),
+    })
+    med = stalls.assign(g=stalls["stream"].astype(np.int64) * 2 + (stalls["direction"] == "s2c")).groupby("g")["stall_s"].median()
+    d["median_stall_s"] = med.reindex(groups).to_numpy()
+    d["connection_s"] = conn["connection_s"].reindex(groups).to_numpy()
+    d["broker_port"] = conn["broker_port"].reindex(groups).to_numpy()
     span = np.maximum(d["active_s"].to_numpy(), RATE_MIN_SPAN_S)
     d["small_share"] = d["small_segments"] / d["data_segments"]
     d["frames_per_segment"] = d["frames"] / d["data_segments"]
@@ -237,17 +264,14 @@ def analyze_segments(cap: Capture) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataF
     d["small_while_unacked_share"] = d["small_while_unacked"] / d["data_segments"]
     d["packets_saved_share"] = d["packets_saved"] / d["data_segments"]
     d["packets_saved_s"] = d["packets_saved"] / span
-    conn_s = (d["last_ts"] - d["first_ts"]).dt.total_seconds().to_numpy()
-    d["connection_s"] = conn_s
-    d["stall_share"] = np.where(conn_s > 0, d["stall_time_s"] / np.where(conn_s > 0, conn_s, 1), 0.0)
+    cs = d["connection_s"].to_numpy()
+    d["stall_share"] = np.where(cs > 0, d["stall_time_s"] / np.where(cs > 0, cs, 1), 0.0)
     cols = ["stream", "direction", "mss_bytes", "small_limit_bytes", "data_segments", "payload_bytes", "small_segments",
             "small_share", "small_segments_s", "frames_per_segment", "single_frame_segments", "small_while_unacked",
             "small_while_unacked_share", "packets_saved", "packets_saved_share", "packets_saved_s", "stalls",
             "stall_time_s", "median_stall_s", "stall_share", "active_s", "connection_s", "broker_port"]
-    d["stream"] = d["stream"].astype(np.int32)
-    for c in ("small_segments", "small_while_unacked", "stalls"):
-        d[c] = d[c].astype(np.int64)
-    return seg, d[cols], stalls
+    s.update(small=small, in_run=in_run, stall=stall)
+    return s, d[cols], stalls
 
 
 # -------------------------------------------------------------------------------------- findings
@@ -263,7 +287,7 @@ def _dir_clause(stream: int, direction: str, port: int, extra: str) -> str:
     return f"(tcp.stream eq {stream} && {side} == {port}{extra})"
 
 
-def small_packets_finding(seg: pd.DataFrame, d: pd.DataFrame) -> Finding | None:
+def small_packets_finding(seg: dict[str, np.ndarray], d: pd.DataFrame) -> Finding | None:
     hit = d[(d["small_share"] >= SMALL_SHARE_MIN) & (d["packets_saved_share"] >= AVOIDABLE_SHARE_MIN)
             & (d["packets_saved"] >= AVOIDABLE_MIN_PACKETS) & (d["packets_saved_s"] >= AVOIDABLE_RATE_WARNING)]
     if not len(hit):
@@ -271,9 +295,8 @@ def small_packets_finding(seg: pd.DataFrame, d: pd.DataFrame) -> Finding | None:
     hit = hit.sort_values("packets_saved_s", ascending=False)
     worst = float(hit["packets_saved_s"].max())
     severity = "critical" if worst >= AVOIDABLE_RATE_CRITICAL else "warning"
-    keys = set(zip(hit["stream"].tolist(), hit["direction"].tolist()))
-    sel = seg[seg["in_run"].to_numpy() & pd.Series(list(zip(seg["stream"], seg["direction"]))).isin(keys).to_numpy()]
-    examples = sel["packet"].head(EXAMPLE_PACKETS).tolist()
+    hit_g = hit["stream"].to_numpy(np.int64) * 2 + (hit["direction"] == "s2c").to_numpy()
+    examples = seg["packet"][seg["in_run"] & np.isin(seg["g"], hit_g)][:EXAMPLE_PACKETS].tolist()
     clauses = [_dir_clause(int(r.stream), r.direction, int(r.broker_port), f" && tcp.len > 0 && tcp.len < {int(r.small_limit_bytes)}")
                for r in hit.head(10).itertuples()]
     n_small, n_data = int(hit["small_segments"].sum()), int(hit["data_segments"].sum())
