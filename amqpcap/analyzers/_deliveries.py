@@ -226,10 +226,9 @@ def deliveries(cap: Capture) -> pd.DataFrame:
     d.loc[tgt, "settle_requeue"] = sr["requeue"].fillna(False).to_numpy(bool)
     d["latency_s"] = (d["settle_ts"] - d["ts"]).dt.total_seconds()
 
-    outcome = np.full(len(d), "unsettled", dtype=object)
-    settled = d["settle_method"].notna().to_numpy()
-    outcome[settled] = d["settle_method"].to_numpy(object)[settled]
-    outcome = np.char.replace(outcome.astype(str), "basic.", "").astype(object)
+    # settle method → outcome name; codes -1 (no settling frame) pick the last label, "unsettled"
+    labels = np.array(["ack", "nack", "reject", "unsettled"], dtype=object)
+    outcome = labels[pd.Categorical(d["settle_method"], categories=list(SETTLE_METHODS)).codes]
     outcome[d["no_ack"].to_numpy(bool)] = "no-ack"
     closed = _closed_after(m, d) & (outcome == "unsettled")
     outcome[closed] = "closed"
