@@ -193,3 +193,52 @@ def test_cli_writes_tables_and_plots(tmp_path):
     assert "receiver-window" in set(st["cause"])
     for png in ("stalls-window.png", "stalls-timeline.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_overlap_of_intervals_by_hand():
+    from amqpcap.analyzers.stalls import _overlap_s
+
+    stalls_ = pd.DataFrame({"stream": [1, 1, 2], "d": [0, 0, 0], "start": [0.0, 10.0, 0.0], "end": [4.0, 12.0, 1.0]})
+    iv = pd.DataFrame({"stream": [1, 1, 1], "d": [0, 0, 0], "start": [1.0, 2.0, 11.5], "end": [3.0, 2.5, 20.0]})
+    # [1,3] ∪ [2,2.5] = [1,3]: 2 s of [0,4]; [11.5,20] covers 0.5 s of [10,12]; stream 2 nothing.
+    assert list(_overlap_s(stalls_, iv)) == pytest.approx([2.0, 0.5, 0.0])
+
+
+def test_confirm_outstanding_by_hand():
+    from amqpcap.analyzers.stalls import _confirm_outstanding
+
+    # confirm.select at 0; publishes at 1, 2, 3 (tags 1..3); multiple ack of tag 2 at 4; single
+    # ack of tag 3 at 5; a publish at 6 never confirmed (connection ends at 9).
+    fr = pd.DataFrame({
+        "packet": range(1, 8), "stream": 0, "d": [0, 0, 0, 0, 1, 1, 0], "t": [0.0, 1, 2, 3, 4, 5, 6], "channel": 1,
+        "method": ["confirm.select", "basic.publish", "basic.publish", "basic.publish", "basic.ack", "basic.ack",
+                   "basic.publish"]})
+    f = pd.DataFrame({"delivery_tag": pd.array([None, None, None, None, 2, 3, None], dtype="UInt64"),
+                      "multiple": pd.array([None, None, None, None, True, False, None], dtype="boolean")})
+    iv = _confirm_outstanding(fr, f, pd.Series({0: 9.0}))
+    iv = iv[iv["end"] > iv["start"]].sort_values("start")
+    # Outstanding from 1 to 5, and from 6 to the end.
+    merged = []
+    for s, e in zip(iv["start"], iv["end"]):
+        if merged and s <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], e)
+        else:
+            merged.append([s, e])
+    assert merged == [[1.0, 5.0], [6.0, 9.0]]
+
+
+def test_consumer_at_prefetch_limit_is_blamed(monkeypatch):
+    # The consumer-prefetch cause reads the consumers analyzer's credit series: a consumer at its
+    # limit for the whole capture makes the consumer connection's silent s2c intervals its fault.
+    import amqpcap.analyzers.consumers as consumers
+
+    cap = amqpcap.load(FIX / "healthy.pcap")
+    stream = int(cap.frames.loc[cap.frames["method"] == "basic.deliver", "stream"].iloc[0])
+    first, last = cap.packets["ts"].min(), cap.packets["ts"].max()
+    fake = pd.DataFrame({"stream": [stream], "channel": [1], "consumer_tag": ["t"], "ts": [first], "until_ts": [last],
+                         "unacked": [100], "prefetch": [100], "at_limit": [True]})
+    monkeypatch.setattr(consumers, "consumer_state", lambda c: fake)
+    st = stalls(cap).tables["stalls"]
+    mine = st[(st["stream"] == stream) & (st["direction"] == "s2c")]
+    assert len(mine) and (mine["cause"] == "consumer-prefetch").all()
+    assert not st.loc[st["direction"] == "c2s", "cause"].isin(["consumer-prefetch"]).any()
