@@ -114,7 +114,7 @@ def test_large_frames_span_several_packets():
     from amqpcap.analyzers.sizes import packets_per_frame
 
     data = cap.packets[cap.packets["payload_bytes"] > 0]
-    span = packets_per_frame(cap.frames, data)[(cap.frames["type"] == "body").to_numpy()]
+    span = packets_per_frame(cap.frames, data["stream"].to_numpy(np.int64) * 2 + (data["direction"] == "s2c").to_numpy(), data["packet"].to_numpy(np.int64))[(cap.frames["type"] == "body").to_numpy()]
     lower = np.ceil((body["size_bytes"].to_numpy() + 8) / largest.reindex(body["direction"].astype(str)).to_numpy())
     assert (span >= lower).all()
 

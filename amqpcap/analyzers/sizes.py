@@ -62,98 +62,112 @@ def _percent(counts: np.ndarray, total: int) -> np.ndarray:
     return np.round(counts * 100.0 / total, PERCENT_DECIMALS) if total else np.zeros(len(counts))
 
 
+def _gk(df: pd.DataFrame) -> np.ndarray:
+    """(stream, direction) as one int64: stream * 2 + (direction == s2c). Integer keys keep the
+    per-row work in numpy; strings appear only in the (small) output tables."""
+    return df["stream"].to_numpy(np.int64) * 2 + (df["direction"] == "s2c").to_numpy()
+
+
+def _count_pairs(key: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(key, value, count) for every (key, value) pair that occurs: one `np.unique` on int64."""
+    if not len(key):
+        z = np.zeros(0, np.int64)
+        return z, z, z
+    kv, counts = np.unique((np.asarray(key, np.int64) << 32) | np.asarray(value, dtype=np.int64), return_counts=True)
+    return kv >> 32, kv & 0xFFFFFFFF, counts.astype(np.int64)
+
+
+def _stream_direction(gk: np.ndarray) -> dict[str, np.ndarray]:
+    return {"stream": (gk // 2).astype(np.int32), "direction": np.where(gk % 2 == 1, "s2c", "c2s")}
+
+
 def packet_size_table(cap: Capture) -> pd.DataFrame:
     """plen buckets for the whole capture (stream <NA>, direction `all`) and per stream and direction."""
-    whole = plen_counts(cap.records["frame_len"])
     n_b = len(PLEN_LABELS)
     lo = np.asarray(PLEN_EDGES_BYTES)
-    hi = np.append(lo[1:] - 1, -1)
-    rows = [pd.DataFrame({
-        "stream": pd.array([pd.NA] * n_b, dtype="Int32"),
-        "direction": "all",
-        "range": PLEN_LABELS,
-        "min_bytes": lo,
-        "max_bytes": pd.array(np.where(hi < 0, 0, hi), dtype="Int64"),
-        "count": whole,
-        "percent": _percent(whole, int(whole.sum())),
-    })]
-    rows[0].loc[n_b - 1, "max_bytes"] = pd.NA
+    hi = pd.array(np.r_[lo[1:] - 1, 0], dtype="Int64")
+    hi[n_b - 1] = pd.NA
+    whole = plen_counts(cap.records["frame_len"])
+    parts = [pd.DataFrame({"stream": pd.array([pd.NA] * n_b, dtype="Int32"), "direction": "all", "b": np.arange(n_b),
+                           "count": whole, "percent": _percent(whole, int(whole.sum()))})]
     p = cap.packets
     if len(p):
+        gk = _gk(p)
         bucket = np.searchsorted(lo, p["frame_len"].to_numpy(np.int64), side="right") - 1
-        counts = (
-            pd.DataFrame({"stream": p["stream"].to_numpy(), "direction": p["direction"].astype(str).to_numpy(), "b": bucket})
-            .groupby(["stream", "direction", "b"]).size()
-            .unstack("b", fill_value=0)
-            .reindex(columns=range(n_b), fill_value=0)
-        )
-        totals = counts.sum(axis=1).to_numpy()
-        long = counts.stack().rename("count").reset_index()
-        tot_long = np.repeat(totals, n_b)
-        long["range"] = np.asarray(PLEN_LABELS)[long["b"].to_numpy()]
-        long["min_bytes"] = lo[long["b"].to_numpy()]
-        mx = hi[long["b"].to_numpy()]
-        long["max_bytes"] = pd.array(np.where(mx < 0, 0, mx), dtype="Int64")
-        long.loc[mx < 0, "max_bytes"] = pd.NA
-        long["percent"] = np.round(long["count"].to_numpy() * 100.0 / tot_long, PERCENT_DECIMALS)
-        long["stream"] = long["stream"].astype("Int32")
-        rows.append(long[["stream", "direction", "range", "min_bytes", "max_bytes", "count", "percent"]])
-    out = pd.concat(rows, ignore_index=True)
+        # Dense (group × bucket) counts: every bucket of every stream direction gets a row.
+        counts = np.bincount(gk * n_b + bucket, minlength=(int(gk.max()) + 1) * n_b).reshape(-1, n_b)
+        totals = counts.sum(axis=1)
+        present = np.flatnonzero(totals)
+        c = counts[present]
+        pc = np.round(c * 100.0 / totals[present, None], PERCENT_DECIMALS)
+        parts.append(pd.DataFrame({
+            "stream": pd.array(np.repeat(present // 2, n_b), dtype="Int32"),
+            "direction": np.repeat(np.where(present % 2 == 1, "s2c", "c2s"), n_b),
+            "b": np.tile(np.arange(n_b), len(present)),
+            "count": c.ravel(), "percent": pc.ravel(),
+        }))
+    out = pd.concat(parts, ignore_index=True)
+    b = out.pop("b").to_numpy()
+    out.insert(2, "range", np.asarray(PLEN_LABELS)[b])
+    out.insert(3, "min_bytes", lo[b])
+    out.insert(4, "max_bytes", hi.take(b))
     out["count"] = out["count"].astype(np.int64)
     return out
 
 
-def payload_size_table(data: pd.DataFrame) -> pd.DataFrame:
+def payload_size_table(gk: np.ndarray, size: np.ndarray) -> pd.DataFrame:
     """Distribution of TCP payload sizes of data segments per stream and direction."""
     cols = ["stream", "direction", "segments", "payload_bytes", "mean_bytes", "min_bytes", "p10_bytes", "p50_bytes",
             "p90_bytes", "p99_bytes", "max_bytes"]
-    if not len(data):
+    if not len(gk):
         return pd.DataFrame(columns=cols)
-    g = data.groupby(["stream", "direction"], observed=True)["payload_bytes"]
-    out = g.agg(segments="size", payload_bytes="sum", mean_bytes="mean", min_bytes="min", max_bytes="max")
-    q = g.quantile([0.1, 0.5, 0.9, 0.99]).unstack()
-    q.columns = ["p10_bytes", "p50_bytes", "p90_bytes", "p99_bytes"]
-    out = out.join(q).reset_index()
-    out["direction"] = out["direction"].astype(str)
+    # Sorted by (group, size) in one int64 sort: quantiles are positions inside each group's slice.
+    key = np.sort((gk << 32) | size)
+    gk, size = key >> 32, key & 0xFFFFFFFF
+    start = np.flatnonzero(np.r_[True, gk[1:] != gk[:-1]])
+    n = np.diff(np.r_[start, len(gk)])
+    out = pd.DataFrame({"stream": (gk[start] // 2).astype(np.int32), "direction": np.where(gk[start] % 2 == 1, "s2c", "c2s"),
+                        "segments": n, "payload_bytes": np.add.reduceat(size, start)})
+    out["mean_bytes"] = out["payload_bytes"] / n
+    out["min_bytes"] = size[start]
+    for q in (10, 50, 90, 99):
+        # Linear interpolation between order statistics, as numpy/pandas quantile does.
+        pos = start + (n - 1) * (q / 100)
+        lo_i = np.floor(pos).astype(np.int64)
+        hi_i = np.minimum(lo_i + 1, start + n - 1)
+        out[f"p{q}_bytes"] = size[lo_i] + (size[hi_i] - size[lo_i]) * (pos - lo_i)
+    out["max_bytes"] = size[start + n - 1]
     return out[cols]
 
 
-def frames_per_packet_table(data: pd.DataFrame) -> pd.DataFrame:
+def frames_per_packet_table(gk: np.ndarray, frames_ended: np.ndarray) -> pd.DataFrame:
     """How many AMQP frames each data packet completes (`frames_ended`), per stream and direction."""
-    if not len(data):
-        return pd.DataFrame(columns=["stream", "direction", "frames_per_packet", "packets"])
-    out = (
-        data.groupby(["stream", "direction", "frames_ended"], observed=True).size().rename("packets").reset_index()
-        .rename(columns={"frames_ended": "frames_per_packet"})
-    )
-    out["direction"] = out["direction"].astype(str)
-    return out[out["packets"] > 0].reset_index(drop=True)
+    gk, v, n = _count_pairs(gk, frames_ended)
+    return pd.DataFrame({**_stream_direction(gk), "frames_per_packet": v, "packets": n})
 
 
-def _group_key(stream: pd.Series, direction: pd.Series, packet: pd.Series | np.ndarray) -> np.ndarray:
-    """One sortable int64 per (stream, direction, packet): packets of a stream direction are contiguous."""
-    g = stream.to_numpy(np.int64) * 2 + (direction.to_numpy() == "s2c")
-    return (g << 32) | np.asarray(packet, dtype=np.int64)
+def packets_per_frame(frames: pd.DataFrame, gk: np.ndarray, pkt: np.ndarray) -> np.ndarray:
+    """For each frame, the data packets of its stream direction from `first_packet` to `packet`.
 
-
-def packets_per_frame(frames: pd.DataFrame, data: pd.DataFrame) -> np.ndarray:
-    """For each frame, the data packets of its stream direction from `first_packet` to `packet`."""
-    keys = np.sort(_group_key(data["stream"], data["direction"], data["packet"]))
-    first = _group_key(frames["stream"], frames["direction"], frames["first_packet"])
-    last = _group_key(frames["stream"], frames["direction"], frames["packet"])
-    return np.searchsorted(keys, last, side="right") - np.searchsorted(keys, first, side="left")
+    Both ends are data packets of the frame's own stream direction, so the span is the
+    difference of their running counts within that direction (a dense packet-number → count
+    lookup; packet numbers are unique across the file)."""
+    if not len(frames):
+        return np.zeros(0, np.int64)
+    # data is in packet order, so a running count per group is each packet's rank in its group.
+    rank = pd.Series(gk).groupby(gk, sort=False).cumcount().to_numpy()
+    lookup = np.zeros(int(pkt.max()) + 1, np.int64)
+    lookup[pkt] = rank
+    return lookup[frames["packet"].to_numpy(np.int64)] - lookup[frames["first_packet"].to_numpy(np.int64)] + 1
 
 
 def packets_per_frame_table(frames: pd.DataFrame, span: np.ndarray) -> pd.DataFrame:
-    cols = ["stream", "direction", "type", "packets_per_frame", "frames"]
-    if not len(frames):
-        return pd.DataFrame(columns=cols)
-    out = (
-        pd.DataFrame({"stream": frames["stream"].to_numpy(), "direction": frames["direction"].astype(str).to_numpy(),
-                      "type": frames["type"].astype(str).to_numpy(), "packets_per_frame": span})
-        .groupby(cols[:-1]).size().rename("frames").reset_index()
-    )
-    return out
+    """Frames by the number of data packets they span, per stream, direction and frame type."""
+    # The frame type rides in the key as its category code (4 types: 3 bits are enough).
+    code = frames["type"].cat.codes.to_numpy(np.int64)
+    key, v, n = _count_pairs(_gk(frames) * 8 + code, span)
+    types = np.asarray(frames["type"].cat.categories, dtype=object)
+    return pd.DataFrame({**_stream_direction(key // 8), "type": types[key % 8], "packets_per_frame": v, "frames": n})
 
 
 def settled_by_ack(frames: pd.DataFrame) -> pd.DataFrame:
@@ -165,7 +179,9 @@ def settled_by_ack(frames: pd.DataFrame) -> pd.DataFrame:
     the capture, else it counts as settling one tag (we do not know where the tags started).
     Limit: a single ack out of order above a later multiple ack's base is not subtracted.
     """
-    acks = frames[frames["method"] == "basic.ack"]
+    # Only the columns needed: the frames table is wide, a row filter would copy all of it.
+    acks = frames.loc[(frames["method"] == "basic.ack").to_numpy(),
+                      ["ts", "stream", "channel", "direction", "delivery_tag", "multiple"]]
     if not len(acks):
         return acks.assign(settled=np.zeros(0, dtype=np.int64))
     acks = acks.assign(direction=acks["direction"].astype(str))
@@ -199,23 +215,28 @@ def throughput_table(cap: Capture, t0_ns: int, width_s: float, n_bins: int) -> p
     def bins(ts: pd.Series) -> np.ndarray:
         return np.clip((_ns(ts) - t0_ns) // w_ns, 0, n_bins - 1)
 
-    p_bin, p_dir = bins(p["ts"]), p["direction"].to_numpy()
-    f_dir = f["direction"].to_numpy()
+    p_bin, p_s2c = bins(p["ts"]), (p["direction"] == "s2c").to_numpy()
+    f_s2c = (f["direction"] == "s2c").to_numpy()
     method = f["method"]
     acks = settled_by_ack(f)
-    a_bin, a_dir = bins(acks["ts"]), acks["direction"].to_numpy()
+    a_bin, a_s2c = bins(acks["ts"]), (acks["direction"] == "s2c").to_numpy()
     f_bin = bins(f["ts"])
+    is_pub = (method == "basic.publish").to_numpy()
+    is_dlv = method.isin(DELIVER_METHODS).to_numpy()
+    frame_len = p["frame_len"].to_numpy(np.float64)
+    payload = p["payload_bytes"].to_numpy(np.float64)
     out = []
     start_s = np.arange(n_bins) * width_s
     for d in DIRECTIONS:
-        m = p_dir == d
-        wire = np.bincount(p_bin[m], weights=p["frame_len"].to_numpy(np.float64)[m], minlength=n_bins)
-        pay = np.bincount(p_bin[m], weights=p["payload_bytes"].to_numpy(np.float64)[m], minlength=n_bins)
+        want = d == "s2c"
+        m = p_s2c == want
+        wire = np.bincount(p_bin[m], weights=frame_len[m], minlength=n_bins)
+        pay = np.bincount(p_bin[m], weights=payload[m], minlength=n_bins)
         pk = np.bincount(p_bin[m], minlength=n_bins)
-        fd = f_dir == d
-        pub = np.bincount(f_bin[fd & (method == "basic.publish").to_numpy()], minlength=n_bins)
-        dlv = np.bincount(f_bin[fd & method.isin(DELIVER_METHODS).to_numpy()], minlength=n_bins)
-        am = a_dir == d
+        fd = f_s2c == want
+        pub = np.bincount(f_bin[fd & is_pub], minlength=n_bins)
+        dlv = np.bincount(f_bin[fd & is_dlv], minlength=n_bins)
+        am = a_s2c == want
         ack = np.bincount(a_bin[am], weights=acks["settled"].to_numpy(np.float64)[am], minlength=n_bins)
         out.append(pd.DataFrame({
             "start_s": start_s,
@@ -332,11 +353,10 @@ def _plot_throughput(tp: pd.DataFrame, width_s: float):
     return draw
 
 
-def _plot_segment_sizes(data: pd.DataFrame, t0_ns: int, duration_s: float):
+def _plot_segment_sizes(ts_ns: np.ndarray, size: np.ndarray, s2c: np.ndarray, t0_ns: int, duration_s: float):
     # A 2D histogram (time × payload size) per direction: any number of segments renders as one image.
-    t_s = (_ns(data["ts"]) - t0_ns) / 1e9
-    size = data["payload_bytes"].to_numpy(np.float64)
-    dirs = data["direction"].to_numpy()
+    t_s = (ts_ns - t0_ns) / 1e9
+    size = size.astype(np.float64)
 
     def draw(path: Path) -> None:
         import matplotlib.pyplot as plt
@@ -348,7 +368,7 @@ def _plot_segment_sizes(data: pd.DataFrame, t0_ns: int, duration_s: float):
         y_edges = np.logspace(0, np.log10(max(2.0, size.max() * 1.05 if len(size) else 2.0)), 60)
         mesh = None
         for ax, d in zip(axes, DIRECTIONS):
-            m = dirs == d
+            m = s2c == (d == "s2c")
             h, _, _ = np.histogram2d(t_s[m], size[m], bins=(x_edges, y_edges))
             if h.any():
                 mesh = ax.pcolormesh(x_edges, y_edges, np.ma.masked_equal(h.T, 0), norm=LogNorm(vmin=1, vmax=max(h.max(), 2)),
@@ -373,14 +393,18 @@ def _plot_segment_sizes(data: pd.DataFrame, t0_ns: int, duration_s: float):
 def sizes(cap: Capture) -> AnalyzerResult:
     """Packet sizes (Wireshark plen buckets), frames per packet and throughput over time."""
     p, f = cap.packets, cap.frames
-    data = p[p["payload_bytes"] > 0]
+    # Data packets (TCP payload > 0) as plain arrays: filtering the whole table would copy every column.
+    is_data = (p["payload_bytes"] > 0).to_numpy()
+    d_gk = _gk(p)[is_data]
+    d_pkt = p["packet"].to_numpy(np.int64)[is_data]
+    d_size = p["payload_bytes"].to_numpy(np.int64)[is_data]
 
     sizes_t = packet_size_table(cap)
     whole = sizes_t[sizes_t["direction"] == "all"]
     amqp = sizes_t[sizes_t["direction"] != "all"]
-    payload_t = payload_size_table(data)
-    fpp = frames_per_packet_table(data)
-    span = packets_per_frame(f, data)
+    payload_t = payload_size_table(d_gk, d_size)
+    fpp = frames_per_packet_table(d_gk, p["frames_ended"].to_numpy(np.int64)[is_data])
+    span = packets_per_frame(f, d_gk, d_pkt)
     ppf = packets_per_frame_table(f, span)
 
     rec_ts = cap.records["ts"]
@@ -410,7 +434,8 @@ def sizes(cap: Capture) -> AnalyzerResult:
         Plot("sizes-packet-sizes", "Packet sizes (Wireshark plen buckets)", _plot_packet_sizes(whole, amqp)),
         Plot("sizes-frames-per-packet", "AMQP frames per TCP data packet", _plot_frames_per_packet(fpp)),
         Plot("sizes-throughput", "Throughput per direction over time", _plot_throughput(tp, width_s)),
-        Plot("sizes-segment-sizes", "TCP segment sizes over time", _plot_segment_sizes(data, t0_ns, duration_s)),
+        Plot("sizes-segment-sizes", "TCP segment sizes over time", _plot_segment_sizes(
+            _ns(p["ts"])[is_data], d_size, d_gk % 2 == 1, t0_ns, duration_s)),
     ]
     tables = {
         "packet-sizes": sizes_t,
