@@ -107,3 +107,107 @@ def test_directions_table_accounts_for_every_data_segment():
 def test_midstream_without_mss_uses_536():
     d = run("midstream.pcap").tables["directions"]
     assert d["mss_bytes"].isna().all() and set(d["small_limit_bytes"]) == {536}
+
+
+# --- crafted conversations: the rules, with times set by hand -------------------------------------
+
+import sys  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+import crafting as c  # noqa: E402
+
+MS = 1_000_000
+
+
+def _write_write_read(tmp_path, ack_delay_ms: float, n: int = 10):
+    """n publishes, each: method frame at t, the broker's pure ACK ack_delay_ms later, header +
+    body 20 µs after that ACK, then the broker's reply frame 1 ms later. MSS 1460."""
+    conv = c.TcpConversation().handshake()
+    conv.exchange(c.opening())
+    c.stamp(conv.packets, c.T0_NS, MS)
+    t = conv.packets[-1].time_ns + 100 * MS
+    held = []
+    for i in range(n):
+        (p,) = conv.send_frames("c2s", [c.basic_publish()])
+        p.time_ns = t
+        a = conv.ack("s2c")
+        a.time_ns = t + int(ack_delay_ms * MS)
+        (s,) = conv.send_frames("c2s", c.content(body=b"x" * 10))
+        s.time_ns = a.time_ns + 20_000
+        (r,) = conv.send_frames("s2c", [c.basic_ack(delivery_tag=i + 1)])
+        r.time_ns = s.time_ns + MS
+        held.append(s)
+        t += 100 * MS
+    path = c.write_pcap(tmp_path / "w.pcap", conv.packets)
+    return c.load(path), [c.number(conv.packets, s) for s in held]
+
+
+@pytest.mark.parametrize("delay_ms", [40, 200])
+def test_crafted_delayed_ack_stalls(tmp_path, delay_ms):
+    cap, held = _write_write_read(tmp_path, delay_ms)
+    r = nagle(cap)
+    st = r.tables["stalls"]
+    assert st["packet"].tolist() == held
+    assert st["ack_delay_s"].round(6).eq(delay_ms / 1e3).all()
+    assert st["stall_s"].round(6).eq(delay_ms / 1e3 + 20e-6).all()
+    f = finding(r, "nagle-delayed-ack")
+    assert f is not None and f.evidence["stalls"] == 10
+    # 10 stalls of delay_ms in ~1 s of connection
+    assert f.severity == "critical"
+
+
+def test_crafted_prompt_ack_is_no_stall(tmp_path):
+    # The broker ACKs at once (5 ms): no delayed-ACK timer, nothing held.
+    cap, _ = _write_write_read(tmp_path, 5)
+    r = nagle(cap)
+    assert r.tables["stalls"].empty and finding(r, "nagle-delayed-ack") is None
+
+
+def _publisher(tmp_path, split: bool, n: int = 400, gap_ms: float = 2.5):
+    """n publishes of a 10-byte body at 1 / gap_ms; each as three segments 50 µs apart (split)
+    or as one segment."""
+    conv = c.TcpConversation().handshake()
+    conv.exchange(c.opening())
+    c.stamp(conv.packets, c.T0_NS, 5 * MS)  # the opening: 5 ms apart, not a batch
+    t = conv.packets[-1].time_ns + 10 * MS
+    for i in range(n):
+        frames = [c.basic_publish()] + c.content(body=b"x" * 10)
+        segs = [conv.send_frames("c2s", [fr])[0] for fr in frames] if split else conv.send_frames("c2s", frames)
+        for k, s in enumerate(segs):
+            s.time_ns = t + k * 50_000
+        a = conv.ack("s2c")
+        a.time_ns = t + 200_000
+        t += int(gap_ms * MS)
+    return c.load(c.write_pcap(tmp_path / "p.pcap", conv.packets))
+
+
+def test_crafted_split_publishes_are_small_packets(tmp_path):
+    cap = _publisher(tmp_path, split=True)
+    r = nagle(cap)
+    d = r.tables["directions"].set_index("direction").loc["c2s"]
+    # Each publish: 3 segments of one run merged into 1 → 2 saved; 400 publishes over 1 s.
+    assert d["packets_saved"] == 2 * 400
+    assert d["small_limit_bytes"] == 365  # 25 % of MSS 1460
+    f = finding(r, "small-packets")
+    assert f is not None and f.severity == "warning"
+    assert f.evidence["packets_saved"] == 800
+
+
+def test_crafted_one_segment_per_publish_is_fine(tmp_path):
+    cap = _publisher(tmp_path, split=False)
+    r = nagle(cap)
+    d = r.tables["directions"].set_index("direction").loc["c2s"]
+    assert d["packets_saved"] == 0  # 2.5 ms apart: not one batch
+    assert finding(r, "small-packets") is None
+
+
+DOCS = ROOT / "docs" / "analyzers" / "nagle.md"
+
+
+def test_every_column_documented():
+    doc = DOCS.read_text()
+    r = run("nagle-write-write-read.pcap")
+    for name, df in r.tables.items():
+        assert f"`nagle-{name}`" in doc
+        missing = [col for col in df.columns if f"`{col}`" not in doc]
+        assert not missing, (name, missing)

@@ -163,3 +163,14 @@ def test_cli_writes_tables_and_pngs(tmp_path):
     for p in ("sizes-packet-sizes", "sizes-frames-per-packet", "sizes-throughput", "sizes-segment-sizes"):
         png = out / f"{p}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_every_column_and_summary_key_documented():
+    doc = (ROOT / "docs" / "analyzers" / "sizes.md").read_text()
+    _, r = result(FIXTURES / "rpc-nodelay.pcap")
+    for name, df in r.tables.items():
+        assert f"`sizes-{name}`" in doc
+        missing = [col for col in df.columns if f"`{col}`" not in doc]
+        assert not missing, (name, missing)
+    for key in r.summary:
+        assert f"`{key}" in doc, key
