@@ -393,13 +393,15 @@ def _plot_stalls(stalls: pd.DataFrame):
             x = stalls.loc[stalls["direction"] == d, "stall_s"].to_numpy() * 1e3
             if len(x):
                 ax.hist(x, bins=bins, alpha=0.7, label=f"{d} ({len(x)})")
-        for ms, lbl in ((40, "Linux delayed ACK (40 ms)"), (200, "200 ms delayed ACK")):
+        ax.set_ylim(0, ax.get_ylim()[1] * 1.3)  # headroom for the marker labels
+        for ms, lbl in ((40, "Linux delayed ACK\n(40 ms)"), (200, "delayed ACK\n200 ms")):
             ax.axvline(ms, color="grey", ls="--", lw=1)
-            ax.text(ms + 2, ax.get_ylim()[1] * 0.9, lbl, fontsize=8, color="grey")
+            ax.text(ms + 3, ax.get_ylim()[1] * 0.97, lbl, fontsize=8, color="dimgrey", va="top",
+                    bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8})
         ax.set_xlabel("stall: previous segment → held segment (ms), 5 ms bins")
         ax.set_ylabel("stalls")
         ax.set_title("Nagle / delayed-ACK stalls")
-        ax.legend()
+        ax.legend(loc="center right")
         fig.tight_layout()
         fig.savefig(path, dpi=110)
 
@@ -416,9 +418,10 @@ def _plot_small_share(d: pd.DataFrame):
         labels = [f"stream {s} {dr}" for s, dr in zip(top["stream"], top["direction"])]
         y = np.arange(len(top))
         n = top["data_segments"].to_numpy()
-        ax.barh(y, n, color="#dddddd", label="data segments")
-        ax.barh(y, top["small_segments"].to_numpy(), color="#ff7f0e", alpha=0.6, label="small (< 25% of MSS)")
-        ax.barh(y, top["packets_saved"].to_numpy(), color="#d62728", label="avoidable by coalescing")
+        # Nested bars of decreasing height, so each stays visible when it equals the one behind.
+        ax.barh(y, n, height=0.8, color="#cccccc", label="data segments")
+        ax.barh(y, top["small_segments"].to_numpy(), height=0.55, color="#ff7f0e", label="small (< 25% of MSS)")
+        ax.barh(y, top["packets_saved"].to_numpy(), height=0.3, color="#d62728", label="avoidable by coalescing")
         ax.set_yticks(y, labels)
         ax.invert_yaxis()
         ax.set_xlabel("segments")

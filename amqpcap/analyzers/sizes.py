@@ -312,7 +312,8 @@ def _plot_frames_per_packet(fpp: pd.DataFrame):
         labels = [str(i) if i <= cap_at else f">{cap_at}" for i in t.index]
         x = np.arange(len(t))
         for i, d in enumerate(DIRECTIONS):
-            ax.bar(x + (i - 0.5) * 0.4, t[d].to_numpy(), width=0.4, label=d)
+            bars = ax.bar(x + (i - 0.5) * 0.4, t[d].to_numpy(), width=0.4, label=d)
+            ax.bar_label(bars, labels=[f"{v:,}" if v else "" for v in t[d].to_numpy()], fontsize=7)
         ax.set_xticks(x, labels)
         ax.set_xlabel("AMQP frames completed in the packet (data packets only)")
         ax.set_ylabel("packets")
