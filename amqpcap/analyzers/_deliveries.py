@@ -313,6 +313,9 @@ def queue_backlog(cap: Capture) -> pd.DataFrame:
     with requeue add back. Messages already in Q when the capture started are unknown, so the
     running sum is a lower bound of the backlog (never below 0). Columns: queue, order, ts,
     backlog_min (messages, after that frame)."""
+    cached = getattr(cap, "_amqpcap_backlog", None)
+    if cached is not None:
+        return cached
     m = methods(cap)
     d = deliveries(cap)
     d = d[d["queue"].notna()]
@@ -338,4 +341,9 @@ def queue_backlog(cap: Capture) -> pd.DataFrame:
     # at least (published − delivered) since the lowest point of the running sum
     floor = run.groupby(ev["queue"]).cummin().clip(upper=0)
     ev["backlog_min"] = (run - floor).astype(np.int64)
-    return ev[["queue", "order", "ts", "backlog_min"]]
+    out = ev[["queue", "order", "ts", "backlog_min"]]
+    try:
+        cap._amqpcap_backlog = out
+    except AttributeError:
+        pass
+    return out

@@ -195,6 +195,8 @@ CONSUMER_BOUND_CRITICAL_SHARE = 0.8
 BACKLOG_GROWTH_MSGS = 100
 #: findings need at least this many deliveries to the consumer (fewer is anecdotal)
 MIN_DELIVERIES = 50
+#: at most this many findings of one id (the worst first); each says how many consumers qualified
+MAX_FINDINGS_PER_ID = 10
 #: plots: step series longer than this are drawn as per-bin min/max envelopes
 MAX_STEPS = 20_000
 TIME_BINS = 400
@@ -283,32 +285,50 @@ def _qfilter(stream, channel) -> str:
 
 def _findings(cap: Capture, s: pd.DataFrame) -> list[Finding]:
     out: list[Finding] = []
+    if len(s) == 0:
+        return out
+    # the conditions on whole columns first; only flagged consumers get a Python-level finding
+    share = s["share_at_limit"].astype(float).fillna(0)
+    dta = s["deliver_to_ack_p50_s"].astype(float)
+    a2d = s["ack_to_next_deliver_p50_s"].astype(float)
+    mpa = s["messages_per_ack"].astype(float)
+    rate = s["rate_per_s"].astype(float).fillna(0)
+    acks = s["acks"].to_numpy(np.int64)
+    single_share = np.where(acks > 0, 1 - s["acks_multiple"].to_numpy(np.int64) / np.maximum(acks, 1), 0)
+    enough = (s["deliveries"] >= MIN_DELIVERIES) & (s["duration_s"].astype(float).fillna(0) > 0)
+    one = enough & (s["prefetch"] == 1) & (acks > 0) & (single_share >= ONE_ACK_PER_MESSAGE_SHARE) & (mpa < 1.5) \
+        & (rate >= PREFETCH_ONE_MIN_RATE_PER_S)
+    dominant = dta.notna() & (a2d.isna() | (dta >= CONSUMER_DOMINANCE * a2d))
+    bound = enough & (share >= CONSUMER_BOUND_SHARE) & dominant & (s["prefetch"] > 0)
+    n_one, n_bound = int(one.sum()), int(bound.sum())
+    # the worst first, at most MAX_FINDINGS_PER_ID of each id
+    order = share.sort_values(ascending=False, kind="stable").index
+    keep = one[order][one[order]].index[:MAX_FINDINGS_PER_ID].union(bound[order][bound[order]].index[:MAX_FINDINGS_PER_ID])
+    one = one & s.index.isin(one[order][one[order]].index[:MAX_FINDINGS_PER_ID])
+    bound = bound & s.index.isin(bound[order][bound[order]].index[:MAX_FINDINGS_PER_ID])
+    flagged = s.loc[keep]
+    if len(flagged) == 0:
+        return out
     st = consumer_state(cap)
-    for r in s.itertuples(index=False):
-        if r.deliveries < MIN_DELIVERIES or not (r.duration_s and r.duration_s > 0):
-            continue
+    at_limit = st[st["at_limit"].to_numpy(bool)]
+    pkts = at_limit.groupby(["stream", "channel", "consumer_tag"], sort=False)["packet"].apply(lambda p: [int(x) for x in p.head(5)])
+    for i, r in flagged.iterrows():
         label = f"consumer {r.consumer_tag} (stream {r.stream}, channel {r.channel})"
-        rows = st[(st["stream"] == r.stream) & (st["channel"] == r.channel) & (st["consumer_tag"] == r.consumer_tag)]
-        at_limit_pkts = [int(p) for p in rows.loc[rows["at_limit"], "packet"].head(5)]
-        share = float(r.share_at_limit) if r.share_at_limit == r.share_at_limit else 0.0
-        dta = float(r.deliver_to_ack_p50_s) if pd.notna(r.deliver_to_ack_p50_s) else np.nan
-        a2d = float(r.ack_to_next_deliver_p50_s) if pd.notna(r.ack_to_next_deliver_p50_s) else np.nan
-        mpa = float(r.messages_per_ack) if pd.notna(r.messages_per_ack) else np.nan
+        at_limit_pkts = pkts.get((r.stream, r.channel, r.consumer_tag), [])
+        sh, d50, a50, m = float(share[i]), float(dta[i]), float(a2d[i]), float(mpa[i])
         base = {"streams": [int(r.stream)], "channel": int(r.channel), "consumer_tag": str(r.consumer_tag),
                 "prefetch_msgs": int(r.prefetch), "prefetch_estimated": bool(r.prefetch_estimated),
-                "deliveries": int(r.deliveries), "rate_msgs_per_s": float(r.rate_per_s or 0),
-                "share_at_limit": share, "deliver_to_ack_p50_s": dta, "ack_to_next_deliver_p50_s": a2d}
-
-        one_ack = r.acks > 0 and (1 - r.acks_multiple / r.acks) >= ONE_ACK_PER_MESSAGE_SHARE and mpa < 1.5
-        if r.prefetch == 1 and one_ack and (r.rate_per_s or 0) >= PREFETCH_ONE_MIN_RATE_PER_S:
-            severe = share >= PREFETCH_ONE_WARNING_SHARE_AT_LIMIT and not r.prefetch_estimated
-            cycle = (dta if dta == dta else 0) + (a2d if a2d == a2d else 0)
+                "deliveries": int(r.deliveries), "rate_msgs_per_s": float(rate[i]),
+                "share_at_limit": sh, "deliver_to_ack_p50_s": d50, "ack_to_next_deliver_p50_s": a50}
+        if one[i]:
+            severe = sh >= PREFETCH_ONE_WARNING_SHARE_AT_LIMIT and not r.prefetch_estimated
+            cycle = (d50 if d50 == d50 else 0) + (a50 if a50 == a50 else 0)
             out.append(Finding(
                 id="prefetch-one",
                 severity="warning" if severe else "info",
-                title=f"Prefetch 1 with one ack per message: {label} gets {r.rate_per_s:.0f} msg/s one at a time, "
-                      f"each waiting for the previous ack ({share:.0%} of its time at the limit)",
-                evidence={**base, "acks": int(r.acks), "messages_per_ack": mpa,
+                title=f"Prefetch 1 with one ack per message: {label} gets {rate[i]:.0f} msg/s one at a time, "
+                      f"each waiting for the previous ack ({sh:.0%} of its time at the limit)",
+                evidence={**base, "acks": int(r.acks), "messages_per_ack": m, "consumers_with_this_finding": n_one,
                           "cycle_s": cycle, "max_rate_msgs_per_s": (1 / cycle) if cycle > 0 else None,
                           "packets": at_limit_pkts,
                           "filter": _qfilter(r.stream, r.channel) + " && amqp.method.class == 60 && "
@@ -316,31 +336,30 @@ def _findings(cap: Capture, s: pd.DataFrame) -> list[Finding]:
                 advice="Raise the prefetch (basic.qos prefetch_count, e.g. 50–300) so the broker keeps messages "
                        "in flight while the consumer works, and ack with multiple=true every few messages; "
                        "keep prefetch 1 only where strict one-at-a-time fairness between slow consumers matters.",
-                impact=float(min(1.0, share + (r.rate_per_s or 0) / 10_000)),
+                impact=float(min(1.0, sh + rate[i] / 10_000)),
             ))
-
-        dominant = dta == dta and (a2d != a2d or dta >= CONSUMER_DOMINANCE * a2d)
-        if share >= CONSUMER_BOUND_SHARE and dominant and r.prefetch > 0:
+        if bound[i]:
             growth = int(r.backlog_growth_msgs) if pd.notna(r.backlog_growth_msgs) else None
-            critical = (share >= CONSUMER_BOUND_CRITICAL_SHARE and growth is not None
+            critical = (sh >= CONSUMER_BOUND_CRITICAL_SHARE and growth is not None
                         and growth >= BACKLOG_GROWTH_MSGS)
             sev = "info" if r.prefetch_estimated else ("critical" if critical else "warning")
             out.append(Finding(
                 id="consumer-bound",
                 severity=sev,
                 title=f"The consumer is the bottleneck: {label} sat at its prefetch limit ({r.prefetch}) "
-                      f"{share:.0%} of the time; it holds each message {dta * 1e3:.1f} ms (median) while the "
-                      f"broker refills in {a2d * 1e3:.1f} ms"
+                      f"{sh:.0%} of the time; it holds each message {d50 * 1e3:.1f} ms (median) while the "
+                      f"broker refills in {a50 * 1e3:.1f} ms"
                       + (f"; its queue grew by at least {growth} messages" if growth else ""),
                 evidence={**base, "mean_unacked_msgs": float(r.mean_unacked), "utilisation": float(r.utilisation),
-                          "backlog_growth_msgs": growth, "packets": at_limit_pkts,
+                          "backlog_growth_msgs": growth, "consumers_with_this_finding": n_bound,
+                          "packets": at_limit_pkts,
                           "filter": _qfilter(r.stream, r.channel) + " && amqp.method.class == 60 && "
                                     "amqp.method.method in {60 80 90 120}"},
                 advice="The broker waits for this consumer's acks: look at the consumer's work per message "
                        "(slow handlers, synchronous I/O, locks), add consumers or threads, and raise the prefetch "
                        "if the work is I/O-bound. A growing queue means the consumers cannot keep up with the "
                        "publish rate.",
-                impact=float(share),
+                impact=float(sh),
             ))
     return out
 
@@ -350,7 +369,6 @@ def consumers(cap: Capture) -> AnalyzerResult:
     """Per consumer: unacked messages, prefetch, deficit (unused credit), utilisation, time at the limit."""
     s = consumer_summary(cap)
     st = consumer_state(cap)
-    m = D.methods(cap)
     d = D.deliveries(cap)
     no_ack = d[d["no_ack"].to_numpy(bool)].groupby(["stream", "channel", "consumer_tag"]).size()
     rows = s.drop(columns=["start_ts", "end_ts"]).to_dict(orient="records")
@@ -358,7 +376,6 @@ def consumers(cap: Capture) -> AnalyzerResult:
         rows.append({"stream": stream, "channel": channel, "consumer_tag": tag, "no_ack": True, "deliveries": int(n)})
     for r in rows:
         r.setdefault("no_ack", False)
-    del m
     plots = []
     if len(st):
         plots.append(Plot("consumers-unacked-deficit", "unacked messages and deficit over time per consumer",

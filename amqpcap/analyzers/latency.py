@@ -34,6 +34,8 @@ REDELIVERY_MIN = 10
 REDELIVERY_SHARE = 0.05
 #: ... critical from this share (most of the traffic is the same messages going round)
 REDELIVERY_CRITICAL_SHARE = 0.5
+#: at most this many findings of one id (the worst first); each says how many channels qualified
+MAX_FINDINGS_PER_ID = 10
 #: plots: time bins for the percentile bands, and raw points drawn below this count
 TIME_BINS = 200
 MAX_POINTS = 20_000
@@ -59,6 +61,9 @@ def ack_gaps(cap: Capture) -> pd.DataFrame:
     Columns: stream, channel, epoch, packet, ts, order, method, multiple, settled (deliveries it
     settled), queue, backlog_min (messages known to be waiting in that queue right after the ack,
     see _deliveries.queue_backlog), next_deliver_packet, next_deliver_ts, gap_s."""
+    cached = getattr(cap, "_amqpcap_ack_gaps", None)
+    if cached is not None:
+        return cached
     m = D.methods(cap)
     s = m[m["method"].isin(D.SETTLE_METHODS) & (m["direction"] == "c2s")]
     s = s[["stream", "channel", "epoch", "packet", "ts", "order", "method", "multiple"]].copy()
@@ -85,8 +90,13 @@ def ack_gaps(cap: Capture) -> pd.DataFrame:
         r = pd.merge_asof(q.sort_values("order"), bb[["queue", "b_order", "backlog_min"]], left_on="order",
                           right_on="b_order", by="queue", direction="backward")
         s.loc[s.index[r["pos"].to_numpy()], "backlog_min"] = r["backlog_min"].astype("Int64").to_numpy()
-    return s[["stream", "channel", "epoch", "packet", "ts", "order", "method", "multiple", "settled", "queue",
-              "backlog_min", "next_deliver_packet", "next_deliver_ts", "gap_s"]].reset_index(drop=True)
+    out = s[["stream", "channel", "epoch", "packet", "ts", "order", "method", "multiple", "settled", "queue",
+             "backlog_min", "next_deliver_packet", "next_deliver_ts", "gap_s"]].reset_index(drop=True)
+    try:
+        cap._amqpcap_ack_gaps = out
+    except AttributeError:
+        pass
+    return out
 
 
 def interleaving(cap: Capture) -> pd.DataFrame:
@@ -240,12 +250,19 @@ def _refill_findings(d: pd.DataFrame, gaps: pd.DataFrame) -> list[Finding]:
         return out
     acked = d[d["latency_s"].notna()]
     dta = acked.groupby(["stream", "channel"])["latency_s"].median()
-    for (stream, channel), g in waiting.groupby(["stream", "channel"]):
+    per = waiting.groupby(["stream", "channel"])["gap_s"].agg(["size", "median"])
+    cons = dta.reindex(per.index)
+    slow = per[(per["size"] >= MIN_REFILLS) & (per["median"] >= REFILL_SLOW_S)
+               & (per["median"] >= REFILL_RATIO * cons.fillna(np.inf))]
+    if len(slow) == 0:
+        return out
+    slow = slow.assign(share=slow["median"] / (slow["median"] + cons.reindex(slow.index).fillna(0)))
+    top = slow.sort_values("share", ascending=False).head(MAX_FINDINGS_PER_ID)
+    keys = pd.MultiIndex.from_frame(waiting[["stream", "channel"]])
+    for (stream, channel), g in waiting[keys.isin(top.index)].groupby(["stream", "channel"]):
         n = len(g)
         p50 = float(g["gap_s"].median())
         consumer_p50 = float(dta.get((stream, channel), np.nan))
-        if n < MIN_REFILLS or p50 < REFILL_SLOW_S or not (p50 >= REFILL_RATIO * consumer_p50):
-            continue
         worst = g.nlargest(5, "gap_s")
         share = p50 / (p50 + consumer_p50) if consumer_p50 == consumer_p50 else 1.0
         out.append(Finding(
@@ -259,6 +276,7 @@ def _refill_findings(d: pd.DataFrame, gaps: pd.DataFrame) -> list[Finding]:
                 "ack_to_next_deliver_max_s": float(g["gap_s"].max()), "refills": n,
                 "deliver_to_ack_p50_s": consumer_p50, "broker_share_of_cycle": share,
                 "backlog_min_median_msgs": float(g["backlog_min"].astype(float).median()),
+                "channels_with_this_finding": int(len(slow)),
                 "streams": [int(stream)], "channel": int(channel),
                 "packets": [int(x) for x in worst["packet"]] + [int(x) for x in worst["next_deliver_packet"].dropna()],
                 "filter": f"tcp.stream eq {stream} && amqp.channel == {channel} && amqp.method.class == 60 && "
@@ -282,13 +300,17 @@ def _redelivery_findings(d: pd.DataFrame) -> list[Finding]:
     d = d.assign(requeued=d["settle_requeue"].fillna(False).to_numpy(bool) & d["outcome"].isin(["nack", "reject"]),
                  dropped=~d["settle_requeue"].fillna(True).to_numpy(bool) & d["outcome"].isin(["nack", "reject"]),
                  red=d["redelivered"].fillna(False).to_numpy(bool))
-    for (stream, channel), g in d.groupby(["stream", "channel"]):
+    per = d.groupby(["stream", "channel"]).agg(n=("red", "size"), red=("red", "sum"), req=("requeued", "sum"))
+    worst = per[["red", "req"]].max(axis=1)
+    loops = per[(worst >= REDELIVERY_MIN) & (worst / per["n"] >= REDELIVERY_SHARE)]
+    if len(loops) == 0:
+        return out
+    top = loops.assign(w=worst / per["n"]).sort_values("w", ascending=False).head(MAX_FINDINGS_PER_ID)
+    keys = pd.MultiIndex.from_frame(d[["stream", "channel"]])
+    for (stream, channel), g in d[keys.isin(top.index)].groupby(["stream", "channel"]):
         n = len(g)
         red, req = int(g["red"].sum()), int(g["requeued"].sum())
-        worst = max(red, req)
-        share = worst / n
-        if worst < REDELIVERY_MIN or share < REDELIVERY_SHARE:
-            continue
+        share = max(red, req) / n
         ex = pd.concat([g.loc[g["red"], "packet"].head(5), g.loc[g["requeued"], "settle_packet"].head(5)])
         out.append(Finding(
             id="redelivery-loop",
@@ -300,6 +322,7 @@ def _redelivery_findings(d: pd.DataFrame) -> list[Finding]:
                 "requeued_by_nack": int((g["requeued"] & (g["outcome"] == "nack")).sum()),
                 "requeued_by_reject": int((g["requeued"] & (g["outcome"] == "reject")).sum()),
                 "dropped_by_nack_or_reject": int(g["dropped"].sum()),
+                "channels_with_this_finding": int(len(loops)),
                 "streams": [int(stream)], "channel": int(channel),
                 "packets": sorted({int(x) for x in ex.dropna()}),
                 "filter": f"tcp.stream eq {stream} && amqp.channel == {channel} && "
