@@ -55,10 +55,16 @@ AVOIDABLE_MIN_PACKETS = 200
 #: Rates are over the direction's active span (first to last data segment), at least
 #: RATE_MIN_SPAN_S, so a burst of a hundred packets in 30 ms is not a "high rate".
 RATE_MIN_SPAN_S = 1.0
-#: warning: ≥ 200 avoidable packets/s (each one costs a send syscall, a receiver wake-up and
-#: ~66 bytes of headers; hundreds per second per connection is when batching starts to pay);
-#: critical: ≥ 10 000/s, where per-packet CPU cost limits the connection's throughput.
+#: Reported from 200 avoidable packets/s (each one costs a send syscall, a receiver wake-up
+#: and ~66 bytes of headers; hundreds per second per connection is when batching starts to pay).
 AVOIDABLE_RATE_WARNING = 200.0
+#: Severity. `warning` when the application splits messages: most segments of the direction
+#: complete a single AMQP frame (publish, header and body written separately: 3 packets per
+#: message). Whole messages sent one per packet, merely not batched across messages (a plain
+#: publisher at a few thousand msg/s), are `info`: batching would help, nothing is wrong.
+#: `critical` from 10 000 avoidable packets/s, where per-packet CPU cost at both ends limits
+#: the connection's throughput whatever the pattern.
+SPLIT_SHARE_MIN = 0.5
 AVOIDABLE_RATE_CRITICAL = 10_000.0
 
 #: `nagle-delayed-ack`: repeated stalls (one may be chance) that cost a share of the
@@ -294,7 +300,8 @@ def small_packets_finding(seg: dict[str, np.ndarray], d: pd.DataFrame) -> Findin
         return None
     hit = hit.sort_values("packets_saved_s", ascending=False)
     worst = float(hit["packets_saved_s"].max())
-    severity = "critical" if worst >= AVOIDABLE_RATE_CRITICAL else "warning"
+    split = bool((hit["single_frame_segments"] / hit["data_segments"] >= SPLIT_SHARE_MIN).any())
+    severity = "critical" if worst >= AVOIDABLE_RATE_CRITICAL else "warning" if split else "info"
     hit_g = hit["stream"].to_numpy(np.int64) * 2 + (hit["direction"] == "s2c").to_numpy()
     examples = seg["packet"][seg["in_run"] & np.isin(seg["g"], hit_g)][:EXAMPLE_PACKETS].tolist()
     clauses = [_dir_clause(int(r.stream), r.direction, int(r.broker_port), f" && tcp.len > 0 && tcp.len < {int(r.small_limit_bytes)}")
@@ -305,7 +312,8 @@ def small_packets_finding(seg: dict[str, np.ndarray], d: pd.DataFrame) -> Findin
     per_dir = [
         {"stream": int(r.stream), "direction": r.direction, "data_segments": int(r.data_segments),
          "small_segments": int(r.small_segments), "small_share": round(float(r.small_share), 3),
-         "frames_per_segment": round(float(r.frames_per_segment), 2), "small_while_unacked": int(r.small_while_unacked),
+         "frames_per_segment": round(float(r.frames_per_segment), 2),
+         "single_frame_segments": int(r.single_frame_segments), "small_while_unacked": int(r.small_while_unacked),
          "packets_saved": int(r.packets_saved), "packets_saved_s": round(float(r.packets_saved_s), 1),
          "small_limit_bytes": int(r.small_limit_bytes)}
         for r in hit.head(10).itertuples()
@@ -324,6 +332,7 @@ def small_packets_finding(seg: dict[str, np.ndarray], d: pd.DataFrame) -> Findin
             "packets_saved": saved,
             "packets_saved_share": round(saved / n_data, 3),
             "max_packets_saved_s": round(worst, 1),
+            "messages_split": split,
             "directions": per_dir,
             "streams": sorted({int(s) for s in hit["stream"]}),
             "packets": examples,
