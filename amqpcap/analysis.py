@@ -97,7 +97,8 @@ def stream_filter(streams) -> str:
         return ""
     if len(streams) == 1:
         return f"tcp.stream eq {streams[0]}"
-    return "tcp.stream in {" + " ".join(map(str, streams)) + "}"
+    # Wireshark 4 wants set members separated by commas
+    return "tcp.stream in {" + ", ".join(map(str, streams)) + "}"
 
 
 def packets_filter(packets, limit: int = 20) -> str:
@@ -105,4 +106,4 @@ def packets_filter(packets, limit: int = 20) -> str:
     packets = sorted({int(p) for p in packets})[:limit]
     if not packets:
         return ""
-    return "frame.number in {" + " ".join(map(str, packets)) + "}"
+    return "frame.number in {" + ", ".join(map(str, packets)) + "}"

@@ -27,11 +27,23 @@ def findings_table(findings: list[Finding]) -> Table:
     return t
 
 
+MAX_COLUMNS = 10
+MAX_CELL = 40
+
+
 def dataframe_table(name: str, df: pd.DataFrame, max_rows: int = 15) -> Table:
-    t = Table(title=f"{name} ({len(df):,} rows)" if len(df) > max_rows else name, title_justify="left")
-    for col in df.columns:
-        t.add_column(str(col), justify="right" if pd.api.types.is_numeric_dtype(df[col]) else "left")
-    for row in df.head(max_rows).itertuples(index=False):
+    """The first rows and columns of a table; the files written with --out have all of it."""
+    cols = list(df.columns[:MAX_COLUMNS])
+    notes = []
+    if len(df) > max_rows:
+        notes.append(f"{len(df):,} rows")
+    if len(df.columns) > MAX_COLUMNS:
+        notes.append(f"{len(cols)} of {len(df.columns)} columns")
+    t = Table(title=f"{name} ({', '.join(notes)})" if notes else name, title_justify="left")
+    for col in cols:
+        t.add_column(str(col), justify="right" if pd.api.types.is_numeric_dtype(df[col]) else "left",
+                     max_width=MAX_CELL, overflow="ellipsis", no_wrap=True)
+    for row in df[cols].head(max_rows).itertuples(index=False):
         t.add_row(*(_fmt(v) for v in row))
     return t
 
