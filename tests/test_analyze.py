@@ -1,0 +1,81 @@
+"""`amqpcap analyze` on real captures of known situations: the findings name the cause, the
+healthy run has no warning, and every output is written."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import amqpcap
+from amqpcap.analysis import analyzers, rank
+from amqpcap.report import build_summary
+
+ROOT = Path(__file__).resolve().parent.parent
+FIX = ROOT / "fixtures"
+
+# fixture -> findings its recorded situation must produce (fixtures/README.md says how each was made)
+EXPECTED = {
+    "slow-prefetch1.pcap": {"prefetch-one", "consumer-bound"},
+    "rpc-nodelay.pcap": {"small-packets"},
+    "nagle-write-write-read.pcap": {"nagle-delayed-ack"},
+    "nack-requeue.pcap": {"redelivery-loop"},
+    "memory-alarm.pcap": {"publisher-blocked"},
+    "kernel-drops.pcap": {"capture-gaps"},
+    "zero-window.pcap": {"receiver-window"},
+}
+
+
+def findings_of(name: str):
+    cap = amqpcap.load(FIX / name)
+    results = [fn(cap) for fn, _ in analyzers().values()]
+    return cap, results, rank([f for r in results for f in r.findings])
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_findings_name_the_cause(name):
+    _, _, findings = findings_of(name)
+    ids = {f.id for f in findings if f.severity in ("warning", "critical")}
+    assert EXPECTED[name] <= ids, [(f.id, f.severity, f.title) for f in findings]
+
+
+def test_healthy_run_has_no_warning():
+    _, _, findings = findings_of("healthy.pcap")
+    assert not [f for f in findings if f.severity != "info"], [(f.id, f.severity, f.title) for f in findings]
+
+
+def test_every_finding_has_evidence_with_a_wireshark_filter():
+    for name in EXPECTED:
+        for f in findings_of(name)[2]:
+            assert f.evidence.get("filter"), (name, f.id)
+            assert f.title and f.advice and f.severity in ("info", "warning", "critical")
+
+
+def test_summary_json_schema():
+    cap, results, _ = findings_of("slow-prefetch1.pcap")
+    s = build_summary(cap, results)
+    json.dumps(s)  # serialisable as is
+    assert s["methods"]["basic.deliver"] == int((cap.frames["method"] == "basic.deliver").sum())
+    bins = s["packet_sizes"]["bins"]
+    assert [b["range"] for b in bins][0] == "0-19" and bins[-1]["range"] == "5120 and greater"
+    assert sum(b["count"] for b in bins) == cap.summary["packets"]
+    for key in ("deliver_to_ack", "ack_to_next_deliver", "publish_to_confirm"):
+        assert {"count", "p50_s", "p90_s", "p99_s", "max_s"} <= set(s["latency"][key]), key
+    assert isinstance(s["consumers"], list) and s["consumers"]
+    for f in s["findings"]:
+        assert {"id", "severity", "title", "evidence"} <= set(f)
+
+
+def test_analyze_writes_everything(tmp_path):
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "-m", "amqpcap", "analyze", str(FIX / "slow-prefetch1.pcap"), "--out", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "prefetch-one" in r.stdout
+    assert (out / "summary.json").is_file() and (out / "report.html").is_file()
+    assert list(out.glob("*.csv")) and list(out.glob("*.png"))
+    html = (out / "report.html").read_text()
+    assert "data:image/png;base64," in html and "prefetch-one" in html
