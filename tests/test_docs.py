@@ -64,3 +64,38 @@ def test_every_limit_documented():
     start = DOC.index("## Resource caps")
     caps = set(re.findall(r"^\| `([a-z_]+)` \|", DOC[start:], re.M))
     assert caps == set(amqpcap.Limits.__dataclass_fields__)
+
+
+# --- findings and summary.json ---------------------------------------------------------------
+
+FINDINGS_DOC = (ROOT / "docs" / "findings.md").read_text()
+SUMMARY_DOC = (ROOT / "docs" / "summary.md").read_text()
+
+
+def finding_ids_in_code() -> set[str]:
+    """Finding ids written in the analyzers' source (as `Finding("id"` or `id="id"`)."""
+    src = "\n".join(p.read_text() for p in (ROOT / "amqpcap" / "analyzers").glob("*.py"))
+    return set(re.findall(r'Finding\(\s*"([a-z-]+)"', src)) | set(re.findall(r'\bid="([a-z-]+)"', src))
+
+
+def test_every_finding_id_documented():
+    documented_ids = set(re.findall(r"^\| `([a-z-]+)` \|", FINDINGS_DOC, re.M))
+    assert finding_ids_in_code() == documented_ids
+    for required in ("small-packets", "nagle-delayed-ack", "prefetch-one", "consumer-bound", "broker-slow-refill",
+                     "redelivery-loop", "publisher-blocked", "receiver-window", "capture-gaps"):
+        assert required in documented_ids
+
+
+@pytest.mark.parametrize("name", ["memory-alarm.pcap", "kernel-drops.pcap", "slow-prefetch1.pcap"])
+def test_emitted_findings_and_summary_keys_documented(name):
+    from amqpcap.analysis import analyzers
+    from amqpcap.report import build_summary
+
+    cap = amqpcap.load(ROOT / "fixtures" / name)
+    s = build_summary(cap, [fn(cap) for fn, _ in analyzers().values()])
+    for f in s["findings"]:
+        assert f"`{f['id']}`" in FINDINGS_DOC
+    for key, value in s.items():
+        assert f"`{key}`" in SUMMARY_DOC, key
+    for key in s["capture"]:
+        assert f"`{key}`" in SUMMARY_DOC, key
