@@ -41,7 +41,11 @@ _COLUMNS = [
 def methods(cap: Capture) -> pd.DataFrame:
     """Method frames with ``order`` (position in cap.frames) and ``epoch`` (see module doc).
 
-    Text columns are plain ``str``/object so that they can be merge keys; method is a str."""
+    The text columns that serve as merge keys (consumer_tag, queue, exchange, routing_key) are
+    plain ``str``/object. ``method`` and ``direction`` stay categorical (as in cap.frames): they
+    are only compared with constants, and every analyzer selects its rows by them many times; a
+    comparison on category codes is far cheaper than one on hundreds of thousands of Python
+    strings. Take ``.to_numpy(object)`` where their text goes into a table."""
     cached = getattr(cap, "_amqpcap_methods", None)
     if cached is not None:
         return cached
@@ -49,18 +53,41 @@ def methods(cap: Capture) -> pd.DataFrame:
     mask = (f["type"] == "method").to_numpy(dtype=bool, na_value=False)
     m = f.loc[mask, _COLUMNS].copy()
     m["order"] = np.flatnonzero(mask).astype(np.int64)
-    for col in ("direction", "method", "consumer_tag", "queue", "exchange", "routing_key"):
+    for col in ("consumer_tag", "queue", "exchange", "routing_key"):
         m[col] = m[col].astype(object)
     m["stream"] = m["stream"].astype(np.int64)
     m["channel"] = m["channel"].astype(np.int64)
-    opened = (m["method"] == "channel.open").astype(np.int64)
-    m["epoch"] = opened.groupby([m["stream"], m["channel"]]).cumsum()
     m = m.reset_index(drop=True)
+    opened = pd.Series((m["method"] == "channel.open").to_numpy(np.int64))
+    # one integer key per (stream, channel) (channels are 16-bit): a groupby on one int64 column
+    # is much cheaper than on two
+    m["epoch"] = opened.groupby(chan_key(m)).cumsum().to_numpy(np.int64)
     try:  # the Capture may refuse new attributes; caching is only an optimisation
         cap._amqpcap_methods = m
     except AttributeError:
         pass
     return m
+
+
+def chan_key(df: pd.DataFrame) -> np.ndarray:
+    """(stream, channel) as one int64 (channel numbers are 16-bit, AMQP 0-9-1 §4.2.3)."""
+    return df["stream"].to_numpy(np.int64) * 65536 + df["channel"].to_numpy(np.int64)
+
+
+def select(m: pd.DataFrame, names, direction: str | None = None) -> np.ndarray:
+    """Boolean mask of the rows of ``m`` with a method in ``names`` (one name or several), sent
+    in ``direction`` (c2s/s2c) when given. On the categorical codes, not on strings."""
+    names = [names] if isinstance(names, str) else list(names)
+    meth = m["method"]
+    if isinstance(meth.dtype, pd.CategoricalDtype):
+        cats = meth.cat.categories
+        want = cats.get_indexer(names)
+        mask = np.isin(meth.cat.codes.to_numpy(), want[want >= 0])
+    else:
+        mask = meth.isin(names).to_numpy(dtype=bool, na_value=False)
+    if direction is not None:
+        mask &= (m["direction"] == direction).to_numpy(dtype=bool, na_value=False)
+    return mask
 
 
 def _obj(df: pd.DataFrame, *cols: str) -> pd.DataFrame:
@@ -138,11 +165,11 @@ def consumes(m: pd.DataFrame) -> pd.DataFrame:
     """basic.consume (client) with the tag the broker confirmed: an empty consumer tag in
     basic.consume means "broker, choose one", given back in the next basic.consume-ok on that
     channel (the broker answers a channel's methods in order)."""
-    c = m[(m["method"] == "basic.consume") & (m["direction"] == "c2s")]
-    ok = m[(m["method"] == "basic.consume-ok") & (m["direction"] == "s2c")]
-    c = c[["stream", "channel", "epoch", "order", "packet", "ts", "consumer_tag", "no_ack", "queue", "nowait"]]
+    c = m.loc[select(m, "basic.consume", "c2s"),
+              ["stream", "channel", "epoch", "order", "packet", "ts", "consumer_tag", "no_ack", "queue", "nowait"]]
+    ok = m.loc[select(m, "basic.consume-ok", "s2c"), ["stream", "channel", "order", "ts", "packet", "consumer_tag"]]
     c = c.sort_values("order")
-    ok = ok[["stream", "channel", "order", "ts", "packet", "consumer_tag"]].sort_values("order").rename(
+    ok = ok.sort_values("order").rename(
         columns={"order": "ok_order", "ts": "ok_ts", "packet": "ok_packet", "consumer_tag": "ok_tag"})
     c = pd.merge_asof(c, ok, left_on="order", right_on="ok_order", by=["stream", "channel"], direction="forward")
     nowait = c["nowait"].fillna(False).to_numpy(bool)  # no consume-ok will come for this one
@@ -172,8 +199,9 @@ def deliveries(cap: Capture) -> pd.DataFrame:
     if cached is not None:
         return cached
     m = methods(cap)
-    d = m[m["method"].isin(DELIVER_METHODS) & (m["direction"] == "s2c")].copy()
-    d["consumer_tag"] = np.where((d["method"] == "basic.get-ok").to_numpy(), GET_TAG,
+    d = m.loc[select(m, DELIVER_METHODS, "s2c"), KEY + ["method", "consumer_tag", "delivery_tag", "packet", "ts",
+                                                       "order", "redelivered"]].copy()
+    d["consumer_tag"] = np.where(select(d, "basic.get-ok"), GET_TAG,
                                  d["consumer_tag"].fillna("").to_numpy(object))
     d["tag"] = _tags(d["delivery_tag"])
     d = d[d["tag"] >= 0].sort_values("order").reset_index(drop=True)
@@ -185,16 +213,17 @@ def deliveries(cap: Capture) -> pd.DataFrame:
                           columns={"order": "c_order"}), "consumer_tag"),
                       left_on="order", right_on="c_order", by=["stream", "channel", "consumer_tag"],
                       direction="backward")
-    gets = m[(m["method"] == "basic.get") & (m["direction"] == "c2s")][["order", "stream", "channel", "no_ack", "queue"]]
+    gets = m.loc[select(m, "basic.get", "c2s"), ["order", "stream", "channel", "no_ack", "queue"]]
     g = pd.merge_asof(d[["order", "stream", "channel"]], gets.rename(columns={"order": "g_order"}).sort_values("g_order"),
                       left_on="order", right_on="g_order", by=["stream", "channel"], direction="backward")
-    get_rows = (d["method"] == "basic.get-ok").to_numpy()
+    get_rows = select(d, "basic.get-ok")
     known = np.where(get_rows, g["g_order"].notna().to_numpy(), a["c_order"].notna().to_numpy())
     no_ack = np.where(get_rows, g["no_ack"].fillna(False).to_numpy(bool), a["no_ack"].fillna(False).to_numpy(bool))
     d["queue"] = np.where(get_rows, g["queue"].to_numpy(object), a["queue"].to_numpy(object))
 
     # settling frames: the client's ack/nack/reject on the same channel (§1.8.3.13)
-    s = m[m["method"].isin(SETTLE_METHODS) & (m["direction"] == "c2s")].copy()
+    s = m.loc[select(m, SETTLE_METHODS, "c2s"), KEY + ["method", "delivery_tag", "multiple", "requeue", "packet", "ts",
+                                                     "order"]].copy()
     s["tag"] = _tags(s["delivery_tag"])
     s["multiple"] = s["multiple"].fillna(False).astype(bool)  # basic.reject has no multiple bit
     s = s[s["tag"] >= 0].reset_index(drop=True)
@@ -246,7 +275,8 @@ def deliveries(cap: Capture) -> pd.DataFrame:
 def _closed_after(m: pd.DataFrame, items: pd.DataFrame) -> np.ndarray:
     """Whether the item's channel (or connection) closed after it: the broker requeues a closed
     channel's unacked deliveries and forgets its unconfirmed publishes."""
-    closes = m[m["method"].isin(["channel.close", "channel.close-ok", "connection.close", "connection.close-ok"])]
+    closes = m.loc[select(m, ["channel.close", "channel.close-ok", "connection.close", "connection.close-ok"]),
+                   ["order", "stream", "channel"]]
     if len(closes) == 0 or len(items) == 0:
         return np.zeros(len(items), dtype=bool)
     conn = closes["channel"].to_numpy() == 0
@@ -271,17 +301,17 @@ def confirms(cap: Capture) -> pd.DataFrame:
     the message). Columns: stream, channel, epoch, seq, packet, ts, order, confirm_packet,
     confirm_ts, confirm_method, confirm_multiple, latency_s, outcome (ack, nack, closed, unconfirmed)."""
     m = methods(cap)
-    sel = m[(m["method"] == "confirm.select") & (m["direction"] == "c2s")]
+    sel = m[select(m, "confirm.select", "c2s")]
     cols = ["stream", "channel", "epoch", "seq", "packet", "ts", "order", "confirm_packet", "confirm_ts",
             "confirm_method", "confirm_multiple", "latency_s", "outcome"]
     if len(sel) == 0:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
     first_sel = sel.groupby(KEY)["order"].min().rename("sel_order")
-    p = m[(m["method"] == "basic.publish") & (m["direction"] == "c2s")].join(first_sel, on=KEY, how="inner")
+    p = m[select(m, "basic.publish", "c2s")].join(first_sel, on=KEY, how="inner")
     p = p[p["order"] > p["sel_order"]].sort_values("order").copy()
     p["seq"] = p.groupby(KEY).cumcount().astype(np.int64) + 1
     p["tag"] = p["seq"]
-    s = m[m["method"].isin(["basic.ack", "basic.nack"]) & (m["direction"] == "s2c")].copy()
+    s = m[select(m, ["basic.ack", "basic.nack"], "s2c")].copy()
     s["tag"] = _tags(s["delivery_tag"])
     s["multiple"] = s["multiple"].fillna(False).astype(bool)
     s = s[s["tag"] >= 0].reset_index(drop=True)
@@ -324,10 +354,11 @@ def queue_backlog(cap: Capture) -> pd.DataFrame:
     if len(d) == 0:
         return empty
     queues = pd.unique(d["queue"])
-    binds = m[(m["method"] == "queue.bind") & m["queue"].isin(queues)][["queue", "exchange", "routing_key"]]
+    binds = m.loc[select(m, "queue.bind"), ["queue", "exchange", "routing_key"]]
+    binds = binds[binds["queue"].isin(queues)]
     default = pd.DataFrame({"queue": queues, "exchange": "", "routing_key": queues})
     routes = pd.concat([binds, default]).drop_duplicates()
-    pub = m[(m["method"] == "basic.publish") & (m["direction"] == "c2s")][["order", "ts", "exchange", "routing_key"]]
+    pub = m.loc[select(m, "basic.publish", "c2s"), ["order", "ts", "exchange", "routing_key"]]
     pub = pub.assign(exchange=pub["exchange"].fillna(""), routing_key=pub["routing_key"].fillna(""))
     pub = pub.merge(routes, on=["exchange", "routing_key"])[["queue", "order", "ts"]].assign(delta=1)
     out = d[["queue", "order", "ts"]].assign(delta=-1)

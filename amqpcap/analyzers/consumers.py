@@ -42,7 +42,7 @@ def _consumer_rows(cap: Capture) -> pd.DataFrame:
     c["start_packet"] = c["start_packet"].where(c["consume_seen"], c["first_packet"]).astype(np.int64)
 
     # per-consumer prefetch: the last basic.qos global=false on the channel before the consumer
-    qos = m[(m["method"] == "basic.qos") & (m["direction"] == "c2s")].copy()
+    qos = m.loc[D.select(m, "basic.qos", "c2s"), D.KEY + ["order", "prefetch_count", "global"]].copy()
     qos["global"] = qos["global"].fillna(False).astype(bool)
     per = qos[~qos["global"]][D.KEY + ["order", "prefetch_count"]].rename(columns={"order": "q_order"})
     c = c.sort_values("start_order")
@@ -52,7 +52,7 @@ def _consumer_rows(cap: Capture) -> pd.DataFrame:
     c["prefetch"] = c["prefetch_count"].astype("Int64")
 
     # the consumer ends at its cancel, its channel's or connection's close, else with the connection
-    ends = m[m["method"].isin(["basic.cancel", "basic.cancel-ok"])][["stream", "channel", "consumer_tag", "order", "ts"]]
+    ends = m.loc[D.select(m, ["basic.cancel", "basic.cancel-ok"]), ["stream", "channel", "consumer_tag", "order", "ts"]]
     c["end_ts"] = c["stream"].map(cap.connections.set_index("stream")["last_ts"]).astype(c["start_ts"].dtype)
     if len(ends):
         e = pd.merge_asof(D._obj(c[["stream", "channel", "consumer_tag", "start_order"]], "consumer_tag"),
@@ -60,7 +60,7 @@ def _consumer_rows(cap: Capture) -> pd.DataFrame:
                           left_on="start_order", right_on="e_order", by=["stream", "channel", "consumer_tag"],
                           direction="forward")
         c["end_ts"] = c["end_ts"].where(e["e_ts"].isna().to_numpy(), e["e_ts"].array)
-    closes = m[m["method"].isin(["channel.close", "connection.close"])][["stream", "channel", "order", "ts"]]
+    closes = m.loc[D.select(m, ["channel.close", "connection.close"]), ["stream", "channel", "order", "ts"]]
     for by, rows in (("channel", closes[closes["channel"] != 0]), (None, closes[closes["channel"] == 0])):
         if len(rows) == 0:
             continue
@@ -140,7 +140,8 @@ def consumer_state(cap: Capture) -> pd.DataFrame:
 
     # channel-wide limit (global=true, RabbitMQ): the last one before each frame
     m = D.methods(cap)
-    qos = m[(m["method"] == "basic.qos") & (m["direction"] == "c2s") & m["global"].fillna(False).astype(bool)]
+    qos = m.loc[D.select(m, "basic.qos", "c2s"), D.KEY + ["order", "prefetch_count", "global"]]
+    qos = qos[qos["global"].fillna(False).to_numpy(bool)]
     ev["channel_prefetch"] = pd.array(np.full(len(ev), pd.NA), dtype="Int64")
     if len(qos):
         g = pd.merge_asof(ev[D.KEY + ["order"]].assign(pos=np.arange(len(ev))),

@@ -65,8 +65,9 @@ def ack_gaps(cap: Capture) -> pd.DataFrame:
     if cached is not None:
         return cached
     m = D.methods(cap)
-    s = m[m["method"].isin(D.SETTLE_METHODS) & (m["direction"] == "c2s")]
-    s = s[["stream", "channel", "epoch", "packet", "ts", "order", "method", "multiple"]].copy()
+    s = m.loc[D.select(m, D.SETTLE_METHODS, "c2s"), ["stream", "channel", "epoch", "packet", "ts", "order", "method",
+                                                      "multiple"]].copy()
+    s["method"] = s["method"].astype(object)  # a table column: text, as documented
     s["multiple"] = s["multiple"].fillna(False).astype(bool)
     d = D.deliveries(cap)
     per = d[d["settle_order"].notna()].groupby("settle_order").agg(settled=("order", "size"), queue=("queue", "first"))
@@ -106,15 +107,14 @@ def interleaving(cap: Capture) -> pd.DataFrame:
     alternation_ratio = (runs − 1) / (events − 1): 1 when deliveries and acks strictly alternate,
     near 0 when they come in long runs."""
     m = D.methods(cap)
-    ev = m[(m["method"].isin(D.DELIVER_METHODS) & (m["direction"] == "s2c"))
-           | (m["method"].isin(D.SETTLE_METHODS) & (m["direction"] == "c2s"))]
-    ev = ev[["stream", "channel", "epoch", "order", "packet", "method"]].sort_values(D.KEY + ["order"])
+    ev = m.loc[D.select(m, D.DELIVER_METHODS, "s2c") | D.select(m, D.SETTLE_METHODS, "c2s"),
+               ["stream", "channel", "epoch", "order", "packet", "method"]].sort_values(D.KEY + ["order"])
     cols = ["stream", "channel", "delivers", "acks", "runs", "mean_deliver_run", "max_deliver_run", "mean_ack_run",
             "max_ack_run", "alternation_ratio", "packets_multi_deliver", "max_delivers_per_packet",
             "packets_multi_ack", "max_acks_per_packet"]
     if len(ev) == 0:
         return pd.DataFrame({c: pd.Series(dtype=float if "mean" in c or "ratio" in c else np.int64) for c in cols})
-    ev["is_deliver"] = ev["method"].isin(D.DELIVER_METHODS).to_numpy()
+    ev["is_deliver"] = D.select(ev, D.DELIVER_METHODS)
     kind = ev["is_deliver"].to_numpy()
     keys = ev[D.KEY].to_numpy()
     new_group = np.r_[True, (keys[1:] != keys[:-1]).any(axis=1)]
@@ -411,8 +411,7 @@ def _plot_raster(cap: Capture, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     m = D.methods(cap)
-    ev = m[(m["method"].isin(D.DELIVER_METHODS) & (m["direction"] == "s2c"))
-           | (m["method"].isin(D.SETTLE_METHODS) & (m["direction"] == "c2s"))]
+    ev = m[D.select(m, D.DELIVER_METHODS, "s2c") | D.select(m, D.SETTLE_METHODS, "c2s")]
     t0 = ev["ts"].min()
     ev = ev.assign(t=(ev["ts"] - t0).dt.total_seconds(), is_deliver=ev["method"].isin(D.DELIVER_METHODS))
     chans = ev.groupby(["stream", "channel"]).size().sort_values(ascending=False).index[:12]
