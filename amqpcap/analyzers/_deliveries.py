@@ -236,23 +236,22 @@ def deliveries(cap: Capture) -> pd.DataFrame:
 
     acked = d[~d["no_ack"]]
     row = match_settlements(acked, s)
-    hit = row >= 0
-    idx = acked.index
-    for col in ("settle_packet", "settle_order"):
-        d[col] = pd.array(np.full(len(d), pd.NA), dtype="Int64")
-    d["settle_ts"] = pd.Series(pd.NaT, index=d.index, dtype=d["ts"].dtype)
-    d["settle_method"] = pd.Series(None, index=d.index, dtype=object)
-    d["settle_multiple"] = pd.array(np.full(len(d), pd.NA), dtype="boolean")
-    d["settle_requeue"] = pd.array(np.full(len(d), pd.NA), dtype="boolean")
-    sr = s.iloc[row[hit]]
-    tgt = idx[hit]
-    d.loc[tgt, "settle_packet"] = sr["packet"].to_numpy(np.int64)
-    d.loc[tgt, "settle_order"] = sr["order"].to_numpy(np.int64)
-    d.loc[tgt, "settle_ts"] = sr["ts"].array
-    d.loc[tgt, "settle_method"] = sr["method"].to_numpy(object)
-    d.loc[tgt, "settle_multiple"] = sr["multiple"].to_numpy(bool)
+    # the settling row of ``s`` per delivery (-1: none; d has a 0..n-1 index). The settle_*
+    # columns are taken whole with allow_fill (-1 gives <NA>/NaT) rather than filled row by row.
+    srow = np.full(len(d), -1, dtype=np.int64)
+    srow[acked.index.to_numpy()] = row
+    has = srow >= 0
+    d["settle_packet"] = pd.array(s["packet"].to_numpy(np.int64), dtype="Int64").take(srow, allow_fill=True)
+    d["settle_order"] = pd.array(s["order"].to_numpy(np.int64), dtype="Int64").take(srow, allow_fill=True)
+    d["settle_ts"] = s["ts"].array.take(srow, allow_fill=True)
+    method = s["method"].astype(object).to_numpy()
+    # (missing is NaN, as the column always had)
+    d["settle_method"] = pd.Series(np.where(has, method[np.where(has, srow, 0)] if len(s) else np.nan, np.nan),
+                                   index=d.index, dtype=object)
+    d["settle_multiple"] = pd.array(s["multiple"].to_numpy(bool), dtype="boolean").take(srow, allow_fill=True)
     # basic.ack never requeues; nack/reject carry the requeue bit
-    d.loc[tgt, "settle_requeue"] = sr["requeue"].fillna(False).to_numpy(bool)
+    d["settle_requeue"] = pd.array(s["requeue"].fillna(False).to_numpy(bool), dtype="boolean").take(
+        srow, allow_fill=True)
     d["latency_s"] = (d["settle_ts"] - d["ts"]).dt.total_seconds()
 
     # settle method → outcome name; codes -1 (no settling frame) pick the last label, "unsettled"

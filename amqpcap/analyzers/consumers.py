@@ -22,7 +22,11 @@ CONSUMER = ["stream", "channel", "epoch", "consumer_tag"]
 
 def _consumer_rows(cap: Capture) -> pd.DataFrame:
     """One row per acknowledging consumer: start (consume-ok, else first delivery), end, queue,
-    prefetch from basic.qos (per consumer), whether its basic.consume is in the capture."""
+    prefetch from basic.qos (per consumer), whether its basic.consume is in the capture.
+    Computed once per Capture (consumer_state and consumer_summary both need it)."""
+    cached = getattr(cap, "_amqpcap_consumer_rows", None)
+    if cached is not None:
+        return cached
     m = D.methods(cap)
     d = D.deliveries(cap)
     d = d[~d["no_ack"].to_numpy(bool) & (d["consumer_tag"] != D.GET_TAG)]
@@ -72,7 +76,12 @@ def _consumer_rows(cap: Capture) -> pd.DataFrame:
         c.loc[c.index[earlier], "end_ts"] = e["e_ts"].array[earlier]
     for col in ("start_ts", "end_ts"):
         c[col] = pd.to_datetime(c[col], utc=True).astype(d["ts"].dtype)
-    return c.drop(columns=["q_order", "prefetch_count", "first_order", "first_ts", "first_packet"]).reset_index(drop=True)
+    out = c.drop(columns=["q_order", "prefetch_count", "first_order", "first_ts", "first_packet"]).reset_index(drop=True)
+    try:  # the Capture may refuse new attributes; caching is only an optimisation
+        cap._amqpcap_consumer_rows = out
+    except AttributeError:
+        pass
+    return out
 
 
 STATE_COLUMNS = CONSUMER + ["packet", "ts", "until_ts", "duration_s", "unacked", "prefetch", "prefetch_estimated",
