@@ -320,8 +320,11 @@ def _findings(cap: Capture, s: pd.DataFrame) -> list[Finding]:
     if len(flagged) == 0:
         return out
     st = consumer_state(cap)
-    at_limit = st[st["at_limit"].to_numpy(bool)]
-    pkts = at_limit.groupby(["stream", "channel", "consumer_tag"], sort=False)["packet"].apply(lambda p: [int(x) for x in p.head(5)])
+    # example packets only for the flagged consumers (at most 2 × MAX_FINDINGS_PER_ID), not all
+    key = ["stream", "channel", "consumer_tag"]
+    at_limit = st.loc[st["at_limit"].to_numpy(bool), key + ["packet"]]
+    at_limit = at_limit[pd.MultiIndex.from_frame(at_limit[key]).isin(pd.MultiIndex.from_frame(flagged[key]))]
+    pkts = at_limit.groupby(key, sort=False)["packet"].apply(lambda p: [int(x) for x in p.head(5)])
     for i, r in flagged.iterrows():
         label = f"consumer {r.consumer_tag} (stream {r.stream}, channel {r.channel})"
         at_limit_pkts = pkts.get((r.stream, r.channel, r.consumer_tag), [])

@@ -133,9 +133,14 @@ def interleaving(cap: Capture) -> pd.DataFrame:
     per_pkt = ev.groupby(D.KEY + ["packet", "is_deliver"]).size().rename("n").reset_index()
     pd_ = per_pkt[per_pkt["is_deliver"]].groupby(D.KEY)["n"]
     pa_ = per_pkt[~per_pkt["is_deliver"]].groupby(D.KEY)["n"]
-    out["packets_multi_deliver"] = pd_.apply(lambda n: int((n > 1).sum())) if len(pd_.size()) else 0
+    # packets with several events: one grouped sum of a whole-column flag (not a lambda per channel)
+    multi = (per_pkt["n"] > 1).astype(np.int64)
+    dl_rows, ak_rows = per_pkt["is_deliver"].to_numpy(bool), ~per_pkt["is_deliver"].to_numpy(bool)
+    out["packets_multi_deliver"] = multi[dl_rows].groupby([per_pkt.loc[dl_rows, k] for k in D.KEY]).sum() \
+        if dl_rows.any() else 0
     out["max_delivers_per_packet"] = pd_.max()
-    out["packets_multi_ack"] = pa_.apply(lambda n: int((n > 1).sum())) if len(pa_.size()) else 0
+    out["packets_multi_ack"] = multi[ak_rows].groupby([per_pkt.loc[ak_rows, k] for k in D.KEY]).sum() \
+        if ak_rows.any() else 0
     out["max_acks_per_packet"] = pa_.max()
     out = out.reset_index()
     for c in ("delivers", "acks", "max_deliver_run", "max_ack_run", "packets_multi_deliver",
