@@ -365,13 +365,20 @@ def queue_backlog(cap: Capture) -> pd.DataFrame:
     back = pd.DataFrame({"queue": rq["queue"].to_numpy(object), "order": rq["settle_order"].to_numpy(np.int64),
                          "ts": rq["settle_ts"].array, "delta": 1})
     ev = pd.concat([pub, out, back], ignore_index=True)
-    ev = ev.groupby(["queue", "order"], sort=True).agg(ts=("ts", "first"), delta=("delta", "sum")).reset_index()
-    run = ev.groupby("queue")["delta"].cumsum()
+    # grouped on one int64 key (queue code, order) rather than on (queue text, order): the codes
+    # of a sorted factorize keep the queues in the same (sorted) order as a groupby on the text
+    qcode, qnames = pd.factorize(ev["queue"], sort=True)
+    span = int(ev["order"].max()) + 1
+    key = qcode.astype(np.int64) * span + ev["order"].to_numpy(np.int64)
+    ev = ev[["ts", "delta"]].groupby(key, sort=True).agg(ts=("ts", "first"), delta=("delta", "sum"))
+    q = (ev.index.to_numpy() // span).astype(np.int64)
+    run = ev["delta"].groupby(q).cumsum()
     # deliveries of messages older than the capture drive the sum negative; the true backlog is
     # at least (published − delivered) since the lowest point of the running sum
-    floor = run.groupby(ev["queue"]).cummin().clip(upper=0)
-    ev["backlog_min"] = (run - floor).astype(np.int64)
-    out = ev[["queue", "order", "ts", "backlog_min"]]
+    floor = run.groupby(q).cummin().clip(upper=0)
+    out = pd.DataFrame({"queue": pd.Series(np.asarray(qnames, dtype=object)[q], dtype=object),
+                        "order": ev.index.to_numpy() % span, "ts": ev["ts"].array,
+                        "backlog_min": (run - floor).to_numpy(np.int64)})
     try:
         cap._amqpcap_backlog = out
     except AttributeError:
