@@ -79,3 +79,19 @@ def test_analyze_writes_everything(tmp_path):
     assert list(out.glob("*.csv")) and list(out.glob("*.png"))
     html = (out / "report.html").read_text()
     assert "data:image/png;base64," in html and "prefetch-one" in html
+
+
+def test_every_finding_filter_is_valid_in_wireshark():
+    """Each finding's `filter` is pasted into Wireshark by users: tshark must accept it and it
+    must match packets of the capture it came from."""
+    import shutil
+
+    tshark = shutil.which("tshark")
+    assert tshark, "tshark is installed by the README's test command"
+    for name in sorted(EXPECTED):
+        for f in findings_of(name)[2]:
+            flt = f.evidence["filter"]
+            r = subprocess.run([tshark, "-r", str(FIX / name), "-Y", flt, "-T", "fields", "-e", "frame.number"],
+                               capture_output=True, text=True, timeout=120)
+            assert r.returncode == 0, (name, f.id, flt, r.stderr)
+            assert r.stdout.strip(), (name, f.id, flt, "matches no packet")

@@ -345,7 +345,7 @@ def _findings(cap: Capture, s: pd.DataFrame) -> list[Finding]:
                           "cycle_s": cycle, "max_rate_msgs_per_s": (1 / cycle) if cycle > 0 else None,
                           "packets": at_limit_pkts,
                           "filter": _qfilter(r.stream, r.channel) + " && amqp.method.class == 60 && "
-                                    "amqp.method.method in {10 60 80}"},
+                                    "amqp.method.method in {10, 60, 80}"},
                 advice="Raise the prefetch (basic.qos prefetch_count, e.g. 50–300) so the broker keeps messages "
                        "in flight while the consumer works, and ack with multiple=true every few messages; "
                        "keep prefetch 1 only where strict one-at-a-time fairness between slow consumers matters.",
@@ -367,7 +367,7 @@ def _findings(cap: Capture, s: pd.DataFrame) -> list[Finding]:
                           "backlog_growth_msgs": growth, "consumers_with_this_finding": n_bound,
                           "packets": at_limit_pkts,
                           "filter": _qfilter(r.stream, r.channel) + " && amqp.method.class == 60 && "
-                                    "amqp.method.method in {60 80 90 120}"},
+                                    "amqp.method.method in {60, 80, 90, 120}"},
                 advice="The broker waits for this consumer's acks: look at the consumer's work per message "
                        "(slow handlers, synchronous I/O, locks), add consumers or threads, and raise the prefetch "
                        "if the work is I/O-bound. A growing queue means the consumers cannot keep up with the "

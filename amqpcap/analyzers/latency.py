@@ -40,8 +40,8 @@ MAX_FINDINGS_PER_ID = 10
 TIME_BINS = 200
 MAX_POINTS = 20_000
 
-FILTER_DELIVER = "amqp.method.class == 60 && amqp.method.method in {60 71}"
-FILTER_SETTLE = "amqp.method.class == 60 && amqp.method.method in {80 90 120}"
+FILTER_DELIVER = "amqp.method.class == 60 && amqp.method.method in {60, 71}"
+FILTER_SETTLE = "amqp.method.class == 60 && amqp.method.method in {80, 90, 120}"
 
 
 def stats(values) -> dict:
@@ -285,7 +285,7 @@ def _refill_findings(d: pd.DataFrame, gaps: pd.DataFrame) -> list[Finding]:
                 "streams": [int(stream)], "channel": int(channel),
                 "packets": [int(x) for x in worst["packet"]] + [int(x) for x in worst["next_deliver_packet"].dropna()],
                 "filter": f"tcp.stream eq {stream} && amqp.channel == {channel} && amqp.method.class == 60 && "
-                          f"amqp.method.method in {{60 80 90 120}}",
+                          f"amqp.method.method in {{60, 80, 90, 120}}",
             },
             advice="The consumer acks quickly but the broker sends the next message late although the queue has "
                    "messages: check the broker's load (CPU, queue process, disk for persistent/quorum queues, "
@@ -332,7 +332,7 @@ def _redelivery_findings(d: pd.DataFrame) -> list[Finding]:
                 "packets": sorted({int(x) for x in ex.dropna()}),
                 "filter": f"tcp.stream eq {stream} && amqp.channel == {channel} && "
                           f"(amqp.method.arguments.redelivered == 1 || (amqp.method.class == 60 && "
-                          f"amqp.method.method in {{90 120}} && amqp.method.arguments.requeue == 1))",
+                          f"amqp.method.method in {{90, 120}} && amqp.method.arguments.requeue == 1))",
             },
             advice="The consumer rejects or nacks messages with requeue=true and gets them back: a poisoned "
                    "message can loop forever. Requeue only transient failures, reject others with "
