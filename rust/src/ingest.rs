@@ -175,10 +175,6 @@ fn frame_type_code(t: FrameType) -> i8 {
     }
 }
 
-#[allow(dead_code)]
-fn opt_i64(v: Option<u64>) -> Option<i64> {
-    v.map(|x| x as i64)
-}
 
 impl FramesBuilder {
     /// Fill the method columns of one row; `Err` names the anomaly when the payload is not a
@@ -749,7 +745,7 @@ fn on_chunk(c: Chunk<'_>, decoder: &mut Option<Decoder>, aligned: bool, sink: &m
                 }
             };
             sink.anomaly(kind, packet, bytes, detail);
-            dec.gap(bytes, arrival.number, sink);
+            dec.gap(bytes, arrival.number);
         }
     }
 }

@@ -321,7 +321,7 @@ mod tests {
     fn several_holes_released_in_order() {
         let mut r = Reassembler::default();
         let mut o = Out::default();
-        let mut sink = |o: &mut Out, c: Chunk<'_>| match c {
+        let sink = |o: &mut Out, c: Chunk<'_>| match c {
             Chunk::Data { bytes, .. } => o.bytes.extend_from_slice(bytes),
             Chunk::Gap { bytes, cause, .. } => o.gaps.push((bytes, cause)),
         };
