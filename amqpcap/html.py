@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +22,29 @@ h1{font-size:1.6em;margin-bottom:.2em}h2{border-bottom:1px solid #ddd;padding-bo
 .sev{font-weight:bold;text-transform:uppercase;font-size:.8em}.critical .sev{color:#c0392b}.warning .sev{color:#b07d00}.info .sev{color:#2e86c1}
 code{background:#f0f0f0;padding:.1em .3em;border-radius:3px}pre{background:#f6f6f6;padding:.6em;overflow-x:auto;font-size:.85em}
 table{border-collapse:collapse;font-size:.85em;margin:.5em 0}td,th{border:1px solid #ddd;padding:.2em .5em;text-align:right}
-th{background:#f0f0f0}img{max-width:100%;border:1px solid #eee;margin:.5em 0}.note{color:#555;font-size:.9em}
+th{background:#f0f0f0}.scroll{overflow-x:auto}.evidence th,.evidence td{text-align:left}.evidence th{font-weight:normal;color:#555}img{max-width:100%;border:1px solid #eee;margin:.5em 0}.note{color:#555;font-size:.9em}
 """
 
 
 def _table(df: pd.DataFrame) -> str:
     shown = df.head(MAX_ROWS)
     more = f'<p class="note">first {MAX_ROWS} of {len(df):,} rows; all rows are in the CSV/Parquet files beside this report.</p>' if len(df) > MAX_ROWS else ""
-    return shown.to_html(index=False, na_rep="", border=0, escape=True) + more
+    return '<div class="scroll">' + shown.to_html(index=False, na_rep="", border=0, escape=True, float_format=lambda v: f"{v:.6g}") + "</div>" + more
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(_value(x) for x in v)
+    if isinstance(v, dict):
+        return "; ".join(f"{k}: {_value(x)}" for k, x in v.items())
+    return str(v)
+
+
+def _evidence(evidence: dict[str, Any]) -> str:
+    rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(_value(v))}</td></tr>" for k, v in evidence.items())
+    return f'<table class="evidence">{rows}</table>'
 
 
 def _img(path: Path) -> str:
@@ -45,7 +59,7 @@ def _finding(f: dict[str, Any]) -> str:
         f'<div class="finding {f["severity"]}"><span class="sev">{f["severity"]}</span> '
         f'<code>{html.escape(f["id"])}</code><h3>{html.escape(f["title"])}</h3>'
         + (f"<p>Open in Wireshark: <code>{html.escape(flt)}</code></p>" if flt else "")
-        + f"<pre>{html.escape(json.dumps(evidence, indent=1, ensure_ascii=False, default=str))}</pre>"
+        + _evidence(evidence)
         + f'<p><b>What to try:</b> {html.escape(f.get("advice", ""))}</p></div>'
     )
 
