@@ -58,10 +58,8 @@ def methods(cap: Capture) -> pd.DataFrame:
     m["stream"] = m["stream"].astype(np.int64)
     m["channel"] = m["channel"].astype(np.int64)
     m = m.reset_index(drop=True)
-    opened = pd.Series((m["method"] == "channel.open").to_numpy(np.int64))
-    # one integer key per (stream, channel) (channels are 16-bit): a groupby on one int64 column
-    # is much cheaper than on two
-    m["epoch"] = opened.groupby(chan_key(m)).cumsum().to_numpy(np.int64)
+    opened = (m["method"] == "channel.open").to_numpy(np.int64)
+    m["epoch"] = group_cumsum(pd.factorize(chan_key(m))[0], opened)
     try:  # the Capture may refuse new attributes; caching is only an optimisation
         cap._amqpcap_methods = m
     except AttributeError:
@@ -72,6 +70,78 @@ def methods(cap: Capture) -> pd.DataFrame:
 def chan_key(df: pd.DataFrame) -> np.ndarray:
     """(stream, channel) as one int64 (channel numbers are 16-bit, AMQP 0-9-1 §4.2.3)."""
     return df["stream"].to_numpy(np.int64) * 65536 + df["channel"].to_numpy(np.int64)
+
+
+def codes(*cols) -> np.ndarray:
+    """One dense int64 code per distinct tuple of ``cols`` (arrays of equal length), numbered in
+    the sorted order of the tuples (as a groupby's keys); a missing value in any column gives -1.
+
+    A groupby or merge on several columns (worse, on text) factorizes them again every time;
+    a code computed once is one int64 column, cheap to sort, search and reduce on."""
+    out = None
+    for col in cols:
+        c, uniq = pd.factorize(col, sort=True)
+        c = c.astype(np.int64)
+        if out is None:
+            out = c
+        else:
+            missing = (out < 0) | (c < 0)
+            out, _ = pd.factorize(out * len(uniq) + c, sort=True)
+            out = out.astype(np.int64)
+            out[missing] = -1
+    if out is not None and (out < 0).any():  # keep codes dense over the present tuples
+        ok = out >= 0
+        out[ok] = pd.factorize(out[ok], sort=True)[0]
+    return out
+
+
+def group_cumsum(code: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Running sum of ``values`` within each group of ``code``, in row order
+    (``Series.groupby(code).cumsum()`` without the groupby)."""
+    if len(code) == 0:
+        return np.zeros(0, dtype=np.int64)
+    idx = np.argsort(code, kind="stable")
+    v = values[idx]
+    run = np.cumsum(v)
+    start = np.r_[True, code[idx][1:] != code[idx][:-1]]
+    # subtract the running sum before each group's first row
+    base = (run - v)[start]
+    run -= np.repeat(base, np.diff(np.r_[np.flatnonzero(start), len(v)]))
+    out = np.empty_like(run)
+    out[idx] = run
+    return out
+
+
+def asof(left_key: np.ndarray, left_on: np.ndarray, right_key: np.ndarray, right_on: np.ndarray,
+         direction: str = "backward", allow_exact_matches: bool = True) -> np.ndarray:
+    """``pd.merge_asof`` on one int64 ``by`` key, as row positions: for each left row, the
+    position in the right arrays of the last right row of the same key with ``right_on`` ≤
+    ``left_on`` (backward) or the first with ``right_on`` ≥ ``left_on`` (forward; strict
+    inequalities without exact matches); -1 when there is none, or when the key is < 0.
+
+    Keys are small dense codes (see :func:`codes`) and ``on`` values non-negative ints (frame
+    orders, or ranks), so (key, on) packs into one sortable int64 and the match is a
+    ``searchsorted``; this avoids the merge's copies of both frames and its hashing of the keys."""
+    n, nr = len(left_key), len(right_key)
+    out = np.full(n, -1, dtype=np.int64)
+    if n == 0 or nr == 0:
+        return out
+    span = int(max(left_on.max(), right_on.max())) + 1
+    rk = right_key.astype(np.int64)
+    r = rk * span + right_on.astype(np.int64)
+    ridx = np.argsort(r, kind="stable")  # among equal (key, on): right order, as merge_asof
+    r = r[ridx]
+    lk = left_key.astype(np.int64)
+    q = lk * span + left_on.astype(np.int64)
+    if direction == "backward":
+        j = np.searchsorted(r, q, side="right" if allow_exact_matches else "left") - 1
+    else:
+        j = np.searchsorted(r, q, side="left" if allow_exact_matches else "right")
+    ok = (j >= 0) & (j < nr) & (lk >= 0)
+    j = np.where(ok, j, 0)
+    ok &= rk[ridx[j]] == lk
+    out[ok] = ridx[j[ok]]
+    return out
 
 
 def select(m: pd.DataFrame, names, direction: str | None = None) -> np.ndarray:
@@ -115,47 +185,43 @@ def match_settlements(items: pd.DataFrame, settlers: pd.DataFrame) -> np.ndarray
     is therefore sorted, and "the first multiple settler after the item with tag ≥ item tag" is
     "the first running maximum ≥ item tag": a ``merge_asof`` forward on the tag.
     """
-    n = len(items)
+    n, ns = len(items), len(settlers)
     out = np.full(n, -1, dtype=np.int64)
-    if n == 0 or len(settlers) == 0:
+    if n == 0 or ns == 0:
         return out
-    it = pd.DataFrame({k: items[k].to_numpy() for k in KEY})
-    it["order"] = items["order"].to_numpy(np.int64)
-    it["tag"] = items["tag"].to_numpy(np.int64)
-    it["pos"] = np.arange(n)
-    st = pd.DataFrame({k: settlers[k].to_numpy() for k in KEY})
-    st["order"] = settlers["order"].to_numpy(np.int64)
-    st["tag"] = settlers["tag"].to_numpy(np.int64)
-    st["row"] = np.arange(len(settlers))
+    # one code per tag space, shared by items and settlers
+    key = codes(*(np.r_[items[k].to_numpy(np.int64), settlers[k].to_numpy(np.int64)] for k in KEY))
+    i_key, s_key = key[:n], key[n:]
+    i_order, s_order = items["order"].to_numpy(np.int64), settlers["order"].to_numpy(np.int64)
+    i_tag, s_tag = items["tag"].to_numpy(np.int64), settlers["tag"].to_numpy(np.int64).copy()
     multiple = settlers["multiple"].to_numpy(dtype=bool)
-    st.loc[multiple & (st["tag"].to_numpy() == 0), "tag"] = ALL_TAGS
+    s_tag[multiple & (s_tag == 0)] = ALL_TAGS
 
     best_order = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
 
-    single = st[~multiple]
+    single = np.flatnonzero(~multiple)
     if len(single):
-        a = pd.merge_asof(it.sort_values("order"), single.sort_values("order")[KEY + ["tag", "order", "row"]]
-                          .rename(columns={"order": "s_order"}),
-                          left_on="order", right_on="s_order", by=KEY + ["tag"],
-                          direction="forward", allow_exact_matches=False)
-        ok = a["row"].notna().to_numpy()
-        pos = a["pos"].to_numpy()[ok]
-        out[pos] = a["row"].to_numpy()[ok].astype(np.int64)
-        best_order[pos] = a["s_order"].to_numpy()[ok].astype(np.int64)
+        # (tag space, tag) as one code; then the first single settler after the item
+        kt = codes(np.r_[i_key, s_key[single]], np.r_[i_tag, s_tag[single]])
+        hit = asof(kt[:n], i_order, kt[n:], s_order[single], direction="forward", allow_exact_matches=False)
+        pos = np.flatnonzero(hit >= 0)
+        out[pos] = single[hit[pos]]
+        best_order[pos] = s_order[out[pos]]
 
-    mult = st[multiple].sort_values(KEY + ["order"])
+    mult = np.flatnonzero(multiple)
     if len(mult):
-        mult = mult.assign(cm=mult.groupby(KEY)["tag"].cummax())
-        mult = mult[~mult.duplicated(KEY + ["cm"])]  # first settler reaching each running max
-        b = pd.merge_asof(it.sort_values("tag"), mult.sort_values("cm")[KEY + ["cm", "order", "row"]]
-                          .rename(columns={"order": "m_order"}),
-                          left_on="tag", right_on="cm", by=KEY, direction="forward")
-        ok = b["row"].notna().to_numpy()
-        pos = b["pos"].to_numpy()[ok]
-        m_order = b["m_order"].to_numpy()[ok].astype(np.int64)
-        row = b["row"].to_numpy()[ok].astype(np.int64)
+        mult = mult[np.lexsort((s_order[mult], s_key[mult]))]  # by tag space, then order
+        cm = pd.Series(s_tag[mult]).groupby(s_key[mult]).cummax().to_numpy(np.int64)
+        first = ~pd.DataFrame({"k": s_key[mult], "cm": cm}).duplicated().to_numpy()
+        mult, cm = mult[first], cm[first]  # first settler reaching each running max
+        # the tags as ranks (ALL_TAGS would overflow the packed (key, tag) search)
+        rank = np.unique(np.r_[i_tag, cm], return_inverse=True)[1].astype(np.int64)
+        hit = asof(i_key, rank[:n], s_key[mult], rank[n:], direction="forward")
+        pos = np.flatnonzero(hit >= 0)
+        row = mult[hit[pos]]
+        m_order = s_order[row]
         # after the item (a protocol-valid capture always is), and earlier than an exact match
-        better = (m_order > it["order"].to_numpy()[pos]) & (m_order < best_order[pos])
+        better = (m_order > i_order[pos]) & (m_order < best_order[pos])
         out[pos[better]] = row[better]
         best_order[pos[better]] = m_order[better]
     return out
@@ -207,19 +273,22 @@ def deliveries(cap: Capture) -> pd.DataFrame:
     d = d[d["tag"] >= 0].sort_values("order").reset_index(drop=True)
 
     # no-ack and queue: from the consumer's basic.consume, or the basic.get before a get-ok
-    cons = consumes(m).sort_values("order")
-    a = pd.merge_asof(_obj(d[["order", "stream", "channel", "consumer_tag"]], "consumer_tag"),
-                      _obj(cons[["order", "stream", "channel", "consumer_tag", "no_ack", "queue"]].rename(
-                          columns={"order": "c_order"}), "consumer_tag"),
-                      left_on="order", right_on="c_order", by=["stream", "channel", "consumer_tag"],
-                      direction="backward")
+    cons = consumes(m)
+    d_chan, c_chan = np.split(chan_key(pd.concat([d[["stream", "channel"]], cons[["stream", "channel"]]])), [len(d)])
+    key = codes(np.r_[d_chan, c_chan], np.r_[d["consumer_tag"].to_numpy(object), cons["consumer_tag"].to_numpy(object)])
+    a = asof(key[:len(d)], d["order"].to_numpy(np.int64), key[len(d):], cons["order"].to_numpy(np.int64))
     gets = m.loc[select(m, "basic.get", "c2s"), ["order", "stream", "channel", "no_ack", "queue"]]
-    g = pd.merge_asof(d[["order", "stream", "channel"]], gets.rename(columns={"order": "g_order"}).sort_values("g_order"),
-                      left_on="order", right_on="g_order", by=["stream", "channel"], direction="backward")
+    chan = pd.factorize(np.r_[d_chan, chan_key(gets)])[0]
+    g = asof(chan[:len(d)], d["order"].to_numpy(np.int64), chan[len(d):], gets["order"].to_numpy(np.int64))
     get_rows = select(d, "basic.get-ok")
-    known = np.where(get_rows, g["g_order"].notna().to_numpy(), a["c_order"].notna().to_numpy())
-    no_ack = np.where(get_rows, g["no_ack"].fillna(False).to_numpy(bool), a["no_ack"].fillna(False).to_numpy(bool))
-    d["queue"] = np.where(get_rows, g["queue"].to_numpy(object), a["queue"].to_numpy(object))
+    row = np.where(get_rows, g, a)
+    known = row >= 0
+    # the matched basic.get / basic.consume's no_ack and queue (missing: False / NaN)
+    no_ack_src = np.r_[gets["no_ack"].fillna(False).to_numpy(bool), cons["no_ack"].to_numpy(bool), False]
+    queue_src = np.r_[gets["queue"].to_numpy(object), cons["queue"].to_numpy(object), np.array([np.nan], dtype=object)]
+    src = np.where(known, np.where(get_rows, row, len(gets) + row), len(gets) + len(cons))
+    no_ack = no_ack_src[src]
+    d["queue"] = queue_src[src]
 
     # settling frames: the client's ack/nack/reject on the same channel (§1.8.3.13)
     s = m.loc[select(m, SETTLE_METHODS, "c2s"), KEY + ["method", "delivery_tag", "multiple", "requeue", "packet", "ts",
@@ -228,13 +297,13 @@ def deliveries(cap: Capture) -> pd.DataFrame:
     s["multiple"] = s["multiple"].fillna(False).astype(bool)  # basic.reject has no multiple bit
     s = s[s["tag"] >= 0].reset_index(drop=True)
     # without the basic.consume, a channel whose client never settles anything is taken as no-ack
-    settling_keys = pd.MultiIndex.from_frame(s[KEY].drop_duplicates())
-    has_settles = pd.MultiIndex.from_frame(d[KEY]).isin(settling_keys)
+    k = codes(*(np.r_[d[c].to_numpy(np.int64), s[c].to_numpy(np.int64)] for c in KEY))
+    has_settles = np.isin(k[:len(d)], k[len(d):])
     no_ack = np.where(known, no_ack, ~has_settles)
     d["no_ack"] = no_ack
     d["no_ack_known"] = known
 
-    acked = d[~d["no_ack"]]
+    acked = d.loc[~no_ack, KEY + ["order", "tag"]]
     row = match_settlements(acked, s)
     # the settling row of ``s`` per delivery (-1: none; d has a 0..n-1 index). The settle_*
     # columns are taken whole with allow_fill (-1 gives <NA>/NaT) rather than filled row by row.
@@ -278,15 +347,14 @@ def _closed_after(m: pd.DataFrame, items: pd.DataFrame) -> np.ndarray:
                    ["order", "stream", "channel"]]
     if len(closes) == 0 or len(items) == 0:
         return np.zeros(len(items), dtype=bool)
-    conn = closes["channel"].to_numpy() == 0
-    it = items[["order", "stream", "channel"]].reset_index(drop=True).assign(pos=lambda x: np.arange(len(x))).sort_values("order")
     res = np.zeros(len(items), dtype=bool)
-    ch = closes[~conn][["order", "stream", "channel"]].rename(columns={"order": "c_order"}).sort_values("c_order")
-    a = pd.merge_asof(it, ch, left_on="order", right_on="c_order", by=["stream", "channel"], direction="forward")
-    res[a["pos"].to_numpy()] |= a["c_order"].notna().to_numpy()
-    cc = closes[conn][["order", "stream"]].rename(columns={"order": "c_order"}).sort_values("c_order")
-    b = pd.merge_asof(it, cc, left_on="order", right_on="c_order", by="stream", direction="forward")
-    res[b["pos"].to_numpy()] |= b["c_order"].notna().to_numpy()
+    order = items["order"].to_numpy(np.int64)
+    c_order = closes["order"].to_numpy(np.int64)
+    conn = closes["channel"].to_numpy() == 0
+    # a channel's close: by (stream, channel); a connection's (channel 0): by stream
+    for by, rows in ((["stream", "channel"], ~conn), (["stream"], conn)):
+        key = codes(*(np.r_[items[k].to_numpy(np.int64), closes.loc[rows, k].to_numpy(np.int64)] for k in by))
+        res |= asof(key[:len(items)], order, key[len(items):], c_order[rows], direction="forward") >= 0
     return res
 
 
