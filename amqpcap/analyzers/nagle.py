@@ -16,6 +16,9 @@ import pandas as pd
 
 from ..analysis import AnalyzerResult, Finding, Plot, analyzer
 from ..capture import Capture
+from ._tcp import running_last as _running_last
+from ._tcp import running_max_per_stream as _running_max_per_stream
+from ._tcp import stream_order
 
 # ----------------------------------------------------------------------------------- definitions
 
@@ -81,47 +84,17 @@ FILTER_PACKETS = 100
 FLAG_FIN, FLAG_SYN, FLAG_RST, FLAG_ACK = 0x01, 0x02, 0x04, 0x10
 
 
-def _ns(ts: pd.Series) -> np.ndarray:
-    return np.asarray(ts.dt.as_unit("ns").array.asi8, dtype=np.int64)
-
-
-def _running_last(mask: np.ndarray) -> np.ndarray:
-    """For each position, the index of the last position at or before it where ``mask`` holds
-    (-1 if none): one `maximum.accumulate`, no loop."""
-    return np.maximum.accumulate(np.where(mask, np.arange(len(mask)), -1)) if len(mask) else np.zeros(0, np.int64)
-
-
-def _running_max_per_stream(values: np.ndarray, mask: np.ndarray, stream: np.ndarray) -> np.ndarray:
-    """Running max of ``values`` over the masked rows of the same stream (rows sorted by stream);
-    -1 where the stream has no masked row yet. The stream number is folded into the high bits so
-    one global `maximum.accumulate` never carries a value across streams."""
-    if not len(values):
-        return np.zeros(0, np.int64)
-    shift = np.int64(1) << np.int64(40)
-    acc = np.maximum.accumulate(np.where(mask, values + stream * shift, -1))
-    same = (acc >= 0) & ((acc >> np.int64(40)) == stream)
-    return np.where(same, acc - stream * shift, -1)
-
-
 def _segments(cap: Capture) -> dict[str, np.ndarray]:
     """Every data segment that is not a retransmission, sorted by (stream, direction, packet),
     with what the analysis needs from the peer's side, as plain numpy columns.
 
-    All packets are first put in (stream, packet) order; there, the peer's last packet before a
-    segment, the peer's cumulative ACK and the peer's data count are running maxima/sums."""
-    p = cap.packets
-    stream = p["stream"].to_numpy(np.int64)
-    o = np.argsort(stream, kind="stable")  # packets are in packet order: now (stream, packet)
-    stream = stream[o]
-    s2c = (p["direction"] == "s2c").to_numpy()[o]
-    pkt = p["packet"].to_numpy(np.int64)[o]
-    ts = _ns(p["ts"])[o]
-    payload = p["payload_bytes"].to_numpy(np.int64)[o]
-    flags = p["flags"].to_numpy(np.int64)[o]
-    ack = p["ack"].to_numpy(np.int64)[o]
-    seq = p["seq"].to_numpy(np.int64)[o]
-    frames = p["frames_ended"].to_numpy(np.int64)[o]
-    retr = p["retransmission"].to_numpy(bool)[o]
+    All packets are first put in (stream, packet) order (shared with the stalls analyzer, see
+    _tcp.py); there, the peer's last packet before a segment, the peer's cumulative ACK and the
+    peer's data count are running maxima/sums."""
+    so = stream_order(cap)
+    stream, s2c, pkt, ts = so["stream"], so["s2c"], so["packet"], so["ts"]
+    payload, flags, ack, seq = so["payload_bytes"], so["flags"], so["ack"], so["seq"]
+    frames, retr = so["frames_ended"], so["retransmission"]
 
     last_dir = {False: _running_last(~s2c), True: _running_last(s2c)}
     # The peer's cumulative ACK (highest ack so far) = how much of our data it has acknowledged.

@@ -1,0 +1,97 @@
+"""Per-packet TCP columns in (stream, packet) order, shared by the stalls and nagle analyzers.
+
+Both analyzers walk each connection's packets in order and look up the peer's state (its
+cumulative ACK, window, last packet) with running maxima. Putting the packets table in stream
+order (a stable argsort: cap.packets is already in packet order) and taking each column costs
+tens of milliseconds on a million packets, so it is done once per Capture and cached here.
+Columns are taken lazily: each analyzer only pays for the ones it reads.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+import pandas as pd
+
+from ..capture import Capture
+
+#: id(cap) → (weak reference to the Capture, its packets table, the cached columns)
+_CACHE: dict[int, tuple[weakref.ref, pd.DataFrame, "StreamOrder"]] = {}
+
+
+def ns(ts: pd.Series) -> np.ndarray:
+    """Timestamps as int64 nanoseconds since the epoch (whole column, no per-row objects)."""
+    return np.asarray(ts.dt.as_unit("ns").array.asi8, dtype=np.int64)
+
+
+def seconds(delta_ns: np.ndarray) -> np.ndarray:
+    """int64 nanosecond differences as float seconds, bit-identical to pandas' total_seconds()
+    (which splits whole seconds and the remainder before dividing)."""
+    return pd.TimedeltaIndex(np.asarray(delta_ns, np.int64).view("m8[ns]")).total_seconds().to_numpy()
+
+
+class StreamOrder:
+    """The packets table's columns in (stream, packet) order, as numpy arrays, taken on first use.
+
+    `o` maps a row here to its row in cap.packets. Integer columns are int64, `s2c` and
+    `retransmission` bool, `ts` int64 nanoseconds."""
+
+    _INT = ("packet", "payload_bytes", "seq", "ack", "flags", "window", "frames_ended")
+
+    def __init__(self, packets: pd.DataFrame):
+        self._p = packets
+        stream = packets["stream"].to_numpy(np.int64)
+        self.o = np.argsort(stream, kind="stable")
+        self._cols: dict[str, np.ndarray] = {"stream": stream[self.o]}
+
+    def __len__(self) -> int:
+        return len(self.o)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        col = self._cols.get(name)
+        if col is None:
+            p = self._p
+            if name == "s2c":
+                col = (p["direction"] == "s2c").to_numpy(bool)[self.o]
+            elif name == "ts":
+                col = ns(p["ts"])[self.o]
+            elif name == "retransmission":
+                col = p["retransmission"].to_numpy(bool)[self.o]
+            elif name in self._INT:
+                col = p[name].to_numpy(np.int64)[self.o]
+            else:
+                raise KeyError(name)
+            self._cols[name] = col
+        return col
+
+
+def stream_order(cap: Capture) -> StreamOrder:
+    """The (cached) stream-ordered packet columns of `cap`."""
+    key = id(cap)
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0]() is cap and hit[1] is cap.packets:
+        return hit[2]
+    so = StreamOrder(cap.packets)
+    if hit is None:  # drop the entry when the Capture goes away (ids are reused)
+        weakref.finalize(cap, _CACHE.pop, key, None)
+    _CACHE[key] = (weakref.ref(cap), cap.packets, so)
+    return so
+
+
+def running_last(mask: np.ndarray) -> np.ndarray:
+    """For each position, the index of the last position at or before it where ``mask`` holds
+    (-1 if none): one `maximum.accumulate`, no loop."""
+    return np.maximum.accumulate(np.where(mask, np.arange(len(mask)), -1)) if len(mask) else np.zeros(0, np.int64)
+
+
+def running_max_per_stream(values: np.ndarray, mask: np.ndarray, stream: np.ndarray) -> np.ndarray:
+    """Running max of non-negative ``values`` over the masked rows of the same stream (rows sorted
+    by stream); -1 where the stream has no masked row yet. The stream number is folded into the
+    high bits so one global `maximum.accumulate` never carries a value across streams."""
+    if not len(values):
+        return np.zeros(0, np.int64)
+    shift = np.int64(1) << np.int64(40)
+    acc = np.maximum.accumulate(np.where(mask, values + stream * shift, -1))
+    same = (acc >= 0) & ((acc >> np.int64(40)) == stream)
+    return np.where(same, acc - stream * shift, -1)
