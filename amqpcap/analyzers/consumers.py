@@ -114,72 +114,139 @@ def consumer_state(cap: Capture) -> pd.DataFrame:
     if cached is not None:
         return cached
     c = _consumer_rows(cap)
-    d = D.deliveries(cap)
-    d = d[~d["no_ack"].to_numpy(bool) & (d["consumer_tag"] != D.GET_TAG)]
-    settled = d[d["settle_order"].notna()]
-    ev = pd.concat([
-        d[CONSUMER + ["order", "ts", "packet"]].assign(delta=1),
-        pd.DataFrame({**{k: settled[k].to_numpy() for k in CONSUMER},
-                      "order": settled["settle_order"].to_numpy(np.int64), "ts": settled["settle_ts"].array,
-                      "packet": settled["settle_packet"].to_numpy(np.int64), "delta": -1}),
-        c.loc[c["consume_seen"], CONSUMER + ["start_order", "start_ts", "start_packet"]].rename(
-            columns={"start_order": "order", "start_ts": "ts", "start_packet": "packet"}).assign(delta=0),
-    ], ignore_index=True)
-    ev["consumer_tag"] = ev["consumer_tag"].astype(object)
-    if len(ev) == 0:
+    d, code, keys = _acked_deliveries(cap)
+    # consumer codes follow the sorted (stream, channel, epoch, consumer_tag): the output's order
+    c_code = _code_of(keys, c)
+    settled = d["settle_order"].notna().to_numpy()
+    start = c["consume_seen"].to_numpy(bool)
+    # the events: deliveries (+1), the frames settling them (−1), consume-oks (0), in this order
+    ev_code = np.r_[code, code[settled], c_code[start]]
+    ev_order = np.r_[d["order"].to_numpy(np.int64), d["settle_order"].to_numpy(np.int64, na_value=0)[settled],
+                     c["start_order"].to_numpy(np.int64)[start]]
+    ev_ts = np.r_[_i8(d["ts"]), _i8(d["settle_ts"])[settled], _i8(c["start_ts"])[start]]
+    ev_packet = np.r_[d["packet"].to_numpy(np.int64), d["settle_packet"].to_numpy(np.int64, na_value=0)[settled],
+                      c["start_packet"].to_numpy(np.int64)[start]]
+    ev_delta = np.r_[np.ones(len(d), np.int64), -np.ones(int(settled.sum()), np.int64), np.zeros(int(start.sum()), np.int64)]
+    if len(ev_code) == 0:
         return _empty_state(cap)
-    ev = ev.groupby(CONSUMER + ["order"], sort=False).agg(ts=("ts", "first"), packet=("packet", "first"),
-                                                         delta=("delta", "sum")).reset_index()
-    ev = ev.sort_values("order", kind="stable").reset_index(drop=True)
-    ev["unacked"] = ev.groupby(CONSUMER, sort=False)["delta"].cumsum().astype(np.int64)
-    # the channel's unacked over all its consumers, as it stands after each frame
-    ch = ev.groupby(D.KEY, sort=False)["delta"].cumsum()
-    ev["channel_unacked"] = ch.groupby([ev[k] for k in D.KEY] + [ev["order"]]).transform("last").astype(np.int64)
+    # one row per (consumer, frame) (a multiple ack settles many deliveries at once): values of
+    # its first event, deltas summed; rows by frame order, ties in order of first appearance
+    span = int(ev_order.max()) + 1
+    _, first, inv = np.unique(ev_code * span + ev_order, return_index=True, return_inverse=True)
+    delta = np.bincount(inv, weights=ev_delta, minlength=len(first)).astype(np.int64)
+    rows = np.lexsort((first, ev_order[first]))
+    first, delta = first[rows], delta[rows]
+    code, order, ts, packet = ev_code[first], ev_order[first], ev_ts[first], ev_packet[first]
+    unacked = D.group_cumsum(code, delta)
+    # the channel's unacked over all its consumers, as it stands after each frame (the frames
+    # of a tag space are contiguous runs of equal order)
+    kcode = D.codes(*(keys[k].to_numpy(np.int64) for k in D.KEY))[code]
+    ch = D.group_cumsum(kcode, delta)
+    run_end = np.r_[np.flatnonzero(order[1:] != order[:-1]), len(order) - 1]
+    channel_unacked = np.repeat(ch[run_end], np.diff(np.r_[-1, run_end]))
 
-    cols = CONSUMER + ["prefetch", "qos_seen", "consume_seen", "end_ts"]
-    ev = ev.merge(D._obj(c[cols], "consumer_tag"), on=CONSUMER, how="left")
+    # per-consumer values, by code
+    ncons = len(keys)
+    per = np.full(ncons, -1, dtype=np.int64)
+    per[c_code] = np.arange(len(c))
+    cp = per[code]  # the consumer's row in c
+    max_unacked = np.full(ncons, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(max_unacked, code, unacked)
     # no qos: with the basic.consume in the capture RabbitMQ's default applies (0 = unlimited);
     # without it the limit is unknown and estimated as the highest unacked count observed
-    max_unacked = ev.groupby(CONSUMER, sort=False)["unacked"].transform("max")
-    estimated = ~ev["qos_seen"].to_numpy(bool) & ~ev["consume_seen"].to_numpy(bool)
-    prefetch = ev["prefetch"].fillna(0).to_numpy(np.int64)
-    prefetch[estimated] = max_unacked.to_numpy(np.int64)[estimated]
-    ev["prefetch"] = prefetch
-    ev["prefetch_estimated"] = estimated
+    estimated = ~c["qos_seen"].to_numpy(bool)[cp] & ~c["consume_seen"].to_numpy(bool)[cp]
+    prefetch = c["prefetch"].to_numpy(np.int64, na_value=0)[cp]
+    prefetch[estimated] = max_unacked[code][estimated]
 
     # channel-wide limit (global=true, RabbitMQ): the last one before each frame
     m = D.methods(cap)
     qos = m.loc[D.select(m, "basic.qos", "c2s"), D.KEY + ["order", "prefetch_count", "global"]]
     qos = qos[qos["global"].fillna(False).to_numpy(bool)]
-    ev["channel_prefetch"] = pd.array(np.full(len(ev), pd.NA), dtype="Int64")
+    chp_arr = pd.array(np.zeros(len(order), np.int64), dtype="Int64")
+    chp_arr[:] = pd.NA
     if len(qos):
-        g = pd.merge_asof(ev[D.KEY + ["order"]].assign(pos=np.arange(len(ev))),
-                          qos[D.KEY + ["order", "prefetch_count"]].rename(columns={"order": "q_order"}).sort_values("q_order"),
-                          left_on="order", right_on="q_order", by=D.KEY, direction="backward")
-        ev.loc[g["pos"].to_numpy(), "channel_prefetch"] = g["prefetch_count"].astype("Int64").to_numpy()
+        k = D.codes(*(np.r_[keys[c].to_numpy(np.int64)[code], qos[c].to_numpy(np.int64)] for c in D.KEY))
+        g = D.asof(k[:len(order)], order, k[len(order):], qos["order"].to_numpy(np.int64))
+        chp_arr = pd.array(qos["prefetch_count"].astype("Int64").to_numpy(), dtype="Int64").take(g, allow_fill=True)
 
     inf = np.iinfo(np.int64).max
-    d1 = np.where(prefetch > 0, prefetch - ev["unacked"].to_numpy(np.int64), inf)
-    chp = ev["channel_prefetch"].fillna(0).to_numpy(np.int64)
-    d2 = np.where(chp > 0, chp - ev["channel_unacked"].to_numpy(np.int64), inf)
+    d1 = np.where(prefetch > 0, prefetch - unacked, inf)
+    chp = chp_arr.to_numpy(np.int64, na_value=0)
+    d2 = np.where(chp > 0, chp - channel_unacked, inf)
     deficit = np.minimum(d1, d2)
-    ev["deficit"] = pd.array(np.where(deficit == inf, 0, deficit), dtype="Int64")
-    ev.loc[deficit == inf, "deficit"] = pd.NA
-    ev["at_limit"] = deficit <= 0
+    deficit_arr = pd.array(np.where(deficit == inf, 0, deficit), dtype="Int64")
+    deficit_arr[deficit == inf] = pd.NA
 
-    nxt = ev.groupby(CONSUMER, sort=False)["ts"].shift(-1)
-    until = nxt.where(nxt.notna(), ev["end_ts"])
-    until = until.where(until < ev["end_ts"], ev["end_ts"])
-    ev["until_ts"] = until.where(until > ev["ts"], ev["ts"])
-    ev["duration_s"] = (ev["until_ts"] - ev["ts"]).dt.total_seconds()
-    out = ev[STATE_COLUMNS]
-    out = out.sort_values(["stream", "channel", "epoch", "consumer_tag", "ts"], kind="stable").reset_index(drop=True)
-    out["packet"] = out["packet"].astype(np.int64)
+    # each row holds until the consumer's next row, at most until its end (NaT compares false)
+    nat = np.iinfo(np.int64).min
+    by = np.argsort(code, kind="stable")
+    nxt = np.full(len(order), nat, dtype=np.int64)
+    same = code[by][1:] == code[by][:-1]
+    nxt[by[:-1][same]] = ts[by[1:][same]]
+    end = _i8(c["end_ts"])[cp]
+    until = np.where(nxt != nat, nxt, end)
+    until = np.where((until != nat) & (end != nat) & (until < end), until, end)
+    until = np.where((until != nat) & (until > ts), until, ts)
+
+    out_rows = np.lexsort((ts, code))  # by consumer (sorted keys), then ts; stable
+    tsd = d["ts"].dtype
+    ts_col = pd.Series(ts[out_rows].view("M8[ns]")).dt.tz_localize("UTC").astype(tsd)
+    until_col = pd.Series(until[out_rows].view("M8[ns]")).dt.tz_localize("UTC").astype(tsd)
+    oc = code[out_rows]
+    out = pd.DataFrame({
+        "stream": keys["stream"].to_numpy(np.int64)[oc], "channel": keys["channel"].to_numpy(np.int64)[oc],
+        "epoch": keys["epoch"].to_numpy(np.int64)[oc],
+        "consumer_tag": pd.Series(keys["consumer_tag"].to_numpy(object)[oc], dtype=object),
+        "packet": packet[out_rows], "ts": ts_col, "until_ts": until_col,
+        "duration_s": (until_col - ts_col).dt.total_seconds(),
+        "unacked": unacked[out_rows], "prefetch": prefetch[out_rows], "prefetch_estimated": estimated[out_rows],
+        "channel_unacked": channel_unacked[out_rows], "channel_prefetch": chp_arr.take(out_rows),
+        "deficit": deficit_arr.take(out_rows), "at_limit": (deficit <= 0)[out_rows],
+    })
     try:
         cap._amqpcap_consumer_state = out
     except AttributeError:
         pass
     return out
+
+
+def _i8(s: pd.Series) -> np.ndarray:
+    """A timestamp column as int64 nanoseconds (NaT: the int64 minimum)."""
+    return s.array.asi8 if hasattr(s.array, "asi8") else pd.to_datetime(s).array.asi8
+
+
+def _acked_deliveries(cap: Capture):
+    """The deliveries of acknowledging consumers (not no-ack, not basic.get), with each one's
+    consumer code and the consumers' key table (row i: the consumer of code i, codes in the
+    sorted order of (stream, channel, epoch, consumer_tag)). The consumers of ``_consumer_rows``
+    are those of these deliveries plus those seen only by their basic.consume, so their keys
+    are included. Computed once per Capture: consumer_state and consumer_summary both group by
+    consumer, and factorizing the text tags once is cheaper than a groupby doing it each time."""
+    cached = getattr(cap, "_amqpcap_acked", None)
+    if cached is not None:
+        return cached
+    d = D.deliveries(cap)
+    d = d[~d["no_ack"].to_numpy(bool) & (d["consumer_tag"] != D.GET_TAG).to_numpy(bool)]
+    cons = D.consumes(D.methods(cap))
+    cons = cons[~cons["no_ack"].to_numpy(bool)]
+    cols = {k: np.r_[d[k].to_numpy(object if k == "consumer_tag" else np.int64),
+                     cons[k].to_numpy(object if k == "consumer_tag" else np.int64)] for k in CONSUMER}
+    code = D.codes(*cols.values())
+    keys = pd.DataFrame({k: v for k, v in cols.items()})
+    keys = keys.iloc[np.unique(code, return_index=True)[1]].reset_index(drop=True)
+    keys["consumer_tag"] = keys["consumer_tag"].astype(object)
+    out = (d, code[:len(d)], keys)
+    try:
+        cap._amqpcap_acked = out
+    except AttributeError:
+        pass
+    return out
+
+
+def _code_of(keys: pd.DataFrame, rows: pd.DataFrame) -> np.ndarray:
+    """The consumer code (row in ``keys``) of each row of ``rows`` (CONSUMER columns)."""
+    idx = pd.MultiIndex.from_frame(D._obj(keys[CONSUMER], "consumer_tag"))
+    return idx.get_indexer(pd.MultiIndex.from_frame(D._obj(rows[CONSUMER], "consumer_tag"))).astype(np.int64)
 
 
 # -- the analyzer ------------------------------------------------------------------------------
