@@ -94,18 +94,54 @@ CAUSE_COLORS = {"capture-gap": "#7f7f7f", "receiver-window": "#d62728", "retrans
 # --- interval helpers -------------------------------------------------------------------------
 
 
+def _lex_count(ak: np.ndarray, av: np.ndarray, qk: np.ndarray, qv: np.ndarray, side: str) -> np.ndarray:
+    """For each query (qk, qv), the number of rows of (ak, av), sorted by (ak, av), that come before
+    it: ak < qk, or ak == qk and av <= qv (side "right") / av < qv ("left"). A searchsorted on the
+    pair, done as one stable lexsort of rows and queries together (exact for float values)."""
+    na = len(ak)
+    is_q = np.r_[np.zeros(na, bool), np.ones(len(qk), bool)]
+    # side right: a row equal to a query sorts before it (counted); left: after it.
+    order = np.lexsort((is_q if side == "right" else ~is_q, np.r_[av, qv], np.r_[ak, qk]))
+    q = is_q[order]
+    out = np.empty(len(qk), np.int64)
+    out[order[q] - na] = np.cumsum(~q)[q]
+    return out
+
+
+def _cumsum_by_segment(x: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """np.cumsum restarted at each row where `first` holds, bit-identical to a cumsum per segment
+    (float sums depend on their order, so no global cumsum minus an offset). Short segments are
+    summed position by position across all of them at once; long ones (few) one by one."""
+    out = x.astype(np.float64)
+    starts = np.flatnonzero(first)
+    n = np.diff(np.r_[starts, len(x)])
+    long = n > 32
+    short_starts, short_n = starts[~long], n[~long]
+    for i in range(1, int(short_n.max(initial=1))):
+        rows = short_starts[short_n > i] + i
+        out[rows] += out[rows - 1]
+    for s0, k in zip(starts[long].tolist(), n[long].tolist()):
+        out[s0:s0 + k] = np.cumsum(x[s0:s0 + k])
+    return out
+
+
 def _union(iv: pd.DataFrame) -> pd.DataFrame:
-    """Merge overlapping intervals per (stream, d): columns stream, d, start, end (seconds)."""
-    iv = iv[["stream", "d", "start", "end"]].astype({"stream": np.int64, "d": np.int64, "start": float, "end": float})
-    iv = iv[iv["end"] > iv["start"]].sort_values(["stream", "d", "start"], kind="mergesort")
-    if iv.empty:
-        return iv[["stream", "d", "start", "end"]].reset_index(drop=True)
-    keys = [iv["stream"], iv["d"]]
-    prev_end = iv["end"].groupby(keys).cummax().groupby(keys).shift()
-    new = prev_end.isna() | (iv["start"] > prev_end)
-    gid = new.cumsum().to_numpy()
-    return iv.groupby(gid).agg(stream=("stream", "first"), d=("d", "first"), start=("start", "min"),
-                               end=("end", "max")).reset_index(drop=True)
+    """Merge overlapping intervals per (stream, d): columns stream, d, start, end (seconds),
+    sorted by (stream, d, start)."""
+    stream, d = iv["stream"].to_numpy(np.int64), iv["d"].to_numpy(np.int64)
+    start, end = iv["start"].to_numpy(float), iv["end"].to_numpy(float)
+    keep = end > start
+    stream, d, start, end = stream[keep], d[keep], start[keep], end[keep]
+    o = np.lexsort((start, d, stream))
+    stream, d, start, end = stream[o], d[o], start[o], end[o]
+    key = stream * 2 + d
+    first = np.r_[True, key[1:] != key[:-1]] if len(key) else np.zeros(0, bool)
+    # An interval starts a new union when it begins after every earlier interval of its key ended.
+    prev_end = pd.Series(end).groupby(key).cummax().groupby(key).shift().to_numpy()
+    new = first | (start > prev_end)
+    gs = np.flatnonzero(new)
+    return pd.DataFrame({"stream": stream[gs], "d": d[gs], "start": start[gs],
+                         "end": np.maximum.reduceat(end, gs) if len(gs) else end[gs]})
 
 
 def _overlap_s(stalls: pd.DataFrame, iv: pd.DataFrame) -> np.ndarray:
@@ -113,43 +149,38 @@ def _overlap_s(stalls: pd.DataFrame, iv: pd.DataFrame) -> np.ndarray:
     out = np.zeros(len(stalls))
     if stalls.empty or iv.empty:
         return out
-    iv = _union(iv)
-    ivg = iv.groupby(["stream", "d"]).indices
-    s_all, e_all = iv["start"].to_numpy(), iv["end"].to_numpy()
-    for key, spos in stalls.groupby(["stream", "d"]).indices.items():  # per connection direction
-        ipos = ivg.get(key)
-        if ipos is None:
-            continue
-        s, e = s_all[ipos], e_all[ipos]
-        cum = np.concatenate([[0.0], np.cumsum(e - s)])
+    u = _union(iv)
+    if u.empty:
+        return out
+    uk = u["stream"].to_numpy() * 2 + u["d"].to_numpy()
+    s, e = u["start"].to_numpy(), u["end"].to_numpy()
+    first = np.r_[True, uk[1:] != uk[:-1]]
+    # Time covered before each interval of its key: a cumsum restarting at every key.
+    cum = _cumsum_by_segment(e - s, first)
+    before = np.where(first, 0.0, np.r_[0.0, cum[:-1]])
+    qk = stalls["stream"].to_numpy(np.int64) * 2 + stalls["d"].to_numpy(np.int64)
 
-        def covered(x):  # covered time in (-inf, x]
-            k = np.searchsorted(s, x, side="right") - 1
-            kk = np.maximum(k, 0)
-            return np.where(k < 0, 0.0, cum[kk] + np.clip(x - s[kk], 0.0, e[kk] - s[kk]))
+    def covered(x):  # covered time of the stall's key in (-inf, x]
+        j = _lex_count(uk, s, qk, x, "right") - 1  # the last interval of the key starting at or before x
+        jj = np.maximum(j, 0)
+        ok = (j >= 0) & (uk[jj] == qk)
+        return np.where(ok, before[jj] + np.clip(x - s[jj], 0.0, e[jj] - s[jj]), 0.0)
 
-        out[spos] = covered(stalls["end"].to_numpy()[spos]) - covered(stalls["start"].to_numpy()[spos])
-    return out
+    return covered(stalls["end"].to_numpy(float)) - covered(stalls["start"].to_numpy(float))
 
 
 def _count_in(stalls: pd.DataFrame, ev: pd.DataFrame, closed_end: bool = True) -> np.ndarray:
     """Events (stream, d, t) inside each stall: start < t <= end (or < end)."""
-    out = np.zeros(len(stalls), dtype=np.int64)
     if stalls.empty or ev.empty:
-        return out
-    ev = ev[["stream", "d", "t"]].astype({"stream": np.int64, "d": np.int64, "t": float})
-    ev = ev.sort_values(["stream", "d", "t"], kind="mergesort")
-    evg = ev.groupby(["stream", "d"]).indices
-    t_all = ev["t"].to_numpy()
-    for key, spos in stalls.groupby(["stream", "d"]).indices.items():
-        epos = evg.get(key)
-        if epos is None:
-            continue
-        t = t_all[epos]
-        hi = np.searchsorted(t, stalls["end"].to_numpy()[spos], side="right" if closed_end else "left")
-        lo = np.searchsorted(t, stalls["start"].to_numpy()[spos], side="right")
-        out[spos] = hi - lo
-    return out
+        return np.zeros(len(stalls), dtype=np.int64)
+    ek = ev["stream"].to_numpy(np.int64) * 2 + ev["d"].to_numpy(np.int64)
+    et = ev["t"].to_numpy(float)
+    o = np.lexsort((et, ek))
+    ek, et = ek[o], et[o]
+    qk = stalls["stream"].to_numpy(np.int64) * 2 + stalls["d"].to_numpy(np.int64)
+    hi = _lex_count(ek, et, qk, stalls["end"].to_numpy(float), "right" if closed_end else "left")
+    lo = _lex_count(ek, et, qk, stalls["start"].to_numpy(float), "right")
+    return hi - lo
 
 
 def _empty_iv(cols: list[str]) -> pd.DataFrame:
