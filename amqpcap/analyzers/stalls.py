@@ -21,6 +21,7 @@ import pandas as pd
 
 from ..analysis import AnalyzerResult, Finding, Plot, analyzer, packets_filter, stream_filter
 from ..capture import Capture
+from . import _tcp
 
 # --- stall detection thresholds -------------------------------------------------------------
 #: A silence shorter than this is never a stall: below ~50 ms users do not notice, and Linux's
@@ -200,121 +201,132 @@ def _steps_to_intervals(df: pd.DataFrame, group: list[str], state: str, stream_e
 # --- per-packet TCP state -------------------------------------------------------------------
 
 
-def _packets(cap: Capture, t0: pd.Timestamp) -> pd.DataFrame:
+def _packets(cap: Capture, t0_ns: int) -> dict[str, np.ndarray]:
     """Packets sorted by (stream, time, packet) with the state of both directions at each one:
-    for sender direction D, its highest sequence sent, the peer's latest ACK and window."""
-    p = cap.packets
-    packet = p["packet"].to_numpy(np.int64)
-    stream = p["stream"].to_numpy(np.int64)
-    t = (p["ts"] - t0).dt.total_seconds().to_numpy()
+    for sender direction D, its highest sequence sent, the peer's latest ACK and window.
+
+    Plain numpy columns (a dict): a DataFrame of a million rows and twenty columns costs more to
+    build than all the work on it. Per-stream state is a running max/last over rows sorted by
+    stream, with the stream folded into the key so nothing carries over between streams."""
+    so = _tcp.stream_order(cap)  # shared with the nagle analyzer
+    pk = {"stream": so["stream"], "packet": so["packet"], "ts": so["ts"], "t": _tcp.seconds(so["ts"] - t0_ns),
+          "d": so["s2c"].astype(np.int8), "payload": so["payload_bytes"], "seq": so["seq"], "ack": so["ack"],
+          "flags": so["flags"], "window": so["window"], "retrans": so["retransmission"]}
     # File order is not always time order (several interfaces): sort by time within a stream.
-    # The order is computed on the arrays and each column taken once (a DataFrame.iloc of the
-    # whole table costs several times more). When the file is already in (time, packet) order,
-    # a stable sort on the stream alone gives the same order as the three-key lexsort, faster.
-    if (len(t) < 2 or (np.all(np.diff(t) >= 0) and np.all(np.diff(packet) > 0))):
-        o = np.argsort(stream, kind="stable")
-    else:
+    # Stream order keeps the file's (packet) order inside a stream, which already is the
+    # (stream, time, packet) order when each stream's packets are in time order: then no sort.
+    stream, t, packet = pk["stream"], pk["t"], pk["packet"]
+    same = stream[1:] == stream[:-1]
+    if not np.all(~same | ((t[1:] >= t[:-1]) & (packet[1:] > packet[:-1]))):
         o = np.lexsort((packet, t, stream))
-    df = pd.DataFrame({
-        "packet": packet[o],
-        "stream": stream[o],
-        "d": (p["direction"] == "s2c").to_numpy(np.int8)[o],
-        "ts": p["ts"].array.take(o),  # exact timestamps for the table; t (float seconds) for arithmetic
-        "t": t[o],
-        "payload": p["payload_bytes"].to_numpy(np.int64)[o],
-        "seq": p["seq"].to_numpy(np.int64)[o],
-        "ack": p["ack"].to_numpy(np.int64)[o],
-        "flags": p["flags"].to_numpy(np.int64)[o],
-        "window": p["window"].to_numpy(np.int64)[o],
-        "retrans": p["retransmission"].to_numpy(bool)[o],
-    })
-    scaled = cap.connections.set_index("stream")["handshake_seen"]
+        pk = {k: v[o] for k, v in pk.items()}
+        stream = pk["stream"]
+    c = cap.connections
     # Without both SYNs the window field may be unscaled: only zero windows are trustworthy then.
-    df["scaled"] = df["stream"].map(scaled).fillna(False).astype(bool)
-    df["data"] = df["payload"] > 0
-    df["new_data"] = df["data"] & ~df["retrans"]
-    df["end_seq"] = df["seq"] + df["payload"]
-    ack_flag = (df["flags"] & ACK) != 0
-    ctl = (df["flags"] & FIN_SYN_RST) != 0
-    df["zero_window"] = (df["window"] == 0) & ~ctl  # Wireshark's tcp.analysis.zero_window
-    by = df["stream"]
+    scaled = np.zeros(int(max(stream.max(initial=-1), c["stream"].max() if len(c) else -1)) + 1, bool)
+    scaled[c["stream"].to_numpy(np.int64)] = c["handshake_seen"].fillna(False).to_numpy(bool)
+    scaled = scaled[stream]
+    d, payload, flags, window, ack = pk["d"], pk["payload"], pk["flags"], pk["window"], pk["ack"]
+    data = payload > 0
+    end_seq = pk["seq"] + payload
+    ack_flag = (flags & ACK) != 0
+    ctl = (flags & FIN_SYN_RST) != 0
+    no_syn = (flags & SYN) == 0
+    pk.update(scaled=scaled, data=data, new_data=data & ~pk["retrans"], end_seq=end_seq,
+              zero_window=(window == 0) & ~ctl)  # Wireshark's tcp.analysis.zero_window
+    # Rows where each stream begins, and each row's next packet time in its stream (the last
+    # row's own time: the stream's end).
+    first = np.r_[True, ~same] if len(stream) else np.zeros(0, bool)
+    last = np.r_[~same, True] if len(stream) else np.zeros(0, bool)
+    pk.update(first=first, last=last, next_t=np.where(last, t, np.r_[t[1:], 0.0]))
     for D in (0, 1):
-        mine = df["d"] == D
-        sent = df["end_seq"].where(mine & df["data"]).groupby(by).cummax().groupby(by).ffill()
-        peer_ack = df["ack"].where(~mine & ack_flag).groupby(by).cummax().groupby(by).ffill()
-        # SYN windows are never scaled: skip them.
-        peer_win = df["window"].where(~mine & ((df["flags"] & SYN) == 0)).groupby(by).ffill()
-        inflight = (sent - peer_ack).clip(lower=0)
-        df[f"inflight{D}"] = inflight
-        df[f"peer_win{D}"] = peer_win
+        mine = d == D
+        sent = _tcp.running_max_per_stream(end_seq, mine & data, stream)  # -1: nothing sent yet
+        peer_ack = _tcp.running_max_per_stream(ack, ~mine & ack_flag, stream)  # -1: no ACK yet
+        # The peer's latest window; SYN windows are never scaled: skip them.
+        lw = _tcp.running_last(~mine & no_syn)
+        lw_ok = (lw >= 0) & (stream[np.maximum(lw, 0)] == stream)
+        peer_win = np.where(lw_ok, window[np.maximum(lw, 0)], np.nan)
+        inflight = np.where((sent >= 0) & (peer_ack >= 0), np.maximum(sent - peer_ack, 0), np.nan)
+        pk[f"inflight{D}"] = inflight
+        pk[f"peer_win{D}"] = peer_win
         # The sender may not send: the peer's window is zero, or what is unacknowledged fills it.
-        df[f"limited{D}"] = (peer_win == 0) | (df["scaled"] & (inflight >= peer_win) & (peer_win > 0))
-        full = mine & df["data"] & ~ctl & df["scaled"]
+        pk[f"limited{D}"] = (peer_win == 0) | (scaled & (inflight >= peer_win) & (peer_win > 0))
+        full = mine & data & ~ctl & scaled
         # Wireshark's tcp.analysis.window_full: the segment reaches the right edge of the window
         # the peer last advertised (its ACK + window; on a row of D these are the peer's latest).
-        df[f"wfull{D}"] = full & (df["end_seq"] == peer_ack + peer_win)
-    return df
+        pk[f"wfull{D}"] = full & (peer_ack >= 0) & (end_seq == peer_ack + peer_win)
+    return pk
 
 
-def _real_retransmissions(df: pd.DataFrame) -> pd.DataFrame:
+def _real_retransmissions(pk: dict[str, np.ndarray]) -> pd.DataFrame:
     """Retransmitted data segments (stream, d, t), without the capture's own duplicates: a copy of
     a segment (same seq and length) within DUPLICATE_S of another copy is the same packet seen on
     two interfaces, not TCP loss recovery."""
-    # only the needed columns are taken (a mask over the whole packet table copies every column)
     cols = ["stream", "d", "seq", "payload", "t"]
-    data, retrans = df["data"].to_numpy(bool), df["retrans"].to_numpy(bool)
-    rt = df.loc[retrans & data, cols]
-    orig = df.loc[data & ~retrans, cols]
+    data, retrans = pk["data"], pk["retrans"]
+    rt = pd.DataFrame({c: pk[c][retrans & data] for c in cols})
+    # Only originals that can match a retransmission (its seq) go into the merge, not every segment.
+    om = data & ~retrans & np.isin(pk["seq"], rt["seq"].to_numpy())
+    orig = pd.DataFrame({c: pk[c][om] for c in cols})
     m = rt.reset_index().merge(
         orig, on=["stream", "d", "seq", "payload"], suffixes=("", "_orig"))
     dup = m.loc[(m["t"] - m["t_orig"]).abs() < DUPLICATE_S, "index"].unique()
     return rt.drop(index=dup)[["stream", "d", "t"]]
 
 
-def _rtt(df: pd.DataFrame) -> pd.DataFrame:
+def _rtt(pk: dict[str, np.ndarray]) -> pd.DataFrame:
     """Segment→ACK time samples: each new-data segment to the first later peer packet whose ACK
-    covers its last byte (retransmitted segments excluded, Karn)."""
-    rows = []
-    streams, first = np.unique(df["stream"].to_numpy(), return_index=True)
-    bounds = np.append(first, len(df))
-    t_all, d_all = df["t"].to_numpy(), df["d"].to_numpy()
-    ack_all, end_all = df["ack"].to_numpy(), df["end_seq"].to_numpy()
-    nd_all = df["new_data"].to_numpy()
-    ackf_all = (df["flags"].to_numpy() & ACK) != 0
-    for i, s in enumerate(streams):  # per connection
-        a, b = bounds[i], bounds[i + 1]
-        t, d, ackv, endv, nd, ackf = t_all[a:b], d_all[a:b], ack_all[a:b], end_all[a:b], nd_all[a:b], ackf_all[a:b]
-        for D in (0, 1):
-            seg = np.flatnonzero(nd & (d == D))
-            acks = np.flatnonzero(ackf & (d != D))
-            if not len(seg) or not len(acks):
-                continue
-            cm = np.maximum.accumulate(ackv[acks])
-            # First peer ACK at or beyond the segment's end, and after the segment itself.
-            k = np.maximum(np.searchsorted(cm, endv[seg], side="left"), np.searchsorted(acks, seg, side="right"))
-            ok = k < len(acks)
-            rows.append((s, D, t[acks[k[ok]]] - t[seg[ok]]))
-    n = [len(r[2]) for r in rows]
+    covers its last byte (retransmitted segments excluded, Karn). Rows by (d, stream, segment)."""
+    stream, t, d, ackv, endv = pk["stream"], pk["t"], pk["d"], pk["ack"], pk["end_seq"]
+    ackf = (pk["flags"] & ACK) != 0
+    hi = np.int64(1) << np.int64(40)  # stream in the high bits: one sorted key over all streams
+    out_s, out_d, out_r = [], [], []
+    for D in (0, 1):
+        seg = np.flatnonzero(pk["new_data"] & (d == D))
+        acks = np.flatnonzero(ackf & (d != D))
+        if not len(seg) or not len(acks):
+            continue
+        # The peer's cumulative ACK (running max per stream), increasing over all streams.
+        cm = np.maximum.accumulate(ackv[acks] + stream[acks] * hi)
+        # First peer ACK at or beyond the segment's end, and after the segment itself.
+        k = np.maximum(np.searchsorted(cm, endv[seg] + stream[seg] * hi, side="left"),
+                       np.searchsorted(acks, seg, side="right"))
+        ok = k < len(acks)
+        ok[ok] = stream[acks[k[ok]]] == stream[seg[ok]]  # ... of the same connection
+        out_s.append(stream[seg[ok]])
+        out_d.append(np.full(int(ok.sum()), D, np.int8))
+        out_r.append(t[acks[k[ok]]] - t[seg[ok]])
     return pd.DataFrame({
-        "stream": np.repeat(np.array([r[0] for r in rows], dtype=np.int64), n),
-        "d": np.repeat(np.array([r[1] for r in rows], dtype=np.int8), n),
-        "rtt_s": np.concatenate([r[2] for r in rows]) if rows else np.zeros(0),
+        "stream": np.concatenate(out_s) if out_s else np.zeros(0, np.int64),
+        "d": np.concatenate(out_d) if out_d else np.zeros(0, np.int8),
+        "rtt_s": np.concatenate(out_r) if out_r else np.zeros(0),
     })
 
 
 # --- cause states as intervals --------------------------------------------------------------
 
 
-def _frames(cap: Capture, t0: pd.Timestamp) -> pd.DataFrame:
+#: The only methods the cause states read (flow control, confirms, deliveries).
+FRAME_METHODS = ["connection.blocked", "connection.unblocked", "channel.flow", "confirm.select", "basic.publish",
+                 "basic.ack", "basic.nack", "basic.deliver"]
+
+
+def _frames(cap: Capture, t0: pd.Timestamp) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Frames of FRAME_METHODS (fr: packet, stream, d, t, channel, method) and, row for row, the
+    fields the cause states read (f). Only those rows and columns are taken: the frames table
+    is wide and long."""
     f = cap.frames
-    return pd.DataFrame({
-        "packet": f["packet"].to_numpy(np.int64),
-        "stream": f["stream"].to_numpy(np.int64),
-        "d": (f["direction"] == "s2c").to_numpy(np.int8),
-        "t": (f["ts"] - t0).dt.total_seconds().to_numpy(),
-        "channel": f["channel"].to_numpy(np.int64),
-        "method": f["method"].array,  # categorical: comparisons stay cheap
-    }), f
+    keep = f["method"].isin(FRAME_METHODS).to_numpy()
+    fr = pd.DataFrame({
+        "packet": f["packet"].to_numpy(np.int64)[keep],
+        "stream": f["stream"].to_numpy(np.int64)[keep],
+        "d": (f["direction"] == "s2c").to_numpy(np.int8)[keep],
+        "t": (f["ts"][keep] - t0).dt.total_seconds().to_numpy(),
+        "channel": f["channel"].to_numpy(np.int64)[keep],
+        "method": f["method"].array[keep],  # categorical: comparisons stay cheap
+    })
+    return fr, pd.DataFrame({c: f[c].array[keep] for c in ("reason", "active", "delivery_tag", "multiple")})
 
 
 def _blocked(cap: Capture, fr: pd.DataFrame, f: pd.DataFrame, stream_end: pd.Series) -> pd.DataFrame:
@@ -438,35 +450,52 @@ def stalls(cap: Capture) -> AnalyzerResult:
     """Silent intervals per connection direction and their cause; RTT, retransmissions, windows."""
     p = cap.packets
     t0 = p["ts"].min() if len(p) else pd.Timestamp(0, tz="UTC")
-    df = _packets(cap, t0)
-    stream_end = df.groupby("stream")["t"].max()
-    stream_start = df.groupby("stream")["t"].min()
+    pk = _packets(cap, t0.as_unit("ns").value)
+    stream, d, t = pk["stream"], pk["d"], pk["t"]
+    stream_end = pd.Series(t[pk["last"]], index=stream[pk["last"]])
+    n_streams = int(stream.max(initial=-1)) + 1
 
     # RTT per direction, and the path RTT: each direction's minimum segment→ACK time is the
     # part of the round trip on one side of the capture point; together they make one RTT.
-    rtt = _rtt(df)
-    rg = rtt.groupby(["stream", "d"])["rtt_s"]
+    rtt = _rtt(pk)  # rows grouped by (d, stream): key d·2³² + stream increases, grouping is cheap
+    rg = rtt["rtt_s"].groupby(rtt["d"].to_numpy(np.int64) << 32 | rtt["stream"].to_numpy(np.int64))
     rtt_stats = pd.DataFrame({"rtt_samples": rg.size(), "rtt_min_s": rg.min(), "rtt_p50_s": rg.median(),
                               "rtt_p90_s": rg.quantile(0.9)})
-    path_rtt = rtt_stats["rtt_min_s"].groupby(level="stream").sum(min_count=2)
+    rk = rtt_stats.index.to_numpy(np.int64)
+    rtt_stats.index = (rk & 0xFFFFFFFF) * 2 + (rk >> 32)  # → stream·2 + d
+    # Both directions' minimum: NaN unless both are known.
+    path_rtt = np.full(n_streams, np.nan)
+    mins = rtt_stats["rtt_min_s"]
+    mi = mins.index.to_numpy(np.int64)
+    both = np.intersect1d(mi[mi % 2 == 0] // 2, mi[mi % 2 == 1] // 2)
+    path_rtt[both] = mins.loc[both * 2].to_numpy() + mins.loc[both * 2 + 1].to_numpy()
 
-    # Silences: gaps between consecutive new-data segments of a direction.
-    nd = df.loc[df["new_data"].to_numpy(bool), ["stream", "d", "t", "packet", "ts"]]
-    # one int64 key per connection direction: grouping on it is much cheaper than on two columns
-    keys = nd["stream"].to_numpy(np.int64) * 2 + nd["d"].to_numpy(np.int64)
-    prev = nd[["t", "packet", "ts"]].groupby(keys).shift()
-    prev_t, prev_packet, prev_ts = prev["t"], prev["packet"], prev["ts"]
-    gap = nd["t"] - prev_t
-    median_gap = gap.groupby(keys).transform("median")
-    rtt_term = RTT_FACTOR * nd["stream"].map(path_rtt).fillna(0.0)
-    threshold = np.maximum(np.maximum(MIN_STALL_S, GAP_FACTOR * median_gap.fillna(0.0)), rtt_term)
-    is_stall = (gap >= threshold).to_numpy()
+    # Silences: gaps between consecutive new-data segments of a direction. Rows of one direction,
+    # in (stream, time) order, then the other's: each connection direction is one contiguous run.
+    nd = np.r_[np.flatnonzero(pk["new_data"] & (d == 0)), np.flatnonzero(pk["new_data"] & (d == 1))]
+    nd_stream, nd_d, nd_t = stream[nd], d[nd], t[nd]
+    cont = np.r_[False, (nd_stream[1:] == nd_stream[:-1]) & (nd_d[1:] == nd_d[:-1])] if len(nd) else np.zeros(0, bool)
+    prev = np.where(cont, np.r_[0, nd[:-1]], 0) if len(nd) else nd
+    gap = np.where(cont, nd_t - t[prev], np.nan)
+    # median per direction, grouped on a key increasing along the rows (d·2³² + stream)
+    med = pd.Series(gap).groupby(nd_d.astype(np.int64) << 32 | nd_stream).median()
+    mk = med.index.to_numpy(np.int64)
+    median_gap = pd.Series(med.to_numpy(), index=(mk & 0xFFFFFFFF) * 2 + (mk >> 32))
+    nd_g = nd_stream * 2 + nd_d
+    rtt_term = RTT_FACTOR * np.nan_to_num(path_rtt[nd_stream], nan=0.0) if len(nd) else np.zeros(0)
+    mg = np.nan_to_num(median_gap.reindex(nd_g).to_numpy(), nan=0.0) if len(nd) else np.zeros(0)
+    threshold = np.maximum(np.maximum(MIN_STALL_S, GAP_FACTOR * mg), rtt_term)
+    # Stalls in (stream, time) row order, as the table's tie-breaking expects.
+    hit = np.flatnonzero(gap >= threshold)
+    hit = hit[np.argsort(nd[hit], kind="stable")]
+    first_row, last_row = prev[hit], nd[hit]
     st = pd.DataFrame({
-        "stream": nd["stream"].to_numpy()[is_stall], "d": nd["d"].to_numpy()[is_stall],
-        "start": prev_t.to_numpy()[is_stall], "end": nd["t"].to_numpy()[is_stall],
-        "first_packet": prev_packet.to_numpy()[is_stall].astype(np.int64),
-        "last_packet": nd["packet"].to_numpy()[is_stall], "threshold_s": threshold.to_numpy()[is_stall],
-        "start_ts": prev_ts.array[is_stall], "end_ts": nd["ts"].array[is_stall],
+        "stream": stream[last_row], "d": d[last_row],
+        "start": t[first_row], "end": t[last_row],
+        "first_packet": pk["packet"][first_row], "last_packet": pk["packet"][last_row],
+        "threshold_s": threshold[hit],
+        "start_ts": pd.to_datetime(pk["ts"][first_row], unit="ns", utc=True).array,
+        "end_ts": pd.to_datetime(pk["ts"][last_row], unit="ns", utc=True).array,
     })
     st["duration_s"] = st["end"] - st["start"]
 
@@ -478,16 +507,14 @@ def stalls(cap: Capture) -> AnalyzerResult:
     gap_ev = pd.concat([gap_ev.assign(d=0), gap_ev.assign(d=1)], ignore_index=True)
     st["gaps_n"] = _count_in(st, gap_ev)
 
-    nxt_t = df.groupby("stream")["t"].shift(-1).fillna(df["stream"].map(stream_end))
     lim = []
     for D in (0, 1):
-        on = df[f"limited{D}"].to_numpy(bool)
-        lim.append(pd.DataFrame({"stream": df["stream"].to_numpy()[on], "d": D, "start": df["t"].to_numpy()[on],
-                                 "end": nxt_t.to_numpy()[on]}))
+        on = pk[f"limited{D}"]
+        lim.append(pd.DataFrame({"stream": stream[on], "d": D, "start": t[on], "end": pk["next_t"][on]}))
     st["window_s"] = _overlap_s(st, pd.concat(lim, ignore_index=True))
-    zw = df[df["zero_window"]]
-    st["zero_window_n"] = _count_in(st, pd.DataFrame({"stream": zw["stream"], "d": 1 - zw["d"], "t": zw["t"]}))
-    st["retrans_n"] = _count_in(st, _real_retransmissions(df), closed_end=False)
+    zw = pk["zero_window"]
+    st["zero_window_n"] = _count_in(st, pd.DataFrame({"stream": stream[zw], "d": 1 - d[zw], "t": t[zw]}))
+    st["retrans_n"] = _count_in(st, _real_retransmissions(pk), closed_end=False)
 
     fr, f = _frames(cap, t0)
     blocked = _blocked(cap, fr, f, stream_end)
@@ -537,59 +564,65 @@ def stalls(cap: Capture) -> AnalyzerResult:
         "detail": st["detail"].astype(object),
     }, columns=STALL_COLUMNS).sort_values(["start_ts", "stream"], kind="mergesort").reset_index(drop=True)
 
-    tcp = _tcp_table(df, rtt_stats, path_rtt, nd, gap, st)
+    tcp = _tcp_table(pk, rtt_stats, path_rtt, median_gap, st)
     summary = _summary(stalls_tbl, tcp, rtt, pref_skipped)
-    findings = [x for x in (_receiver_window(stalls_tbl, tcp, cap, df),
+    findings = [x for x in (_receiver_window(stalls_tbl, tcp, cap, pk),
                             _publisher_blocked(blocked, fr, t0, cap),
                             _capture_gaps(gaps, cap, stalls_tbl)) if x is not None]
     plots = [
-        Plot("stalls-window", "Peer window and bytes in flight", lambda path: _plot_window(path, df, tcp, stalls_tbl, t0)),
+        Plot("stalls-window", "Peer window and bytes in flight", lambda path: _plot_window(path, pk, tcp, stalls_tbl, t0)),
         Plot("stalls-timeline", "Stalls by cause", lambda path: _plot_timeline(path, stalls_tbl, t0)),
     ]
     return AnalyzerResult("stalls", tables={"stalls": stalls_tbl, "tcp": tcp}, summary=summary, findings=findings,
                           plots=plots)
 
 
-def _tcp_table(df, rtt_stats, path_rtt, nd, gap, st) -> pd.DataFrame:
-    data = df["data"]
-    mine = df["d"].to_numpy() == 0
-    wfull = np.where(mine, df["wfull0"].to_numpy(bool), df["wfull1"].to_numpy(bool))
-    inflight = np.where(mine & df["data"].to_numpy(), df["inflight0"].to_numpy(float),
-                        np.where(~mine & df["data"].to_numpy(), df["inflight1"].to_numpy(float), np.nan))
-    peer_win = np.where(mine, df["peer_win0"].to_numpy(float), df["peer_win1"].to_numpy(float))
-    data = data.to_numpy(bool)
-    cols = pd.DataFrame({"data": data, "payload": df["payload"].to_numpy(), "retrans": df["retrans"].to_numpy(bool) & data,
-                         "zero_window": df["zero_window"].to_numpy(bool), "wfull": wfull,
-                         "inflight": inflight, "peer_win": peer_win})
-    # grouped on one int64 key (stream * 2 + d), then indexed by (stream, d) again
-    g = df["stream"].to_numpy(np.int64) * 2 + df["d"].to_numpy(np.int64)
-    agg = cols.groupby(g).agg(
-        data_packets=("data", "sum"), data_bytes=("payload", "sum"), retransmissions=("retrans", "sum"),
-        zero_window_ads=("zero_window", "sum"), window_full_segments=("wfull", "sum"),
-        bytes_in_flight_max=("inflight", "max"), peer_window_min_bytes=("peer_win", "min"),
-        peer_window_max_bytes=("peer_win", "max"))
-    agg.index = pd.MultiIndex.from_arrays([agg.index // 2, (agg.index % 2).astype(np.int8)], names=["stream", "d"])
-    agg = agg.join(rtt_stats, how="left")
-    agg["path_rtt_s"] = agg.index.get_level_values("stream").map(path_rtt)
-    mg = gap.groupby(nd["stream"].to_numpy(np.int64) * 2 + nd["d"].to_numpy(np.int64)).median()
-    agg["median_gap_s"] = mg.set_axis(pd.MultiIndex.from_arrays([mg.index // 2, (mg.index % 2).astype(np.int8)],
-                                                                names=["stream", "d"]))
-    sg = st.groupby(["stream", "d"])["duration_s"]
-    agg["stall_count"] = sg.size()
-    agg["stall_total_s"] = sg.sum()
-    agg = agg.reset_index()
+def _tcp_table(pk, rtt_stats, path_rtt, median_gap, st) -> pd.DataFrame:
+    """Per (stream, direction) of the packets: counts by np.bincount on the key stream·2 + d, and
+    max/min by reduceat over the rows of one direction then the other (each key contiguous)."""
+    stream, d, data = pk["stream"], pk["d"], pk["data"]
+    g = stream * 2 + d
+    mine = d == 0
+    keys = np.flatnonzero(np.bincount(g)) if len(g) else np.zeros(0, np.int64)  # sorted: stream, d
+
+    def count(x):
+        return np.bincount(g, weights=x, minlength=len(keys) and keys[-1] + 1)[keys].astype(np.int64)
+
+    order = np.r_[np.flatnonzero(mine), np.flatnonzero(~mine)]
+    og = g[order]
+    starts = np.flatnonzero(np.r_[True, og[1:] != og[:-1]]) if len(og) else np.zeros(0, np.int64)
+    at = np.searchsorted(keys, og[starts])  # each run's row in the table
+
+    def reduce(fn, x):  # NaN-skipping max/min per key; NaN when a key has no value
+        out = np.full(len(keys), np.nan)
+        if len(order):
+            out[at] = fn.reduceat(x[order], starts)
+        return pd.array(out, dtype="Float64").astype("Int64")
+
+    inflight = np.where(mine & data, pk["inflight0"], np.where(~mine & data, pk["inflight1"], np.nan))
+    peer_win = np.where(mine, pk["peer_win0"], pk["peer_win1"])
+    rs = rtt_stats.reindex(keys)
+    sg = st.assign(g=st["stream"].to_numpy(np.int64) * 2 + st["d"].to_numpy(np.int64)).groupby("g")["duration_s"]
     out = pd.DataFrame({
-        "stream": agg["stream"].astype(np.int32),
-        "direction": pd.Categorical(DIRS[agg["d"].to_numpy(int)], categories=list(DIRS)),
-    })
-    for c in TCP_COLUMNS[2:]:
-        out[c] = agg[c]
-    for c in ("data_packets", "data_bytes", "retransmissions", "zero_window_ads", "window_full_segments",
-              "stall_count"):
-        out[c] = out[c].fillna(0).astype(np.int64)
-    for c in ("bytes_in_flight_max", "peer_window_min_bytes", "peer_window_max_bytes", "rtt_samples"):
-        out[c] = out[c].astype("Int64")
-    out["stall_total_s"] = out["stall_total_s"].fillna(0.0)
+        "stream": (keys // 2).astype(np.int32),
+        "direction": pd.Categorical(DIRS[keys % 2], categories=list(DIRS)),
+        "data_packets": count(data),
+        "data_bytes": np.bincount(g, weights=pk["payload"], minlength=len(keys) and keys[-1] + 1)[keys].astype(np.int64),
+        "retransmissions": count(pk["retrans"] & data),
+        "zero_window_ads": count(pk["zero_window"]),
+        "window_full_segments": count(np.where(mine, pk["wfull0"], pk["wfull1"])),
+        "bytes_in_flight_max": reduce(np.fmax, inflight),
+        "peer_window_min_bytes": reduce(np.fmin, peer_win),
+        "peer_window_max_bytes": reduce(np.fmax, peer_win),
+        "rtt_samples": pd.array(rs["rtt_samples"].to_numpy(float), dtype="Float64").astype("Int64"),
+        "rtt_min_s": rs["rtt_min_s"].to_numpy(float),
+        "rtt_p50_s": rs["rtt_p50_s"].to_numpy(float),
+        "rtt_p90_s": rs["rtt_p90_s"].to_numpy(float),
+        "path_rtt_s": path_rtt[keys // 2] if len(keys) else np.zeros(0),
+        "median_gap_s": median_gap.reindex(keys).to_numpy(float),
+        "stall_count": sg.size().reindex(keys, fill_value=0).to_numpy(np.int64),
+        "stall_total_s": sg.sum().reindex(keys, fill_value=0.0).to_numpy(float),
+    }, columns=TCP_COLUMNS)
     return out
 
 
@@ -620,7 +653,7 @@ def _lifetime_s(cap: Capture, streams) -> float:
     return float((c["last_ts"] - c["first_ts"]).dt.total_seconds().sum())
 
 
-def _receiver_window(stalls_tbl: pd.DataFrame, tcp: pd.DataFrame, cap: Capture, df: pd.DataFrame) -> Finding | None:
+def _receiver_window(stalls_tbl: pd.DataFrame, tcp: pd.DataFrame, cap: Capture, pk: dict) -> Finding | None:
     rw = stalls_tbl[stalls_tbl["cause"] == "receiver-window"]
     zero = int(tcp["zero_window_ads"].sum())
     if rw.empty and zero == 0:
@@ -638,7 +671,7 @@ def _receiver_window(stalls_tbl: pd.DataFrame, tcp: pd.DataFrame, cap: Capture, 
     s2c_s, c2s_s = float(rw.loc[s2c, "duration_s"].sum()), float(rw.loc[~s2c, "duration_s"].sum())
     t = tcp[tcp["stream"].isin(streams)]
     # Zero windows advertised by the receiver side, and segments that filled the window.
-    zw_packets = df.loc[df["zero_window"] & df["stream"].isin(streams), "packet"].head(5).tolist()
+    zw_packets = pk["packet"][pk["zero_window"] & np.isin(pk["stream"], streams)][:5].tolist()
     longest = rw.nlargest(3, "duration_s")
     if rw.empty:
         title = f"Receive windows reached zero {zero} times but stalled no traffic longer than the threshold"
@@ -768,7 +801,14 @@ def _binned(t: np.ndarray, y: np.ndarray, how: str) -> tuple[np.ndarray, np.ndar
     return edges[v.index.to_numpy()], v.to_numpy()
 
 
-def _plot_window(path: Path, df: pd.DataFrame, tcp: pd.DataFrame, stalls_tbl: pd.DataFrame, t0) -> None:
+def _stream_rows(pk: dict, stream: int) -> pd.DataFrame:
+    """The packet rows of one stream (rows are sorted by stream) with the columns the plot reads."""
+    lo, hi = np.searchsorted(pk["stream"], [stream, stream + 1])
+    cols = ["t", "d", "data", "peer_win0", "peer_win1", "inflight0", "inflight1"]
+    return pd.DataFrame({c: pk[c][lo:hi] for c in cols})
+
+
+def _plot_window(path: Path, pk: dict, tcp: pd.DataFrame, stalls_tbl: pd.DataFrame, t0) -> None:
     import matplotlib.pyplot as plt
 
     # The directions worth looking at: those with window stalls first, then the fullest windows.
@@ -783,7 +823,7 @@ def _plot_window(path: Path, df: pd.DataFrame, tcp: pd.DataFrame, stalls_tbl: pd
         axes[0, 0].text(0.5, 0.5, "no data segments", ha="center", va="center")
     for ax, (_, r) in zip(axes[:, 0], cand.iterrows()):
         D = 0 if r["direction"] == "c2s" else 1
-        s = df[df["stream"] == r["stream"]]
+        s = _stream_rows(pk, int(r["stream"]))
         w = s[f"peer_win{D}"].notna()
         tw, yw = _binned(s["t"].to_numpy()[w], s[f"peer_win{D}"].to_numpy()[w], "min")
         ax.step(tw, yw, where="post", color="#2ca02c", lw=1, label="peer's advertised window (min per bin)")
