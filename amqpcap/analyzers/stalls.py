@@ -317,16 +317,19 @@ def _frames(cap: Capture, t0: pd.Timestamp) -> tuple[pd.DataFrame, pd.DataFrame]
     fields the cause states read (f). Only those rows and columns are taken: the frames table
     is wide and long."""
     f = cap.frames
-    keep = f["method"].isin(FRAME_METHODS).to_numpy()
+    # Selected on the categorical's codes (small ints), then every column taken at those rows.
+    method = f["method"].array
+    wanted = np.flatnonzero(pd.Index(method.categories).isin(FRAME_METHODS))
+    keep = np.flatnonzero(np.isin(method.codes, wanted))
     fr = pd.DataFrame({
         "packet": f["packet"].to_numpy(np.int64)[keep],
         "stream": f["stream"].to_numpy(np.int64)[keep],
-        "d": (f["direction"] == "s2c").to_numpy(np.int8)[keep],
-        "t": (f["ts"][keep] - t0).dt.total_seconds().to_numpy(),
+        "d": (f["direction"].array.take(keep) == "s2c").astype(np.int8),
+        "t": (f["ts"].take(keep) - t0).dt.total_seconds().to_numpy(),
         "channel": f["channel"].to_numpy(np.int64)[keep],
-        "method": f["method"].array[keep],  # categorical: comparisons stay cheap
+        "method": method.take(keep),  # categorical: comparisons stay cheap
     })
-    return fr, pd.DataFrame({c: f[c].array[keep] for c in ("reason", "active", "delivery_tag", "multiple")})
+    return fr, pd.DataFrame({c: f[c].array.take(keep) for c in ("reason", "active", "delivery_tag", "multiple")})
 
 
 def _blocked(cap: Capture, fr: pd.DataFrame, f: pd.DataFrame, stream_end: pd.Series) -> pd.DataFrame:
