@@ -158,30 +158,39 @@ def consumer_latency(d: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
     cons = ["stream", "channel", "consumer_tag"]
     if len(d) == 0:
         return pd.DataFrame(columns=cons + ["deliveries"])
-    d = d.assign(consumer_tag=d["consumer_tag"].astype(object))
-    oc = pd.crosstab([d[c] for c in cons], d["outcome"])
-    for k in ("ack", "nack", "reject", "unsettled", "closed", "no-ack"):
-        if k not in oc:
-            oc[k] = 0
-    lat = d.groupby(cons)["latency_s"]
+    # one int64 code per consumer (sorted as the keys): pandas factorizes a single int64 column
+    # once per GroupBy object, where three key columns (one of text) cost a factorization per call
+    tags = d["consumer_tag"].to_numpy(object)
+    code = D.codes(d["stream"].to_numpy(np.int64), d["channel"].to_numpy(np.int64), tags)
+    n = int(code.max()) + 1
+    first = np.unique(code, return_index=True)[1]
+    outcome = d["outcome"].to_numpy(object)
+
+    def count(mask):
+        return np.bincount(code[mask], minlength=n).astype(np.int64)
+
+    g = pd.DataFrame({"latency_s": d["latency_s"].to_numpy(float), "ts": d["ts"].array}).groupby(code)
+    lat = g["latency_s"]
     out = pd.DataFrame({
-        "deliveries": d.groupby(cons).size(),
-        "redelivered": d.groupby(cons)["redelivered"].sum().astype(np.int64),
-        "no_ack": d.groupby(cons)["no_ack"].all(),
-        "acked": oc["ack"], "nacked": oc["nack"], "rejected": oc["reject"],
-        "unsettled_at_end": oc["unsettled"], "unsettled_at_close": oc["closed"],
-        "deliver_to_ack_p50_s": lat.median(), "deliver_to_ack_p90_s": lat.quantile(0.9),
-        "deliver_to_ack_p99_s": lat.quantile(0.99), "deliver_to_ack_max_s": lat.max(),
+        "stream": d["stream"].to_numpy(np.int64)[first], "channel": d["channel"].to_numpy(np.int64)[first],
+        "consumer_tag": tags[first],
+        "deliveries": count(slice(None)),
+        "redelivered": count(d["redelivered"].fillna(False).to_numpy(bool)),
+        "no_ack": count(~d["no_ack"].to_numpy(bool)) == 0,
+        "acked": count(outcome == "ack"), "nacked": count(outcome == "nack"), "rejected": count(outcome == "reject"),
+        "unsettled_at_end": count(outcome == "unsettled"), "unsettled_at_close": count(outcome == "closed"),
+        "deliver_to_ack_p50_s": lat.median().to_numpy(), "deliver_to_ack_p90_s": lat.quantile(0.9).to_numpy(),
+        "deliver_to_ack_p99_s": lat.quantile(0.99).to_numpy(), "deliver_to_ack_max_s": lat.max().to_numpy(),
     })
-    first = d.groupby(cons)["ts"].min()
-    last = d.groupby(cons)["ts"].max()
-    span = (last - first).dt.total_seconds()
-    out["rate_per_s"] = np.where(span > 0, (out["deliveries"] - 1) / span.where(span > 0, 1), np.nan)
+    span = (g["ts"].max() - g["ts"].min()).dt.total_seconds().to_numpy()
+    out["rate_per_s"] = np.where(span > 0, (out["deliveries"] - 1) / np.where(span > 0, span, 1), np.nan)
     # ack→next-deliver is per channel; attach it to the channel's consumers
-    g = gaps.groupby(["stream", "channel"])["gap_s"]
-    ch = pd.DataFrame({"ack_to_next_deliver_p50_s": g.median(), "ack_to_next_deliver_p90_s": g.quantile(0.9),
-                       "ack_to_next_deliver_max_s": g.max()})
-    out = out.reset_index().join(ch, on=["stream", "channel"])
+    gg = gaps["gap_s"].groupby(D.chan_key(gaps))
+    ch = pd.DataFrame({"ack_to_next_deliver_p50_s": gg.median(), "ack_to_next_deliver_p90_s": gg.quantile(0.9),
+                       "ack_to_next_deliver_max_s": gg.max()})
+    ch = ch.reindex(D.chan_key(out))
+    for col in ch:
+        out[col] = ch[col].to_numpy()
     return out
 
 
