@@ -205,6 +205,7 @@ def consumer_state(cap: Capture) -> pd.DataFrame:
     })
     try:
         cap._amqpcap_consumer_state = out
+        cap._amqpcap_consumer_state_code = oc  # the consumer code of each row, for consumer_summary
     except AttributeError:
         pass
     return out
@@ -294,7 +295,13 @@ def consumer_summary(cap: Capture) -> pd.DataFrame:
                   _lim=dur * st["at_limit"].to_numpy(bool), _idle=dur * (st["unacked"].to_numpy() == 0),
                   _def=dur * st["deficit"].astype(float).fillna(0).to_numpy(),
                   _has_def=dur * st["deficit"].notna().to_numpy())
-    g = w.groupby(CONSUMER, sort=False)
+    d, code, keys = _acked_deliveries(cap)
+    st_code = getattr(cap, "_amqpcap_consumer_state_code", None)
+    if st_code is None or len(st_code) != len(st):
+        st_code = _code_of(keys, st)
+    # grouped on the int64 consumer code (one cheap factorization per GroupBy object, where the
+    # four key columns with text cost one per call); float sums stay pandas' (compensated) sums
+    g = w.groupby(st_code, sort=False)
     agg = g.agg(T=("_d", "sum"), U=("_u", "sum"), L=("_lim", "sum"), I=("_idle", "sum"), DF=("_def", "sum"),
                 HD=("_has_def", "sum"), max_unacked=("unacked", "max"), prefetch=("prefetch", "last"),
                 prefetch_estimated=("prefetch_estimated", "last"), channel_prefetch=("channel_prefetch", "last"))
@@ -308,29 +315,35 @@ def consumer_summary(cap: Capture) -> pd.DataFrame:
     agg["share_idle"] = agg["I"] / T
     agg["mean_deficit"] = agg["DF"] / agg["HD"].where(agg["HD"] > 0)
     agg["duration_s"] = agg["T"]
-    agg = agg.reset_index()
 
-    d = D.deliveries(cap)
-    d = d[~d["no_ack"].to_numpy(bool) & (d["consumer_tag"] != D.GET_TAG)]
-    d = D._obj(d, "consumer_tag")
-    lat = d.groupby(CONSUMER)["latency_s"].median().rename("deliver_to_ack_p50_s")
-    settled = d[d["settle_order"].notna()]
-    # ack frames per consumer: distinct settling frames; multiple ones among them
-    frames = settled.drop_duplicates(CONSUMER + ["settle_order"])
-    acks = frames.groupby(CONSUMER).size().rename("acks")
-    acks_mult = frames.groupby(CONSUMER)["settle_multiple"].sum().astype(np.int64).rename("acks_multiple")
-    mpa = (settled.groupby(CONSUMER).size() / acks).rename("messages_per_ack")
+    # per consumer code: deliver→ack median, ack frames (distinct settling frames), multiple ones
+    ncons = len(keys)
+    lat = pd.Series(d["latency_s"].to_numpy(float)).groupby(code).median().reindex(range(ncons))
+    settled = d["settle_order"].notna().to_numpy()
+    s_code, s_order = code[settled], d["settle_order"].to_numpy(np.int64, na_value=0)[settled]
+    frame = np.unique(s_code * (int(s_order.max(initial=0)) + 1) + s_order, return_index=True)[1]
+    acks = np.bincount(s_code[frame], minlength=ncons).astype(np.int64)
+    acks_mult = np.bincount(s_code[frame], weights=d["settle_multiple"].to_numpy(bool, na_value=False)[settled][frame],
+                            minlength=ncons).astype(np.int64)
+    n_settled = np.bincount(s_code, minlength=ncons)
+    mpa = np.where(acks > 0, n_settled / np.maximum(acks, 1), np.nan)
 
     from .latency import ack_gaps  # noqa: PLC0415 (shared helper of the sibling analyzer)
 
     gaps = ack_gaps(cap)
     a2d = gaps.groupby(D.KEY)["gap_s"].median().rename("ack_to_next_deliver_p50_s")
 
-    out = D._obj(c.drop(columns=["prefetch"]), "consumer_tag").merge(D._obj(agg, "consumer_tag"), on=CONSUMER, how="inner")
-    out = out.join(lat, on=CONSUMER).join(acks, on=CONSUMER).join(acks_mult, on=CONSUMER).join(mpa, on=CONSUMER)
+    # the consumers with a state (inner join of c and agg), in c's order
+    c_code = _code_of(keys, c)
+    keep = np.isin(c_code, agg.index.to_numpy())
+    out = D._obj(c.loc[keep].drop(columns=["prefetch"]), "consumer_tag").reset_index(drop=True)
+    oc = c_code[keep]
+    agg = agg.reindex(oc)
+    for col in agg:
+        out[col] = agg[col].array
+    out["deliver_to_ack_p50_s"] = lat.to_numpy()[oc]
+    out["acks"], out["acks_multiple"], out["messages_per_ack"] = acks[oc], acks_mult[oc], mpa[oc]
     out = out.join(a2d, on=D.KEY)
-    out["acks"] = out["acks"].fillna(0).astype(np.int64)
-    out["acks_multiple"] = out["acks_multiple"].fillna(0).astype(np.int64)
     span = (out["end_ts"] - out["start_ts"]).dt.total_seconds()
     out["rate_per_s"] = out["deliveries"] / span.where(span > 0)
     out["backlog_growth_msgs"] = _backlog_growth(cap, out)
