@@ -87,7 +87,8 @@ def info(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt) -> Non
     head.add_row("file", f"{s['path']} ({s['file_bytes']:,} bytes, {s['format']}{', gzip' if s['compressed'] else ''})")
     head.add_row("link types", ", ".join(s["link_types"]))
     head.add_row("packets", f"{s['packets']:,} ({s['tcp_packets']:,} TCP, {len(cap.packets):,} in AMQP connections)")
-    head.add_row("time", f"{_fmt_ts(s['first_ts'])} → {_fmt_ts(s['last_ts'])} ({duration:.3f} s)")
+    if s["first_ts"] is not None:
+        head.add_row("time", f"{_fmt_ts(s['first_ts'])} → {_fmt_ts(s['last_ts'])} ({duration:.3f} s)")
     head.add_row("AMQP", f"{len(cap.connections)} connections, {len(cap.frames):,} frames")
     head.add_row("anomalies", f"{len(cap.anomalies)}" + (f" ({_kinds(cap)})" if len(cap.anomalies) else ""))
     out.print(head)

@@ -95,3 +95,20 @@ def test_every_finding_filter_is_valid_in_wireshark():
                                capture_output=True, text=True, timeout=120)
             assert r.returncode == 0, (name, f.id, flt, r.stderr)
             assert r.stdout.strip(), (name, f.id, flt, "matches no packet")
+
+
+@pytest.mark.parametrize("case", ["no AMQP connection", "no packets"])
+def test_analyze_captures_without_amqp(tmp_path, case):
+    """Every analyzer copes with empty tables: no findings, no error."""
+    if case == "no packets":
+        path = tmp_path / "header-only.pcap"
+        path.write_bytes((FIX / "confirms.pcap").read_bytes()[:24])
+        ports = (5672,)
+    else:
+        path, ports = FIX / "midstream.pcap", (9999,)  # no protocol header, not on an AMQP port
+    cap = amqpcap.load(path, ports=ports)
+    assert len(cap.frames) == 0
+    results = [fn(cap) for fn, _ in analyzers().values()]
+    assert not [f for r in results for f in r.findings if f.severity != "info"]
+    s = build_summary(cap, results)
+    assert s["capture"]["connections"] == 0
