@@ -35,9 +35,14 @@ if not out.is_terminal:
 err = Console(stderr=True)
 
 CaptureArg = typer.Argument(..., metavar="CAPTURE", help="pcap or pcapng file, optionally gzip-compressed", show_default=False)
-PortOpt = typer.Option(
-    None, "--port", "-p", help="AMQP port (repeat for several); default 5672. Adds to the default when --add-port is used."
-)
+PortOpt = typer.Option(None, "--port", "-p", help="AMQP port (repeat for several); default 5672")
+
+
+def _check_format(fmt: str) -> None:
+    from .report import FORMATS
+
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown table format {fmt!r}: use {' or '.join(FORMATS)}")
 
 
 def _load(capture: Path, port: Optional[List[int]]) -> Capture:
@@ -147,6 +152,7 @@ def _analyzer_command(name: str, fn, help_text: str):
                 fmt: str = FormatOpt, plots: bool = PlotsOpt) -> None:
         from .report import write_result
 
+        _check_format(fmt)
         cap = _load(capture, port)
         result = fn(cap)
         result.findings = rank(result.findings)
@@ -165,6 +171,7 @@ def analyze(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, out
     """Run every analyzer: findings first (who is to blame, with evidence), then the numbers."""
     from .report import build_summary, write_result, write_summary
 
+    _check_format(fmt)
     cap = _load(capture, port)
     results = [fn(cap) for fn, _ in analyzers().values()]
     summary = build_summary(cap, results)

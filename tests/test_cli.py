@@ -114,3 +114,9 @@ def test_bad_output_and_usage_errors(tmp_path):
     assert r.returncode == 2 and "Missing argument" in r.stderr and "Traceback" not in r.stderr
     r = run("info", CONFIRMS, "--port", "70000")
     assert r.returncode == 64 and "not a TCP port" in r.stderr
+
+
+def test_unknown_table_format_is_a_usage_error():
+    for cmd in ("analyze", "latency"):
+        r = run(cmd, CONFIRMS, "--format", "xml")
+        assert r.returncode == 64 and "unknown table format" in r.stderr and "Traceback" not in r.stderr
