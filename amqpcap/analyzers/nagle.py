@@ -17,7 +17,7 @@ import pandas as pd
 from ..analysis import AnalyzerResult, Finding, Plot, analyzer
 from ..capture import Capture
 from ._tcp import running_last as _running_last
-from ._tcp import running_max_per_stream as _running_max_per_stream
+from ._tcp import HI_SHIFT as _HI_SHIFT
 from ._tcp import stream_order
 
 # ----------------------------------------------------------------------------------- definitions
@@ -89,46 +89,67 @@ def _segments(cap: Capture) -> dict[str, np.ndarray]:
     with what the analysis needs from the peer's side, as plain numpy columns.
 
     All packets are first put in (stream, packet) order (shared with the stalls analyzer, see
-    _tcp.py); there, the peer's last packet before a segment, the peer's cumulative ACK and the
-    peer's data count are running maxima/sums."""
+    _tcp.py). There, a segment's peer-side state is read at one row: the peer's last packet
+    before it, which is the row just before the segment's run of same-direction rows. The
+    peer's cumulative ACK and data count there are running maxima/sums per direction, both
+    directions in one array so a single gather reads the peer's side of every segment."""
     so = stream_order(cap)
     stream, s2c, pkt, ts = so["stream"], so["s2c"], so["packet"], so["ts"]
     payload, flags, ack, seq = so["payload_bytes"], so["flags"], so["ack"], so["seq"]
-    frames, retr = so["frames_ended"], so["retransmission"]
+    frames, retr, hi = so["frames_ended"], so["retransmission"], so["hi"]
+    n_all = len(stream)
+    data = payload > 0
 
-    last_dir = {False: _running_last(~s2c), True: _running_last(s2c)}
-    # The peer's cumulative ACK (highest ack so far) = how much of our data it has acknowledged.
-    acked_dir = {False: _running_max_per_stream(ack, ~s2c, stream), True: _running_max_per_stream(ack, s2c, stream)}
-    data_cnt = {False: np.cumsum(~s2c & (payload > 0)), True: np.cumsum(s2c & (payload > 0))}
-    pure_ack = (payload == 0) & ((flags & FLAG_ACK) != 0) & ((flags & (FLAG_SYN | FLAG_FIN | FLAG_RST)) == 0)
+    # Rows [0, n_all): state of c2s, rows [n_all, 2·n_all): of s2c, at each packet row.
+    # acked: the direction's highest ACK so far in the row's stream (stream in the high bits,
+    # see _tcp.running_max_keyed); data_cnt: its data packets so far (only differences are read).
+    acked = np.empty(2 * n_all, np.int64)
+    keyed_ack = ack + hi
+    np.maximum.accumulate(np.where(s2c, -1, keyed_ack), out=acked[:n_all])
+    np.maximum.accumulate(np.where(s2c, keyed_ack, -1), out=acked[n_all:])
+    data_cnt = np.empty(2 * n_all, np.int32)
+    np.cumsum(data & ~s2c, dtype=np.int32, out=data_cnt[:n_all])
+    np.cumsum(data & s2c, dtype=np.int32, out=data_cnt[n_all:])
+    # The row where each run of same-direction rows starts: the peer's last packet before a row
+    # is the one just before its run (file-wide, like the stream check below).
+    turn = np.empty(n_all, bool)
+    turn[:1] = True
+    np.not_equal(s2c[1:], s2c[:-1], out=turn[1:])
+    run_start = _running_last(turn)
 
-    m = (payload > 0) & ~retr
-    idx = np.flatnonzero(m)
-    g = stream[idx] * 2 + s2c[idx]
-    idx = idx[np.argsort(g, kind="stable")]  # (stream, direction, packet)
-    g = stream[idx] * 2 + s2c[idx]
-    seg_s2c = s2c[idx]
+    idx = np.flatnonzero(data & ~retr)
+    g = stream[idx].astype(np.int64) * 2 + s2c[idx]
+    # (stream, direction, packet): a stable sort on g; radix sort when g fits 16 bits.
+    o = np.argsort(g.astype(np.uint16) if len(g) and g.max() < 1 << 16 else g, kind="stable")
+    idx, g = idx[o], g[o]
+    seg_s2c = (g & 1).astype(bool)
+    seg_stream = g >> 1
+    seg_hi = seg_stream << _HI_SHIFT
 
-    # The peer's last packet before this segment (the peer is the other direction).
-    peer_last = np.where(seg_s2c, last_dir[False][idx], last_dir[True][idx])
-    valid = (peer_last >= 0) & (stream[np.clip(peer_last, 0, None)] == stream[idx])
-    pl = np.clip(peer_last, 0, None)
-    peer_acked = np.where(seg_s2c, acked_dir[False][idx], acked_dir[True][idx])
-    # What the peer had acknowledged before that last packet (its running max one row earlier).
-    before = np.clip(peer_last - 1, 0, None)
-    peer_acked_before = np.where(seg_s2c, acked_dir[False][before], acked_dir[True][before])
-    peer_acked_before = np.where(valid & (peer_last >= 1) & (stream[before] == stream[idx]), peer_acked_before, -1)
-    peer_data = np.where(seg_s2c, data_cnt[False][idx], data_cnt[True][idx])
+    peer_last = run_start[idx] - 1
+    pl = np.maximum(peer_last, 0)
+    valid = (peer_last >= 0) & (stream[pl] == seg_stream)
+    at = pl + np.where(seg_s2c, 0, n_all)  # the peer's direction at its last row
+    # pl is a peer row of the stream when valid, so its running max includes itself (>= 0).
+    peer_acked = np.where(valid, acked[at] - seg_hi, -1)
+    # What the peer had acknowledged before that last packet (one row earlier; an earlier
+    # stream's maximum is below this stream's key).
+    before = acked[np.maximum(at - 1, 0)]
+    peer_acked_before = np.where(valid & (peer_last >= 1) & (before >= seg_hi), before - seg_hi, -1)
+    pl_flags = flags[pl]
+    pure_ack = (payload[pl] == 0) & ((pl_flags & FLAG_ACK) != 0) & ((pl_flags & (FLAG_SYN | FLAG_FIN | FLAG_RST)) == 0)
+    seg_payload = payload[idx]
     return {
-        "g": g, "stream": stream[idx], "s2c": seg_s2c, "packet": pkt[idx], "ts_ns": ts[idx],
-        "payload_bytes": payload[idx], "end": seq[idx] + payload[idx], "frames": frames[idx],
-        "peer_acked": np.where(valid, peer_acked, -1),
+        "g": g, "stream": seg_stream, "s2c": seg_s2c, "packet": pkt[idx], "ts_ns": ts[idx],
+        "payload_bytes": seg_payload, "end": seq[idx] + seg_payload, "frames": frames[idx],
+        "peer_acked": peer_acked,
         "peer_last_packet": np.where(valid, pkt[pl], -1),
         "peer_last_ts_ns": np.where(valid, ts[pl], 0),
-        "peer_last_pure_ack": valid & pure_ack[pl],
+        "peer_last_pure_ack": valid & pure_ack,
         "peer_last_ack": np.where(valid, ack[pl], -1),
         "peer_acked_before_last": peer_acked_before,
-        "peer_data_count": peer_data,
+        # Equal to the count at the segment's own row: the rows between are of its direction.
+        "peer_data_count": data_cnt[at],
     }
 
 
@@ -146,90 +167,111 @@ def _mss(cap: Capture) -> pd.DataFrame:
     }).set_index("g")
 
 
+def _shifted(x: np.ndarray) -> np.ndarray:
+    """x one row down: row i holds x[i - 1] (row 0 keeps x[0]). The previous segment's value
+    by a copy, not a gather."""
+    out = np.empty_like(x)
+    out[:1] = x[:1]
+    out[1:] = x[:-1]
+    return out
+
+
+def _ns(seconds: float) -> int:
+    """A threshold in whole nanoseconds. For integer ns x and a threshold c that is a whole
+    number of ns, x / 1e9 >= c exactly when x >= c·1e9 (the division is monotonic and exact at
+    x = c·1e9), so the per-segment comparisons stay in int64 without a float column."""
+    return int(round(seconds * 1e9))
+
+
 def analyze_segments(cap: Capture) -> tuple[dict[str, np.ndarray], pd.DataFrame, pd.DataFrame]:
     """(segment columns with per-segment flags, per-direction table, stalls table)."""
     s = _segments(cap)
     n = len(s["g"])
     conn = _mss(cap)
-    g = s["g"]
-    mss_f = conn["mss"].reindex(g).to_numpy() if n else np.zeros(0)
-    small_limit = np.ceil(np.where(np.isnan(mss_f), SMALL_BYTES_UNKNOWN_MSS, SMALL_MSS_FRACTION * mss_f)).astype(np.int64)
-    merge_mss = np.where(np.isnan(mss_f), MERGE_MSS_UNKNOWN_BYTES, mss_f)
-    payload, ts, end = s["payload_bytes"], s["ts_ns"], s["end"]
-    small = payload < small_limit
+    g, payload, ts, end, packet = s["g"], s["payload_bytes"], s["ts_ns"], s["end"], s["packet"]
+    # Rows are grouped by direction (g): per-direction values are taken once per group and
+    # spread over its rows; group sums are `add.reduceat` over the group starts.
+    same = np.zeros(n, bool)  # previous row: same stream direction
+    np.equal(g[1:], g[:-1], out=same[1:])
+    gs = np.flatnonzero(~same)
+    groups = g[gs]
+    mss_g = conn["mss"].reindex(groups).to_numpy() if n else np.zeros(0)
+    small_limit_g = np.ceil(np.where(np.isnan(mss_g), SMALL_BYTES_UNKNOWN_MSS, SMALL_MSS_FRACTION * mss_g)).astype(np.int64)
+    merge_mss_g = np.where(np.isnan(mss_g), MERGE_MSS_UNKNOWN_BYTES, mss_g)
+    small = payload < np.repeat(small_limit_g, np.diff(np.r_[gs, n]))
 
-    same = np.r_[False, g[1:] == g[:-1]] if n else np.zeros(0, bool)  # previous row: same stream direction
-    prev = np.r_[0, np.arange(n - 1)] if n else np.zeros(0, np.int64)
-    gap_s = np.where(same, (ts - ts[prev]) / 1e9, np.nan)
-    prev_small = same & small[prev]
-    prev_end, prev_packet = end[prev], s["packet"][prev]
+    prev_ts = _shifted(ts)
+    prev_small = same & _shifted(small)
 
     # Unbatched writes: a small segment sent while an earlier small segment of the direction
     # was still unacknowledged by the peer (Nagle would have held it; with TCP_NODELAY it goes).
-    last_small = np.r_[-1, _running_last(small)[:-1]] if n else np.zeros(0, np.int64)
-    has_small = (last_small >= 0) & (g[np.clip(last_small, 0, None)] == g)
-    small_while_unacked = small & has_small & (s["peer_acked"] < end[np.clip(last_small, 0, None)])
+    last_small = _shifted(_running_last(small))
+    last_small[:1] = -1
+    ls = np.maximum(last_small, 0)
+    small_while_unacked = small & (last_small >= 0) & (g[ls] == g) & (s["peer_acked"] < end[ls])
 
     # Coalescing: runs of small segments, each within COALESCE_WINDOW_S of the previous one
     # and with no peer data in between, could have been written (and sent) together.
-    peer_data_between = s["peer_data_count"] - s["peer_data_count"][prev]
-    joins = small & prev_small & (gap_s <= COALESCE_WINDOW_S) & (peer_data_between == 0)
-    run = np.cumsum(~joins) - 1
-    start = np.flatnonzero(~joins)
-    run_segments = np.bincount(run, minlength=len(start))
-    run_bytes = np.bincount(run, weights=payload, minlength=len(start))
-    needed = np.maximum(np.ceil(run_bytes / merge_mss[start]) if n else np.zeros(0), 1)
+    pdc = s["peer_data_count"]
+    joins = prev_small & small & (ts - prev_ts <= _ns(COALESCE_WINDOW_S)) & (pdc == _shifted(pdc))
+    start = np.flatnonzero(~joins)  # every group start is a run start (joins needs `same`)
+    run_segments = np.diff(np.r_[start, n])
+    run_bytes = np.add.reduceat(payload, start, dtype=np.float64) if n else np.zeros(0)
+    merge_mss = merge_mss_g[np.searchsorted(gs, start, side="right") - 1]
+    needed = np.maximum(np.ceil(run_bytes / merge_mss), 1)
     run_saved = np.maximum(run_segments - needed, 0)
-    in_run = joins | np.r_[joins[1:], False] if n else np.zeros(0, bool)
+    in_run = joins.copy()
+    in_run[:-1] |= joins[1:]
 
     # Nagle/delayed-ACK stall: this small segment left right after the peer's pure ACK of the
-    # previous small segment, and that ACK was itself delayed by a delayed-ACK timer.
-    t_ack = s["peer_last_ts_ns"]
-    ack_delay_s = (t_ack - ts[prev]) / 1e9
-    release_s = (ts - t_ack) / 1e9
-    stall = (
-        small & prev_small & s["peer_last_pure_ack"]
-        & (s["peer_last_packet"] > prev_packet)
-        & (s["peer_last_ack"] >= prev_end)
-        & (s["peer_acked_before_last"] < prev_end)
-        & (ack_delay_s >= STALL_ACK_DELAY_MIN_S) & (ack_delay_s <= STALL_ACK_DELAY_MAX_S)
-        & (release_s >= 0) & (release_s <= STALL_RELEASE_MAX_S)
-    )
+    # previous small segment, and that ACK was itself delayed by a delayed-ACK timer. The cheap
+    # flags pick the candidates; the rest is checked on those rows only (`c - 1`: previous row).
+    c = np.flatnonzero(prev_small & small & s["peer_last_pure_ack"])
+    t_ack = s["peer_last_ts_ns"][c]
+    ack_delay, release = t_ack - ts[c - 1], ts[c] - t_ack
+    prev_end = end[c - 1]
+    ok = ((s["peer_last_packet"][c] > packet[c - 1])
+          & (s["peer_last_ack"][c] >= prev_end)
+          & (s["peer_acked_before_last"][c] < prev_end)
+          & (ack_delay >= _ns(STALL_ACK_DELAY_MIN_S)) & (ack_delay <= _ns(STALL_ACK_DELAY_MAX_S))
+          & (release >= 0) & (release <= _ns(STALL_RELEASE_MAX_S)))
+    st = c[ok]
+    stall = np.zeros(n, bool)
+    stall[st] = True
+    stall_s = (ts[st] - ts[st - 1]) / 1e9
     stalls = pd.DataFrame({
-        "stream": s["stream"][stall].astype(np.int32),
-        "direction": np.where(s["s2c"][stall], "s2c", "c2s"),
-        "packet": s["packet"][stall].astype(np.int32),
-        "ts": pd.to_datetime(ts[stall], utc=True),
-        "previous_packet": prev_packet[stall].astype(np.int32),
-        "ack_packet": s["peer_last_packet"][stall].astype(np.int32),
-        "stall_s": gap_s[stall],
-        "ack_delay_s": ack_delay_s[stall],
-        "release_s": release_s[stall],
-        "payload_bytes": payload[stall],
+        "stream": s["stream"][st].astype(np.int32),
+        "direction": np.where(s["s2c"][st], "s2c", "c2s"),
+        "packet": packet[st].astype(np.int32),
+        "ts": pd.to_datetime(ts[st], utc=True),
+        "previous_packet": packet[st - 1].astype(np.int32),
+        "ack_packet": s["peer_last_packet"][st].astype(np.int32),
+        "stall_s": stall_s,
+        "ack_delay_s": ack_delay[ok] / 1e9,
+        "release_s": release[ok] / 1e9,
+        "payload_bytes": payload[st].astype(np.int64),
     })
 
-    # Per direction: groups are contiguous, so sums are `add.reduceat` over group starts.
-    gs = np.flatnonzero(~same)
-    gid = np.cumsum(~same) - 1
+    def total(x):  # integer sums per direction
+        return np.add.reduceat(x, gs, dtype=np.int64) if n else np.zeros(0, np.int64)
 
-    def total(x):
-        return np.add.reduceat(np.asarray(x, dtype=np.float64), gs) if n else np.zeros(0)
-
-    groups = g[gs]
+    st_group = np.searchsorted(gs, st, side="right") - 1
     d = pd.DataFrame({
         "stream": (groups // 2).astype(np.int32),
         "direction": np.where(groups % 2 == 1, "s2c", "c2s"),
-        "mss_bytes": pd.array(mss_f[gs] if n else [], dtype="Float64").astype("Int64"),
-        "small_limit_bytes": small_limit[gs],
+        "mss_bytes": pd.array(mss_g, dtype="Float64").astype("Int64"),
+        "small_limit_bytes": small_limit_g,
         "data_segments": np.diff(np.r_[gs, n]).astype(np.int64),
-        "payload_bytes": total(payload).astype(np.int64),
-        "small_segments": total(small).astype(np.int64),
-        "frames": total(s["frames"]).astype(np.int64),
-        "single_frame_segments": total(s["frames"] == 1).astype(np.int64),
-        "small_while_unacked": total(small_while_unacked).astype(np.int64),
-        "packets_saved": np.bincount(gid[start], weights=run_saved, minlength=len(gs)).astype(np.int64) if n else np.zeros(0, np.int64),
-        "stalls": total(stall).astype(np.int64),
-        "stall_time_s": total(np.where(stall, gap_s, 0.0)),
+        "payload_bytes": total(payload),
+        "small_segments": total(small),
+        "frames": total(s["frames"]),
+        "single_frame_segments": total(s["frames"] == 1),
+        "small_while_unacked": total(small_while_unacked),
+        # Runs never cross directions: a direction's runs are those from its first run on.
+        "packets_saved": np.add.reduceat(run_saved, np.searchsorted(start, gs)).astype(np.int64) if n else np.zeros(0, np.int64),
+        "stalls": np.bincount(st_group, minlength=len(gs)).astype(np.int64),
+        # Summed in row order, as a per-row sum with zeros elsewhere would be.
+        "stall_time_s": np.bincount(st_group, weights=stall_s, minlength=len(gs)).astype(np.float64),
         "active_s": (np.maximum.reduceat(ts, gs) - np.minimum.reduceat(ts, gs)) / 1e9 if n else np.zeros(0),
     })
     med = stalls.assign(g=stalls["stream"].astype(np.int64) * 2 + (stalls["direction"] == "s2c")).groupby("g")["stall_s"].median()
