@@ -31,40 +31,72 @@ ALL_TAGS = np.iinfo(np.int64).max
 SETTLE_METHODS = ("basic.ack", "basic.nack", "basic.reject")
 DELIVER_METHODS = ("basic.deliver", "basic.get-ok")
 
-_COLUMNS = [
-    "packet", "ts", "stream", "direction", "channel", "method", "consumer_tag", "delivery_tag",
-    "redelivered", "multiple", "requeue", "no_ack", "prefetch_count", "global", "queue", "exchange",
-    "routing_key", "nowait",
-]
+_TEXT = ("consumer_tag", "queue", "exchange", "routing_key")
 
 
 def methods(cap: Capture) -> pd.DataFrame:
-    """Method frames with ``order`` (position in cap.frames) and ``epoch`` (see module doc).
+    """Method frames: stream, channel, epoch (see module doc), space (dense code of the tag space
+    (stream, channel, epoch), in sorted order), order (position in cap.frames), method, direction.
 
-    The text columns that serve as merge keys (consumer_tag, queue, exchange, routing_key) are
-    plain ``str``/object. ``method`` and ``direction`` stay categorical (as in cap.frames): they
-    are only compared with constants, and every analyzer selects its rows by them many times; a
-    comparison on category codes is far cheaper than one on hundreds of thousands of Python
-    strings. Take ``.to_numpy(object)`` where their text goes into a table."""
+    Only these few columns: the others are needed on small subsets (a few thousand basic.qos or
+    basic.consume rows) or as codes, so :func:`pick` takes them from cap.frames for the selected
+    rows only, where copying 18 columns of every method frame cost more than all the matching.
+    ``method`` and ``direction`` stay categorical (as in cap.frames): compared on their codes."""
     cached = getattr(cap, "_amqpcap_methods", None)
     if cached is not None:
         return cached
     f = cap.frames
-    mask = (f["type"] == "method").to_numpy(dtype=bool, na_value=False)
-    m = f.loc[mask, _COLUMNS].copy()
-    m["order"] = np.flatnonzero(mask).astype(np.int64)
-    for col in ("consumer_tag", "queue", "exchange", "routing_key"):
-        m[col] = m[col].astype(object)
-    m["stream"] = m["stream"].astype(np.int64)
-    m["channel"] = m["channel"].astype(np.int64)
-    m = m.reset_index(drop=True)
-    opened = (m["method"] == "channel.open").to_numpy(np.int64)
-    m["epoch"] = group_cumsum(pd.factorize(chan_key(m))[0], opened)
+    order = np.flatnonzero((f["type"] == "method").to_numpy(dtype=bool, na_value=False))
+    stream = f["stream"].to_numpy(np.int64)[order]
+    channel = f["channel"].to_numpy(np.int64)[order]
+    m = pd.DataFrame({"stream": stream, "channel": channel, "order": order.astype(np.int64),
+                      "method": f["method"].array.take(order), "direction": f["direction"].array.take(order)})
+    m["epoch"] = _epochs(stream * 65536 + channel, select(m, "channel.open"))
+    m["space"] = codes(stream, channel, m["epoch"].to_numpy())
     try:  # the Capture may refuse new attributes; caching is only an optimisation
         cap._amqpcap_methods = m
     except AttributeError:
         pass
     return m
+
+
+def _epochs(chan: np.ndarray, opened: np.ndarray) -> np.ndarray:
+    """Per row, the number of ``opened`` rows on its channel ``chan`` up to and including it.
+
+    channel.open frames are few: counting them by a search of (chan, row) among them is much
+    cheaper than a grouped running sum, which sorts every row."""
+    n = len(chan)
+    op = np.flatnonzero(opened)
+    if len(op) == 0:
+        return np.zeros(n, dtype=np.int64)
+    if chan.max(initial=0) >= (2 ** 62) // max(n, 1):  # (chan, row) would not pack into an int64
+        return group_cumsum(pd.factorize(chan)[0], opened.astype(np.int64))
+    opens = np.sort(chan[op] * n + op)
+    base = chan * n
+    return (np.searchsorted(opens, base + np.arange(n), side="right")
+            - np.searchsorted(opens, base, side="left")).astype(np.int64)
+
+
+def pick(cap: Capture, m: pd.DataFrame, mask: np.ndarray, cols) -> pd.DataFrame:
+    """The rows ``mask`` of ``m`` (index: their positions in ``m``) with columns ``cols``: those of
+    ``m`` from ``m``, the others taken from cap.frames at these frames. Text columns stay
+    categorical, as in cap.frames (``.astype(object)`` where the text is needed)."""
+    idx = np.flatnonzero(mask)
+    order = m["order"].to_numpy()[idx]
+    f = cap.frames
+    return pd.DataFrame({c: (m[c].array.take(idx) if c in m.columns else f[c].array.take(order)) for c in cols},
+                        index=idx)
+
+
+def _text(labels, code: np.ndarray):
+    """``labels[code]`` (code −1: missing) as the column pandas infers from that object array:
+    ``str`` when any value is present, else object (all missing). Taken from the few labels,
+    where pandas would convert and check every one of the rows."""
+    code = np.asarray(code, dtype=np.int64)
+    if (code >= 0).any():
+        arr = pd.array(np.asarray(labels, dtype=object), dtype=pd.StringDtype(na_value=np.nan))
+        return arr.take(code, allow_fill=True)
+    return np.full(len(code), np.nan, dtype=object)
 
 
 def chan_key(df: pd.DataFrame) -> np.ndarray:
@@ -78,6 +110,18 @@ def codes(*cols) -> np.ndarray:
 
     A groupby or merge on several columns (worse, on text) factorizes them again every time;
     a code computed once is one int64 column, cheap to sort, search and reduce on."""
+    cols = [np.asarray(c) for c in cols]
+    if cols and all(c.dtype.kind in "iu" and (len(c) == 0 or c.min() >= 0) for c in cols):
+        # non-negative ints: packed into one int64 (lexicographic, so sorted as the tuples) and
+        # factorized once, when the ranges allow it
+        packed, size = np.zeros(len(cols[0]), dtype=np.int64), 1
+        for c in cols:
+            r = int(c.max(initial=0)) + 1
+            if size > (2 ** 62) // r:
+                break
+            packed, size = packed * r + c, size * r
+        else:
+            return pd.factorize(packed, sort=True)[0].astype(np.int64)
     out = None
     for col in cols:
         c, uniq = pd.factorize(col, sort=True)
@@ -173,7 +217,7 @@ def match_settlements(items: pd.DataFrame, settlers: pd.DataFrame) -> np.ndarray
     """For each item (a delivery or a confirmed publish), the row position in ``settlers`` of the
     frame that settles it, or -1.
 
-    ``items`` and ``settlers`` carry the KEY columns, ``order`` and ``tag`` (int64); settlers
+    ``items`` and ``settlers`` carry ``space`` (the tag space's code, see :func:`methods`), ``order`` and ``tag`` (int64); settlers
     also ``multiple`` (bool). A settler settles an item of the same key that came before it when
     its tag equals the item's, or when it has ``multiple`` and its tag is ≥ the item's (tag 0 with
     multiple means every outstanding tag): §1.8.3.13. The first such settler wins (an item
@@ -189,9 +233,7 @@ def match_settlements(items: pd.DataFrame, settlers: pd.DataFrame) -> np.ndarray
     out = np.full(n, -1, dtype=np.int64)
     if n == 0 or ns == 0:
         return out
-    # one code per tag space, shared by items and settlers
-    key = codes(*(np.r_[items[k].to_numpy(np.int64), settlers[k].to_numpy(np.int64)] for k in KEY))
-    i_key, s_key = key[:n], key[n:]
+    i_key, s_key = items["space"].to_numpy(np.int64), settlers["space"].to_numpy(np.int64)
     i_order, s_order = items["order"].to_numpy(np.int64), settlers["order"].to_numpy(np.int64)
     i_tag, s_tag = items["tag"].to_numpy(np.int64), settlers["tag"].to_numpy(np.int64).copy()
     multiple = settlers["multiple"].to_numpy(dtype=bool)
@@ -227,28 +269,47 @@ def match_settlements(items: pd.DataFrame, settlers: pd.DataFrame) -> np.ndarray
     return out
 
 
-def consumes(m: pd.DataFrame) -> pd.DataFrame:
+def consumes(cap: Capture) -> pd.DataFrame:
     """basic.consume (client) with the tag the broker confirmed: an empty consumer tag in
     basic.consume means "broker, choose one", given back in the next basic.consume-ok on that
-    channel (the broker answers a channel's methods in order)."""
-    c = m.loc[select(m, "basic.consume", "c2s"),
-              ["stream", "channel", "epoch", "order", "packet", "ts", "consumer_tag", "no_ack", "queue", "nowait"]]
-    ok = m.loc[select(m, "basic.consume-ok", "s2c"), ["stream", "channel", "order", "ts", "packet", "consumer_tag"]]
+    channel (the broker answers a channel's methods in order). ``tag_code`` is the tag's code in
+    the categories of cap.frames' consumer_tag (the codes :func:`deliveries` matches on).
+    Computed once per Capture."""
+    cached = getattr(cap, "_amqpcap_consumes", None)
+    if cached is not None:
+        return cached
+    m = methods(cap)
+    c = pick(cap, m, select(m, "basic.consume", "c2s"), ["stream", "channel", "epoch", "space", "order", "packet",
+                                                           "ts", "consumer_tag", "no_ack", "queue", "nowait"])
+    ok = pick(cap, m, select(m, "basic.consume-ok", "s2c"), ["stream", "channel", "order", "ts", "packet", "consumer_tag"])
+    c["tag_code"] = c["consumer_tag"].cat.codes.astype(np.int64)
+    c["queue_code"] = c["queue"].cat.codes.astype(np.int64)
+    ok["ok_code"] = ok["consumer_tag"].cat.codes.astype(np.int64)
+    c, ok = _obj(c, "consumer_tag", "queue"), _obj(ok, "consumer_tag")
     c = c.sort_values("order")
     ok = ok.sort_values("order").rename(
         columns={"order": "ok_order", "ts": "ok_ts", "packet": "ok_packet", "consumer_tag": "ok_tag"})
     c = pd.merge_asof(c, ok, left_on="order", right_on="ok_order", by=["stream", "channel"], direction="forward")
     nowait = c["nowait"].fillna(False).to_numpy(bool)  # no consume-ok will come for this one
     c.loc[nowait, ["ok_order", "ok_ts", "ok_packet", "ok_tag"]] = None
-    tag = c["consumer_tag"].where(c["consumer_tag"].fillna("") != "", c["ok_tag"])
+    named = (c["consumer_tag"].fillna("") != "").to_numpy(bool)
+    tag = c["consumer_tag"].where(named, c["ok_tag"])
     c["consumer_tag"] = tag
+    ok_code = c["ok_code"].fillna(-1).to_numpy(np.int64, copy=True)
+    ok_code[nowait] = -1
+    c["tag_code"] = np.where(named, c["tag_code"].to_numpy(np.int64), ok_code)
     c["no_ack"] = c["no_ack"].fillna(False).astype(bool)
     # the consumer exists from consume-ok (nowait: from basic.consume)
     has_ok = c["ok_ts"].notna()
     c["start_ts"] = c["ok_ts"].where(has_ok, c["ts"])
     c["start_order"] = c["ok_order"].where(has_ok, c["order"]).astype(np.int64)
     c["start_packet"] = c["ok_packet"].where(has_ok, c["packet"]).astype(np.int64)
-    return c[c["consumer_tag"].notna()].reset_index(drop=True)
+    out = c[c["consumer_tag"].notna()].reset_index(drop=True)
+    try:
+        cap._amqpcap_consumes = out
+    except AttributeError:
+        pass
+    return out
 
 
 def deliveries(cap: Capture) -> pd.DataFrame:
@@ -260,79 +321,93 @@ def deliveries(cap: Capture) -> pd.DataFrame:
     a channel with no client ack/nack/reject at all is taken as no-ack), settle_packet,
     settle_ts, settle_order, settle_method, settle_multiple, settle_requeue, latency_s and
     outcome (ack, nack, reject, no-ack, closed: unsettled when its channel or connection closed,
-    unsettled: still outstanding at the end of the capture)."""
+    unsettled: still outstanding at the end of the capture).
+
+    Consumer tags and queues are matched on the category codes of cap.frames' columns (one
+    category set per column, shared by all frames); their text is made once, for the table."""
     cached = getattr(cap, "_amqpcap_deliveries", None)
     if cached is not None:
         return cached
     m = methods(cap)
-    d = m.loc[select(m, DELIVER_METHODS, "s2c"), KEY + ["method", "consumer_tag", "delivery_tag", "packet", "ts",
-                                                       "order", "redelivered"]].copy()
-    d["consumer_tag"] = np.where(select(d, "basic.get-ok"), GET_TAG,
-                                 d["consumer_tag"].fillna("").to_numpy(object))
+    f = cap.frames
+    d = pick(cap, m, select(m, DELIVER_METHODS, "s2c"), KEY + ["space", "method", "delivery_tag", "packet", "ts",
+                                                               "order", "redelivered"])
     d["tag"] = _tags(d["delivery_tag"])
     d = d[d["tag"] >= 0].sort_values("order").reset_index(drop=True)
+    order = d["order"].to_numpy(np.int64)
+    get_rows = select(d, "basic.get-ok")
+
+    # consumer tags as codes into ``tag_labels``: the frames' categories, then "" (a missing tag
+    # counts as the empty one) and GET_TAG (for get-ok), unless they are categories already
+    cats = f["consumer_tag"].cat.categories
+    tag_labels = np.r_[np.asarray(cats, dtype=object), np.array(["", GET_TAG], dtype=object)]
+    tc = f["consumer_tag"].cat.codes.to_numpy().astype(np.int64)[order]
+    tc[tc < 0] = cats.get_loc("") if "" in cats else len(cats)
+    tc[get_rows] = cats.get_loc(GET_TAG) if GET_TAG in cats else len(cats) + 1
 
     # no-ack and queue: from the consumer's basic.consume, or the basic.get before a get-ok
-    cons = consumes(m)
-    d_chan, c_chan = np.split(chan_key(pd.concat([d[["stream", "channel"]], cons[["stream", "channel"]]])), [len(d)])
-    key = codes(np.r_[d_chan, c_chan], np.r_[d["consumer_tag"].to_numpy(object), cons["consumer_tag"].to_numpy(object)])
-    a = asof(key[:len(d)], d["order"].to_numpy(np.int64), key[len(d):], cons["order"].to_numpy(np.int64))
-    gets = m.loc[select(m, "basic.get", "c2s"), ["order", "stream", "channel", "no_ack", "queue"]]
+    cons = consumes(cap)
+    d_chan, c_chan = chan_key(d), chan_key(cons)
+    key = codes(np.r_[d_chan, c_chan], np.r_[tc, cons["tag_code"].to_numpy(np.int64)])
+    a = asof(key[:len(d)], order, key[len(d):], cons["order"].to_numpy(np.int64))
+    gets = pick(cap, m, select(m, "basic.get", "c2s"), ["order", "stream", "channel", "no_ack", "queue"])
     chan = pd.factorize(np.r_[d_chan, chan_key(gets)])[0]
-    g = asof(chan[:len(d)], d["order"].to_numpy(np.int64), chan[len(d):], gets["order"].to_numpy(np.int64))
-    get_rows = select(d, "basic.get-ok")
+    g = asof(chan[:len(d)], order, chan[len(d):], gets["order"].to_numpy(np.int64))
     row = np.where(get_rows, g, a)
     known = row >= 0
-    # the matched basic.get / basic.consume's no_ack and queue (missing: False / NaN)
+    # the matched basic.get / basic.consume's no_ack and queue code (missing: False / -1)
     no_ack_src = np.r_[gets["no_ack"].fillna(False).to_numpy(bool), cons["no_ack"].to_numpy(bool), False]
-    queue_src = np.r_[gets["queue"].to_numpy(object), cons["queue"].to_numpy(object), np.array([np.nan], dtype=object)]
+    queue_src = np.r_[gets["queue"].cat.codes.to_numpy().astype(np.int64), cons["queue_code"].to_numpy(np.int64), -1]
     src = np.where(known, np.where(get_rows, row, len(gets) + row), len(gets) + len(cons))
     no_ack = no_ack_src[src]
-    d["queue"] = queue_src[src]
+    qc = queue_src[src]
 
     # settling frames: the client's ack/nack/reject on the same channel (§1.8.3.13)
-    s = m.loc[select(m, SETTLE_METHODS, "c2s"), KEY + ["method", "delivery_tag", "multiple", "requeue", "packet", "ts",
-                                                     "order"]].copy()
+    s = pick(cap, m, select(m, SETTLE_METHODS, "c2s"), KEY + ["space", "method", "delivery_tag", "multiple", "requeue",
+                                                             "packet", "ts", "order"])
     s["tag"] = _tags(s["delivery_tag"])
     s["multiple"] = s["multiple"].fillna(False).astype(bool)  # basic.reject has no multiple bit
     s = s[s["tag"] >= 0].reset_index(drop=True)
     # without the basic.consume, a channel whose client never settles anything is taken as no-ack
-    k = codes(*(np.r_[d[c].to_numpy(np.int64), s[c].to_numpy(np.int64)] for c in KEY))
-    has_settles = np.isin(k[:len(d)], k[len(d):])
+    has_settles = np.isin(d["space"].to_numpy(), s["space"].to_numpy())
     no_ack = np.where(known, no_ack, ~has_settles)
-    d["no_ack"] = no_ack
-    d["no_ack_known"] = known
 
-    acked = d.loc[~no_ack, KEY + ["order", "tag"]]
-    row = match_settlements(acked, s)
-    # the settling row of ``s`` per delivery (-1: none; d has a 0..n-1 index). The settle_*
-    # columns are taken whole with allow_fill (-1 gives <NA>/NaT) rather than filled row by row.
+    acked = np.flatnonzero(~no_ack)
+    row = match_settlements(d.iloc[acked], s)
+    # the settling row of ``s`` per delivery (-1: none). The settle_* columns are taken whole
+    # with allow_fill (-1 gives <NA>/NaT) rather than filled row by row.
     srow = np.full(len(d), -1, dtype=np.int64)
-    srow[acked.index.to_numpy()] = row
+    srow[acked] = row
     has = srow >= 0
-    d["settle_packet"] = pd.array(s["packet"].to_numpy(np.int64), dtype="Int64").take(srow, allow_fill=True)
-    d["settle_order"] = pd.array(s["order"].to_numpy(np.int64), dtype="Int64").take(srow, allow_fill=True)
-    d["settle_ts"] = s["ts"].array.take(srow, allow_fill=True)
-    method = s["method"].astype(object).to_numpy()
-    # (missing is NaN, as the column always had)
-    d["settle_method"] = pd.Series(np.where(has, method[np.where(has, srow, 0)] if len(s) else np.nan, np.nan),
-                                   index=d.index, dtype=object)
-    d["settle_multiple"] = pd.array(s["multiple"].to_numpy(bool), dtype="boolean").take(srow, allow_fill=True)
-    # basic.ack never requeues; nack/reject carry the requeue bit
-    d["settle_requeue"] = pd.array(s["requeue"].fillna(False).to_numpy(bool), dtype="boolean").take(
-        srow, allow_fill=True)
-    d["latency_s"] = (d["settle_ts"] - d["ts"]).dt.total_seconds()
+    # settle method as 0 ack, 1 nack, 2 reject (the order of SETTLE_METHODS), -1 none
+    want = s["method"].cat.categories.get_indexer(list(SETTLE_METHODS))
+    s_kind = np.full(len(s["method"].cat.categories), -1, dtype=np.int64)
+    s_kind[want[want >= 0]] = np.flatnonzero(want >= 0)
+    kind = np.where(has, s_kind[s["method"].cat.codes.to_numpy()][np.where(has, srow, 0)] if len(s) else -1, -1)
 
-    # settle method → outcome name; codes -1 (no settling frame) pick the last label, "unsettled"
-    labels = np.array(["ack", "nack", "reject", "unsettled"], dtype=object)
-    outcome = labels[pd.Categorical(d["settle_method"], categories=list(SETTLE_METHODS)).codes]
-    outcome[d["no_ack"].to_numpy(bool)] = "no-ack"
-    closed = _closed_after(m, d) & (outcome == "unsettled")
-    outcome[closed] = "closed"
-    d["outcome"] = outcome
-    out = d[["stream", "channel", "epoch", "consumer_tag", "delivery_tag", "packet", "ts", "order",
-             "redelivered", "queue", "no_ack", "no_ack_known", "settle_packet", "settle_ts", "settle_order",
-             "settle_method", "settle_multiple", "settle_requeue", "latency_s", "outcome"]].reset_index(drop=True)
+    out = pd.DataFrame({
+        "stream": d["stream"].to_numpy(np.int64), "channel": d["channel"].to_numpy(np.int64),
+        "epoch": d["epoch"].to_numpy(np.int64), "consumer_tag": _text(tag_labels, tc),
+        "delivery_tag": d["delivery_tag"].array, "packet": d["packet"].array, "ts": d["ts"].array, "order": order,
+        "redelivered": d["redelivered"].array, "queue": _text(f["queue"].cat.categories, qc),
+        "no_ack": no_ack, "no_ack_known": known,
+        "settle_packet": pd.array(s["packet"].to_numpy(np.int64), dtype="Int64").take(srow, allow_fill=True),
+        "settle_ts": s["ts"].array.take(srow, allow_fill=True),
+        "settle_order": pd.array(s["order"].to_numpy(np.int64), dtype="Int64").take(srow, allow_fill=True),
+        # (missing is NaN, as the column always had)
+        "settle_method": pd.Series(np.array(list(SETTLE_METHODS) + [np.nan], dtype=object)[kind], dtype=object),
+        "settle_multiple": pd.array(s["multiple"].to_numpy(bool), dtype="boolean").take(srow, allow_fill=True),
+        # basic.ack never requeues; nack/reject carry the requeue bit
+        "settle_requeue": pd.array(s["requeue"].fillna(False).to_numpy(bool), dtype="boolean").take(
+            srow, allow_fill=True),
+    })
+    out["latency_s"] = (out["settle_ts"] - out["ts"]).dt.total_seconds()
+    # outcome codes into ``labels``: the settle method, else no-ack, closed or unsettled
+    labels = ["ack", "nack", "reject", "no-ack", "closed", "unsettled"]
+    oc = np.where(kind >= 0, kind, 5)
+    oc[no_ack] = 3
+    oc[_closed_after(m, d) & (oc == 5)] = 4
+    out["outcome"] = _text(labels, oc)
     try:
         cap._amqpcap_deliveries = out
     except AttributeError:
@@ -343,18 +418,25 @@ def deliveries(cap: Capture) -> pd.DataFrame:
 def _closed_after(m: pd.DataFrame, items: pd.DataFrame) -> np.ndarray:
     """Whether the item's channel (or connection) closed after it: the broker requeues a closed
     channel's unacked deliveries and forgets its unconfirmed publishes."""
-    closes = m.loc[select(m, ["channel.close", "channel.close-ok", "connection.close", "connection.close-ok"]),
-                   ["order", "stream", "channel"]]
-    if len(closes) == 0 or len(items) == 0:
+    sel = select(m, ["channel.close", "channel.close-ok", "connection.close", "connection.close-ok"])
+    if not sel.any() or len(items) == 0:
         return np.zeros(len(items), dtype=bool)
     res = np.zeros(len(items), dtype=bool)
     order = items["order"].to_numpy(np.int64)
-    c_order = closes["order"].to_numpy(np.int64)
-    conn = closes["channel"].to_numpy() == 0
-    # a channel's close: by (stream, channel); a connection's (channel 0): by stream
-    for by, rows in ((["stream", "channel"], ~conn), (["stream"], conn)):
-        key = codes(*(np.r_[items[k].to_numpy(np.int64), closes.loc[rows, k].to_numpy(np.int64)] for k in by))
-        res |= asof(key[:len(items)], order, key[len(items):], c_order[rows], direction="forward") >= 0
+    c_order = m["order"].to_numpy(np.int64)[sel]
+    c_stream, c_chan = m["stream"].to_numpy(np.int64)[sel], m["channel"].to_numpy(np.int64)[sel]
+    i_stream = items["stream"].to_numpy(np.int64)
+    conn = c_chan == 0
+    # a channel's close: by (stream, channel); a connection's (channel 0): by stream. The keys
+    # are numbered over the closes only (few); an item of another key gets -1 (no match)
+    for i_key, c_key, rows in ((i_stream * 65536 + items["channel"].to_numpy(np.int64), c_stream * 65536 + c_chan,
+                                ~conn), (i_stream, c_stream, conn)):
+        uniq = np.unique(c_key[rows])
+        if len(uniq) == 0:
+            continue
+        pos = np.minimum(np.searchsorted(uniq, i_key), len(uniq) - 1)
+        lk = np.where(uniq[pos] == i_key, pos, -1)
+        res |= asof(lk, order, np.searchsorted(uniq, c_key[rows]), c_order[rows], direction="forward") >= 0
     return res
 
 
@@ -368,17 +450,19 @@ def confirms(cap: Capture) -> pd.DataFrame:
     the message). Columns: stream, channel, epoch, seq, packet, ts, order, confirm_packet,
     confirm_ts, confirm_method, confirm_multiple, latency_s, outcome (ack, nack, closed, unconfirmed)."""
     m = methods(cap)
-    sel = m[select(m, "confirm.select", "c2s")]
+    sel = pick(cap, m, select(m, "confirm.select", "c2s"), KEY + ["order"])
     cols = ["stream", "channel", "epoch", "seq", "packet", "ts", "order", "confirm_packet", "confirm_ts",
             "confirm_method", "confirm_multiple", "latency_s", "outcome"]
     if len(sel) == 0:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
     first_sel = sel.groupby(KEY)["order"].min().rename("sel_order")
-    p = m[select(m, "basic.publish", "c2s")].join(first_sel, on=KEY, how="inner")
+    p = pick(cap, m, select(m, "basic.publish", "c2s"), KEY + ["space", "order", "packet", "ts"]).join(
+        first_sel, on=KEY, how="inner")
     p = p[p["order"] > p["sel_order"]].sort_values("order").copy()
     p["seq"] = p.groupby(KEY).cumcount().astype(np.int64) + 1
     p["tag"] = p["seq"]
-    s = m[select(m, ["basic.ack", "basic.nack"], "s2c")].copy()
+    s = pick(cap, m, select(m, ["basic.ack", "basic.nack"], "s2c"), KEY + ["space", "order", "packet", "ts", "method",
+                                                                        "delivery_tag", "multiple"])
     s["tag"] = _tags(s["delivery_tag"])
     s["multiple"] = s["multiple"].fillna(False).astype(bool)
     s = s[s["tag"] >= 0].reset_index(drop=True)
@@ -417,15 +501,17 @@ def queue_backlog(cap: Capture) -> pd.DataFrame:
     d = deliveries(cap)
     d = d[d["queue"].notna()]
     empty = pd.DataFrame({"queue": pd.Series(dtype=object), "order": pd.Series(dtype=np.int64),
-                          "ts": pd.Series(dtype=m["ts"].dtype), "backlog_min": pd.Series(dtype=np.int64)})
+                          "ts": pd.Series(dtype=cap.frames["ts"].dtype), "backlog_min": pd.Series(dtype=np.int64)})
     if len(d) == 0:
         return empty
     queues = pd.unique(d["queue"])
-    binds = m.loc[select(m, "queue.bind"), ["queue", "exchange", "routing_key"]]
+    binds = _obj(pick(cap, m, select(m, "queue.bind"), ["queue", "exchange", "routing_key"]), "queue", "exchange",
+                 "routing_key")
     binds = binds[binds["queue"].isin(queues)]
     default = pd.DataFrame({"queue": queues, "exchange": "", "routing_key": queues})
     routes = pd.concat([binds, default]).drop_duplicates()
-    pub = m.loc[select(m, "basic.publish", "c2s"), ["order", "ts", "exchange", "routing_key"]]
+    pub = _obj(pick(cap, m, select(m, "basic.publish", "c2s"), ["order", "ts", "exchange", "routing_key"]), "exchange",
+               "routing_key")
     pub = pub.assign(exchange=pub["exchange"].fillna(""), routing_key=pub["routing_key"].fillna(""))
     pub = pub.merge(routes, on=["exchange", "routing_key"])[["queue", "order", "ts"]].assign(delta=1)
     out = d[["queue", "order", "ts"]].assign(delta=-1)

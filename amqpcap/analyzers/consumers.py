@@ -33,7 +33,7 @@ def _consumer_rows(cap: Capture) -> pd.DataFrame:
     first = d.groupby(CONSUMER, sort=False).agg(first_order=("order", "min"), first_ts=("ts", "min"),
                                                 first_packet=("packet", "min"), queue=("queue", "first"),
                                                 deliveries=("order", "size")).reset_index()
-    cons = D.consumes(m)
+    cons = D.consumes(cap)
     cons = cons[~cons["no_ack"].to_numpy(bool)][CONSUMER + ["start_order", "start_ts", "start_packet"]]
     # a consumer with no deliveries still holds credit: keep consumers seen only by their consume
     c = D._obj(first, "consumer_tag").merge(D._obj(cons, "consumer_tag").drop_duplicates(CONSUMER, keep="last"),
@@ -46,7 +46,7 @@ def _consumer_rows(cap: Capture) -> pd.DataFrame:
     c["start_packet"] = c["start_packet"].where(c["consume_seen"], c["first_packet"]).astype(np.int64)
 
     # per-consumer prefetch: the last basic.qos global=false on the channel before the consumer
-    qos = m.loc[D.select(m, "basic.qos", "c2s"), D.KEY + ["order", "prefetch_count", "global"]].copy()
+    qos = D.pick(cap, m, D.select(m, "basic.qos", "c2s"), D.KEY + ["order", "prefetch_count", "global"])
     qos["global"] = qos["global"].fillna(False).astype(bool)
     per = qos[~qos["global"]][D.KEY + ["order", "prefetch_count"]].rename(columns={"order": "q_order"})
     c = c.sort_values("start_order")
@@ -56,7 +56,8 @@ def _consumer_rows(cap: Capture) -> pd.DataFrame:
     c["prefetch"] = c["prefetch_count"].astype("Int64")
 
     # the consumer ends at its cancel, its channel's or connection's close, else with the connection
-    ends = m.loc[D.select(m, ["basic.cancel", "basic.cancel-ok"]), ["stream", "channel", "consumer_tag", "order", "ts"]]
+    ends = D._obj(D.pick(cap, m, D.select(m, ["basic.cancel", "basic.cancel-ok"]),
+                         ["stream", "channel", "consumer_tag", "order", "ts"]), "consumer_tag")
     c["end_ts"] = c["stream"].map(cap.connections.set_index("stream")["last_ts"]).astype(c["start_ts"].dtype)
     if len(ends):
         e = pd.merge_asof(D._obj(c[["stream", "channel", "consumer_tag", "start_order"]], "consumer_tag"),
@@ -64,7 +65,7 @@ def _consumer_rows(cap: Capture) -> pd.DataFrame:
                           left_on="start_order", right_on="e_order", by=["stream", "channel", "consumer_tag"],
                           direction="forward")
         c["end_ts"] = c["end_ts"].where(e["e_ts"].isna().to_numpy(), e["e_ts"].array)
-    closes = m.loc[D.select(m, ["channel.close", "connection.close"]), ["stream", "channel", "order", "ts"]]
+    closes = D.pick(cap, m, D.select(m, ["channel.close", "connection.close"]), ["stream", "channel", "order", "ts"])
     for by, rows in (("channel", closes[closes["channel"] != 0]), (None, closes[closes["channel"] == 0])):
         if len(rows) == 0:
             continue
@@ -160,7 +161,7 @@ def consumer_state(cap: Capture) -> pd.DataFrame:
 
     # channel-wide limit (global=true, RabbitMQ): the last one before each frame
     m = D.methods(cap)
-    qos = m.loc[D.select(m, "basic.qos", "c2s"), D.KEY + ["order", "prefetch_count", "global"]]
+    qos = D.pick(cap, m, D.select(m, "basic.qos", "c2s"), D.KEY + ["order", "prefetch_count", "global"])
     qos = qos[qos["global"].fillna(False).to_numpy(bool)]
     chp_arr = pd.array(np.zeros(len(order), np.int64), dtype="Int64")
     chp_arr[:] = pd.NA
@@ -228,7 +229,7 @@ def _acked_deliveries(cap: Capture):
         return cached
     d = D.deliveries(cap)
     d = d[~d["no_ack"].to_numpy(bool) & (d["consumer_tag"] != D.GET_TAG).to_numpy(bool)]
-    cons = D.consumes(D.methods(cap))
+    cons = D.consumes(cap)
     cons = cons[~cons["no_ack"].to_numpy(bool)]
     cols = {k: np.r_[d[k].to_numpy(object if k == "consumer_tag" else np.int64),
                      cons[k].to_numpy(object if k == "consumer_tag" else np.int64)] for k in CONSUMER}

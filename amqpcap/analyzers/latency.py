@@ -65,8 +65,8 @@ def ack_gaps(cap: Capture) -> pd.DataFrame:
     if cached is not None:
         return cached
     m = D.methods(cap)
-    s = m.loc[D.select(m, D.SETTLE_METHODS, "c2s"), ["stream", "channel", "epoch", "packet", "ts", "order", "method",
-                                                      "multiple"]].copy()
+    s = D.pick(cap, m, D.select(m, D.SETTLE_METHODS, "c2s"), ["stream", "channel", "epoch", "packet", "ts", "order",
+                                                               "method", "multiple"])
     s["method"] = s["method"].astype(object)  # a table column: text, as documented
     s["multiple"] = s["multiple"].fillna(False).astype(bool)
     d = D.deliveries(cap)
@@ -107,8 +107,8 @@ def interleaving(cap: Capture) -> pd.DataFrame:
     alternation_ratio = (runs − 1) / (events − 1): 1 when deliveries and acks strictly alternate,
     near 0 when they come in long runs."""
     m = D.methods(cap)
-    ev = m.loc[D.select(m, D.DELIVER_METHODS, "s2c") | D.select(m, D.SETTLE_METHODS, "c2s"),
-               ["stream", "channel", "epoch", "order", "packet", "method"]].sort_values(D.KEY + ["order"])
+    ev = D.pick(cap, m, D.select(m, D.DELIVER_METHODS, "s2c") | D.select(m, D.SETTLE_METHODS, "c2s"),
+                ["stream", "channel", "epoch", "order", "packet", "method"]).sort_values(D.KEY + ["order"])
     cols = ["stream", "channel", "delivers", "acks", "runs", "mean_deliver_run", "max_deliver_run", "mean_ack_run",
             "max_ack_run", "alternation_ratio", "packets_multi_deliver", "max_delivers_per_packet",
             "packets_multi_ack", "max_acks_per_packet"]
@@ -425,7 +425,8 @@ def _plot_raster(cap: Capture, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     m = D.methods(cap)
-    ev = m[D.select(m, D.DELIVER_METHODS, "s2c") | D.select(m, D.SETTLE_METHODS, "c2s")]
+    ev = D.pick(cap, m, D.select(m, D.DELIVER_METHODS, "s2c") | D.select(m, D.SETTLE_METHODS, "c2s"),
+                ["stream", "channel", "ts", "method"])
     t0 = ev["ts"].min()
     ev = ev.assign(t=(ev["ts"] - t0).dt.total_seconds(), is_deliver=ev["method"].isin(D.DELIVER_METHODS))
     chans = ev.groupby(["stream", "channel"]).size().sort_values(ascending=False).index[:12]
