@@ -58,7 +58,9 @@ def _consumer_rows(cap: Capture) -> pd.DataFrame:
     # the consumer ends at its cancel, its channel's or connection's close, else with the connection
     ends = D._obj(D.pick(cap, m, D.select(m, ["basic.cancel", "basic.cancel-ok"]),
                          ["stream", "channel", "consumer_tag", "order", "ts"]), "consumer_tag")
-    c["end_ts"] = c["stream"].map(cap.connections.set_index("stream")["last_ts"]).astype(c["start_ts"].dtype)
+    # (reindex, not map: map of an empty column gives float64, which no timestamp casts to)
+    last = cap.connections.set_index("stream")["last_ts"].reindex(c["stream"].to_numpy())
+    c["end_ts"] = pd.Series(last.array, index=c.index).astype(c["start_ts"].dtype)
     if len(ends):
         e = pd.merge_asof(D._obj(c[["stream", "channel", "consumer_tag", "start_order"]], "consumer_tag"),
                           D._obj(ends.rename(columns={"order": "e_order", "ts": "e_ts"}).sort_values("e_order"), "consumer_tag"),
