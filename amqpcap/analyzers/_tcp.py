@@ -98,19 +98,14 @@ def running_last(mask: np.ndarray) -> np.ndarray:
 HI_SHIFT = np.int64(40)
 
 
-def running_max_keyed(values: np.ndarray, mask: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Running max of non-negative ``values`` over the masked rows, with ``hi`` (the stream in the
-    high bits, StreamOrder["hi"]) added: one `maximum.accumulate` never carries a value across
-    streams (rows sorted by stream). Undo it only at the rows read: see unkey."""
-    if not len(values):
+def running_max_keyed(keyed: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Running max over the masked rows of ``keyed``: non-negative values (< 2⁴⁰) plus the
+    row's StreamOrder["hi"] (its stream in the high bits), so one `maximum.accumulate` never
+    carries a value across streams (rows sorted by stream); -1 before the first masked row. A
+    result below the row's own key means the stream has no masked row yet."""
+    if not len(keyed):
         return np.zeros(0, np.int64)
-    return np.maximum.accumulate(np.where(mask, values + hi, -1))
-
-
-def unkey(acc: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """The value of a running_max_keyed result, -1 where the row's stream has no masked row yet
-    (the maximum then comes from an earlier stream, below this stream's key)."""
-    return np.where(acc >= hi, acc - hi, -1)
+    return np.maximum.accumulate(np.where(mask, keyed, -1))
 
 
 def running_max_per_stream(values: np.ndarray, mask: np.ndarray, stream: np.ndarray) -> np.ndarray:

@@ -239,15 +239,21 @@ def _packets(cap: Capture, t0_ns: int) -> dict[str, np.ndarray]:
     first = np.r_[True, ~same] if len(stream) else np.zeros(0, bool)
     last = np.r_[~same, True] if len(stream) else np.zeros(0, bool)
     pk.update(first=first, last=last, next_t=np.where(last, t, np.r_[t[1:], 0.0]))
+    # Running maxima keep the stream in the high bits (_tcp.running_max_keyed): a value is
+    # present when the maximum is at least the row's own key, and differences of two keyed
+    # values of a row are plain differences; no decoding over all rows.
+    hi = so["hi"]  # the in-stream time sort above never moves rows across streams
+    keyed_end, keyed_ack = end_seq + hi, ack + hi
+    stream_start = _tcp.running_last(first)  # row where each row's stream begins
+    pk.update(hi=hi, keyed_end=keyed_end, keyed_ack=keyed_ack)
     for D in (0, 1):
         mine = d == D
-        sent = _tcp.running_max_per_stream(end_seq, mine & data, stream)  # -1: nothing sent yet
-        peer_ack = _tcp.running_max_per_stream(ack, ~mine & ack_flag, stream)  # -1: no ACK yet
+        sent = _tcp.running_max_keyed(keyed_end, mine & data)  # < hi: nothing sent yet
+        peer_ack = _tcp.running_max_keyed(keyed_ack, ~mine & ack_flag)  # < hi: no ACK yet
         # The peer's latest window; SYN windows are never scaled: skip them.
         lw = _tcp.running_last(~mine & no_syn)
-        lw_ok = (lw >= 0) & (stream[np.maximum(lw, 0)] == stream)
-        peer_win = np.where(lw_ok, window[np.maximum(lw, 0)], np.nan)
-        inflight = np.where((sent >= 0) & (peer_ack >= 0), np.maximum(sent - peer_ack, 0), np.nan)
+        peer_win = np.where(lw >= stream_start, window[lw], np.nan)
+        inflight = np.where((sent >= hi) & (peer_ack >= hi), np.maximum(sent - peer_ack, 0), np.nan)
         pk[f"inflight{D}"] = inflight
         pk[f"peer_win{D}"] = peer_win
         # The sender may not send: the peer's window is zero, or what is unacknowledged fills it.
@@ -255,7 +261,7 @@ def _packets(cap: Capture, t0_ns: int) -> dict[str, np.ndarray]:
         full = mine & data & ~ctl & scaled
         # Wireshark's tcp.analysis.window_full: the segment reaches the right edge of the window
         # the peer last advertised (its ACK + window; on a row of D these are the peer's latest).
-        pk[f"wfull{D}"] = full & (peer_ack >= 0) & (end_seq == peer_ack + peer_win)
+        pk[f"wfull{D}"] = full & (peer_ack >= hi) & (end_seq == (peer_ack - hi) + peer_win)
     return pk
 
 
@@ -278,9 +284,9 @@ def _real_retransmissions(pk: dict[str, np.ndarray]) -> pd.DataFrame:
 def _rtt(pk: dict[str, np.ndarray]) -> pd.DataFrame:
     """Segment→ACK time samples: each new-data segment to the first later peer packet whose ACK
     covers its last byte (retransmitted segments excluded, Karn). Rows by (d, stream, segment)."""
-    stream, t, d, ackv, endv = pk["stream"], pk["t"], pk["d"], pk["ack"], pk["end_seq"]
+    stream, t, d = pk["stream"], pk["t"], pk["d"]
     ackf = (pk["flags"] & ACK) != 0
-    hi = np.int64(1) << np.int64(40)  # stream in the high bits: one sorted key over all streams
+    hi, keyed_ack, keyed_end = pk["hi"], pk["keyed_ack"], pk["keyed_end"]  # stream in the high bits
     out_s, out_d, out_r = [], [], []
     for D in (0, 1):
         seg = np.flatnonzero(pk["new_data"] & (d == D))
@@ -288,9 +294,9 @@ def _rtt(pk: dict[str, np.ndarray]) -> pd.DataFrame:
         if not len(seg) or not len(acks):
             continue
         # The peer's cumulative ACK (running max per stream), increasing over all streams.
-        cm = np.maximum.accumulate(ackv[acks] + stream[acks] * hi)
+        cm = np.maximum.accumulate(keyed_ack[acks])
         # First peer ACK at or beyond the segment's end, and after the segment itself.
-        k = np.maximum(np.searchsorted(cm, endv[seg] + stream[seg] * hi, side="left"),
+        k = np.maximum(np.searchsorted(cm, keyed_end[seg], side="left"),
                        np.searchsorted(acks, seg, side="right"))
         ok = k < len(acks)
         ok[ok] = stream[acks[k[ok]]] == stream[seg[ok]]  # ... of the same connection
