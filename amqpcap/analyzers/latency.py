@@ -107,45 +107,66 @@ def interleaving(cap: Capture) -> pd.DataFrame:
     alternation_ratio = (runs − 1) / (events − 1): 1 when deliveries and acks strictly alternate,
     near 0 when they come in long runs."""
     m = D.methods(cap)
-    ev = D.pick(cap, m, D.select(m, D.DELIVER_METHODS, "s2c") | D.select(m, D.SETTLE_METHODS, "c2s"),
-                ["stream", "channel", "epoch", "order", "packet", "method"]).sort_values(D.KEY + ["order"])
     cols = ["stream", "channel", "delivers", "acks", "runs", "mean_deliver_run", "max_deliver_run", "mean_ack_run",
             "max_ack_run", "alternation_ratio", "packets_multi_deliver", "max_delivers_per_packet",
             "packets_multi_ack", "max_acks_per_packet"]
-    if len(ev) == 0:
+    rows = np.flatnonzero(D.select(m, D.DELIVER_METHODS, "s2c") | D.select(m, D.SETTLE_METHODS, "c2s"))
+    if len(rows) == 0:
         return pd.DataFrame({c: pd.Series(dtype=float if "mean" in c or "ratio" in c else np.int64) for c in cols})
-    ev["is_deliver"] = D.select(ev, D.DELIVER_METHODS)
-    kind = ev["is_deliver"].to_numpy()
-    keys = ev[D.KEY].to_numpy()
-    new_group = np.r_[True, (keys[1:] != keys[:-1]).any(axis=1)]
-    new_run = new_group | np.r_[True, kind[1:] != kind[:-1]]
-    ev["run"] = np.cumsum(new_run)
-    runs = ev.groupby("run").agg(stream=("stream", "first"), channel=("channel", "first"), epoch=("epoch", "first"),
-                                 is_deliver=("is_deliver", "first"), length=("order", "size"))
-    g = runs.groupby(D.KEY)
-    dl = runs[runs["is_deliver"]].groupby(D.KEY)["length"]
-    ak = runs[~runs["is_deliver"]].groupby(D.KEY)["length"]
+    # by tag space (its code is sorted as (stream, channel, epoch)), then frame order: m is in
+    # frame order, so a stable sort on the code keeps that order within each space
+    rows = rows[np.argsort(m["space"].to_numpy()[rows], kind="stable")]
+    ev = m.iloc[rows]
+    space = ev["space"].to_numpy()
+    kind = D.select(ev, D.DELIVER_METHODS)  # True: delivery, False: settling frame
+    new_group = np.r_[True, space[1:] != space[:-1]]
+    eg = np.cumsum(new_group) - 1  # each event's space as 0, 1, … (sorted order)
+    first = np.flatnonzero(new_group)
+    n = len(first)
+
+    # runs: a new one at each new space or change of kind; per run its space, kind and length
+    starts = np.flatnonzero(new_group | np.r_[True, kind[1:] != kind[:-1]])
+    length = np.diff(np.r_[starts, len(kind)])
+    r_kind, r_g = kind[starts], eg[starts]
+
+    def total(g, w):
+        return np.bincount(g, weights=w, minlength=n).astype(np.int64)
+
+    def max_of(g, v, sel):
+        """Per space, the maximum of ``v`` over the rows ``sel`` (0 without any); ``g`` is sorted,
+        so each space's rows are one segment and one reduceat takes every maximum."""
+        out = np.zeros(n, dtype=np.int64)
+        g, v = g[sel], v[sel]
+        if len(g):
+            seg = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+            out[g[seg]] = np.maximum.reduceat(v, seg)
+        return out
+
+    delivers, acks = total(r_g, length * r_kind), total(r_g, length * ~r_kind)
+    d_runs, a_runs = total(r_g, r_kind), total(r_g, ~r_kind)
+    # a mean of integer run lengths is their (exact) sum over their count, as groupby's mean
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_d = np.where(d_runs > 0, delivers / d_runs, np.nan)
+        mean_a = np.where(a_runs > 0, acks / a_runs, np.nan)
+
+    # events per (space, kind, packet): one sorted code, counted; each code's space and kind
+    # scattered back from its events (all of a code's events carry the same)
+    packet = cap.frames["packet"].to_numpy(np.int64)[ev["order"].to_numpy()]
+    pk = D.codes(eg, kind.astype(np.int64), packet)
+    cnt = np.bincount(pk)
+    p_g, p_kind = np.empty(len(cnt), np.int64), np.empty(len(cnt), bool)
+    p_g[pk], p_kind[pk] = eg, kind
+    multi = cnt > 1
+
     out = pd.DataFrame({
-        "delivers": dl.sum(), "acks": ak.sum(), "runs": g.size(),
-        "mean_deliver_run": dl.mean(), "max_deliver_run": dl.max(),
-        "mean_ack_run": ak.mean(), "max_ack_run": ak.max(),
+        "stream": ev["stream"].to_numpy(np.int64)[first], "channel": ev["channel"].to_numpy(np.int64)[first],
+        "epoch": ev["epoch"].to_numpy(np.int64)[first],
+        "delivers": delivers, "acks": acks, "runs": np.bincount(r_g, minlength=n).astype(np.int64),
+        "mean_deliver_run": mean_d, "max_deliver_run": max_of(r_g, length, r_kind),
+        "mean_ack_run": mean_a, "max_ack_run": max_of(r_g, length, ~r_kind),
+        "packets_multi_deliver": total(p_g, multi & p_kind), "max_delivers_per_packet": max_of(p_g, cnt, p_kind),
+        "packets_multi_ack": total(p_g, multi & ~p_kind), "max_acks_per_packet": max_of(p_g, cnt, ~p_kind),
     })
-    per_pkt = ev.groupby(D.KEY + ["packet", "is_deliver"]).size().rename("n").reset_index()
-    pd_ = per_pkt[per_pkt["is_deliver"]].groupby(D.KEY)["n"]
-    pa_ = per_pkt[~per_pkt["is_deliver"]].groupby(D.KEY)["n"]
-    # packets with several events: one grouped sum of a whole-column flag (not a lambda per channel)
-    multi = (per_pkt["n"] > 1).astype(np.int64)
-    dl_rows, ak_rows = per_pkt["is_deliver"].to_numpy(bool), ~per_pkt["is_deliver"].to_numpy(bool)
-    out["packets_multi_deliver"] = multi[dl_rows].groupby([per_pkt.loc[dl_rows, k] for k in D.KEY]).sum() \
-        if dl_rows.any() else 0
-    out["max_delivers_per_packet"] = pd_.max()
-    out["packets_multi_ack"] = multi[ak_rows].groupby([per_pkt.loc[ak_rows, k] for k in D.KEY]).sum() \
-        if ak_rows.any() else 0
-    out["max_acks_per_packet"] = pa_.max()
-    out = out.reset_index()
-    for c in ("delivers", "acks", "max_deliver_run", "max_ack_run", "packets_multi_deliver",
-              "max_delivers_per_packet", "packets_multi_ack", "max_acks_per_packet"):
-        out[c] = out[c].fillna(0).astype(np.int64)
     events = out["delivers"] + out["acks"]
     out["alternation_ratio"] = np.where(events > 1, (out["runs"] - 1) / (events - 1).clip(lower=1), np.nan)
     # channels reopened: report per (stream, channel), keeping the opening with the most events
