@@ -410,9 +410,30 @@ def deliveries(cap: Capture) -> pd.DataFrame:
     out["outcome"] = _text(labels, oc)
     try:
         cap._amqpcap_deliveries = out
+        cap._amqpcap_delivery_queue_code = qc  # for queue_backlog / ack_gaps (see queue_codes)
     except AttributeError:
         pass
     return out
+
+
+def queue_codes(cap: Capture, d: pd.DataFrame) -> np.ndarray:
+    """The queue of each row of ``d`` (:func:`deliveries`' table) as its code in the categories of
+    cap.frames' queue column (-1: none): kept by :func:`deliveries`, else looked up from the text."""
+    qc = getattr(cap, "_amqpcap_delivery_queue_code", None)
+    if qc is None or getattr(cap, "_amqpcap_deliveries", None) is not d:
+        qc = cap.frames["queue"].cat.categories.get_indexer(d["queue"].astype(object))
+    return np.asarray(qc, dtype=np.int64)
+
+
+def _codes_in(cats: pd.Index, col: pd.Series, missing_as_empty: bool) -> np.ndarray:
+    """A categorical column's values as codes into ``cats`` (the categories of the same column of
+    cap.frames). The empty text has a code even when no frame has it (len(cats)); with
+    ``missing_as_empty`` a missing value counts as the empty text, otherwise it stays -1."""
+    empty = cats.get_loc("") if "" in cats else len(cats)
+    c = col.cat.codes.to_numpy().astype(np.int64) if len(col) else np.zeros(0, np.int64)
+    if missing_as_empty:
+        c[c < 0] = empty
+    return c
 
 
 def _closed_after(m: pd.DataFrame, items: pd.DataFrame) -> np.ndarray:
@@ -493,48 +514,83 @@ def queue_backlog(cap: Capture) -> pd.DataFrame:
     exchanges; wildcards and fanout are not interpreted). Deliveries from Q subtract, nack/reject
     with requeue add back. Messages already in Q when the capture started are unknown, so the
     running sum is a lower bound of the backlog (never below 0). Columns: queue, order, ts,
-    backlog_min (messages, after that frame)."""
+    backlog_min (messages, after that frame).
+
+    Queues, exchanges and routing keys are matched as codes into the categories of cap.frames'
+    columns (a missing publish exchange or routing key counts as "", a missing one in a bind
+    matches nothing); the queues' text is made once, for the table."""
     cached = getattr(cap, "_amqpcap_backlog", None)
     if cached is not None:
         return cached
     m = methods(cap)
     d = deliveries(cap)
-    d = d[d["queue"].notna()]
+    f = cap.frames
+    qc = queue_codes(cap, d)
     empty = pd.DataFrame({"queue": pd.Series(dtype=object), "order": pd.Series(dtype=np.int64),
-                          "ts": pd.Series(dtype=cap.frames["ts"].dtype), "backlog_min": pd.Series(dtype=np.int64)})
-    if len(d) == 0:
+                          "ts": pd.Series(dtype=f["ts"].dtype), "backlog_min": pd.Series(dtype=np.int64)})
+    has = qc >= 0
+    if not has.any():
         return empty
-    queues = pd.unique(d["queue"])
-    binds = _obj(pick(cap, m, select(m, "queue.bind"), ["queue", "exchange", "routing_key"]), "queue", "exchange",
-                 "routing_key")
-    binds = binds[binds["queue"].isin(queues)]
-    default = pd.DataFrame({"queue": queues, "exchange": "", "routing_key": queues})
-    routes = pd.concat([binds, default]).drop_duplicates()
-    pub = _obj(pick(cap, m, select(m, "basic.publish", "c2s"), ["order", "ts", "exchange", "routing_key"]), "exchange",
-               "routing_key")
-    pub = pub.assign(exchange=pub["exchange"].fillna(""), routing_key=pub["routing_key"].fillna(""))
-    pub = pub.merge(routes, on=["exchange", "routing_key"])[["queue", "order", "ts"]].assign(delta=1)
-    out = d[["queue", "order", "ts"]].assign(delta=-1)
-    rq = d[d["settle_requeue"].fillna(False).to_numpy(bool)]
-    back = pd.DataFrame({"queue": rq["queue"].to_numpy(object), "order": rq["settle_order"].to_numpy(np.int64),
-                         "ts": rq["settle_ts"].array, "delta": 1})
-    ev = pd.concat([pub, out, back], ignore_index=True)
-    # grouped on one int64 key (queue code, order) rather than on (queue text, order): the codes
-    # of a sorted factorize keep the queues in the same (sorted) order as a groupby on the text
-    qcode, qnames = pd.factorize(ev["queue"], sort=True)
-    span = int(ev["order"].max()) + 1
-    key = qcode.astype(np.int64) * span + ev["order"].to_numpy(np.int64)
-    ev = ev[["ts", "delta"]].groupby(key, sort=True).agg(ts=("ts", "first"), delta=("delta", "sum"))
-    q = (ev.index.to_numpy() // span).astype(np.int64)
-    run = ev["delta"].groupby(q).cumsum()
+    qcats, ecats, rcats = (f[c].cat.categories for c in ("queue", "exchange", "routing_key"))
+    uq = np.unique(qc[has])  # the consumed queues
+    # routes (exchange, routing key, queue) to the consumed queues: the binds, and the default
+    # exchange's (routing key = queue name; a name that is no frame's routing key gets no publish)
+    binds = pick(cap, m, select(m, "queue.bind"), ["queue", "exchange", "routing_key"])
+    b_q = _codes_in(qcats, binds["queue"], False)
+    b_e, b_r = _codes_in(ecats, binds["exchange"], False), _codes_in(rcats, binds["routing_key"], False)
+    ok = np.isin(b_q, uq) & (b_e >= 0) & (b_r >= 0)
+    d_r = rcats.get_indexer(qcats[uq])
+    d_r[(d_r < 0) & (qcats[uq] == "")] = len(rcats)  # (the empty routing key's own code, see _codes_in)
+    r_e = np.r_[b_e[ok], np.full(len(uq), ecats.get_loc("") if "" in ecats else len(ecats))]
+    r_r, r_q = np.r_[b_r[ok], d_r], np.r_[b_q[ok], uq]
+    keep = r_r >= 0
+    nr = len(rcats) + 1
+    route = np.unique(np.c_[r_e[keep] * nr + r_r[keep], r_q[keep]], axis=0)  # sorted by (exchange, key), deduplicated
+    # each publish joined with every route of its (exchange, routing key)
+    pub = pick(cap, m, select(m, "basic.publish", "c2s"), ["order", "exchange", "routing_key"])
+    p_key = _codes_in(ecats, pub["exchange"], True) * nr + _codes_in(rcats, pub["routing_key"], True)
+    lo = np.searchsorted(route[:, 0], p_key, side="left")
+    n_hit = np.searchsorted(route[:, 0], p_key, side="right") - lo
+    hit_start = np.repeat(lo, n_hit)
+    within = np.arange(len(hit_start)) - np.repeat(np.cumsum(n_hit) - n_hit, n_hit)
+    p_q, p_order = route[hit_start + within, 1], np.repeat(pub["order"].to_numpy(np.int64), n_hit)
+    # events (queue code, frame order, delta): publishes +1, deliveries −1, requeues +1
+    rq = has & d["settle_requeue"].fillna(False).to_numpy(bool)
+    ev_q = np.r_[p_q, qc[has], qc[rq]]
+    ev_order = np.r_[p_order, d["order"].to_numpy(np.int64)[has], d["settle_order"].to_numpy(np.int64, na_value=0)[rq]]
+    ev_delta = np.r_[np.ones(len(p_q), np.int64), -np.ones(int(has.sum()), np.int64), np.ones(int(rq.sum()), np.int64)]
+    # queues numbered in the sorted order of their names (the table's order), summed per
+    # (queue, frame); the frame's ts is cap.frames' (every event of a frame has that ts)
+    by_name = uq[np.argsort(np.asarray(qcats[uq], dtype=object))]  # queue codes, by name
+    rank = np.full(len(qcats) + 1, -1, dtype=np.int64)
+    rank[by_name] = np.arange(len(uq))
+    span = int(ev_order.max()) + 1
+    key, inv = np.unique(rank[ev_q] * span + ev_order, return_inverse=True)
+    delta = np.bincount(inv.ravel(), weights=ev_delta, minlength=len(key)).astype(np.int64)
+    q, order = key // span, key % span
+    run = group_cumsum(q, delta)
     # deliveries of messages older than the capture drive the sum negative; the true backlog is
-    # at least (published − delivered) since the lowest point of the running sum
-    floor = run.groupby(q).cummin().clip(upper=0)
-    out = pd.DataFrame({"queue": pd.Series(np.asarray(qnames, dtype=object)[q], dtype=object),
-                        "order": ev.index.to_numpy() % span, "ts": ev["ts"].array,
-                        "backlog_min": (run - floor).to_numpy(np.int64)})
+    # at least (published − delivered) since the lowest point of the running sum. A running
+    # minimum per queue in one pass: the queues are contiguous (sorted), and lowering each
+    # queue's values by (queue × more than the range of run) makes every queue start below all
+    # earlier ones, so the running minimum restarts at each queue
+    lift = q * (int(run.max()) - int(run.min()) + 1)
+    floor = np.minimum(np.minimum.accumulate(run - lift) + lift, 0)
+    out = pd.DataFrame({"queue": pd.Series(np.asarray(qcats, dtype=object)[by_name[q]], dtype=object),
+                        "order": order, "ts": f["ts"].array.take(order),
+                        "backlog_min": (run - floor).astype(np.int64)})
     try:
         cap._amqpcap_backlog = out
+        cap._amqpcap_backlog_queue_code = by_name[q]  # for ack_gaps (see backlog_queue_codes)
     except AttributeError:
         pass
     return out
+
+
+def backlog_queue_codes(cap: Capture, b: pd.DataFrame) -> np.ndarray:
+    """The queue of each row of ``b`` (:func:`queue_backlog`'s table) as its code in the categories
+    of cap.frames' queue column: kept by :func:`queue_backlog`, else looked up from the text."""
+    qc = getattr(cap, "_amqpcap_backlog_queue_code", None)
+    if qc is None or getattr(cap, "_amqpcap_backlog", None) is not b:
+        qc = cap.frames["queue"].cat.categories.get_indexer(b["queue"].astype(object))
+    return np.asarray(qc, dtype=np.int64)

@@ -65,32 +65,43 @@ def ack_gaps(cap: Capture) -> pd.DataFrame:
     if cached is not None:
         return cached
     m = D.methods(cap)
-    s = D.pick(cap, m, D.select(m, D.SETTLE_METHODS, "c2s"), ["stream", "channel", "epoch", "packet", "ts", "order",
-                                                               "method", "multiple"])
+    s = D.pick(cap, m, D.select(m, D.SETTLE_METHODS, "c2s"), ["stream", "channel", "epoch", "space", "packet", "ts",
+                                                               "order", "method", "multiple"])
     s["method"] = s["method"].astype(object)  # a table column: text, as documented
     s["multiple"] = s["multiple"].fillna(False).astype(bool)
+    s_order = s["order"].to_numpy(np.int64)  # in frame order (as m)
     d = D.deliveries(cap)
-    per = d[d["settle_order"].notna()].groupby("settle_order").agg(settled=("order", "size"), queue=("queue", "first"))
-    per.index = per.index.astype(np.int64)
-    s = s.join(per, on="order")
-    s["settled"] = s["settled"].fillna(0).astype(np.int64)
-    s = s.sort_values("order")
-    nxt = d[["stream", "channel", "epoch", "order", "packet", "ts"]].rename(
-        columns={"order": "n_order", "packet": "next_deliver_packet", "ts": "next_deliver_ts"}).sort_values("n_order")
-    s = pd.merge_asof(s, nxt, left_on="order", right_on="n_order", by=D.KEY, direction="forward",
-                      allow_exact_matches=False)
-    s["next_deliver_packet"] = s["next_deliver_packet"].astype("Int64")
+    d_order = d["order"].to_numpy(np.int64)
+
+    # per settling frame: the deliveries it settled, and the queue of the first of them (in
+    # delivery order) that has one; found by the frame's position among the settling frames
+    settled_by = d["settle_order"].to_numpy(np.int64, na_value=-1)
+    has = settled_by >= 0
+    srow = np.where(has, np.searchsorted(s_order, settled_by), -1)
+    s["settled"] = np.bincount(srow[has], minlength=len(s)).astype(np.int64)
+    qc = D.queue_codes(cap, d)
+    with_q = np.flatnonzero(has & (qc >= 0))
+    first_rows, first = np.unique(srow[with_q], return_index=True)
+    q_row = np.full(len(s), -1, dtype=np.int64)  # the delivery giving each frame's queue
+    q_row[first_rows] = with_q[first]
+    if isinstance(d["queue"].dtype, pd.StringDtype):
+        s["queue"] = d["queue"].array.take(q_row, allow_fill=True)
+    else:  # no delivery has a queue: the all-missing object column
+        s["queue"] = np.full(len(s), np.nan, dtype=object)
+
+    # the next delivery on the same tag space (space codes of the deliveries by their frames'
+    # rows in m, which is in frame order)
+    d_space = m["space"].to_numpy()[np.searchsorted(m["order"].to_numpy(), d_order)]
+    nxt = D.asof(s["space"].to_numpy(), s_order, d_space, d_order, direction="forward", allow_exact_matches=False)
+    s["next_deliver_packet"] = pd.array(d["packet"].to_numpy(np.int64), dtype="Int64").take(nxt, allow_fill=True)
+    s["next_deliver_ts"] = d["ts"].array.take(nxt, allow_fill=True)
     s["gap_s"] = (s["next_deliver_ts"] - s["ts"]).dt.total_seconds()
+
+    # the queue's backlog right after the frame: the last backlog row of that queue before it
     b = D.queue_backlog(cap)
-    s["backlog_min"] = pd.array(np.full(len(s), pd.NA), dtype="Int64")
-    has_q = s["queue"].notna().to_numpy()
-    if len(b) and has_q.any():
-        q = s.loc[has_q, ["order", "queue"]].assign(pos=np.flatnonzero(has_q))
-        q["queue"] = q["queue"].astype(object)
-        bb = b.rename(columns={"order": "b_order"}).assign(queue=b["queue"].astype(object)).sort_values("b_order")
-        r = pd.merge_asof(q.sort_values("order"), bb[["queue", "b_order", "backlog_min"]], left_on="order",
-                          right_on="b_order", by="queue", direction="backward")
-        s.loc[s.index[r["pos"].to_numpy()], "backlog_min"] = r["backlog_min"].astype("Int64").to_numpy()
+    sq = np.where(q_row >= 0, qc[np.maximum(q_row, 0)], -1)
+    hit = D.asof(sq, s_order, D.backlog_queue_codes(cap, b), b["order"].to_numpy(np.int64))
+    s["backlog_min"] = pd.array(b["backlog_min"].to_numpy(np.int64), dtype="Int64").take(hit, allow_fill=True)
     out = s[["stream", "channel", "epoch", "packet", "ts", "order", "method", "multiple", "settled", "queue",
              "backlog_min", "next_deliver_packet", "next_deliver_ts", "gap_s"]].reset_index(drop=True)
     try:
