@@ -52,10 +52,19 @@ def bin_width_s(duration_s: float, target_bins: int = TARGET_TIME_BINS) -> float
     return float(10.0 ** (exp + 1))
 
 
+#: plen bucket of every length below the last edge; longer lengths are clipped to it (last bucket).
+_PLEN_LUT = np.searchsorted(np.asarray(PLEN_EDGES_BYTES), np.arange(PLEN_EDGES_BYTES[-1] + 1), side="right") - 1
+
+
+def plen_bucket(frame_len: pd.Series | np.ndarray) -> np.ndarray:
+    """Wireshark plen bucket index of on-wire lengths: one table lookup per row (a searchsorted
+    over the edges costs several times more on a million rows)."""
+    return _PLEN_LUT[np.minimum(np.asarray(frame_len), PLEN_EDGES_BYTES[-1])]
+
+
 def plen_counts(frame_len: pd.Series | np.ndarray) -> np.ndarray:
     """Counts per Wireshark plen bucket for on-wire lengths."""
-    idx = np.searchsorted(np.asarray(PLEN_EDGES_BYTES), np.asarray(frame_len, dtype=np.int64), side="right") - 1
-    return np.bincount(idx, minlength=len(PLEN_EDGES_BYTES))
+    return np.bincount(plen_bucket(frame_len), minlength=len(PLEN_EDGES_BYTES))
 
 
 def _percent(counts: np.ndarray, total: int) -> np.ndarray:
@@ -73,16 +82,33 @@ def _count_pairs(key: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.nda
     if not len(key):
         z = np.zeros(0, np.int64)
         return z, z, z
-    kv, counts = np.unique((np.asarray(key, np.int64) << 32) | np.asarray(value, dtype=np.int64), return_counts=True)
+    key, value = np.asarray(key, np.int64), np.asarray(value, dtype=np.int64)
+    n_v = int(value.max()) + 1
+    if value.min() >= 0 and key.min() >= 0 and (int(key.max()) + 1) * n_v <= 4 * len(key) + 4096:
+        # Few distinct (key, value) cells (the usual case: small keys, small counts): a dense
+        # bincount instead of sorting every row; its nonzero cells come in the same (key, value) order.
+        counts = np.bincount(key * n_v + value)
+        kv = np.flatnonzero(counts)
+        return kv // n_v, kv % n_v, counts[kv].astype(np.int64)
+    kv, counts = np.unique((key << 32) | value, return_counts=True)
     return kv >> 32, kv & 0xFFFFFFFF, counts.astype(np.int64)
+
+
+def _is_method(frames: pd.DataFrame, methods) -> np.ndarray:
+    """Rows whose method is one of ``methods``, compared on the categorical's codes (small
+    ints) instead of its values."""
+    m = frames["method"].array
+    # One gather from a per-category table; code -1 (missing) reads the appended False.
+    return np.r_[m.categories.isin(list(methods)), False][m.codes]
 
 
 def _stream_direction(gk: np.ndarray) -> dict[str, np.ndarray]:
     return {"stream": (gk // 2).astype(np.int32), "direction": np.where(gk % 2 == 1, "s2c", "c2s")}
 
 
-def packet_size_table(cap: Capture) -> pd.DataFrame:
-    """plen buckets for the whole capture (stream <NA>, direction `all`) and per stream and direction."""
+def packet_size_table(cap: Capture, gk: np.ndarray | None = None) -> pd.DataFrame:
+    """plen buckets for the whole capture (stream <NA>, direction `all`) and per stream and direction
+    (`gk`: _gk(cap.packets), when the caller already has it)."""
     n_b = len(PLEN_LABELS)
     lo = np.asarray(PLEN_EDGES_BYTES)
     hi = pd.array(np.r_[lo[1:] - 1, 0], dtype="Int64")
@@ -92,8 +118,8 @@ def packet_size_table(cap: Capture) -> pd.DataFrame:
                            "count": whole, "percent": _percent(whole, int(whole.sum()))})]
     p = cap.packets
     if len(p):
-        gk = _gk(p)
-        bucket = np.searchsorted(lo, p["frame_len"].to_numpy(np.int64), side="right") - 1
+        gk = _gk(p) if gk is None else gk
+        bucket = plen_bucket(p["frame_len"].to_numpy())
         # Dense (group × bucket) counts: every bucket of every stream direction gets a row.
         counts = np.bincount(gk * n_b + bucket, minlength=(int(gk.max()) + 1) * n_b).reshape(-1, n_b)
         totals = counts.sum(axis=1)
@@ -146,6 +172,22 @@ def frames_per_packet_table(gk: np.ndarray, frames_ended: np.ndarray) -> pd.Data
     return pd.DataFrame({**_stream_direction(gk), "frames_per_packet": v, "packets": n})
 
 
+def _rank_in_group(gk: np.ndarray) -> np.ndarray:
+    """Each row's number of earlier rows with the same non-negative key (a groupby cumcount):
+    its position in the stable sort by key minus where its key's run starts there (the counts
+    of the smaller keys). Keys below 2¹⁶ sort as uint16, for which numpy's stable sort is a
+    radix sort."""
+    if not len(gk):
+        return np.zeros(0, np.int64)
+    o = np.argsort(gk.astype(np.uint16) if gk.max() < 1 << 16 else gk, kind="stable")
+    counts = np.bincount(gk)
+    run_start = np.cumsum(counts) - counts
+    rank = np.empty(len(gk), np.int64)
+    rank[o] = np.arange(len(gk))
+    rank -= run_start[gk]
+    return rank
+
+
 def packets_per_frame(frames: pd.DataFrame, gk: np.ndarray, pkt: np.ndarray) -> np.ndarray:
     """For each frame, the data packets of its stream direction from `first_packet` to `packet`.
 
@@ -155,7 +197,7 @@ def packets_per_frame(frames: pd.DataFrame, gk: np.ndarray, pkt: np.ndarray) -> 
     if not len(frames):
         return np.zeros(0, np.int64)
     # data is in packet order, so a running count per group is each packet's rank in its group.
-    rank = pd.Series(gk).groupby(gk, sort=False).cumcount().to_numpy()
+    rank = _rank_in_group(gk)
     lookup = np.zeros(int(pkt.max()) + 1, np.int64)
     lookup[pkt] = rank
     return lookup[frames["packet"].to_numpy(np.int64)] - lookup[frames["first_packet"].to_numpy(np.int64)] + 1
@@ -180,20 +222,22 @@ def settled_by_ack(frames: pd.DataFrame) -> pd.DataFrame:
     Limit: a single ack out of order above a later multiple ack's base is not subtracted.
     """
     # Only the columns needed: the frames table is wide, a row filter would copy all of it.
-    acks = frames.loc[(frames["method"] == "basic.ack").to_numpy(),
-                      ["ts", "stream", "channel", "direction", "delivery_tag", "multiple"]]
+    rows = np.flatnonzero(_is_method(frames, ["basic.ack"]))
+    acks = pd.DataFrame({c: frames[c].array.take(rows) for c in ("ts", "stream", "channel", "direction", "delivery_tag",
+                                                                   "multiple")}, index=frames.index[rows])
     if not len(acks):
         return acks.assign(settled=np.zeros(0, dtype=np.int64))
+    # (stream, channel, direction) as one int64 key (channel < 2¹⁶; the direction's category
+    # code + 1, so a missing direction is a group of its own as its "nan" string was): grouping on
+    # one integer column costs a fraction of grouping on three.
+    key = ((acks["stream"].to_numpy(np.int64) << 18) | (acks["channel"].to_numpy(np.int64) << 2)
+           | (acks["direction"].array.codes.astype(np.int64) + 1))
     acks = acks.assign(direction=acks["direction"].astype(str))
     tag = acks["delivery_tag"].astype("float64").fillna(0).to_numpy()
     multiple = acks["multiple"].fillna(False).to_numpy(bool)
-    keys = ["stream", "channel", "direction"]
-    prev_max = (
-        pd.Series(tag, index=acks.index).groupby([acks[k] for k in keys]).cummax()
-        .groupby([acks[k] for k in keys]).shift(1)
-    )
+    prev_max = pd.Series(tag, index=acks.index).groupby(key).cummax().groupby(key).shift(1)
     # Where a channel's tags start: channel.open seen (both directions share it) → tag 0.
-    opened = frames.loc[frames["method"] == "channel.open", ["stream", "channel"]].drop_duplicates()
+    opened = frames.loc[_is_method(frames, ["channel.open"]), ["stream", "channel"]].drop_duplicates()
     opened_key = set(zip(opened["stream"].tolist(), opened["channel"].tolist())) if len(opened) else set()
     first = prev_max.isna().to_numpy()
     if first.any():
@@ -217,26 +261,26 @@ def throughput_table(cap: Capture, t0_ns: int, width_s: float, n_bins: int) -> p
 
     p_bin, p_s2c = bins(p["ts"]), (p["direction"] == "s2c").to_numpy()
     f_s2c = (f["direction"] == "s2c").to_numpy()
-    method = f["method"]
     acks = settled_by_ack(f)
     a_bin, a_s2c = bins(acks["ts"]), (acks["direction"] == "s2c").to_numpy()
+    is_pub = _is_method(f, ["basic.publish"])
+    is_dlv = _is_method(f, DELIVER_METHODS)
     f_bin = bins(f["ts"])
-    is_pub = (method == "basic.publish").to_numpy()
-    is_dlv = method.isin(DELIVER_METHODS).to_numpy()
     frame_len = p["frame_len"].to_numpy(np.float64)
     payload = p["payload_bytes"].to_numpy(np.float64)
     # One bincount per quantity on the key bin·2 + direction (no per-direction masks over the
     # million packets); column D of the (n_bins, 2) result is direction D. Each bin still sums
     # its values in packet order, as a masked bincount would.
-    def per_bin(b, s2c, weights=None):
-        return np.bincount(b * 2 + s2c, weights=weights, minlength=2 * n_bins).reshape(n_bins, 2)
+    def per_bin(key, weights=None):
+        return np.bincount(key, weights=weights, minlength=2 * n_bins).reshape(n_bins, 2)
 
-    wire_b = per_bin(p_bin, p_s2c, frame_len)
-    pay_b = per_bin(p_bin, p_s2c, payload)
-    pk_b = per_bin(p_bin, p_s2c)
-    pub_b = per_bin(f_bin[is_pub], f_s2c[is_pub])
-    dlv_b = per_bin(f_bin[is_dlv], f_s2c[is_dlv])
-    ack_b = per_bin(a_bin, a_s2c, acks["settled"].to_numpy(np.float64))
+    p_key, f_key = p_bin * 2 + p_s2c, f_bin * 2 + f_s2c  # each computed once for all its quantities
+    wire_b = per_bin(p_key, frame_len)
+    pay_b = per_bin(p_key, payload)
+    pk_b = per_bin(p_key)
+    pub_b = per_bin(f_key[is_pub])
+    dlv_b = per_bin(f_key[is_dlv])
+    ack_b = per_bin(a_bin * 2 + a_s2c, acks["settled"].to_numpy(np.float64))
     out = []
     start_s = np.arange(n_bins) * width_s
     for D, d in enumerate(DIRECTIONS):
@@ -358,23 +402,25 @@ def _plot_throughput(tp: pd.DataFrame, width_s: float):
     return draw
 
 
-def _plot_segment_sizes(ts_ns: np.ndarray, size: np.ndarray, s2c: np.ndarray, t0_ns: int, duration_s: float):
+def _plot_segment_sizes(ts: pd.Series, is_data: np.ndarray, size: np.ndarray, s2c: np.ndarray, t0_ns: int,
+                        duration_s: float):
     # A 2D histogram (time × payload size) per direction: any number of segments renders as one image.
-    t_s = (ts_ns - t0_ns) / 1e9
-    size = size.astype(np.float64)
-
     def draw(path: Path) -> None:
         import matplotlib.pyplot as plt
         from matplotlib.colors import LogNorm
 
+        # Converted here, not when the analyzer runs: most runs never draw the plot.
+        t_s = (_ns(ts)[is_data] - t0_ns) / 1e9
+        sz = size.astype(np.float64)
+
         fig, axes = plt.subplots(2, 1, figsize=(10, 7), sharex=True, sharey=True)
         # Half the timeline resolution: each cell then holds enough segments for the colour to mean something.
         x_edges = np.linspace(0, max(duration_s, 1e-6), TARGET_TIME_BINS // 2 + 1)
-        y_edges = np.logspace(0, np.log10(max(2.0, size.max() * 1.05 if len(size) else 2.0)), 60)
+        y_edges = np.logspace(0, np.log10(max(2.0, sz.max() * 1.05 if len(sz) else 2.0)), 60)
         mesh = None
         for ax, d in zip(axes, DIRECTIONS):
             m = s2c == (d == "s2c")
-            h, _, _ = np.histogram2d(t_s[m], size[m], bins=(x_edges, y_edges))
+            h, _, _ = np.histogram2d(t_s[m], sz[m], bins=(x_edges, y_edges))
             if h.any():
                 mesh = ax.pcolormesh(x_edges, y_edges, np.ma.masked_equal(h.T, 0), norm=LogNorm(vmin=1, vmax=max(h.max(), 2)),
                                      cmap="viridis", shading="flat")
@@ -399,16 +445,19 @@ def sizes(cap: Capture) -> AnalyzerResult:
     """Packet sizes (Wireshark plen buckets), frames per packet and throughput over time."""
     p, f = cap.packets, cap.frames
     # Data packets (TCP payload > 0) as plain arrays: filtering the whole table would copy every column.
-    is_data = (p["payload_bytes"] > 0).to_numpy()
-    d_gk = _gk(p)[is_data]
-    d_pkt = p["packet"].to_numpy(np.int64)[is_data]
-    d_size = p["payload_bytes"].to_numpy(np.int64)[is_data]
+    payload = p["payload_bytes"].to_numpy()
+    is_data = payload > 0
+    gk = _gk(p)
+    d_gk = gk[is_data]
+    # Rows first, then the int64 conversion: only the data rows are converted.
+    d_pkt = p["packet"].to_numpy()[is_data].astype(np.int64)
+    d_size = payload[is_data].astype(np.int64)
 
-    sizes_t = packet_size_table(cap)
+    sizes_t = packet_size_table(cap, gk)
     whole = sizes_t[sizes_t["direction"] == "all"]
     amqp = sizes_t[sizes_t["direction"] != "all"]
     payload_t = payload_size_table(d_gk, d_size)
-    fpp = frames_per_packet_table(d_gk, p["frames_ended"].to_numpy(np.int64)[is_data])
+    fpp = frames_per_packet_table(d_gk, p["frames_ended"].to_numpy()[is_data].astype(np.int64))
     span = packets_per_frame(f, d_gk, d_pkt)
     ppf = packets_per_frame_table(f, span)
 
@@ -424,7 +473,8 @@ def sizes(cap: Capture) -> AnalyzerResult:
 
     total = int(whole["count"].sum())
     fpp_all = fpp.groupby("frames_per_packet")["packets"].sum() if len(fpp) else pd.Series(dtype=np.int64)
-    ppf_all = pd.Series(span).value_counts().sort_index() if len(span) else pd.Series(dtype=np.int64)
+    # Frames per span from the (small) table, not a value_counts over every frame.
+    ppf_all = ppf.groupby("packets_per_frame")["frames"].sum() if len(span) else pd.Series(dtype=np.int64)
     summary = {
         "packet_sizes": {
             "bins": [{"range": r, "count": int(c), "percent": float(pc)}
@@ -440,7 +490,7 @@ def sizes(cap: Capture) -> AnalyzerResult:
         Plot("sizes-frames-per-packet", "AMQP frames per TCP data packet", _plot_frames_per_packet(fpp)),
         Plot("sizes-throughput", "Throughput per direction over time", _plot_throughput(tp, width_s)),
         Plot("sizes-segment-sizes", "TCP segment sizes over time", _plot_segment_sizes(
-            _ns(p["ts"])[is_data], d_size, d_gk % 2 == 1, t0_ns, duration_s)),
+            p["ts"], is_data, d_size, d_gk % 2 == 1, t0_ns, duration_s)),
     ]
     tables = {
         "packet-sizes": sizes_t,
