@@ -411,9 +411,27 @@ def deliveries(cap: Capture) -> pd.DataFrame:
     try:
         cap._amqpcap_deliveries = out
         cap._amqpcap_delivery_queue_code = qc  # for queue_backlog / ack_gaps (see queue_codes)
+        cap._amqpcap_delivery_tag_code = (tc, tag_labels)  # for tag_ranks
     except AttributeError:
         pass
     return out
+
+
+def tag_ranks(cap: Capture | None, d: pd.DataFrame) -> np.ndarray:
+    """The consumer tag of each row of ``d`` (:func:`deliveries`' table) as an int64 numbered in
+    the sorted order of the tags' text (equal tags, equal numbers), as a groupby on the text
+    would order them: from the codes :func:`deliveries` kept (a sort of the few distinct tags),
+    else by factorizing the text."""
+    kept = getattr(cap, "_amqpcap_delivery_tag_code", None) if cap is not None else None
+    if kept is None or getattr(cap, "_amqpcap_deliveries", None) is not d:
+        return pd.factorize(d["consumer_tag"].to_numpy(object), sort=True)[0].astype(np.int64)
+    tc, labels = kept
+    used = np.unique(tc)
+    # equal text under two codes ("" may be a category and an extra label) gets one rank
+    rank_of_used = pd.factorize(np.asarray(labels, dtype=object)[used], sort=True)[0].astype(np.int64)
+    rank = np.zeros(len(labels), dtype=np.int64)
+    rank[used] = rank_of_used
+    return rank[tc]
 
 
 def queue_codes(cap: Capture, d: pd.DataFrame) -> np.ndarray:

@@ -361,13 +361,22 @@ def _backlog_growth(cap: Capture, cons: pd.DataFrame) -> pd.Series:
     ok = cons["queue"].notna().to_numpy()
     if len(b) == 0 or not ok.any():
         return res
-    b = b.assign(queue=b["queue"].astype(object)).sort_values("ts")
+    # merge_asof by queue on ts, as queue code and ts rank with D.asof. The backlog rows in the
+    # order a sort on ts (quicksort, as sort_values) gives them: among rows of equal ts, the last
+    # in that order is the one taken
+    b_ts = b["ts"].array.asi8
+    by_ts = np.argsort(b_ts, kind="quicksort")
+    b_ts, b_q = b_ts[by_ts], D.backlog_queue_codes(cap, b)[by_ts]
+    b_min = b["backlog_min"].to_numpy(np.int64)[by_ts]
+    q = cap.frames["queue"].cat.categories.get_indexer(cons.loc[ok, "queue"].astype(object))
+    n = len(q)
+    # the times as ranks among all of them (small non-negative ints, as D.asof packs them)
+    rank = np.unique(np.r_[cons.loc[ok, "start_ts"].array.asi8, cons.loc[ok, "end_ts"].array.asi8, b_ts],
+                     return_inverse=True)[1].ravel()
     vals = []
-    for when in ("start_ts", "end_ts"):
-        q = cons.loc[ok, ["queue", when]].rename(columns={when: "t"}).assign(queue=lambda x: x["queue"].astype(object))
-        q = q.assign(pos=np.arange(len(q))).sort_values("t")
-        r = pd.merge_asof(q, b[["queue", "ts", "backlog_min"]], left_on="t", right_on="ts", by="queue")
-        vals.append(r.sort_values("pos")["backlog_min"].fillna(0).to_numpy(np.int64))
+    for t in (rank[:n], rank[n:2 * n]):
+        hit = D.asof(q, t, b_q, rank[2 * n:])
+        vals.append(np.where(hit >= 0, b_min[hit], 0))
     res.loc[cons.index[ok]] = vals[1] - vals[0]
     return res
 

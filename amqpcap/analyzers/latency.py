@@ -185,15 +185,16 @@ def interleaving(cap: Capture) -> pd.DataFrame:
     return out.sort_values(["stream", "channel"])[cols].reset_index(drop=True)
 
 
-def consumer_latency(d: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
-    """Per consumer: deliveries, outcomes and deliver→ack / ack→next-deliver percentiles."""
+def consumer_latency(d: pd.DataFrame, gaps: pd.DataFrame, cap: Capture | None = None) -> pd.DataFrame:
+    """Per consumer: deliveries, outcomes and deliver→ack / ack→next-deliver percentiles (``cap``:
+    the capture of ``d``, whose kept tag codes spare factorizing the tags' text)."""
     cons = ["stream", "channel", "consumer_tag"]
     if len(d) == 0:
         return pd.DataFrame(columns=cons + ["deliveries"])
     # one int64 code per consumer (sorted as the keys): pandas factorizes a single int64 column
     # once per GroupBy object, where three key columns (one of text) cost a factorization per call
     tags = d["consumer_tag"].to_numpy(object)
-    code = D.codes(d["stream"].to_numpy(np.int64), d["channel"].to_numpy(np.int64), tags)
+    code = D.codes(d["stream"].to_numpy(np.int64), d["channel"].to_numpy(np.int64), D.tag_ranks(cap, d))
     n = int(code.max()) + 1
     first = np.unique(code, return_index=True)[1]
     outcome = d["outcome"].to_numpy(object)
@@ -233,7 +234,7 @@ def latency(cap: Capture) -> AnalyzerResult:
     gaps = ack_gaps(cap)
     conf = D.confirms(cap)
     inter = interleaving(cap)
-    per_consumer = consumer_latency(d, gaps)
+    per_consumer = consumer_latency(d, gaps, cap)
 
     acked = d[~d["no_ack"].to_numpy(bool)]
     dta = stats(acked["latency_s"])
@@ -294,9 +295,12 @@ def _refill_findings(d: pd.DataFrame, gaps: pd.DataFrame) -> list[Finding]:
     waiting = gaps[gaps["gap_s"].notna() & (gaps["backlog_min"].fillna(0) > 0) & (gaps["settled"] > 0)]
     if len(waiting) == 0:
         return out
-    acked = d[d["latency_s"].notna()]
-    dta = acked.groupby(["stream", "channel"])["latency_s"].median()
-    per = waiting.groupby(["stream", "channel"])["gap_s"].agg(["size", "median"])
+    # channels as one int64 key (D.chan_key: sorted as (stream, channel)), grouped on it
+    lat = d["latency_s"].to_numpy(float)
+    has = ~np.isnan(lat)
+    dta = pd.Series(lat[has]).groupby(D.chan_key(d)[has]).median()
+    w_key = D.chan_key(waiting)
+    per = waiting["gap_s"].groupby(w_key).agg(["size", "median"])
     cons = dta.reindex(per.index)
     slow = per[(per["size"] >= MIN_REFILLS) & (per["median"] >= REFILL_SLOW_S)
                & (per["median"] >= REFILL_RATIO * cons.fillna(np.inf))]
@@ -304,11 +308,12 @@ def _refill_findings(d: pd.DataFrame, gaps: pd.DataFrame) -> list[Finding]:
         return out
     slow = slow.assign(share=slow["median"] / (slow["median"] + cons.reindex(slow.index).fillna(0)))
     top = slow.sort_values("share", ascending=False).head(MAX_FINDINGS_PER_ID)
-    keys = pd.MultiIndex.from_frame(waiting[["stream", "channel"]])
-    for (stream, channel), g in waiting[keys.isin(top.index)].groupby(["stream", "channel"]):
+    for key in np.sort(top.index.to_numpy()):  # (in channel order, as a groupby on the flagged rows)
+        g = waiting[w_key == key]
+        stream, channel = int(key // 65536), int(key % 65536)
         n = len(g)
         p50 = float(g["gap_s"].median())
-        consumer_p50 = float(dta.get((stream, channel), np.nan))
+        consumer_p50 = float(dta.get(key, np.nan))
         worst = g.nlargest(5, "gap_s")
         share = p50 / (p50 + consumer_p50) if consumer_p50 == consumer_p50 else 1.0
         out.append(Finding(
@@ -343,17 +348,26 @@ def _redelivery_findings(d: pd.DataFrame) -> list[Finding]:
     out = []
     if len(d) == 0:
         return out
-    d = d.assign(requeued=d["settle_requeue"].fillna(False).to_numpy(bool) & d["outcome"].isin(["nack", "reject"]),
-                 dropped=~d["settle_requeue"].fillna(True).to_numpy(bool) & d["outcome"].isin(["nack", "reject"]),
-                 red=d["redelivered"].fillna(False).to_numpy(bool))
-    per = d.groupby(["stream", "channel"]).agg(n=("red", "size"), red=("red", "sum"), req=("requeued", "sum"))
+    nack = d["outcome"].isin(["nack", "reject"]).to_numpy(bool)
+    requeued = d["settle_requeue"].fillna(False).to_numpy(bool) & nack
+    red = d["redelivered"].fillna(False).to_numpy(bool)
+    # per channel (one int64 key, sorted as (stream, channel)): counts by bincount
+    key = D.chan_key(d)
+    chans, ch = np.unique(key, return_inverse=True)
+    ch = ch.ravel()
+    per = pd.DataFrame({"n": np.bincount(ch), "red": np.bincount(ch, weights=red).astype(np.int64),
+                        "req": np.bincount(ch, weights=requeued).astype(np.int64)}, index=chans)
     worst = per[["red", "req"]].max(axis=1)
     loops = per[(worst >= REDELIVERY_MIN) & (worst / per["n"] >= REDELIVERY_SHARE)]
     if len(loops) == 0:
         return out
     top = loops.assign(w=worst / per["n"]).sort_values("w", ascending=False).head(MAX_FINDINGS_PER_ID)
-    keys = pd.MultiIndex.from_frame(d[["stream", "channel"]])
-    for (stream, channel), g in d[keys.isin(top.index)].groupby(["stream", "channel"]):
+    for k in np.sort(top.index.to_numpy()):  # (in channel order, as a groupby on the flagged rows)
+        rows = key == k
+        stream, channel = int(k // 65536), int(k % 65536)
+        g = d.loc[rows, ["outcome", "packet", "settle_packet"]].assign(
+            requeued=requeued[rows], red=red[rows],
+            dropped=~d.loc[rows, "settle_requeue"].fillna(True).to_numpy(bool) & nack[rows])
         n = len(g)
         red, req = int(g["red"].sum()), int(g["requeued"].sum())
         share = max(red, req) / n
