@@ -246,23 +246,51 @@ def _packets(cap: Capture, t0_ns: int) -> dict[str, np.ndarray]:
     keyed_end, keyed_ack = end_seq + hi, ack + hi
     stream_start = _tcp.running_last(first)  # row where each row's stream begins
     pk.update(hi=hi, keyed_end=keyed_end, keyed_ack=keyed_ack)
+    wfull = np.zeros(len(stream), bool)
+    full = data & ~ctl & scaled
+    starts = np.flatnonzero(first)  # each stream's run of rows
+    pk["run_stream"] = stream[starts]
     for D in (0, 1):
         mine = d == D
         sent = _tcp.running_max_keyed(keyed_end, mine & data)  # < hi: nothing sent yet
         peer_ack = _tcp.running_max_keyed(keyed_ack, ~mine & ack_flag)  # < hi: no ACK yet
-        # The peer's latest window; SYN windows are never scaled: skip them.
+        # The peer's latest window; SYN windows are never scaled: skip them. Kept as integers
+        # with a validity mask (lw = -1 reads the last row, masked): the float columns with NaN
+        # for "unknown" are built by _window_state only for the rows the table and plot read.
         lw = _tcp.running_last(~mine & no_syn)
-        peer_win = np.where(lw >= stream_start, window[lw], np.nan)
-        inflight = np.where((sent >= hi) & (peer_ack >= hi), np.maximum(sent - peer_ack, 0), np.nan)
-        pk[f"inflight{D}"] = inflight
-        pk[f"peer_win{D}"] = peer_win
-        # The sender may not send: the peer's window is zero, or what is unacknowledged fills it.
-        pk[f"limited{D}"] = (peer_win == 0) | (scaled & (inflight >= peer_win) & (peer_win > 0))
-        full = mine & data & ~ctl & scaled
+        win, win_ok = window[lw], lw >= stream_start
+        acked = peer_ack >= hi
+        pk[f"state{D}"] = (sent, peer_ack, win, win_ok)
+        # The sender may not send: the peer's window is zero, or what is unacknowledged (both
+        # ends known) fills it; with a window > 0, max(in flight, 0) ≥ window is in flight ≥ window.
+        pk[f"limited{D}"] = win_ok & ((win == 0) | (scaled & (sent >= hi) & acked & (sent - peer_ack >= win)))
         # Wireshark's tcp.analysis.window_full: the segment reaches the right edge of the window
         # the peer last advertised (its ACK + window; on a row of D these are the peer's latest).
-        pk[f"wfull{D}"] = full & (peer_ack >= hi) & (end_seq == (peer_ack - hi) + peer_win)
+        # Keyed values on both sides: end + stream key == keyed ACK + window.
+        wfull |= full & mine & acked & win_ok & (keyed_end == peer_ack + win)
+        # For the tcp table, per stream (a reduceat over its run of rows, NaN when nothing is
+        # known): D's largest in flight on its data segments, and the smallest and largest
+        # window the peer offered it, seen on D's rows.
+        inflight = np.where(mine & data & (sent >= hi) & acked, np.maximum(sent - peer_ack, 0), np.nan)
+        peer_win = np.where(mine & win_ok, win, np.nan)
+        if len(starts):
+            pk[f"run_inflight_max{D}"] = np.fmax.reduceat(inflight, starts)
+            pk[f"run_peer_win_min{D}"] = np.fmin.reduceat(peer_win, starts)
+            pk[f"run_peer_win_max{D}"] = np.fmax.reduceat(peer_win, starts)
+        else:
+            pk[f"run_inflight_max{D}"] = pk[f"run_peer_win_min{D}"] = pk[f"run_peer_win_max{D}"] = np.zeros(0)
+    pk["wfull"] = wfull  # each row's own direction
     return pk
+
+
+def _window_state(pk: dict[str, np.ndarray], D: int, rows) -> tuple[np.ndarray, np.ndarray]:
+    """Sender direction D's bytes in flight and the peer's latest advertised window at ``rows``
+    (a slice: one stream for the window plot), as float with NaN where unknown (nothing sent or
+    acknowledged yet; no peer packet in the stream yet)."""
+    sent, peer_ack, win, win_ok = (x[rows] for x in pk[f"state{D}"])
+    hi = pk["hi"][rows]
+    inflight = np.where((sent >= hi) & (peer_ack >= hi), np.maximum(sent - peer_ack, 0), np.nan)
+    return inflight, np.where(win_ok, win, np.nan)
 
 
 def _real_retransmissions(pk: dict[str, np.ndarray]) -> pd.DataFrame:
@@ -290,14 +318,15 @@ def _rtt(pk: dict[str, np.ndarray]) -> pd.DataFrame:
     out_s, out_d, out_r = [], [], []
     for D in (0, 1):
         seg = np.flatnonzero(pk["new_data"] & (d == D))
-        acks = np.flatnonzero(ackf & (d != D))
+        is_ack = ackf & (d != D)
+        acks = np.flatnonzero(is_ack)
         if not len(seg) or not len(acks):
             continue
         # The peer's cumulative ACK (running max per stream), increasing over all streams.
         cm = np.maximum.accumulate(keyed_ack[acks])
         # First peer ACK at or beyond the segment's end, and after the segment itself.
-        k = np.maximum(np.searchsorted(cm, keyed_end[seg], side="left"),
-                       np.searchsorted(acks, seg, side="right"))
+        # (The peer ACKs at or before each segment's row: a running count, not a second search.)
+        k = np.maximum(np.searchsorted(cm, keyed_end[seg], side="left"), np.cumsum(is_ack)[seg])
         ok = k < len(acks)
         ok[ok] = stream[acks[k[ok]]] == stream[seg[ok]]  # ... of the same connection
         out_s.append(stream[seg[ok]])
@@ -325,14 +354,14 @@ def _frames(cap: Capture, t0: pd.Timestamp) -> tuple[pd.DataFrame, pd.DataFrame]
     f = cap.frames
     # Selected on the categorical's codes (small ints), then every column taken at those rows.
     method = f["method"].array
-    wanted = np.flatnonzero(pd.Index(method.categories).isin(FRAME_METHODS))
-    keep = np.flatnonzero(np.isin(method.codes, wanted))
-    fr = pd.DataFrame({
-        "packet": f["packet"].to_numpy(np.int64)[keep],
-        "stream": f["stream"].to_numpy(np.int64)[keep],
+    # (one gather from a per-category table; code -1, missing, reads the appended False)
+    keep = np.flatnonzero(np.r_[pd.Index(method.categories).isin(FRAME_METHODS), False][method.codes])
+    fr = pd.DataFrame({  # rows taken first, then converted: only the kept rows are
+        "packet": f["packet"].to_numpy()[keep].astype(np.int64),
+        "stream": f["stream"].to_numpy()[keep].astype(np.int64),
         "d": (f["direction"].array.take(keep) == "s2c").astype(np.int8),
         "t": (f["ts"].take(keep) - t0).dt.total_seconds().to_numpy(),
-        "channel": f["channel"].to_numpy(np.int64)[keep],
+        "channel": f["channel"].to_numpy()[keep].astype(np.int64),
         "method": method.take(keep),  # categorical: comparisons stay cheap
     })
     return fr, pd.DataFrame({c: f[c].array.take(keep) for c in ("reason", "active", "delivery_tag", "multiple")})
@@ -490,10 +519,11 @@ def stalls(cap: Capture) -> AnalyzerResult:
     med = pd.Series(gap).groupby(nd_d.astype(np.int64) << 32 | nd_stream).median()
     mk = med.index.to_numpy(np.int64)
     median_gap = pd.Series(med.to_numpy(), index=(mk & 0xFFFFFFFF) * 2 + (mk >> 32))
-    nd_g = nd_stream * 2 + nd_d
-    rtt_term = RTT_FACTOR * np.nan_to_num(path_rtt[nd_stream], nan=0.0) if len(nd) else np.zeros(0)
-    mg = np.nan_to_num(median_gap.reindex(nd_g).to_numpy(), nan=0.0) if len(nd) else np.zeros(0)
-    threshold = np.maximum(np.maximum(MIN_STALL_S, GAP_FACTOR * mg), rtt_term)
+    # The threshold per connection direction (key stream·2 + d), then one gather per segment.
+    mg = np.zeros(2 * n_streams)
+    mg[median_gap.index.to_numpy()] = np.nan_to_num(median_gap.to_numpy(), nan=0.0)
+    rtt_term = RTT_FACTOR * np.nan_to_num(np.repeat(path_rtt, 2), nan=0.0)
+    threshold = np.maximum(np.maximum(MIN_STALL_S, GAP_FACTOR * mg), rtt_term)[nd_stream * 2 + nd_d]
     # Stalls in (stream, time) row order, as the table's tie-breaking expects.
     hit = np.flatnonzero(gap >= threshold)
     hit = hit[np.argsort(nd[hit], kind="stable")]
@@ -588,28 +618,21 @@ def stalls(cap: Capture) -> AnalyzerResult:
 
 def _tcp_table(pk, rtt_stats, path_rtt, median_gap, st) -> pd.DataFrame:
     """Per (stream, direction) of the packets: counts by np.bincount on the key stream·2 + d, and
-    max/min by reduceat over the rows of one direction then the other (each key contiguous)."""
+    the per-stream window maxima/minima _packets reduced."""
     stream, d, data = pk["stream"], pk["d"], pk["data"]
     g = stream * 2 + d
-    mine = d == 0
     keys = np.flatnonzero(np.bincount(g)) if len(g) else np.zeros(0, np.int64)  # sorted: stream, d
 
-    def count(x):
-        return np.bincount(g, weights=x, minlength=len(keys) and keys[-1] + 1)[keys].astype(np.int64)
+    def count(x):  # integer bincount of the rows where x holds (no float weights over every row)
+        return np.bincount(g[x], minlength=len(keys) and keys[-1] + 1)[keys].astype(np.int64)
 
-    order = np.r_[np.flatnonzero(mine), np.flatnonzero(~mine)]
-    og = g[order]
-    starts = np.flatnonzero(np.r_[True, og[1:] != og[:-1]]) if len(og) else np.zeros(0, np.int64)
-    at = np.searchsorted(keys, og[starts])  # each run's row in the table
+    run = np.searchsorted(pk["run_stream"], keys // 2)  # each key's stream run
+    key_d = keys % 2
 
-    def reduce(fn, x):  # NaN-skipping max/min per key; NaN when a key has no value
-        out = np.full(len(keys), np.nan)
-        if len(order):
-            out[at] = fn.reduceat(x[order], starts)
-        return pd.array(out, dtype="Float64").astype("Int64")
+    def per_key(name):  # the key's direction's value of its stream run, as nullable integers
+        v = np.where(key_d == 0, pk[f"{name}0"][run], pk[f"{name}1"][run]) if len(keys) else np.zeros(0)
+        return pd.array(v, dtype="Float64").astype("Int64")
 
-    inflight = np.where(mine & data, pk["inflight0"], np.where(~mine & data, pk["inflight1"], np.nan))
-    peer_win = np.where(mine, pk["peer_win0"], pk["peer_win1"])
     rs = rtt_stats.reindex(keys)
     sg = st.assign(g=st["stream"].to_numpy(np.int64) * 2 + st["d"].to_numpy(np.int64)).groupby("g")["duration_s"]
     out = pd.DataFrame({
@@ -619,10 +642,10 @@ def _tcp_table(pk, rtt_stats, path_rtt, median_gap, st) -> pd.DataFrame:
         "data_bytes": np.bincount(g, weights=pk["payload"], minlength=len(keys) and keys[-1] + 1)[keys].astype(np.int64),
         "retransmissions": count(pk["retrans"] & data),
         "zero_window_ads": count(pk["zero_window"]),
-        "window_full_segments": count(np.where(mine, pk["wfull0"], pk["wfull1"])),
-        "bytes_in_flight_max": reduce(np.fmax, inflight),
-        "peer_window_min_bytes": reduce(np.fmin, peer_win),
-        "peer_window_max_bytes": reduce(np.fmax, peer_win),
+        "window_full_segments": count(pk["wfull"]),
+        "bytes_in_flight_max": per_key("run_inflight_max"),
+        "peer_window_min_bytes": per_key("run_peer_win_min"),
+        "peer_window_max_bytes": per_key("run_peer_win_max"),
         "rtt_samples": pd.array(rs["rtt_samples"].to_numpy(float), dtype="Float64").astype("Int64"),
         "rtt_min_s": rs["rtt_min_s"].to_numpy(float),
         "rtt_p50_s": rs["rtt_p50_s"].to_numpy(float),
@@ -639,9 +662,11 @@ def _summary(stalls_tbl: pd.DataFrame, tcp: pd.DataFrame, rtt: pd.DataFrame, pre
     by = stalls_tbl.groupby("cause", observed=False)["duration_s"]
     rtt_dir = {}
     for D, name in enumerate(DIRS):
-        r = rtt.loc[rtt["d"] == D, "rtt_s"]
-        rtt_dir[str(name)] = {"samples": int(len(r)), "p50_s": float(r.median()) if len(r) else None,
-                              "p90_s": float(r.quantile(0.9)) if len(r) else None}
+        r = rtt["rtt_s"].to_numpy()[rtt["d"].to_numpy() == D]
+        # numpy's median and percentile, as pandas' median and quantile(0.9) compute them
+        # (the latter as np.percentile at 0.9 * 100.0), without the Series around them.
+        rtt_dir[str(name)] = {"samples": int(len(r)), "p50_s": float(np.median(r)) if len(r) else None,
+                              "p90_s": float(np.percentile(r, 0.9 * 100.0)) if len(r) else None}
     return {"stalls": {
         "count": int(len(stalls_tbl)),
         "total_s": float(stalls_tbl["duration_s"].sum()),
@@ -813,8 +838,10 @@ def _binned(t: np.ndarray, y: np.ndarray, how: str) -> tuple[np.ndarray, np.ndar
 def _stream_rows(pk: dict, stream: int) -> pd.DataFrame:
     """The packet rows of one stream (rows are sorted by stream) with the columns the plot reads."""
     lo, hi = np.searchsorted(pk["stream"], [stream, stream + 1])
-    cols = ["t", "d", "data", "peer_win0", "peer_win1", "inflight0", "inflight1"]
-    return pd.DataFrame({c: pk[c][lo:hi] for c in cols})
+    out = pd.DataFrame({c: pk[c][lo:hi] for c in ("t", "d", "data")})
+    for D in (0, 1):
+        out[f"inflight{D}"], out[f"peer_win{D}"] = _window_state(pk, D, slice(lo, hi))
+    return out
 
 
 def _plot_window(path: Path, pk: dict, tcp: pd.DataFrame, stalls_tbl: pd.DataFrame, t0) -> None:
