@@ -460,22 +460,26 @@ def _closed_after(m: pd.DataFrame, items: pd.DataFrame) -> np.ndarray:
     sel = select(m, ["channel.close", "channel.close-ok", "connection.close", "connection.close-ok"])
     if not sel.any() or len(items) == 0:
         return np.zeros(len(items), dtype=bool)
-    res = np.zeros(len(items), dtype=bool)
     order = items["order"].to_numpy(np.int64)
     c_order = m["order"].to_numpy(np.int64)[sel]
     c_stream, c_chan = m["stream"].to_numpy(np.int64)[sel], m["channel"].to_numpy(np.int64)[sel]
     i_stream = items["stream"].to_numpy(np.int64)
+    # "a close after the item" is "the item before the last close of its channel or connection":
+    # one last order per key, looked up (no as-of search). A connection's close (channel 0) by
+    # stream (small ints: an array indexed by stream); a channel's by (stream, channel), among
+    # the few closed channels
     conn = c_chan == 0
-    # a channel's close: by (stream, channel); a connection's (channel 0): by stream. The keys
-    # are numbered over the closes only (few); an item of another key gets -1 (no match)
-    for i_key, c_key, rows in ((i_stream * 65536 + items["channel"].to_numpy(np.int64), c_stream * 65536 + c_chan,
-                                ~conn), (i_stream, c_stream, conn)):
-        uniq = np.unique(c_key[rows])
-        if len(uniq) == 0:
-            continue
+    last_conn = np.full(max(int(i_stream.max()), int(c_stream.max())) + 1, -1, dtype=np.int64)
+    np.maximum.at(last_conn, c_stream[conn], c_order[conn])
+    res = order < last_conn[i_stream]
+    c_key = c_stream[~conn] * 65536 + c_chan[~conn]
+    if len(c_key):
+        uniq, inv = np.unique(c_key, return_inverse=True)
+        last = np.full(len(uniq), -1, dtype=np.int64)
+        np.maximum.at(last, inv.ravel(), c_order[~conn])
+        i_key = i_stream * 65536 + items["channel"].to_numpy(np.int64)
         pos = np.minimum(np.searchsorted(uniq, i_key), len(uniq) - 1)
-        lk = np.where(uniq[pos] == i_key, pos, -1)
-        res |= asof(lk, order, np.searchsorted(uniq, c_key[rows]), c_order[rows], direction="forward") >= 0
+        res |= (uniq[pos] == i_key) & (order < last[pos])
     return res
 
 

@@ -193,25 +193,29 @@ def consumer_latency(d: pd.DataFrame, gaps: pd.DataFrame, cap: Capture | None = 
         return pd.DataFrame(columns=cons + ["deliveries"])
     # one int64 code per consumer (sorted as the keys): pandas factorizes a single int64 column
     # once per GroupBy object, where three key columns (one of text) cost a factorization per call
-    tags = d["consumer_tag"].to_numpy(object)
     code = D.codes(d["stream"].to_numpy(np.int64), d["channel"].to_numpy(np.int64), D.tag_ranks(cap, d))
     n = int(code.max()) + 1
     first = np.unique(code, return_index=True)[1]
-    outcome = d["outcome"].to_numpy(object)
+    # text made into Python objects only for the consumers' rows; outcomes compared whole-column
+    # (on the string array itself, not on a copy as objects)
+    tags = np.asarray(d["consumer_tag"].array.take(first), dtype=object)
 
     def count(mask):
         return np.bincount(code[mask], minlength=n).astype(np.int64)
+
+    def outcome(value):
+        return (d["outcome"] == value).to_numpy(dtype=bool, na_value=False)
 
     g = pd.DataFrame({"latency_s": d["latency_s"].to_numpy(float), "ts": d["ts"].array}).groupby(code)
     lat = g["latency_s"]
     out = pd.DataFrame({
         "stream": d["stream"].to_numpy(np.int64)[first], "channel": d["channel"].to_numpy(np.int64)[first],
-        "consumer_tag": tags[first],
+        "consumer_tag": tags,
         "deliveries": count(slice(None)),
         "redelivered": count(d["redelivered"].fillna(False).to_numpy(bool)),
         "no_ack": count(~d["no_ack"].to_numpy(bool)) == 0,
-        "acked": count(outcome == "ack"), "nacked": count(outcome == "nack"), "rejected": count(outcome == "reject"),
-        "unsettled_at_end": count(outcome == "unsettled"), "unsettled_at_close": count(outcome == "closed"),
+        "acked": count(outcome("ack")), "nacked": count(outcome("nack")), "rejected": count(outcome("reject")),
+        "unsettled_at_end": count(outcome("unsettled")), "unsettled_at_close": count(outcome("closed")),
         "deliver_to_ack_p50_s": lat.median().to_numpy(), "deliver_to_ack_p90_s": lat.quantile(0.9).to_numpy(),
         "deliver_to_ack_p99_s": lat.quantile(0.99).to_numpy(), "deliver_to_ack_max_s": lat.max().to_numpy(),
     })
@@ -292,7 +296,9 @@ def _refill_findings(d: pd.DataFrame, gaps: pd.DataFrame) -> list[Finding]:
     """broker-slow-refill, per channel: acks freed credit while messages were known to be
     waiting (backlog_min > 0), yet the broker's next delivery came late."""
     out = []
-    waiting = gaps[gaps["gap_s"].notna() & (gaps["backlog_min"].fillna(0) > 0) & (gaps["settled"] > 0)]
+    # (only the columns used below: each flagged channel's rows are taken from this frame)
+    waiting = gaps.loc[gaps["gap_s"].notna() & (gaps["backlog_min"].fillna(0) > 0) & (gaps["settled"] > 0),
+                       ["stream", "channel", "packet", "gap_s", "backlog_min", "next_deliver_packet"]]
     if len(waiting) == 0:
         return out
     # channels as one int64 key (D.chan_key: sorted as (stream, channel)), grouped on it
