@@ -161,13 +161,15 @@ def _overlap_s(stalls: pd.DataFrame, iv: pd.DataFrame) -> np.ndarray:
     before = np.where(first, 0.0, np.r_[0.0, cum[:-1]])
     qk = stalls["stream"].to_numpy(np.int64) * 2 + stalls["d"].to_numpy(np.int64)
 
-    def covered(x):  # covered time of the stall's key in (-inf, x]
+    def covered(qk, x):  # covered time of the query's key in (-inf, x]
         j = _lex_count(uk, s, qk, x, "right") - 1  # the last interval of the key starting at or before x
         jj = np.maximum(j, 0)
         ok = (j >= 0) & (uk[jj] == qk)
         return np.where(ok, before[jj] + np.clip(x - s[jj], 0.0, e[jj] - s[jj]), 0.0)
 
-    return covered(stalls["end"].to_numpy(float)) - covered(stalls["start"].to_numpy(float))
+    # Both ends of every stall in one search (one lexsort), then end minus start.
+    c = covered(np.r_[qk, qk], np.r_[stalls["end"].to_numpy(float), stalls["start"].to_numpy(float)])
+    return c[:len(qk)] - c[len(qk):]
 
 
 def _count_in(stalls: pd.DataFrame, ev: pd.DataFrame, closed_end: bool = True) -> np.ndarray:
@@ -371,7 +373,7 @@ def _blocked(cap: Capture, fr: pd.DataFrame, f: pd.DataFrame, stream_end: pd.Ser
     """connection.blocked → connection.unblocked intervals per stream (broker → client), with the
     reason and the packets; a block never lifted lasts to the connection's last packet."""
     m = fr["method"].isin(["connection.blocked", "connection.unblocked"]) & (fr["d"] == 1)
-    ev = fr[m].assign(reason=f["reason"].astype(object).to_numpy()[m.to_numpy()])
+    ev = fr[m].assign(reason=f["reason"].array[m.to_numpy()].astype(object))  # only those rows converted
     ev = ev.sort_values(["stream", "t"], kind="mergesort")
     ev["blocked"] = ev["method"] == "connection.blocked"
     # Only state changes matter (a repeated connection.blocked does not restart the block).
@@ -562,7 +564,7 @@ def stalls(cap: Capture) -> AnalyzerResult:
     st["flow_s"] = _overlap_s(st, flow)
     # A memory/disk alarm blocks every publisher: consumers then get nothing new to deliver. A
     # silent consumer direction during a block elsewhere is blamed on the alarm too.
-    consumers_streams = np.unique(fr.loc[fr["method"] == "basic.deliver", "stream"].to_numpy())
+    consumers_streams = np.unique(fr["stream"].to_numpy()[(fr["method"] == "basic.deliver").to_numpy()])
     if len(blocked) and len(consumers_streams):
         xb = pd.concat([blocked[["start", "end"]].assign(stream=s, d=1) for s in consumers_streams],
                        ignore_index=True)
