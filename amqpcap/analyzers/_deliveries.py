@@ -139,12 +139,14 @@ def codes(*cols) -> np.ndarray:
     return out
 
 
-def group_cumsum(code: np.ndarray, values: np.ndarray) -> np.ndarray:
+def group_cumsum(code: np.ndarray, values: np.ndarray, idx: np.ndarray | None = None) -> np.ndarray:
     """Running sum of ``values`` within each group of ``code``, in row order
-    (``Series.groupby(code).cumsum()`` without the groupby)."""
+    (``Series.groupby(code).cumsum()`` without the groupby). ``idx``: the caller's
+    ``np.argsort(code, kind="stable")``, when it has one."""
     if len(code) == 0:
         return np.zeros(0, dtype=np.int64)
-    idx = np.argsort(code, kind="stable")
+    if idx is None:
+        idx = np.argsort(code, kind="stable")
     v = values[idx]
     run = np.cumsum(v)
     start = np.r_[True, code[idx][1:] != code[idx][:-1]]
@@ -417,21 +419,33 @@ def deliveries(cap: Capture) -> pd.DataFrame:
     return out
 
 
-def tag_ranks(cap: Capture | None, d: pd.DataFrame) -> np.ndarray:
-    """The consumer tag of each row of ``d`` (:func:`deliveries`' table) as an int64 numbered in
-    the sorted order of the tags' text (equal tags, equal numbers), as a groupby on the text
-    would order them: from the codes :func:`deliveries` kept (a sort of the few distinct tags),
-    else by factorizing the text."""
+def tag_codes(cap: Capture | None, d: pd.DataFrame):
+    """(codes, labels) of the consumer tags of ``d`` (:func:`deliveries`' table) as kept by
+    :func:`deliveries` (``labels``: cap.frames' consumer_tag categories, then "" and GET_TAG; so
+    :func:`consumes`' ``tag_code`` is a code into them too), or None when not kept."""
     kept = getattr(cap, "_amqpcap_delivery_tag_code", None) if cap is not None else None
     if kept is None or getattr(cap, "_amqpcap_deliveries", None) is not d:
-        return pd.factorize(d["consumer_tag"].to_numpy(object), sort=True)[0].astype(np.int64)
-    tc, labels = kept
-    used = np.unique(tc)
-    # equal text under two codes ("" may be a category and an extra label) gets one rank
-    rank_of_used = pd.factorize(np.asarray(labels, dtype=object)[used], sort=True)[0].astype(np.int64)
+        return None
+    return kept
+
+
+def text_ranks(labels, code: np.ndarray) -> np.ndarray:
+    """``labels[code]`` as int64 numbered in the sorted order of the text (equal text, equal
+    number), as a groupby on the text would order them; only the few labels in use are sorted."""
+    code = np.asarray(code, dtype=np.int64)
+    used = np.unique(code)
     rank = np.zeros(len(labels), dtype=np.int64)
-    rank[used] = rank_of_used
-    return rank[tc]
+    rank[used] = pd.factorize(np.asarray(labels, dtype=object)[used], sort=True)[0]
+    return rank[code]
+
+
+def tag_ranks(cap: Capture | None, d: pd.DataFrame) -> np.ndarray:
+    """The consumer tag of each row of ``d`` (:func:`deliveries`' table) as :func:`text_ranks`:
+    from the codes :func:`deliveries` kept, else by factorizing the text."""
+    kept = tag_codes(cap, d)
+    if kept is None:
+        return pd.factorize(d["consumer_tag"].to_numpy(object), sort=True)[0].astype(np.int64)
+    return text_ranks(kept[1], kept[0])
 
 
 def queue_codes(cap: Capture, d: pd.DataFrame) -> np.ndarray:

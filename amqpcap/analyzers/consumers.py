@@ -133,14 +133,15 @@ def consumer_state(cap: Capture) -> pd.DataFrame:
     if len(ev_code) == 0:
         return _empty_state(cap)
     # one row per (consumer, frame) (a multiple ack settles many deliveries at once): values of
-    # its first event, deltas summed; rows by frame order, ties in order of first appearance
-    span = int(ev_order.max()) + 1
-    _, first, inv = np.unique(ev_code * span + ev_order, return_index=True, return_inverse=True)
-    delta = np.bincount(inv, weights=ev_delta, minlength=len(first)).astype(np.int64)
-    rows = np.lexsort((first, ev_order[first]))
-    first, delta = first[rows], delta[rows]
+    # its first event (all of a frame's events have its ts and packet), deltas summed; rows by
+    # frame order, then consumer code. Only the order within each consumer matters below (the
+    # channel's count is read at the end of each frame's rows; the output is sorted by consumer)
+    ncons = len(keys)
+    _, first, inv = np.unique(ev_order * ncons + ev_code, return_index=True, return_inverse=True)
+    delta = np.bincount(inv.ravel(), weights=ev_delta, minlength=len(first)).astype(np.int64)
     code, order, ts, packet = ev_code[first], ev_order[first], ev_ts[first], ev_packet[first]
-    unacked = D.group_cumsum(code, delta)
+    by = np.argsort(code, kind="stable")  # by consumer, then frame order
+    unacked = D.group_cumsum(code, delta, by)
     # the channel's unacked over all its consumers, as it stands after each frame (the frames
     # of a tag space are contiguous runs of equal order)
     kcode = D.codes(*(keys[k].to_numpy(np.int64) for k in D.KEY))[code]
@@ -149,7 +150,6 @@ def consumer_state(cap: Capture) -> pd.DataFrame:
     channel_unacked = np.repeat(ch[run_end], np.diff(np.r_[-1, run_end]))
 
     # per-consumer values, by code
-    ncons = len(keys)
     per = np.full(ncons, -1, dtype=np.int64)
     per[c_code] = np.arange(len(c))
     cp = per[code]  # the consumer's row in c
@@ -182,7 +182,6 @@ def consumer_state(cap: Capture) -> pd.DataFrame:
 
     # each row holds until the consumer's next row, at most until its end (NaT compares false)
     nat = np.iinfo(np.int64).min
-    by = np.argsort(code, kind="stable")
     nxt = np.full(len(order), nat, dtype=np.int64)
     same = code[by][1:] == code[by][:-1]
     nxt[by[:-1][same]] = ts[by[1:][same]]
@@ -191,7 +190,13 @@ def consumer_state(cap: Capture) -> pd.DataFrame:
     until = np.where((until != nat) & (end != nat) & (until < end), until, end)
     until = np.where((until != nat) & (until > ts), until, ts)
 
-    out_rows = np.lexsort((ts, code))  # by consumer (sorted keys), then ts; stable
+    # by consumer (sorted keys), then ts, stable. Timestamps mostly rise with frame order: then
+    # that is ``by`` already and the sort is spared
+    ts_by, code_by = ts[by], code[by]
+    if np.all((ts_by[1:] >= ts_by[:-1]) | (code_by[1:] != code_by[:-1])):
+        out_rows = by
+    else:
+        out_rows = np.lexsort((ts, code))
     tsd = d["ts"].dtype
     ts_col = pd.Series(ts[out_rows].view("M8[ns]")).dt.tz_localize("UTC").astype(tsd)
     until_col = pd.Series(until[out_rows].view("M8[ns]")).dt.tz_localize("UTC").astype(tsd)
@@ -229,16 +234,26 @@ def _acked_deliveries(cap: Capture):
     cached = getattr(cap, "_amqpcap_acked", None)
     if cached is not None:
         return cached
-    d = D.deliveries(cap)
-    d = d[~d["no_ack"].to_numpy(bool) & (d["consumer_tag"] != D.GET_TAG).to_numpy(bool)]
+    full = D.deliveries(cap)
+    keep = ~full["no_ack"].to_numpy(bool) & (full["consumer_tag"] != D.GET_TAG).to_numpy(bool)
+    d = full[keep]
     cons = D.consumes(cap)
     cons = cons[~cons["no_ack"].to_numpy(bool)]
-    cols = {k: np.r_[d[k].to_numpy(object if k == "consumer_tag" else np.int64),
-                     cons[k].to_numpy(object if k == "consumer_tag" else np.int64)] for k in CONSUMER}
-    code = D.codes(*cols.values())
-    keys = pd.DataFrame({k: v for k, v in cols.items()})
-    keys = keys.iloc[np.unique(code, return_index=True)[1]].reset_index(drop=True)
-    keys["consumer_tag"] = keys["consumer_tag"].astype(object)
+    cols = {k: np.r_[d[k].to_numpy(np.int64), cons[k].to_numpy(np.int64)] for k in D.KEY}
+    kept = D.tag_codes(cap, full)
+    if kept is not None:  # the tags as codes (deliveries' and consumes' share the labels)
+        tc, labels = kept
+        tag_code = np.r_[tc[keep], cons["tag_code"].to_numpy(np.int64)]
+        code = D.codes(*cols.values(), D.text_ranks(labels, tag_code))
+        first = np.unique(code, return_index=True)[1]
+        tags = np.asarray(labels, dtype=object)[tag_code[first]]
+    else:
+        text = np.r_[d["consumer_tag"].to_numpy(object), cons["consumer_tag"].to_numpy(object)]
+        code = D.codes(*cols.values(), text)
+        first = np.unique(code, return_index=True)[1]
+        tags = text[first]
+    keys = pd.DataFrame({k: v[first] for k, v in cols.items()})
+    keys["consumer_tag"] = pd.Series(tags, dtype=object)
     out = (d, code[:len(d)], keys)
     try:
         cap._amqpcap_acked = out
