@@ -344,20 +344,27 @@ def _rtt(pk: dict[str, np.ndarray]) -> pd.DataFrame:
 # --- cause states as intervals --------------------------------------------------------------
 
 
-#: The only methods the cause states read (flow control, confirms, deliveries).
+#: The only methods the cause states read (flow control, confirms). Of basic.deliver only the
+#: streams that carry one are needed (_frames returns them), not the rows.
 FRAME_METHODS = ["connection.blocked", "connection.unblocked", "channel.flow", "confirm.select", "basic.publish",
-                 "basic.ack", "basic.nack", "basic.deliver"]
+                 "basic.ack", "basic.nack"]
 
 
-def _frames(cap: Capture, t0: pd.Timestamp) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _frames(cap: Capture, t0: pd.Timestamp) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray]:
     """Frames of FRAME_METHODS (fr: packet, stream, d, t, channel, method) and, row for row, the
-    fields the cause states read (f). Only those rows and columns are taken: the frames table
-    is wide and long."""
+    fields the cause states read (f); and the streams with a basic.deliver (sorted). Only those
+    rows and columns are taken: the frames table is wide and long."""
     f = cap.frames
     # Selected on the categorical's codes (small ints), then every column taken at those rows.
     method = f["method"].array
+    cats = pd.Index(method.categories)
+    if "basic.deliver" in cats:
+        stream_col = f["stream"].to_numpy()
+        deliver_streams = np.flatnonzero(np.bincount(stream_col[method.codes == cats.get_loc("basic.deliver")]))
+    else:
+        deliver_streams = np.zeros(0, np.int64)
     # (one gather from a per-category table; code -1, missing, reads the appended False)
-    keep = np.flatnonzero(np.r_[pd.Index(method.categories).isin(FRAME_METHODS), False][method.codes])
+    keep = np.flatnonzero(np.r_[cats.isin(FRAME_METHODS), False][method.codes])
     fr = pd.DataFrame({  # rows taken first, then converted: only the kept rows are
         "packet": f["packet"].to_numpy()[keep].astype(np.int64),
         "stream": f["stream"].to_numpy()[keep].astype(np.int64),
@@ -366,7 +373,8 @@ def _frames(cap: Capture, t0: pd.Timestamp) -> tuple[pd.DataFrame, pd.DataFrame]
         "channel": f["channel"].to_numpy()[keep].astype(np.int64),
         "method": method.take(keep),  # categorical: comparisons stay cheap
     })
-    return fr, pd.DataFrame({c: f[c].array.take(keep) for c in ("reason", "active", "delivery_tag", "multiple")})
+    return (fr, pd.DataFrame({c: f[c].array.take(keep) for c in ("reason", "active", "delivery_tag", "multiple")}),
+            deliver_streams)
 
 
 def _blocked(cap: Capture, fr: pd.DataFrame, f: pd.DataFrame, stream_end: pd.Series) -> pd.DataFrame:
@@ -557,14 +565,13 @@ def stalls(cap: Capture) -> AnalyzerResult:
     st["zero_window_n"] = _count_in(st, pd.DataFrame({"stream": stream[zw], "d": 1 - d[zw], "t": t[zw]}))
     st["retrans_n"] = _count_in(st, _real_retransmissions(pk), closed_end=False)
 
-    fr, f = _frames(cap, t0)
+    fr, f, consumers_streams = _frames(cap, t0)
     blocked = _blocked(cap, fr, f, stream_end)
     flow = pd.concat([blocked.assign(d=0)[["stream", "d", "start", "end"]],
                       _channel_flow(fr, f, stream_end)], ignore_index=True)
     st["flow_s"] = _overlap_s(st, flow)
     # A memory/disk alarm blocks every publisher: consumers then get nothing new to deliver. A
     # silent consumer direction during a block elsewhere is blamed on the alarm too.
-    consumers_streams = np.unique(fr["stream"].to_numpy()[(fr["method"] == "basic.deliver").to_numpy()])
     if len(blocked) and len(consumers_streams):
         xb = pd.concat([blocked[["start", "end"]].assign(stream=s, d=1) for s in consumers_streams],
                        ignore_index=True)
