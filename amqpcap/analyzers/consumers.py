@@ -349,7 +349,6 @@ def consumer_summary(cap: Capture) -> pd.DataFrame:
     from .latency import ack_gaps  # noqa: PLC0415 (shared helper of the sibling analyzer)
 
     gaps = ack_gaps(cap)
-    a2d = gaps.groupby(D.KEY)["gap_s"].median().rename("ack_to_next_deliver_p50_s")
 
     # the consumers with a state (inner join of c and agg), in c's order
     c_code = _code_of(keys, c)
@@ -361,7 +360,12 @@ def consumer_summary(cap: Capture) -> pd.DataFrame:
         out[col] = agg[col].array
     out["deliver_to_ack_p50_s"] = lat.to_numpy()[oc]
     out["acks"], out["acks_multiple"], out["messages_per_ack"] = acks[oc], acks_mult[oc], mpa[oc]
-    out = out.join(a2d, on=D.KEY)
+    # the tag space's ack→next-deliver median, grouped on one int64 code of (stream, channel,
+    # epoch) numbered over the gaps' and the consumers' keys together (then a lookup per consumer)
+    ng = len(gaps)
+    kc = D.codes(*(np.r_[gaps[k].to_numpy(np.int64), out[k].to_numpy(np.int64)] for k in D.KEY))
+    a2d = pd.Series(gaps["gap_s"].to_numpy(float)).groupby(kc[:ng]).median()
+    out["ack_to_next_deliver_p50_s"] = a2d.reindex(kc[ng:]).to_numpy(float)
     span = (out["end_ts"] - out["start_ts"]).dt.total_seconds()
     out["rate_per_s"] = out["deliveries"] / span.where(span > 0)
     out["backlog_growth_msgs"] = _backlog_growth(cap, out)
@@ -427,11 +431,23 @@ def _findings(cap: Capture, s: pd.DataFrame) -> list[Finding]:
     if len(flagged) == 0:
         return out
     st = consumer_state(cap)
-    # example packets only for the flagged consumers (at most 2 × MAX_FINDINGS_PER_ID), not all
+    # example packets only for the flagged consumers (at most 2 × MAX_FINDINGS_PER_ID), not all:
+    # the first 5 state rows at the limit per (stream, channel, tag) (any epoch), found on the
+    # consumer codes of the state rows (the few consumers' keys matched as text, not the rows')
+    _, _, keys = _acked_deliveries(cap)
+    st_code = getattr(cap, "_amqpcap_consumer_state_code", None)
+    if st_code is None or len(st_code) != len(st):
+        st_code = _code_of(keys, st)
     key = ["stream", "channel", "consumer_tag"]
-    at_limit = st.loc[st["at_limit"].to_numpy(bool), key + ["packet"]]
-    at_limit = at_limit[pd.MultiIndex.from_frame(at_limit[key]).isin(pd.MultiIndex.from_frame(flagged[key]))]
-    pkts = at_limit.groupby(key, sort=False)["packet"].apply(lambda p: [int(x) for x in p.head(5)])
+    k3 = D._obj(keys[key], "consumer_tag")
+    k3_code = D.codes(*(k3[k].to_numpy() for k in key))  # (equal across epochs)
+    wanted = pd.MultiIndex.from_frame(k3).isin(pd.MultiIndex.from_frame(D._obj(flagged[key], "consumer_tag")))
+    rows = np.flatnonzero(st["at_limit"].to_numpy(bool) & wanted[st_code])
+    g = k3_code[st_code[rows]]
+    rows = rows[pd.Series(g).groupby(g).cumcount().to_numpy() < 5]
+    pkts: dict = {}
+    for c, p in zip(st_code[rows], st["packet"].to_numpy(np.int64)[rows]):  # (at most 5 per flagged consumer)
+        pkts.setdefault(tuple(k3.iloc[c]), []).append(int(p))
     for i, r in flagged.iterrows():
         label = f"consumer {r.consumer_tag} (stream {r.stream}, channel {r.channel})"
         at_limit_pkts = pkts.get((r.stream, r.channel, r.consumer_tag), [])
