@@ -28,11 +28,14 @@ def _consumer_rows(cap: Capture) -> pd.DataFrame:
     if cached is not None:
         return cached
     m = D.methods(cap)
-    d = D.deliveries(cap)
-    d = d[~d["no_ack"].to_numpy(bool) & (d["consumer_tag"] != D.GET_TAG)]
-    first = d.groupby(CONSUMER, sort=False).agg(first_order=("order", "min"), first_ts=("ts", "min"),
-                                                first_packet=("packet", "min"), queue=("queue", "first"),
-                                                deliveries=("order", "size")).reset_index()
+    # grouped on the consumer code of _acked_deliveries (one int64, not four columns with text);
+    # the keys' columns then taken from its key table
+    d, code, keys = _acked_deliveries(cap)
+    first = d[["order", "ts", "packet", "queue"]].groupby(code, sort=False).agg(
+        first_order=("order", "min"), first_ts=("ts", "min"), first_packet=("packet", "min"),
+        queue=("queue", "first"), deliveries=("order", "size"))
+    first = pd.concat([keys.iloc[first.index.to_numpy()].reset_index(drop=True), first.reset_index(drop=True)],
+                      axis=1)
     cons = D.consumes(cap)
     cons = cons[~cons["no_ack"].to_numpy(bool)][CONSUMER + ["start_order", "start_ts", "start_packet"]]
     # a consumer with no deliveries still holds credit: keep consumers seen only by their consume
