@@ -139,6 +139,15 @@ def codes(*cols) -> np.ndarray:
     return out
 
 
+def stable_argsort(code: np.ndarray) -> np.ndarray:
+    """``np.argsort(code, kind="stable")`` for non-negative int codes. numpy sorts integers of
+    at most 16 bits stably by radix sort (linear), several times faster than its merge sort of
+    int64: codes of fewer than 65536 groups (tag spaces, consumers) are sorted as uint16."""
+    if len(code) and 0 <= code.min() and code.max() < 2 ** 16:
+        return np.argsort(code.astype(np.uint16), kind="stable")
+    return np.argsort(code, kind="stable")
+
+
 def group_cumsum(code: np.ndarray, values: np.ndarray, idx: np.ndarray | None = None) -> np.ndarray:
     """Running sum of ``values`` within each group of ``code``, in row order
     (``Series.groupby(code).cumsum()`` without the groupby). ``idx``: the caller's
@@ -146,7 +155,7 @@ def group_cumsum(code: np.ndarray, values: np.ndarray, idx: np.ndarray | None = 
     if len(code) == 0:
         return np.zeros(0, dtype=np.int64)
     if idx is None:
-        idx = np.argsort(code, kind="stable")
+        idx = stable_argsort(code)
     v = values[idx]
     run = np.cumsum(v)
     start = np.r_[True, code[idx][1:] != code[idx][:-1]]

@@ -143,7 +143,7 @@ def consumer_state(cap: Capture) -> pd.DataFrame:
     _, first, inv = np.unique(ev_order * ncons + ev_code, return_index=True, return_inverse=True)
     delta = np.bincount(inv.ravel(), weights=ev_delta, minlength=len(first)).astype(np.int64)
     code, order, ts, packet = ev_code[first], ev_order[first], ev_ts[first], ev_packet[first]
-    by = np.argsort(code, kind="stable")  # by consumer, then frame order
+    by = D.stable_argsort(code)  # by consumer, then frame order
     unacked = D.group_cumsum(code, delta, by)
     # the channel's unacked over all its consumers, as it stands after each frame (the frames
     # of a tag space are contiguous runs of equal order)

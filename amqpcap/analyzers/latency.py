@@ -126,7 +126,7 @@ def interleaving(cap: Capture) -> pd.DataFrame:
         return pd.DataFrame({c: pd.Series(dtype=float if "mean" in c or "ratio" in c else np.int64) for c in cols})
     # by tag space (its code is sorted as (stream, channel, epoch)), then frame order: m is in
     # frame order, so a stable sort on the code keeps that order within each space
-    rows = rows[np.argsort(m["space"].to_numpy()[rows], kind="stable")]
+    rows = rows[D.stable_argsort(m["space"].to_numpy()[rows])]
     ev = m.iloc[rows]
     space = ev["space"].to_numpy()
     kind = D.select(ev, D.DELIVER_METHODS)  # True: delivery, False: settling frame
@@ -160,13 +160,15 @@ def interleaving(cap: Capture) -> pd.DataFrame:
         mean_d = np.where(d_runs > 0, delivers / d_runs, np.nan)
         mean_a = np.where(a_runs > 0, acks / a_runs, np.nan)
 
-    # events per (space, kind, packet): one sorted code, counted; each code's space and kind
-    # scattered back from its events (all of a code's events carry the same)
+    # events per (space, kind, packet): (space, kind, packet) packed into one int64 (space < n,
+    # packet numbers < the frames' count), sorted; the runs of equal values are the counts, and
+    # each run's value gives back its space and kind (no factorization, no inverse needed)
     packet = cap.frames["packet"].to_numpy(np.int64)[ev["order"].to_numpy()]
-    pk = D.codes(eg, kind.astype(np.int64), packet)
-    cnt = np.bincount(pk)
-    p_g, p_kind = np.empty(len(cnt), np.int64), np.empty(len(cnt), bool)
-    p_g[pk], p_kind[pk] = eg, kind
+    npk = int(packet.max()) + 1
+    packed = np.sort((eg * 2 + kind) * npk + packet)
+    run = np.flatnonzero(np.r_[True, packed[1:] != packed[:-1]])
+    cnt = np.diff(np.r_[run, len(packed)])
+    p_g, p_kind = packed[run] // (2 * npk), (packed[run] // npk) % 2 == 1
     multi = cnt > 1
 
     out = pd.DataFrame({
