@@ -395,11 +395,10 @@ def _backlog_growth(cap: Capture, cons: pd.DataFrame) -> pd.Series:
     # the times as ranks among all of them (small non-negative ints, as D.asof packs them)
     rank = np.unique(np.r_[cons.loc[ok, "start_ts"].array.asi8, cons.loc[ok, "end_ts"].array.asi8, b_ts],
                      return_inverse=True)[1].ravel()
-    vals = []
-    for t in (rank[:n], rank[n:2 * n]):
-        hit = D.asof(q, t, b_q, rank[2 * n:])
-        vals.append(np.where(hit >= 0, b_min[hit], 0))
-    res.loc[cons.index[ok]] = vals[1] - vals[0]
+    # starts and ends in one search (the backlog rows sorted once)
+    hit = D.asof(np.r_[q, q], rank[:2 * n], b_q, rank[2 * n:])
+    val = np.where(hit >= 0, b_min[hit], 0)
+    res.loc[cons.index[ok]] = val[n:] - val[:n]
     return res
 
 
@@ -509,10 +508,17 @@ def consumers(cap: Capture) -> AnalyzerResult:
     s = consumer_summary(cap)
     st = consumer_state(cap)
     d = D.deliveries(cap)
-    no_ack = d[d["no_ack"].to_numpy(bool)].groupby(["stream", "channel", "consumer_tag"]).size()
     rows = s.drop(columns=["start_ts", "end_ts"]).to_dict(orient="records")
-    for (stream, channel, tag), n in no_ack.items():
-        rows.append({"stream": stream, "channel": channel, "consumer_tag": tag, "no_ack": True, "deliveries": int(n)})
+    # no-ack consumers: deliveries counted per (stream, channel, tag) code (sorted as the keys,
+    # as a groupby on them would list them) by bincount; one summary row per consumer
+    na = np.flatnonzero(d["no_ack"].to_numpy(bool))
+    if len(na):
+        stream, channel = d["stream"].to_numpy(np.int64)[na], d["channel"].to_numpy(np.int64)[na]
+        code = D.codes(stream, channel, D.tag_ranks(cap, d)[na])
+        first = np.unique(code, return_index=True)[1]
+        tags = d["consumer_tag"].array.take(na[first])
+        for st_, ch_, tag, n in zip(stream[first].tolist(), channel[first].tolist(), tags, np.bincount(code).tolist()):
+            rows.append({"stream": st_, "channel": ch_, "consumer_tag": tag, "no_ack": True, "deliveries": n})
     for r in rows:
         r.setdefault("no_ack", False)
     plots = []
