@@ -47,6 +47,12 @@ def case(request):
     return facts, amqpcap.load(capture_of(request.param))
 
 
+def test_shared_capture_is_there():
+    """The nDPI capture in ../shared (a capture nobody on this project wrote) must be checked too;
+    CI clones the project beside shared/."""
+    assert (SHARED / "ndpi-amqp-celery-midstream.pcap").is_file(), f"missing {SHARED}"
+
+
 def test_fixture_set_is_complete():
     names = {p.name for p in (ROOT / "fixtures").iterdir()}
     for required in (
