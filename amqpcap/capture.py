@@ -45,6 +45,10 @@ class Capture:
     #: every record of the file (also non-TCP): packet, ts, frame_len
     records: pd.DataFrame = field(default_factory=pd.DataFrame)
     summary: dict[str, Any] = field(default_factory=dict)
+    #: values the analyzers derive from the tables, computed once and shared between analyzers
+    #: (matched deliveries, consumer state, stream-ordered packet columns). Clear it after
+    #: editing a table in place.
+    derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def warnings(self) -> list[str]:

@@ -42,7 +42,7 @@ def methods(cap: Capture) -> pd.DataFrame:
     basic.consume rows) or as codes, so :func:`pick` takes them from cap.frames for the selected
     rows only, where copying 18 columns of every method frame cost more than all the matching.
     ``method`` and ``direction`` stay categorical (as in cap.frames): compared on their codes."""
-    cached = getattr(cap, "_amqpcap_methods", None)
+    cached = cap.derived.get("methods")
     if cached is not None:
         return cached
     f = cap.frames
@@ -53,10 +53,7 @@ def methods(cap: Capture) -> pd.DataFrame:
                       "method": f["method"].array.take(order), "direction": f["direction"].array.take(order)})
     m["epoch"] = _epochs(stream * 65536 + channel, select(m, "channel.open"))
     m["space"] = codes(stream, channel, m["epoch"].to_numpy())
-    try:  # the Capture may refuse new attributes; caching is only an optimisation
-        cap._amqpcap_methods = m
-    except AttributeError:
-        pass
+    cap.derived["methods"] = m
     return m
 
 
@@ -286,7 +283,7 @@ def consumes(cap: Capture) -> pd.DataFrame:
     channel (the broker answers a channel's methods in order). ``tag_code`` is the tag's code in
     the categories of cap.frames' consumer_tag (the codes :func:`deliveries` matches on).
     Computed once per Capture."""
-    cached = getattr(cap, "_amqpcap_consumes", None)
+    cached = cap.derived.get("consumes")
     if cached is not None:
         return cached
     m = methods(cap)
@@ -316,10 +313,7 @@ def consumes(cap: Capture) -> pd.DataFrame:
     c["start_order"] = c["ok_order"].where(has_ok, c["order"]).astype(np.int64)
     c["start_packet"] = c["ok_packet"].where(has_ok, c["packet"]).astype(np.int64)
     out = c[c["consumer_tag"].notna()].reset_index(drop=True)
-    try:
-        cap._amqpcap_consumes = out
-    except AttributeError:
-        pass
+    cap.derived["consumes"] = out
     return out
 
 
@@ -336,7 +330,7 @@ def deliveries(cap: Capture) -> pd.DataFrame:
 
     Consumer tags and queues are matched on the category codes of cap.frames' columns (one
     category set per column, shared by all frames); their text is made once, for the table."""
-    cached = getattr(cap, "_amqpcap_deliveries", None)
+    cached = cap.derived.get("deliveries")
     if cached is not None:
         return cached
     m = methods(cap)
@@ -419,12 +413,9 @@ def deliveries(cap: Capture) -> pd.DataFrame:
     oc[no_ack] = 3
     oc[_closed_after(m, d) & (oc == 5)] = 4
     out["outcome"] = _text(labels, oc)
-    try:
-        cap._amqpcap_deliveries = out
-        cap._amqpcap_delivery_queue_code = qc  # for queue_backlog / ack_gaps (see queue_codes)
-        cap._amqpcap_delivery_tag_code = (tc, tag_labels)  # for tag_ranks
-    except AttributeError:
-        pass
+    cap.derived["deliveries"] = out
+    cap.derived["delivery_queue_code"] = qc  # for queue_backlog / ack_gaps (see queue_codes)
+    cap.derived["delivery_tag_code"] = (tc, tag_labels)  # for tag_ranks
     return out
 
 
@@ -432,8 +423,8 @@ def tag_codes(cap: Capture | None, d: pd.DataFrame):
     """(codes, labels) of the consumer tags of ``d`` (:func:`deliveries`' table) as kept by
     :func:`deliveries` (``labels``: cap.frames' consumer_tag categories, then "" and GET_TAG; so
     :func:`consumes`' ``tag_code`` is a code into them too), or None when not kept."""
-    kept = getattr(cap, "_amqpcap_delivery_tag_code", None) if cap is not None else None
-    if kept is None or getattr(cap, "_amqpcap_deliveries", None) is not d:
+    kept = cap.derived.get("delivery_tag_code") if cap is not None else None
+    if kept is None or cap.derived.get("deliveries") is not d:
         return None
     return kept
 
@@ -460,8 +451,8 @@ def tag_ranks(cap: Capture | None, d: pd.DataFrame) -> np.ndarray:
 def queue_codes(cap: Capture, d: pd.DataFrame) -> np.ndarray:
     """The queue of each row of ``d`` (:func:`deliveries`' table) as its code in the categories of
     cap.frames' queue column (-1: none): kept by :func:`deliveries`, else looked up from the text."""
-    qc = getattr(cap, "_amqpcap_delivery_queue_code", None)
-    if qc is None or getattr(cap, "_amqpcap_deliveries", None) is not d:
+    qc = cap.derived.get("delivery_queue_code")
+    if qc is None or cap.derived.get("deliveries") is not d:
         qc = cap.frames["queue"].cat.categories.get_indexer(d["queue"].astype(object))
     return np.asarray(qc, dtype=np.int64)
 
@@ -564,7 +555,7 @@ def queue_backlog(cap: Capture) -> pd.DataFrame:
     Queues, exchanges and routing keys are matched as codes into the categories of cap.frames'
     columns (a missing publish exchange or routing key counts as "", a missing one in a bind
     matches nothing); the queues' text is made once, for the table."""
-    cached = getattr(cap, "_amqpcap_backlog", None)
+    cached = cap.derived.get("backlog")
     if cached is not None:
         return cached
     m = methods(cap)
@@ -624,18 +615,15 @@ def queue_backlog(cap: Capture) -> pd.DataFrame:
     out = pd.DataFrame({"queue": pd.Series(np.asarray(qcats, dtype=object)[by_name[q]], dtype=object),
                         "order": order, "ts": f["ts"].array.take(order),
                         "backlog_min": (run - floor).astype(np.int64)})
-    try:
-        cap._amqpcap_backlog = out
-        cap._amqpcap_backlog_queue_code = by_name[q]  # for ack_gaps (see backlog_queue_codes)
-    except AttributeError:
-        pass
+    cap.derived["backlog"] = out
+    cap.derived["backlog_queue_code"] = by_name[q]  # for ack_gaps (see backlog_queue_codes)
     return out
 
 
 def backlog_queue_codes(cap: Capture, b: pd.DataFrame) -> np.ndarray:
     """The queue of each row of ``b`` (:func:`queue_backlog`'s table) as its code in the categories
     of cap.frames' queue column: kept by :func:`queue_backlog`, else looked up from the text."""
-    qc = getattr(cap, "_amqpcap_backlog_queue_code", None)
-    if qc is None or getattr(cap, "_amqpcap_backlog", None) is not b:
+    qc = cap.derived.get("backlog_queue_code")
+    if qc is None or cap.derived.get("backlog") is not b:
         qc = cap.frames["queue"].cat.categories.get_indexer(b["queue"].astype(object))
     return np.asarray(qc, dtype=np.int64)

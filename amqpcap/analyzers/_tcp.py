@@ -9,16 +9,10 @@ Columns are taken lazily: each analyzer only pays for the ones it reads.
 
 from __future__ import annotations
 
-import weakref
-
 import numpy as np
 import pandas as pd
 
 from ..capture import Capture
-
-#: id(cap) → (weak reference to the Capture, its packets table, the cached columns)
-_CACHE: dict[int, tuple[weakref.ref, pd.DataFrame, "StreamOrder"]] = {}
-
 
 def ns(ts: pd.Series) -> np.ndarray:
     """Timestamps as int64 nanoseconds since the epoch (whole column, no per-row objects)."""
@@ -77,14 +71,11 @@ class StreamOrder:
 
 def stream_order(cap: Capture) -> StreamOrder:
     """The (cached) stream-ordered packet columns of `cap`."""
-    key = id(cap)
-    hit = _CACHE.get(key)
-    if hit is not None and hit[0]() is cap and hit[1] is cap.packets:
-        return hit[2]
+    hit = cap.derived.get("stream_order")
+    if hit is not None and hit[0] is cap.packets:  # also valid only for the same packets table
+        return hit[1]
     so = StreamOrder(cap.packets)
-    if hit is None:  # drop the entry when the Capture goes away (ids are reused)
-        weakref.finalize(cap, _CACHE.pop, key, None)
-    _CACHE[key] = (weakref.ref(cap), cap.packets, so)
+    cap.derived["stream_order"] = (cap.packets, so)
     return so
 
 

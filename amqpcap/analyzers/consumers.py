@@ -24,7 +24,7 @@ def _consumer_rows(cap: Capture) -> pd.DataFrame:
     """One row per acknowledging consumer: start (consume-ok, else first delivery), end, queue,
     prefetch from basic.qos (per consumer), whether its basic.consume is in the capture.
     Computed once per Capture (consumer_state and consumer_summary both need it)."""
-    cached = getattr(cap, "_amqpcap_consumer_rows", None)
+    cached = cap.derived.get("consumer_rows")
     if cached is not None:
         return cached
     m = D.methods(cap)
@@ -83,10 +83,7 @@ def _consumer_rows(cap: Capture) -> pd.DataFrame:
     for col in ("start_ts", "end_ts"):
         c[col] = pd.to_datetime(c[col], utc=True).astype(d["ts"].dtype)
     out = c.drop(columns=["q_order", "prefetch_count", "first_order", "first_ts", "first_packet"]).reset_index(drop=True)
-    try:  # the Capture may refuse new attributes; caching is only an optimisation
-        cap._amqpcap_consumer_rows = out
-    except AttributeError:
-        pass
+    cap.derived["consumer_rows"] = out
     return out
 
 
@@ -116,7 +113,7 @@ def consumer_state(cap: Capture) -> pd.DataFrame:
     prefetch (0 = unlimited), prefetch_estimated, channel_unacked, channel_prefetch (global qos;
     <NA> without one), deficit (<NA> when no limit applies), at_limit (deficit ≤ 0).
     """
-    cached = getattr(cap, "_amqpcap_consumer_state", None)
+    cached = cap.derived.get("consumer_state")
     if cached is not None:
         return cached
     c = _consumer_rows(cap)
@@ -214,11 +211,8 @@ def consumer_state(cap: Capture) -> pd.DataFrame:
         "channel_unacked": channel_unacked[out_rows], "channel_prefetch": chp_arr.take(out_rows),
         "deficit": deficit_arr.take(out_rows), "at_limit": (deficit <= 0)[out_rows],
     })
-    try:
-        cap._amqpcap_consumer_state = out
-        cap._amqpcap_consumer_state_code = oc  # the consumer code of each row, for consumer_summary
-    except AttributeError:
-        pass
+    cap.derived["consumer_state"] = out
+    cap.derived["consumer_state_code"] = oc  # the consumer code of each row, for consumer_summary
     return out
 
 
@@ -234,7 +228,7 @@ def _acked_deliveries(cap: Capture):
     are those of these deliveries plus those seen only by their basic.consume, so their keys
     are included. Computed once per Capture: consumer_state and consumer_summary both group by
     consumer, and factorizing the text tags once is cheaper than a groupby doing it each time."""
-    cached = getattr(cap, "_amqpcap_acked", None)
+    cached = cap.derived.get("acked")
     if cached is not None:
         return cached
     full = D.deliveries(cap)
@@ -258,10 +252,7 @@ def _acked_deliveries(cap: Capture):
     keys = pd.DataFrame({k: v[first] for k, v in cols.items()})
     keys["consumer_tag"] = pd.Series(tags, dtype=object)
     out = (d, code[:len(d)], keys)
-    try:
-        cap._amqpcap_acked = out
-    except AttributeError:
-        pass
+    cap.derived["acked"] = out
     return out
 
 
@@ -317,7 +308,7 @@ def consumer_summary(cap: Capture) -> pd.DataFrame:
                   _def=dur * st["deficit"].astype(float).fillna(0).to_numpy(),
                   _has_def=dur * st["deficit"].notna().to_numpy())
     d, code, keys = _acked_deliveries(cap)
-    st_code = getattr(cap, "_amqpcap_consumer_state_code", None)
+    st_code = cap.derived.get("consumer_state_code")
     if st_code is None or len(st_code) != len(st):
         st_code = _code_of(keys, st)
     # grouped on the int64 consumer code (one cheap factorization per GroupBy object, where the
@@ -437,7 +428,7 @@ def _findings(cap: Capture, s: pd.DataFrame) -> list[Finding]:
     # the first 5 state rows at the limit per (stream, channel, tag) (any epoch), found on the
     # consumer codes of the state rows (the few consumers' keys matched as text, not the rows')
     _, _, keys = _acked_deliveries(cap)
-    st_code = getattr(cap, "_amqpcap_consumer_state_code", None)
+    st_code = cap.derived.get("consumer_state_code")
     if st_code is None or len(st_code) != len(st):
         st_code = _code_of(keys, st)
     key = ["stream", "channel", "consumer_tag"]

@@ -61,7 +61,7 @@ def ack_gaps(cap: Capture) -> pd.DataFrame:
     Columns: stream, channel, epoch, packet, ts, order, method, multiple, settled (deliveries it
     settled), queue, backlog_min (messages known to be waiting in that queue right after the ack,
     see _deliveries.queue_backlog), next_deliver_packet, next_deliver_ts, gap_s."""
-    cached = getattr(cap, "_amqpcap_ack_gaps", None)
+    cached = cap.derived.get("ack_gaps")
     if cached is not None:
         return cached
     m = D.methods(cap)
@@ -104,10 +104,7 @@ def ack_gaps(cap: Capture) -> pd.DataFrame:
     s["backlog_min"] = pd.array(b["backlog_min"].to_numpy(np.int64), dtype="Int64").take(hit, allow_fill=True)
     out = s[["stream", "channel", "epoch", "packet", "ts", "order", "method", "multiple", "settled", "queue",
              "backlog_min", "next_deliver_packet", "next_deliver_ts", "gap_s"]].reset_index(drop=True)
-    try:
-        cap._amqpcap_ack_gaps = out
-    except AttributeError:
-        pass
+    cap.derived["ack_gaps"] = out
     return out
 
 
