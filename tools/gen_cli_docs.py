@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""Generate docs/cli.md, the command-line reference, from the typer app in amqpcap/cli.py.
+
+Usage: python tools/gen_cli_docs.py            # rewrite docs/cli.md
+       python tools/gen_cli_docs.py --check    # exit 1 if docs/cli.md is out of date
+
+It walks the click command tree typer builds (``typer.main.get_command``): every subcommand
+(analyzers register theirs automatically), argument and option, with its type, default and
+help. The exit codes come from the exception classes in amqpcap/errors.py (each carries its
+``exit_code``) plus the few codes ``amqpcap.cli.main`` sets itself, written below by hand;
+tests/test_cli_docs.py checks both against the real command. Run it after changing the CLI and
+commit docs/cli.md with the change (the test fails otherwise).
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+import typing
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "docs" / "cli.md"
+
+# Exit codes amqpcap.cli.main sets itself (not from an AmqpcapError): (code, when). The test
+# checks every `sys.exit(<number>)` in cli.py is listed here or comes from errors.py.
+OTHER_EXIT_CODES = [
+    (0, "success, including `--help` and `--version`"),
+    (2, "the command line itself is wrong (missing argument, unknown option or command, no "
+        "command at all): typer/click prints the usage and the error"),
+    (70, "internal error (a bug): one line on stderr; `AMQPCAP_DEBUG=1` shows the traceback"),
+    (130, "interrupted (Ctrl-C)"),
+]
+
+TYPE_NAMES = {Path: "PATH", int: "INTEGER", str: "TEXT", float: "FLOAT", bool: "BOOLEAN"}
+
+
+def _md(text: str) -> str:
+    """One table cell: no line breaks, no bare pipes."""
+    return " ".join((text or "").split()).replace("|", "\\|")
+
+
+def _annotation_type(annotation) -> str | None:
+    # Optional[List[int]] -> int: the type of one value (repetition is shown separately).
+    while typing.get_origin(annotation) in (typing.Union, types.UnionType, list, tuple):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if not args:
+            break
+        annotation = args[0]
+    if annotation in TYPE_NAMES:
+        return TYPE_NAMES[annotation]
+    return getattr(annotation, "__name__", None)
+
+
+def _type(param) -> str:
+    if getattr(param, "is_flag", False):
+        return "flag"
+    # typer >= 0.20 keeps the annotation (its own click has no `type` objects); older typer
+    # versions give click's ParamType, whose name is the same word in lower case.
+    descriptor = getattr(param, "type_descriptor", None)
+    name = _annotation_type(descriptor.annotation) if descriptor is not None else None
+    if name is None and getattr(param, "type", None) is not None:
+        name = str(getattr(param.type, "name", param.type)).upper()
+    name = name or "TEXT"
+    if getattr(param, "multiple", False):
+        name += ", repeatable"
+    return name
+
+
+def _default(param) -> str:
+    if param.required:
+        return "required"
+    default = param.default
+    if getattr(param, "is_flag", False) and param.secondary_opts:
+        return f"`{param.opts[0] if default else param.secondary_opts[0]}`"
+    if default is None or default is False or (isinstance(default, (list, tuple)) and not default):
+        return ""
+    if isinstance(default, (list, tuple)):
+        return ", ".join(f"`{d}`" for d in default)
+    return f"`{default}`"
+
+
+def _names(param) -> str:
+    opts = sorted(param.opts, key=lambda o: (not o.startswith("--"), o))
+    return " / ".join(f"`{o}`" for o in opts + list(param.secondary_opts))
+
+
+def _visible(params, kind: str):
+    return [p for p in params if p.param_type_name == kind and not getattr(p, "hidden", False)]
+
+
+def _usage(path: str, cmd) -> str:
+    parts = [path, "[OPTIONS]"]  # every command has at least --help
+    for a in _visible(cmd.params, "argument"):
+        meta = a.metavar or a.name.upper()
+        parts.append(meta if a.required else f"[{meta}]")
+    if hasattr(cmd, "list_commands"):
+        parts.append("COMMAND [ARGS]...")
+    return " ".join(parts)
+
+
+def _command_section(level: str, path: str, cmd) -> list[str]:
+    out = [f"{level} `{path}`", ""]
+    help_text = (cmd.help or "").strip()
+    if help_text:
+        out += [p.strip() for p in help_text.split("\n\n")]
+        out = out[:2] + [" ".join(p.split()) for p in out[2:]]
+        out.append("")
+    out += ["```", _usage(path, cmd), "```", ""]
+    args = _visible(cmd.params, "argument")
+    if args:
+        out += ["| argument | type | required | help |", "|---|---|---|---|"]
+        for a in args:
+            meta = a.metavar or a.name.upper()
+            out.append(f"| `{meta}` | {_type(a)} | {'yes' if a.required else 'no'} | {_md(getattr(a, 'help', '') or '')} |")
+        out.append("")
+    opts = _visible(cmd.params, "option")
+    out += ["| option | type | default | help |", "|---|---|---|---|"]
+    for o in opts:
+        out.append(f"| {_names(o)} | {_type(o)} | {_default(o)} | {_md(o.help or '')} |")
+    out.append("| `--help` | flag | | show the help and exit |")
+    out.append("")
+    return out
+
+
+def _error_classes():
+    from amqpcap import errors
+
+    seen, order = set(), []
+
+    def walk(cls, depth):
+        if cls in seen:
+            return
+        seen.add(cls)
+        order.append((cls, depth))
+        for sub in sorted(cls.__subclasses__(), key=lambda c: c.__name__):
+            if sub.__module__ == errors.__name__:
+                walk(sub, depth + 1)
+
+    walk(errors.AmqpcapError, 0)
+    return order
+
+
+def exit_codes() -> list[tuple[int, str]]:
+    """(code, meaning) for every code the CLI can exit with, in the order documented."""
+    rows = list(OTHER_EXIT_CODES)
+    for cls, _ in _error_classes():
+        doc = " ".join((cls.__doc__ or "").split())
+        rows.append((cls.exit_code, f"`{cls.__name__}`: {doc}"))
+    return sorted(rows, key=lambda r: r[0])  # stable: within a code, hand-written rows first
+
+
+def render() -> str:
+    import typer.main
+
+    from amqpcap.cli import app
+
+    root = typer.main.get_command(app)
+    ctx = typer.Context(root, info_name="amqpcap")
+    lines = [
+        "# Command-line reference",
+        "",
+        "<!-- Generated by `python tools/gen_cli_docs.py` from the typer app in amqpcap/cli.py; do not",
+        "     edit by hand: tests/test_cli_docs.py fails when this file is out of date. -->",
+        "",
+        "Every command reads one capture (pcap or pcapng, optionally gzip-compressed) and prints to",
+        "stdout; warnings and errors go to stderr as one line each. `amqpcap COMMAND --help` prints",
+        "the same help. See the [README](../README.md) for what to run first and",
+        "[findings.md](findings.md), [tables.md](tables.md), [summary.md](summary.md) and",
+        "[metrics.md](metrics.md) for what the output means.",
+        "",
+        "Commands:",
+        "",
+    ]
+    names = [n for n in root.list_commands(ctx) if not root.get_command(ctx, n).hidden]
+    for n in names:
+        c = root.get_command(ctx, n)
+        lines.append(f"- [`amqpcap {n}`](#amqpcap-{n}): {_md(c.get_short_help_str(limit=200))}")
+    lines.append("")
+    lines += _command_section("##", "amqpcap", root)
+    for n in names:
+        lines += _command_section("##", f"amqpcap {n}", root.get_command(ctx, n))
+
+    lines += [
+        "## Exit codes",
+        "",
+        "Errors a user can cause print one line, `amqpcap: error: …`, on stderr, never a traceback.",
+        "The codes of the error classes come from `amqpcap/errors.py` (an `AmqpcapError` subclass",
+        "inherits its parent's code); the Python API raises the same classes.",
+        "",
+        "| code | when |",
+        "|---|---|",
+    ]
+    for code, when in exit_codes():
+        lines.append(f"| {code} | {_md(when)} |")
+    lines += [
+        "",
+        "Anything odd *inside* a usable capture (gaps, bad frames, truncated packets) is not an",
+        "error: it is a row of the `anomalies` table and the command exits 0.",
+        "",
+        "## Environment",
+        "",
+        "| variable | effect |",
+        "|---|---|",
+        "| `AMQPCAP_DEBUG=1` | show the Python traceback of an internal error instead of one line |",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    sys.path.insert(0, str(ROOT))
+    text = render()
+    if "--check" in argv:
+        if not OUT.exists() or OUT.read_text() != text:
+            print(f"{OUT.relative_to(ROOT)} is out of date: run python tools/gen_cli_docs.py", file=sys.stderr)
+            return 1
+        return 0
+    OUT.write_text(text)
+    print(f"wrote {OUT.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
