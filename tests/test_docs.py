@@ -99,3 +99,143 @@ def test_emitted_findings_and_summary_keys_documented(name):
         assert f"`{key}`" in SUMMARY_DOC, key
     for key in s["capture"]:
         assert f"`{key}`" in SUMMARY_DOC, key
+
+
+# --- analyzer pages: every table column, summary key and evidence key --------------------------
+
+# Together these produce every finding the fixtures can show, rows in every analyzer table and
+# every branch of the summaries (confirms, no-ack, mid-stream, gaps, stalls of each cause).
+ANALYZER_FIXTURES = ("healthy.pcap", "slow-prefetch1.pcap", "confirms.pcap", "auto-ack.pcap", "midstream.pcap",
+                     "nack-requeue.pcap", "rpc-nodelay.pcap", "nagle-write-write-read.pcap", "memory-alarm.pcap",
+                     "kernel-drops.pcap", "zero-window.pcap")
+
+
+@pytest.fixture(scope="module")
+def analyzer_runs():
+    """[(fixture, capture, [AnalyzerResult...])] for every analyzer on every fixture above."""
+    from amqpcap.analysis import analyzers
+
+    runs = []
+    for name in ANALYZER_FIXTURES:
+        cap = amqpcap.load(ROOT / "fixtures" / name)
+        runs.append((name, cap, [fn(cap) for fn, _ in analyzers().values()]))
+    return runs
+
+
+def _page(analyzer: str) -> str:
+    path = ROOT / "docs" / "analyzers" / f"{analyzer}.md"
+    assert path.exists(), f"analyzer {analyzer!r} has no page docs/analyzers/{analyzer}.md"
+    return path.read_text()
+
+
+def _mentions(doc: str, word: str) -> bool:
+    return re.search(r"(?<![\w])" + re.escape(word) + r"(?![\w])", doc) is not None
+
+
+def _table_section(doc: str, heading_name: str) -> str:
+    m = re.search(r"^#{2,4} `" + re.escape(heading_name) + r"`.*$", doc, re.M)
+    assert m, f"no heading for table `{heading_name}`"
+    end = re.search(r"^#{2,3} ", doc[m.end():], re.M)
+    return doc[m.start(): m.end() + end.start() if end else None]
+
+
+def test_every_analyzer_table_column_documented(analyzer_runs):
+    """Each table `<analyzer>-<table>` (its CSV name) has a heading on the analyzer's page, and
+    every column is named, in backticks, in that section."""
+    missing = {}
+    for _, _, results in analyzer_runs:
+        for r in results:
+            doc = _page(r.name)
+            for table, df in r.tables.items():
+                section = _table_section(doc, f"{r.name}-{table}")
+                cols = [c for c in df.columns if f"`{c}`" not in section]
+                if cols:
+                    missing.setdefault(f"{r.name}-{table}", set()).update(cols)
+    assert not missing, f"columns not documented in their table's section: {missing}"
+
+
+def _keys(value, path=()):
+    """Every (path, key) of nested dicts; list items share the path with a [] step."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield path, str(k)
+            yield from _keys(v, path + (str(k),))
+    elif isinstance(value, list):
+        for v in value:
+            yield from _keys(v, path + ("[]",))
+
+
+def test_every_summary_key_documented(analyzer_runs):
+    """Top-level summary.json keys in docs/summary.md; every key under an analyzer's part of
+    summary.json on that analyzer's page (keys that are data, e.g. the counts of
+    `frames_per_packet` by number, are exempt: they are numbers)."""
+    from amqpcap.report import build_summary
+
+    missing = set()
+    for name, cap, results in analyzer_runs:
+        s = build_summary(cap, results)
+        missing |= {f"summary.json: {k}" for k in s if f"`{k}`" not in SUMMARY_DOC}
+        missing |= {f"summary.json capture.{k}" for k in s["capture"] if f"`{k}`" not in SUMMARY_DOC}
+        for r in results:
+            doc = _page(r.name)
+            for path, key in _keys(r.summary):
+                if key.isdigit() or _mentions(doc, key):
+                    continue
+                missing.add(f"{r.name}.md: {'.'.join(path + (key,))}")
+    assert not missing, sorted(missing)
+
+
+def test_every_finding_evidence_key_documented(analyzer_runs):
+    """Evidence keys (summary.json findings[].evidence) of every finding the fixtures produce
+    are named on the page of the analyzer that raised it."""
+    missing = set()
+    for _, _, results in analyzer_runs:
+        for r in results:
+            doc = _page(r.name)
+            for f in r.findings:
+                missing |= {f"{r.name}.md: {f.id}.{k}" for k in f.evidence if not _mentions(doc, k)}
+    assert not missing, sorted(missing)
+
+
+def test_every_evidence_key_in_the_source_documented():
+    """The same for findings no fixture produces: the string keys of evidence dicts written in
+    the analyzers' source (dict literals with a `streams` or `filter` key, or passed as
+    `evidence=`, in functions that build a Finding)."""
+    import ast
+
+    missing = set()
+    for path in sorted((ROOT / "amqpcap" / "analyzers").glob("*.py")):
+        if path.name.startswith("_"):
+            continue
+        doc = _page(path.stem)
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if not any(isinstance(n, ast.Call) and getattr(n.func, "id", None) == "Finding" for n in ast.walk(fn)):
+                continue
+            dicts = [n.value for n in ast.walk(fn) if isinstance(n, ast.keyword) and n.arg == "evidence"]
+            dicts += [n for n in ast.walk(fn) if isinstance(n, ast.Dict)
+                      and {"streams", "filter"} & {k.value for k in n.keys if isinstance(k, ast.Constant)}]
+            for d in dicts:
+                if isinstance(d, ast.Dict):
+                    for k in d.keys:
+                        if isinstance(k, ast.Constant) and isinstance(k.value, str) and not _mentions(doc, k.value):
+                            missing.add(f"{path.stem}.md: {k.value}")
+    assert not missing, sorted(missing)
+
+
+def test_every_analyzer_has_a_page_and_every_finding_a_link():
+    from amqpcap.analysis import analyzers
+
+    for name in analyzers():
+        _page(name)
+    for fid in finding_ids_in_code():
+        row = re.search(r"^\| `" + re.escape(fid) + r"` \|.*$", FINDINGS_DOC, re.M).group(0)
+        links = re.findall(r"\]\((analyzers/[a-z]+\.md)(#[a-z0-9-]+)?\)", row)
+        assert links, f"findings.md: `{fid}` links to no analyzer page"
+        for page, anchor in links:
+            text = (ROOT / "docs" / page).read_text()
+            if anchor:
+                slugs = {re.sub(r"[^a-z0-9 -]", "", h.lower()).strip().replace(" ", "-")
+                         for h in re.findall(r"^#+ (.+)$", text, re.M)}
+                assert anchor[1:] in slugs, f"findings.md: `{fid}` links to {page}{anchor}, no such heading"
