@@ -239,3 +239,32 @@ def test_every_analyzer_has_a_page_and_every_finding_a_link():
                 slugs = {re.sub(r"[^a-z0-9 -]", "", h.lower()).strip().replace(" ", "-")
                          for h in re.findall(r"^#+ (.+)$", text, re.M)}
                 assert anchor[1:] in slugs, f"findings.md: `{fid}` links to {page}{anchor}, no such heading"
+
+
+def test_relative_links_resolve():
+    """Every relative link in README.md, docs/ and the notebooks' markdown points to a file that
+    exists (and, for a #anchor into a markdown page, to one of its headings)."""
+    import json
+
+    def slugs(text: str) -> set[str]:
+        return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+                for h in re.findall(r"^#+ (.+)$", text, re.M)}
+
+    sources = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    texts = {p: p.read_text() for p in sources}
+    for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        cells = json.loads(nb.read_text())["cells"]
+        texts[nb] = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    broken = []
+    for path, text in texts.items():
+        text = re.sub(r"`[^`\n]*`", "", re.sub(r"```.*?```", "", text, flags=re.S))  # not in code
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue  # http(s), mailto
+            file, _, anchor = target.partition("#")
+            dest = (path.parent / file).resolve() if file else path
+            if not dest.exists():
+                broken.append(f"{path.relative_to(ROOT)}: {target}")
+            elif anchor and dest.suffix == ".md" and anchor not in slugs(dest.read_text()):
+                broken.append(f"{path.relative_to(ROOT)}: {target} (no such heading)")
+    assert not broken, broken
