@@ -172,7 +172,8 @@ def render() -> str:
         "Commands:",
         "",
     ]
-    names = [n for n in root.list_commands(ctx) if not root.get_command(ctx, n).hidden]
+    # sorted: the order list_commands gives differs between typer versions
+    names = sorted(n for n in root.list_commands(ctx) if not root.get_command(ctx, n).hidden)
     for n in names:
         c = root.get_command(ctx, n)
         lines.append(f"- [`amqpcap {n}`](#amqpcap-{n}): {_md(c.get_short_help_str(limit=200))}")
