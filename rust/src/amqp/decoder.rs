@@ -481,6 +481,56 @@ mod tests {
         assert_eq!(r.anomalies, vec![(AnomalyKind::ResyncSkipped, 5 + (a.len() as u64 - 15))]);
     }
 
+    fn tls(ctype: u8, len: usize) -> Vec<u8> {
+        let mut r = vec![ctype, 3, 3, (len >> 8) as u8, len as u8];
+        r.extend(std::iter::repeat(0x5a).take(len));
+        r
+    }
+
+    #[test]
+    fn tls_handshake_at_the_start_is_skipped_whole() {
+        let limits = Limits::default();
+        let mut stream = tls(22, 60);
+        stream.extend(tls(23, 300));
+        // fed byte by byte: detection waits for the record header, then every byte is skipped
+        let mut r = Rec::default();
+        let mut d = Decoder::new(true, &limits);
+        for (i, b) in stream.iter().enumerate() {
+            d.feed(std::slice::from_ref(b), i as u32 + 1, i as u32 + 1, &limits, &mut r);
+        }
+        assert!(d.encrypted());
+        d.gap(100, 999);
+        assert!(d.encrypted());
+        d.finish(1000, &mut r);
+        assert!(r.frames.is_empty());
+        assert_eq!(r.anomalies, vec![(AnomalyKind::TlsEncrypted, stream.len() as u64)]);
+        assert_eq!((d.bytes_decoded, d.bytes_skipped), (0, stream.len() as u64));
+    }
+
+    #[test]
+    fn tls_needs_a_handshake_when_aligned_and_a_record_chain_when_not() {
+        let limits = Limits::default();
+        // aligned, application data first: not a TLS start (AMQP resyncs instead)
+        let mut d = Decoder::new(true, &limits);
+        d.feed(&tls(23, 10), 1, 1, &limits, &mut Rec::default());
+        assert!(!d.encrypted());
+        // unaligned: two chained records are TLS
+        let mut two = tls(23, 10);
+        two.extend(tls(23, 4));
+        two.push(1);
+        let mut d = Decoder::new(false, &limits);
+        d.feed(&two, 1, 1, &limits, &mut Rec::default());
+        assert!(d.encrypted());
+        // unaligned: a header followed by something else is not
+        let mut one = tls(23, 10);
+        one.extend(ack(1));
+        let mut d = Decoder::new(false, &limits);
+        let mut r = Rec::default();
+        d.feed(&one, 1, 1, &limits, &mut r);
+        assert!(!d.encrypted());
+        assert_eq!(r.frames.len(), 1);
+    }
+
     #[test]
     fn bad_frame_end_resyncs() {
         let limits = Limits::default();
