@@ -256,3 +256,19 @@ def test_midstream_amqp_starting_like_a_tls_header_is_not_tls(tmp_path):
     cap = c.load(c.write_pcap(tmp_path / "x.pcap", conv.timed()))
     assert not cap.connections["tls"].any()
     assert cap.frames["method"].astype(str).tolist() == ["basic.ack", "basic.ack"]
+
+
+@needs_tshark
+def test_cli_decrypts_with_tls_keylog(tmp_path):
+    import os
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-m", "amqpcap.cli", "frames", str(TLS), "--tls-keylog", str(KEYLOG),
+                        "-o", str(tmp_path / "f.csv")], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert "warning" not in r.stderr
+    frames = pd.read_csv(tmp_path / "f.csv")
+    assert len(frames) == sum(FACTS["decrypted"]["frame_types"].values())
+    r = subprocess.run([sys.executable, "-m", "amqpcap.cli", "info", str(TLS), "--tls-keylog", str(tmp_path / "nope")],
+                       capture_output=True, text=True, env=env, cwd=ROOT)
+    assert r.returncode == 64 and "cannot read TLS key log" in r.stderr and "Traceback" not in r.stderr
