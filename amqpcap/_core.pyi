@@ -19,6 +19,16 @@ class CoreCaptureError(Exception):
 ANOMALY_KINDS: list[str]
 METHOD_NAMES: list[str]
 
-def decode(path: str, ports: list[int], limits: dict[str, int] | None = None) -> dict[str, Any]:
+def decode(
+    path: str,
+    ports: list[int],
+    limits: dict[str, int] | None = None,
+    decrypted: tuple[list[int], list[int], list[int], bytes] | None = None,
+) -> dict[str, Any]:
     """Decode a capture. Returns {"packets", "frames", "connections", "anomalies": Table,
-    "summary": dict}. Raises CoreCaptureError when the file cannot be used."""
+    "summary": dict}. Raises CoreCaptureError when the file cannot be used.
+
+    decrypted = (streams, packets, ends, data): plaintext of TLS connections decrypted outside
+    the core. The tcp.stream numbers in `streams` are decoded from it instead of their TCP
+    payload; packet `packets[i]` (ascending frame numbers) completed the plaintext
+    data[ends[i-1]:ends[i]] (ends[-1] = 0)."""

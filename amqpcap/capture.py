@@ -16,7 +16,9 @@ import pandas as pd
 from . import _core
 from .errors import UsageError, from_core
 
-DEFAULT_PORTS: tuple[int, ...] = (5672,)
+#: AMQP (5672) and AMQPS (5671, AMQP over TLS: detected and reported as encrypted unless a
+#: key log decrypts it)
+DEFAULT_PORTS: tuple[int, ...] = (5672, 5671)
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,7 @@ def load(
     path: str | os.PathLike[str],
     ports: int | Iterable[int] | None = DEFAULT_PORTS,
     limits: Limits | None = None,
+    tls_keylog: str | os.PathLike[str] | None = None,
 ) -> Capture:
     """Decode the capture at ``path`` (pcap, pcapng, optionally gzip-compressed).
 
@@ -136,19 +139,43 @@ def load(
     starts mid-connection; connections on other ports are decoded when their AMQP protocol
     header is in the capture. Raises :class:`amqpcap.errors.CaptureError` when the file cannot
     be used; anything odd inside the capture is reported in ``Capture.anomalies``.
+
+    TLS connections (AMQPS) on these ports are listed in ``connections`` (``tls``) and skipped
+    (a ``tls-encrypted`` anomaly per direction, and a warning). ``tls_keylog`` names a key log
+    (NSS format, e.g. Python's ``SSLContext.keylog_filename``): tshark decrypts the sessions it
+    has secrets for, and their AMQP is decoded like plain AMQP (see :mod:`amqpcap.tls`).
     """
     path = os.fspath(path)
     port_list = _ports(ports)
+    if tls_keylog is not None:
+        from .tls import check_keylog
+
+        check_keylog(tls_keylog)
+    limit_dict = asdict(limits or Limits())
     try:
-        raw = _core.decode(path, list(port_list), asdict(limits or Limits()))
+        raw = _core.decode(path, list(port_list), limit_dict)
     except _core.CoreCaptureError as e:
         raise from_core(*e.args) from None
+    decryption = None
+    connections = _frame(raw.pop("connections"))
+    if tls_keylog is not None and connections["tls"].any():
+        # The core found the TLS connections; tshark decrypts only those, then the capture is
+        # decoded again with their plaintext (the core is fast next to tshark).
+        from .tls import decrypt
+
+        tls = connections[connections["tls"]]
+        decryption = decrypt(path, tls_keylog, tls["stream"].tolist(), tls["broker_port"].tolist())
+        if decryption.streams:
+            raw = _core.decode(path, list(port_list), limit_dict, decryption.core_argument())
+            connections = _frame(raw.pop("connections"))
     summary = dict(raw["summary"])
     summary["path"] = path
     summary["file_bytes"] = os.path.getsize(path)
     for key in ("first_ts", "last_ts"):
         ns = summary.pop(f"{key}_ns")
         summary[key] = pd.Timestamp(ns, unit="ns", tz="UTC") if ns is not None else None
+    summary["warnings"] = list(summary["warnings"]) + _tls_warnings(connections, tls_keylog, decryption)
+    summary["tls_keylog"] = os.fspath(tls_keylog) if tls_keylog is not None else None
     frames = _frame(raw.pop("frames"))
     # Frames released when a capture gap was given up complete in the packet that holds them,
     # which can be earlier than frames already emitted: restore packet order.
@@ -159,8 +186,26 @@ def load(
         ports=port_list,
         frames=frames,
         packets=_frame(raw.pop("packets")),
-        connections=_frame(raw.pop("connections")),
+        connections=connections,
         anomalies=_frame(raw.pop("anomalies")),
         records=_frame(raw.pop("records")),
         summary=summary,
     )
+
+
+def _tls_warnings(connections: pd.DataFrame, keylog, decryption) -> list[str]:
+    """Say which TLS connections were skipped: nothing of a capture goes missing silently."""
+    if "tls" not in connections:
+        return []
+    out = list(decryption.warnings) if decryption else []
+    if keylog is not None and not connections["tls"].any():
+        out.append(f"no TLS connection on the AMQP ports: the key log {os.fspath(keylog)} was not used")
+    skipped = int((connections["tls"] & ~connections["tls_decrypted"]).sum())
+    if skipped:
+        n = "1 TLS connection is" if skipped == 1 else f"{skipped} TLS connections are"
+        if keylog is None:
+            out.append(f"{n} encrypted and {'was' if skipped == 1 else 'were'} skipped (pass --tls-keylog FILE to decrypt)")
+        else:
+            out.append(f"{n} encrypted and {'was' if skipped == 1 else 'were'} skipped: "
+                       f"the key log {os.fspath(keylog)} has no secrets for {'it' if skipped == 1 else 'them'}")
+    return out

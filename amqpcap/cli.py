@@ -35,7 +35,9 @@ if not out.is_terminal:
 err = Console(stderr=True)
 
 CaptureArg = typer.Argument(..., metavar="CAPTURE", help="pcap or pcapng file, optionally gzip-compressed", show_default=False)
-PortOpt = typer.Option(None, "--port", "-p", help="AMQP port (repeat for several); default 5672")
+PortOpt = typer.Option(None, "--port", "-p", help="AMQP port (repeat for several); default 5672 and 5671 (AMQPS)")
+KeylogOpt = typer.Option(None, "--tls-keylog", metavar="FILE",
+                         help="TLS key log (NSS format, e.g. Python's SSLContext.keylog_filename) to decrypt AMQPS with tshark")
 
 
 def _check_format(fmt: str) -> None:
@@ -45,8 +47,8 @@ def _check_format(fmt: str) -> None:
         raise UsageError(f"unknown table format {fmt!r}: use {' or '.join(FORMATS)}")
 
 
-def _load(capture: Path, port: Optional[List[int]]) -> Capture:
-    cap = load(capture, ports=tuple(port) if port else DEFAULT_PORTS)
+def _load(capture: Path, port: Optional[List[int]], tls_keylog: Optional[Path] = None) -> Capture:
+    cap = load(capture, ports=tuple(port) if port else DEFAULT_PORTS, tls_keylog=tls_keylog)
     for w in cap.warnings:
         err.print(f"[yellow]warning:[/yellow] {w}", highlight=False, soft_wrap=True)
     return cap
@@ -57,12 +59,13 @@ def frames(
     capture: Path = CaptureArg,
     output: Path = typer.Option(..., "--output", "-o", help="output file: .csv or .parquet"),
     port: Optional[List[int]] = PortOpt,
+    tls_keylog: Optional[Path] = KeylogOpt,
 ) -> None:
     """Write the frames table (one row per AMQP frame) to CSV or Parquet."""
     suffix = output.suffix.lower()
     if suffix not in (".csv", ".parquet"):
         raise UsageError(f"cannot write {output}: the output must end in .csv or .parquet")
-    cap = _load(capture, port)
+    cap = _load(capture, port, tls_keylog)
     try:
         if suffix == ".csv":
             cap.frames.to_csv(output, index=False)
@@ -81,9 +84,9 @@ def _fmt_ts(ts) -> str:
 
 
 @app.command()
-def info(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt) -> None:
+def info(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, tls_keylog: Optional[Path] = KeylogOpt) -> None:
     """Print the capture summary and the AMQP connections in it."""
-    cap = _load(capture, port)
+    cap = _load(capture, port, tls_keylog)
     s = cap.summary
     head = Table(show_header=False, box=None, pad_edge=False)
     head.add_column(style="bold")
@@ -110,7 +113,8 @@ def info(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt) -> Non
                 f"{_endpoint(r.client_addr, r.client_port)} → {_endpoint(r.broker_addr, r.broker_port)}",
                 f"{r.c2s_packets + r.s2c_packets:,}",
                 f"{r.frames:,}",
-                client or ("(capture started mid-connection)" if not r.protocol_header_seen else ""),
+                client or ("(TLS, encrypted)" if r.tls and not r.tls_decrypted
+                           else "(capture started mid-connection)" if not r.protocol_header_seen else ""),
                 user,
                 f"{r.bytes_missing:,}",
                 str(r.anomalies),
@@ -149,11 +153,11 @@ PlotsOpt = typer.Option(True, "--plots/--no-plots", help="draw PNG plots into --
 
 def _analyzer_command(name: str, fn, help_text: str):
     def command(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, out_dir: Optional[Path] = OutOpt,
-                fmt: str = FormatOpt, plots: bool = PlotsOpt) -> None:
+                fmt: str = FormatOpt, plots: bool = PlotsOpt, tls_keylog: Optional[Path] = KeylogOpt) -> None:
         from .report import write_result
 
         _check_format(fmt)
-        cap = _load(capture, port)
+        cap = _load(capture, port, tls_keylog)
         result = fn(cap)
         result.findings = rank(result.findings)
         print_result(out, result)
@@ -167,12 +171,12 @@ def _analyzer_command(name: str, fn, help_text: str):
 
 @app.command()
 def analyze(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, out_dir: Optional[Path] = OutOpt,
-            fmt: str = FormatOpt, plots: bool = PlotsOpt) -> None:
+            fmt: str = FormatOpt, plots: bool = PlotsOpt, tls_keylog: Optional[Path] = KeylogOpt) -> None:
     """Run every analyzer: findings first (who is to blame, with evidence), then the numbers."""
     from .report import build_summary, write_result, write_summary
 
     _check_format(fmt)
-    cap = _load(capture, port)
+    cap = _load(capture, port, tls_keylog)
     results = [fn(cap) for fn, _ in analyzers().values()]
     summary = build_summary(cap, results)
     findings = rank([f for r in results for f in r.findings])
@@ -192,6 +196,33 @@ def analyze(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, out
 
             written.append(write_report(cap, results, summary, out_dir))
         err.print(f"{len(written)} files written to {out_dir}", highlight=False, soft_wrap=True)
+
+
+@app.command()
+def verify(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, tls_keylog: Optional[Path] = KeylogOpt,
+           json_out: Optional[Path] = typer.Option(None, "--json", help="also write the comparison as JSON here")) -> None:
+    """Compare with Wireshark's AMQP dissector (pyshark): per-stream method counts and frame types.
+
+    Exit 0 when they agree or differ only where Wireshark is known wrong (each explained), 1 when
+    an unexplained difference remains."""
+    import json
+
+    from .verify import render, verify as run_verify
+
+    v = run_verify(capture, ports=tuple(port) if port else None, tls_keylog=tls_keylog)
+    render(out, v)
+    if json_out is not None:
+        doc = {"path": v.path, "exit_code": v.exit_code, "wireshark_packets": v.wireshark_packets,
+               "wireshark_s": v.wireshark_s, "amqpcap_s": v.amqpcap_s, "notes": v.notes,
+               "streams": [{"stream": s.stream, "filter": s.filter, "amqpcap": dict(s.amqpcap),
+                            "wireshark": dict(s.wireshark)} for s in v.streams],
+               "differences": [d.to_json() for d in v.differences]}
+        try:
+            json_out.write_text(json.dumps(doc, indent=2) + "\n")
+        except OSError as e:
+            raise UsageError(f"cannot write {json_out}: {e.strerror or e}") from None
+    if v.exit_code:
+        raise typer.Exit(v.exit_code)
 
 
 @app.command()

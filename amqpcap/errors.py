@@ -37,6 +37,13 @@ class UsageError(AmqpcapError):
     exit_code = 64
 
 
+class ToolError(AmqpcapError):
+    """An external tool a feature needs is missing or failed (tshark for TLS decryption and
+    `amqpcap verify`)."""
+
+    exit_code = 69  # EX_UNAVAILABLE
+
+
 _BY_KIND = {
     "unreadable": UnreadableCaptureError,
     "empty": EmptyCaptureError,

@@ -107,7 +107,16 @@ def capture_summary(cap: Capture) -> dict[str, Any]:
         "frames": len(cap.frames),
         "anomalies": {str(k): int(n) for k, n in cap.anomalies["kind"].value_counts().items() if n},
         "warnings": s["warnings"],
+        "tls": _tls_summary(cap),
     }
+
+
+def _tls_summary(cap: Capture) -> dict[str, Any]:
+    c = cap.connections
+    tls = c["tls"] if "tls" in c else pd.Series([], dtype=bool)
+    decrypted = c["tls_decrypted"] if "tls_decrypted" in c else pd.Series([], dtype=bool)
+    return {"connections": int(tls.sum()), "decrypted": int(decrypted.sum()),
+            "skipped": int((tls & ~decrypted).sum()), "keylog": cap.summary.get("tls_keylog")}
 
 
 def method_counts(cap: Capture) -> dict[str, int]:

@@ -58,7 +58,7 @@ def test_fixture_set_is_complete():
     for required in (
         "confirms.pcap", "prefetch-consumers.pcap", "prefetch1.pcap", "multi-ack.pcap",
         "nack-requeue.pcap", "auto-ack.pcap", "ipv6.pcap", "any-sll2.pcap", "any-sll.pcap",
-        "dumpcap.pcapng", "nanosecond.pcap", "midstream.pcap", "gzipped.pcap.gz",
+        "dumpcap.pcapng", "nanosecond.pcap", "midstream.pcap", "gzipped.pcap.gz", "tls.pcap", "tls-plaintext.pcap",
     ):
         assert required in names
         assert f"{required}.tshark.json" in names
@@ -92,6 +92,13 @@ def test_nothing_undecoded_on_clean_captures(case):
     if "kernel-drops" in cap.path:
         assert (cap.anomalies["kind"] == "capture-gap").any()
         return
+    if "decrypted" in facts:
+        # a TLS capture loaded without its key log: one tls-encrypted row per direction of each
+        # connection, every stream byte skipped (tests/test_tls.py checks the numbers)
+        a = cap.anomalies
+        assert set(a["kind"]) == {"tls-encrypted"} and len(a) == 2 * len(cap.connections)
+        assert cap.connections["tls"].all()
+        return
     assert len(cap.anomalies) == 0, cap.anomalies.head()
     c = cap.connections
     assert (c["c2s_bytes_skipped"] == 0).all() and (c["s2c_bytes_skipped"] == 0).all()
@@ -104,7 +111,7 @@ def test_byte_accounting(case):
     for d in ("c2s", "s2c"):
         total = c[f"{d}_bytes_decoded"] + c[f"{d}_bytes_skipped"] + c[f"{d}_bytes_missing"]
         assert (total == c[f"{d}_stream_bytes"]).all()
-    anomaly_bytes = cap.anomalies[cap.anomalies["kind"].isin(["capture-gap", "truncated-packet", "resync-skipped", "incomplete-frame", "reassembly-overflow"])]
+    anomaly_bytes = cap.anomalies[cap.anomalies["kind"].isin(["capture-gap", "truncated-packet", "resync-skipped", "incomplete-frame", "reassembly-overflow", "tls-encrypted"])]
     missing_or_skipped = (c[["c2s_bytes_skipped", "s2c_bytes_skipped", "c2s_bytes_missing", "s2c_bytes_missing"]].sum().sum())
     skipped_by_bad_frames = cap.anomalies[cap.anomalies["kind"] == "bad-frame-end"]
     assert anomaly_bytes["bytes"].sum() <= missing_or_skipped

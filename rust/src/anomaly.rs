@@ -20,10 +20,11 @@ pub enum AnomalyKind {
     UnsupportedLinkType,
     StreamLimit,
     CaptureTruncated,
+    TlsEncrypted,
 }
 
 impl AnomalyKind {
-    pub const ALL: [AnomalyKind; 17] = [
+    pub const ALL: [AnomalyKind; 18] = [
         AnomalyKind::CaptureGap,
         AnomalyKind::TruncatedPacket,
         AnomalyKind::BadFrameEnd,
@@ -41,6 +42,7 @@ impl AnomalyKind {
         AnomalyKind::UnsupportedLinkType,
         AnomalyKind::StreamLimit,
         AnomalyKind::CaptureTruncated,
+        AnomalyKind::TlsEncrypted,
     ];
 
     pub fn name(self) -> &'static str {
@@ -62,6 +64,9 @@ impl AnomalyKind {
             AnomalyKind::UnsupportedLinkType => "unsupported-link-type",
             AnomalyKind::StreamLimit => "stream-limit",
             AnomalyKind::CaptureTruncated => "capture-truncated",
+            // A TLS connection (TLS record layer where AMQP should start, RFC 8446 §5.1):
+            // every byte of the direction is skipped unless a key log decrypted it.
+            AnomalyKind::TlsEncrypted => "tls-encrypted",
         }
     }
 }

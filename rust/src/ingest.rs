@@ -74,6 +74,9 @@ struct ConnInfo {
 }
 
 struct Stream {
+    /// Decoded from plaintext that tshark decrypted with a TLS key log (see [`Decrypted`]),
+    /// not from the TCP payload.
+    decrypted: bool,
     a: Endpoint,
     b: Endpoint,
     v6: bool,
@@ -368,8 +371,55 @@ impl Sink<'_> {
     }
 }
 
+/// Plaintext of TLS connections decrypted outside the core (tshark with a key log): for each
+/// packet, the application data of the TLS records that packet completed (tshark attributes a
+/// record spanning several segments to the segment that ends it). The streams listed are decoded
+/// from these bytes — already reassembled and in order — instead of their TCP payload; their
+/// packets still go through TCP reassembly, so the `packets` table and capture gaps describe
+/// the real (encrypted) segments.
+#[derive(Default)]
+pub struct Decrypted {
+    streams: ahash::AHashSet<u32>,
+    /// Ascending frame numbers, and the end of each one's plaintext in `data`.
+    packets: Vec<u32>,
+    ends: Vec<usize>,
+    data: Vec<u8>,
+    next: usize,
+}
+
+impl Decrypted {
+    pub fn new(streams: Vec<u32>, packets: Vec<u32>, ends: Vec<u64>, data: Vec<u8>) -> Result<Self, String> {
+        if packets.len() != ends.len() {
+            return Err("decrypted: packets and ends differ in length".into());
+        }
+        if packets.windows(2).any(|w| w[0] >= w[1]) {
+            return Err("decrypted: packet numbers must be strictly ascending".into());
+        }
+        if ends.windows(2).any(|w| w[0] > w[1]) || ends.last().is_some_and(|&e| e as usize > data.len()) {
+            return Err("decrypted: ends must ascend within the data".into());
+        }
+        let ends = ends.into_iter().map(|e| e as usize).collect();
+        Ok(Decrypted { streams: streams.into_iter().collect(), packets, ends, data, next: 0 })
+    }
+
+    /// The plaintext completed by frame `number` (frames come in ascending order).
+    fn take(&mut self, number: u32) -> Option<&[u8]> {
+        while self.next < self.packets.len() && self.packets[self.next] < number {
+            self.next += 1;
+        }
+        if self.packets.get(self.next) != Some(&number) {
+            return None;
+        }
+        let start = if self.next == 0 { 0 } else { self.ends[self.next - 1] };
+        let end = self.ends[self.next];
+        self.next += 1;
+        Some(&self.data[start..end])
+    }
+}
+
 pub struct Ingest<'l> {
     limits: &'l Limits,
+    decrypted: Decrypted,
     ports: Vec<u16>,
     conversations: HashMap<ConvKey, u32, RandomState>,
     streams: Vec<Stream>,
@@ -411,7 +461,13 @@ impl<'l> Ingest<'l> {
             tcp_packets: 0,
             reported_linktypes: Vec::new(),
             stream_limit_reported: false,
+            decrypted: Decrypted::default(),
         }
+    }
+
+    /// Decode the listed streams from decrypted plaintext (see [`Decrypted`]).
+    pub fn set_decrypted(&mut self, decrypted: Decrypted) {
+        self.decrypted = decrypted;
     }
 
     fn file_anomaly(&mut self, kind: AnomalyKind, packet: u32, bytes: u64, detail: String) {
@@ -467,12 +523,15 @@ impl<'l> Ingest<'l> {
     fn new_stream(&mut self, key: ConvKey, src: Endpoint, dst: Endpoint, v6: bool, number: u32) -> u32 {
         let idx = self.streams.len() as u32;
         let over = self.streams.len() as u64 >= self.limits.max_streams;
+        let decrypted = !over && self.decrypted.streams.contains(&idx);
         let (kind, a_is_client, evidence) = if over {
             (Kind::OverLimit, true, ClientEvidence::FirstPacket)
         } else if self.ports.contains(&dst.port) {
             (Kind::Amqp, true, ClientEvidence::Port)
         } else if self.ports.contains(&src.port) {
             (Kind::Amqp, false, ClientEvidence::Port)
+        } else if decrypted {
+            (Kind::Amqp, true, ClientEvidence::FirstPacket)
         } else {
             (Kind::Undecided, true, ClientEvidence::FirstPacket)
         };
@@ -481,6 +540,7 @@ impl<'l> Ingest<'l> {
             self.file_anomaly(AnomalyKind::StreamLimit, number, 0, format!("more than {} TCP conversations: later ones are not decoded", self.limits.max_streams));
         }
         self.streams.push(Stream {
+            decrypted,
             a: src,
             b: dst,
             v6,
@@ -498,7 +558,7 @@ impl<'l> Ingest<'l> {
 
     fn tcp_segment(&mut self, idx: u32, tcp: &link::TcpPacket<'_>, rec: Record<'_>, number: u32) {
         let limits = self.limits;
-        let Ingest { streams, packets, frames, anomalies, .. } = self;
+        let Ingest { streams, packets, frames, anomalies, decrypted, .. } = self;
         let st = &mut streams[idx as usize];
         let d = if st.a.addr == tcp.src && st.a.port == tcp.sport { 0 } else { 1 };
         if st.first_ts == 0 && st.dirs[0].packets == 0 && st.dirs[1].packets == 0 {
@@ -519,7 +579,7 @@ impl<'l> Ingest<'l> {
             }
         }
         // Who is the client: the protocol header's sender beats the port, which beats the SYN.
-        if tcp.payload.starts_with(&PROTOCOL_HEADER_091[..4]) && st.evidence < ClientEvidence::ProtocolHeader && st.dirs[d].reasm.span() == 0 {
+        if !st.decrypted && tcp.payload.starts_with(&PROTOCOL_HEADER_091[..4]) && st.evidence < ClientEvidence::ProtocolHeader && st.dirs[d].reasm.span() == 0 {
             st.a_is_client = d == 0;
             st.evidence = ClientEvidence::ProtocolHeader;
         } else if tcp.flags & (SYN | ACK) == SYN && st.evidence < ClientEvidence::Syn {
@@ -578,13 +638,14 @@ impl<'l> Ingest<'l> {
             packets.gap_before[row as usize] += std::mem::take(&mut st.info.snaplen_gap[d]) as i64;
         }
         let pref = PacketRef { number, row };
+        let feed = !st.decrypted;
         let info = &mut st.info;
         // The peer's acknowledgement may reveal bytes the capture lost in the other direction.
         if has_ack {
             let origin = RowOrigin { stream: idx, from_a: d != 0 };
             let Dir { reasm, decoder, .. } = other;
             let mut sink = Sink { frames, anomalies, packets, info, origin, arrival_row: row };
-            reasm.peer_ack(tcp.ack, &mut |c| on_chunk(c, decoder, false, &mut sink, limits));
+            reasm.peer_ack(tcp.ack, &mut |c| on_chunk(c, decoder, false, feed, &mut sink, limits));
         }
         let origin = RowOrigin { stream: idx, from_a: d == 0 };
         let aligned = if dir.reasm.started() { dir.reasm.syn_seen } else { syn };
@@ -598,9 +659,23 @@ impl<'l> Ingest<'l> {
             tcp.payload_len as u64,
             pref,
             limits.max_reassembly_bytes,
-            &mut |c| on_chunk(c, decoder, aligned, &mut sink, limits),
+            &mut |c| on_chunk(c, decoder, aligned, feed, &mut sink, limits),
         );
         sink.packets.retransmission[row as usize] = outcome.retransmission;
+        if !feed {
+            if let Some(plain) = decrypted.take(number) {
+                // The first plaintext byte of a direction is where AMQP starts (tshark decrypts
+                // only connections whose handshake is in the capture).
+                let dec = new_decoder(decoder, true, &sink, limits);
+                let first = dec.bytes_decoded + dec.bytes_skipped == 0;
+                if first && plain.starts_with(&PROTOCOL_HEADER_091[..4]) && st.evidence < ClientEvidence::ProtocolHeader {
+                    st.a_is_client = d == 0;
+                    st.evidence = ClientEvidence::ProtocolHeader;
+                }
+                sink.arrival_row = row;
+                dec.feed(plain, number, number, limits, &mut sink);
+            }
+        }
         if st.info.frame_max_changed {
             st.info.frame_max_changed = false;
             let fm = st.info.frame_max.unwrap_or(0);
@@ -627,7 +702,8 @@ impl<'l> Ingest<'l> {
                     let Dir { reasm, decoder, .. } = &mut st.dirs[d];
                     let mut sink = Sink { frames, anomalies, packets, info, origin, arrival_row: last.row };
                     let aligned = reasm.syn_seen;
-                    reasm.finish(last, &mut |c| on_chunk(c, decoder, aligned, &mut sink, limits));
+                    let feed = !st.decrypted;
+                    reasm.finish(last, &mut |c| on_chunk(c, decoder, aligned, feed, &mut sink, limits));
                     if let Some(dec) = decoder.as_mut() {
                         dec.finish(last.number, &mut sink);
                     }
@@ -680,6 +756,8 @@ impl<'l> Ingest<'l> {
             ("s2c_bytes", col_i64(&|_, s| s.dirs[1 - client(s)].payload_bytes as i64)),
             ("handshake_seen", Column::Bool(amqp.iter().map(|(_, s)| s.dirs[client(s)].reasm.syn_seen).collect())),
             ("protocol_header_seen", Column::Bool(amqp.iter().map(|(_, s)| s.info.protocol_header_seen).collect())),
+            ("tls", Column::Bool(amqp.iter().map(|(_, s)| s.decrypted || s.dirs.iter().any(|d| d.decoder.as_ref().is_some_and(|x| x.encrypted()))).collect())),
+            ("tls_decrypted", Column::Bool(amqp.iter().map(|(_, s)| s.decrypted).collect())),
             ("frame_max", col_opt(&|s| s.info.frame_max.map(|v| v as i64))),
             ("channel_max", col_opt(&|s| s.info.channel_max.map(|v| v as i64))),
             ("heartbeat_s", col_opt(&|s| s.info.heartbeat.map(|v| v as i64))),
@@ -704,8 +782,8 @@ impl<'l> Ingest<'l> {
             ("c2s_bytes_missing", col_i64(&|_, s| s.dirs[client(s)].reasm.bytes_missing as i64)),
             ("s2c_bytes_missing", col_i64(&|_, s| s.dirs[1 - client(s)].reasm.bytes_missing as i64)),
             ("bytes_missing", col_i64(&|_, s| (s.dirs[0].reasm.bytes_missing + s.dirs[1].reasm.bytes_missing) as i64)),
-            ("c2s_stream_bytes", col_i64(&|_, s| s.dirs[client(s)].reasm.span() as i64)),
-            ("s2c_stream_bytes", col_i64(&|_, s| s.dirs[1 - client(s)].reasm.span() as i64)),
+            ("c2s_stream_bytes", col_i64(&|_, s| stream_bytes(s, &s.dirs[client(s)]) as i64)),
+            ("s2c_stream_bytes", col_i64(&|_, s| stream_bytes(s, &s.dirs[1 - client(s)]) as i64)),
             ("anomalies", col_i64(&|_, s| s.info.anomalies as i64)),
         ]
     }
@@ -715,18 +793,28 @@ fn decoded(d: &Dir) -> (u64, u64) {
     d.decoder.as_ref().map_or((0, 0), |x| (x.bytes_decoded, x.bytes_skipped))
 }
 
-fn on_chunk(c: Chunk<'_>, decoder: &mut Option<Decoder>, aligned: bool, sink: &mut Sink<'_>, limits: &Limits) {
-    let dec = decoder.get_or_insert_with(|| {
-        let mut d = Decoder::new(aligned, limits);
-        if let Some(fm) = sink.info.frame_max {
-            d.set_frame_max(fm, limits);
-        }
-        d
-    });
+/// The direction's byte span. For a decrypted TLS stream the decoded and skipped bytes are
+/// plaintext, so its span is the plaintext decoded from it plus the ciphertext bytes the capture
+/// lost (TLS cannot be decrypted past them).
+fn stream_bytes(s: &Stream, d: &Dir) -> u64 {
+    if s.decrypted {
+        let (dec, skip) = decoded(d);
+        dec + skip + d.reasm.bytes_missing
+    } else {
+        d.reasm.span()
+    }
+}
+
+/// One chunk of a direction's reassembled TCP stream. `feed`: its bytes go to the AMQP
+/// decoder; false for decrypted TLS streams, whose decoder gets plaintext instead (gaps are
+/// still recorded, on the ciphertext).
+fn on_chunk(c: Chunk<'_>, decoder: &mut Option<Decoder>, aligned: bool, feed: bool, sink: &mut Sink<'_>, limits: &Limits) {
     match c {
         Chunk::Data { bytes, from, arrival } => {
-            sink.arrival_row = arrival.row;
-            dec.feed(bytes, from.number, arrival.number, limits, sink);
+            if feed {
+                sink.arrival_row = arrival.row;
+                new_decoder(decoder, aligned, sink, limits).feed(bytes, from.number, arrival.number, limits, sink);
+            }
         }
         Chunk::Gap { bytes, cause, next, arrival } => {
             sink.arrival_row = arrival.row;
@@ -745,9 +833,22 @@ fn on_chunk(c: Chunk<'_>, decoder: &mut Option<Decoder>, aligned: bool, sink: &m
                 }
             };
             sink.anomaly(kind, packet, bytes, detail);
-            dec.gap(bytes, arrival.number);
+            if feed {
+                new_decoder(decoder, aligned, sink, limits).gap(bytes, arrival.number);
+            }
         }
     }
+}
+
+/// The direction's decoder, made on its first bytes (`aligned`: they start the AMQP stream).
+fn new_decoder<'d>(decoder: &'d mut Option<Decoder>, aligned: bool, sink: &Sink<'_>, limits: &Limits) -> &'d mut Decoder {
+    decoder.get_or_insert_with(|| {
+        let mut d = Decoder::new(aligned, limits);
+        if let Some(fm) = sink.info.frame_max {
+            d.set_frame_max(fm, limits);
+        }
+        d
+    })
 }
 
 fn ts_of(packets: &[i32], all_ts: &[i64]) -> Vec<i64> {
@@ -881,6 +982,14 @@ fn anomalies_table(a: AnomaliesBuilder, a_is_client: &[bool], all_ts: &[i64]) ->
         ("bytes", Column::I64(a.bytes)),
         ("detail", Column::Text(a.detail)),
     ]
+}
+
+/// Decode the capture at `path`, taking the plaintext of TLS streams from `decrypted`.
+pub fn ingest_decrypted(path: &str, ports: &[u16], limits: &Limits, decrypted: Decrypted) -> Result<Output, CaptureError> {
+    let mut ing = Ingest::new(ports, limits);
+    ing.set_decrypted(decrypted);
+    let read = read_capture(path, limits.max_record_bytes, |rec| ing.record(rec))?;
+    Ok(ing.finish(read))
 }
 
 /// Decode the capture at `path`.

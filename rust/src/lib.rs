@@ -16,10 +16,10 @@ mod python {
     use numpy::PyArray1;
     use pyo3::exceptions::PyException;
     use pyo3::prelude::*;
-    use pyo3::types::{PyDict, PyList, PyTuple};
+    use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
     use crate::capture::link::linktype_name;
-    use crate::ingest::ingest;
+    use crate::ingest::{ingest, ingest_decrypted, Decrypted};
     use crate::limits::Limits;
     use crate::tables::{Column, Table};
 
@@ -102,13 +102,33 @@ mod python {
         Ok(l)
     }
 
+    /// `(streams, packets, ends, data)`: see `amqpcap/_core.pyi`.
+    fn decrypted_from(t: &Bound<'_, PyTuple>) -> PyResult<Decrypted> {
+        let streams: Vec<u32> = t.get_item(0)?.extract()?;
+        let packets: Vec<u32> = t.get_item(1)?.extract()?;
+        let ends: Vec<u64> = t.get_item(2)?.extract()?;
+        let data = t.get_item(3)?;
+        let data = data.cast::<PyBytes>()?.as_bytes().to_vec();
+        Decrypted::new(streams, packets, ends, data).map_err(pyo3::exceptions::PyValueError::new_err)
+    }
+
     /// Decode a capture file into column tables. See `amqpcap/_core.pyi`.
     #[pyfunction]
-    #[pyo3(signature = (path, ports, limits=None))]
-    fn decode<'py>(py: Python<'py>, path: String, ports: Vec<u16>, limits: Option<&Bound<'py, PyDict>>) -> PyResult<Bound<'py, PyDict>> {
+    #[pyo3(signature = (path, ports, limits=None, decrypted=None))]
+    fn decode<'py>(
+        py: Python<'py>,
+        path: String,
+        ports: Vec<u16>,
+        limits: Option<&Bound<'py, PyDict>>,
+        decrypted: Option<&Bound<'py, PyTuple>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
         let limits = limits_from(limits)?;
+        let decrypted = decrypted.map(decrypted_from).transpose()?;
         let out = py
-            .detach(|| ingest(&path, &ports, &limits))
+            .detach(|| match decrypted {
+                Some(d) => ingest_decrypted(&path, &ports, &limits, d),
+                None => ingest(&path, &ports, &limits),
+            })
             .map_err(|e| CoreCaptureError::new_err((e.kind(), e.message().to_string())))?;
         let d = PyDict::new(py);
         d.set_item("records", table(py, out.records)?)?;

@@ -8,8 +8,8 @@
 use std::collections::VecDeque;
 
 use super::parser::{
-    check_candidate, parse_frame_header, parse_protocol_header, Candidate, FrameHeader, FrameType,
-    Invalid, ParseError, FRAME_END, FRAME_HEADER_LEN, PROTOCOL_HEADER_091, PROTOCOL_HEADER_LEN,
+    check_candidate, parse_frame_header, parse_protocol_header, tls_record, Candidate, FrameHeader, FrameType,
+    Invalid, ParseError, FRAME_END, FRAME_HEADER_LEN, PROTOCOL_HEADER_091, PROTOCOL_HEADER_LEN, TLS_HANDSHAKE,
 };
 use crate::anomaly::AnomalyKind;
 use crate::limits::Limits;
@@ -40,6 +40,40 @@ enum State {
     Body { header: FrameHeader, remaining: u64, first_packet: u32, missing: u64 },
     /// Searching for a frame boundary.
     Resync,
+    /// The direction carries TLS (detected in `packet`): every byte is skipped, reported once
+    /// as `tls-encrypted` at the end.
+    Encrypted { packet: u32 },
+}
+
+/// Does the start of a direction look like TLS?
+enum TlsStart {
+    Yes,
+    No,
+    NeedMore,
+}
+
+/// At the start of a direction (`aligned`: its SYN was seen, so this is its first byte) a
+/// handshake record (ClientHello / ServerHello) means TLS. Mid-connection, a record header
+/// followed by another one (or by exactly the end of the bytes so far) does.
+fn tls_start(b: &[u8], aligned: bool) -> TlsStart {
+    match tls_record(b) {
+        Err(_) => TlsStart::NeedMore,
+        Ok(None) => TlsStart::No,
+        Ok(Some(_)) if aligned => {
+            if b[0] == TLS_HANDSHAKE {
+                TlsStart::Yes
+            } else {
+                TlsStart::No
+            }
+        }
+        Ok(Some(n)) if n == b.len() => TlsStart::Yes,
+        Ok(Some(n)) if n > b.len() => TlsStart::NeedMore,
+        Ok(Some(n)) => match tls_record(&b[n..]) {
+            Err(_) => TlsStart::NeedMore,
+            Ok(None) => TlsStart::No,
+            Ok(Some(_)) => TlsStart::Yes,
+        },
+    }
 }
 
 pub struct Decoder {
@@ -58,6 +92,8 @@ pub struct Decoder {
     pub bytes_decoded: u64,
     pub bytes_skipped: u64,
     pub frames: u64,
+    /// Bytes skipped because the direction is TLS (part of `bytes_skipped`).
+    pub bytes_encrypted: u64,
 }
 
 impl Decoder {
@@ -74,6 +110,7 @@ impl Decoder {
             bytes_decoded: 0,
             bytes_skipped: 0,
             frames: 0,
+            bytes_encrypted: 0,
         }
     }
 
@@ -115,8 +152,18 @@ impl Decoder {
         self.prune_marks();
     }
 
+    /// The direction was recognised as TLS: its bytes are skipped, not decoded.
+    pub fn encrypted(&self) -> bool {
+        matches!(self.state, State::Encrypted { .. })
+    }
+
     /// `bytes` of the stream are missing from the capture.
     pub fn gap(&mut self, bytes: u64, packet: u32) {
+        if self.encrypted() {
+            // still TLS after the hole; the missing bytes are counted by reassembly
+            self.buf_offset += bytes;
+            return;
+        }
         if let State::Body { header, remaining, first_packet, missing } = self.state {
             if self.buf.is_empty() && remaining >= bytes {
                 // The hole is inside a body we were skipping anyway: stay aligned. (Wireshark
@@ -138,6 +185,11 @@ impl Decoder {
 
     /// End of stream: whatever is unfinished is counted as skipped.
     pub fn finish(&mut self, packet: u32, sink: &mut impl FrameSink) {
+        if let State::Encrypted { packet: first } = self.state {
+            let n = self.bytes_encrypted;
+            sink.anomaly(AnomalyKind::TlsEncrypted, first, n, format!("TLS: {n} encrypted bytes skipped (decrypt with a TLS key log)"));
+            return;
+        }
         let unfinished = self.buf.len() as u64 + self.body_bytes_in_progress();
         if unfinished > 0 {
             if self.state == State::Resync {
@@ -234,23 +286,32 @@ impl Decoder {
                         self.state = State::Resync;
                     }
                 }
-                State::Start { aligned } => match parse_protocol_header(rest) {
-                    Err(_) => return pos,
-                    Ok(Some(version)) => {
-                        pos += PROTOCOL_HEADER_LEN;
-                        self.bytes_decoded += PROTOCOL_HEADER_LEN as u64;
-                        if &rest[..PROTOCOL_HEADER_LEN] != PROTOCOL_HEADER_091 {
-                            sink.anomaly(
-                                AnomalyKind::ProtocolHeader,
-                                packet,
-                                PROTOCOL_HEADER_LEN as u64,
-                                format!("protocol header for version {}-{}-{}-{}", version[0], version[1], version[2], version[3]),
-                            );
+                State::Encrypted { .. } => {
+                    self.bytes_skipped += rest.len() as u64;
+                    self.bytes_encrypted += rest.len() as u64;
+                    return s.len();
+                }
+                State::Start { aligned } => match tls_start(rest, aligned) {
+                    TlsStart::NeedMore => return pos,
+                    TlsStart::Yes => self.state = State::Encrypted { packet },
+                    TlsStart::No => match parse_protocol_header(rest) {
+                        Err(_) => return pos,
+                        Ok(Some(version)) => {
+                            pos += PROTOCOL_HEADER_LEN;
+                            self.bytes_decoded += PROTOCOL_HEADER_LEN as u64;
+                            if &rest[..PROTOCOL_HEADER_LEN] != PROTOCOL_HEADER_091 {
+                                sink.anomaly(
+                                    AnomalyKind::ProtocolHeader,
+                                    packet,
+                                    PROTOCOL_HEADER_LEN as u64,
+                                    format!("protocol header for version {}-{}-{}-{}", version[0], version[1], version[2], version[3]),
+                                );
+                            }
+                            sink.protocol_header(version, packet);
+                            self.state = State::Aligned;
                         }
-                        sink.protocol_header(version, packet);
-                        self.state = State::Aligned;
-                    }
-                    Ok(None) => self.state = if aligned { State::Aligned } else { State::Resync },
+                        Ok(None) => self.state = if aligned { State::Aligned } else { State::Resync },
+                    },
                 },
                 State::Aligned => match parse_frame_header(rest) {
                     Err(ParseError::Incomplete { .. }) => return pos,
@@ -418,6 +479,56 @@ mod tests {
         d.feed(&tail, 6, 6, &limits, &mut r);
         assert_eq!(r.frames.len(), 4);
         assert_eq!(r.anomalies, vec![(AnomalyKind::ResyncSkipped, 5 + (a.len() as u64 - 15))]);
+    }
+
+    fn tls(ctype: u8, len: usize) -> Vec<u8> {
+        let mut r = vec![ctype, 3, 3, (len >> 8) as u8, len as u8];
+        r.extend(std::iter::repeat(0x5a).take(len));
+        r
+    }
+
+    #[test]
+    fn tls_handshake_at_the_start_is_skipped_whole() {
+        let limits = Limits::default();
+        let mut stream = tls(22, 60);
+        stream.extend(tls(23, 300));
+        // fed byte by byte: detection waits for the record header, then every byte is skipped
+        let mut r = Rec::default();
+        let mut d = Decoder::new(true, &limits);
+        for (i, b) in stream.iter().enumerate() {
+            d.feed(std::slice::from_ref(b), i as u32 + 1, i as u32 + 1, &limits, &mut r);
+        }
+        assert!(d.encrypted());
+        d.gap(100, 999);
+        assert!(d.encrypted());
+        d.finish(1000, &mut r);
+        assert!(r.frames.is_empty());
+        assert_eq!(r.anomalies, vec![(AnomalyKind::TlsEncrypted, stream.len() as u64)]);
+        assert_eq!((d.bytes_decoded, d.bytes_skipped), (0, stream.len() as u64));
+    }
+
+    #[test]
+    fn tls_needs_a_handshake_when_aligned_and_a_record_chain_when_not() {
+        let limits = Limits::default();
+        // aligned, application data first: not a TLS start (AMQP resyncs instead)
+        let mut d = Decoder::new(true, &limits);
+        d.feed(&tls(23, 10), 1, 1, &limits, &mut Rec::default());
+        assert!(!d.encrypted());
+        // unaligned: two chained records are TLS
+        let mut two = tls(23, 10);
+        two.extend(tls(23, 4));
+        two.push(1);
+        let mut d = Decoder::new(false, &limits);
+        d.feed(&two, 1, 1, &limits, &mut Rec::default());
+        assert!(d.encrypted());
+        // unaligned: a header followed by something else is not
+        let mut one = tls(23, 10);
+        one.extend(ack(1));
+        let mut d = Decoder::new(false, &limits);
+        let mut r = Rec::default();
+        d.feed(&one, 1, 1, &limits, &mut r);
+        assert!(!d.encrypted());
+        assert_eq!(r.frames.len(), 1);
     }
 
     #[test]

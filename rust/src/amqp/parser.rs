@@ -86,6 +86,41 @@ pub fn parse_frame_header(buf: &[u8]) -> Result<FrameHeader, ParseError> {
     })
 }
 
+/// TLS record header: content type (1), legacy version (2), length (2) — RFC 8446 §5.1.
+pub const TLS_RECORD_HEADER_LEN: usize = 5;
+/// TLS content type of handshake records (ClientHello, ServerHello), RFC 8446 §5.1.
+pub const TLS_HANDSHAKE: u8 = 22;
+/// Largest record length: 2^14 plaintext plus 2048 of expansion (RFC 5246 §6.2.3; TLS 1.3
+/// allows less, 2^14 + 256).
+const TLS_MAX_RECORD: usize = (1 << 14) + 2048;
+
+/// `Some(record length including its header)` when `buf` starts with a plausible TLS record
+/// header (content type 20..=23 — change_cipher_spec, alert, handshake, application_data —,
+/// version 3.0 to 3.4, length within the limit), `None` when it cannot be one. An AMQP frame
+/// never starts like this: frame types are 1, 2, 3 and 8, and a protocol header starts "AMQP".
+pub fn tls_record(buf: &[u8]) -> Result<Option<usize>, ParseError> {
+    let need = ParseError::Incomplete { needed: TLS_RECORD_HEADER_LEN };
+    match buf.first() {
+        None => return Err(need),
+        Some(20..=23) => {}
+        Some(_) => return Ok(None),
+    }
+    if buf.len() < 3 {
+        return if buf.len() == 2 && buf[1] != 3 { Ok(None) } else { Err(need) };
+    }
+    if buf[1] != 3 || buf[2] > 4 {
+        return Ok(None);
+    }
+    if buf.len() < TLS_RECORD_HEADER_LEN {
+        return Err(need);
+    }
+    let len = u16::from_be_bytes([buf[3], buf[4]]) as usize;
+    if len == 0 || len > TLS_MAX_RECORD {
+        return Ok(None);
+    }
+    Ok(Some(TLS_RECORD_HEADER_LEN + len))
+}
+
 /// `Some(version octets)` when `buf` starts with a protocol header, `None` when it cannot be one.
 /// Incomplete when `buf` is a strict prefix of `AMQP`.
 pub fn parse_protocol_header(buf: &[u8]) -> Result<Option<[u8; 4]>, ParseError> {
