@@ -15,6 +15,7 @@ import pandas as pd
 
 from . import _core
 from .errors import UsageError, from_core
+from .wording import counted
 
 #: AMQP (5672) and AMQPS (5671, AMQP over TLS: detected and reported as encrypted unless a
 #: key log decrypts it)
@@ -58,9 +59,9 @@ class Capture:
 
     def __repr__(self) -> str:
         return (
-            f"<Capture {os.path.basename(self.path)}: {self.summary.get('packets', 0)} packets, "
-            f"{len(self.connections)} AMQP connections, {len(self.frames)} frames, "
-            f"{len(self.anomalies)} anomalies>"
+            f"<Capture {os.path.basename(self.path)}: {counted(self.summary.get('packets', 0), 'packet')}, "
+            f"{counted(len(self.connections), 'AMQP connection')}, {counted(len(self.frames), 'frame')}, "
+            f"{counted(len(self.anomalies), 'anomaly', 'anomalies')}>"
         )
 
 

@@ -21,6 +21,7 @@ from .capture import DEFAULT_PORTS, Capture, load
 from .errors import AmqpcapError, UsageError
 from .render import findings_table, print_result
 from .sample import sample_path
+from .wording import counted
 
 app = typer.Typer(
     name="amqpcap",
@@ -181,8 +182,9 @@ def analyze(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, out
     summary = build_summary(cap, results)
     findings = rank([f for r in results for f in r.findings])
     c = summary["capture"]
-    out.print(f"[bold]{c['path']}[/bold]: {c['packets']:,} packets, {c['connections']} AMQP connections, "
-              f"{c['frames']:,} frames over {c['duration_s']:.3f} s", highlight=False)
+    out.print(f"[bold]{c['path']}[/bold]: {counted(c['packets'], 'packet')}, "
+              f"{counted(c['connections'], 'AMQP connection')}, {counted(c['frames'], 'frame')} "
+              f"over {c['duration_s']:.3f} s", highlight=False)
     if findings:
         out.print(findings_table(findings))
     else:

@@ -11,6 +11,7 @@ import pandas as pd
 
 from .analysis import AnalyzerResult
 from .capture import Capture
+from .wording import counted
 
 MAX_ROWS = 50
 
@@ -72,7 +73,7 @@ def write_report(cap: Capture, results: list[AnalyzerResult], summary: dict[str,
         f"<style>{CSS}</style></head><body>",
         f"<h1>amqpcap report: {html.escape(Path(c['path']).name)}</h1>",
         f"<p class='meta'>{c['packets']:,} packets ({c['format']}{', gzip' if c['compressed'] else ''}, "
-        f"{', '.join(c['link_types'])}), {c['connections']} AMQP connections, {c['frames']:,} frames, "
+        f"{', '.join(c['link_types'])}), {counted(c['connections'], 'AMQP connection')}, {counted(c['frames'], 'frame')}, "
         f"{c['duration_s']:.3f} s from {html.escape(str(c['first_ts']))}.</p>",
     ]
     if c["warnings"]:
