@@ -20,10 +20,13 @@ pub enum AnomalyKind {
     UnsupportedLinkType,
     StreamLimit,
     CaptureTruncated,
+    RetransmissionMismatch,
+    OutOfWindow,
+    FrameLimit,
 }
 
 impl AnomalyKind {
-    pub const ALL: [AnomalyKind; 17] = [
+    pub const ALL: [AnomalyKind; 20] = [
         AnomalyKind::CaptureGap,
         AnomalyKind::TruncatedPacket,
         AnomalyKind::BadFrameEnd,
@@ -41,6 +44,9 @@ impl AnomalyKind {
         AnomalyKind::UnsupportedLinkType,
         AnomalyKind::StreamLimit,
         AnomalyKind::CaptureTruncated,
+        AnomalyKind::RetransmissionMismatch,
+        AnomalyKind::OutOfWindow,
+        AnomalyKind::FrameLimit,
     ];
 
     pub fn name(self) -> &'static str {
@@ -62,6 +68,9 @@ impl AnomalyKind {
             AnomalyKind::UnsupportedLinkType => "unsupported-link-type",
             AnomalyKind::StreamLimit => "stream-limit",
             AnomalyKind::CaptureTruncated => "capture-truncated",
+            AnomalyKind::RetransmissionMismatch => "retransmission-mismatch",
+            AnomalyKind::OutOfWindow => "out-of-window",
+            AnomalyKind::FrameLimit => "frame-limit",
         }
     }
 }

@@ -24,7 +24,12 @@ pub struct FrameEvent<'a> {
 }
 
 pub trait FrameSink {
-    fn frame(&mut self, ev: FrameEvent<'_>);
+    /// A complete frame. Returns false when the frame was not kept (the frames table is full):
+    /// its bytes then count as skipped.
+    fn frame(&mut self, ev: FrameEvent<'_>) -> bool;
+    /// Payload bytes of a body frame on `channel`, in order, when bodies are kept
+    /// ([`Decoder::keep_bodies`]); called before the frame's [`FrameSink::frame`].
+    fn body(&mut self, _channel: u16, _bytes: &[u8]) {}
     fn protocol_header(&mut self, version: [u8; 4], packet: u32);
     fn anomaly(&mut self, kind: AnomalyKind, packet: u32, bytes: u64, detail: String);
 }
@@ -48,13 +53,22 @@ pub struct Decoder {
     buf: Vec<u8>,
     /// Stream offset of `buf[0]` (or of the next byte when `buf` is empty).
     buf_offset: u64,
-    /// (stream offset, packet) where each fed chunk started, to find a frame's first packet.
+    /// (stream offset, packet) where the latest fed chunk started, and before it, where each
+    /// earlier chunk with bytes still in `buf` started: to find a frame's first packet. The
+    /// queue stays empty (unallocated) while frames end inside the packets that hold them.
+    cur: (u64, u32),
     marks: VecDeque<(u64, u32)>,
     /// Bytes skipped by the current resync, reported once it ends.
     skip_pending: u64,
     skip_packet: u32,
     /// Frame size limit in force: the negotiated frame_max once known, else the cap.
     frame_max: u64,
+    /// Hand body payloads to the sink ([`FrameSink::body`]).
+    pub keep_bodies: bool,
+    /// Frames the sink did not keep, reported once at the end (`frame-limit`).
+    unkept_frames: u64,
+    unkept_bytes: u64,
+    unkept_packet: u32,
     pub bytes_decoded: u64,
     pub bytes_skipped: u64,
     pub frames: u64,
@@ -67,10 +81,15 @@ impl Decoder {
             state: State::Start { aligned },
             buf: Vec::new(),
             buf_offset: 0,
+            cur: (0, 0),
             marks: VecDeque::new(),
             skip_pending: 0,
             skip_packet: 0,
             frame_max: limits.max_frame_bytes,
+            keep_bodies: false,
+            unkept_frames: 0,
+            unkept_bytes: 0,
+            unkept_packet: 0,
             bytes_decoded: 0,
             bytes_skipped: 0,
             frames: 0,
@@ -89,8 +108,11 @@ impl Decoder {
             return;
         }
         let start = self.buf_offset + self.buf.len() as u64;
-        if self.marks.back().map_or(true, |&(_, p)| p != data_packet) {
-            self.marks.push_back((start, data_packet));
+        if self.cur.1 != data_packet || self.cur == (0, 0) {
+            if !self.buf.is_empty() {
+                self.marks.push_back(self.cur);
+            }
+            self.cur = (start, data_packet);
         }
         if self.buf.is_empty() {
             // Fast path: decode straight from the packet, keep only an unfinished tail.
@@ -153,8 +175,33 @@ impl Decoder {
             }
         }
         self.flush_skip(sink);
+        if self.unkept_frames > 0 {
+            let (n, b) = (self.unkept_frames, self.unkept_bytes);
+            sink.anomaly(
+                AnomalyKind::FrameLimit,
+                self.unkept_packet,
+                b,
+                format!("{n} frames ({b} bytes) decoded after the frames table was full (max_frames) are not in it"),
+            );
+        }
         self.buf.clear();
         self.state = State::Resync;
+    }
+
+    /// Count a complete frame of `wire` stream bytes as decoded, or as skipped when the sink
+    /// did not keep it.
+    fn emitted(&mut self, kept: bool, wire: u64, packet: u32) {
+        self.frames += 1;
+        if kept {
+            self.bytes_decoded += wire;
+        } else {
+            if self.unkept_frames == 0 {
+                self.unkept_packet = packet;
+            }
+            self.unkept_frames += 1;
+            self.unkept_bytes += wire;
+            self.bytes_skipped += wire;
+        }
     }
 
     /// Bytes of the body frame being skipped that were already consumed.
@@ -182,21 +229,24 @@ impl Decoder {
     }
 
     fn prune_marks(&mut self) {
-        let pos = self.buf_offset;
-        while self.marks.len() > 1 && self.marks[1].0 <= pos {
+        // A mark is needed while bytes from its chunk (up to the next chunk's start) are held.
+        while let Some(&(_, _)) = self.marks.front() {
+            let next = self.marks.get(1).map_or(self.cur.0, |m| m.0);
+            if next > self.buf_offset {
+                break;
+            }
             self.marks.pop_front();
         }
     }
 
     fn packet_at(&self, offset: u64) -> u32 {
-        let mut p = self.marks.front().map_or(0, |m| m.1);
-        for &(o, pk) in &self.marks {
-            if o > offset {
-                break;
-            }
-            p = pk;
+        if offset >= self.cur.0 || self.marks.is_empty() {
+            return self.cur.1;
         }
-        p
+        // The last mark at or before `offset` (marks rise with the offset); a binary search, as
+        // a resync window fed one byte per packet holds millions of marks.
+        let i = self.marks.partition_point(|&(o, _)| o <= offset);
+        self.marks.get(i.saturating_sub(1)).map_or(self.cur.1, |m| m.1)
     }
 
     /// Decode as much of `s` (starting at stream offset `buf_offset`) as possible; returns the
@@ -212,6 +262,9 @@ impl Decoder {
             match self.state {
                 State::Body { header, remaining, first_packet, missing } => {
                     let take = remaining.min(rest.len() as u64) as usize;
+                    if self.keep_bodies && take > 0 {
+                        sink.body(header.channel, &rest[..take]);
+                    }
                     pos += take;
                     let remaining = remaining - take as u64;
                     self.state = State::Body { header, remaining, first_packet, missing };
@@ -223,14 +276,24 @@ impl Decoder {
                     if end == FRAME_END {
                         pos += 1;
                         self.state = State::Aligned;
-                        self.bytes_decoded += header.wire_len() - missing;
-                        self.frames += 1;
-                        sink.frame(FrameEvent { header, payload: None, first_packet, packet });
+                        let kept = sink.frame(FrameEvent {
+                            header,
+                            payload: None,
+                            first_packet,
+                            packet,
+                        });
+                        self.emitted(kept, header.wire_len() - missing, packet);
                     } else {
-                        // The body's bytes were consumed without being kept: resync from here.
+                        // The body's bytes were consumed without being kept: they are skipped
+                        // together with whatever the resync skips from here.
                         let consumed = FRAME_HEADER_LEN as u64 + header.size as u64 - missing;
-                        self.bytes_skipped += consumed;
-                        sink.anomaly(AnomalyKind::BadFrameEnd, packet, consumed, format!("body frame ends with 0x{end:02x}, not 0xce"));
+                        sink.anomaly(
+                            AnomalyKind::BadFrameEnd,
+                            packet,
+                            header.wire_len(),
+                            format!("body frame ends with 0x{end:02x}, not 0xce"),
+                        );
+                        self.skip(consumed, packet);
                         self.state = State::Resync;
                     }
                 }
@@ -296,9 +359,13 @@ impl Decoder {
                             self.state = State::Resync;
                             continue;
                         }
-                        self.bytes_decoded += total as u64;
-                        self.frames += 1;
-                        sink.frame(FrameEvent { header: h, payload: Some(&rest[FRAME_HEADER_LEN..total - 1]), first_packet, packet });
+                        let kept = sink.frame(FrameEvent {
+                            header: h,
+                            payload: Some(&rest[FRAME_HEADER_LEN..total - 1]),
+                            first_packet,
+                            packet,
+                        });
+                        self.emitted(kept, total as u64, packet);
                         pos += total;
                     }
                 },
@@ -354,8 +421,15 @@ mod tests {
         anomalies: Vec<(AnomalyKind, u64)>,
     }
     impl FrameSink for Rec {
-        fn frame(&mut self, ev: FrameEvent<'_>) {
-            self.frames.push((ev.header.frame_type as u8, ev.header.channel, ev.header.size, ev.first_packet, ev.packet));
+        fn frame(&mut self, ev: FrameEvent<'_>) -> bool {
+            self.frames.push((
+                ev.header.frame_type as u8,
+                ev.header.channel,
+                ev.header.size,
+                ev.first_packet,
+                ev.packet,
+            ));
+            true
         }
         fn protocol_header(&mut self, _: [u8; 4], _: u32) {}
         fn anomaly(&mut self, kind: AnomalyKind, _: u32, bytes: u64, _: String) {
