@@ -979,7 +979,7 @@ impl<'l> Ingest<'l> {
                         on_chunk(c, decoder, aligned, &mut sink, limits)
                     });
                     if let Some(mut dec) = decoder.take() {
-                        dec.finish(last.number, &mut sink);
+                        dec.finish(last.number, limits, &mut sink);
                         // Only the counts are needed from here on: free the buffers before the
                         // tables are built.
                         dir.bytes_decoded = dec.bytes_decoded;

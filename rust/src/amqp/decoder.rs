@@ -8,7 +8,7 @@
 use std::collections::VecDeque;
 
 use super::parser::{
-    check_candidate, parse_frame_header, parse_protocol_header, Candidate, FrameHeader, FrameType,
+    check_candidate_with, parse_frame_header, parse_protocol_header, Candidate, FrameHeader, FrameType,
     Invalid, ParseError, FRAME_END, FRAME_HEADER_LEN, PROTOCOL_HEADER_091, PROTOCOL_HEADER_LEN,
 };
 use crate::anomaly::AnomalyKind;
@@ -22,6 +22,9 @@ pub struct FrameEvent<'a> {
     /// The packet whose arrival completed the frame.
     pub packet: u32,
 }
+
+/// Payload bytes a resynchronisation may decode per byte it skips (see the `Resync` state).
+const RESYNC_WORK_PER_BYTE: u64 = 64;
 
 pub trait FrameSink {
     /// A complete frame. Returns false when the frame was not kept (the frames table is full):
@@ -65,6 +68,10 @@ pub struct Decoder {
     frame_max: u64,
     /// Hand body payloads to the sink ([`FrameSink::body`]).
     pub keep_bodies: bool,
+    /// Payload bytes decoded to check candidates in the current resynchronisation.
+    resync_work: u64,
+    /// The capture has ended (see [`Decoder::finish`]).
+    at_end: bool,
     /// Frames the sink did not keep, reported once at the end (`frame-limit`).
     unkept_frames: u64,
     unkept_bytes: u64,
@@ -87,6 +94,8 @@ impl Decoder {
             skip_packet: 0,
             frame_max: limits.max_frame_bytes,
             keep_bodies: false,
+            resync_work: 0,
+            at_end: false,
             unkept_frames: 0,
             unkept_bytes: 0,
             unkept_packet: 0,
@@ -159,7 +168,17 @@ impl Decoder {
     }
 
     /// End of stream: whatever is unfinished is counted as skipped.
-    pub fn finish(&mut self, packet: u32, sink: &mut impl FrameSink) {
+    pub fn finish(&mut self, packet: u32, limits: &Limits, sink: &mut impl FrameSink) {
+        if self.state == State::Resync && !self.buf.is_empty() {
+            // No more bytes will come: a candidate that needs more is no frame, and the frames
+            // after it (a bogus header claiming a large size swallowed them) are still found.
+            self.at_end = true;
+            let mut buf = std::mem::take(&mut self.buf);
+            let used = self.run(&buf, packet, limits, sink);
+            buf.drain(..used);
+            self.buf_offset += used as u64;
+            self.buf = buf;
+        }
         let unfinished = self.buf.len() as u64 + self.body_bytes_in_progress();
         if unfinished > 0 {
             if self.state == State::Resync {
@@ -376,15 +395,24 @@ impl Decoder {
                         if i >= rest.len() {
                             break None;
                         }
-                        match check_candidate(&rest[i..], limit) {
+                        // Decoding candidates' payloads may read at most RESYNC_WORK_PER_BYTE
+                        // bytes per byte skipped (plus a window's worth); past that, candidates
+                        // are judged on their structure alone. Input built so that every
+                        // position is a large near-miss then still costs linear time.
+                        let allowance = limits.resync_window_bytes + RESYNC_WORK_PER_BYTE * (self.skip_pending + i as u64);
+                        let deep = self.resync_work < allowance;
+                        match check_candidate_with(&rest[i..], limit, deep, &mut self.resync_work) {
                             Candidate::No => i += 1,
+                            Candidate::NeedMore { .. } if self.at_end => i += 1,
                             Candidate::NeedMore { .. } => break None,
                             Candidate::Frame(n) => {
                                 // A body frame has no structure of its own: the next frame must
-                                // check out too before we trust it.
+                                // check out too before we trust it (at the end of the capture
+                                // there may be none).
                                 if rest[i] == FrameType::Body as u8 {
-                                    match check_candidate(&rest[i + n as usize..], limit) {
+                                    match check_candidate_with(&rest[i + n as usize..], limit, deep, &mut self.resync_work) {
                                         Candidate::Frame(_) => break Some(i),
+                                        Candidate::NeedMore { .. } if self.at_end => break Some(i),
                                         Candidate::NeedMore { .. } => break None,
                                         Candidate::No => i += 1,
                                     }
@@ -401,6 +429,7 @@ impl Decoder {
                     match found {
                         Some(_) => {
                             self.flush_skip(sink);
+                            self.resync_work = 0;
                             self.state = State::Aligned;
                         }
                         None => return pos,
@@ -419,9 +448,15 @@ mod tests {
     struct Rec {
         frames: Vec<(u8, u16, u32, u32, u32)>,
         anomalies: Vec<(AnomalyKind, u64)>,
+        /// Frames after this many are not kept (0: all kept).
+        keep: usize,
+        bodies: Vec<u8>,
     }
     impl FrameSink for Rec {
         fn frame(&mut self, ev: FrameEvent<'_>) -> bool {
+            if self.keep > 0 && self.frames.len() >= self.keep {
+                return false;
+            }
             self.frames.push((
                 ev.header.frame_type as u8,
                 ev.header.channel,
@@ -430,6 +465,9 @@ mod tests {
                 ev.packet,
             ));
             true
+        }
+        fn body(&mut self, _: u16, bytes: &[u8]) {
+            self.bodies.extend_from_slice(bytes);
         }
         fn protocol_header(&mut self, _: [u8; 4], _: u32) {}
         fn anomaly(&mut self, kind: AnomalyKind, _: u32, bytes: u64, _: String) {
@@ -506,5 +544,78 @@ mod tests {
         assert_eq!(r.frames.len(), 1);
         assert_eq!(r.anomalies[0].0, AnomalyKind::BadFrameEnd);
         assert_eq!(d.bytes_decoded + d.bytes_skipped, bad.len() as u64);
+    }
+    #[test]
+    fn frames_not_kept_count_as_skipped() {
+        let limits = Limits::default();
+        let mut d = Decoder::new(true, &limits);
+        let mut r = Rec { keep: 2, ..Default::default() };
+        let hb = frame(8, 0, &[]);
+        let stream: Vec<u8> = (0..5).flat_map(|_| hb.clone()).collect();
+        d.feed(&stream, 1, 1, &limits, &mut r);
+        d.finish(1, &limits, &mut r);
+        assert_eq!(r.frames.len(), 2);
+        assert_eq!(r.anomalies, vec![(AnomalyKind::FrameLimit, 24)]);
+        assert_eq!((d.bytes_decoded, d.bytes_skipped), (16, 24));
+    }
+
+    #[test]
+    fn bad_body_end_is_skipped_through_the_resync_row() {
+        let limits = Limits::default();
+        let mut d = Decoder::new(true, &limits);
+        let mut r = Rec::default();
+        let mut bad = frame(3, 1, &[7u8; 50]);
+        *bad.last_mut().unwrap() = 0x55;
+        let mut stream = bad.clone();
+        stream.extend(ack(1));
+        d.feed(&stream, 1, 1, &limits, &mut r);
+        assert_eq!(r.frames.len(), 1);
+        // the frame's wire length on the bad-frame-end row; the bytes skipped on the resync row
+        assert_eq!(r.anomalies, vec![(AnomalyKind::BadFrameEnd, bad.len() as u64), (AnomalyKind::ResyncSkipped, bad.len() as u64)]);
+        assert_eq!(d.bytes_decoded + d.bytes_skipped, stream.len() as u64);
+    }
+
+    #[test]
+    fn bodies_are_handed_over_only_when_asked() {
+        let limits = Limits::default();
+        let mut stream = frame(3, 1, b"hello ");
+        stream.extend(frame(3, 1, b"world"));
+        for keep in [false, true] {
+            let mut d = Decoder::new(true, &limits);
+            d.keep_bodies = keep;
+            let mut r = Rec::default();
+            for (i, b) in stream.iter().enumerate() {
+                d.feed(std::slice::from_ref(b), i as u32 + 1, i as u32 + 1, &limits, &mut r);
+            }
+            assert_eq!(r.frames.len(), 2);
+            assert_eq!(r.bodies, if keep { b"hello world".to_vec() } else { vec![] });
+        }
+    }
+
+    #[test]
+    fn resync_decoding_work_is_bounded() {
+        // Every 64 bytes a method frame header of a method with a field table (queue.declare),
+        // its end octet in place, whose arguments fail only at their very end: each would be
+        // decoded in full. The resync must still find the frame after them, and decode at most
+        // its allowance.
+        let limits = Limits::default();
+        let size = 60_000u32;
+        let block = 64usize;
+        let mut garbage = vec![0u8; 400_000];
+        for at in (0..garbage.len() - size as usize - 8).step_by(block) {
+            garbage[at] = 1;
+            garbage[at + 1..at + 3].copy_from_slice(&[0, 1]);
+            garbage[at + 3..at + 7].copy_from_slice(&size.to_be_bytes());
+            garbage[at + 7..at + 11].copy_from_slice(&[0, 50, 0, 10]);
+            garbage[at + 7 + size as usize] = FRAME_END;
+        }
+        let mut stream = garbage.clone();
+        stream.extend(ack(9));
+        let mut d = Decoder::new(false, &limits);
+        let mut r = Rec::default();
+        d.feed(&stream, 1, 1, &limits, &mut r);
+        d.finish(1, &limits, &mut r);
+        assert_eq!(d.bytes_decoded + d.bytes_skipped, stream.len() as u64);
+        assert!(r.frames.len() >= 1);
     }
 }

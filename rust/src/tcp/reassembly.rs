@@ -571,4 +571,71 @@ mod tests {
         assert_eq!(o.bytes, b"abcd");
         assert_eq!(o.gaps, vec![(8, GapCause::Snaplen)]);
     }
+    fn collect(r: &mut Reassembler, o: &mut Out, seq: u32, data: &[u8], n: u32, limits: &ReasmLimits) -> SegmentOutcome {
+        r.segment_with(seq, false, false, data, data.len() as u64, pr(n), limits, &mut |c| match c {
+            Chunk::Data { bytes, .. } => o.bytes.extend_from_slice(bytes),
+            Chunk::Gap { bytes, cause, .. } => o.gaps.push((bytes, cause)),
+        })
+    }
+
+    const LIMITS: ReasmLimits = ReasmLimits { max_buffered: 1 << 20, max_seq_jump: 1 << 20, max_retained: 1 << 10 };
+
+    #[test]
+    fn far_segments_are_out_of_window() {
+        let mut r = Reassembler::default();
+        let mut o = Out::default();
+        collect(&mut r, &mut o, 1000, b"abcd", 1, &LIMITS);
+        for (n, seq) in [(2, 1004 + (1 << 20) + 1), (3, 1004u32.wrapping_sub(2 << 20)), (4, 1004u32.wrapping_add(3 << 30))] {
+            let out = collect(&mut r, &mut o, seq, b"zzzz", n, &LIMITS);
+            assert!(out.out_of_window && !out.retransmission, "seq {seq}");
+        }
+        // within the jump limit: buffered, then released when the hole fills
+        assert!(!collect(&mut r, &mut o, 1010, b"klmn", 5, &LIMITS).out_of_window);
+        collect(&mut r, &mut o, 1004, b"efghij", 6, &LIMITS);
+        assert_eq!(o.bytes, b"abcdefghijklmn");
+        assert!(o.gaps.is_empty());
+        assert_eq!(r.span(), 14);
+    }
+
+    #[test]
+    fn retransmission_with_other_bytes_is_counted_and_the_first_copy_kept() {
+        let mut r = Reassembler::default();
+        let mut o = Out::default();
+        collect(&mut r, &mut o, 0, b"abcdef", 1, &LIMITS);
+        let same = collect(&mut r, &mut o, 2, b"cdefgh", 2, &LIMITS);
+        assert_eq!((same.retransmission, same.compared, same.mismatched), (true, 4, 0));
+        let other = collect(&mut r, &mut o, 0, b"abXdeYghZ", 3, &LIMITS);
+        assert_eq!((other.compared, other.mismatched), (8, 2));
+        assert_eq!(o.bytes, b"abcdefghZ");
+        // acknowledged bytes are no longer held: nothing to compare
+        r.peer_ack(9, &mut |_| {});
+        assert_eq!(collect(&mut r, &mut o, 0, b"XXXXXXXXX", 4, &LIMITS).compared, 0);
+    }
+
+    #[test]
+    fn overlapping_out_of_order_segments_keep_the_first_copy() {
+        let mut r = Reassembler::default();
+        let mut o = Out::default();
+        collect(&mut r, &mut o, 0, b"ab", 1, &LIMITS);
+        collect(&mut r, &mut o, 6, b"ghij", 2, &LIMITS); // ahead of a hole
+        // starts before the buffered one and disagrees with it on two of its bytes
+        let out = collect(&mut r, &mut o, 4, b"efGHi", 3, &LIMITS);
+        assert_eq!((out.compared, out.mismatched), (3, 2));
+        collect(&mut r, &mut o, 2, b"cd", 4, &LIMITS); // fills the hole
+        assert_eq!(o.bytes, b"abcdefghij");
+    }
+
+    #[test]
+    fn tiny_segments_count_their_overhead() {
+        let limits = ReasmLimits { max_buffered: 100 * (1 + PENDING_OVERHEAD), ..LIMITS };
+        let mut r = Reassembler::default();
+        let mut o = Out::default();
+        collect(&mut r, &mut o, 0, b"a", 1, &limits);
+        // a hole at 1, then one-byte segments after it: the cap is reached after 100 of them
+        for i in 0..150u32 {
+            collect(&mut r, &mut o, 2 + i, b"x", 2 + i, &limits);
+        }
+        assert_eq!(o.gaps, vec![(1, GapCause::Overflow)]);
+        assert_eq!(o.bytes.len(), 151);
+    }
 }
