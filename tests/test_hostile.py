@@ -13,9 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -27,6 +25,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE / "hostile"))
 import make_corpus  # noqa: E402
 from accounting import assert_byte_accounting  # noqa: E402
+from rss import run_measured  # noqa: E402
 
 CORPUS = HERE / "hostile"
 CASES = {c["name"]: c for c in json.loads((CORPUS / "expected.json").read_text())["cases"]}
@@ -36,20 +35,13 @@ HANG_S = 600  # not a timing assertion: a child still running after this is stuc
 
 def run_cli(args: list[str], tmp: Path, env: dict | None = None) -> tuple[int, str, str, int]:
     """Run the CLI in a child; returns (exit code, stdout, stderr, peak RSS in bytes of that
-    child alone: os.wait4 reports the rusage of the one process it reaps)."""
+    child alone: tests/rss.py)."""
     out, err = tmp / "stdout.txt", tmp / "stderr.txt"
     with open(out, "wb") as o, open(err, "wb") as e:
-        p = subprocess.Popen([sys.executable, "-m", "amqpcap", *args], stdout=o, stderr=e,
-                             env={**os.environ, **(env or {})})
-        watchdog = threading.Timer(HANG_S, p.kill)
-        watchdog.start()
-        try:
-            _, status, usage = os.wait4(p.pid, 0)
-        finally:
-            watchdog.cancel()
-        p.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
-    assert p.returncode != -9, f"amqpcap {' '.join(args)} still ran after {HANG_S} s"
-    return p.returncode, out.read_text(errors="replace"), err.read_text(errors="replace"), usage.ru_maxrss * 1024
+        code, rss = run_measured([sys.executable, "-m", "amqpcap", *args], o, e,
+                                 env={**os.environ, **(env or {})}, timeout_s=HANG_S)
+    assert code != -9, f"amqpcap {' '.join(args)} still ran after {HANG_S} s"
+    return code, out.read_text(errors="replace"), err.read_text(errors="replace"), rss
 
 
 def limits_of(args: list[str]) -> amqpcap.Limits:
@@ -134,6 +126,8 @@ def test_case(name, tmp_path, generated):
         assert {k: int(n) for k, n in m.items() if n} == d["methods"]
     for kind, n in d.get("anomalies", {}).items():
         assert counts[kind] == n, kind
+    if "skipped_bytes" in d:
+        assert cap.connections[["c2s_bytes_skipped", "s2c_bytes_skipped"]].to_numpy().sum() == d["skipped_bytes"]
     if "mismatched_bytes" in d:
         rows = cap.anomalies[cap.anomalies["kind"] == "retransmission-mismatch"]
         assert rows["bytes"].sum() == d["mismatched_bytes"]

@@ -599,6 +599,18 @@ def _garbage_midstream(path):
     return facts(recs, conv)
 
 
+@case("header-claims-beyond-end.pcap", "a conversation seen from its middle whose first bytes look like a basic.publish frame "
+      "header claiming 500,000 bytes, more than the rest of the capture; then 5 messages",
+      warning="resync-skipped", kinds=["resync-skipped"])
+def _beyond_end(path):
+    conv = c.TcpConversation()
+    conv.send("c2s", struct.pack(">BHI", 1, 1, 500_000) + c.short(60) + c.short(40))
+    publish(conv, 5)
+    recs = conv.timed()
+    write_pcap(path, recs)
+    return facts(recs, conv, skipped_bytes=11)
+
+
 def tiny_frames(n: int) -> tuple[list, c.TcpConversation]:
     conv = opened()
     hb = c.heartbeat()
