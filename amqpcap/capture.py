@@ -35,6 +35,7 @@ class Limits:
     max_seq_jump_bytes: int = 64 << 20
     max_retained_bytes: int = 16 << 10
     max_body_bytes: int = 64 << 20
+    max_anomalies: int = 1_000_000
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():

@@ -206,6 +206,21 @@ BodiesOpt = typer.Option(
                             "bodies may hold personal data; at most max_body_bytes are kept)")
 
 
+class _Writing:
+    """Turns a failure to write into `--out` into one line (exit 64), not an internal error."""
+
+    def __init__(self, where: Path):
+        self.where = where
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, e, tb):
+        if isinstance(e, OSError):
+            raise UsageError(f"cannot write into {self.where}: {e.strerror or e}") from None
+        return False
+
+
 def _analyzer_command(name: str, fn, help_text: str):
     def command(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, out_dir: Optional[Path] = OutOpt,
                 fmt: str = FormatOpt, plots: bool = PlotsOpt, limit: Optional[List[str]] = LimitOpt) -> None:
@@ -217,7 +232,8 @@ def _analyzer_command(name: str, fn, help_text: str):
         result.findings = rank(result.findings)
         print_result(out, result)
         if out_dir is not None:
-            written = write_result(result, out_dir, fmt, plots=plots)
+            with _Writing(out_dir):
+                written = write_result(result, out_dir, fmt, plots=plots)
             err.print(f"{len(written)} files written to {out_dir}", highlight=False, soft_wrap=True)
 
     command.__doc__ = help_text
@@ -246,15 +262,16 @@ def analyze(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, out
     else:
         out.print("No findings.")
     if out_dir is not None:
-        written = [write_summary(summary, out_dir)]
-        for r in results:
-            written += write_result(r, out_dir, fmt, plots=plots)
-        if cap.bodies is not None:
-            written.append(write_bodies(cap.bodies, out_dir, fmt))
-        if plots:
-            from .html import write_report
+        with _Writing(out_dir):
+            written = [write_summary(summary, out_dir)]
+            for r in results:
+                written += write_result(r, out_dir, fmt, plots=plots)
+            if cap.bodies is not None:
+                written.append(write_bodies(cap.bodies, out_dir, fmt))
+            if plots:
+                from .html import write_report
 
-            written.append(write_report(cap, results, summary, out_dir))
+                written.append(write_report(cap, results, summary, out_dir))
         err.print(f"{len(written)} files written to {out_dir}", highlight=False, soft_wrap=True)
 
 

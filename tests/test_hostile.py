@@ -126,6 +126,8 @@ def test_case(name, tmp_path, generated):
         assert {k: int(n) for k, n in m.items() if n} == d["methods"]
     for kind, n in d.get("anomalies", {}).items():
         assert counts[kind] == n, kind
+    for kind, n in d.get("anomaly_bytes", {}).items():
+        assert cap.anomalies.loc[cap.anomalies["kind"] == kind, "bytes"].sum() == n, kind
     if "skipped_bytes" in d:
         assert cap.connections[["c2s_bytes_skipped", "s2c_bytes_skipped"]].to_numpy().sum() == d["skipped_bytes"]
     if "mismatched_bytes" in d:

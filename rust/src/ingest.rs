@@ -309,10 +309,38 @@ pub struct AnomaliesBuilder {
     packet: OptCol<i32>,
     bytes: Vec<i64>,
     detail: StrCol,
+    /// Rows kept (`max_anomalies`); past it, anomalies are summed per kind in `over`.
+    cap: u64,
+    /// Per kind: (anomalies, bytes, first packet) not given a row of their own.
+    over: Vec<(AnomalyKind, u64, u64, u32)>,
 }
 
 impl AnomaliesBuilder {
     fn push(&mut self, kind: AnomalyKind, origin: Option<RowOrigin>, packet: Option<u32>, bytes: u64, detail: String) {
+        if self.kind.len() as u64 >= self.cap {
+            match self.over.iter_mut().find(|o| o.0 == kind) {
+                Some(o) => {
+                    o.1 += 1;
+                    o.2 += bytes;
+                }
+                None => self.over.push((kind, 1, bytes, packet.unwrap_or(0))),
+            }
+            return;
+        }
+        self.push_row(kind, origin, packet, bytes, detail);
+    }
+
+    /// One row per kind for the anomalies past the cap (their per-stream detail is lost; the
+    /// bytes add up).
+    fn summarise_over_cap(&mut self) {
+        for (kind, n, bytes, packet) in std::mem::take(&mut self.over) {
+            let detail = format!("{n} more {} anomalies ({bytes} bytes) have no row of their own: the table reached max_anomalies rows", kind.name());
+            self.push_row(kind, None, Some(packet), bytes, detail);
+        }
+    }
+
+    /// A row whatever the cap (the few file-level rows that are updated at the end).
+    fn push_row(&mut self, kind: AnomalyKind, origin: Option<RowOrigin>, packet: Option<u32>, bytes: u64, detail: String) {
         let code = AnomalyKind::ALL.iter().position(|k| *k == kind).unwrap() as i8;
         self.kind.push(code);
         self.stream.push(origin.map(|o| o.stream as i32));
@@ -653,7 +681,7 @@ impl<'l> Ingest<'l> {
             all_len: Vec::new(),
             packets: PacketsBuilder::default(),
             frames: FramesBuilder::default(),
-            anomalies: AnomaliesBuilder::default(),
+            anomalies: AnomaliesBuilder { cap: limits.max_anomalies, ..Default::default() },
             bodies: bodies.then(|| BodiesBuilder::new(limits.max_body_bytes)),
             tcp_packets: 0,
             skipped_linktypes: Vec::new(),
@@ -683,7 +711,7 @@ impl<'l> Ingest<'l> {
                 None => {
                     // One row per link type; its count is filled in at the end.
                     let row = self.anomalies.kind.len();
-                    self.file_anomaly(AnomalyKind::UnsupportedLinkType, number, 0, String::new());
+                    self.anomalies.push_row(AnomalyKind::UnsupportedLinkType, None, Some(number), 0, String::new());
                     self.skipped_linktypes.push((rec.linktype, 1, bytes, row));
                 }
             }
@@ -736,7 +764,7 @@ impl<'l> Ingest<'l> {
             }
             None => {
                 let row = self.anomalies.kind.len();
-                self.file_anomaly(AnomalyKind::StreamLimit, number, 0, String::new());
+                self.anomalies.push_row(AnomalyKind::StreamLimit, None, Some(number), 0, String::new());
                 self.over_limit = Some((1, bytes, row));
             }
         }
@@ -1009,6 +1037,15 @@ impl<'l> Ingest<'l> {
             let detail = format!("{}: {n} packets skipped", linktype_text(lt));
             self.anomalies.detail.set(row, detail.as_bytes());
         }
+        let mut read = read;
+        let over: u64 = self.anomalies.over.iter().map(|o| o.1).sum();
+        if over > 0 {
+            read.warnings.push(format!(
+                "{over} anomalies have no row of their own: the anomalies table reached max_anomalies ({} rows); they are summed per kind",
+                self.limits.max_anomalies
+            ));
+        }
+        self.anomalies.summarise_over_cap();
         if read.truncated {
             let detail = read.warnings.last().cloned().unwrap_or_default();
             self.file_anomaly(AnomalyKind::CaptureTruncated, last.number, 0, detail);
@@ -1031,7 +1068,6 @@ impl<'l> Ingest<'l> {
             &a_is_client,
             &self.all_ts,
         );
-        let mut read = read;
         let bodies = self.bodies.take().map(|b| {
             if b.not_kept > 0 {
                 read.warnings.push(format!(

@@ -114,6 +114,7 @@ mod python {
                 "max_seq_jump_bytes" => l.max_seq_jump_bytes = v,
                 "max_retained_bytes" => l.max_retained_bytes = v,
                 "max_body_bytes" => l.max_body_bytes = v,
+                "max_anomalies" => l.max_anomalies = v,
                 other => {
                     return Err(pyo3::exceptions::PyValueError::new_err(format!(
                         "unknown limit {other}"

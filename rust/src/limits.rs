@@ -26,6 +26,8 @@ pub struct Limits {
     pub max_retained_bytes: u64,
     /// Message body bytes kept in all (only when bodies are asked for).
     pub max_body_bytes: u64,
+    /// Rows of the anomalies table; later anomalies are summed per kind.
+    pub max_anomalies: u64,
 }
 
 impl Default for Limits {
@@ -42,6 +44,7 @@ impl Default for Limits {
             max_seq_jump_bytes: 64 << 20,
             max_retained_bytes: 16 << 10,
             max_body_bytes: 64 << 20,
+            max_anomalies: 1_000_000,
         }
     }
 }

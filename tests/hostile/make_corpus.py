@@ -333,7 +333,15 @@ def _malformed_ip(path):
     f = facts(recs, conv)
     f["packets"] += len(bad)
     f["anomalies"] = {"malformed-packet": len(bad)}
+    f["anomaly_bytes"] = {"malformed-packet": sum(len(b) for b in bad)}
     return f
+
+
+@case("malformed-ip-capped", "the same malformed packets with the anomalies table capped at 2 rows: the rest summed in one",
+      file="malformed-ip.pcap", args=["--limit", "max_anomalies=2"], warning="reached max_anomalies",
+      kinds=["malformed-packet"], decode={"anomalies": {"malformed-packet": 3}})
+def _malformed_ip_capped(path):
+    return _malformed_ip(path)  # the bytes still add up
 
 
 @case("ip-fragments.pcap", "a TCP segment sent as two IPv4 fragments (not reassembled)",
