@@ -741,12 +741,12 @@ impl<'l> Ingest<'l> {
                 // Port reuse (as Wireshark): a SYN whose ISN differs from the direction's base
                 // starts a new conversation.
                 if is_syn_only && st.dirs[d].base_seq.is_some_and(|b| b != tcp.seq) {
-                    self.new_stream(key, src, dst, tcp.v6, number)
+                    self.new_stream(key, src, dst, tcp.v6)
                 } else {
                     Some(i)
                 }
             }
-            None => self.new_stream(key, src, dst, tcp.v6, number),
+            None => self.new_stream(key, src, dst, tcp.v6),
         };
         match idx {
             Some(idx) => self.tcp_segment(idx, &tcp, rec, number),
@@ -770,14 +770,7 @@ impl<'l> Ingest<'l> {
         }
     }
 
-    fn new_stream(
-        &mut self,
-        key: ConvKey,
-        src: Endpoint,
-        dst: Endpoint,
-        v6: bool,
-        _number: u32,
-    ) -> Option<u32> {
+    fn new_stream(&mut self, key: ConvKey, src: Endpoint, dst: Endpoint, v6: bool) -> Option<u32> {
         let idx = self.streams.len() as u32;
         if self.streams.len() as u64 >= self.limits.max_streams {
             return None;

@@ -449,7 +449,6 @@ def _mixed_linktypes(path):
     conv = opened()
     publish(conv, 5)
     recs = encode(closed(conv).timed())
-    c.LINKTYPES.setdefault("ieee802_11", 105)
     radio = [Raw(random.Random(i).randbytes(80), recs[i].time_ns + 1) for i in range(0, len(recs), 3)]
     items = [(0, r) for r in recs] + [(1, r) for r in radio]
     items.sort(key=lambda x: x[1].time_ns)
