@@ -64,6 +64,8 @@ fn is_capture_magic(b: &[u8]) -> bool {
 }
 
 type Source = Chain<Cursor<Vec<u8>>, Box<dyn Read + Send>>;
+/// Where [`StopAtError`] notes the error that ended the bytes early.
+type ReadError = Arc<Mutex<Option<String>>>;
 
 /// Read up to `n` bytes, retrying short reads (gzip streams return small chunks).
 fn read_prefix(r: &mut dyn Read, n: usize) -> io::Result<Vec<u8>> {
@@ -77,7 +79,7 @@ fn read_prefix(r: &mut dyn Read, n: usize) -> io::Result<Vec<u8>> {
 /// stopped (the capture parser only says that it did).
 struct StopAtError<R> {
     inner: R,
-    error: Arc<Mutex<Option<String>>>,
+    error: ReadError,
 }
 
 impl<R: Read> Read for StopAtError<R> {
@@ -103,7 +105,7 @@ impl<R: Read> Read for StopAtError<R> {
 
 /// The capture's bytes (decompressed), whether it was compressed, and where a read error that
 /// ended the bytes early is noted.
-fn open_source(path: &str) -> Result<(Source, bool, Arc<Mutex<Option<String>>>), CaptureError> {
+fn open_source(path: &str) -> Result<(Source, bool, ReadError), CaptureError> {
     let mut file = File::open(path)
         .map_err(|e| CaptureError::Unreadable(format!("cannot open {path}: {e}")))?;
     let head = read_prefix(&mut file, SNIFF_BYTES)
