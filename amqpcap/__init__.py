@@ -12,6 +12,7 @@ from .errors import (
     EmptyCaptureError,
     NotACaptureError,
     UnreadableCaptureError,
+    UnsupportedCaptureError,
 )
 from .sample import sample_path
 
@@ -24,6 +25,7 @@ __all__ = [
     "Limits",
     "NotACaptureError",
     "UnreadableCaptureError",
+    "UnsupportedCaptureError",
     "load",
     "sample_path",
 ]

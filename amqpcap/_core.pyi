@@ -9,12 +9,12 @@ import numpy as np
 #   ("null_i16"|"null_i32"|"null_u32"|"null_i64"|"null_u64"|"null_bool"|"null_ts", values, missing_mask)
 #   ("str", codes: int8/int16/int32 (-1 = missing), dictionary: list[str])
 #   ("cat", codes: int8 (-1 = missing), names: list[str])
-#   ("text", list[str | None])
+#   ("text", codes, dictionary)      like "str", but made a column of str objects, not a categorical
 Column = tuple[Any, ...]
 Table = list[tuple[str, Column]]
 
 class CoreCaptureError(Exception):
-    """args: (kind, message); kind is "unreadable", "empty" or "not-a-capture"."""
+    """args: (kind, message); kind is "unreadable", "empty", "not-a-capture" or "unsupported"."""
 
 ANOMALY_KINDS: list[str]
 METHOD_NAMES: list[str]
@@ -23,10 +23,12 @@ def decode(
     path: str,
     ports: list[int],
     limits: dict[str, int] | None = None,
+    bodies: bool = False,
     decrypted: tuple[list[int], list[int], list[int], bytes] | None = None,
 ) -> dict[str, Any]:
-    """Decode a capture. Returns {"packets", "frames", "connections", "anomalies": Table,
-    "summary": dict}. Raises CoreCaptureError when the file cannot be used.
+    """Decode a capture. Returns {"records", "packets", "frames", "connections", "anomalies": Table,
+    "bodies": Table (with bodies=True) or None, "summary": dict}. Raises CoreCaptureError when
+    the file cannot be used.
 
     decrypted = (streams, packets, ends, data): plaintext of TLS connections decrypted outside
     the core. The tcp.stream numbers in `streams` are decoded from it instead of their TCP

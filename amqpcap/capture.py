@@ -24,15 +24,26 @@ DEFAULT_PORTS: tuple[int, ...] = (5672, 5671)
 
 @dataclass(frozen=True)
 class Limits:
-    """Resource caps of the native core (docs/tables.md, "Resource caps")."""
+    """Resource caps of the native core (docs/tables.md, "Resource caps"). The command line
+    sets them with ``--limit NAME=VALUE``."""
 
     max_frame_bytes: int = 256 << 20
     max_buffered_frame_bytes: int = 16 << 20
     max_reassembly_bytes: int = 16 << 20
     resync_max_frame_bytes: int = 1 << 20
     resync_window_bytes: int = 2 << 20
-    max_streams: int = 1_000_000
+    max_streams: int = 250_000
     max_record_bytes: int = 16 << 20
+    max_frames: int = 10_000_000
+    max_seq_jump_bytes: int = 64 << 20
+    max_retained_bytes: int = 16 << 10
+    max_body_bytes: int = 64 << 20
+    max_anomalies: int = 1_000_000
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 63:
+                raise UsageError(f"limit {name} must be a whole number of at least 0, not {value!r}")
 
 
 @dataclass
@@ -47,6 +58,8 @@ class Capture:
     anomalies: pd.DataFrame
     #: every record of the file (also non-TCP): packet, ts, frame_len
     records: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: message bodies, one row per message; None unless ``load(..., bodies=True)``
+    bodies: pd.DataFrame | None = None
     summary: dict[str, Any] = field(default_factory=dict)
     #: values the analyzers derive from the tables, computed once and shared between analyzers
     #: (matched deliveries, consumer state, stream-ordered packet columns). Clear it after
@@ -100,8 +113,13 @@ def _column(col: tuple) -> Any:
         return _timestamps(col[1], col[2])
     if kind in ("str", "cat"):
         return _categorical(col[1], col[2])
-    if kind == "text":
+    if kind == "bytes":
         return pd.array(col[1], dtype=object)
+    if kind == "text":
+        # dictionary codes (-1 = missing) into str objects shared between rows
+        lookup = np.empty(len(col[2]) + 1, dtype=object)
+        lookup[: len(col[2])] = col[2]
+        return pd.array(lookup[col[1]], dtype=object)
     raise ValueError(f"unknown column encoding {kind!r}")
 
 
@@ -133,6 +151,7 @@ def load(
     ports: int | Iterable[int] | None = DEFAULT_PORTS,
     limits: Limits | None = None,
     tls_keylog: str | os.PathLike[str] | None = None,
+    bodies: bool = False,
 ) -> Capture:
     """Decode the capture at ``path`` (pcap, pcapng, optionally gzip-compressed).
 
@@ -145,6 +164,9 @@ def load(
     (a ``tls-encrypted`` anomaly per direction, and a warning). ``tls_keylog`` names a key log
     (NSS format, e.g. Python's ``SSLContext.keylog_filename``): tshark decrypts the sessions it
     has secrets for, and their AMQP is decoded like plain AMQP (see :mod:`amqpcap.tls`).
+
+    Message bodies are not kept unless ``bodies`` is true; then ``Capture.bodies`` holds them
+    (at most ``limits.max_body_bytes`` bytes in all).
     """
     path = os.fspath(path)
     port_list = _ports(ports)
@@ -154,7 +176,7 @@ def load(
         check_keylog(tls_keylog)
     limit_dict = asdict(limits or Limits())
     try:
-        raw = _core.decode(path, list(port_list), limit_dict)
+        raw = _core.decode(path, list(port_list), limit_dict, bool(bodies))
     except _core.CoreCaptureError as e:
         raise from_core(*e.args) from None
     decryption = None
@@ -167,7 +189,7 @@ def load(
         tls = connections[connections["tls"]]
         decryption = decrypt(path, tls_keylog, tls["stream"].tolist(), tls["broker_port"].tolist())
         if decryption.streams:
-            raw = _core.decode(path, list(port_list), limit_dict, decryption.core_argument())
+            raw = _core.decode(path, list(port_list), limit_dict, bool(bodies), decryption.core_argument())
             connections = _frame(raw.pop("connections"))
     summary = dict(raw["summary"])
     summary["path"] = path
@@ -182,6 +204,11 @@ def load(
     # which can be earlier than frames already emitted: restore packet order.
     if not frames["packet"].is_monotonic_increasing:
         frames = frames.sort_values("packet", kind="stable", ignore_index=True)
+    body_rows = raw.pop("bodies")
+    if body_rows is not None:
+        body_rows = _frame(body_rows)
+        if not body_rows["last_packet"].is_monotonic_increasing:
+            body_rows = body_rows.sort_values("last_packet", kind="stable", ignore_index=True)
     return Capture(
         path=path,
         ports=port_list,
@@ -190,6 +217,7 @@ def load(
         connections=connections,
         anomalies=_frame(raw.pop("anomalies")),
         records=_frame(raw.pop("records")),
+        bodies=body_rows,
         summary=summary,
     )
 

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from . import __version__
 from .analysis import analyzers, rank
-from .capture import DEFAULT_PORTS, Capture, load
+from .capture import DEFAULT_PORTS, Capture, Limits, load
 from .errors import AmqpcapError, UsageError
 from .render import findings_table, print_result
 from .sample import sample_path
@@ -39,6 +39,35 @@ CaptureArg = typer.Argument(..., metavar="CAPTURE", help="pcap or pcapng file, o
 PortOpt = typer.Option(None, "--port", "-p", help="AMQP port (repeat for several); default 5672 and 5671 (AMQPS)")
 KeylogOpt = typer.Option(None, "--tls-keylog", metavar="FILE",
                          help="TLS key log (NSS format, e.g. Python's SSLContext.keylog_filename) to decrypt AMQPS with tshark")
+LimitOpt = typer.Option(
+    None, "--limit", metavar="NAME=VALUE",
+    help="set a resource cap, e.g. max_streams=5000 or max_frames=50M (K/M/G: ×1024ⁿ; repeat for "
+         "several; names and defaults: docs/tables.md, Resource caps)")
+#: byte counts of these anomaly kinds are stream bytes not decoded (skipped or missing)
+_BYTE_KINDS = {"capture-gap", "truncated-packet", "reassembly-overflow", "resync-skipped", "incomplete-frame",
+               "frame-limit", "out-of-window", "tls-encrypted"}
+_SUFFIX = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def parse_limits(items: Optional[List[str]]) -> Optional[Limits]:
+    """`--limit NAME=VALUE` options as amqpcap.Limits (None when there are none)."""
+    if not items:
+        return None
+    names = list(Limits.__dataclass_fields__)
+    given = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        name = name.strip().replace("-", "_")
+        if not sep or name not in names:
+            raise UsageError(f"--limit {item!r}: expected NAME=VALUE with NAME one of {', '.join(names)}")
+        v = value.strip().replace("_", "").lower()
+        scale = _SUFFIX.get(v[-1:], 1)
+        if scale > 1:
+            v = v[:-1]
+        if not v.isdigit():
+            raise UsageError(f"--limit {item!r}: the value must be a whole number, optionally with K, M or G")
+        given[name] = int(v) * scale
+    return Limits(**given)
 
 
 def _check_format(fmt: str) -> None:
@@ -48,10 +77,38 @@ def _check_format(fmt: str) -> None:
         raise UsageError(f"unknown table format {fmt!r}: use {' or '.join(FORMATS)}")
 
 
-def _load(capture: Path, port: Optional[List[int]], tls_keylog: Optional[Path] = None) -> Capture:
-    cap = load(capture, ports=tuple(port) if port else DEFAULT_PORTS, tls_keylog=tls_keylog)
+def _warn(text: str) -> None:
+    err.print("[yellow]warning:[/yellow] ", end="", highlight=False)
+    err.print(text, highlight=False, markup=False, soft_wrap=True)
+
+
+def anomaly_warning(cap: Capture) -> Optional[str]:
+    """One line saying what was not decoded (the anomalies table by kind), or None."""
+    a = cap.anomalies
+    if not len(a):
+        return None
+    kinds = a["kind"].astype(str)
+    parts = []
+    for kind, rows in a.groupby(kinds, sort=False):
+        text = f"{kind} {len(rows):,}"
+        if kind in _BYTE_KINDS and rows["bytes"].sum():
+            text += f" ({int(rows['bytes'].sum()):,} bytes)"
+        elif rows["stream"].isna().all() and len(rows) <= 2 and kind != "capture-truncated":  # that one has its own warning
+            text += " (" + "; ".join(str(d) for d in rows["detail"]) + ")"
+        parts.append(text)
+    return (f"not everything in the capture was decoded ({len(a):,} row{'s' if len(a) > 1 else ''} in the anomalies "
+            f"table): " + ", ".join(parts))
+
+
+def _load(capture: Path, port: Optional[List[int]], limit: Optional[List[str]] = None, bodies: bool = False,
+          tls_keylog: Optional[Path] = None) -> Capture:
+    cap = load(capture, ports=tuple(port) if port else DEFAULT_PORTS, limits=parse_limits(limit), bodies=bodies,
+               tls_keylog=tls_keylog)
     for w in cap.warnings:
-        err.print(f"[yellow]warning:[/yellow] {w}", highlight=False, soft_wrap=True)
+        _warn(w)
+    w = anomaly_warning(cap)
+    if w:
+        _warn(w)
     return cap
 
 
@@ -60,13 +117,14 @@ def frames(
     capture: Path = CaptureArg,
     output: Path = typer.Option(..., "--output", "-o", help="output file: .csv or .parquet"),
     port: Optional[List[int]] = PortOpt,
+    limit: Optional[List[str]] = LimitOpt,
     tls_keylog: Optional[Path] = KeylogOpt,
 ) -> None:
     """Write the frames table (one row per AMQP frame) to CSV or Parquet."""
     suffix = output.suffix.lower()
     if suffix not in (".csv", ".parquet"):
         raise UsageError(f"cannot write {output}: the output must end in .csv or .parquet")
-    cap = _load(capture, port, tls_keylog)
+    cap = _load(capture, port, limit, tls_keylog=tls_keylog)
     try:
         if suffix == ".csv":
             cap.frames.to_csv(output, index=False)
@@ -85,9 +143,10 @@ def _fmt_ts(ts) -> str:
 
 
 @app.command()
-def info(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, tls_keylog: Optional[Path] = KeylogOpt) -> None:
+def info(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, limit: Optional[List[str]] = LimitOpt,
+         tls_keylog: Optional[Path] = KeylogOpt) -> None:
     """Print the capture summary and the AMQP connections in it."""
-    cap = _load(capture, port, tls_keylog)
+    cap = _load(capture, port, limit, tls_keylog=tls_keylog)
     s = cap.summary
     head = Table(show_header=False, box=None, pad_edge=False)
     head.add_column(style="bold")
@@ -150,20 +209,40 @@ def _kinds(cap: Capture) -> str:
 OutOpt = typer.Option(None, "--out", "-o", help="directory for tables, plots (and summary.json, report.html)")
 FormatOpt = typer.Option("csv", "--format", help="table format: csv or parquet")
 PlotsOpt = typer.Option(True, "--plots/--no-plots", help="draw PNG plots into --out")
+BodiesOpt = typer.Option(
+    False, "--bodies", help="keep message bodies and write them to --out as the bodies table (off by default: "
+                            "bodies may hold personal data; at most max_body_bytes are kept)")
+
+
+class _Writing:
+    """Turns a failure to write into `--out` into one line (exit 64), not an internal error."""
+
+    def __init__(self, where: Path):
+        self.where = where
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, e, tb):
+        if isinstance(e, OSError):
+            raise UsageError(f"cannot write into {self.where}: {e.strerror or e}") from None
+        return False
 
 
 def _analyzer_command(name: str, fn, help_text: str):
     def command(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, out_dir: Optional[Path] = OutOpt,
-                fmt: str = FormatOpt, plots: bool = PlotsOpt, tls_keylog: Optional[Path] = KeylogOpt) -> None:
+                fmt: str = FormatOpt, plots: bool = PlotsOpt, limit: Optional[List[str]] = LimitOpt,
+                tls_keylog: Optional[Path] = KeylogOpt) -> None:
         from .report import write_result
 
         _check_format(fmt)
-        cap = _load(capture, port, tls_keylog)
+        cap = _load(capture, port, limit, tls_keylog=tls_keylog)
         result = fn(cap)
         result.findings = rank(result.findings)
         print_result(out, result)
         if out_dir is not None:
-            written = write_result(result, out_dir, fmt, plots=plots)
+            with _Writing(out_dir):
+                written = write_result(result, out_dir, fmt, plots=plots)
             err.print(f"{len(written)} files written to {out_dir}", highlight=False, soft_wrap=True)
 
     command.__doc__ = help_text
@@ -172,12 +251,15 @@ def _analyzer_command(name: str, fn, help_text: str):
 
 @app.command()
 def analyze(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, out_dir: Optional[Path] = OutOpt,
-            fmt: str = FormatOpt, plots: bool = PlotsOpt, tls_keylog: Optional[Path] = KeylogOpt) -> None:
+            fmt: str = FormatOpt, plots: bool = PlotsOpt, limit: Optional[List[str]] = LimitOpt,
+            bodies: bool = BodiesOpt, tls_keylog: Optional[Path] = KeylogOpt) -> None:
     """Run every analyzer: findings first (who is to blame, with evidence), then the numbers."""
-    from .report import build_summary, write_result, write_summary
+    from .report import build_summary, write_bodies, write_result, write_summary
 
     _check_format(fmt)
-    cap = _load(capture, port, tls_keylog)
+    if bodies and out_dir is None:
+        raise UsageError("--bodies needs --out DIR: the bodies are written there, never printed")
+    cap = _load(capture, port, limit, bodies=bodies, tls_keylog=tls_keylog)
     results = [fn(cap) for fn, _ in analyzers().values()]
     summary = build_summary(cap, results)
     findings = rank([f for r in results for f in r.findings])
@@ -190,13 +272,16 @@ def analyze(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, out
     else:
         out.print("No findings.")
     if out_dir is not None:
-        written = [write_summary(summary, out_dir)]
-        for r in results:
-            written += write_result(r, out_dir, fmt, plots=plots)
-        if plots:
-            from .html import write_report
+        with _Writing(out_dir):
+            written = [write_summary(summary, out_dir)]
+            for r in results:
+                written += write_result(r, out_dir, fmt, plots=plots)
+            if cap.bodies is not None:
+                written.append(write_bodies(cap.bodies, out_dir, fmt))
+            if plots:
+                from .html import write_report
 
-            written.append(write_report(cap, results, summary, out_dir))
+                written.append(write_report(cap, results, summary, out_dir))
         err.print(f"{len(written)} files written to {out_dir}", highlight=False, soft_wrap=True)
 
 

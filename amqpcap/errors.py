@@ -31,6 +31,10 @@ class NotACaptureError(CaptureError):
     """The file is not a pcap or pcapng capture (nor a gzip-compressed one)."""
 
 
+class UnsupportedCaptureError(CaptureError):
+    """A capture, but none of its packets can be read (only link types amqpcap does not read)."""
+
+
 class UsageError(AmqpcapError):
     """A command was called with arguments that cannot work (e.g. an unknown output format)."""
 
@@ -48,6 +52,7 @@ _BY_KIND = {
     "unreadable": UnreadableCaptureError,
     "empty": EmptyCaptureError,
     "not-a-capture": NotACaptureError,
+    "unsupported": UnsupportedCaptureError,
 }
 
 

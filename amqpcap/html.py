@@ -65,6 +65,23 @@ def _finding(f: dict[str, Any]) -> str:
     )
 
 
+def _redacted(r: dict[str, Any]) -> str:
+    """What this report (and every table beside it) leaves out, with the counts."""
+    items = [
+        f"{r['sasl_responses']:,} SASL responses (connection.start-ok, connection.secure-ok: they carry the "
+        "password) and {0:,} SASL challenges (connection.secure): never decoded, only the mechanism and, "
+        "for PLAIN and AMQPLAIN, the user name are shown".format(r["sasl_challenges"]),
+        f"{r['update_secrets']:,} new secrets of connection.update-secret: never decoded, only the reason is shown",
+    ]
+    if r["bodies_kept"]:
+        items.append(f"message bodies were kept on request (--bodies): {r['body_bytes_kept']:,} of "
+                     f"{r['body_bytes_seen']:,} body bytes, in the bodies table beside this report (not in it)")
+    else:
+        items.append(f"message bodies were not kept ({r['body_bytes_seen']:,} body bytes seen): only their sizes "
+                     "are shown; amqpcap analyze --bodies keeps them")
+    return ("<h2>Redacted</h2><ul class='note'>" + "".join(f"<li>{html.escape(i)}</li>" for i in items) + "</ul>")
+
+
 def write_report(cap: Capture, results: list[AnalyzerResult], summary: dict[str, Any], out: Path) -> Path:
     """Write out/report.html. Plots must already be in `out` (report.write_result draws them)."""
     c = summary["capture"]
@@ -96,11 +113,7 @@ def write_report(cap: Capture, results: list[AnalyzerResult], summary: dict[str,
                 parts.append(f"<h3>{html.escape(p.title)}</h3>{_img(png)}")
         for name, df in r.tables.items():
             parts.append(f"<h3>{html.escape(name)}</h3>{_table(df)}")
-    parts.append(
-        "<h2>Redacted</h2><p class='note'>SASL responses (the password of connection.start-ok and "
-        "connection.secure-ok) and connection.update-secret are never decoded into any table, plot or "
-        "this report; message bodies are not kept, only their sizes. User names are shown.</p>"
-    )
+    parts.append(_redacted(summary["redacted"]))
     parts.append("</body></html>")
     path = out / "report.html"
     path.write_text("\n".join(parts), encoding="utf-8")

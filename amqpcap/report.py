@@ -119,6 +119,37 @@ def _tls_summary(cap: Capture) -> dict[str, Any]:
             "skipped": int((tls & ~decrypted).sum()), "keylog": cap.summary.get("tls_keylog")}
 
 
+def redaction_summary(cap: Capture) -> dict[str, Any]:
+    """What the outputs leave out on purpose: SASL responses and challenges (passwords),
+    connection.update-secret secrets, and message bodies unless asked for (docs/summary.md)."""
+    counts = cap.frames["method"].value_counts()
+    n = lambda *methods: int(sum(counts.get(m, 0) for m in methods))  # noqa: E731
+    body = cap.frames["type"] == "body"
+    seen = int(cap.frames.loc[body, "size_bytes"].sum())
+    kept = 0 if cap.bodies is None else int(cap.bodies["body"].map(len).sum())
+    return {
+        "sasl_responses": n("connection.start-ok", "connection.secure-ok"),
+        "sasl_challenges": n("connection.secure"),
+        "update_secrets": n("connection.update-secret"),
+        "bodies_kept": cap.bodies is not None,
+        "body_bytes_seen": seen,
+        "body_bytes_kept": kept,
+    }
+
+
+def bodies_for_csv(bodies: pd.DataFrame) -> pd.DataFrame:
+    """CSV holds text: bodies as UTF-8, other bytes escaped (\\xNN). Parquet keeps the bytes."""
+    out = bodies.copy(deep=False)
+    out["body"] = [b.decode("utf-8", "backslashreplace") for b in bodies["body"]]
+    return out
+
+
+def write_bodies(bodies: pd.DataFrame, out: Path, fmt: str) -> Path:
+    """The bodies table, written only when asked for (`analyze --bodies`)."""
+    out.mkdir(parents=True, exist_ok=True)
+    return write_table(bodies_for_csv(bodies) if fmt == "csv" else bodies, out / "bodies", fmt)
+
+
 def method_counts(cap: Capture) -> dict[str, int]:
     counts = cap.frames["method"].value_counts()
     return {str(k): int(n) for k, n in counts.items() if n}
@@ -126,7 +157,8 @@ def method_counts(cap: Capture) -> dict[str, int]:
 
 def build_summary(cap: Capture, results: list[AnalyzerResult]) -> dict[str, Any]:
     """summary.json (schema: docs/summary.md)."""
-    summary: dict[str, Any] = {"capture": capture_summary(cap), "methods": method_counts(cap)}
+    summary: dict[str, Any] = {"capture": capture_summary(cap), "methods": method_counts(cap),
+                               "redacted": redaction_summary(cap)}
     for r in results:
         summary.update(r.summary)
     findings: list[Finding] = rank([f for r in results for f in r.findings])

@@ -683,7 +683,8 @@ def number(records, pkt) -> int:
 
 MAC = {"c2s": (b"\x02\x00\x00\x00\x00\x01", b"\x02\x00\x00\x00\x00\x02"),
        "s2c": (b"\x02\x00\x00\x00\x00\x02", b"\x02\x00\x00\x00\x00\x01")}
-LINKTYPES = {"ether": 1, "vlan": 1, "sll": 113, "raw": 101, "null": 0}
+LINKTYPES = {"ether": 1, "vlan": 1, "sll": 113, "raw": 101, "null": 0,
+             "ieee802_11": 105}  # the last one amqpcap does not read (tests/hostile)
 
 
 def link_frame(l3: bytes, link: str, direction: str = "c2s") -> bytes:

@@ -120,3 +120,52 @@ def test_unknown_table_format_is_a_usage_error():
     for cmd in ("analyze", "latency"):
         r = run(cmd, CONFIRMS, "--format", "xml")
         assert r.returncode == 64 and "unknown table format" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_limits_on_the_command_line(tmp_path):
+    r = run("info", CONFIRMS, "--limit", "max_frames=100", "--limit", "max-streams=1K")
+    assert r.returncode == 0, r.stderr
+    assert "frame-limit" in r.stderr and "warning:" in r.stderr
+    assert amqpcap.load(CONFIRMS, limits=amqpcap.Limits(max_frames=100)).frames.shape[0] == 100
+    for bad, words in (("max_frame=5", "NAME one of"), ("max_frames", "NAME=VALUE"), ("max_frames=lots", "whole number"),
+                       ("max_frames=-1", "whole number")):
+        r = run("info", CONFIRMS, "--limit", bad)
+        assert r.returncode == 64 and words in r.stderr and "Traceback" not in r.stderr, (bad, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_limit_suffixes():
+    from amqpcap.cli import parse_limits
+
+    l = parse_limits(["max_frames=2K", "max_body_bytes=3M", "max_reassembly_bytes=1g", "max_streams=1_000"])
+    assert (l.max_frames, l.max_body_bytes, l.max_reassembly_bytes, l.max_streams) == (2048, 3 << 20, 1 << 30, 1000)
+    assert parse_limits(None) is None
+
+
+def test_bodies_need_an_output_directory():
+    r = run("analyze", CONFIRMS, "--bodies")
+    assert r.returncode == 64 and "--bodies needs --out" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_unwritable_output_directory_is_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    for cmd in ("analyze", "sizes"):
+        r = run(cmd, CONFIRMS, "--out", blocker / "out", "--no-plots")
+        assert r.returncode == 64 and "cannot write into" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_exit_codes_documented():
+    """docs/cli.md's table lists every exit code the command line uses."""
+    import re
+
+    from amqpcap import errors
+
+    doc = (ROOT / "docs" / "cli.md").read_text()
+    table = doc[doc.index("## Exit codes"):]
+    documented = {int(c) for c in re.findall(r"^\| (\d+) \|", table, re.M)}
+    used = {cls.exit_code for cls in vars(errors).values() if isinstance(cls, type) and issubclass(cls, errors.AmqpcapError)}
+    cli_src = (ROOT / "amqpcap" / "cli.py").read_text()
+    used |= {int(c) for c in re.findall(r"sys\.exit\((\d+)\)", cli_src)}
+    used |= {1}  # amqpcap verify: an unexplained difference from Wireshark
+    assert used | {0} == documented

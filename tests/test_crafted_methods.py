@@ -203,3 +203,28 @@ def test_flow_confirm_nack_reject(tmp_path):
     assert list(zip(rejects["delivery_tag"], rejects["requeue"])) == [(14, False), (15, True)]
     assert rejects["multiple"].isna().all()
     assert cap.anomalies.empty, cap.anomalies.to_string()
+
+
+def test_secure_and_update_secret_are_never_decoded(tmp_path):
+    """connection.secure/secure-ok carry a SASL challenge and response, update-secret a new
+    secret (RabbitMQ extension, class 10 method 70): their rows have the method and the reason,
+    never the secret."""
+    conv = c.TcpConversation().handshake()
+    conv.exchange(c.opening())
+    challenge, response, secret = b"challenge-0x3c1d-crafted", b"response-0x9b4e-crafted", b"new-secret-0x5f3a-crafted"
+    conv.exchange([
+        ("s2c", c.method_frame(0, 10, 20, c.longstr(challenge), "connection.secure")),
+        ("c2s", c.method_frame(0, 10, 21, c.longstr(response), "connection.secure-ok")),
+        ("c2s", c.method_frame(0, 10, 70, c.longstr(secret) + c.shortstr("token refresh"),
+                               "connection.update-secret", reason="token refresh")),
+        ("s2c", c.method_frame(0, 10, 71, b"", "connection.update-secret-ok")),
+    ])
+    recs = conv.close().timed()
+    path = c.write_pcap(tmp_path / "s.pcap", recs)
+    assert secret in path.read_bytes()
+    cap = c.load(path)
+    c.assert_frames(cap.frames, c.expected_frames(recs, conv))
+    text = c.all_cells_as_text(cap)
+    for s in (challenge, response, secret):
+        assert s.decode() not in text
+    assert "token refresh" in text

@@ -4,6 +4,7 @@ anomaly kind must be documented there — and nothing documented may be missing.
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -14,7 +15,7 @@ from amqpcap import _core
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = (ROOT / "docs" / "tables.md").read_text()
-TABLES = ("frames", "packets", "connections", "anomalies", "records")
+TABLES = ("frames", "packets", "connections", "anomalies", "records", "bodies")
 
 
 def documented(table: str) -> dict[str, str]:
@@ -40,8 +41,8 @@ def dtype_ok(actual, doc: str) -> bool:
 
 @pytest.fixture(scope="module")
 def cap():
-    # a capture with gaps, so that every table has rows
-    return amqpcap.load(ROOT / "fixtures" / "kernel-drops.pcap")
+    # a capture with gaps, so that every table has rows; bodies kept so that table is there
+    return amqpcap.load(ROOT / "fixtures" / "kernel-drops.pcap", bodies=True)
 
 
 @pytest.mark.parametrize("table", TABLES)
@@ -54,10 +55,19 @@ def test_every_column_documented_with_its_dtype(cap, table):
 
 
 def test_every_anomaly_kind_documented():
-    start = DOC.index("Kinds:")
+    start = DOC.index("Kinds (")
     end = DOC.index("\n## ", start)
     kinds = set(re.findall(r"^\| `([a-z-]+)` \|", DOC[start:end], re.M))
     assert kinds == set(_core.ANOMALY_KINDS)
+
+
+def test_accounting_column_is_what_the_check_uses():
+    sys.path.insert(0, str(ROOT / "tests"))
+    from accounting import MISSING_KINDS, SKIPPED_KINDS
+
+    rows = dict(re.findall(r"^\| `([a-z-]+)` \| (\w*) \|", DOC[DOC.index("Kinds ("):], re.M))
+    assert {k for k, v in rows.items() if v == "skipped"} == SKIPPED_KINDS
+    assert {k for k, v in rows.items() if v == "missing"} == MISSING_KINDS
 
 
 def test_every_limit_documented():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from decimal import Decimal
 from pathlib import Path
 
@@ -18,6 +19,9 @@ import pandas as pd
 import pytest
 
 import amqpcap
+
+sys.path.insert(0, str(Path(__file__).parent))
+from accounting import assert_byte_accounting  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "captures"
@@ -105,18 +109,12 @@ def test_nothing_undecoded_on_clean_captures(case):
 
 
 def test_byte_accounting(case):
-    """Every stream byte is decoded, skipped (with an anomaly) or missing (with an anomaly)."""
+    """Every stream byte of every connection is decoded into a frame of the table, skipped or
+    missing, and each skipped or missing byte is counted by an anomaly of that connection
+    direction (tests/accounting.py)."""
     _, cap = case
-    c = cap.connections
-    for d in ("c2s", "s2c"):
-        total = c[f"{d}_bytes_decoded"] + c[f"{d}_bytes_skipped"] + c[f"{d}_bytes_missing"]
-        assert (total == c[f"{d}_stream_bytes"]).all()
-    anomaly_bytes = cap.anomalies[cap.anomalies["kind"].isin(["capture-gap", "truncated-packet", "resync-skipped", "incomplete-frame", "reassembly-overflow", "tls-encrypted"])]
-    missing_or_skipped = (c[["c2s_bytes_skipped", "s2c_bytes_skipped", "c2s_bytes_missing", "s2c_bytes_missing"]].sum().sum())
-    skipped_by_bad_frames = cap.anomalies[cap.anomalies["kind"] == "bad-frame-end"]
-    assert anomaly_bytes["bytes"].sum() <= missing_or_skipped
-    if not len(skipped_by_bad_frames):
-        assert anomaly_bytes["bytes"].sum() == missing_or_skipped
+    assert len(cap.connections)
+    assert_byte_accounting(cap)
 
 
 def test_connection_handshake_facts():

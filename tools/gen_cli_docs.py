@@ -26,6 +26,7 @@ OUT = ROOT / "docs" / "cli.md"
 # checks every `sys.exit(<number>)` in cli.py is listed here or comes from errors.py.
 OTHER_EXIT_CODES = [
     (0, "success, including `--help` and `--version`"),
+    (1, "`amqpcap verify` found a difference from Wireshark that no known Wireshark limit explains"),
     (2, "the command line itself is wrong (missing argument, unknown option or command, no "
         "command at all): typer/click prints the usage and the error"),
     (70, "internal error (a bug): one line on stderr; `AMQPCAP_DEBUG=1` shows the traceback"),
@@ -183,6 +184,26 @@ def render() -> str:
         lines += _command_section("##", f"amqpcap {n}", root.get_command(ctx, n))
 
     lines += [
+        "## Output on stderr",
+        "",
+        "Everything the user should know about the input goes to stderr, one line each:",
+        "",
+        "- `warning: …` when a usable capture was not read or decoded in full: reading stopped early",
+        "  (file cut in a record, corrupt block, gzip stream damaged or cut: the packets before are",
+        "  decoded), no packets at all, TLS connections skipped for want of a key log, bodies or",
+        "  anomalies over their caps, and one line naming what the `anomalies` table holds (kinds,",
+        "  counts, bytes skipped or missing). The command still succeeds.",
+        "- `amqpcap: error: …` when the command cannot do its job; nothing else is printed and the",
+        "  exit code says why.",
+        "",
+        "## Secrets and bodies",
+        "",
+        "SASL responses and challenges (the password of PLAIN and AMQPLAIN logins) and the new secret",
+        "of `connection.update-secret` are never decoded into any table, report, plot or message.",
+        "Message bodies are kept only with `analyze --out DIR --bodies` (written to `DIR/bodies.csv`",
+        "or `.parquet`, at most `max_body_bytes` in all); the report's \"Redacted\" section and",
+        "`summary.json`'s `redacted` say what was left out.",
+        "",
         "## Exit codes",
         "",
         "Errors a user can cause print one line, `amqpcap: error: …`, on stderr, never a traceback.",

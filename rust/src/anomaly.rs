@@ -21,10 +21,13 @@ pub enum AnomalyKind {
     StreamLimit,
     CaptureTruncated,
     TlsEncrypted,
+    RetransmissionMismatch,
+    OutOfWindow,
+    FrameLimit,
 }
 
 impl AnomalyKind {
-    pub const ALL: [AnomalyKind; 18] = [
+    pub const ALL: [AnomalyKind; 21] = [
         AnomalyKind::CaptureGap,
         AnomalyKind::TruncatedPacket,
         AnomalyKind::BadFrameEnd,
@@ -43,6 +46,9 @@ impl AnomalyKind {
         AnomalyKind::StreamLimit,
         AnomalyKind::CaptureTruncated,
         AnomalyKind::TlsEncrypted,
+        AnomalyKind::RetransmissionMismatch,
+        AnomalyKind::OutOfWindow,
+        AnomalyKind::FrameLimit,
     ];
 
     pub fn name(self) -> &'static str {
@@ -67,6 +73,9 @@ impl AnomalyKind {
             // A TLS connection (TLS record layer where AMQP should start, RFC 8446 §5.1):
             // every byte of the direction is skipped unless a key log decrypted it.
             AnomalyKind::TlsEncrypted => "tls-encrypted",
+            AnomalyKind::RetransmissionMismatch => "retransmission-mismatch",
+            AnomalyKind::OutOfWindow => "out-of-window",
+            AnomalyKind::FrameLimit => "frame-limit",
         }
     }
 }

@@ -9,6 +9,8 @@ pub enum CaptureError {
     Empty(String),
     /// Not a pcap/pcapng file (or a gzip file without one inside).
     NotACapture(String),
+    /// A capture, but none of its packets can be read (unsupported link types only).
+    Unsupported(String),
 }
 
 impl CaptureError {
@@ -18,11 +20,15 @@ impl CaptureError {
             CaptureError::Unreadable(_) => "unreadable",
             CaptureError::Empty(_) => "empty",
             CaptureError::NotACapture(_) => "not-a-capture",
+            CaptureError::Unsupported(_) => "unsupported",
         }
     }
     pub fn message(&self) -> &str {
         match self {
-            CaptureError::Unreadable(m) | CaptureError::Empty(m) | CaptureError::NotACapture(m) => m,
+            CaptureError::Unreadable(m)
+            | CaptureError::Empty(m)
+            | CaptureError::NotACapture(m)
+            | CaptureError::Unsupported(m) => m,
         }
     }
 }

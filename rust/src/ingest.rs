@@ -13,7 +13,10 @@ use crate::capture::link::{self, parse_options, LinkError, TcpOptions, ACK, SYN}
 use crate::capture::reader::{read_capture, ReadSummary, Record};
 use crate::error::CaptureError;
 use crate::limits::Limits;
-use crate::tables::{direction_codes, keep_rows, Column, OptCol, RowOrigin, Sparse, SparseStr, Table, DIRECTIONS};
+use crate::tables::{
+    direction_codes, keep_rows, Column, OptCol, RowOrigin, Sparse, SparseStr, StrCol, Table,
+    DIRECTIONS,
+};
 use crate::tcp::reassembly::{Chunk, GapCause, PacketRef, Reassembler};
 use crate::tcp::{format_addr, ConvKey, Endpoint};
 
@@ -23,8 +26,6 @@ enum Kind {
     Undecided,
     Amqp,
     Other,
-    /// Beyond `max_streams`: numbered, not decoded.
-    OverLimit,
 }
 
 /// How sure we are which side is the client (higher wins).
@@ -36,20 +37,28 @@ enum ClientEvidence {
     ProtocolHeader,
 }
 
+/// Per-direction state. Kept small: a capture may hold a million conversations (the decoder is
+/// allocated only for directions that carry AMQP bytes).
 #[derive(Default)]
 struct Dir {
     /// Wireshark's base for relative sequence numbers.
     base_seq: Option<u32>,
     syn_options: Option<TcpOptions>,
     reasm: Reassembler,
-    decoder: Option<Decoder>,
+    decoder: Option<Box<Decoder>>,
     packets: u64,
     payload_bytes: u64,
+    /// The decoder's byte counts, kept when it is dropped at the end of the capture.
+    bytes_decoded: u64,
+    bytes_skipped: u64,
+    /// The decoder found TLS where AMQP should be (kept when it is dropped, like the counts).
+    encrypted: bool,
 }
 
+/// What the connection's handshake says, allocated when the first connection.* method of the
+/// stream is decoded (most of a SYN flood's conversations never get one).
 #[derive(Default)]
-struct ConnInfo {
-    protocol_header_seen: bool,
+struct Handshake {
     frame_max: Option<u64>,
     channel_max: Option<u64>,
     heartbeat: Option<u64>,
@@ -64,13 +73,29 @@ struct ConnInfo {
     connection_name: Option<String>,
     server_product: Option<String>,
     server_version: Option<String>,
-    frames: u64,
-    anomalies: u64,
+}
+
+#[derive(Default)]
+struct ConnInfo {
+    protocol_header_seen: bool,
     /// A tune-ok was decoded: the decoders' frame limit must follow it.
     frame_max_changed: bool,
+    hs: Option<Box<Handshake>>,
+    /// Messages whose body is being collected (only with bodies on; boxed: 8 bytes per
+    /// conversation instead of an empty Vec's 24).
+    #[allow(clippy::box_collection)]
+    bodies: Option<Box<Vec<PendingBody>>>,
+    frames: u64,
+    anomalies: u64,
     /// Bytes cut by snaplen at the end of a packet, shown as `gap_before` of the next data
     /// packet of the same direction (index: sent by endpoint A).
     snaplen_gap: [u64; 2],
+}
+
+impl ConnInfo {
+    fn frame_max(&self) -> Option<u64> {
+        self.hs.as_ref().and_then(|h| h.frame_max)
+    }
 }
 
 struct Stream {
@@ -87,6 +112,48 @@ struct Stream {
     first_ts: i64,
     last_ts: i64,
     info: ConnInfo,
+}
+
+/// The conversations, in chunks: no reallocation copies them all as they grow (a million
+/// of them are hundreds of MB), and the connections table frees each chunk once it is read.
+#[derive(Default)]
+struct Streams {
+    chunks: Vec<Vec<Stream>>,
+    len: usize,
+}
+
+const STREAM_CHUNK: usize = 1 << 14;
+
+impl Streams {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn push(&mut self, s: Stream) {
+        if self.chunks.last().is_none_or(|c| c.len() == STREAM_CHUNK) {
+            self.chunks.push(Vec::with_capacity(STREAM_CHUNK));
+        }
+        self.chunks.last_mut().unwrap().push(s);
+        self.len += 1;
+    }
+    fn iter(&self) -> impl Iterator<Item = &Stream> {
+        self.chunks.iter().flatten()
+    }
+    fn iter_mut(&mut self) -> impl Iterator<Item = &mut Stream> {
+        self.chunks.iter_mut().flatten()
+    }
+}
+
+impl std::ops::Index<usize> for Streams {
+    type Output = Stream;
+    fn index(&self, i: usize) -> &Stream {
+        &self.chunks[i / STREAM_CHUNK][i % STREAM_CHUNK]
+    }
+}
+
+impl std::ops::IndexMut<usize> for Streams {
+    fn index_mut(&mut self, i: usize) -> &mut Stream {
+        &mut self.chunks[i / STREAM_CHUNK][i % STREAM_CHUNK]
+    }
 }
 
 fn text(b: &[u8]) -> String {
@@ -248,18 +315,108 @@ pub struct AnomaliesBuilder {
     from_a: Vec<bool>,
     packet: OptCol<i32>,
     bytes: Vec<i64>,
-    detail: Vec<Option<String>>,
+    detail: StrCol,
+    /// Rows kept (`max_anomalies`); past it, anomalies are summed per kind in `over`.
+    cap: u64,
+    /// Per kind: (anomalies, bytes, first packet) not given a row of their own.
+    over: Vec<(AnomalyKind, u64, u64, u32)>,
 }
 
 impl AnomaliesBuilder {
     fn push(&mut self, kind: AnomalyKind, origin: Option<RowOrigin>, packet: Option<u32>, bytes: u64, detail: String) {
+        if self.kind.len() as u64 >= self.cap {
+            match self.over.iter_mut().find(|o| o.0 == kind) {
+                Some(o) => {
+                    o.1 += 1;
+                    o.2 += bytes;
+                }
+                None => self.over.push((kind, 1, bytes, packet.unwrap_or(0))),
+            }
+            return;
+        }
+        self.push_row(kind, origin, packet, bytes, detail);
+    }
+
+    /// One row per kind for the anomalies past the cap (their per-stream detail is lost; the
+    /// bytes add up).
+    fn summarise_over_cap(&mut self) {
+        for (kind, n, bytes, packet) in std::mem::take(&mut self.over) {
+            let detail = format!("{n} more {} anomalies ({bytes} bytes) have no row of their own: the table reached max_anomalies rows", kind.name());
+            self.push_row(kind, None, Some(packet), bytes, detail);
+        }
+    }
+
+    /// A row whatever the cap (the few file-level rows that are updated at the end).
+    fn push_row(&mut self, kind: AnomalyKind, origin: Option<RowOrigin>, packet: Option<u32>, bytes: u64, detail: String) {
         let code = AnomalyKind::ALL.iter().position(|k| *k == kind).unwrap() as i8;
         self.kind.push(code);
         self.stream.push(origin.map(|o| o.stream as i32));
         self.from_a.push(origin.is_some_and(|o| o.from_a));
         self.packet.push(packet.filter(|&p| p > 0).map(|p| p as i32));
         self.bytes.push(bytes as i64);
-        self.detail.push(Some(detail));
+        self.detail.push(Some(detail.as_bytes()));
+    }
+}
+
+/// A message whose content header was decoded and whose body frames are still to come.
+struct PendingBody {
+    from_a: bool,
+    channel: u16,
+    /// Packet that completed the content header.
+    packet: u32,
+    body_size: u64,
+    /// Body-frame payload bytes seen so far (kept or not).
+    received: u64,
+    data: Vec<u8>,
+    /// Bytes of this body are missing from `data` (capture gap, resync, `max_body_bytes`).
+    broken: bool,
+}
+
+/// The `bodies` table (only built when bodies are asked for): one row per message.
+pub struct BodiesBuilder {
+    stream: Vec<i32>,
+    from_a: Vec<bool>,
+    channel: Vec<i32>,
+    packet: Vec<i32>,
+    last_packet: Vec<i32>,
+    body_size: Vec<i64>,
+    complete: Vec<bool>,
+    data: Vec<u8>,
+    ends: Vec<usize>,
+    /// Bytes that may still be kept (`max_body_bytes` minus what was kept).
+    budget: u64,
+    /// Body bytes not kept because of `max_body_bytes`.
+    pub not_kept: u64,
+}
+
+impl BodiesBuilder {
+    fn new(max_body_bytes: u64) -> Self {
+        BodiesBuilder {
+            stream: Vec::new(),
+            from_a: Vec::new(),
+            channel: Vec::new(),
+            packet: Vec::new(),
+            last_packet: Vec::new(),
+            body_size: Vec::new(),
+            complete: Vec::new(),
+            data: Vec::new(),
+            ends: Vec::new(),
+            budget: max_body_bytes,
+            not_kept: 0,
+        }
+    }
+
+    fn row(&mut self, stream: u32, p: PendingBody, last_packet: u32) {
+        self.stream.push(stream as i32);
+        self.from_a.push(p.from_a);
+        self.channel.push(p.channel as i32);
+        self.packet.push(p.packet as i32);
+        self.last_packet.push(last_packet as i32);
+        self.body_size.push(p.body_size.min(i64::MAX as u64) as i64);
+        self.complete
+            .push(!p.broken && p.data.len() as u64 == p.body_size);
+        self.data.extend_from_slice(&p.data);
+        self.ends.push(self.data.len());
     }
 }
 
@@ -268,13 +425,27 @@ struct Sink<'a> {
     frames: &'a mut FramesBuilder,
     anomalies: &'a mut AnomaliesBuilder,
     packets: &'a mut PacketsBuilder,
+    bodies: Option<&'a mut BodiesBuilder>,
     info: &'a mut ConnInfo,
     origin: RowOrigin,
     arrival_row: u32,
+    max_frames: u64,
 }
 
 impl FrameSink for Sink<'_> {
-    fn frame(&mut self, ev: FrameEvent<'_>) {
+    fn frame(&mut self, ev: FrameEvent<'_>) -> bool {
+        if self.bodies.is_some() {
+            self.body_frame(&ev);
+        }
+        if self.frames.rows() as u64 >= self.max_frames {
+            // The table is full: only what the connection's state depends on is still read.
+            if ev.header.frame_type == FrameType::Method && ev.header.channel == 0 {
+                if let Ok(a) = decode_method(ev.payload.unwrap_or(&[])) {
+                    self.connection_facts(&a);
+                }
+            }
+            return false;
+        }
         let f = &mut *self.frames;
         let row = f.packet.len();
         self.info.frames += 1;
@@ -324,6 +495,33 @@ impl FrameSink for Sink<'_> {
                 f.method.push(-1);
             }
         }
+        true
+    }
+
+    fn body(&mut self, channel: u16, bytes: &[u8]) {
+        let (Some(b), Some(pending)) =
+            (self.bodies.as_deref_mut(), self.info.bodies.as_deref_mut())
+        else {
+            return;
+        };
+        let from_a = self.origin.from_a;
+        let Some(p) = pending
+            .iter_mut()
+            .find(|p| p.from_a == from_a && p.channel == channel)
+        else {
+            return;
+        };
+        if p.broken {
+            return;
+        }
+        let want = (bytes.len() as u64).min(p.body_size.saturating_sub(p.data.len() as u64));
+        let take = want.min(b.budget);
+        p.data.extend_from_slice(&bytes[..take as usize]);
+        b.budget -= take;
+        if take < want {
+            b.not_kept += want - take;
+            p.broken = true;
+        }
     }
 
     fn protocol_header(&mut self, version: [u8; 4], _packet: u32) {
@@ -338,11 +536,86 @@ impl FrameSink for Sink<'_> {
 }
 
 impl Sink<'_> {
+    /// Bodies on: a content header opens a message on its channel, body frames complete it.
+    fn body_frame(&mut self, ev: &FrameEvent<'_>) {
+        let from_a = self.origin.from_a;
+        let channel = ev.header.channel;
+        let stream = self.origin.stream;
+        let Some(b) = self.bodies.as_deref_mut() else {
+            return;
+        };
+        let pending = self.info.bodies.get_or_insert_with(Default::default);
+        let at = pending
+            .iter()
+            .position(|p| p.from_a == from_a && p.channel == channel);
+        match ev.header.frame_type {
+            FrameType::Header => {
+                if let Some(i) = at {
+                    // The previous message on this channel never got all its body.
+                    let mut old = pending.swap_remove(i);
+                    old.broken = true;
+                    let last = old.packet;
+                    b.row(stream, old, last);
+                }
+                let Ok(h) = decode_content_header(ev.payload.unwrap_or(&[])) else {
+                    return;
+                };
+                let p = PendingBody {
+                    from_a,
+                    channel,
+                    packet: ev.packet,
+                    body_size: h.body_size,
+                    received: 0,
+                    data: Vec::new(),
+                    broken: false,
+                };
+                if h.body_size == 0 {
+                    b.row(stream, p, ev.packet);
+                } else {
+                    pending.push(p);
+                }
+            }
+            FrameType::Body => {
+                let Some(i) = at else { return };
+                let p = &mut pending[i];
+                p.received += ev.header.size as u64;
+                if p.received >= p.body_size {
+                    let p = pending.swap_remove(i);
+                    b.row(stream, p, ev.packet);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Bytes of this direction are missing: the messages in progress cannot be whole.
+    fn body_gap(&mut self) {
+        let from_a = self.origin.from_a;
+        if let Some(pending) = self.info.bodies.as_deref_mut() {
+            pending
+                .iter_mut()
+                .filter(|p| p.from_a == from_a)
+                .for_each(|p| p.broken = true);
+        }
+    }
+
     /// Remember what a connection-level method says about the connection.
     fn connection_facts(&mut self, a: &MethodArgs<'_>) {
-        let i = &mut *self.info;
+        let name = a.name();
+        if !matches!(
+            name,
+            "connection.start"
+                | "connection.start-ok"
+                | "connection.tune"
+                | "connection.tune-ok"
+                | "connection.open"
+        ) {
+            return;
+        }
+        let info = &mut *self.info;
+        let i = info.hs.get_or_insert_with(Default::default);
         let s = |v: Option<&[u8]>| v.map(text);
-        match a.name() {
+        match name {
             "connection.start" => {
                 i.server_product = s(a.server_property(b"product"));
                 i.server_version = s(a.server_property(b"version"));
@@ -356,12 +629,12 @@ impl Sink<'_> {
                 i.connection_name = s(a.client_property(b"connection_name"));
             }
             "connection.tune" | "connection.tune-ok" => {
-                let ok = a.name() == "connection.tune-ok";
+                let ok = name == "connection.tune-ok";
                 if ok || !i.tune_ok_seen {
                     i.frame_max = a.frame_max;
                     i.channel_max = a.channel_max;
                     i.heartbeat = a.heartbeat;
-                    i.frame_max_changed = true;
+                    info.frame_max_changed = true;
                 }
                 i.tune_ok_seen |= ok;
             }
@@ -422,16 +695,19 @@ pub struct Ingest<'l> {
     decrypted: Decrypted,
     ports: Vec<u16>,
     conversations: HashMap<ConvKey, u32, RandomState>,
-    streams: Vec<Stream>,
+    streams: Streams,
     all_ts: Vec<i64>,
     /// On-wire length of every record (the `records` table).
     all_len: Vec<i32>,
     packets: PacketsBuilder,
     frames: FramesBuilder,
     anomalies: AnomaliesBuilder,
+    bodies: Option<BodiesBuilder>,
     tcp_packets: u64,
-    reported_linktypes: Vec<u32>,
-    stream_limit_reported: bool,
+    /// Records skipped for their link type: (link type, records, captured bytes, anomaly row).
+    skipped_linktypes: Vec<(u32, u64, u64, usize)>,
+    /// Packets of conversations beyond `max_streams`: (packets, captured bytes, anomaly row).
+    over_limit: Option<(u64, u64, usize)>,
 }
 
 pub struct Output {
@@ -440,6 +716,8 @@ pub struct Output {
     pub frames: Table,
     pub connections: Table,
     pub anomalies: Table,
+    /// Only when bodies were asked for.
+    pub bodies: Option<Table>,
     pub read: ReadSummary,
     pub tcp_packets: u64,
     pub first_ts: Option<i64>,
@@ -447,20 +725,21 @@ pub struct Output {
 }
 
 impl<'l> Ingest<'l> {
-    pub fn new(ports: &[u16], limits: &'l Limits) -> Self {
+    pub fn new(ports: &[u16], limits: &'l Limits, bodies: bool) -> Self {
         Ingest {
             limits,
             ports: ports.to_vec(),
             conversations: HashMap::default(),
-            streams: Vec::new(),
+            streams: Streams::default(),
             all_ts: Vec::new(),
             all_len: Vec::new(),
             packets: PacketsBuilder::default(),
             frames: FramesBuilder::default(),
-            anomalies: AnomaliesBuilder::default(),
+            anomalies: AnomaliesBuilder { cap: limits.max_anomalies, ..Default::default() },
+            bodies: bodies.then(|| BodiesBuilder::new(limits.max_body_bytes)),
             tcp_packets: 0,
-            reported_linktypes: Vec::new(),
-            stream_limit_reported: false,
+            skipped_linktypes: Vec::new(),
+            over_limit: None,
             decrypted: Decrypted::default(),
         }
     }
@@ -479,10 +758,22 @@ impl<'l> Ingest<'l> {
         self.all_len.push(rec.origlen as i32);
         let number = self.all_ts.len() as u32;
         if !link::linktype_supported(rec.linktype) {
-            if !self.reported_linktypes.contains(&rec.linktype) {
-                self.reported_linktypes.push(rec.linktype);
-                let name = if rec.linktype == u32::MAX { "unknown interface".to_string() } else { link::linktype_name(rec.linktype) };
-                self.file_anomaly(AnomalyKind::UnsupportedLinkType, number, 0, format!("link type {name}: its packets are skipped"));
+            let bytes = rec.data.len() as u64;
+            match self
+                .skipped_linktypes
+                .iter_mut()
+                .find(|s| s.0 == rec.linktype)
+            {
+                Some(s) => {
+                    s.1 += 1;
+                    s.2 += bytes;
+                }
+                None => {
+                    // One row per link type; its count is filled in at the end.
+                    let row = self.anomalies.kind.len();
+                    self.anomalies.push_row(AnomalyKind::UnsupportedLinkType, None, Some(number), 0, String::new());
+                    self.skipped_linktypes.push((rec.linktype, 1, bytes, row));
+                }
             }
             return;
         }
@@ -510,23 +801,42 @@ impl<'l> Ingest<'l> {
                 // Port reuse (as Wireshark): a SYN whose ISN differs from the direction's base
                 // starts a new conversation.
                 if is_syn_only && st.dirs[d].base_seq.is_some_and(|b| b != tcp.seq) {
-                    self.new_stream(key, src, dst, tcp.v6, number)
+                    self.new_stream(key, src, dst, tcp.v6)
                 } else {
-                    i
+                    Some(i)
                 }
             }
-            None => self.new_stream(key, src, dst, tcp.v6, number),
+            None => self.new_stream(key, src, dst, tcp.v6),
         };
-        self.tcp_segment(idx, &tcp, rec, number);
+        match idx {
+            Some(idx) => self.tcp_segment(idx, &tcp, rec, number),
+            None => self.beyond_stream_limit(rec.data.len() as u64, number),
+        }
     }
 
-    fn new_stream(&mut self, key: ConvKey, src: Endpoint, dst: Endpoint, v6: bool, number: u32) -> u32 {
+    /// A packet of a conversation beyond `max_streams`: only counted (no state is kept for
+    /// such conversations, so the cap bounds memory).
+    fn beyond_stream_limit(&mut self, bytes: u64, number: u32) {
+        match self.over_limit.as_mut() {
+            Some(o) => {
+                o.0 += 1;
+                o.1 += bytes;
+            }
+            None => {
+                let row = self.anomalies.kind.len();
+                self.anomalies.push_row(AnomalyKind::StreamLimit, None, Some(number), 0, String::new());
+                self.over_limit = Some((1, bytes, row));
+            }
+        }
+    }
+
+    fn new_stream(&mut self, key: ConvKey, src: Endpoint, dst: Endpoint, v6: bool) -> Option<u32> {
         let idx = self.streams.len() as u32;
-        let over = self.streams.len() as u64 >= self.limits.max_streams;
-        let decrypted = !over && self.decrypted.streams.contains(&idx);
-        let (kind, a_is_client, evidence) = if over {
-            (Kind::OverLimit, true, ClientEvidence::FirstPacket)
-        } else if self.ports.contains(&dst.port) {
+        if self.streams.len() as u64 >= self.limits.max_streams {
+            return None;
+        }
+        let decrypted = self.decrypted.streams.contains(&idx);
+        let (kind, a_is_client, evidence) = if self.ports.contains(&dst.port) {
             (Kind::Amqp, true, ClientEvidence::Port)
         } else if self.ports.contains(&src.port) {
             (Kind::Amqp, false, ClientEvidence::Port)
@@ -535,10 +845,6 @@ impl<'l> Ingest<'l> {
         } else {
             (Kind::Undecided, true, ClientEvidence::FirstPacket)
         };
-        if over && !self.stream_limit_reported {
-            self.stream_limit_reported = true;
-            self.file_anomaly(AnomalyKind::StreamLimit, number, 0, format!("more than {} TCP conversations: later ones are not decoded", self.limits.max_streams));
-        }
         self.streams.push(Stream {
             decrypted,
             a: src,
@@ -553,12 +859,20 @@ impl<'l> Ingest<'l> {
             info: ConnInfo::default(),
         });
         self.conversations.insert(key, idx);
-        idx
+        Some(idx)
     }
 
     fn tcp_segment(&mut self, idx: u32, tcp: &link::TcpPacket<'_>, rec: Record<'_>, number: u32) {
         let limits = self.limits;
-        let Ingest { streams, packets, frames, anomalies, decrypted, .. } = self;
+        let Ingest {
+            streams,
+            packets,
+            frames,
+            anomalies,
+            bodies,
+            decrypted,
+            ..
+        } = self;
         let st = &mut streams[idx as usize];
         let d = if st.a.addr == tcp.src && st.a.port == tcp.sport { 0 } else { 1 };
         if st.first_ts == 0 && st.dirs[0].packets == 0 && st.dirs[1].packets == 0 {
@@ -567,7 +881,7 @@ impl<'l> Ingest<'l> {
         st.last_ts = rec.ts_ns;
         st.dirs[d].packets += 1;
         st.dirs[d].payload_bytes += tcp.payload_len as u64;
-        if matches!(st.kind, Kind::Other | Kind::OverLimit) {
+        if st.kind == Kind::Other {
             return;
         }
         if st.kind == Kind::Undecided && tcp.payload_len > 0 {
@@ -644,24 +958,60 @@ impl<'l> Ingest<'l> {
         if has_ack {
             let origin = RowOrigin { stream: idx, from_a: d != 0 };
             let Dir { reasm, decoder, .. } = other;
-            let mut sink = Sink { frames, anomalies, packets, info, origin, arrival_row: row };
+            let mut sink = Sink {
+                frames,
+                anomalies,
+                packets,
+                bodies: bodies.as_mut(),
+                info,
+                origin,
+                arrival_row: row,
+                max_frames: limits.max_frames,
+            };
             reasm.peer_ack(tcp.ack, &mut |c| on_chunk(c, decoder, false, feed, &mut sink, limits));
         }
         let origin = RowOrigin { stream: idx, from_a: d == 0 };
         let aligned = if dir.reasm.started() { dir.reasm.syn_seen } else { syn };
         let Dir { reasm, decoder, .. } = dir;
-        let mut sink = Sink { frames, anomalies, packets, info, origin, arrival_row: row };
-        let outcome = reasm.segment(
+        let mut sink = Sink {
+            frames,
+            anomalies,
+            packets,
+            bodies: bodies.as_mut(),
+            info,
+            origin,
+            arrival_row: row,
+            max_frames: limits.max_frames,
+        };
+        let outcome = reasm.segment_with(
             tcp.seq,
             syn,
             tcp.flags & link::FIN != 0,
             tcp.payload,
             tcp.payload_len as u64,
             pref,
-            limits.max_reassembly_bytes,
+            &limits.reassembly(),
             &mut |c| on_chunk(c, decoder, aligned, feed, &mut sink, limits),
         );
         sink.packets.retransmission[row as usize] = outcome.retransmission;
+        if outcome.mismatched > 0 {
+            let (n, of) = (outcome.mismatched, outcome.compared);
+            sink.anomaly(
+                AnomalyKind::RetransmissionMismatch,
+                number,
+                n,
+                format!("{n} of {of} bytes re-sent for the same sequence numbers differ from the copy already received; one copy is decoded"),
+            );
+        }
+        if outcome.out_of_window {
+            let n = tcp.payload_len as u64;
+            sink.anomaly(
+                AnomalyKind::OutOfWindow,
+                number,
+                n,
+                format!("{n} bytes at a sequence number more than {} bytes from the next expected byte: not used", limits.max_seq_jump_bytes),
+            );
+        }
         if !feed {
             if let Some(plain) = decrypted.take(number) {
                 // The first plaintext byte of a direction is where AMQP starts (tshark decrypts
@@ -678,7 +1028,7 @@ impl<'l> Ingest<'l> {
         }
         if st.info.frame_max_changed {
             st.info.frame_max_changed = false;
-            let fm = st.info.frame_max.unwrap_or(0);
+            let fm = st.info.frame_max().unwrap_or(0);
             for dir in st.dirs.iter_mut() {
                 if let Some(dec) = dir.decoder.as_mut() {
                     dec.set_frame_max(fm, limits);
@@ -688,10 +1038,22 @@ impl<'l> Ingest<'l> {
     }
 
     pub fn finish(mut self, read: ReadSummary) -> Output {
-        let last = PacketRef { number: self.all_ts.len() as u32, row: self.packets.packet.len().saturating_sub(1) as u32 };
+        // Not needed any more; a million conversations make it large.
+        self.conversations = HashMap::default();
+        let last = PacketRef {
+            number: self.all_ts.len() as u32,
+            row: self.packets.packet.len().saturating_sub(1) as u32,
+        };
         let limits = self.limits;
         {
-            let Ingest { streams, packets, frames, anomalies, .. } = &mut self;
+            let Ingest {
+                streams,
+                packets,
+                frames,
+                anomalies,
+                bodies,
+                ..
+            } = &mut self;
             for (idx, st) in streams.iter_mut().enumerate() {
                 if st.kind != Kind::Amqp {
                     continue;
@@ -699,17 +1061,62 @@ impl<'l> Ingest<'l> {
                 for d in 0..2 {
                     let origin = RowOrigin { stream: idx as u32, from_a: d == 0 };
                     let info = &mut st.info;
-                    let Dir { reasm, decoder, .. } = &mut st.dirs[d];
-                    let mut sink = Sink { frames, anomalies, packets, info, origin, arrival_row: last.row };
+                    let dir = &mut st.dirs[d];
+                    let Dir { reasm, decoder, .. } = dir;
+                    let mut sink = Sink {
+                        frames,
+                        anomalies,
+                        packets,
+                        bodies: bodies.as_mut(),
+                        info,
+                        origin,
+                        arrival_row: last.row,
+                        max_frames: limits.max_frames,
+                    };
                     let aligned = reasm.syn_seen;
                     let feed = !st.decrypted;
                     reasm.finish(last, &mut |c| on_chunk(c, decoder, aligned, feed, &mut sink, limits));
-                    if let Some(dec) = decoder.as_mut() {
-                        dec.finish(last.number, &mut sink);
+                    if let Some(mut dec) = decoder.take() {
+                        dec.finish(last.number, limits, &mut sink);
+                        // Only the counts are needed from here on: free the buffers before the
+                        // tables are built.
+                        dir.bytes_decoded = dec.bytes_decoded;
+                        dir.bytes_skipped = dec.bytes_skipped;
+                        dir.encrypted = dec.encrypted();
+                    }
+                }
+                // Messages whose body never completed.
+                if let (Some(b), Some(pending)) = (bodies.as_mut(), st.info.bodies.take()) {
+                    for mut p in *pending {
+                        p.broken = true;
+                        let last = p.packet;
+                        b.row(idx as u32, p, last);
                     }
                 }
             }
         }
+        if let Some((n, bytes, row)) = self.over_limit {
+            self.anomalies.bytes[row] = bytes as i64;
+            let detail = format!(
+                "{n} packets of TCP conversations after the first {} are not decoded (max_streams)",
+                self.limits.max_streams
+            );
+            self.anomalies.detail.set(row, detail.as_bytes());
+        }
+        for &(lt, n, bytes, row) in &self.skipped_linktypes {
+            self.anomalies.bytes[row] = bytes as i64;
+            let detail = format!("{}: {n} packets skipped", linktype_text(lt));
+            self.anomalies.detail.set(row, detail.as_bytes());
+        }
+        let mut read = read;
+        let over: u64 = self.anomalies.over.iter().map(|o| o.1).sum();
+        if over > 0 {
+            read.warnings.push(format!(
+                "{over} anomalies have no row of their own: the anomalies table reached max_anomalies ({} rows); they are summed per kind",
+                self.limits.max_anomalies
+            ));
+        }
+        self.anomalies.summarise_over_cap();
         if read.truncated {
             let detail = read.warnings.last().cloned().unwrap_or_default();
             self.file_anomaly(AnomalyKind::CaptureTruncated, last.number, 0, detail);
@@ -719,78 +1126,184 @@ impl<'l> Ingest<'l> {
         let first_ts = self.all_ts.first().copied();
         let last_ts = self.all_ts.last().copied();
         let tcp_packets = self.tcp_packets;
-        let connections = self.connections_table();
-        let packets = packets_table(std::mem::take(&mut self.packets), &is_amqp, &a_is_client, &self.all_ts);
+        let connections = connections_table(std::mem::take(&mut self.streams));
+        let packets = packets_table(
+            std::mem::take(&mut self.packets),
+            &is_amqp,
+            &a_is_client,
+            &self.all_ts,
+        );
         let frames = frames_table(std::mem::take(&mut self.frames), &a_is_client, &self.all_ts);
-        let anomalies = anomalies_table(std::mem::take(&mut self.anomalies), &a_is_client, &self.all_ts);
+        let anomalies = anomalies_table(
+            std::mem::take(&mut self.anomalies),
+            &a_is_client,
+            &self.all_ts,
+        );
+        let bodies = self.bodies.take().map(|b| {
+            if b.not_kept > 0 {
+                read.warnings.push(format!(
+                    "message bodies: {} bytes not kept, the max_body_bytes cap ({} bytes) was reached; those messages have complete=False",
+                    b.not_kept, self.limits.max_body_bytes
+                ));
+            }
+            bodies_table(b, &a_is_client, &self.all_ts)
+        });
         let all_len = std::mem::take(&mut self.all_len);
         let records = vec![
             ("packet", Column::I32((1..=all_len.len() as i32).collect())),
             ("ts", Column::Ts(std::mem::take(&mut self.all_ts))),
             ("frame_len", Column::I32(all_len)),
         ];
-        Output { records, packets, frames, connections, anomalies, read, tcp_packets, first_ts, last_ts }
-    }
-
-    fn connections_table(&self) -> Table {
-        let amqp: Vec<(usize, &Stream)> = self.streams.iter().enumerate().filter(|(_, s)| s.kind == Kind::Amqp).collect();
-        let col_i64 = |f: &dyn Fn(usize, &Stream) -> i64| Column::I64(amqp.iter().map(|&(i, s)| f(i, s)).collect());
-        let col_opt = |f: &dyn Fn(&Stream) -> Option<i64>| {
-            let v: Vec<Option<i64>> = amqp.iter().map(|&(_, s)| f(s)).collect();
-            Column::NullI64(v.iter().map(|x| x.unwrap_or(0)).collect(), v.iter().map(|x| x.is_some()).collect())
-        };
-        let col_text = |f: &dyn Fn(&Stream) -> Option<String>| Column::Text(amqp.iter().map(|&(_, s)| f(s)).collect());
-        let client = |s: &Stream| if s.a_is_client { 0 } else { 1 };
-        let ep = |s: &Stream, client_side: bool| if s.a_is_client == client_side { s.a } else { s.b };
-        vec![
-            ("stream", Column::I32(amqp.iter().map(|&(i, _)| i as i32).collect())),
-            ("client_addr", col_text(&|s| Some(format_addr(&ep(s, true).addr, s.v6)))),
-            ("client_port", col_i64(&|_, s| ep(s, true).port as i64)),
-            ("broker_addr", col_text(&|s| Some(format_addr(&ep(s, false).addr, s.v6)))),
-            ("broker_port", col_i64(&|_, s| ep(s, false).port as i64)),
-            ("first_ts", Column::Ts(amqp.iter().map(|(_, s)| s.first_ts).collect())),
-            ("last_ts", Column::Ts(amqp.iter().map(|(_, s)| s.last_ts).collect())),
-            ("c2s_packets", col_i64(&|_, s| s.dirs[client(s)].packets as i64)),
-            ("s2c_packets", col_i64(&|_, s| s.dirs[1 - client(s)].packets as i64)),
-            ("c2s_bytes", col_i64(&|_, s| s.dirs[client(s)].payload_bytes as i64)),
-            ("s2c_bytes", col_i64(&|_, s| s.dirs[1 - client(s)].payload_bytes as i64)),
-            ("handshake_seen", Column::Bool(amqp.iter().map(|(_, s)| s.dirs[client(s)].reasm.syn_seen).collect())),
-            ("protocol_header_seen", Column::Bool(amqp.iter().map(|(_, s)| s.info.protocol_header_seen).collect())),
-            ("tls", Column::Bool(amqp.iter().map(|(_, s)| s.decrypted || s.dirs.iter().any(|d| d.decoder.as_ref().is_some_and(|x| x.encrypted()))).collect())),
-            ("tls_decrypted", Column::Bool(amqp.iter().map(|(_, s)| s.decrypted).collect())),
-            ("frame_max", col_opt(&|s| s.info.frame_max.map(|v| v as i64))),
-            ("channel_max", col_opt(&|s| s.info.channel_max.map(|v| v as i64))),
-            ("heartbeat_s", col_opt(&|s| s.info.heartbeat.map(|v| v as i64))),
-            ("vhost", col_text(&|s| s.info.vhost.clone())),
-            ("user", col_text(&|s| s.info.user.clone())),
-            ("mechanism", col_text(&|s| s.info.mechanism.clone())),
-            ("client_product", col_text(&|s| s.info.client_product.clone())),
-            ("client_version", col_text(&|s| s.info.client_version.clone())),
-            ("client_platform", col_text(&|s| s.info.client_platform.clone())),
-            ("connection_name", col_text(&|s| s.info.connection_name.clone())),
-            ("server_product", col_text(&|s| s.info.server_product.clone())),
-            ("server_version", col_text(&|s| s.info.server_version.clone())),
-            ("mss_c2s", col_opt(&|s| s.dirs[client(s)].syn_options.and_then(|o| o.mss).map(|v| v as i64))),
-            ("mss_s2c", col_opt(&|s| s.dirs[1 - client(s)].syn_options.and_then(|o| o.mss).map(|v| v as i64))),
-            ("window_scale_c2s", col_opt(&|s| s.dirs[client(s)].syn_options.and_then(|o| o.window_scale).map(|v| v as i64))),
-            ("window_scale_s2c", col_opt(&|s| s.dirs[1 - client(s)].syn_options.and_then(|o| o.window_scale).map(|v| v as i64))),
-            ("frames", col_i64(&|_, s| s.info.frames as i64)),
-            ("c2s_bytes_decoded", col_i64(&|_, s| decoded(&s.dirs[client(s)]).0 as i64)),
-            ("s2c_bytes_decoded", col_i64(&|_, s| decoded(&s.dirs[1 - client(s)]).0 as i64)),
-            ("c2s_bytes_skipped", col_i64(&|_, s| decoded(&s.dirs[client(s)]).1 as i64)),
-            ("s2c_bytes_skipped", col_i64(&|_, s| decoded(&s.dirs[1 - client(s)]).1 as i64)),
-            ("c2s_bytes_missing", col_i64(&|_, s| s.dirs[client(s)].reasm.bytes_missing as i64)),
-            ("s2c_bytes_missing", col_i64(&|_, s| s.dirs[1 - client(s)].reasm.bytes_missing as i64)),
-            ("bytes_missing", col_i64(&|_, s| (s.dirs[0].reasm.bytes_missing + s.dirs[1].reasm.bytes_missing) as i64)),
-            ("c2s_stream_bytes", col_i64(&|_, s| stream_bytes(s, &s.dirs[client(s)]) as i64)),
-            ("s2c_stream_bytes", col_i64(&|_, s| stream_bytes(s, &s.dirs[1 - client(s)]) as i64)),
-            ("anomalies", col_i64(&|_, s| s.info.anomalies as i64)),
-        ]
+        Output {
+            records,
+            packets,
+            frames,
+            connections,
+            anomalies,
+            bodies,
+            read,
+            tcp_packets,
+            first_ts,
+            last_ts,
+        }
     }
 }
 
-fn decoded(d: &Dir) -> (u64, u64) {
-    d.decoder.as_ref().map_or((0, 0), |x| (x.bytes_decoded, x.bytes_skipped))
+/// One pass over the conversations fills every column (a million conversations make one
+/// column per pass far slower: each pass walks all the stream structs again); each chunk of
+/// conversations is freed once read.
+fn connections_table(streams: Streams) -> Table {
+    {
+        enum Get {
+            I32(fn(usize, &Stream) -> i32),
+            I64(fn(&Stream) -> i64),
+            Ts(fn(&Stream) -> i64),
+            Bool(fn(&Stream) -> bool),
+            Opt(fn(&Stream) -> Option<u64>),
+            Text(fn(&Stream) -> Option<String>),
+        }
+        #[allow(clippy::large_enum_variant)] // one of each per column, not per row
+        enum Build {
+            I32(Vec<i32>),
+            I64(Vec<i64>),
+            Ts(Vec<i64>),
+            Bool(Vec<bool>),
+            Opt(Vec<i64>, Vec<bool>),
+            Text(StrCol),
+        }
+        fn client(s: &Stream) -> &Dir {
+            &s.dirs[if s.a_is_client { 0 } else { 1 }]
+        }
+        fn broker(s: &Stream) -> &Dir {
+            &s.dirs[if s.a_is_client { 1 } else { 0 }]
+        }
+        fn ep(s: &Stream, client_side: bool) -> Endpoint {
+            if s.a_is_client == client_side {
+                s.a
+            } else {
+                s.b
+            }
+        }
+        fn hs<T>(s: &Stream, f: impl Fn(&Handshake) -> Option<T>) -> Option<T> {
+            s.info.hs.as_deref().and_then(f)
+        }
+        let spec: Vec<(&'static str, Get)> = vec![
+            ("stream", Get::I32(|i, _| i as i32)),
+            ("client_addr", Get::Text(|s| Some(format_addr(&ep(s, true).addr, s.v6)))),
+            ("client_port", Get::I64(|s| ep(s, true).port as i64)),
+            ("broker_addr", Get::Text(|s| Some(format_addr(&ep(s, false).addr, s.v6)))),
+            ("broker_port", Get::I64(|s| ep(s, false).port as i64)),
+            ("first_ts", Get::Ts(|s| s.first_ts)),
+            ("last_ts", Get::Ts(|s| s.last_ts)),
+            ("c2s_packets", Get::I64(|s| client(s).packets as i64)),
+            ("s2c_packets", Get::I64(|s| broker(s).packets as i64)),
+            ("c2s_bytes", Get::I64(|s| client(s).payload_bytes as i64)),
+            ("s2c_bytes", Get::I64(|s| broker(s).payload_bytes as i64)),
+            ("handshake_seen", Get::Bool(|s| client(s).reasm.syn_seen)),
+            ("protocol_header_seen", Get::Bool(|s| s.info.protocol_header_seen)),
+            ("tls", Get::Bool(|s| s.decrypted || s.dirs.iter().any(|d| d.encrypted))),
+            ("tls_decrypted", Get::Bool(|s| s.decrypted)),
+            ("frame_max", Get::Opt(|s| hs(s, |h| h.frame_max))),
+            ("channel_max", Get::Opt(|s| hs(s, |h| h.channel_max))),
+            ("heartbeat_s", Get::Opt(|s| hs(s, |h| h.heartbeat))),
+            ("vhost", Get::Text(|s| hs(s, |h| h.vhost.clone()))),
+            ("user", Get::Text(|s| hs(s, |h| h.user.clone()))),
+            ("mechanism", Get::Text(|s| hs(s, |h| h.mechanism.clone()))),
+            ("client_product", Get::Text(|s| hs(s, |h| h.client_product.clone()))),
+            ("client_version", Get::Text(|s| hs(s, |h| h.client_version.clone()))),
+            ("client_platform", Get::Text(|s| hs(s, |h| h.client_platform.clone()))),
+            ("connection_name", Get::Text(|s| hs(s, |h| h.connection_name.clone()))),
+            ("server_product", Get::Text(|s| hs(s, |h| h.server_product.clone()))),
+            ("server_version", Get::Text(|s| hs(s, |h| h.server_version.clone()))),
+            ("mss_c2s", Get::Opt(|s| client(s).syn_options.and_then(|o| o.mss).map(u64::from))),
+            ("mss_s2c", Get::Opt(|s| broker(s).syn_options.and_then(|o| o.mss).map(u64::from))),
+            ("window_scale_c2s", Get::Opt(|s| client(s).syn_options.and_then(|o| o.window_scale).map(u64::from))),
+            ("window_scale_s2c", Get::Opt(|s| broker(s).syn_options.and_then(|o| o.window_scale).map(u64::from))),
+            ("frames", Get::I64(|s| s.info.frames as i64)),
+            ("c2s_bytes_decoded", Get::I64(|s| client(s).bytes_decoded as i64)),
+            ("s2c_bytes_decoded", Get::I64(|s| broker(s).bytes_decoded as i64)),
+            ("c2s_bytes_skipped", Get::I64(|s| client(s).bytes_skipped as i64)),
+            ("s2c_bytes_skipped", Get::I64(|s| broker(s).bytes_skipped as i64)),
+            ("c2s_bytes_missing", Get::I64(|s| client(s).reasm.bytes_missing as i64)),
+            ("s2c_bytes_missing", Get::I64(|s| broker(s).reasm.bytes_missing as i64)),
+            ("bytes_missing", Get::I64(|s| (s.dirs[0].reasm.bytes_missing + s.dirs[1].reasm.bytes_missing) as i64)),
+            ("c2s_stream_bytes", Get::I64(|s| stream_bytes(s, client(s)) as i64)),
+            ("s2c_stream_bytes", Get::I64(|s| stream_bytes(s, broker(s)) as i64)),
+            ("anomalies", Get::I64(|s| s.info.anomalies as i64)),
+        ];
+        let n = streams.iter().filter(|s| s.kind == Kind::Amqp).count();
+        let mut cols: Vec<Build> = spec
+            .iter()
+            .map(|(_, g)| match g {
+                Get::I32(_) => Build::I32(Vec::with_capacity(n)),
+                Get::I64(_) => Build::I64(Vec::with_capacity(n)),
+                Get::Ts(_) => Build::Ts(Vec::with_capacity(n)),
+                Get::Bool(_) => Build::Bool(Vec::with_capacity(n)),
+                Get::Opt(_) => Build::Opt(Vec::with_capacity(n), Vec::with_capacity(n)),
+                Get::Text(_) => Build::Text(StrCol::default()),
+            })
+            .collect();
+        let mut i = 0usize;
+        for chunk in streams.chunks {
+            for s in chunk.iter() {
+                i += 1;
+                if s.kind != Kind::Amqp {
+                    continue;
+                }
+                let i = i - 1;
+                for ((_, get), col) in spec.iter().zip(cols.iter_mut()) {
+                    match (get, col) {
+                        (Get::I32(f), Build::I32(v)) => v.push(f(i, s)),
+                        (Get::I64(f), Build::I64(v)) | (Get::Ts(f), Build::Ts(v)) => v.push(f(s)),
+                        (Get::Bool(f), Build::Bool(v)) => v.push(f(s)),
+                        (Get::Opt(f), Build::Opt(v, m)) => {
+                            let x = f(s);
+                            v.push(x.unwrap_or(0) as i64);
+                            m.push(x.is_some());
+                        }
+                        (Get::Text(f), Build::Text(c)) => {
+                            c.push(f(s).as_deref().map(str::as_bytes))
+                        }
+                        _ => unreachable!("column builder of another kind"),
+                    }
+                }
+            }
+        }
+        spec.iter()
+            .zip(cols)
+            .map(|((name, _), col)| {
+                let c = match col {
+                    Build::I32(v) => Column::I32(v),
+                    Build::I64(v) => Column::I64(v),
+                    Build::Ts(v) => Column::Ts(v),
+                    Build::Bool(v) => Column::Bool(v),
+                    Build::Opt(v, m) => Column::NullI64(v, m),
+                    Build::Text(c) => c.finish_text(),
+                };
+                (*name, c)
+            })
+            .collect()
+    }
 }
 
 /// The direction's byte span. For a decrypted TLS stream the decoded and skipped bytes are
@@ -798,8 +1311,7 @@ fn decoded(d: &Dir) -> (u64, u64) {
 /// lost (TLS cannot be decrypted past them).
 fn stream_bytes(s: &Stream, d: &Dir) -> u64 {
     if s.decrypted {
-        let (dec, skip) = decoded(d);
-        dec + skip + d.reasm.bytes_missing
+        d.bytes_decoded + d.bytes_skipped + d.reasm.bytes_missing
     } else {
         d.reasm.span()
     }
@@ -808,7 +1320,7 @@ fn stream_bytes(s: &Stream, d: &Dir) -> u64 {
 /// One chunk of a direction's reassembled TCP stream. `feed`: its bytes go to the AMQP
 /// decoder; false for decrypted TLS streams, whose decoder gets plaintext instead (gaps are
 /// still recorded, on the ciphertext).
-fn on_chunk(c: Chunk<'_>, decoder: &mut Option<Decoder>, aligned: bool, feed: bool, sink: &mut Sink<'_>, limits: &Limits) {
+fn on_chunk(c: Chunk<'_>, decoder: &mut Option<Box<Decoder>>, aligned: bool, feed: bool, sink: &mut Sink<'_>, limits: &Limits) {
     match c {
         Chunk::Data { bytes, from, arrival } => {
             if feed {
@@ -834,6 +1346,7 @@ fn on_chunk(c: Chunk<'_>, decoder: &mut Option<Decoder>, aligned: bool, feed: bo
             };
             sink.anomaly(kind, packet, bytes, detail);
             if feed {
+                sink.body_gap();
                 new_decoder(decoder, aligned, sink, limits).gap(bytes, arrival.number);
             }
         }
@@ -841,10 +1354,11 @@ fn on_chunk(c: Chunk<'_>, decoder: &mut Option<Decoder>, aligned: bool, feed: bo
 }
 
 /// The direction's decoder, made on its first bytes (`aligned`: they start the AMQP stream).
-fn new_decoder<'d>(decoder: &'d mut Option<Decoder>, aligned: bool, sink: &Sink<'_>, limits: &Limits) -> &'d mut Decoder {
+fn new_decoder<'d>(decoder: &'d mut Option<Box<Decoder>>, aligned: bool, sink: &Sink<'_>, limits: &Limits) -> &'d mut Decoder {
     decoder.get_or_insert_with(|| {
-        let mut d = Decoder::new(aligned, limits);
-        if let Some(fm) = sink.info.frame_max {
+        let mut d = Box::new(Decoder::new(aligned, limits));
+        d.keep_bodies = sink.bodies.is_some();
+        if let Some(fm) = sink.info.frame_max() {
             d.set_frame_max(fm, limits);
         }
         d
@@ -980,21 +1494,70 @@ fn anomalies_table(a: AnomaliesBuilder, a_is_client: &[bool], all_ts: &[i64]) ->
         ("packet", a.packet.finish()),
         ("ts", Column::NullTs(ts, ts_valid)),
         ("bytes", Column::I64(a.bytes)),
-        ("detail", Column::Text(a.detail)),
+        ("detail", a.detail.finish_text()),
     ]
 }
 
-/// Decode the capture at `path`, taking the plaintext of TLS streams from `decrypted`.
-pub fn ingest_decrypted(path: &str, ports: &[u16], limits: &Limits, decrypted: Decrypted) -> Result<Output, CaptureError> {
-    let mut ing = Ingest::new(ports, limits);
-    ing.set_decrypted(decrypted);
-    let read = read_capture(path, limits.max_record_bytes, |rec| ing.record(rec))?;
-    Ok(ing.finish(read))
+fn bodies_table(b: BodiesBuilder, a_is_client: &[bool], all_ts: &[i64]) -> Table {
+    let stream_u32: Vec<u32> = b.stream.iter().map(|&s| s as u32).collect();
+    let direction = direction_codes(&stream_u32, &b.from_a, a_is_client);
+    let ts = ts_of(&b.packet, all_ts);
+    vec![
+        ("stream", Column::I32(b.stream)),
+        ("direction", Column::Cat(direction, DIRECTIONS.to_vec())),
+        ("channel", Column::I32(b.channel)),
+        ("packet", Column::I32(b.packet)),
+        ("last_packet", Column::I32(b.last_packet)),
+        ("ts", Column::Ts(ts)),
+        ("body_size", Column::I64(b.body_size)),
+        ("complete", Column::Bool(b.complete)),
+        ("body", Column::Bytes(b.data, b.ends)),
+    ]
 }
 
-/// Decode the capture at `path`.
-pub fn ingest(path: &str, ports: &[u16], limits: &Limits) -> Result<Output, CaptureError> {
-    let mut ing = Ingest::new(ports, limits);
+fn linktype_text(lt: u32) -> String {
+    if lt == u32::MAX {
+        "packets of an interface that no interface description block describes".into()
+    } else {
+        format!("link type {} is not supported", link::linktype_name(lt))
+    }
+}
+
+impl Ingest<'_> {
+    /// Why nothing in the capture can be read, when every record had an unsupported link type.
+    fn nothing_readable(&self, records: u64) -> Option<String> {
+        let skipped: u64 = self.skipped_linktypes.iter().map(|s| s.1).sum();
+        if records == 0 || skipped < records {
+            return None;
+        }
+        let why: Vec<String> = self
+            .skipped_linktypes
+            .iter()
+            .map(|&(lt, n, _, _)| format!("{} ({n} packets)", linktype_text(lt)))
+            .collect();
+        Some(format!(
+            "none of its {records} packets can be read: {}; amqpcap reads Ethernet, Linux cooked (SLL, SLL2), BSD loopback and raw IP",
+            why.join(", ")
+        ))
+    }
+}
+
+/// Decode the capture at `path`; the plaintext of TLS streams, when a key log decrypted them,
+/// comes from `decrypted` (see [`Decrypted`]).
+pub fn ingest(
+    path: &str,
+    ports: &[u16],
+    limits: &Limits,
+    bodies: bool,
+    decrypted: Option<Decrypted>,
+) -> Result<Output, CaptureError> {
+    let mut ing = Ingest::new(ports, limits, bodies);
+    if let Some(d) = decrypted {
+        ing.set_decrypted(d);
+    }
     let read = read_capture(path, limits.max_record_bytes, |rec| ing.record(rec))?;
+    if let Some(why) = ing.nothing_readable(read.records) {
+        return Err(CaptureError::Unsupported(format!("{path}: {why}")));
+    }
     Ok(ing.finish(read))
 }

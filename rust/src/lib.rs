@@ -19,7 +19,7 @@ mod python {
     use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
     use crate::capture::link::linktype_name;
-    use crate::ingest::{ingest, ingest_decrypted, Decrypted};
+    use crate::ingest::{ingest, Decrypted};
     use crate::limits::Limits;
     use crate::tables::{Column, Table};
 
@@ -68,8 +68,22 @@ mod python {
                 let n = dict.len();
                 ("str", codes(py, c, n), PyList::new(py, dict)?).into_pyobject(py)?
             }
-            Column::Cat(c, names) => ("cat", arr(py, c), PyList::new(py, names)?).into_pyobject(py)?,
-            Column::Text(v) => ("text", PyList::new(py, v)?).into_pyobject(py)?,
+            Column::Cat(c, names) => {
+                ("cat", arr(py, c), PyList::new(py, names)?).into_pyobject(py)?
+            }
+            Column::Bytes(data, ends) => {
+                let mut start = 0;
+                let items = ends.iter().map(|&e| {
+                    let b = pyo3::types::PyBytes::new(py, &data[start..e]);
+                    start = e;
+                    b
+                });
+                ("bytes", PyList::new(py, items)?).into_pyobject(py)?
+            }
+            Column::Text(c, dict) => {
+                let n = dict.len();
+                ("text", codes(py, c, n), PyList::new(py, dict)?).into_pyobject(py)?
+            }
         };
         Ok(t)
     }
@@ -96,7 +110,16 @@ mod python {
                 "resync_window_bytes" => l.resync_window_bytes = v,
                 "max_streams" => l.max_streams = v,
                 "max_record_bytes" => l.max_record_bytes = v,
-                other => return Err(pyo3::exceptions::PyValueError::new_err(format!("unknown limit {other}"))),
+                "max_frames" => l.max_frames = v,
+                "max_seq_jump_bytes" => l.max_seq_jump_bytes = v,
+                "max_retained_bytes" => l.max_retained_bytes = v,
+                "max_body_bytes" => l.max_body_bytes = v,
+                "max_anomalies" => l.max_anomalies = v,
+                other => {
+                    return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                        "unknown limit {other}"
+                    )))
+                }
             }
         }
         Ok(l)
@@ -114,21 +137,19 @@ mod python {
 
     /// Decode a capture file into column tables. See `amqpcap/_core.pyi`.
     #[pyfunction]
-    #[pyo3(signature = (path, ports, limits=None, decrypted=None))]
+    #[pyo3(signature = (path, ports, limits=None, bodies=false, decrypted=None))]
     fn decode<'py>(
         py: Python<'py>,
         path: String,
         ports: Vec<u16>,
         limits: Option<&Bound<'py, PyDict>>,
+        bodies: bool,
         decrypted: Option<&Bound<'py, PyTuple>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let limits = limits_from(limits)?;
         let decrypted = decrypted.map(decrypted_from).transpose()?;
         let out = py
-            .detach(|| match decrypted {
-                Some(d) => ingest_decrypted(&path, &ports, &limits, d),
-                None => ingest(&path, &ports, &limits),
-            })
+            .detach(|| ingest(&path, &ports, &limits, bodies, decrypted))
             .map_err(|e| CoreCaptureError::new_err((e.kind(), e.message().to_string())))?;
         let d = PyDict::new(py);
         d.set_item("records", table(py, out.records)?)?;
@@ -136,6 +157,10 @@ mod python {
         d.set_item("frames", table(py, out.frames)?)?;
         d.set_item("connections", table(py, out.connections)?)?;
         d.set_item("anomalies", table(py, out.anomalies)?)?;
+        match out.bodies {
+            Some(b) => d.set_item("bodies", table(py, b)?)?,
+            None => d.set_item("bodies", py.None())?,
+        }
         let s = PyDict::new(py);
         s.set_item("format", out.read.format)?;
         s.set_item("compressed", out.read.compressed)?;

@@ -26,8 +26,12 @@ pub enum Column {
     Str(Vec<i32>, Vec<String>),
     /// A fixed vocabulary (direction, frame type, anomaly kind): codes into the names, -1 missing.
     Cat(Vec<i8>, Vec<&'static str>),
-    /// A few rows of free text (connections, anomalies details).
-    Text(Vec<Option<String>>),
+    /// Free text for the small tables (connections, anomaly details), dictionary-encoded like
+    /// `Str` (a million connections share a few user names) but handed to pandas as `str`
+    /// objects, not a categorical.
+    Text(Vec<i32>, Vec<String>),
+    /// Byte strings (message bodies): all concatenated, and where each row's ends.
+    Bytes(Vec<u8>, Vec<usize>),
 }
 
 pub type Table = Vec<(&'static str, Column)>;
@@ -106,6 +110,13 @@ impl StrCol {
     }
     pub fn finish(self) -> Column {
         Column::Str(self.codes, self.dict.values)
+    }
+    /// Replace the value of an already pushed row.
+    pub fn set(&mut self, row: usize, v: &[u8]) {
+        self.codes[row] = self.dict.code(v);
+    }
+    pub fn finish_text(self) -> Column {
+        Column::Text(self.codes, self.dict.values)
     }
 }
 
@@ -209,7 +220,8 @@ impl Column {
             Column::NullBool(v, m) => (v.shrink_to_fit(), m.shrink_to_fit()).1,
             Column::Str(c, _) => c.shrink_to_fit(),
             Column::Cat(c, _) => c.shrink_to_fit(),
-            Column::Text(v) => v.shrink_to_fit(),
+            Column::Text(c, _) => c.shrink_to_fit(),
+            Column::Bytes(d, e) => (d.shrink_to_fit(), e.shrink_to_fit()).1,
         }
     }
 }

@@ -8,7 +8,7 @@
 use std::collections::VecDeque;
 
 use super::parser::{
-    check_candidate, parse_frame_header, parse_protocol_header, tls_record, Candidate, FrameHeader, FrameType,
+    check_candidate_with, parse_frame_header, parse_protocol_header, tls_record, Candidate, FrameHeader, FrameType,
     Invalid, ParseError, FRAME_END, FRAME_HEADER_LEN, PROTOCOL_HEADER_091, PROTOCOL_HEADER_LEN, TLS_HANDSHAKE,
 };
 use crate::anomaly::AnomalyKind;
@@ -23,8 +23,16 @@ pub struct FrameEvent<'a> {
     pub packet: u32,
 }
 
+/// Payload bytes a resynchronisation may decode per byte it skips (see the `Resync` state).
+const RESYNC_WORK_PER_BYTE: u64 = 64;
+
 pub trait FrameSink {
-    fn frame(&mut self, ev: FrameEvent<'_>);
+    /// A complete frame. Returns false when the frame was not kept (the frames table is full):
+    /// its bytes then count as skipped.
+    fn frame(&mut self, ev: FrameEvent<'_>) -> bool;
+    /// Payload bytes of a body frame on `channel`, in order, when bodies are kept
+    /// ([`Decoder::keep_bodies`]); called before the frame's [`FrameSink::frame`].
+    fn body(&mut self, _channel: u16, _bytes: &[u8]) {}
     fn protocol_header(&mut self, version: [u8; 4], packet: u32);
     fn anomaly(&mut self, kind: AnomalyKind, packet: u32, bytes: u64, detail: String);
 }
@@ -82,13 +90,26 @@ pub struct Decoder {
     buf: Vec<u8>,
     /// Stream offset of `buf[0]` (or of the next byte when `buf` is empty).
     buf_offset: u64,
-    /// (stream offset, packet) where each fed chunk started, to find a frame's first packet.
+    /// (stream offset, packet) where the latest fed chunk started, and before it, where each
+    /// earlier chunk with bytes still in `buf` started: to find a frame's first packet. The
+    /// queue stays empty (unallocated) while frames end inside the packets that hold them.
+    cur: (u64, u32),
     marks: VecDeque<(u64, u32)>,
     /// Bytes skipped by the current resync, reported once it ends.
     skip_pending: u64,
     skip_packet: u32,
     /// Frame size limit in force: the negotiated frame_max once known, else the cap.
     frame_max: u64,
+    /// Hand body payloads to the sink ([`FrameSink::body`]).
+    pub keep_bodies: bool,
+    /// Payload bytes decoded to check candidates in the current resynchronisation.
+    resync_work: u64,
+    /// The capture has ended (see [`Decoder::finish`]).
+    at_end: bool,
+    /// Frames the sink did not keep, reported once at the end (`frame-limit`).
+    unkept_frames: u64,
+    unkept_bytes: u64,
+    unkept_packet: u32,
     pub bytes_decoded: u64,
     pub bytes_skipped: u64,
     pub frames: u64,
@@ -103,10 +124,17 @@ impl Decoder {
             state: State::Start { aligned },
             buf: Vec::new(),
             buf_offset: 0,
+            cur: (0, 0),
             marks: VecDeque::new(),
             skip_pending: 0,
             skip_packet: 0,
             frame_max: limits.max_frame_bytes,
+            keep_bodies: false,
+            resync_work: 0,
+            at_end: false,
+            unkept_frames: 0,
+            unkept_bytes: 0,
+            unkept_packet: 0,
             bytes_decoded: 0,
             bytes_skipped: 0,
             frames: 0,
@@ -126,8 +154,11 @@ impl Decoder {
             return;
         }
         let start = self.buf_offset + self.buf.len() as u64;
-        if self.marks.back().map_or(true, |&(_, p)| p != data_packet) {
-            self.marks.push_back((start, data_packet));
+        if self.cur.1 != data_packet || self.cur == (0, 0) {
+            if !self.buf.is_empty() {
+                self.marks.push_back(self.cur);
+            }
+            self.cur = (start, data_packet);
         }
         if self.buf.is_empty() {
             // Fast path: decode straight from the packet, keep only an unfinished tail.
@@ -184,11 +215,21 @@ impl Decoder {
     }
 
     /// End of stream: whatever is unfinished is counted as skipped.
-    pub fn finish(&mut self, packet: u32, sink: &mut impl FrameSink) {
+    pub fn finish(&mut self, packet: u32, limits: &Limits, sink: &mut impl FrameSink) {
         if let State::Encrypted { packet: first } = self.state {
             let n = self.bytes_encrypted;
             sink.anomaly(AnomalyKind::TlsEncrypted, first, n, format!("TLS: {n} encrypted bytes skipped (decrypt with a TLS key log)"));
             return;
+        }
+        if self.state == State::Resync && !self.buf.is_empty() {
+            // No more bytes will come: a candidate that needs more is no frame, and the frames
+            // after it (a bogus header claiming a large size swallowed them) are still found.
+            self.at_end = true;
+            let mut buf = std::mem::take(&mut self.buf);
+            let used = self.run(&buf, packet, limits, sink);
+            buf.drain(..used);
+            self.buf_offset += used as u64;
+            self.buf = buf;
         }
         let unfinished = self.buf.len() as u64 + self.body_bytes_in_progress();
         if unfinished > 0 {
@@ -205,8 +246,33 @@ impl Decoder {
             }
         }
         self.flush_skip(sink);
+        if self.unkept_frames > 0 {
+            let (n, b) = (self.unkept_frames, self.unkept_bytes);
+            sink.anomaly(
+                AnomalyKind::FrameLimit,
+                self.unkept_packet,
+                b,
+                format!("{n} frames ({b} bytes) decoded after the frames table was full (max_frames) are not in it"),
+            );
+        }
         self.buf.clear();
         self.state = State::Resync;
+    }
+
+    /// Count a complete frame of `wire` stream bytes as decoded, or as skipped when the sink
+    /// did not keep it.
+    fn emitted(&mut self, kept: bool, wire: u64, packet: u32) {
+        self.frames += 1;
+        if kept {
+            self.bytes_decoded += wire;
+        } else {
+            if self.unkept_frames == 0 {
+                self.unkept_packet = packet;
+            }
+            self.unkept_frames += 1;
+            self.unkept_bytes += wire;
+            self.bytes_skipped += wire;
+        }
     }
 
     /// Bytes of the body frame being skipped that were already consumed.
@@ -234,21 +300,24 @@ impl Decoder {
     }
 
     fn prune_marks(&mut self) {
-        let pos = self.buf_offset;
-        while self.marks.len() > 1 && self.marks[1].0 <= pos {
+        // A mark is needed while bytes from its chunk (up to the next chunk's start) are held.
+        while let Some(&(_, _)) = self.marks.front() {
+            let next = self.marks.get(1).map_or(self.cur.0, |m| m.0);
+            if next > self.buf_offset {
+                break;
+            }
             self.marks.pop_front();
         }
     }
 
     fn packet_at(&self, offset: u64) -> u32 {
-        let mut p = self.marks.front().map_or(0, |m| m.1);
-        for &(o, pk) in &self.marks {
-            if o > offset {
-                break;
-            }
-            p = pk;
+        if offset >= self.cur.0 || self.marks.is_empty() {
+            return self.cur.1;
         }
-        p
+        // The last mark at or before `offset` (marks rise with the offset); a binary search, as
+        // a resync window fed one byte per packet holds millions of marks.
+        let i = self.marks.partition_point(|&(o, _)| o <= offset);
+        self.marks.get(i.saturating_sub(1)).map_or(self.cur.1, |m| m.1)
     }
 
     /// Decode as much of `s` (starting at stream offset `buf_offset`) as possible; returns the
@@ -264,6 +333,9 @@ impl Decoder {
             match self.state {
                 State::Body { header, remaining, first_packet, missing } => {
                     let take = remaining.min(rest.len() as u64) as usize;
+                    if self.keep_bodies && take > 0 {
+                        sink.body(header.channel, &rest[..take]);
+                    }
                     pos += take;
                     let remaining = remaining - take as u64;
                     self.state = State::Body { header, remaining, first_packet, missing };
@@ -275,14 +347,24 @@ impl Decoder {
                     if end == FRAME_END {
                         pos += 1;
                         self.state = State::Aligned;
-                        self.bytes_decoded += header.wire_len() - missing;
-                        self.frames += 1;
-                        sink.frame(FrameEvent { header, payload: None, first_packet, packet });
+                        let kept = sink.frame(FrameEvent {
+                            header,
+                            payload: None,
+                            first_packet,
+                            packet,
+                        });
+                        self.emitted(kept, header.wire_len() - missing, packet);
                     } else {
-                        // The body's bytes were consumed without being kept: resync from here.
+                        // The body's bytes were consumed without being kept: they are skipped
+                        // together with whatever the resync skips from here.
                         let consumed = FRAME_HEADER_LEN as u64 + header.size as u64 - missing;
-                        self.bytes_skipped += consumed;
-                        sink.anomaly(AnomalyKind::BadFrameEnd, packet, consumed, format!("body frame ends with 0x{end:02x}, not 0xce"));
+                        sink.anomaly(
+                            AnomalyKind::BadFrameEnd,
+                            packet,
+                            header.wire_len(),
+                            format!("body frame ends with 0x{end:02x}, not 0xce"),
+                        );
+                        self.skip(consumed, packet);
                         self.state = State::Resync;
                     }
                 }
@@ -357,9 +439,13 @@ impl Decoder {
                             self.state = State::Resync;
                             continue;
                         }
-                        self.bytes_decoded += total as u64;
-                        self.frames += 1;
-                        sink.frame(FrameEvent { header: h, payload: Some(&rest[FRAME_HEADER_LEN..total - 1]), first_packet, packet });
+                        let kept = sink.frame(FrameEvent {
+                            header: h,
+                            payload: Some(&rest[FRAME_HEADER_LEN..total - 1]),
+                            first_packet,
+                            packet,
+                        });
+                        self.emitted(kept, total as u64, packet);
                         pos += total;
                     }
                 },
@@ -370,15 +456,24 @@ impl Decoder {
                         if i >= rest.len() {
                             break None;
                         }
-                        match check_candidate(&rest[i..], limit) {
+                        // Decoding candidates' payloads may read at most RESYNC_WORK_PER_BYTE
+                        // bytes per byte skipped (plus a window's worth); past that, candidates
+                        // are judged on their structure alone. Input built so that every
+                        // position is a large near-miss then still costs linear time.
+                        let allowance = limits.resync_window_bytes + RESYNC_WORK_PER_BYTE * (self.skip_pending + i as u64);
+                        let deep = self.resync_work < allowance;
+                        match check_candidate_with(&rest[i..], limit, deep, &mut self.resync_work) {
                             Candidate::No => i += 1,
+                            Candidate::NeedMore { .. } if self.at_end => i += 1,
                             Candidate::NeedMore { .. } => break None,
                             Candidate::Frame(n) => {
                                 // A body frame has no structure of its own: the next frame must
-                                // check out too before we trust it.
+                                // check out too before we trust it (at the end of the capture
+                                // there may be none).
                                 if rest[i] == FrameType::Body as u8 {
-                                    match check_candidate(&rest[i + n as usize..], limit) {
+                                    match check_candidate_with(&rest[i + n as usize..], limit, deep, &mut self.resync_work) {
                                         Candidate::Frame(_) => break Some(i),
+                                        Candidate::NeedMore { .. } if self.at_end => break Some(i),
                                         Candidate::NeedMore { .. } => break None,
                                         Candidate::No => i += 1,
                                     }
@@ -395,6 +490,7 @@ impl Decoder {
                     match found {
                         Some(_) => {
                             self.flush_skip(sink);
+                            self.resync_work = 0;
                             self.state = State::Aligned;
                         }
                         None => return pos,
@@ -413,10 +509,26 @@ mod tests {
     struct Rec {
         frames: Vec<(u8, u16, u32, u32, u32)>,
         anomalies: Vec<(AnomalyKind, u64)>,
+        /// Frames after this many are not kept (0: all kept).
+        keep: usize,
+        bodies: Vec<u8>,
     }
     impl FrameSink for Rec {
-        fn frame(&mut self, ev: FrameEvent<'_>) {
-            self.frames.push((ev.header.frame_type as u8, ev.header.channel, ev.header.size, ev.first_packet, ev.packet));
+        fn frame(&mut self, ev: FrameEvent<'_>) -> bool {
+            if self.keep > 0 && self.frames.len() >= self.keep {
+                return false;
+            }
+            self.frames.push((
+                ev.header.frame_type as u8,
+                ev.header.channel,
+                ev.header.size,
+                ev.first_packet,
+                ev.packet,
+            ));
+            true
+        }
+        fn body(&mut self, _: u16, bytes: &[u8]) {
+            self.bodies.extend_from_slice(bytes);
         }
         fn protocol_header(&mut self, _: [u8; 4], _: u32) {}
         fn anomaly(&mut self, kind: AnomalyKind, _: u32, bytes: u64, _: String) {
@@ -501,7 +613,7 @@ mod tests {
         assert!(d.encrypted());
         d.gap(100, 999);
         assert!(d.encrypted());
-        d.finish(1000, &mut r);
+        d.finish(1000, &limits, &mut r);
         assert!(r.frames.is_empty());
         assert_eq!(r.anomalies, vec![(AnomalyKind::TlsEncrypted, stream.len() as u64)]);
         assert_eq!((d.bytes_decoded, d.bytes_skipped), (0, stream.len() as u64));
@@ -543,5 +655,78 @@ mod tests {
         assert_eq!(r.frames.len(), 1);
         assert_eq!(r.anomalies[0].0, AnomalyKind::BadFrameEnd);
         assert_eq!(d.bytes_decoded + d.bytes_skipped, bad.len() as u64);
+    }
+    #[test]
+    fn frames_not_kept_count_as_skipped() {
+        let limits = Limits::default();
+        let mut d = Decoder::new(true, &limits);
+        let mut r = Rec { keep: 2, ..Default::default() };
+        let hb = frame(8, 0, &[]);
+        let stream: Vec<u8> = (0..5).flat_map(|_| hb.clone()).collect();
+        d.feed(&stream, 1, 1, &limits, &mut r);
+        d.finish(1, &limits, &mut r);
+        assert_eq!(r.frames.len(), 2);
+        assert_eq!(r.anomalies, vec![(AnomalyKind::FrameLimit, 24)]);
+        assert_eq!((d.bytes_decoded, d.bytes_skipped), (16, 24));
+    }
+
+    #[test]
+    fn bad_body_end_is_skipped_through_the_resync_row() {
+        let limits = Limits::default();
+        let mut d = Decoder::new(true, &limits);
+        let mut r = Rec::default();
+        let mut bad = frame(3, 1, &[7u8; 50]);
+        *bad.last_mut().unwrap() = 0x55;
+        let mut stream = bad.clone();
+        stream.extend(ack(1));
+        d.feed(&stream, 1, 1, &limits, &mut r);
+        assert_eq!(r.frames.len(), 1);
+        // the frame's wire length on the bad-frame-end row; the bytes skipped on the resync row
+        assert_eq!(r.anomalies, vec![(AnomalyKind::BadFrameEnd, bad.len() as u64), (AnomalyKind::ResyncSkipped, bad.len() as u64)]);
+        assert_eq!(d.bytes_decoded + d.bytes_skipped, stream.len() as u64);
+    }
+
+    #[test]
+    fn bodies_are_handed_over_only_when_asked() {
+        let limits = Limits::default();
+        let mut stream = frame(3, 1, b"hello ");
+        stream.extend(frame(3, 1, b"world"));
+        for keep in [false, true] {
+            let mut d = Decoder::new(true, &limits);
+            d.keep_bodies = keep;
+            let mut r = Rec::default();
+            for (i, b) in stream.iter().enumerate() {
+                d.feed(std::slice::from_ref(b), i as u32 + 1, i as u32 + 1, &limits, &mut r);
+            }
+            assert_eq!(r.frames.len(), 2);
+            assert_eq!(r.bodies, if keep { b"hello world".to_vec() } else { vec![] });
+        }
+    }
+
+    #[test]
+    fn resync_decoding_work_is_bounded() {
+        // Every 64 bytes a method frame header of a method with a field table (queue.declare),
+        // its end octet in place, whose arguments fail only at their very end: each would be
+        // decoded in full. The resync must still find the frame after them, and decode at most
+        // its allowance.
+        let limits = Limits::default();
+        let size = 60_000u32;
+        let block = 64usize;
+        let mut garbage = vec![0u8; 400_000];
+        for at in (0..garbage.len() - size as usize - 8).step_by(block) {
+            garbage[at] = 1;
+            garbage[at + 1..at + 3].copy_from_slice(&[0, 1]);
+            garbage[at + 3..at + 7].copy_from_slice(&size.to_be_bytes());
+            garbage[at + 7..at + 11].copy_from_slice(&[0, 50, 0, 10]);
+            garbage[at + 7 + size as usize] = FRAME_END;
+        }
+        let mut stream = garbage.clone();
+        stream.extend(ack(9));
+        let mut d = Decoder::new(false, &limits);
+        let mut r = Rec::default();
+        d.feed(&stream, 1, 1, &limits, &mut r);
+        d.finish(1, &limits, &mut r);
+        assert_eq!(d.bytes_decoded + d.bytes_skipped, stream.len() as u64);
+        assert!(r.frames.len() >= 1);
     }
 }

@@ -495,6 +495,13 @@ pub enum Candidate {
 /// decode, a content header of a content class, an empty channel-0 heartbeat). Body frames carry
 /// no internal structure, so the caller also checks the frame after them.
 pub fn check_candidate(buf: &[u8], max_size: u32) -> Candidate {
+    check_candidate_with(buf, max_size, true, &mut 0)
+}
+
+/// [`check_candidate`], with the payload decoded only when `deep` (adding the payload's
+/// length to `work`); otherwise a candidate is judged by its header, method ids and frame-end
+/// octet alone. The caller bounds the decoding work this way.
+pub fn check_candidate_with(buf: &[u8], max_size: u32, deep: bool, work: &mut u64) -> Candidate {
     let h = match parse_frame_header(buf) {
         Ok(h) => h,
         Err(ParseError::Incomplete { needed }) => return Candidate::NeedMore { needed },
@@ -526,10 +533,14 @@ pub fn check_candidate(buf: &[u8], max_size: u32) -> Candidate {
         return Candidate::No;
     }
     let payload = &buf[FRAME_HEADER_LEN..total - 1];
+    if deep && matches!(h.frame_type, FrameType::Method | FrameType::Header) {
+        *work += payload.len() as u64;
+    }
     let ok = match h.frame_type {
-        FrameType::Method => decode_method(payload).is_ok(),
-        FrameType::Header => decode_content_header(payload).is_ok(),
-        FrameType::Body | FrameType::Heartbeat => true,
+        FrameType::Method if deep => decode_method(payload).is_ok(),
+        FrameType::Header if deep => decode_content_header(payload).is_ok(),
+        FrameType::Header => class_has_content(u16::from_be_bytes([payload[0], payload[1]])),
+        _ => true,
     };
     if ok {
         Candidate::Frame(total as u64)

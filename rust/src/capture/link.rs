@@ -147,6 +147,10 @@ fn ipv4(l3: &[u8]) -> Result<IpPart<'_>, LinkError> {
     }
     let hl = h.slice().len();
     let total = h.total_len() as usize;
+    if total != 0 && total < hl {
+        // A length shorter than the header itself (Wireshark: "bogus IP length").
+        return Err(LinkError::Malformed);
+    }
     // Ethernet pads short frames: the IP length bounds the payload. A zero total length
     // (TSO on the sending host) means "as captured".
     let end = if total >= hl { total.min(l3.len()) } else { l3.len() };
@@ -184,25 +188,45 @@ pub fn decode(linktype: u32, data: &[u8]) -> Result<TcpPacket<'_>, LinkError> {
             _ => return Err(LinkError::Malformed),
         },
     };
-    let tcp = TcpHeaderSlice::from_slice(ip.tcp).map_err(|_| LinkError::Malformed)?;
-    let header_len = tcp.slice().len();
-    let payload = &ip.tcp[header_len..];
+    let b = ip.tcp;
+    // Data offset: the header length the packet claims (RFC 9293 §3.1).
+    let full_header = b.get(12).map_or(0, |&x| (x >> 4) as usize * 4);
+    let header_len = match TcpHeaderSlice::from_slice(b) {
+        Ok(tcp) => tcp.slice().len(),
+        // The capture's snaplen cut the TCP options (tcpdump -s 68 and a SYN's 20 bytes of
+        // options): the fixed header is there, the payload is all missing. Wireshark shows
+        // these packets too, as "packet size limited during capture".
+        Err(_)
+            if b.len() >= 20
+                && full_header >= 20
+                && b.len() < full_header
+                && ip.tcp_declared_len >= full_header =>
+        {
+            b.len()
+        }
+        Err(_) => return Err(LinkError::Malformed),
+    };
+    let payload = &b[header_len..];
     // The IP length says how much payload the packet had, even when snaplen cut it.
-    let payload_len = ip.tcp_declared_len.saturating_sub(header_len).max(payload.len());
-    let b = tcp.slice();
+    let payload_len = ip
+        .tcp_declared_len
+        .saturating_sub(full_header)
+        .max(payload.len());
+    let be16 = |i: usize| u16::from_be_bytes([b[i], b[i + 1]]);
+    let be32 = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
     // Flags as Wireshark's tcp.flags: the NS/AE bit sits in the low bit of byte 12.
     let flags = ((b[12] as u16 & 1) << 8) | b[13] as u16;
     Ok(TcpPacket {
         v6: ip.v6,
         src: ip.src,
         dst: ip.dst,
-        sport: tcp.source_port(),
-        dport: tcp.destination_port(),
-        seq: tcp.sequence_number(),
-        ack: tcp.acknowledgment_number(),
+        sport: be16(0),
+        dport: be16(2),
+        seq: be32(4),
+        ack: be32(8),
         flags,
-        window: tcp.window_size(),
-        options: &b[20..],
+        window: be16(14),
+        options: &b[20..header_len],
         payload,
         payload_len: payload_len as u32,
     })

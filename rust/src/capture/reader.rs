@@ -4,6 +4,7 @@
 
 use std::fs::File;
 use std::io::{self, Chain, Cursor, Read};
+use std::sync::{Arc, Mutex};
 
 use flate2::read::MultiGzDecoder;
 use pcap_parser::pcapng::Block;
@@ -63,6 +64,8 @@ fn is_capture_magic(b: &[u8]) -> bool {
 }
 
 type Source = Chain<Cursor<Vec<u8>>, Box<dyn Read + Send>>;
+/// Where [`StopAtError`] notes the error that ended the bytes early.
+type ReadError = Arc<Mutex<Option<String>>>;
 
 /// Read up to `n` bytes, retrying short reads (gzip streams return small chunks).
 fn read_prefix(r: &mut dyn Read, n: usize) -> io::Result<Vec<u8>> {
@@ -71,30 +74,76 @@ fn read_prefix(r: &mut dyn Read, n: usize) -> io::Result<Vec<u8>> {
     Ok(v)
 }
 
-fn open_source(path: &str) -> Result<(Source, bool, String), CaptureError> {
-    let mut file = File::open(path).map_err(|e| CaptureError::Unreadable(format!("cannot open {path}: {e}")))?;
-    let head = read_prefix(&mut file, SNIFF_BYTES).map_err(|e| CaptureError::Unreadable(format!("cannot read {path}: {e}")))?;
+/// Ends the stream at the first read error and remembers it: a gzip stream cut or damaged
+/// after its first packets still has those packets, and the warning can say why reading
+/// stopped (the capture parser only says that it did).
+struct StopAtError<R> {
+    inner: R,
+    error: ReadError,
+}
+
+impl<R: Read> Read for StopAtError<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        // Not locked while reading: the gzip decoder reads the file through another one.
+        if self.error.lock().map_or(true, |e| e.is_some()) {
+            return Ok(0);
+        }
+        loop {
+            match self.inner.read(buf) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    if let Ok(mut slot) = self.error.lock() {
+                        slot.get_or_insert_with(|| e.to_string());
+                    }
+                    return Ok(0);
+                }
+                ok => return ok,
+            }
+        }
+    }
+}
+
+/// The capture's bytes (decompressed), whether it was compressed, and where a read error that
+/// ended the bytes early is noted.
+fn open_source(path: &str) -> Result<(Source, bool, ReadError), CaptureError> {
+    let mut file = File::open(path)
+        .map_err(|e| CaptureError::Unreadable(format!("cannot open {path}: {e}")))?;
+    let head = read_prefix(&mut file, SNIFF_BYTES)
+        .map_err(|e| CaptureError::Unreadable(format!("cannot read {path}: {e}")))?;
     if head.is_empty() {
         return Err(CaptureError::Empty(format!("{path} is empty")));
     }
-    let rest: Box<dyn Read + Send> = Box::new(file);
+    let error = Arc::new(Mutex::new(None));
+    let rest: Box<dyn Read + Send> = Box::new(StopAtError {
+        inner: file,
+        error: error.clone(),
+    });
     if head.starts_with(&[0x1f, 0x8b]) {
-        let mut gz: Box<dyn Read + Send> = Box::new(MultiGzDecoder::new(Cursor::new(head).chain(rest)));
-        let inner = read_prefix(&mut gz, SNIFF_BYTES).map_err(|e| {
-            CaptureError::NotACapture(format!("{path} is gzip-compressed but cannot be decompressed: {e}"))
-        })?;
+        let gz = MultiGzDecoder::new(Cursor::new(head).chain(rest));
+        let mut gz: Box<dyn Read + Send> = Box::new(StopAtError {
+            inner: gz,
+            error: error.clone(),
+        });
+        let inner = read_prefix(&mut gz, SNIFF_BYTES).unwrap_or_default();
+        if inner.is_empty() {
+            if let Some(e) = error.lock().ok().and_then(|e| e.clone()) {
+                return Err(CaptureError::NotACapture(format!(
+                    "{path} is gzip-compressed but cannot be decompressed: {e}"
+                )));
+            }
+        }
         if !is_capture_magic(&inner) {
             return Err(CaptureError::NotACapture(format!(
                 "{path} is gzip-compressed but holds no pcap or pcapng capture ({})",
                 describe_start(&inner)
             )));
         }
-        return Ok((Cursor::new(inner).chain(gz), true, path.to_string()));
+        return Ok((Cursor::new(inner).chain(gz), true, error));
     }
     if !is_capture_magic(&head) {
         return Err(CaptureError::NotACapture(format!("{path} is not a pcap or pcapng capture ({})", describe_start(&head))));
     }
-    Ok((Cursor::new(head).chain(rest), false, path.to_string()))
+    Ok((Cursor::new(head).chain(rest), false, error))
 }
 
 /// Length a record claims, read from its header, to tell "large record" from "garbage".
@@ -105,8 +154,12 @@ fn claimed_record_len(data: &[u8], pcapng: bool, big_endian: bool) -> Option<u64
 }
 
 /// Stream every record of the capture at `path` to `f`.
-pub fn read_capture(path: &str, max_record_bytes: u64, mut f: impl FnMut(Record<'_>)) -> Result<ReadSummary, CaptureError> {
-    let (source, compressed, _) = open_source(path)?;
+pub fn read_capture(
+    path: &str,
+    max_record_bytes: u64,
+    mut f: impl FnMut(Record<'_>),
+) -> Result<ReadSummary, CaptureError> {
+    let (source, compressed, read_error) = open_source(path)?;
     let mut reader = match create_reader(BUFFER_BYTES, source) {
         Ok(r) => r,
         Err(PcapError::Eof) => return Err(CaptureError::Empty(format!("{path} is empty"))),
@@ -189,7 +242,10 @@ pub fn read_capture(path: &str, max_record_bytes: u64, mut f: impl FnMut(Record<
             Err(PcapError::Incomplete(_)) => {
                 if let Err(e) = reader.refill() {
                     s.truncated = true;
-                    s.warnings.push(format!("reading stopped after {} packets: {e:?} (a gzip stream that ends early?)", s.records));
+                    s.warnings.push(format!(
+                        "reading stopped after {} packets: {e:?}",
+                        s.records
+                    ));
                     break;
                 }
             }
@@ -227,8 +283,28 @@ pub fn read_capture(path: &str, max_record_bytes: u64, mut f: impl FnMut(Record<
             }
         }
     }
+    if let Some(e) = read_error.lock().ok().and_then(|mut e| e.take()) {
+        // The bytes ended early because of this error: it, not the cut record, is the news.
+        if s.truncated {
+            s.warnings.pop();
+        }
+        s.truncated = true;
+        let hint = if compressed { "gzip: " } else { "" };
+        s.warnings.push(format!(
+            "reading stopped after {} packets: {hint}{e} ({}the packets before are decoded)",
+            s.records,
+            if compressed {
+                "the gzip stream ends early or is corrupt; "
+            } else {
+                ""
+            }
+        ));
+    }
     if s.records == 0 && s.format.is_empty() {
         return Err(CaptureError::NotACapture(format!("{path}: no capture header")));
+    }
+    if s.records == 0 && !s.truncated {
+        s.warnings.push("the capture holds no packets".into());
     }
     Ok(s)
 }
