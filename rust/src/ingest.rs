@@ -2,6 +2,7 @@
 //! tcp.stream) → per-direction reassembly → AMQP frames, written into column builders.
 
 use std::collections::HashMap;
+use std::io::Read;
 
 use ahash::RandomState;
 
@@ -10,7 +11,7 @@ use crate::amqp::parser::{decode_content_header, decode_method, method_ids, Fram
 use crate::amqp::spec::{METHODS, METHOD_COUNT};
 use crate::anomaly::AnomalyKind;
 use crate::capture::link::{self, parse_options, LinkError, TcpOptions, ACK, SYN};
-use crate::capture::reader::{read_capture, ReadSummary, Record};
+use crate::capture::reader::{open_capture, read_capture_from, ReadSummary, Record};
 use crate::error::CaptureError;
 use crate::limits::Limits;
 use crate::tables::{direction_codes, keep_rows, Column, OptCol, RowOrigin, Sparse, SparseStr, Table, DIRECTIONS};
@@ -885,7 +886,14 @@ fn anomalies_table(a: AnomaliesBuilder, a_is_client: &[bool], all_ts: &[i64]) ->
 
 /// Decode the capture at `path`.
 pub fn ingest(path: &str, ports: &[u16], limits: &Limits) -> Result<Output, CaptureError> {
+    ingest_from(open_capture(path)?, path, ports, limits)
+}
+
+/// Decode a capture read from `input` (a byte slice, any reader); `name` stands for it in
+/// error messages.
+pub fn ingest_from(input: impl Read + Send, name: &str, ports: &[u16], limits: &Limits) -> Result<Output, CaptureError> {
     let mut ing = Ingest::new(ports, limits);
-    let read = read_capture(path, limits.max_record_bytes, |rec| ing.record(rec))?;
+    let read = read_capture_from(input, name, limits.max_record_bytes, |rec| ing.record(rec))?;
     Ok(ing.finish(read))
 }
+

@@ -62,7 +62,8 @@ fn is_capture_magic(b: &[u8]) -> bool {
         )
 }
 
-type Source = Chain<Cursor<Vec<u8>>, Box<dyn Read + Send>>;
+/// The sniffed prefix, then the rest of the input.
+type Source<'a> = Chain<Cursor<Vec<u8>>, Box<dyn Read + Send + 'a>>;
 
 /// Read up to `n` bytes, retrying short reads (gzip streams return small chunks).
 fn read_prefix(r: &mut dyn Read, n: usize) -> io::Result<Vec<u8>> {
@@ -71,30 +72,31 @@ fn read_prefix(r: &mut dyn Read, n: usize) -> io::Result<Vec<u8>> {
     Ok(v)
 }
 
-fn open_source(path: &str) -> Result<(Source, bool, String), CaptureError> {
-    let mut file = File::open(path).map_err(|e| CaptureError::Unreadable(format!("cannot open {path}: {e}")))?;
-    let head = read_prefix(&mut file, SNIFF_BYTES).map_err(|e| CaptureError::Unreadable(format!("cannot read {path}: {e}")))?;
+/// Sniff the input's first bytes: gzip, pcap or pcapng, or an error naming what it is instead.
+/// `name` stands for the input in messages (the path, for files).
+fn open_source<'a>(mut input: impl Read + Send + 'a, name: &str) -> Result<(Source<'a>, bool), CaptureError> {
+    let head = read_prefix(&mut input, SNIFF_BYTES).map_err(|e| CaptureError::Unreadable(format!("cannot read {name}: {e}")))?;
     if head.is_empty() {
-        return Err(CaptureError::Empty(format!("{path} is empty")));
+        return Err(CaptureError::Empty(format!("{name} is empty")));
     }
-    let rest: Box<dyn Read + Send> = Box::new(file);
+    let rest: Box<dyn Read + Send + 'a> = Box::new(input);
     if head.starts_with(&[0x1f, 0x8b]) {
-        let mut gz: Box<dyn Read + Send> = Box::new(MultiGzDecoder::new(Cursor::new(head).chain(rest)));
+        let mut gz: Box<dyn Read + Send + 'a> = Box::new(MultiGzDecoder::new(Cursor::new(head).chain(rest)));
         let inner = read_prefix(&mut gz, SNIFF_BYTES).map_err(|e| {
-            CaptureError::NotACapture(format!("{path} is gzip-compressed but cannot be decompressed: {e}"))
+            CaptureError::NotACapture(format!("{name} is gzip-compressed but cannot be decompressed: {e}"))
         })?;
         if !is_capture_magic(&inner) {
             return Err(CaptureError::NotACapture(format!(
-                "{path} is gzip-compressed but holds no pcap or pcapng capture ({})",
+                "{name} is gzip-compressed but holds no pcap or pcapng capture ({})",
                 describe_start(&inner)
             )));
         }
-        return Ok((Cursor::new(inner).chain(gz), true, path.to_string()));
+        return Ok((Cursor::new(inner).chain(gz), true));
     }
     if !is_capture_magic(&head) {
-        return Err(CaptureError::NotACapture(format!("{path} is not a pcap or pcapng capture ({})", describe_start(&head))));
+        return Err(CaptureError::NotACapture(format!("{name} is not a pcap or pcapng capture ({})", describe_start(&head))));
     }
-    Ok((Cursor::new(head).chain(rest), false, path.to_string()))
+    Ok((Cursor::new(head).chain(rest), false))
 }
 
 /// Length a record claims, read from its header, to tell "large record" from "garbage".
@@ -104,13 +106,24 @@ fn claimed_record_len(data: &[u8], pcapng: bool, big_endian: bool) -> Option<u64
     Some(if big_endian { u32::from_be_bytes(b) } else { u32::from_le_bytes(b) } as u64)
 }
 
+/// Open the capture file at `path` for [`read_capture_from`].
+pub fn open_capture(path: &str) -> Result<File, CaptureError> {
+    File::open(path).map_err(|e| CaptureError::Unreadable(format!("cannot open {path}: {e}")))
+}
+
 /// Stream every record of the capture at `path` to `f`.
-pub fn read_capture(path: &str, max_record_bytes: u64, mut f: impl FnMut(Record<'_>)) -> Result<ReadSummary, CaptureError> {
-    let (source, compressed, _) = open_source(path)?;
+pub fn read_capture(path: &str, max_record_bytes: u64, f: impl FnMut(Record<'_>)) -> Result<ReadSummary, CaptureError> {
+    read_capture_from(open_capture(path)?, path, max_record_bytes, f)
+}
+
+/// Stream every record of the capture read from `input` (a file, a byte slice) to `f`; `name`
+/// stands for the input in error messages and warnings.
+pub fn read_capture_from(input: impl Read + Send, name: &str, max_record_bytes: u64, mut f: impl FnMut(Record<'_>)) -> Result<ReadSummary, CaptureError> {
+    let (source, compressed) = open_source(input, name)?;
     let mut reader = match create_reader(BUFFER_BYTES, source) {
         Ok(r) => r,
-        Err(PcapError::Eof) => return Err(CaptureError::Empty(format!("{path} is empty"))),
-        Err(e) => return Err(CaptureError::NotACapture(format!("{path}: the capture header cannot be read ({e:?})"))),
+        Err(PcapError::Eof) => return Err(CaptureError::Empty(format!("{name} is empty"))),
+        Err(e) => return Err(CaptureError::NotACapture(format!("{name}: the capture header cannot be read ({e:?})"))),
     };
     let mut s = ReadSummary { compressed, ..Default::default() };
     let mut interfaces: Vec<Interface> = Vec::new();
@@ -228,7 +241,7 @@ pub fn read_capture(path: &str, max_record_bytes: u64, mut f: impl FnMut(Record<
         }
     }
     if s.records == 0 && s.format.is_empty() {
-        return Err(CaptureError::NotACapture(format!("{path}: no capture header")));
+        return Err(CaptureError::NotACapture(format!("{name}: no capture header")));
     }
     Ok(s)
 }

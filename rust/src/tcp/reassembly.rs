@@ -71,6 +71,16 @@ impl Reassembler {
         self.next_off - self.fin_done as u64
     }
 
+    /// The next sequence number expected in order (past a FIN once one was taken).
+    pub fn next_seq(&self) -> u32 {
+        self.next_seq
+    }
+
+    /// Captured out-of-order bytes held while waiting for a hole to fill.
+    pub fn buffered_bytes(&self) -> u64 {
+        self.ooo_bytes
+    }
+
     fn offset_of(&self, seq: u32) -> i64 {
         self.next_off as i64 + seq.wrapping_sub(self.next_seq) as i32 as i64
     }
