@@ -380,7 +380,7 @@ impl Model {
             Chunk::Gap { bytes, cause, next, arrival } => {
                 assert!(bytes > 0, "empty gap");
                 if finishing == Some(next) {
-                    assert_eq!(cause, GapCause::Dropped);
+                    assert_eq!(cause, GapCause::Tail);
                 } else {
                     let s = seg_of(next, "gap");
                     seg_of(arrival, "gap arrival");

@@ -23,6 +23,9 @@ pub enum GapCause {
     Snaplen,
     /// Out-of-order data exceeded the reassembly cap and the hole was given up.
     Overflow,
+    /// The peer acknowledged bytes after the last ones captured, and the capture ended: no
+    /// packet of this direction follows the hole (`next` is the capture's last packet).
+    Tail,
 }
 
 pub enum Chunk<'a> {
@@ -218,7 +221,7 @@ impl Reassembler {
         // More than one byte: a FIN the capture missed is acknowledged too.
         if self.peer_acked_off > self.next_off + 1 {
             let hole = self.peer_acked_off - self.next_off;
-            self.gap(hole, GapCause::Dropped, packet, packet, out);
+            self.gap(hole, GapCause::Tail, packet, packet, out);
         }
     }
 
