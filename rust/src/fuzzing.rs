@@ -12,9 +12,9 @@ use crate::amqp::decoder::{Decoder, FrameEvent, FrameSink};
 use crate::amqp::parser::{decode_content_header, decode_method, FrameType};
 use crate::anomaly::AnomalyKind;
 use crate::capture::link::{ACK, FIN, LINKTYPE_IPV4, RST, SYN};
-use crate::capture::reader::{ReadSummary, Record};
+use crate::capture::reader::{read_capture_buffered, ReadSummary, Record};
 use crate::error::CaptureError;
-use crate::ingest::{ingest_from, Ingest, Output};
+use crate::ingest::{Ingest, Output};
 use crate::limits::Limits;
 use crate::tables::{Column, Table};
 use crate::tcp::reassembly::{Chunk, GapCause, PacketRef, Reassembler};
@@ -38,11 +38,14 @@ pub fn small_limits() -> Limits {
 // ---------------------------------------------------------------------------------------------
 // capture_reader: bytes as a capture file, through the whole pipeline to tables.
 
-/// `data` is a capture file (pcap, pcapng, gzip). It is decoded twice, with the default caps
-/// and with [`small_limits`], on port 5672; the tables must then hold [`check_output`].
+/// `data` is a capture file (pcap, pcapng, gzip). It is decoded twice, on port 5672: with the
+/// default caps and a 64 KiB initial read buffer, and with [`small_limits`] and a 4 KiB buffer
+/// (so that records outgrow it); the tables must then hold [`check_output`].
 pub fn capture_reader(data: &[u8]) {
-    for limits in [Limits::default(), small_limits()] {
-        match ingest_from(data, "fuzz-input", &[5672], &limits) {
+    for (limits, buffer) in [(Limits::default(), 64 << 10), (small_limits(), 4 << 10)] {
+        let mut ing = Ingest::new(&[5672], &limits);
+        let read = read_capture_buffered(data, "fuzz-input", limits.max_record_bytes, buffer, |rec| ing.record(rec));
+        match read.map(|read| ing.finish(read)) {
             Ok(out) => check_output(&out),
             Err(e) => {
                 assert!(!e.message().is_empty());
@@ -341,8 +344,11 @@ impl Model {
         self.off as i64 + seq.wrapping_sub(self.seq) as i32 as i64
     }
 
-    fn offer(&mut self, end_seq: u32) {
-        let end = self.offset_of(end_seq);
+    /// `len` sequence numbers from `seq` were offered (a segment, or an acknowledgement up to
+    /// `seq` with `len` 0). As the reassembler does, where the range starts decides whether it
+    /// lies ahead or behind; its end follows from there, even past 2^31 ahead.
+    fn offer(&mut self, seq: u32, len: u64) {
+        let end = self.offset_of(seq) + len as i64;
         if end > self.frontier as i64 {
             self.frontier = end as u64;
         }
@@ -441,7 +447,7 @@ pub fn tcp_reassembly(data: &[u8]) {
         let pref = PacketRef { number: i as u32 + 1, row: i as u32 };
         if let Some(ack) = s.ack {
             if m[o].started {
-                m[o].offer(ack);
+                m[o].offer(ack, 0);
             }
             let (mo, seen) = (&mut m[o], &segs[..=i]);
             r[o].peer_ack(ack, &mut |c| mo.chunk(c, o, seen, None));
@@ -454,7 +460,7 @@ pub fn tcp_reassembly(data: &[u8]) {
         }
         let md = &mut m[d];
         md.captured_offered += s.captured as u64;
-        md.offer(data_seq.wrapping_add(s.declared).wrapping_add(s.fin as u32));
+        md.offer(data_seq, s.declared as u64 + s.fin as u64);
         if s.fin {
             md.fins.push(data_seq.wrapping_add(s.declared));
         }

@@ -118,9 +118,22 @@ pub fn read_capture(path: &str, max_record_bytes: u64, f: impl FnMut(Record<'_>)
 
 /// Stream every record of the capture read from `input` (a file, a byte slice) to `f`; `name`
 /// stands for the input in error messages and warnings.
-pub fn read_capture_from(input: impl Read + Send, name: &str, max_record_bytes: u64, mut f: impl FnMut(Record<'_>)) -> Result<ReadSummary, CaptureError> {
+pub fn read_capture_from(input: impl Read + Send, name: &str, max_record_bytes: u64, f: impl FnMut(Record<'_>)) -> Result<ReadSummary, CaptureError> {
+    read_capture_buffered(input, name, max_record_bytes, BUFFER_BYTES, f)
+}
+
+/// [`read_capture_from`] with another initial read buffer (grown for larger records as
+/// usual). The fuzz harnesses use a small one: allocating 4 MiB per input would dominate their
+/// run time, and fuzz-sized inputs then reach the buffer-growing paths.
+pub fn read_capture_buffered(
+    input: impl Read + Send,
+    name: &str,
+    max_record_bytes: u64,
+    buffer_bytes: usize,
+    mut f: impl FnMut(Record<'_>),
+) -> Result<ReadSummary, CaptureError> {
     let (source, compressed) = open_source(input, name)?;
-    let mut reader = match create_reader(BUFFER_BYTES, source) {
+    let mut reader = match create_reader(buffer_bytes, source) {
         Ok(r) => r,
         Err(PcapError::Eof) => return Err(CaptureError::Empty(format!("{name} is empty"))),
         Err(e) => return Err(CaptureError::NotACapture(format!("{name}: the capture header cannot be read ({e:?})"))),
@@ -131,7 +144,7 @@ pub fn read_capture_from(input: impl Read + Send, name: &str, max_record_bytes: 
     let mut big_endian = false;
     let mut pcapng = false;
     let mut last_ts: i64 = 0;
-    let mut buffer_size = BUFFER_BYTES;
+    let mut buffer_size = buffer_bytes;
     let note_linktype = |lt: u32, s: &mut ReadSummary| {
         if !s.linktypes.contains(&lt) {
             s.linktypes.push(lt);
