@@ -7,7 +7,8 @@
 # $FUZZ_CORPUS/TARGET (default: fuzz-corpus/ next to the repository, /work/fuzz-corpus here);
 # an empty corpus is seeded from fixtures/ by make_seeds.py, and the committed
 # regressions/TARGET inputs are always loaded too. Crashes, hangs (-timeout=10 s) and
-# out-of-memory inputs (-rss_limit_mb=2048) go to $FUZZ_CORPUS/artifacts/TARGET/. The summary
+# out-of-memory inputs (-rss_limit_mb=2048) go to $FUZZ_ARTIFACTS/TARGET/ (default
+# $FUZZ_CORPUS/artifacts). The summary
 # line (date, target, seconds, execs, corpus, crashes) is appended to $FUZZ_RUNS_LOG (default
 # rust/fuzz/RUNS.md; set it empty to log nothing, as the CI smoke run does).
 # Exit status: 0 when the run ended without a crash or hang, 1 otherwise.
@@ -32,7 +33,7 @@ if [ -f "$HOME/.cargo/env" ]; then . "$HOME/.cargo/env"; fi
 corpus_root=${FUZZ_CORPUS:-$(cd "$repo/.." && pwd)/fuzz-corpus}
 log_file=${FUZZ_RUNS_LOG-$here/RUNS.md}
 corpus=$corpus_root/$target
-artifacts=$corpus_root/artifacts/$target
+artifacts=${FUZZ_ARTIFACTS:-$corpus_root/artifacts}/$target
 mkdir -p "$corpus" "$artifacts"
 if [ -z "$(ls -A "$corpus")" ]; then
   python3 "$here/make_seeds.py" "$corpus_root" >&2
