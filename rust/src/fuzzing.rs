@@ -162,11 +162,16 @@ pub fn check_output(out: &Output) {
     let fr_packet = dense(&out.frames, "packet");
     let fr_first = dense(&out.frames, "first_packet");
     let fr_stream = dense(&out.frames, "stream");
+    let fr_dir = dense(&out.frames, "direction");
+    let mut last_frame_packet: HashMap<(i64, i64), i64> = HashMap::new();
     let mut frames_per_conn = vec![0i64; conns];
     let mut frames_per_packet: HashMap<(i64, i64), i64> = HashMap::new();
     for i in 0..nfr {
         assert!(packet_ok(fr_packet[i]), "frame packet {} out of range", fr_packet[i]);
         assert!(fr_first[i] >= 1 && fr_first[i] <= fr_packet[i], "frame starts in packet {} after it ends in {}", fr_first[i], fr_packet[i]);
+        let last = last_frame_packet.entry((fr_stream[i], fr_dir[i])).or_default();
+        assert!(fr_packet[i] >= *last, "stream {} direction {}: a frame ends in packet {} after one in {}", fr_stream[i], fr_dir[i], fr_packet[i], last);
+        *last = fr_packet[i];
         frames_per_conn[conn_of(fr_stream[i])] += 1;
         *frames_per_packet.entry((fr_stream[i], fr_packet[i])).or_default() += 1;
     }
@@ -337,6 +342,8 @@ struct Model {
     /// Furthest offset offered: a segment's end (its FIN included) or an acknowledgement.
     frontier: u64,
     captured_offered: u64,
+    /// Packet number of the last chunk's arrival: never decreases.
+    arrival: u32,
 }
 
 impl Model {
@@ -363,12 +370,17 @@ impl Model {
             assert_eq!(p.number, p.row + 1);
             s
         };
+        let arrival = match c {
+            Chunk::Data { arrival, .. } | Chunk::Gap { arrival, .. } => arrival,
+        };
+        assert!(arrival.number >= self.arrival, "a chunk arrives in packet {} after one in {}", arrival.number, self.arrival);
+        self.arrival = arrival.number;
         match c {
             Chunk::Data { bytes, from, arrival } => {
                 assert!(!bytes.is_empty(), "empty data chunk");
                 let s = seg_of(from, "data");
                 seg_of(arrival, "data arrival");
-                assert!(arrival.row >= from.row || finishing.is_some(), "data released before it arrived");
+                assert!(arrival.row >= from.row, "data released before it arrived");
                 let matches = |at: u32| bytes.iter().enumerate().all(|(i, &b)| b == content(at.wrapping_add(i as u32)));
                 if !matches(self.seq) {
                     let fin_here = !self.fin_taken && self.fins.contains(&self.seq);

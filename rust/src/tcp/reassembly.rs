@@ -62,6 +62,8 @@ pub struct Reassembler {
     ooo: BTreeMap<u64, Pending>,
     ooo_bytes: u64,
     pub bytes_missing: u64,
+    /// The latest `arrival` handed out so far.
+    last_arrival: PacketRef,
 }
 
 impl Reassembler {
@@ -237,7 +239,19 @@ impl Reassembler {
         }
     }
 
+    /// Chunks never name an earlier `arrival` than the chunks before them. When holes are
+    /// given up, buffered segments come out in stream order, which need not be capture order
+    /// (an overlapping retransmission captured later but starting earlier): a frame must not
+    /// complete in a packet captured before one that holds its first bytes.
+    fn later(&mut self, arrival: PacketRef) -> PacketRef {
+        if arrival.number >= self.last_arrival.number {
+            self.last_arrival = arrival;
+        }
+        self.last_arrival
+    }
+
     fn gap(&mut self, bytes: u64, cause: GapCause, next: PacketRef, arrival: PacketRef, out: &mut impl FnMut(Chunk<'_>)) {
+        let arrival = self.later(arrival);
         self.bytes_missing += bytes;
         self.next_off += bytes;
         self.next_seq = self.next_seq.wrapping_add(bytes as u32);
@@ -245,6 +259,7 @@ impl Reassembler {
     }
 
     fn deliver(&mut self, data: &[u8], declared: u64, trim: u64, from: PacketRef, arrival: PacketRef, out: &mut impl FnMut(Chunk<'_>)) {
+        let arrival = self.later(arrival);
         let captured = (data.len() as u64).min(declared);
         if trim < captured {
             out(Chunk::Data { bytes: &data[trim as usize..captured as usize], from, arrival });
@@ -348,6 +363,30 @@ mod tests {
         run(&mut r, &mut o, 14, b"op", 4);
         assert_eq!(o.bytes, b"abefklop");
         assert_eq!(o.gaps, vec![(2, GapCause::Dropped), (2, GapCause::Dropped), (2, GapCause::Dropped), (2, GapCause::Dropped)]);
+    }
+
+    /// Found by the tcp_reassembly fuzz target: a hole given up at the end releases the
+    /// buffered segments in stream order; a later-captured one that starts earlier must not
+    /// make the next chunks arrive "before" it.
+    #[test]
+    fn released_chunks_never_arrive_earlier() {
+        let mut r = Reassembler::default();
+        let mut o = Out::default();
+        run(&mut r, &mut o, 0, b"0123456789", 1);
+        run(&mut r, &mut o, 20, b"KLMNOPQRST", 2); // ahead: hole 10..20
+        run(&mut r, &mut o, 15, b"fghijKLMNO", 3); // overlaps the hole and packet 2
+        let mut arrivals = Vec::new();
+        r.finish(pr(4), &mut |c| match c {
+            Chunk::Data { bytes, from, arrival } => {
+                o.bytes.extend_from_slice(bytes);
+                arrivals.push((from.number, arrival.number));
+            }
+            Chunk::Gap { bytes, cause, .. } => o.gaps.push((bytes, cause)),
+        });
+        assert_eq!(o.bytes, b"0123456789fghijKLMNOPQRST");
+        assert_eq!(o.gaps, vec![(5, GapCause::Dropped)]);
+        // packet 3's bytes come first; packet 2's rest follows, released with packet 3
+        assert_eq!(arrivals, vec![(3, 3), (2, 3)]);
     }
 
     #[test]
