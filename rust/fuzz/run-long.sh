@@ -42,6 +42,9 @@ main() {
     python3 "$here/make_seeds.py" "$corpus_root" >&2
   fi
 
+  # The commit the target is built from (+dirty: with uncommitted changes to the core).
+  commit=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo "?")
+  if [ -n "$(git -C "$repo" status --porcelain -- rust/src rust/fuzz/fuzz_targets 2>/dev/null)" ]; then commit="$commit+dirty"; fi
   # cargo-fuzz's defaults: release with debug assertions (overflow checks) and AddressSanitizer.
   (cd "$repo/rust" && nice -n 10 cargo +nightly fuzz build "$target" >&2)
   bin=$(ls -d "$here"/target/*/release/"$target" | head -1)
@@ -66,13 +69,12 @@ main() {
   rate=$([ "$execs" != "?" ] && [ "$elapsed" -gt 0 ] && echo $(( execs / elapsed )) || echo "?")
   files=$(ls "$corpus" | wc -l)
   bytes=$(du -sb "$corpus" | cut -f1)
-  commit=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo "?")
   line="| $(date -u +%Y-%m-%dT%H:%MZ) | $target | $elapsed | $execs | $rate | $files files, $bytes B | $crashes | $commit |"
   echo "$line" >&2
   if [ -n "$log_file" ]; then
     if [ ! -f "$log_file" ]; then
       printf '%s\n\n%s\n%s\n' "# Fuzz runs (rust/fuzz/run-long.sh; docs/fuzzing.md)" \
-        "| date (UTC) | target | seconds | execs | execs/s | corpus | crashes + hangs | commit |" \
+        "| ended (UTC) | target | seconds | execs | execs/s | corpus | crashes + hangs | commit |" \
         "|---|---|---|---|---|---|---|---|" > "$log_file"
     fi
     echo "$line" >> "$log_file"

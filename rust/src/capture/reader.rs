@@ -106,6 +106,14 @@ fn claimed_record_len(data: &[u8], pcapng: bool, big_endian: bool) -> Option<u64
     Some(if big_endian { u32::from_be_bytes(b) } else { u32::from_le_bytes(b) } as u64)
 }
 
+/// Nanoseconds since the epoch of a pcapng timestamp: `raw` units of 1/`units_per_sec` s plus
+/// the interface's `if_tsoffset` seconds. Instants that int64 nanoseconds cannot hold (before
+/// 1678 or after 2262) are clamped, not wrapped, and never i64::MIN, which pandas reads as NaT.
+fn pcapng_ts_ns(raw: u64, units_per_sec: u64, offset_s: i64) -> i64 {
+    let ns = raw as i128 * 1_000_000_000 / units_per_sec as i128 + offset_s as i128 * 1_000_000_000;
+    ns.clamp(i64::MIN as i128 + 1, i64::MAX as i128) as i64
+}
+
 /// Open the capture file at `path` for [`read_capture_from`].
 pub fn open_capture(path: &str) -> Result<File, CaptureError> {
     File::open(path).map_err(|e| CaptureError::Unreadable(format!("cannot open {path}: {e}")))
@@ -190,8 +198,7 @@ pub fn read_capture_buffered(
                                 let (lt, ts) = match iface {
                                     Some(i) => {
                                         let raw = ((epb.ts_high as u64) << 32) | epb.ts_low as u64;
-                                        let ns = (raw as u128 * 1_000_000_000 / i.units_per_sec as u128) as i64;
-                                        (i.linktype, ns + i.offset_s * 1_000_000_000)
+                                        (i.linktype, pcapng_ts_ns(raw, i.units_per_sec, i.offset_s))
                                     }
                                     None => (u32::MAX, last_ts),
                                 };
@@ -257,4 +264,23 @@ pub fn read_capture_buffered(
         return Err(CaptureError::NotACapture(format!("{name}: no capture header")));
     }
     Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found while fuzzing (the capture_reader harness on a crafted pcapng): an if_tsoffset
+    /// of 2^62 s overflowed the multiplication (a panic in debug builds, a wrapped timestamp in
+    /// release builds).
+    #[test]
+    fn pcapng_timestamps_clamp_instead_of_overflowing() {
+        // 1.5 s in microseconds, 10 s offset
+        assert_eq!(pcapng_ts_ns(1_500_000, 1_000_000, 10), 11_500_000_000);
+        // nanosecond resolution, negative offset
+        assert_eq!(pcapng_ts_ns(2_000_000_001, 1_000_000_000, -1), 1_000_000_001);
+        assert_eq!(pcapng_ts_ns(0, 1_000_000, 1 << 62), i64::MAX);
+        assert_eq!(pcapng_ts_ns(0, 1_000_000, i64::MIN), i64::MIN + 1);
+        assert_eq!(pcapng_ts_ns(u64::MAX, 1, 0), i64::MAX);
+    }
 }
