@@ -404,6 +404,14 @@ impl Model {
                     seg_of(arrival, "gap arrival");
                     if cause == GapCause::Snaplen {
                         assert!(bytes <= (s.declared - s.captured) as u64, "snaplen gap larger than what snaplen cut");
+                        // It ends where the cut packet ended. A FIN just taken (the drain after
+                        // it released this packet's part past the FIN) shows here.
+                        let start = s.seq.wrapping_add(s.syn as u32).wrapping_add(s.declared).wrapping_sub(bytes as u32);
+                        if start != self.seq {
+                            let fin_here = !self.fin_taken && self.fins.contains(&self.seq);
+                            assert!(fin_here && start == self.seq.wrapping_add(1), "snaplen gap at seq {start}, the stream is at {}", self.seq);
+                            self.take_fin();
+                        }
                     }
                 }
                 assert!(bytes < 1 << 31, "a gap of {bytes} bytes: more than sequence numbers can tell");
