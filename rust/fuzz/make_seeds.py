@@ -11,7 +11,7 @@ writes OUT_DIR/capture_reader, OUT_DIR/tcp_reassembly and OUT_DIR/amqp_decoder:
   (tshark -z follow,tcp,raw), at most 8 KiB, behind the harness's flags and control bytes
   (several chunkings, one with gaps and a frame_max change);
 - tcp_reassembly: the segment list of those connections (tshark fields: direction, raw
-  sequence and acknowledgement numbers, flags, length), in the `arbitrary` encoding of
+  sequence and acknowledgement numbers, flags, length), in the input format of
   `_core::fuzzing::Conversation`, relative to each side's ISN.
 
 --quick uses only a few fixtures (the CI smoke run). Needs tshark. Only the standard library.
@@ -138,15 +138,11 @@ def decoder_seeds(streams: dict[int, tuple[bytes, bytes]], out: Path) -> None:
                 write(out, bytes([flags & ~1, len(ctrl)]) + ctrl + data[len(data) // 3 :][:STREAM_BYTES])
 
 
-# --- tcp_reassembly -------------------------------------------------------------------------
-# The `arbitrary` 1.x encoding: integers little-endian, bool = one byte (low bit), an enum
-# variant i of n = u32 tag t with (t * n) >> 32 == i, Option = bool then the value, the last
-# field's Vec (arbitrary_take_rest) = a `true` byte before each element. A Rust test
-# (fuzzing.rs, encoding_matches_make_seeds) pins this down.
-
-
-def variant(i: int, n: int) -> bytes:
-    return struct.pack("<I", -(-(i << 32) // n))
+# --- tcp_reassembly ---------------------------------------------------------------------
+# The format of `_core::fuzzing::Conversation` (its `encode`, pinned by the Rust test
+# `conversation_format`): integers little-endian; ISNs, cap, then per segment: side byte,
+# sequence tag (0 Next, 1 Delta i16, 2 Abs u32) and value, acknowledgement tag (0 None, 1 All,
+# 2 Delta i16, 3 Abs u32) and value, flags, length u16, snaplen byte (0: none).
 
 
 def value(kind: str, v: int | None) -> bytes:
@@ -158,14 +154,13 @@ def value(kind: str, v: int | None) -> bytes:
 
 
 def segment(from_b: bool, seq: tuple, ack: tuple, flags: int, length: int) -> bytes:
-    b = bytes([from_b])
-    b += variant(["next", "delta", "abs"].index(seq[0]), 3) + value(*seq)
-    b += variant(["none", "all", "delta", "abs"].index(ack[0]), 4) + value(*ack)
-    return b + bytes([flags & 0x07]) + struct.pack("<H", length) + b"\x00"  # snap: None
+    b = bytes([from_b, ["next", "delta", "abs"].index(seq[0])]) + value(*seq)
+    b += bytes([["none", "all", "delta", "abs"].index(ack[0])]) + value(*ack)
+    return b + bytes([flags & 0x07]) + struct.pack("<H", length) + b"\x00"
 
 
 def conversation(isn: tuple[int, int], cap: int, segs: list[bytes]) -> bytes:
-    return struct.pack("<IIH", isn[0], isn[1], cap) + b"".join(b"\x01" + s for s in segs) + b"\x00"
+    return struct.pack("<IIH", isn[0], isn[1], cap) + b"".join(segs)
 
 
 def reassembly_seeds(fixture: Path, streams: list[int], out: Path) -> None:

@@ -232,7 +232,7 @@ pub fn check_output(out: &Output) {
 // tcp_reassembly: a structured segment sequence, both directions.
 
 /// Where a segment starts, relative to the direction's stream.
-#[derive(Arbitrary, Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub enum Seq {
     /// Right after the highest byte this direction sent so far (in-order data).
     Next,
@@ -243,7 +243,7 @@ pub enum Seq {
 }
 
 /// The acknowledgement a segment carries (for the other direction's stream).
-#[derive(Arbitrary, Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub enum Ack {
     None,
     /// Everything the peer sent so far.
@@ -252,7 +252,7 @@ pub enum Ack {
     Abs(u32),
 }
 
-#[derive(Arbitrary, Debug, Clone)]
+#[derive(Debug, Clone)]
 pub struct Segment {
     /// Sent by B (the broker side, port 5672) rather than A.
     pub from_b: bool,
@@ -266,13 +266,120 @@ pub struct Segment {
     pub snap: Option<u16>,
 }
 
-#[derive(Arbitrary, Debug, Clone)]
+#[derive(Debug, Clone)]
 pub struct Conversation {
     /// Initial sequence number of each direction (A, B).
     pub isn: [u32; 2],
     /// Out-of-order bytes held per direction (`max_reassembly_bytes`).
     pub cap: u16,
     pub segments: Vec<Segment>,
+}
+
+// The input format, by hand rather than derived: simple enough for make_seeds.py to write, and
+// independent of how `arbitrary`'s derive macro encodes enums (it may change between versions).
+
+impl<'a> Arbitrary<'a> for Seq {
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
+        Ok(match u8::arbitrary(u)? % 3 {
+            0 => Seq::Next,
+            1 => Seq::Delta(u.arbitrary()?),
+            _ => Seq::Abs(u.arbitrary()?),
+        })
+    }
+}
+
+impl<'a> Arbitrary<'a> for Ack {
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
+        Ok(match u8::arbitrary(u)? % 4 {
+            0 => Ack::None,
+            1 => Ack::All,
+            2 => Ack::Delta(u.arbitrary()?),
+            _ => Ack::Abs(u.arbitrary()?),
+        })
+    }
+}
+
+impl<'a> Arbitrary<'a> for Segment {
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
+        Ok(Segment {
+            from_b: u.arbitrary()?,
+            seq: u.arbitrary()?,
+            ack: u.arbitrary()?,
+            flags: u.arbitrary()?,
+            len: u.arbitrary()?,
+            snap: u.arbitrary()?,
+        })
+    }
+}
+
+impl<'a> Arbitrary<'a> for Conversation {
+    /// Segments follow one another until the input ends (a short last one is completed with
+    /// zeros, as `arbitrary` does).
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
+        let isn = u.arbitrary()?;
+        let cap = u.arbitrary()?;
+        let mut segments = Vec::new();
+        while !u.is_empty() {
+            segments.push(u.arbitrary()?);
+        }
+        Ok(Conversation { isn, cap, segments })
+    }
+}
+
+impl Conversation {
+    /// Read a conversation from fuzz input ([`Conversation::encode`] gives the format).
+    pub fn parse(data: &[u8]) -> Self {
+        // Reading integers never fails: missing bytes read as zeros.
+        Conversation::arbitrary(&mut Unstructured::new(data)).expect("arbitrary integers do not fail")
+    }
+
+    /// The bytes [`Conversation::parse`] reads back into this conversation (make_seeds.py
+    /// writes the same): ISNs (u32, u32), cap (u16), then each segment: side (u8, low bit),
+    /// sequence tag (u8 % 3: Next, Delta i16, Abs u32) and value, acknowledgement tag (u8 % 4:
+    /// None, All, Delta i16, Abs u32) and value, flags (u8), length (u16), snaplen (u8 low bit
+    /// set: u16 follows). Integers little-endian.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&self.isn[0].to_le_bytes());
+        b.extend_from_slice(&self.isn[1].to_le_bytes());
+        b.extend_from_slice(&self.cap.to_le_bytes());
+        for s in &self.segments {
+            b.push(s.from_b as u8);
+            match s.seq {
+                Seq::Next => b.push(0),
+                Seq::Delta(d) => {
+                    b.push(1);
+                    b.extend_from_slice(&d.to_le_bytes());
+                }
+                Seq::Abs(a) => {
+                    b.push(2);
+                    b.extend_from_slice(&a.to_le_bytes());
+                }
+            }
+            match s.ack {
+                Ack::None => b.push(0),
+                Ack::All => b.push(1),
+                Ack::Delta(d) => {
+                    b.push(2);
+                    b.extend_from_slice(&d.to_le_bytes());
+                }
+                Ack::Abs(a) => {
+                    b.push(3);
+                    b.extend_from_slice(&a.to_le_bytes());
+                }
+            }
+            b.push(s.flags);
+            b.extend_from_slice(&s.len.to_le_bytes());
+            match s.snap {
+                None => b.push(0),
+                Some(n) => {
+                    b.push(1);
+                    b.extend_from_slice(&n.to_le_bytes());
+                }
+            }
+        }
+        b
+    }
 }
 
 /// A concrete segment: sequence numbers resolved, lengths bounded.
@@ -448,7 +555,7 @@ impl Model {
     }
 }
 
-/// `data` is a [`Conversation`] (via `arbitrary`). Its segments go (1) straight to two
+/// `data` is a [`Conversation`] ([`Conversation::encode`] gives the format). Its segments go (1) straight to two
 /// reassemblers, as the pipeline calls them (the peer's ACK first, then the segment), and a
 /// model of each direction checks every chunk: data bytes are the bytes captured at their
 /// sequence numbers, each byte once, in order; gaps are accounted for; nothing passes the
@@ -456,7 +563,7 @@ impl Model {
 /// `span` and `bytes_missing`. (2) The same segments as IPv4 packets (RST included) through
 /// the whole pipeline, carrying AMQP frames, checked by [`check_output`].
 pub fn tcp_reassembly(data: &[u8]) {
-    let Ok(conv) = Conversation::arbitrary_take_rest(Unstructured::new(data)) else { return };
+    let conv = Conversation::parse(data);
     let segs = conv.resolve();
     let cap = conv.cap as u64;
     let mut r = [Reassembler::default(), Reassembler::default()];
@@ -733,41 +840,27 @@ mod tests {
         assert_eq!(plan(&[0xE0, 0xFF], 0), vec![Event::FrameMax(0), Event::Gap(32768)]);
     }
 
-    /// The `arbitrary` encoding that make_seeds.py writes for tcp_reassembly seeds.
+    /// The format that make_seeds.py writes for tcp_reassembly seeds, byte by byte.
     #[test]
-    fn encoding_matches_make_seeds() {
-        let variant = |i: u64, n: u64| (((i << 32) + n - 1) / n) as u32;
+    fn conversation_format() {
         let mut b = Vec::new();
         b.extend_from_slice(&1u32.to_le_bytes());
         b.extend_from_slice(&u32::MAX.to_le_bytes());
         b.extend_from_slice(&64u16.to_le_bytes());
-        // segment 1: from B, Delta(-5), ack Abs(7), SYN|FIN, 10 bytes, snap None
-        b.push(1);
-        b.push(1);
-        b.extend_from_slice(&variant(1, 3).to_le_bytes());
-        b.extend_from_slice(&(-5i16).to_le_bytes());
-        b.extend_from_slice(&variant(3, 4).to_le_bytes());
-        b.extend_from_slice(&7u32.to_le_bytes());
-        b.push(3);
-        b.extend_from_slice(&10u16.to_le_bytes());
-        b.push(0);
-        // segment 2: from A, Next, ack All, no flags, 4095 bytes, snap Some(2)
-        b.push(1);
-        b.push(0);
-        b.extend_from_slice(&variant(0, 3).to_le_bytes());
-        b.extend_from_slice(&variant(1, 4).to_le_bytes());
-        b.push(0);
-        b.extend_from_slice(&4095u16.to_le_bytes());
-        b.push(1);
-        b.extend_from_slice(&2u16.to_le_bytes());
-        b.push(0);
-        let c = Conversation::arbitrary_take_rest(Unstructured::new(&b)).unwrap();
+        // from B, Delta(-5), ack Abs(7), SYN|FIN, 10 bytes, no snaplen
+        b.extend_from_slice(&[1, 1, 0xfb, 0xff, 3, 7, 0, 0, 0, 3, 10, 0, 0]);
+        // from A, Next, ack All, no flags, 4095 bytes, snaplen 2
+        b.extend_from_slice(&[0, 0, 1, 0, 0xff, 0x0f, 1, 2, 0]);
+        let c = Conversation::parse(&b);
         assert_eq!(
             format!("{c:?}"),
             "Conversation { isn: [1, 4294967295], cap: 64, segments: [\
              Segment { from_b: true, seq: Delta(-5), ack: Abs(7), flags: 3, len: 10, snap: None }, \
              Segment { from_b: false, seq: Next, ack: All, flags: 0, len: 4095, snap: Some(2) }] }"
         );
+        assert_eq!(c.encode(), b);
+        // a cut-off last segment reads as if zeros followed
+        assert_eq!(format!("{:?}", Conversation::parse(&b[..b.len() - 3]).segments[1]), "Segment { from_b: false, seq: Next, ack: All, flags: 0, len: 4095, snap: None }");
     }
 
     #[test]
