@@ -273,6 +273,28 @@ mod tests {
     /// Found while fuzzing (the capture_reader harness on a crafted pcapng): an if_tsoffset
     /// of 2^62 s overflowed the multiplication (a panic in debug builds, a wrapped timestamp in
     /// release builds).
+    /// The path entry point and the byte-slice one read the same records, and name the input
+    /// the same way in errors.
+    #[test]
+    fn file_and_bytes_read_the_same() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/gzipped.pcap.gz");
+        let facts = std::fs::read_to_string(format!("{path}.tshark.json")).unwrap();
+        let at = facts.find("\"packets\":").unwrap() + "\"packets\":".len();
+        let tshark_packets: usize = facts[at..].trim_start().split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap();
+        let collect = |v: &mut Vec<(i64, u32, u32, Vec<u8>)>, r: Record<'_>| v.push((r.ts_ns, r.linktype, r.origlen, r.data.to_vec()));
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        let sa = read_capture(path, 16 << 20, |r| collect(&mut a, r)).unwrap();
+        let bytes = std::fs::read(path).unwrap();
+        let sb = read_capture_from(&bytes[..], path, 16 << 20, |r| collect(&mut b, r)).unwrap();
+        assert_eq!(a.len(), tshark_packets);
+        assert!(a == b);
+        assert_eq!(format!("{sa:?}"), format!("{sb:?}"));
+        assert!(sa.compressed);
+        assert_eq!(read_capture_from(&b""[..], "x.pcap", 1 << 20, |_| {}).unwrap_err(), CaptureError::Empty("x.pcap is empty".into()));
+        let missing = "/nonexistent/x.pcap";
+        assert!(matches!(read_capture(missing, 1 << 20, |_| {}), Err(CaptureError::Unreadable(m)) if m.starts_with("cannot open /nonexistent/x.pcap")));
+    }
+
     #[test]
     fn pcapng_timestamps_clamp_instead_of_overflowing() {
         // 1.5 s in microseconds, 10 s offset
