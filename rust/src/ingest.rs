@@ -2,6 +2,7 @@
 //! tcp.stream) → per-direction reassembly → AMQP frames, written into column builders.
 
 use std::collections::HashMap;
+use std::io::Read;
 
 use ahash::RandomState;
 
@@ -10,7 +11,7 @@ use crate::amqp::parser::{decode_content_header, decode_method, method_ids, Fram
 use crate::amqp::spec::{METHODS, METHOD_COUNT};
 use crate::anomaly::AnomalyKind;
 use crate::capture::link::{self, parse_options, LinkError, TcpOptions, ACK, SYN};
-use crate::capture::reader::{read_capture, ReadSummary, Record};
+use crate::capture::reader::{open_capture, read_capture_from, ReadSummary, Record};
 use crate::error::CaptureError;
 use crate::limits::Limits;
 use crate::tables::{
@@ -1339,6 +1340,10 @@ fn on_chunk(c: Chunk<'_>, decoder: &mut Option<Box<Decoder>>, aligned: bool, fee
                     sink.info.snaplen_gap[!sink.origin.from_a as usize] += bytes;
                     (AnomalyKind::TruncatedPacket, next.number, format!("{bytes} bytes cut by the capture's snaplen"))
                 }
+                GapCause::Tail => {
+                    // No packet of this direction follows the hole: no gap_before to add to.
+                    (AnomalyKind::CaptureGap, next.number, format!("{bytes} bytes acknowledged by the peer are missing from the capture's end"))
+                }
                 GapCause::Overflow => {
                     sink.packets.gap_before[next.row as usize] += bytes as i64;
                     (AnomalyKind::ReassemblyOverflow, next.number, format!("{bytes} bytes given up: out-of-order data over the reassembly cap"))
@@ -1551,13 +1556,105 @@ pub fn ingest(
     bodies: bool,
     decrypted: Option<Decrypted>,
 ) -> Result<Output, CaptureError> {
+    ingest_from(open_capture(path)?, path, ports, limits, bodies, decrypted)
+}
+
+/// Decode a capture read from `input` (a byte slice, any reader); `name` stands for it in
+/// error messages.
+pub fn ingest_from(
+    input: impl Read + Send,
+    name: &str,
+    ports: &[u16],
+    limits: &Limits,
+    bodies: bool,
+    decrypted: Option<Decrypted>,
+) -> Result<Output, CaptureError> {
     let mut ing = Ingest::new(ports, limits, bodies);
     if let Some(d) = decrypted {
         ing.set_decrypted(d);
     }
-    let read = read_capture(path, limits.max_record_bytes, |rec| ing.record(rec))?;
+    let read = read_capture_from(input, name, limits.max_record_bytes, |rec| ing.record(rec))?;
     if let Some(why) = ing.nothing_readable(read.records) {
-        return Err(CaptureError::Unsupported(format!("{path}: {why}")));
+        return Err(CaptureError::Unsupported(format!("{name}: {why}")));
     }
     Ok(ing.finish(read))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::link::{FIN, LINKTYPE_IPV4};
+
+    /// A raw IPv4/TCP packet (link type IPV4): 10.0.0.1:40000 is the client, 10.0.0.2:5672 the
+    /// broker.
+    fn packet(from_client: bool, seq: u32, ack: Option<u32>, flags: u16, payload: &[u8]) -> Vec<u8> {
+        let total = (40 + payload.len()) as u16;
+        let (src, dst, sport, dport) = if from_client { ([10, 0, 0, 1], [10, 0, 0, 2], 40000u16, 5672u16) } else { ([10, 0, 0, 2], [10, 0, 0, 1], 5672, 40000) };
+        let mut p = vec![0x45, 0, (total >> 8) as u8, total as u8, 0, 0, 0x40, 0, 64, 6, 0, 0];
+        p.extend_from_slice(&src);
+        p.extend_from_slice(&dst);
+        p.extend_from_slice(&sport.to_be_bytes());
+        p.extend_from_slice(&dport.to_be_bytes());
+        p.extend_from_slice(&seq.to_be_bytes());
+        p.extend_from_slice(&ack.unwrap_or(0).to_be_bytes());
+        let flags = flags | if ack.is_some() { ACK } else { 0 };
+        p.extend_from_slice(&[0x50, flags as u8, 0xff, 0xff, 0, 0, 0, 0]);
+        p.extend_from_slice(payload);
+        p
+    }
+
+    fn run(packets: &[Vec<u8>]) -> Output {
+        let limits = Limits::default();
+        let mut ing = Ingest::new(&[5672], &limits, false);
+        for (i, p) in packets.iter().enumerate() {
+            ing.record(Record { ts_ns: i as i64, linktype: LINKTYPE_IPV4, origlen: p.len() as u32, data: p });
+        }
+        ing.finish(ReadSummary { format: "pcap", records: packets.len() as u64, ..Default::default() })
+    }
+
+    fn i64s<'t>(t: &'t Table, name: &str) -> &'t [i64] {
+        match &t.iter().find(|(n, _)| *n == name).unwrap().1 {
+            Column::I64(v) => v,
+            _ => panic!("{name} is not int64"),
+        }
+    }
+
+    /// The peer acknowledged client bytes the capture never saw, and nothing of the client
+    /// follows: the hole is missing bytes of the client direction, but no packet's
+    /// `gap_before` (found by the capture_reader fuzz target: the capture's last packet, of
+    /// the other direction, got it).
+    #[test]
+    fn acknowledged_tail_is_missing_but_before_no_packet() {
+        let (c, s) = (1000u32, 5000u32);
+        let hdr = PROTOCOL_HEADER_091;
+        let out = run(&[
+            packet(true, c, None, SYN, &[]),
+            packet(false, s, Some(c + 1), SYN, &[]),
+            packet(true, c + 1, Some(s + 1), 0, hdr),
+            // 20 client bytes after the header are not in the capture; the broker acks them
+            packet(false, s + 1, Some(c + 1 + 8 + 20), 0, &[]),
+        ]);
+        assert_eq!(i64s(&out.connections, "c2s_bytes_missing"), [20]);
+        assert_eq!(i64s(&out.connections, "c2s_stream_bytes"), [28]);
+        assert_eq!(i64s(&out.packets, "gap_before"), [0, 0, 0, 0]);
+        let Column::Cat(kinds, names) = &out.anomalies[0].1 else { panic!() };
+        let kinds: Vec<&str> = kinds.iter().map(|&k| names[k as usize]).collect();
+        assert_eq!(kinds, ["capture-gap"]);
+        assert_eq!(i64s(&out.anomalies, "bytes"), [20]);
+    }
+
+    /// The same hole followed by client data: the data's packet carries it.
+    #[test]
+    fn acknowledged_hole_before_data_is_its_gap_before() {
+        let (c, s) = (1000u32, 5000u32);
+        let out = run(&[
+            packet(true, c, None, SYN, &[]),
+            packet(false, s, Some(c + 1), SYN, &[]),
+            packet(true, c + 1, Some(s + 1), 0, PROTOCOL_HEADER_091),
+            packet(false, s + 1, Some(c + 1 + 8 + 20), 0, &[]),
+            packet(true, c + 1 + 28, Some(s + 1), FIN, &[8, 0, 0, 0, 0, 0, 0, 0xCE]),
+        ]);
+        assert_eq!(i64s(&out.connections, "c2s_bytes_missing"), [20]);
+        assert_eq!(i64s(&out.packets, "gap_before"), [0, 0, 0, 0, 20]);
+    }
 }

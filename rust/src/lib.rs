@@ -6,6 +6,8 @@ pub mod amqp;
 pub mod anomaly;
 pub mod capture;
 pub mod error;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod ingest;
 pub mod limits;
 pub mod tables;

@@ -63,7 +63,8 @@ fn is_capture_magic(b: &[u8]) -> bool {
         )
 }
 
-type Source = Chain<Cursor<Vec<u8>>, Box<dyn Read + Send>>;
+/// The sniffed prefix, then the rest of the input.
+type Source<'a> = Chain<Cursor<Vec<u8>>, Box<dyn Read + Send + 'a>>;
 /// Where [`StopAtError`] notes the error that ended the bytes early.
 type ReadError = Arc<Mutex<Option<String>>>;
 
@@ -103,24 +104,23 @@ impl<R: Read> Read for StopAtError<R> {
     }
 }
 
-/// The capture's bytes (decompressed), whether it was compressed, and where a read error that
-/// ended the bytes early is noted.
-fn open_source(path: &str) -> Result<(Source, bool, ReadError), CaptureError> {
-    let mut file = File::open(path)
-        .map_err(|e| CaptureError::Unreadable(format!("cannot open {path}: {e}")))?;
-    let head = read_prefix(&mut file, SNIFF_BYTES)
-        .map_err(|e| CaptureError::Unreadable(format!("cannot read {path}: {e}")))?;
+/// Sniff the input's first bytes: gzip, pcap or pcapng, or an error naming what it is instead.
+/// `name` stands for the input in messages (the path, for files). Returns the capture's bytes
+/// (decompressed), whether it was compressed, and where a read error that ended the bytes early
+/// is noted.
+fn open_source<'a>(mut input: impl Read + Send + 'a, name: &str) -> Result<(Source<'a>, bool, ReadError), CaptureError> {
+    let head = read_prefix(&mut input, SNIFF_BYTES).map_err(|e| CaptureError::Unreadable(format!("cannot read {name}: {e}")))?;
     if head.is_empty() {
-        return Err(CaptureError::Empty(format!("{path} is empty")));
+        return Err(CaptureError::Empty(format!("{name} is empty")));
     }
     let error = Arc::new(Mutex::new(None));
-    let rest: Box<dyn Read + Send> = Box::new(StopAtError {
-        inner: file,
+    let rest: Box<dyn Read + Send + 'a> = Box::new(StopAtError {
+        inner: input,
         error: error.clone(),
     });
     if head.starts_with(&[0x1f, 0x8b]) {
         let gz = MultiGzDecoder::new(Cursor::new(head).chain(rest));
-        let mut gz: Box<dyn Read + Send> = Box::new(StopAtError {
+        let mut gz: Box<dyn Read + Send + 'a> = Box::new(StopAtError {
             inner: gz,
             error: error.clone(),
         });
@@ -128,20 +128,20 @@ fn open_source(path: &str) -> Result<(Source, bool, ReadError), CaptureError> {
         if inner.is_empty() {
             if let Some(e) = error.lock().ok().and_then(|e| e.clone()) {
                 return Err(CaptureError::NotACapture(format!(
-                    "{path} is gzip-compressed but cannot be decompressed: {e}"
+                    "{name} is gzip-compressed but cannot be decompressed: {e}"
                 )));
             }
         }
         if !is_capture_magic(&inner) {
             return Err(CaptureError::NotACapture(format!(
-                "{path} is gzip-compressed but holds no pcap or pcapng capture ({})",
+                "{name} is gzip-compressed but holds no pcap or pcapng capture ({})",
                 describe_start(&inner)
             )));
         }
         return Ok((Cursor::new(inner).chain(gz), true, error));
     }
     if !is_capture_magic(&head) {
-        return Err(CaptureError::NotACapture(format!("{path} is not a pcap or pcapng capture ({})", describe_start(&head))));
+        return Err(CaptureError::NotACapture(format!("{name} is not a pcap or pcapng capture ({})", describe_start(&head))));
     }
     Ok((Cursor::new(head).chain(rest), false, error))
 }
@@ -153,17 +153,45 @@ fn claimed_record_len(data: &[u8], pcapng: bool, big_endian: bool) -> Option<u64
     Some(if big_endian { u32::from_be_bytes(b) } else { u32::from_le_bytes(b) } as u64)
 }
 
+/// Nanoseconds since the epoch of a pcapng timestamp: `raw` units of 1/`units_per_sec` s plus
+/// the interface's `if_tsoffset` seconds. Instants that int64 nanoseconds cannot hold (before
+/// 1678 or after 2262) are clamped, not wrapped, and never i64::MIN, which pandas reads as NaT.
+fn pcapng_ts_ns(raw: u64, units_per_sec: u64, offset_s: i64) -> i64 {
+    let ns = raw as i128 * 1_000_000_000 / units_per_sec as i128 + offset_s as i128 * 1_000_000_000;
+    ns.clamp(i64::MIN as i128 + 1, i64::MAX as i128) as i64
+}
+
+/// Open the capture file at `path` for [`read_capture_from`].
+pub fn open_capture(path: &str) -> Result<File, CaptureError> {
+    File::open(path).map_err(|e| CaptureError::Unreadable(format!("cannot open {path}: {e}")))
+}
+
 /// Stream every record of the capture at `path` to `f`.
-pub fn read_capture(
-    path: &str,
+pub fn read_capture(path: &str, max_record_bytes: u64, f: impl FnMut(Record<'_>)) -> Result<ReadSummary, CaptureError> {
+    read_capture_from(open_capture(path)?, path, max_record_bytes, f)
+}
+
+/// Stream every record of the capture read from `input` (a file, a byte slice) to `f`; `name`
+/// stands for the input in error messages and warnings.
+pub fn read_capture_from(input: impl Read + Send, name: &str, max_record_bytes: u64, f: impl FnMut(Record<'_>)) -> Result<ReadSummary, CaptureError> {
+    read_capture_buffered(input, name, max_record_bytes, BUFFER_BYTES, f)
+}
+
+/// [`read_capture_from`] with another initial read buffer (grown for larger records as
+/// usual). The fuzz harnesses use a small one: allocating 4 MiB per input would dominate their
+/// run time, and fuzz-sized inputs then reach the buffer-growing paths.
+pub fn read_capture_buffered(
+    input: impl Read + Send,
+    name: &str,
     max_record_bytes: u64,
+    buffer_bytes: usize,
     mut f: impl FnMut(Record<'_>),
 ) -> Result<ReadSummary, CaptureError> {
-    let (source, compressed, read_error) = open_source(path)?;
-    let mut reader = match create_reader(BUFFER_BYTES, source) {
+    let (source, compressed, read_error) = open_source(input, name)?;
+    let mut reader = match create_reader(buffer_bytes, source) {
         Ok(r) => r,
-        Err(PcapError::Eof) => return Err(CaptureError::Empty(format!("{path} is empty"))),
-        Err(e) => return Err(CaptureError::NotACapture(format!("{path}: the capture header cannot be read ({e:?})"))),
+        Err(PcapError::Eof) => return Err(CaptureError::Empty(format!("{name} is empty"))),
+        Err(e) => return Err(CaptureError::NotACapture(format!("{name}: the capture header cannot be read ({e:?})"))),
     };
     let mut s = ReadSummary { compressed, ..Default::default() };
     let mut interfaces: Vec<Interface> = Vec::new();
@@ -171,7 +199,7 @@ pub fn read_capture(
     let mut big_endian = false;
     let mut pcapng = false;
     let mut last_ts: i64 = 0;
-    let mut buffer_size = BUFFER_BYTES;
+    let mut buffer_size = buffer_bytes;
     let note_linktype = |lt: u32, s: &mut ReadSummary| {
         if !s.linktypes.contains(&lt) {
             s.linktypes.push(lt);
@@ -217,8 +245,7 @@ pub fn read_capture(
                                 let (lt, ts) = match iface {
                                     Some(i) => {
                                         let raw = ((epb.ts_high as u64) << 32) | epb.ts_low as u64;
-                                        let ns = (raw as u128 * 1_000_000_000 / i.units_per_sec as u128) as i64;
-                                        (i.linktype, ns + i.offset_s * 1_000_000_000)
+                                        (i.linktype, pcapng_ts_ns(raw, i.units_per_sec, i.offset_s))
                                     }
                                     None => (u32::MAX, last_ts),
                                 };
@@ -301,10 +328,51 @@ pub fn read_capture(
         ));
     }
     if s.records == 0 && s.format.is_empty() {
-        return Err(CaptureError::NotACapture(format!("{path}: no capture header")));
+        return Err(CaptureError::NotACapture(format!("{name}: no capture header")));
     }
     if s.records == 0 && !s.truncated {
         s.warnings.push("the capture holds no packets".into());
     }
     Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found while fuzzing (the capture_reader harness on a crafted pcapng): an if_tsoffset
+    /// of 2^62 s overflowed the multiplication (a panic in debug builds, a wrapped timestamp in
+    /// release builds).
+    /// The path entry point and the byte-slice one read the same records, and name the input
+    /// the same way in errors.
+    #[test]
+    fn file_and_bytes_read_the_same() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/gzipped.pcap.gz");
+        let facts = std::fs::read_to_string(format!("{path}.tshark.json")).unwrap();
+        let at = facts.find("\"packets\":").unwrap() + "\"packets\":".len();
+        let tshark_packets: usize = facts[at..].trim_start().split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap();
+        let collect = |v: &mut Vec<(i64, u32, u32, Vec<u8>)>, r: Record<'_>| v.push((r.ts_ns, r.linktype, r.origlen, r.data.to_vec()));
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        let sa = read_capture(path, 16 << 20, |r| collect(&mut a, r)).unwrap();
+        let bytes = std::fs::read(path).unwrap();
+        let sb = read_capture_from(&bytes[..], path, 16 << 20, |r| collect(&mut b, r)).unwrap();
+        assert_eq!(a.len(), tshark_packets);
+        assert!(a == b);
+        assert_eq!(format!("{sa:?}"), format!("{sb:?}"));
+        assert!(sa.compressed);
+        assert_eq!(read_capture_from(&b""[..], "x.pcap", 1 << 20, |_| {}).unwrap_err(), CaptureError::Empty("x.pcap is empty".into()));
+        let missing = "/nonexistent/x.pcap";
+        assert!(matches!(read_capture(missing, 1 << 20, |_| {}), Err(CaptureError::Unreadable(m)) if m.starts_with("cannot open /nonexistent/x.pcap")));
+    }
+
+    #[test]
+    fn pcapng_timestamps_clamp_instead_of_overflowing() {
+        // 1.5 s in microseconds, 10 s offset
+        assert_eq!(pcapng_ts_ns(1_500_000, 1_000_000, 10), 11_500_000_000);
+        // nanosecond resolution, negative offset
+        assert_eq!(pcapng_ts_ns(2_000_000_001, 1_000_000_000, -1), 1_000_000_001);
+        assert_eq!(pcapng_ts_ns(0, 1_000_000, 1 << 62), i64::MAX);
+        assert_eq!(pcapng_ts_ns(0, 1_000_000, i64::MIN), i64::MIN + 1);
+        assert_eq!(pcapng_ts_ns(u64::MAX, 1, 0), i64::MAX);
+    }
 }

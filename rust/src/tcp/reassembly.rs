@@ -23,6 +23,9 @@ pub enum GapCause {
     Snaplen,
     /// Out-of-order data exceeded the reassembly cap and the hole was given up.
     Overflow,
+    /// The peer acknowledged bytes after the last ones captured, and the capture ended: no
+    /// packet of this direction follows the hole (`next` is the capture's last packet).
+    Tail,
 }
 
 pub enum Chunk<'a> {
@@ -105,6 +108,8 @@ pub struct Reassembler {
     /// The last delivered bytes the peer has not acknowledged (they end at `next_off`), to
     /// compare retransmissions with.
     recent: VecDeque<u8>,
+    /// The latest `arrival` handed out so far.
+    last_arrival: PacketRef,
 }
 
 impl Reassembler {
@@ -115,6 +120,17 @@ impl Reassembler {
     /// Stream bytes accounted for (delivered or missing), FIN excluded.
     pub fn span(&self) -> u64 {
         self.next_off - self.fin_done as u64
+    }
+
+    /// The next sequence number expected in order (past a FIN once one was taken).
+    pub fn next_seq(&self) -> u32 {
+        self.next_seq
+    }
+
+    /// Out-of-order bytes held while waiting for a hole to fill, plus the per-segment overhead:
+    /// what the `max_reassembly_bytes` cap limits.
+    pub fn buffered_bytes(&self) -> u64 {
+        self.ooo.as_ref().map_or(0, |o| o.cost)
     }
 
     fn offset_of(&self, seq: u32) -> i64 {
@@ -390,7 +406,7 @@ impl Reassembler {
         // More than one byte: a FIN the capture missed is acknowledged too.
         if self.peer_acked_off > self.next_off + 1 {
             let hole = self.peer_acked_off - self.next_off;
-            self.gap(hole, GapCause::Dropped, packet, packet, out);
+            self.gap(hole, GapCause::Tail, packet, packet, out);
         }
     }
 
@@ -405,7 +421,19 @@ impl Reassembler {
         }
     }
 
+    /// Chunks never name an earlier `arrival` than the chunks before them. When holes are
+    /// given up, buffered segments come out in stream order, which need not be capture order
+    /// (an overlapping retransmission captured later but starting earlier): a frame must not
+    /// complete in a packet captured before one that holds its first bytes.
+    fn later(&mut self, arrival: PacketRef) -> PacketRef {
+        if arrival.number >= self.last_arrival.number {
+            self.last_arrival = arrival;
+        }
+        self.last_arrival
+    }
+
     fn gap(&mut self, bytes: u64, cause: GapCause, next: PacketRef, arrival: PacketRef, out: &mut impl FnMut(Chunk<'_>)) {
+        let arrival = self.later(arrival);
         self.bytes_missing += bytes;
         self.next_off += bytes;
         self.next_seq = self.next_seq.wrapping_add(bytes as u32);
@@ -430,6 +458,7 @@ impl Reassembler {
         retain: u64,
         out: &mut impl FnMut(Chunk<'_>),
     ) {
+        let arrival = self.later(arrival);
         let captured = (data.len() as u64).min(declared);
         if trim < captured {
             let bytes = &data[trim as usize..captured as usize];
@@ -557,6 +586,30 @@ mod tests {
         run(&mut r, &mut o, 14, b"op", 4);
         assert_eq!(o.bytes, b"abefklop");
         assert_eq!(o.gaps, vec![(2, GapCause::Dropped), (2, GapCause::Dropped), (2, GapCause::Dropped), (2, GapCause::Dropped)]);
+    }
+
+    /// Found by the tcp_reassembly fuzz target: a hole given up at the end releases the
+    /// buffered segments in stream order; a later-captured one that starts earlier must not
+    /// make the next chunks arrive "before" it.
+    #[test]
+    fn released_chunks_never_arrive_earlier() {
+        let mut r = Reassembler::default();
+        let mut o = Out::default();
+        run(&mut r, &mut o, 0, b"0123456789", 1);
+        run(&mut r, &mut o, 20, b"KLMNOPQRST", 2); // ahead: hole 10..20
+        run(&mut r, &mut o, 15, b"fghijKLMNO", 3); // overlaps the hole and packet 2
+        let mut arrivals = Vec::new();
+        r.finish(pr(4), &mut |c| match c {
+            Chunk::Data { bytes, from, arrival } => {
+                o.bytes.extend_from_slice(bytes);
+                arrivals.push((from.number, arrival.number));
+            }
+            Chunk::Gap { bytes, cause, .. } => o.gaps.push((bytes, cause)),
+        });
+        assert_eq!(o.bytes, b"0123456789fghijKLMNOPQRST");
+        assert_eq!(o.gaps, vec![(5, GapCause::Dropped)]);
+        // packet 3's bytes come first; packet 2's rest follows, released with packet 3
+        assert_eq!(arrivals, vec![(3, 3), (2, 3)]);
     }
 
     #[test]
