@@ -1078,7 +1078,12 @@ impl<'l> Ingest<'l> {
                     let feed = !st.decrypted;
                     reasm.finish(last, &mut |c| on_chunk(c, decoder, aligned, feed, &mut sink, limits));
                     if let Some(mut dec) = decoder.take() {
-                        dec.finish(last.number, limits, &mut sink);
+                        // What the decoder still completes or gives up at the end is in bytes
+                        // the direction's latest data packet handed out, not in the capture's
+                        // last packet (often of another stream).
+                        let here = reasm.last_arrival().unwrap_or(last);
+                        sink.arrival_row = here.row;
+                        dec.finish(here.number, limits, &mut sink);
                         // Only the counts are needed from here on: free the buffers before the
                         // tables are built.
                         dir.bytes_decoded = dec.bytes_decoded;

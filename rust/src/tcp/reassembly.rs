@@ -425,6 +425,11 @@ impl Reassembler {
     /// given up, buffered segments come out in stream order, which need not be capture order
     /// (an overlapping retransmission captured later but starting earlier): a frame must not
     /// complete in a packet captured before one that holds its first bytes.
+    /// The packet that handed out the direction's latest bytes, if any did.
+    pub fn last_arrival(&self) -> Option<PacketRef> {
+        (self.last_arrival.number > 0).then_some(self.last_arrival)
+    }
+
     fn later(&mut self, arrival: PacketRef) -> PacketRef {
         if arrival.number >= self.last_arrival.number {
             self.last_arrival = arrival;
