@@ -62,7 +62,9 @@ enum TlsStart {
 
 /// At the start of a direction (`aligned`: its SYN was seen, so this is its first byte) a
 /// handshake record (ClientHello / ServerHello) means TLS. Mid-connection, a record header
-/// followed by another one (or by exactly the end of the bytes so far) does.
+/// followed by another one does. The answer must not depend on where the bytes so far happen to
+/// end (the decoder gives the same result however the stream is segmented), so a record that
+/// ends exactly there waits for the next header.
 fn tls_start(b: &[u8], aligned: bool) -> TlsStart {
     match tls_record(b) {
         Err(_) => TlsStart::NeedMore,
@@ -74,8 +76,7 @@ fn tls_start(b: &[u8], aligned: bool) -> TlsStart {
                 TlsStart::No
             }
         }
-        Ok(Some(n)) if n == b.len() => TlsStart::Yes,
-        Ok(Some(n)) if n > b.len() => TlsStart::NeedMore,
+        Ok(Some(n)) if n >= b.len() => TlsStart::NeedMore,
         Ok(Some(n)) => match tls_record(&b[n..]) {
             Err(_) => TlsStart::NeedMore,
             Ok(None) => TlsStart::No,
@@ -216,6 +217,18 @@ impl Decoder {
 
     /// End of stream: whatever is unfinished is counted as skipped.
     pub fn finish(&mut self, packet: u32, limits: &Limits, sink: &mut impl FrameSink) {
+        // Every byte is in now: a direction that started mid-connection and holds exactly one
+        // whole TLS record (the decision waited for a second record header) is TLS.
+        if matches!(self.state, State::Start { .. })
+            && matches!(tls_record(&self.buf), Ok(Some(n)) if n == self.buf.len())
+        {
+            let n = self.buf.len() as u64;
+            self.buf.clear();
+            self.buf_offset += n;
+            self.bytes_skipped += n;
+            self.bytes_encrypted += n;
+            self.state = State::Encrypted { packet };
+        }
         if let State::Encrypted { packet: first } = self.state {
             let n = self.bytes_encrypted;
             sink.anomaly(AnomalyKind::TlsEncrypted, first, n, format!("TLS: {n} encrypted bytes skipped (decrypt with a TLS key log)"));
