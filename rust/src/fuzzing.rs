@@ -81,6 +81,11 @@ fn column_len(c: &Column) -> usize {
             assert!(codes.iter().all(|&c| c >= -1 && (c as i64) < dict.len() as i64), "string code out of range");
             codes.len()
         }
+        Str8(codes, dict) => {
+            assert!(dict.len() < crate::tables::STR8_MAX_CATEGORIES, "1-byte codes for a large dictionary");
+            assert!(codes.iter().all(|&c| c >= -1 && (c as i64) < dict.len() as i64), "string code out of range");
+            codes.len()
+        }
         Cat(codes, names) => {
             assert!(codes.iter().all(|&c| c >= -1 && (c as i64) < names.len() as i64), "category code out of range");
             codes.len()
@@ -108,7 +113,7 @@ fn ints(c: &Column) -> Vec<Option<i64>> {
     }
     use Column::*;
     match c {
-        I8(v) | Cat(v, _) => v.iter().map(|&x| Some(x as i64)).collect(),
+        I8(v) | Cat(v, _) | Str8(v, _) => v.iter().map(|&x| Some(x as i64)).collect(),
         I16(v) => v.iter().map(|&x| Some(x as i64)).collect(),
         I32(v) | Str(v, _) => v.iter().map(|&x| Some(x as i64)).collect(),
         I64(v) | Ts(v) => v.iter().map(|&x| Some(x)).collect(),

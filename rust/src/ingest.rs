@@ -14,7 +14,7 @@ use crate::capture::link::{self, parse_options, LinkError, TcpOptions, ACK, SYN}
 use crate::capture::reader::{open_capture, read_capture_from, ReadSummary, Record};
 use crate::error::CaptureError;
 use crate::limits::Limits;
-use crate::tables::{
+use crate::tables::{str_column, 
     direction_codes, keep_rows, Column, OptCol, RowOrigin, Sparse, SparseStr, StrCol, Table,
     DIRECTIONS,
 };
@@ -1440,7 +1440,7 @@ fn frames_table(f: FramesBuilder, a_is_client: &[bool], all_ts: &[i64]) -> Table
         ("size_bytes", Column::I64(f.size_bytes)),
         ("class_id", f.class_id.finish()),
         ("method_id", f.method_id.finish()),
-        ("method", Column::Str(f.method, method_names)),
+        ("method", str_column(f.method, method_names)),
         ("consumer_tag", f.consumer_tag.finish(n)),
         ("delivery_tag", f.delivery_tag.finish(n)),
         ("redelivered", f.redelivered.finish(n)),

@@ -70,6 +70,7 @@ mod python {
                 let n = dict.len();
                 ("str", codes(py, c, n), PyList::new(py, dict)?).into_pyobject(py)?
             }
+            Column::Str8(c, dict) => ("str", arr(py, c), PyList::new(py, dict)?).into_pyobject(py)?,
             Column::Cat(c, names) => {
                 ("cat", arr(py, c), PyList::new(py, names)?).into_pyobject(py)?
             }

@@ -24,6 +24,10 @@ pub enum Column {
     NullTs(Vec<i64>, Vec<bool>),
     /// Dictionary-encoded text: codes into `dict`, -1 for missing.
     Str(Vec<i32>, Vec<String>),
+    /// `Str` with fewer than 127 distinct values, already in the 1-byte codes pandas keeps for
+    /// such a categorical. Sparse argument columns are spread straight into this width: with
+    /// i32 codes the ~25 text columns of a million-frame table held ~80 MB more at the peak.
+    Str8(Vec<i8>, Vec<String>),
     /// A fixed vocabulary (direction, frame type, anomaly kind): codes into the names, -1 missing.
     Cat(Vec<i8>, Vec<&'static str>),
     /// Free text for the small tables (connections, anomaly details), dictionary-encoded like
@@ -219,6 +223,7 @@ impl Column {
             Column::NullU64(v, m) => (v.shrink_to_fit(), m.shrink_to_fit()).1,
             Column::NullBool(v, m) => (v.shrink_to_fit(), m.shrink_to_fit()).1,
             Column::Str(c, _) => c.shrink_to_fit(),
+            Column::Str8(c, _) => c.shrink_to_fit(),
             Column::Cat(c, _) => c.shrink_to_fit(),
             Column::Text(c, _) => c.shrink_to_fit(),
             Column::Bytes(d, e) => (d.shrink_to_fit(), e.shrink_to_fit()).1,
@@ -276,6 +281,18 @@ sparse_finish!(u32, NullU32);
 sparse_finish!(u64, NullU64);
 sparse_finish!(bool, NullBool);
 
+/// pandas keeps a categorical's codes as int8 below this many categories (`coerce_indexer_dtype`).
+pub const STR8_MAX_CATEGORIES: usize = i8::MAX as usize;
+
+/// Dense codes of a small dictionary in the width of [`Column::Str8`].
+pub fn str_column(codes: Vec<i32>, dict: Vec<String>) -> Column {
+    if dict.len() < STR8_MAX_CATEGORIES {
+        Column::Str8(codes.into_iter().map(|c| c as i8).collect(), dict)
+    } else {
+        Column::Str(codes, dict)
+    }
+}
+
 /// Sparse dictionary-encoded text.
 #[derive(Default)]
 pub struct SparseStr {
@@ -294,6 +311,13 @@ impl SparseStr {
         }
     }
     pub fn finish(self, n: usize) -> Column {
+        if self.dict.values.len() < STR8_MAX_CATEGORIES {
+            let mut codes = vec![-1i8; n];
+            for (r, c) in self.rows.into_iter().zip(self.codes) {
+                codes[r as usize] = c as i8;
+            }
+            return Column::Str8(codes, self.dict.values);
+        }
         let mut codes = vec![-1i32; n];
         for (r, c) in self.rows.into_iter().zip(self.codes) {
             codes[r as usize] = c;
