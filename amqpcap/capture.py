@@ -6,9 +6,11 @@ dtypes (nullable integers, categoricals, UTC timestamps) without per-row Python 
 
 from __future__ import annotations
 
+import functools
 import os
+import threading
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -65,6 +67,12 @@ class Capture:
     #: (matched deliveries, consumer state, stream-ordered packet columns). Clear it after
     #: editing a table in place.
     derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _derivation_locks: dict[str, threading.RLock] = field(default_factory=dict, repr=False, compare=False)
+
+    def derivation_lock(self, name: str) -> threading.RLock:
+        """The lock of one derivation (see `computed_once`) on this capture."""
+        with _LOCKS_GUARD:
+            return self._derivation_locks.setdefault(name, threading.RLock())
 
     @property
     def warnings(self) -> list[str]:
@@ -79,6 +87,24 @@ class Capture:
 
 
 _NAT = np.iinfo(np.int64).min
+
+_LOCKS_GUARD = threading.Lock()
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def computed_once(fn: _F) -> _F:
+    """For a function of a Capture that keeps its result in ``cap.derived``: concurrent first
+    calls on one capture wait for each other, so the value is computed once even when the
+    analyzers run in threads (`amqpcap.analysis.run_all`). A derivation only calls the ones it
+    is built from, never one built from it, so taking the locks in call order cannot deadlock."""
+    name = f"{fn.__module__}.{fn.__qualname__}"
+
+    @functools.wraps(fn)
+    def locked(cap: Capture, *args: Any, **kwargs: Any) -> Any:
+        with cap.derivation_lock(name):
+            return fn(cap, *args, **kwargs)
+
+    return locked  # type: ignore[return-value]
 
 
 _UTC = pd.DatetimeTZDtype(unit="ns", tz="UTC")

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import __version__
-from .analysis import analyzers, rank
+from .analysis import analyzers, rank, run_all
 from .capture import DEFAULT_PORTS, Capture, Limits, load
 from .errors import AmqpcapError, UsageError
 from .render import findings_table, print_result
@@ -260,7 +260,7 @@ def analyze(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, out
     if bodies and out_dir is None:
         raise UsageError("--bodies needs --out DIR: the bodies are written there, never printed")
     cap = _load(capture, port, limit, bodies=bodies, tls_keylog=tls_keylog)
-    results = [fn(cap) for fn, _ in analyzers().values()]
+    results = run_all(cap)
     summary = build_summary(cap, results)
     findings = rank([f for r in results for f in r.findings])
     c = summary["capture"]

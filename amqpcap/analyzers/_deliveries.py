@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..capture import Capture
+from ..capture import Capture, computed_once
 
 KEY = ["stream", "channel", "epoch"]
 #: consumer tag used for basic.get-ok deliveries (they have no consumer)
@@ -34,6 +34,7 @@ DELIVER_METHODS = ("basic.deliver", "basic.get-ok")
 _TEXT = ("consumer_tag", "queue", "exchange", "routing_key")
 
 
+@computed_once
 def methods(cap: Capture) -> pd.DataFrame:
     """Method frames: stream, channel, epoch (see module doc), space (dense code of the tag space
     (stream, channel, epoch), in sorted order), order (position in cap.frames), method, direction.
@@ -277,6 +278,7 @@ def match_settlements(items: pd.DataFrame, settlers: pd.DataFrame) -> np.ndarray
     return out
 
 
+@computed_once
 def consumes(cap: Capture) -> pd.DataFrame:
     """basic.consume (client) with the tag the broker confirmed: an empty consumer tag in
     basic.consume means "broker, choose one", given back in the next basic.consume-ok on that
@@ -317,6 +319,7 @@ def consumes(cap: Capture) -> pd.DataFrame:
     return out
 
 
+@computed_once
 def deliveries(cap: Capture) -> pd.DataFrame:
     """One row per basic.deliver / basic.get-ok, with the frame that settled it.
 
@@ -542,6 +545,7 @@ def confirms(cap: Capture) -> pd.DataFrame:
     return p[cols].reset_index(drop=True)
 
 
+@computed_once
 def queue_backlog(cap: Capture) -> pd.DataFrame:
     """Lower bound of each consumed queue's backlog over time, from what the capture shows.
 

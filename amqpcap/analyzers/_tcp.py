@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..capture import Capture
+from ..capture import Capture, computed_once
 
 def ns(ts: pd.Series) -> np.ndarray:
     """Timestamps as int64 nanoseconds since the epoch (whole column, no per-row objects)."""
@@ -69,6 +69,7 @@ class StreamOrder:
         return col
 
 
+@computed_once
 def stream_order(cap: Capture) -> StreamOrder:
     """The (cached) stream-ordered packet columns of `cap`."""
     hit = cap.derived.get("stream_order")

@@ -14,12 +14,13 @@ import numpy as np
 import pandas as pd
 
 from ..analysis import AnalyzerResult, Finding, Plot, analyzer, packets_filter, stream_filter
-from ..capture import Capture
+from ..capture import Capture, computed_once
 from . import _deliveries as D
 
 CONSUMER = ["stream", "channel", "epoch", "consumer_tag"]
 
 
+@computed_once
 def _consumer_rows(cap: Capture) -> pd.DataFrame:
     """One row per acknowledging consumer: start (consume-ok, else first delivery), end, queue,
     prefetch from basic.qos (per consumer), whether its basic.consume is in the capture.
@@ -100,6 +101,7 @@ def _empty_state(cap: Capture) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=dtypes[c]) for c in STATE_COLUMNS})
 
 
+@computed_once
 def consumer_state(cap: Capture) -> pd.DataFrame:
     """Per consumer step series of its unacked count, prefetch and deficit.
 
@@ -221,6 +223,7 @@ def _i8(s: pd.Series) -> np.ndarray:
     return s.array.asi8 if hasattr(s.array, "asi8") else pd.to_datetime(s).array.asi8
 
 
+@computed_once
 def _acked_deliveries(cap: Capture):
     """The deliveries of acknowledging consumers (not no-ack, not basic.get), with each one's
     consumer code and the consumers' key table (row i: the consumer of code i, codes in the

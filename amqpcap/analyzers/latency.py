@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis import AnalyzerResult, Finding, Plot, analyzer, packets_filter, stream_filter
-from ..capture import Capture
+from ..capture import Capture, computed_once
 from . import _deliveries as D
 
 #: broker-slow-refill: median ack→next-deliver (with messages known to be waiting) above this is
@@ -55,6 +55,7 @@ def stats(values) -> dict:
             "max_s": float(v.max()), "mean_s": float(v.mean())}
 
 
+@computed_once
 def ack_gaps(cap: Capture) -> pd.DataFrame:
     """One row per client ack/nack/reject: the next delivery on its channel and the gap.
 
