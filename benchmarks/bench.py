@@ -1,13 +1,18 @@
 #!/usr/bin/env python3
 """Benchmark amqpcap's ingestion against tshark on the same capture, in one run.
 
-    python benchmarks/bench.py CAPTURE [--repeat 3]
+    python benchmarks/bench.py CAPTURE [--repeat 3] [--analyze]
 
 Runs, each in its own process (so peak memory is per tool):
   amqpcap:  amqpcap.load(CAPTURE) — all four tables (frames, packets, connections, anomalies)
   tshark:   tshark -r CAPTURE -Y amqp -T fields -e frame.number -e amqp.method.class -e amqp.method.method
 and prints wall time, packets/s, MB/s, peak RSS (and its ratio to the file size) and the
 tshark/amqpcap time ratio. The best of --repeat runs is reported for each tool.
+
+With --analyze the amqpcap child then does what `amqpcap analyze` does: every analyzer
+(`analysis.run_all`) and the summary, timed against the load ("analyze without plots"), and then
+writes the report with plots (tables as CSV, PNGs, report.html, summary.json) into a temporary
+directory, timed on its own.
 """
 
 from __future__ import annotations
@@ -27,9 +32,27 @@ import amqpcap
 t1 = time.perf_counter()
 cap = amqpcap.load(sys.argv[1])
 t2 = time.perf_counter()
-print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "packets": cap.summary["packets"],
-                  "frames": len(cap.frames), "connections": len(cap.connections),
-                  "anomalies": len(cap.anomalies)}))
+info = {"import_s": t1 - t0, "load_s": t2 - t1, "packets": cap.summary["packets"],
+        "frames": len(cap.frames), "connections": len(cap.connections), "anomalies": len(cap.anomalies)}
+if "--analyze" in sys.argv:
+    import tempfile
+    from pathlib import Path
+    from amqpcap.analysis import rank, run_all
+    from amqpcap.html import write_report
+    from amqpcap.report import build_summary, write_result, write_summary
+    results = run_all(cap)
+    summary = build_summary(cap, results)
+    findings = rank([f for r in results for f in r.findings])
+    t3 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as d:
+        out = Path(d)
+        write_summary(summary, out)
+        for r in results:
+            write_result(r, out, "csv", plots=True)
+        write_report(cap, results, summary, out)
+    t4 = time.perf_counter()
+    info.update(analyze_s=t3 - t2, report_s=t4 - t3, findings=len(findings))
+print(json.dumps(info))
 """
 
 
@@ -50,12 +73,15 @@ def main() -> None:
     ap.add_argument("capture")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-tshark", action="store_true")
+    ap.add_argument("--analyze", action="store_true", help="also time the analyzers and the report (issue 3's targets)")
     args = ap.parse_args()
     size = os.path.getsize(args.capture)
 
+    # what the process holds before any capture: the interpreter with amqpcap and pandas imported
+    base_rss = min(run([sys.executable, "-c", "import amqpcap, amqpcap.analysis"])[1] for _ in range(2))
     best = None
     for _ in range(args.repeat):
-        wall, rss, out = run([sys.executable, "-c", AMQPCAP_CHILD, args.capture])
+        wall, rss, out = run([sys.executable, "-c", AMQPCAP_CHILD, args.capture] + (["--analyze"] if args.analyze else []))
         info = json.loads(out)
         if best is None or info["load_s"] < best[1]["load_s"]:
             best = (wall, info, rss)
@@ -64,8 +90,15 @@ def main() -> None:
     print(f"capture: {args.capture} ({size / 1e6:.1f} MB, {n:,} packets)")
     print(f"amqpcap: load {info['load_s']:.3f} s (process {wall:.3f} s incl. Python start and imports), "
           f"{n / info['load_s'] / 1e6:.2f} M packets/s, {size / info['load_s'] / 1e6:.0f} MB/s, "
-          f"peak RSS {rss / 1e6:.0f} MB = {rss / size:.2f} x file; "
+          f"peak RSS {rss / 1e6:.0f} MB = {rss / size:.2f} x file{' (load and analyze)' if args.analyze else ''}, "
+          f"{(rss - base_rss) / 1e6:.0f} MB = {(rss - base_rss) / size:.2f} x file above the {base_rss / 1e6:.0f} MB "
+          f"of Python with amqpcap, numpy and pandas imported; "
           f"{info['frames']:,} frames, {info['connections']:,} connections, {info['anomalies']:,} anomalies")
+    if args.analyze:
+        load, an = info["load_s"], info["analyze_s"]
+        print(f"analyze: analyzers and summary {an:.3f} s = {an / load:.2f} x load; load + analyzers "
+              f"{load + an:.3f} s = {(load + an) / load:.2f} x load; {info['findings']} findings; "
+              f"report with plots +{info['report_s']:.2f} s")
     if args.no_tshark:
         return
     tshark = shutil.which("tshark")
