@@ -65,7 +65,8 @@ class Capture:
     summary: dict[str, Any] = field(default_factory=dict)
     #: values the analyzers derive from the tables, computed once and shared between analyzers
     #: (matched deliveries, consumer state, stream-ordered packet columns). Clear it after
-    #: editing a table in place.
+    #: editing a table in place. Each derivation fills it under its own lock (`computed_once`),
+    #: so analyzers running in threads compute a shared value once.
     derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     _derivation_locks: dict[str, threading.RLock] = field(default_factory=dict, repr=False, compare=False)
 
