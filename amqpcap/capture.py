@@ -68,7 +68,7 @@ class Capture:
     #: editing a table in place. Each derivation fills it under its own lock (`computed_once`),
     #: so analyzers running in threads compute a shared value once.
     derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
-    _derivation_locks: dict[str, threading.RLock] = field(default_factory=dict, repr=False, compare=False)
+    _derivation_locks: dict[str, threading.RLock] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def derivation_lock(self, name: str) -> threading.RLock:
         """The lock of one derivation (see `computed_once`) on this capture."""

@@ -22,7 +22,7 @@ CAPTURES = sorted(p.name for p in FIX.iterdir() if p.name.endswith((".pcap", ".p
 
 def fresh(cap: amqpcap.Capture) -> amqpcap.Capture:
     """The same tables with nothing derived yet."""
-    return dataclasses.replace(cap, derived={}, _derivation_locks={})
+    return dataclasses.replace(cap, derived={})  # (and new derivation locks: not an init field)
 
 
 def as_json(v) -> str:
