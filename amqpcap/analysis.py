@@ -104,7 +104,7 @@ def run_all(cap: Capture, workers: int | None = None) -> list[AnalyzerResult]:
     if workers <= 1:
         return [fn(cap) for fn, _ in registry.values()]
     # Longest first, so the short ones fill in at the end; measured best of the orders tried.
-    start = sorted(registry, key=lambda name: (name not in _LONGEST, _LONGEST.index(name) if name in _LONGEST else 0))
+    start = [name for name in _LONGEST if name in registry] + [name for name in registry if name not in _LONGEST]
     with ThreadPoolExecutor(workers, thread_name_prefix="amqpcap-analyzer") as pool:
         done = dict(zip(start, pool.map(lambda name: registry[name][0](cap), start)))
     return [done[name] for name in registry]
