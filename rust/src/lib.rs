@@ -41,7 +41,7 @@ mod python {
     /// Dictionary codes in the narrowest integer type pandas would pick itself, so that
     /// `Categorical.from_codes` keeps our array instead of copying it.
     fn codes<'py>(py: Python<'py>, codes: Vec<i32>, categories: usize) -> Bound<'py, PyAny> {
-        if categories < i8::MAX as usize {
+        if categories < crate::tables::STR8_MAX_CATEGORIES {
             arr(py, codes.into_iter().map(|c| c as i8).collect::<Vec<_>>()).into_any()
         } else if categories < i16::MAX as usize {
             arr(py, codes.into_iter().map(|c| c as i16).collect::<Vec<_>>()).into_any()
