@@ -9,7 +9,6 @@ subcommand of the same name automatically, and `amqpcap analyze` runs every anal
 from __future__ import annotations
 
 import importlib
-import os
 import pkgutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -91,28 +90,23 @@ def analyzers() -> dict[str, tuple[AnalyzerFn, str]]:
 def run_all(cap: Capture, workers: int | None = None) -> list[AnalyzerResult]:
     """Every analyzer on ``cap``, results in `analyzers` order (what ``amqpcap analyze`` runs).
 
-    They run in ``workers`` threads (default: one per available CPU, at most one per analyzer;
-    1 runs them one after the other). Nearly all of their time is spent in numpy and pandas
-    kernels, which release the GIL, so the threads use the cores: on the 2-core benchmark
-    machine the analyzers of a 1M-packet capture take ~1.3 s instead of ~2.6 s. What they
-    share (matched deliveries, consumer state, stream-ordered packets) is computed once
-    (`amqpcap.capture.computed_once`); the results equal those of the serial run."""
+    They run in ``workers`` threads (default: one per analyzer; 1 runs them one after the
+    other). Nearly all of their time is spent in numpy and pandas kernels, which release the
+    GIL, so the threads use the cores. What they share (matched deliveries, consumer state,
+    stream-ordered packets) is computed once (`amqpcap.capture.computed_once`); the results
+    equal those of the serial run.
+
+    One thread per analyzer rather than per core: an analyzer waiting for a shared value
+    another one is computing holds no core, so with fewer threads than analyzers a core can sit
+    idle while the rest queue. On the 1M-packet benchmark (2 cores, a fresh load before each
+    run, 5 runs each, interleaved) one thread per core took 1.14 s (median), one per analyzer
+    0.96 s. A shorter GIL switch interval (1 ms) did not help there."""
     registry = analyzers()
-    if workers is None:
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        workers = min(cpus, len(registry))
+    workers = len(registry) if workers is None else min(workers, len(registry))
     if workers <= 1:
         return [fn(cap) for fn, _ in registry.values()]
-    # Longest first, so the short ones fill in at the end; measured best of the orders tried.
-    start = [name for name in _LONGEST if name in registry] + [name for name in registry if name not in _LONGEST]
     with ThreadPoolExecutor(workers, thread_name_prefix="amqpcap-analyzer") as pool:
-        done = dict(zip(start, pool.map(lambda name: registry[name][0](cap), start)))
-    return [done[name] for name in registry]
-
-
-#: The analyzers that take longest on a large capture (~0.7 s each per 1M packets on the
-#: benchmark machine, the others ~0.2 s); run_all starts them first.
-_LONGEST = ("consumers", "stalls", "nagle")
+        return list(pool.map(lambda fn: fn(cap), [fn for fn, _ in registry.values()]))
 
 
 def rank(findings: list[Finding]) -> list[Finding]:
