@@ -47,6 +47,11 @@ LimitOpt = typer.Option(
 _BYTE_KINDS = {"capture-gap", "truncated-packet", "reassembly-overflow", "resync-skipped", "incomplete-frame",
                "frame-limit", "out-of-window", "tls-encrypted"}
 _SUFFIX = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+#: `info` lists at most this many connections unless --all: a capture of many short connections
+#: would otherwise print thousands of rows (and rich takes ~1.5 s to lay out 1,100 of them).
+INFO_CONNECTIONS = 20
+AllConnectionsOpt = typer.Option(
+    False, "--all", help=f"list every AMQP connection (default: the {INFO_CONNECTIONS} with the most packets)")
 
 
 def parse_limits(items: Optional[List[str]]) -> Optional[Limits]:
@@ -144,7 +149,7 @@ def _fmt_ts(ts) -> str:
 
 @app.command()
 def info(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, limit: Optional[List[str]] = LimitOpt,
-         tls_keylog: Optional[Path] = KeylogOpt) -> None:
+         tls_keylog: Optional[Path] = KeylogOpt, all_connections: bool = AllConnectionsOpt) -> None:
     """Print the capture summary and the AMQP connections in it."""
     cap = _load(capture, port, limit, tls_keylog=tls_keylog)
     s = cap.summary
@@ -162,10 +167,15 @@ def info(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, limit:
     out.print(head)
 
     if len(cap.connections):
-        t = Table(title="AMQP connections", title_justify="left")
+        shown = _connections_shown(cap.connections, all_connections)
+        more = len(cap.connections) - len(shown)
+        t = Table(title="AMQP connections" + (f" (the {len(shown)} with the most packets)" if more else ""),
+                  title_justify="left",
+                  caption=f"… and {counted(more, 'more connection')}: --all lists every one" if more else None,
+                  caption_justify="left")
         for col in ("stream", "client → broker", "packets", "frames", "client", "user@vhost", "missing B", "anomalies"):
             t.add_column(col, justify="right" if col in ("stream", "packets", "frames", "missing B", "anomalies") else "left")
-        for r in cap.connections.itertuples(index=False):
+        for r in shown.itertuples(index=False):
             client = " ".join(x for x in (r.client_product, r.client_version) if isinstance(x, str))
             user = "@".join(x for x in (r.user, r.vhost) if isinstance(x, str))
             t.add_row(
@@ -189,6 +199,16 @@ def info(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, limit:
             for name, n in methods.items():
                 m.add_row(str(name), f"{n:,}")
             out.print(m)
+
+
+def _connections_shown(connections, all_connections: bool):
+    """The connections `info` lists: all of them, or the INFO_CONNECTIONS with the most packets
+    (ties: the lower stream), in stream order."""
+    if all_connections or len(connections) <= INFO_CONNECTIONS:
+        return connections
+    packets = connections["c2s_packets"] + connections["s2c_packets"]
+    busiest = packets.sort_values(ascending=False, kind="mergesort").index[:INFO_CONNECTIONS]
+    return connections.loc[sorted(busiest)]
 
 
 def _isna(v) -> bool:

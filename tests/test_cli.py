@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 import amqpcap
+from amqpcap.cli import INFO_CONNECTIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIRMS = ROOT / "fixtures" / "confirms.pcap"
@@ -169,3 +170,28 @@ def test_exit_codes_documented():
     used |= {int(c) for c in re.findall(r"sys\.exit\((\d+)\)", cli_src)}
     used |= {1}  # amqpcap verify: an unexplained difference from Wireshark
     assert used | {0} == documented
+
+
+def test_info_lists_the_busiest_connections_unless_all(tmp_path):
+    # 8 copies of healthy.pcap, each its own three connections (19, ~900 and ~900 packets): 24
+    big = tmp_path / "many.pcap"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "make_large_capture.py"),
+                    str(ROOT / "fixtures" / "healthy.pcap"), str(big), "--packets", "14000"], check=True, capture_output=True)
+    conns = amqpcap.load(big).connections
+    assert len(conns) > INFO_CONNECTIONS
+    packets = conns["c2s_packets"] + conns["s2c_packets"]
+    # expected: the INFO_CONNECTIONS largest packet counts, ties to the lower stream
+    ranked = sorted(zip(-packets, conns["stream"]))[:INFO_CONNECTIONS]
+    expected = sorted(int(s) for _, s in ranked)
+
+    def streams_listed(stdout: str) -> list[int]:
+        return [int(line.split("│")[1]) for line in stdout.splitlines()
+                if line.startswith("│") and line.split("│")[1].strip().isdigit()]
+
+    r = run("info", big)
+    assert r.returncode == 0, r.stderr
+    assert streams_listed(r.stdout) == expected
+    assert f"and {len(conns) - INFO_CONNECTIONS} more connections: --all lists every one" in r.stdout
+    r = run("info", "--all", big)
+    assert streams_listed(r.stdout) == sorted(conns["stream"].tolist())
+    assert "more connection" not in r.stdout
