@@ -274,7 +274,7 @@ def analyze(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, out
             fmt: str = FormatOpt, plots: bool = PlotsOpt, limit: Optional[List[str]] = LimitOpt,
             bodies: bool = BodiesOpt, tls_keylog: Optional[Path] = KeylogOpt) -> None:
     """Run every analyzer: findings first (who is to blame, with evidence), then the numbers."""
-    from .report import build_summary, write_bodies, write_result, write_summary
+    from .report import build_summary, write_results, write_summary
 
     _check_format(fmt)
     if bodies and out_dir is None:
@@ -294,10 +294,7 @@ def analyze(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, out
     if out_dir is not None:
         with _Writing(out_dir):
             written = [write_summary(summary, out_dir)]
-            for r in results:
-                written += write_result(r, out_dir, fmt, plots=plots)
-            if cap.bodies is not None:
-                written.append(write_bodies(cap.bodies, out_dir, fmt))
+            written += write_results(results, out_dir, fmt, plots=plots, bodies=cap.bodies)
             if plots:
                 from .html import write_report
 

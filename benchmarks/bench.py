@@ -39,7 +39,7 @@ if "--analyze" in sys.argv:
     from pathlib import Path
     from amqpcap.analysis import rank, run_all
     from amqpcap.html import write_report
-    from amqpcap.report import build_summary, write_result, write_summary
+    from amqpcap.report import build_summary, write_results, write_summary
     results = run_all(cap)
     summary = build_summary(cap, results)
     findings = rank([f for r in results for f in r.findings])
@@ -47,8 +47,7 @@ if "--analyze" in sys.argv:
     with tempfile.TemporaryDirectory() as d:
         out = Path(d)
         write_summary(summary, out)
-        for r in results:
-            write_result(r, out, "csv", plots=True)
+        write_results(results, out, "csv", plots=True)
         write_report(cap, results, summary, out)
     t4 = time.perf_counter()
     info.update(analyze_s=t3 - t2, report_s=t4 - t3, findings=len(findings))

@@ -1,0 +1,98 @@
+"""Writing the outputs: timestamps as ISO 8601 text, and tables and plots shared between forked
+writer processes with the same bytes as when one process writes them all."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import amqpcap
+import amqpcap.report as report
+from amqpcap.analysis import run_all
+
+ROOT = Path(__file__).resolve().parent.parent
+FIX = ROOT / "fixtures"
+
+
+def numpy_iso(arr: np.ndarray) -> np.ndarray:
+    """The reference: numpy's own formatter, one value at a time."""
+    text = np.char.add(np.datetime_as_string(arr, unit="ns"), "Z").astype(object)
+    text[np.isnat(arr)] = ""
+    return text
+
+
+def test_iso_timestamps_equal_numpys_formatter():
+    rng = np.random.default_rng(7)
+    spread = rng.integers(-(2**62), 2**62, 20_000, dtype=np.int64)
+    near_now = np.int64(1_763_000_000_000_000_000) + rng.integers(0, 10**14, 20_000)
+    values = np.concatenate([spread, near_now]).view("datetime64[ns]")
+    values[::37] = np.datetime64("NaT")
+    edges = np.array(["1677-09-22T00:12:43.145224193", "1969-12-31T23:59:59.999999999", "1970-01-01",
+                      "2000-02-29T12:00:00.5", "2262-04-11T23:47:16.854775807", "NaT"], dtype="datetime64[ns]")
+    for arr in (values, edges, values[:0]):
+        assert list(report.iso_utc_ns(arr)) == list(numpy_iso(arr))
+
+
+def test_balance_puts_every_job_in_one_group_largest_first():
+    costs = [5, 1, 9, 3, 3, 7]
+    groups = report._balance(costs, 2)
+    assert sorted(i for g in groups for i in g) == list(range(len(costs)))
+    assert max(sum(costs[i] for i in g) for g in groups) <= 15  # optimum 14; LPT is within 4/3 of it
+    assert report._balance([4, 8, 4], 2) == [[1], [0, 2]]
+    assert report._balance([4], 3) == [[0]]
+
+
+def written_bytes(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+
+
+@pytest.mark.skipif("fork" not in __import__("multiprocessing").get_all_start_methods(), reason="needs fork")
+def test_forked_writers_write_the_same_files_as_one_process(tmp_path, monkeypatch):
+    assert report.can_fork(), "a thread left running by an earlier test: the writers would not fork"
+    cap = amqpcap.load(FIX / "prefetch-consumers.pcap", bodies=True)
+    results = run_all(cap)
+    serial = report.write_results(results, tmp_path / "serial", plots=True, bodies=cap.bodies, workers=1)
+    monkeypatch.setattr(report, "PARALLEL_MIN_CELLS", 0)  # this capture is small: fork anyway
+    forked = report.write_results(results, tmp_path / "forked", plots=True, bodies=cap.bodies, workers=3)
+    assert [p.name for p in forked] == [p.name for p in serial]
+    assert all(p.parent == tmp_path / "forked" for p in forked)
+    assert any(p.suffix == ".png" for p in serial) and serial[-1].name == "bodies.csv"
+    assert written_bytes(tmp_path / "forked") == written_bytes(tmp_path / "serial")
+
+
+def test_a_write_error_in_a_forked_writer_reaches_the_caller(tmp_path, monkeypatch):
+    assert report.can_fork()
+    results = run_all(amqpcap.load(FIX / "prefetch-consumers.pcap"))
+    (tmp_path / "latency-deliveries.csv").mkdir()  # the file cannot be written, whichever process tries
+    monkeypatch.setattr(report, "PARALLEL_MIN_CELLS", 0)
+    with pytest.raises(IsADirectoryError):
+        report.write_results(results, tmp_path, plots=False, workers=2)
+
+
+def test_writers_are_not_forked_beside_another_thread(tmp_path, monkeypatch):
+    results = run_all(amqpcap.load(FIX / "prefetch-consumers.pcap"))
+    monkeypatch.setattr(report, "PARALLEL_MIN_CELLS", 0)
+    monkeypatch.setattr(report, "ProcessPoolExecutor", None)  # any attempt to fork fails
+    gate = threading.Event()
+    other = threading.Thread(target=gate.wait)
+    other.start()
+    try:
+        assert not report.can_fork()
+        assert report.write_results(results, tmp_path, plots=False, workers=2)
+    finally:
+        gate.set()
+        other.join()
+
+
+def test_analyze_says_in_one_line_that_it_cannot_write(tmp_path):
+    (tmp_path / "latency-deliveries.csv").mkdir()
+    p = subprocess.run([sys.executable, "-m", "amqpcap", "analyze", str(FIX / "prefetch-consumers.pcap"),
+                        "--out", str(tmp_path), "--no-plots"], capture_output=True, text=True)
+    assert p.returncode != 0
+    assert "Traceback" not in p.stderr
+    assert f"cannot write into {tmp_path}" in p.stderr
