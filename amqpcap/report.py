@@ -192,7 +192,7 @@ def _run_jobs(jobs: list[_Job], workers: int) -> list[Path]:
     try:
         with ProcessPoolExecutor(max_workers=len(groups) - 1, mp_context=mp.get_context("fork")) as pool:
             forked = [(g, pool.submit(_run_forked_jobs, g)) for g in groups[1:]]
-            written.update(zip(groups[0], (j.write() for j in (jobs[i] for i in groups[0]))))
+            written.update((i, jobs[i].write()) for i in groups[0])  # this process's share
             for g, future in forked:
                 try:
                     written.update(zip(g, map(Path, future.result())))
