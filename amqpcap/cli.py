@@ -274,7 +274,7 @@ def analyze(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, out
             fmt: str = FormatOpt, plots: bool = PlotsOpt, limit: Optional[List[str]] = LimitOpt,
             bodies: bool = BodiesOpt, tls_keylog: Optional[Path] = KeylogOpt) -> None:
     """Run every analyzer: findings first (who is to blame, with evidence), then the numbers."""
-    from .report import build_summary, write_results, write_summary
+    from .report import build_summary, write_outputs
 
     _check_format(fmt)
     if bodies and out_dir is None:
@@ -293,12 +293,7 @@ def analyze(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, out
         out.print("No findings.")
     if out_dir is not None:
         with _Writing(out_dir):
-            written = [write_summary(summary, out_dir)]
-            written += write_results(results, out_dir, fmt, plots=plots, bodies=cap.bodies)
-            if plots:
-                from .html import write_report
-
-                written.append(write_report(cap, results, summary, out_dir))
+            written = write_outputs(cap, results, summary, out_dir, fmt, plots)
         err.print(f"{len(written)} files written to {out_dir}", highlight=False, soft_wrap=True)
 
 

@@ -83,7 +83,7 @@ def _redacted(r: dict[str, Any]) -> str:
 
 
 def write_report(cap: Capture, results: list[AnalyzerResult], summary: dict[str, Any], out: Path) -> Path:
-    """Write out/report.html. Plots must already be in `out` (report.write_result draws them)."""
+    """Write out/report.html. Plots must already be in `out` (report.write_results draws them)."""
     c = summary["capture"]
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>amqpcap: {html.escape(Path(c['path']).name)}</title>",

@@ -106,6 +106,19 @@ def write_table(df: pd.DataFrame, path_no_ext: Path, fmt: str) -> Path:
     return path
 
 
+def write_outputs(cap: Capture, results: list[AnalyzerResult], summary: dict[str, Any], out: Path,
+                  fmt: str = "csv", plots: bool = True) -> list[Path]:
+    """What `amqpcap analyze --out DIR` writes: summary.json, every table and plot (and the
+    bodies, when the capture kept them), and report.html when the plots are drawn."""
+    written = [write_summary(summary, out)]
+    written += write_results(results, out, fmt, plots=plots, bodies=cap.bodies)
+    if plots:
+        from .html import write_report  # it embeds the PNGs written above
+
+        written.append(write_report(cap, results, summary, out))
+    return written
+
+
 def write_result(result: AnalyzerResult, out: Path, fmt: str = "csv", plots: bool = True) -> list[Path]:
     """An analyzer's tables as `<analyzer>-<table>.<fmt>` and its plots as `<plot>.png`."""
     return write_results([result], out, fmt, plots)

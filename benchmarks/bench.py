@@ -38,17 +38,13 @@ if "--analyze" in sys.argv:
     import tempfile
     from pathlib import Path
     from amqpcap.analysis import rank, run_all
-    from amqpcap.html import write_report
-    from amqpcap.report import build_summary, write_results, write_summary
+    from amqpcap.report import build_summary, write_outputs
     results = run_all(cap)
     summary = build_summary(cap, results)
     findings = rank([f for r in results for f in r.findings])
     t3 = time.perf_counter()
     with tempfile.TemporaryDirectory() as d:
-        out = Path(d)
-        write_summary(summary, out)
-        write_results(results, out, "csv", plots=True)
-        write_report(cap, results, summary, out)
+        write_outputs(cap, results, summary, Path(d))
     t4 = time.perf_counter()
     info.update(analyze_s=t3 - t2, report_s=t4 - t3, findings=len(findings))
 print(json.dumps(info))
