@@ -30,6 +30,10 @@ class Finding:
     ``evidence`` holds the numbers (units in the key names, e.g. ``median_latency_s``), the
     ``streams`` and a few ``packets`` concerned, and ``filter``: a Wireshark display filter
     that opens the same packets. ``impact`` (0..1) ranks findings of the same severity.
+
+    One finding per cause: every connection or consumer that shows it is one of its
+    ``subjects`` (worst first), each a dict made by `amqpcap.names.subject` (the connection's
+    label, its stream, then that subject's own numbers), never a finding of its own.
     """
 
     id: str
@@ -38,9 +42,11 @@ class Finding:
     evidence: dict[str, Any]
     advice: str
     impact: float = 0.0
+    subjects: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "severity": self.severity, "title": self.title, "evidence": self.evidence, "advice": self.advice}
+        return {"id": self.id, "severity": self.severity, "title": self.title, "subjects": self.subjects,
+                "evidence": self.evidence, "advice": self.advice}
 
 
 @dataclass

@@ -1,0 +1,90 @@
+"""Who is who: connections and consumers named the way an operator knows them.
+
+A RabbitMQ operator knows a connection by the name its client gave it (the `connection_name`
+client property, shown in the management UI and `rabbitmqctl list_connections name`), else by
+the client library, user and address; a consumer by its queue and connection. Findings, `info`,
+the report and the tables take their names from here, one rule for all of them; stream and
+packet numbers stay beside the names as the way into Wireshark.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .capture import Capture, computed_once
+
+
+def endpoint(addr: str, port: int) -> str:
+    """`10.0.0.1:5672`, `[::1]:5672`."""
+    return f"[{addr}]:{port}" if ":" in str(addr) else f"{addr}:{port}"
+
+
+def _text(v) -> str:
+    return "" if v is None or (not isinstance(v, str) and pd.isna(v)) else str(v)
+
+
+def client_library(product, version, platform) -> str:
+    """`RabbitMQ 5.23.0 (Java)`, `Pika Python Client Library 1.3.2 (Python 3.11.2)`; "" when the
+    capture has no connection.start-ok (it started mid-connection)."""
+    name = " ".join(x for x in (_text(product), _text(version)) if x)
+    platform = _text(platform)
+    return f"{name} ({platform})" if name and platform else name or platform
+
+
+@computed_once
+def connection_names(cap: Capture) -> pd.DataFrame:
+    """One row per connection, indexed by stream: ``connection`` (the label to show: its
+    connection_name, else "client library version, user@vhost, address", else the client address),
+    ``connection_name``, ``client`` (library, version, platform), ``user``, ``vhost``, ``client``
+    and ``broker`` addresses. A label shared by several connections (one application opening
+    several with the same name) gets its stream number appended, so labels stay unique."""
+    hit = cap.derived.get("connection_names")
+    if hit is not None:
+        return hit
+    c = cap.connections
+    rows = []
+    for r in c.itertuples(index=False):  # one row per connection: few, not per packet
+        name, user, vhost = _text(r.connection_name), _text(r.user), _text(r.vhost)
+        client = client_library(r.client_product, r.client_version, r.client_platform)
+        src = endpoint(r.client_addr, r.client_port)
+        if name:
+            label = name
+        elif client or user:  # the library without its platform: a label, not the whole record
+            lib = " ".join(x for x in (_text(r.client_product), _text(r.client_version)) if x)
+            who = f"{user}@{vhost}" if user and vhost else user
+            label = ", ".join(x for x in (lib, who, src) if x)
+        else:
+            label = src
+        rows.append({"stream": int(r.stream), "connection": label, "connection_name": name, "client": client,
+                     "user": user, "vhost": vhost, "client_endpoint": src,
+                     "broker_endpoint": endpoint(r.broker_addr, r.broker_port)})
+    out = pd.DataFrame(rows, columns=["stream", "connection", "connection_name", "client", "user", "vhost",
+                                      "client_endpoint", "broker_endpoint"]).set_index("stream", drop=False)
+    dup = out["connection"].duplicated(keep=False)
+    out.loc[dup, "connection"] = out.loc[dup, "connection"] + " (stream " + out.loc[dup, "stream"].astype(str) + ")"
+    cap.derived["connection_names"] = out
+    return out
+
+
+def connection_label(cap: Capture, stream: int) -> str:
+    """The label of one connection (see `connection_names`); `stream N` for an unknown stream."""
+    names = connection_names(cap)
+    return str(names.at[int(stream), "connection"]) if int(stream) in names.index else f"stream {int(stream)}"
+
+
+def consumer_label(cap: Capture, stream: int, queue, consumer_tag=None) -> str:
+    """A consumer as the operator knows it: `queue orders on perf-test-consumer-0`. The consumer
+    tag only when the queue is unknown (a capture started after basic.consume): server-generated
+    tags (`amq.ctag-…`) mean nothing to a person."""
+    q = _text(queue)
+    who = connection_label(cap, stream)
+    if q:
+        return f"queue {q} on {who}"
+    tag = _text(consumer_tag)
+    return f"consumer {tag} on {who}" if tag else who
+
+
+def subject(cap: Capture, stream: int, **more) -> dict:
+    """A finding's subject: the connection's label first, its stream (for Wireshark), then the
+    numbers given. Findings list their subjects worst first (docs/findings.md)."""
+    return {"connection": connection_label(cap, stream), "stream": int(stream), **more}
