@@ -149,6 +149,29 @@ def test_ten_consumers_are_one_finding_listing_them():
     assert f.evidence["streams"] == consumer_streams and f.evidence["filter"].startswith("tcp.stream in {")
 
 
+FLOW = next((p for p in (FIX / "flow-control.pcap", FIX / "flow-control.pcap.gz") if p.exists()), None)
+
+
+@needs_tshark
+@pytest.mark.skipif(FLOW is None, reason="fixtures/flow-control.pcap not recorded yet")
+def test_flow_control_consumers_are_one_finding_and_the_broker_is_not_blamed_for_refills():
+    """10 PerfTest producers without a rate limit and 10 consumers: the queue grows, every
+    consumer sits at its prefetch limit. One consumer-bound finding listing the ten by name; no
+    broker-slow-refill (with prefetch > 1 the consumers always had messages in hand)."""
+    facts = tshark_facts(FLOW)
+    consumer_streams = sorted({s for s, _, _ in facts["consumes"]})
+    assert len(consumer_streams) == 10
+    prefetch = {p for s, _, p, _ in facts["qos"] if s in consumer_streams}
+    assert len(prefetch) == 1 and prefetch.pop() > 1
+    cap = amqpcap.load(FLOW)
+    findings = C.consumers(cap).findings + L.latency(cap).findings
+    assert "broker-slow-refill" not in {f.id for f in findings}
+    (f,) = [f for f in findings if f.id in CONSUMER_IDS]
+    assert f.id == "consumer-bound" and len(f.subjects) == 10
+    assert {s["connection"] for s in f.subjects} == {facts["names"][s] for s in consumer_streams}
+    assert all(s["share_at_limit"] >= C.CONSUMER_BOUND_SHARE for s in f.subjects)
+
+
 # -- severity: monotonic in the numbers it comes from ---------------------------------------------
 
 shares = st.floats(0, 1, allow_nan=False)
@@ -214,13 +237,16 @@ def _conversation(port: int, name: str, body) -> list:
     return conv.packets
 
 
-def _refill_body(n: int, refill_packets: int) -> list:
+def _refill_body(n: int, refill_packets: int, kept: bool = False) -> list:
     """prefetch 1 on queue `orders`; n messages published first (default exchange, routing key =
     queue: the backlog is known), then each delivery acked in the next packet and the next
-    delivery `refill_packets` packets after the ack (heartbeats in between: 1 ms each)."""
-    body = [("c2s", c.basic_qos(1, prefetch_count=1)), ("s2c", c.basic_qos_ok(1)),
+    delivery `refill_packets` packets after the ack (heartbeats in between: 1 ms each). With
+    ``kept``: prefetch 2 and a first delivery the consumer keeps unacked throughout."""
+    body = [("c2s", c.basic_qos(1, prefetch_count=2 if kept else 1)), ("s2c", c.basic_qos_ok(1)),
             ("c2s", c.basic_consume(1, queue="orders", consumer_tag="ctag-1")), ("s2c", c.basic_consume_ok(1, "ctag-1"))]
     body += [("c2s", [c.basic_publish(1, exchange="", routing_key="orders"), *c.content(1, b"m")]) for _ in range(n)]
+    if kept:
+        body += [("s2c", [c.basic_deliver(1, consumer_tag="ctag-1", delivery_tag=n + 1), *c.content(1, b"m")])]
     for tag in range(1, n + 1):
         body += [("s2c", [c.basic_deliver(1, consumer_tag="ctag-1", delivery_tag=tag), *c.content(1, b"m")]),
                  ("c2s", c.basic_ack(1, tag))] + [("s2c", c.heartbeat())] * refill_packets
@@ -271,6 +297,32 @@ def test_slow_refill_is_one_finding_per_cause_and_takes_prefetch_one_with_it(tmp
     assert set(found) == {"prefetch-one"}
     assert [s["connection"] for s in found["prefetch-one"].subjects] == ["fast-worker"]
     assert found["prefetch-one"].title.startswith("Prefetch 1 with one ack per message: queue orders on fast-worker")
+
+
+def test_slow_refill_counts_only_acks_that_left_the_consumer_without_work(tmp_path):
+    # slow-worker-2's 61 ms refills, but the consumer keeps one other message unacked all along:
+    # after each ack it still had a message in hand, so no wait for the broker is proven
+    cap = amqpcap.load(_write(tmp_path, "kept.pcap", [_conversation(40001, "busy-worker", _refill_body(60, 60, kept=True))]))
+    g = L.ack_gaps(cap)
+    assert (g["unacked_after"] == 1).all() and g["gap_s"].median() > 0.05
+    assert not [f for f in L.latency(cap).findings if f.id == "broker-slow-refill"]
+
+
+def test_basic_get_waits_are_not_the_brokers(tmp_path):
+    # a client polling with basic.get 10 ms after each ack: the next get-ok waits for its next
+    # basic.get, the broker answers each at once
+    body = [("c2s", [c.basic_publish(1, exchange="", routing_key="orders"), *c.content(1, b"m")]) for _ in range(40)]
+    for tag in range(1, 41):
+        get = c.method_frame(1, 60, 70, c.short(0) + c.shortstr("orders") + c.bits(False), "basic.get",
+                             queue="orders", no_ack=False)
+        get_ok = c.method_frame(1, 60, 71, c.longlong(tag) + c.bits(False) + c.shortstr("") + c.shortstr("orders")
+                                + c.long_(40 - tag), "basic.get-ok", delivery_tag=tag)
+        body += [("c2s", get), ("s2c", [get_ok, *c.content(1, b"m")]), ("c2s", c.basic_ack(1, tag))]
+        body += [("s2c", c.heartbeat())] * 10
+    cap = amqpcap.load(_write(tmp_path, "get.pcap", [_conversation(40001, "poller", body)]))
+    g = L.ack_gaps(cap)
+    assert g["gap_s"].median() >= 0.01 and (g["backlog_min"].dropna() > 0).sum() >= 20
+    assert not [f for f in L.latency(cap).findings if f.id == "broker-slow-refill"]
 
 
 def test_redelivery_loops_are_one_finding_worst_first(tmp_path):

@@ -484,7 +484,12 @@ def _flags(cap: Capture, s: pd.DataFrame) -> pd.DataFrame:
     # the qos) only says the consumer acked each message before the next came (midstream.pcap:
     # PerfTest -q 20, never more than 1 unacked), not that the broker was held back
     one_ack = (prefetch == 1) & ~estimated & (acks > 0) & (single_share >= ONE_ACK_PER_MESSAGE_SHARE) & (mpa < 1.5)
-    dominant = ~np.isnan(dta) & (np.isnan(a2d) | (dta >= CONSUMER_DOMINANCE * a2d))
+    # Who holds deliveries back at the limit? At prefetch > 1 the consumer still has deliveries in
+    # hand after each ack, so a slow refill would leave its credit unused (deficit > 0): being at
+    # the limit most of the time is itself the proof that it acks slower than the broker refills.
+    # At prefetch 1 it is at the limit exactly while it works on its one message: its own time
+    # (deliver→ack) must be the larger part of each deliver→ack→deliver cycle
+    dominant = (prefetch > 1) | (~np.isnan(dta) & (np.isnan(a2d) | (dta >= CONSUMER_DOMINANCE * a2d)))
     bound = enough & (share >= CONSUMER_BOUND_SHARE) & dominant & (prefetch > 0)
     from .latency import slow_refills  # noqa: PLC0415 (the sibling analyzer owns that detection)
 
@@ -576,16 +581,18 @@ def _bound_finding(cap: Capture, g: pd.DataFrame) -> Finding:
     growth = g["backlog_growth_msgs"].astype("Float64").max()  # (a lower bound per consumer's life)
     growth = None if pd.isna(growth) else int(growth)
     sh = g["share_at_limit"].astype(float)
-    cycle = f"{_ms(w.deliver_to_ack_p50_s)} per message against {_ms(w.ack_to_next_deliver_p50_s)} refill"
+    # (the refill time matters, and is said, only at prefetch 1: see _flags)
+    holds = f"holds each message a median {_ms(w.deliver_to_ack_p50_s)}" + (
+        f" while the broker refills in {_ms(w.ack_to_next_deliver_p50_s)}" if w.prefetch == 1 else "")
     limit = (f"the highest unacked count seen ({w.prefetch}; no basic.qos in the capture)" if w.prefetch_estimated
              else f"its prefetch limit ({w.prefetch})")
     if len(g) == 1:
         title = (f"The consumer is the bottleneck: {who} sat at {limit} "
-                 f"{w.share_at_limit:.0%} of the time; it holds each message {_ms(w.deliver_to_ack_p50_s)} (median) "
-                 f"while the broker refills in {_ms(w.ack_to_next_deliver_p50_s)}")
+                 f"{w.share_at_limit:.0%} of the time; it {holds}")
     else:
-        title = (f"{who} are the bottleneck, at their prefetch limit {sh.min():.0%}–{sh.max():.0%} of the time "
-                 f"(worst: {worst}, {w.share_at_limit:.0%} at prefetch {w.prefetch}, {cycle})")
+        span = f"{sh.min():.0%}" if f"{sh.min():.0%}" == f"{sh.max():.0%}" else f"{sh.min():.0%}–{sh.max():.0%}"
+        title = (f"{who} are the bottleneck, at their prefetch limit {span} of the time "
+                 f"(worst: {worst}, {w.share_at_limit:.0%} at prefetch {w.prefetch}; it {holds})")
     if growth and growth > 0:
         title += f"; {'its' if len(g) == 1 else 'the'} queue grew by at least {growth} messages"
     n_one = int(g["one_ack"].sum())

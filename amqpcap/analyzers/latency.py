@@ -102,10 +102,29 @@ def ack_gaps(cap: Capture) -> pd.DataFrame:
     sq = np.where(q_row >= 0, qc[np.maximum(q_row, 0)], -1)
     hit = D.asof(sq, s_order, D.backlog_queue_codes(cap, b), b["order"].to_numpy(np.int64))
     s["backlog_min"] = pd.array(b["backlog_min"].to_numpy(np.int64), dtype="Int64").take(hit, allow_fill=True)
-    out = s[["stream", "channel", "epoch", "packet", "ts", "order", "method", "multiple", "settled", "queue",
-             "backlog_min", "next_deliver_packet", "next_deliver_ts", "gap_s"]].reset_index(drop=True)
+    s["unacked_after"] = _unacked_after(d, d_space, s["space"].to_numpy(), s_order)
+    out = s[["stream", "channel", "epoch", "packet", "ts", "order", "method", "multiple", "settled", "unacked_after",
+             "queue", "backlog_min", "next_deliver_packet", "next_deliver_ts", "gap_s"]].reset_index(drop=True)
     cap.derived["ack_gaps"] = out
     return out
+
+
+def _unacked_after(d: pd.DataFrame, d_space: np.ndarray, space: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """For each settling frame (tag space ``space``, frame ``order``): the deliveries of its tag
+    space (acknowledging ones: no-ack deliveries are never settled) still unsettled right after
+    it. 0 means the client had nothing left to work on: it waited for the broker's next delivery.
+    A running count of +1 per delivery and −1 per settled delivery, by tag space and frame order,
+    read at the last event up to the frame (its own settlements included)."""
+    keep = ~d["no_ack"].to_numpy(bool)
+    settled = keep & d["settle_order"].notna().to_numpy()
+    ev_space = np.r_[d_space[keep], d_space[settled]]
+    ev_order = np.r_[d["order"].to_numpy(np.int64)[keep], d["settle_order"].to_numpy(np.int64, na_value=0)[settled]]
+    delta = np.r_[np.ones(int(keep.sum()), np.int64), -np.ones(int(settled.sum()), np.int64)]
+    by = np.lexsort((ev_order, ev_space))
+    ev_space, ev_order = ev_space[by], ev_order[by]
+    run = D.group_cumsum(ev_space, delta[by], np.arange(len(by)))
+    hit = D.asof(space, order, ev_space, ev_order)  # (stable: the last event of the frame's order)
+    return np.where(hit >= 0, run[np.maximum(hit, 0)], 0).astype(np.int64) if len(run) else np.zeros(len(order), np.int64)
 
 
 def interleaving(cap: Capture) -> pd.DataFrame:
@@ -309,9 +328,13 @@ def redelivery_severity(share) -> np.ndarray:
 
 
 def _waiting(gaps: pd.DataFrame) -> pd.DataFrame:
-    """The refills broker-slow-refill measures: acks that settled something, after which messages
-    were known to wait in the queue (backlog_min > 0), with a next delivery."""
-    return gaps.loc[gaps["gap_s"].notna() & (gaps["backlog_min"].fillna(0) > 0) & (gaps["settled"] > 0),
+    """The refills broker-slow-refill measures: acks that settled the client's last unsettled
+    delivery on the channel (``unacked_after`` 0: from then on it had nothing to work on) while
+    messages were known to wait in the queue (backlog_min > 0), with a next delivery. The gap
+    is then time the consumer waited for the broker. After an ack that leaves deliveries in
+    hand (prefetch > 1) the consumer keeps working, and a late refill costs it nothing."""
+    return gaps.loc[gaps["gap_s"].notna() & (gaps["backlog_min"].fillna(0) > 0) & (gaps["settled"] > 0)
+                    & (gaps["unacked_after"] == 0),
                     ["stream", "channel", "packet", "gap_s", "backlog_min", "queue", "next_deliver_packet"]]
 
 
@@ -319,7 +342,8 @@ def _waiting(gaps: pd.DataFrame) -> pd.DataFrame:
 def slow_refills(cap: Capture) -> pd.DataFrame:
     """broker-slow-refill's detection: the channels (index: `_deliveries.chan_key`) with at least
     MIN_REFILLS refills (`_waiting`) whose median ack→next-deliver is ≥ REFILL_SLOW_S and ≥
-    REFILL_RATIO × the channel's deliver→ack median. Columns: refills, ack_to_next_deliver_p50_s,
+    REFILL_RATIO × the channel's deliver→ack median, among channels with basic.deliver (a
+    consumer). Columns: refills, ack_to_next_deliver_p50_s,
     deliver_to_ack_p50_s, broker_share_of_cycle. The consumers analyzer reads it too (a prefetch-1
     consumer on such a channel is told about in this finding, not in prefetch-one)."""
     cached = cap.derived.get("slow_refills")
@@ -331,8 +355,11 @@ def slow_refills(cap: Capture) -> pd.DataFrame:
     dta = pd.Series(lat[has]).groupby(D.chan_key(d)[has]).median()
     per = waiting["gap_s"].groupby(D.chan_key(waiting)).agg(["size", "median"])
     cons = dta.reindex(per.index)
+    # channels a consumer was delivered to: after a basic.get-ok the next delivery waits for the
+    # client's next basic.get, not for the broker
+    pushed = np.unique(D.chan_key(d)[(d["consumer_tag"] != D.GET_TAG).to_numpy(bool, na_value=False)])
     slow = per[(per["size"] >= MIN_REFILLS) & (per["median"] >= REFILL_SLOW_S)
-               & (per["median"] >= REFILL_RATIO * cons.fillna(np.inf))]
+               & (per["median"] >= REFILL_RATIO * cons.fillna(np.inf)) & per.index.isin(pushed)]
     c50 = cons.reindex(slow.index)
     out = pd.DataFrame({"refills": slow["size"].astype(np.int64), "ack_to_next_deliver_p50_s": slow["median"],
                         "deliver_to_ack_p50_s": c50,
@@ -428,9 +455,10 @@ def _redelivery_findings(cap: Capture, d: pd.DataFrame) -> list[Finding]:
     requeueing nack/reject, worst first."""
     if len(d) == 0:
         return []
-    nack = d["outcome"].isin(["nack", "reject"]).to_numpy(bool)
+    # (compared on the text column itself, not on an object copy of it)
+    by_nack, by_reject = ((d["outcome"] == v).to_numpy(bool, na_value=False) for v in ("nack", "reject"))
     requeue = d["settle_requeue"].to_numpy(bool, na_value=False)
-    requeued = requeue & nack
+    requeued = requeue & (by_nack | by_reject)
     red = d["redelivered"].to_numpy(bool, na_value=False)
     # per channel (one int64 key, sorted as (stream, channel)): counts by bincount
     key = D.chan_key(d)
@@ -440,12 +468,10 @@ def _redelivery_findings(cap: Capture, d: pd.DataFrame) -> list[Finding]:
     def count(mask):
         return np.bincount(ch, weights=mask, minlength=len(chans)).astype(np.int64)
 
-    outcome = d["outcome"].to_numpy(object)
     per = pd.DataFrame({"stream": chans // 65536, "channel": chans % 65536, "deliveries": np.bincount(ch),
                         "redelivered": count(red), "requeued": count(requeued),
-                        "requeued_by_nack": count(requeued & (outcome == "nack")),
-                        "requeued_by_reject": count(requeued & (outcome == "reject")),
-                        "dropped": count(nack & ~d["settle_requeue"].to_numpy(bool, na_value=True))}, index=chans)
+                        "requeued_by_nack": count(requeue & by_nack), "requeued_by_reject": count(requeue & by_reject),
+                        "dropped": count((by_nack | by_reject) & ~requeue)}, index=chans)
     worst_count = per[["redelivered", "requeued"]].max(axis=1)
     per["share"] = worst_count / per["deliveries"]
     per = per[(worst_count >= REDELIVERY_MIN) & (per["share"] >= REDELIVERY_SHARE)]
