@@ -208,7 +208,8 @@ def _connections_table(cap: Capture, all_connections: bool) -> Table:
     for col in cols:
         numeric = col in ("stream", "packets", "frames", "anomalies")
         # rich narrows the widest columns first: a name of a usual length is kept on one line
-        whole = col == "connection" and out.width >= 100 and names.loc[shown["stream"], "connection"].str.len().max() <= 32
+        whole = (col == "connection" and out.width >= 100
+                 and names.loc[shown["stream"], "connection"].str.len().max() <= 32)
         t.add_column(col, justify="right" if numeric else "left", overflow="fold", no_wrap=bool(whole))
     for r in shown.itertuples(index=False):
         n = names.loc[r.stream]

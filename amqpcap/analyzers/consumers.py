@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..analysis import AnalyzerResult, Finding, Plot, analyzer
+from ..analysis import SEVERITY_RANK, AnalyzerResult, Finding, Plot, analyzer
 from ..capture import Capture, computed_once
 from ..names import connection_label, consumer_label, subject
 from . import _deliveries as D
@@ -339,8 +339,8 @@ def consumer_summary(cap: Capture) -> pd.DataFrame:
     """One row per acknowledging consumer (see docs/analyzers/consumers.md)."""
     st = consumer_state(cap)
     c = _consumer_rows(cap)
-    cols = ["connection", "stream", "channel", "consumer_tag", "queue", "deliveries", "start_ts", "end_ts", "duration_s",
-            "rate_per_s", "prefetch", "prefetch_estimated", "channel_prefetch", "max_unacked", "mean_unacked",
+    cols = ["connection", "stream", "channel", "consumer_tag", "queue", "deliveries", "start_ts", "end_ts",
+            "duration_s", "rate_per_s", "prefetch", "prefetch_estimated", "channel_prefetch", "max_unacked", "mean_unacked",
             "share_at_limit", "utilisation", "share_idle", "mean_deficit", "acks", "acks_multiple",
             "messages_per_ack", "deliver_to_ack_p50_s", "ack_to_next_deliver_p50_s", "backlog_growth_msgs"]
     if len(st) == 0:
@@ -437,11 +437,12 @@ def _backlog_growth(cap: Capture, cons: pd.DataFrame) -> pd.Series:
     return res
 
 
-SEVERITIES = ("info", "warning", "critical")
+#: severity by its rank (analysis.SEVERITY_RANK: info 0, warning 1, critical 2)
+SEVERITIES = {rank: name for name, rank in SEVERITY_RANK.items()}
 
 
 def consumer_bound_severity(share, growth, estimated) -> np.ndarray:
-    """consumer-bound's severity per consumer as a rank into SEVERITIES: warning; critical when at
+    """consumer-bound's severity per consumer as a rank (SEVERITIES): warning; critical when at
     the limit ≥ CONSUMER_BOUND_CRITICAL_SHARE of the time and its queue grew by at least
     BACKLOG_GROWTH_MSGS (unknown growth counts as none); info when the prefetch is an estimate.
     Non-decreasing in ``share`` and ``growth`` (tests/test_grouping.py checks it)."""
@@ -452,7 +453,7 @@ def consumer_bound_severity(share, growth, estimated) -> np.ndarray:
 
 
 def prefetch_one_severity(share) -> np.ndarray:
-    """prefetch-one's severity per consumer as a rank into SEVERITIES: warning when at the limit
+    """prefetch-one's severity per consumer as a rank (SEVERITIES): warning when at the limit
     ≥ PREFETCH_ONE_WARNING_SHARE_AT_LIMIT of the time (prefetch 1 then limits its throughput),
     else info. Non-decreasing in ``share``."""
     return np.where(np.asarray(share, dtype=float) >= PREFETCH_ONE_WARNING_SHARE_AT_LIMIT, 1, 0)
@@ -479,7 +480,8 @@ def _flags(cap: Capture, s: pd.DataFrame) -> pd.DataFrame:
     prefetch = s["prefetch"].astype("Int64").to_numpy(np.int64, na_value=0)
     acks = s["acks"].to_numpy(np.int64)
     single_share = np.where(acks > 0, 1 - s["acks_multiple"].to_numpy(np.int64) / np.maximum(acks, 1), 0)
-    enough = (s["deliveries"].to_numpy(np.int64) >= MIN_DELIVERIES) & (s["duration_s"].astype(float).fillna(0) > 0).to_numpy()
+    enough = ((s["deliveries"].to_numpy(np.int64) >= MIN_DELIVERIES)
+              & (s["duration_s"].astype(float).fillna(0) > 0).to_numpy())
     # prefetch 1 as the client asked for it in basic.qos: an estimate of 1 (capture started after
     # the qos) only says the consumer acked each message before the next came (midstream.pcap:
     # PerfTest -q 20, never more than 1 unacked), not that the broker was held back
@@ -596,18 +598,21 @@ def _bound_finding(cap: Capture, g: pd.DataFrame) -> Finding:
     if growth and growth > 0:
         title += f"; {'its' if len(g) == 1 else 'the'} queue grew by at least {growth} messages"
     n_one = int(g["one_ack"].sum())
-    advice = ("The broker waits for these consumers' acks: look at the work per message (slow handlers, "
-              "synchronous I/O, locks), add consumers or threads, and raise the prefetch if the work is "
-              "I/O-bound. A growing queue means the consumers cannot keep up with the publish rate.")
-    if n_one:
-        one = g[g["one_ack"].to_numpy(bool)].iloc[0]
-        d50, a50 = float(one.deliver_to_ack_p50_s), float(one.ack_to_next_deliver_p50_s)
-        gain = f" (at most {a50 / d50:.0%} more messages per second)" if a50 == a50 and d50 > 0 else ""
-        which = "" if len(g) == 1 else f" ({n_one} of these consumers)"
-        advice += (f" At prefetch 1 with one ack per message{which}, each message also waits for the "
-                   f"ack's round trip and the broker's refill ({_ms(a50)} of each {_ms(d50 + (a50 if a50 == a50 else 0))} "
-                   f"cycle): a larger prefetch (e.g. 50–300) with multiple=true acks saves that{gain}; "
-                   "the consumer's own work is the larger part.")
+    whose = "this consumer's" if len(g) == 1 else "these consumers'"
+    advice = (f"The broker waits for {whose} acks: look at the "
+              "work per message (slow handlers, synchronous I/O, locks), add consumers or threads, and raise the "
+              "prefetch if the work is I/O-bound. A growing queue means the consumers cannot keep up with the "
+              "publish rate.")
+    one = g[g["one_ack"].to_numpy(bool)]
+    d50, a50 = (_num(one["deliver_to_ack_p50_s"].iloc[0]), _num(one["ack_to_next_deliver_p50_s"].iloc[0])) if n_one \
+        else (None, None)
+    if d50 and a50 is not None:
+        # the consumer's rate is at most 1 / (d50 + a50) now, 1 / d50 with the refill hidden
+        which = "" if len(g) == 1 else f" ({n_one} of these consumers; numbers of the worst)"
+        advice += (f" At prefetch 1 with one ack per message{which}, each message also waits for the ack's round "
+                   f"trip and the broker's refill ({_ms(a50)} of each {_ms(d50 + a50)} cycle): a larger prefetch "
+                   f"(e.g. 50–300) with multiple=true acks saves that, at most {a50 / d50:.0%} more messages per "
+                   "second; the consumer's own work is the larger part.")
     ev = _common_evidence(cap, g, "{60, 80, 90, 120}")
     ev.update(mean_unacked_msgs=_num(w.mean_unacked), utilisation=_num(w.utilisation),
               backlog_growth_msgs=None if pd.isna(w.backlog_growth_msgs) else int(w.backlog_growth_msgs),

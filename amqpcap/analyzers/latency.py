@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..analysis import AnalyzerResult, Finding, Plot, analyzer
+from ..analysis import SEVERITY_RANK, AnalyzerResult, Finding, Plot, analyzer
 from ..capture import Capture, computed_once
 from ..names import connection_label, consumer_label, subject
 from . import _deliveries as D
@@ -124,7 +124,9 @@ def _unacked_after(d: pd.DataFrame, d_space: np.ndarray, space: np.ndarray, orde
     ev_space, ev_order = ev_space[by], ev_order[by]
     run = D.group_cumsum(ev_space, delta[by], np.arange(len(by)))
     hit = D.asof(space, order, ev_space, ev_order)  # (stable: the last event of the frame's order)
-    return np.where(hit >= 0, run[np.maximum(hit, 0)], 0).astype(np.int64) if len(run) else np.zeros(len(order), np.int64)
+    out = np.zeros(len(order), dtype=np.int64)
+    out[hit >= 0] = run[hit[hit >= 0]]
+    return out
 
 
 def interleaving(cap: Capture) -> pd.DataFrame:
@@ -312,17 +314,18 @@ def _imax(df, col):
     return int(df[col].max()) if len(df) else None
 
 
-SEVERITIES = ("info", "warning", "critical")
+#: severity by its rank (analysis.SEVERITY_RANK: info 0, warning 1, critical 2)
+SEVERITIES = {rank: name for name, rank in SEVERITY_RANK.items()}
 
 
 def refill_severity(p50) -> np.ndarray:
-    """broker-slow-refill's severity per channel as a rank into SEVERITIES: warning, critical from
+    """broker-slow-refill's severity per channel as a rank (SEVERITIES): warning, critical from
     a median ack→next-deliver of REFILL_CRITICAL_S. Non-decreasing in ``p50``."""
     return np.where(np.asarray(p50, dtype=float) >= REFILL_CRITICAL_S, 2, 1)
 
 
 def redelivery_severity(share) -> np.ndarray:
-    """redelivery-loop's severity per channel as a rank into SEVERITIES: warning, critical from
+    """redelivery-loop's severity per channel as a rank (SEVERITIES): warning, critical from
     REDELIVERY_CRITICAL_SHARE of its deliveries bouncing. Non-decreasing in ``share``."""
     return np.where(np.asarray(share, dtype=float) >= REDELIVERY_CRITICAL_SHARE, 2, 1)
 
@@ -343,9 +346,9 @@ def slow_refills(cap: Capture) -> pd.DataFrame:
     """broker-slow-refill's detection: the channels (index: `_deliveries.chan_key`) with at least
     MIN_REFILLS refills (`_waiting`) whose median ack→next-deliver is ≥ REFILL_SLOW_S and ≥
     REFILL_RATIO × the channel's deliver→ack median, among channels with basic.deliver (a
-    consumer). Columns: refills, ack_to_next_deliver_p50_s,
-    deliver_to_ack_p50_s, broker_share_of_cycle. The consumers analyzer reads it too (a prefetch-1
-    consumer on such a channel is told about in this finding, not in prefetch-one)."""
+    consumer). Columns: refills, ack_to_next_deliver_p50_s, deliver_to_ack_p50_s,
+    broker_share_of_cycle. The consumers analyzer reads it too (a prefetch-1 consumer on such a
+    channel is told about in this finding, not in prefetch-one)."""
     cached = cap.derived.get("slow_refills")
     if cached is not None:
         return cached
@@ -403,8 +406,10 @@ def _refill_findings(cap: Capture, gaps: pd.DataFrame) -> list[Finding]:
     w = per.iloc[0]
     worst = g[key == per.index[0]].nlargest(5, "gap_s")
     where, n = _place(cap, w.stream, w.channel, w.queue), len(per)
+    own = "" if pd.isna(w.deliver_to_ack_p50_s) else \
+        f" (the consumer's own deliver→ack median is {w.deliver_to_ack_p50_s * 1e3:.1f} ms)"
     numbers = (f"the next delivery comes a median {w.ack_to_next_deliver_p50_s * 1e3:.1f} ms after an ack although "
-               f"messages were waiting (the consumer's own deliver→ack median is {w.deliver_to_ack_p50_s * 1e3:.1f} ms)")
+               f"messages were waiting{own}")
     title = (f"Broker slow to refill on {where}: {numbers}" if n == 1 else
              f"Broker slow to refill on {n} channels{_queues_text(per['queue'])}: worst {where}, {numbers}")
     subjects = [subject(cap, r.stream, channel=int(r.channel), queue=_text(r.queue), refills=int(r.refills),
@@ -420,11 +425,13 @@ def _refill_findings(cap: Capture, gaps: pd.DataFrame) -> list[Finding]:
             "ack_to_next_deliver_p50_s": float(w.ack_to_next_deliver_p50_s),
             "ack_to_next_deliver_p90_s": float(w.ack_to_next_deliver_p90_s),
             "ack_to_next_deliver_max_s": float(w.ack_to_next_deliver_max_s), "refills": int(w.refills),
-            "deliver_to_ack_p50_s": _num(w.deliver_to_ack_p50_s), "broker_share_of_cycle": float(w.broker_share_of_cycle),
+            "deliver_to_ack_p50_s": _num(w.deliver_to_ack_p50_s),
+            "broker_share_of_cycle": float(w.broker_share_of_cycle),
             "backlog_min_median_msgs": float(w.backlog_min_median_msgs),
             "channels_with_this_finding": n, "queues": sorted({str(q) for q in per["queue"].dropna()}),
             "streams": sorted({int(s) for s in per["stream"]}), "channel": int(w.channel),
-            "packets": sorted({int(x) for x in worst["packet"]} | {int(x) for x in worst["next_deliver_packet"].dropna()}),
+            "packets": sorted({int(x) for x in worst["packet"]}
+                              | {int(x) for x in worst["next_deliver_packet"].dropna()}),
             "filter": D.channels_filter(per["stream"], per["channel"])
                       + " && amqp.method.class == 60 && amqp.method.method in {60, 80, 90, 120}",
         },
