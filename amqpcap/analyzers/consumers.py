@@ -321,10 +321,14 @@ CONSUMER_BOUND_SHARE = 0.5
 #: ... and its deliver→ack median at least this multiple of the channel's ack→next-deliver median
 #: (the consumer's processing, not the broker's refill, takes most of each cycle)
 CONSUMER_DOMINANCE = 2.0
-#: ... critical when at the limit at least this share of time and its queue's backlog (lower
-#: bound) grew by at least BACKLOG_GROWTH_MSGS during the consumer's life: it cannot keep up
-CONSUMER_BOUND_CRITICAL_SHARE = 0.8
+#: ... critical when its queue's backlog (lower bound) grew during the consumer's life by at least
+#: BACKLOG_GROWTH_MSGS messages and at least BACKLOG_GROWTH_RATIO times as fast as all the queue's
+#: consumers took messages (growth / life over their summed delivery rates): the publishers
+#: outpace the consumers by that much, the queue only grows. A ratio, not a share of time at the
+#: limit, so that a queue growing faster is never less severe (ten-consumers.pcap: 5,275 messages
+#: in 3 s against 1,280 msg/s consumed, ratio 1.4; slow-prefetch1.pcap: 152 against 150 msg/s, 0.33)
 BACKLOG_GROWTH_MSGS = 100
+BACKLOG_GROWTH_RATIO = 0.1
 #: findings need at least this many deliveries to the consumer (fewer is anecdotal)
 MIN_DELIVERIES = 50
 #: a finding's example packets (frames where a consumer reached its limit, 5 each) come from this
@@ -441,15 +445,27 @@ def _backlog_growth(cap: Capture, cons: pd.DataFrame) -> pd.Series:
 SEVERITIES = {rank: name for name, rank in SEVERITY_RANK.items()}
 
 
-def consumer_bound_severity(share, growth, estimated) -> np.ndarray:
-    """consumer-bound's severity per consumer as a rank (SEVERITIES): warning; critical when at
-    the limit ≥ CONSUMER_BOUND_CRITICAL_SHARE of the time and its queue grew by at least
-    BACKLOG_GROWTH_MSGS (unknown growth counts as none); info when the prefetch is an estimate.
-    Non-decreasing in ``share`` and ``growth`` (tests/test_grouping.py checks it)."""
-    share = np.asarray(share, dtype=float)
+def consumer_bound_severity(growth, growth_ratio, estimated) -> np.ndarray:
+    """consumer-bound's severity per consumer as a rank (SEVERITIES): warning; critical when its
+    queue grew by at least BACKLOG_GROWTH_MSGS messages and BACKLOG_GROWTH_RATIO times the rate
+    its consumers took messages (unknown growth counts as none); info when the prefetch is an
+    estimate. Non-decreasing in ``growth`` and ``growth_ratio`` (tests/test_grouping.py)."""
     growth = np.nan_to_num(np.asarray(growth, dtype=float), nan=-np.inf)
-    critical = (share >= CONSUMER_BOUND_CRITICAL_SHARE) & (growth >= BACKLOG_GROWTH_MSGS)
+    ratio = np.nan_to_num(np.asarray(growth_ratio, dtype=float), nan=-np.inf)
+    critical = (growth >= BACKLOG_GROWTH_MSGS) & (ratio >= BACKLOG_GROWTH_RATIO)
     return np.where(np.asarray(estimated, dtype=bool), 0, np.where(critical, 2, 1))
+
+
+def _growth_ratio(s: pd.DataFrame) -> np.ndarray:
+    """Per consumer: its queue's backlog growth per second of its life over the summed delivery
+    rates of all the queue's consumers (a consumer without a known queue: its own rate)."""
+    life = (s["end_ts"] - s["start_ts"]).dt.total_seconds().to_numpy(float)
+    rate = s["rate_per_s"].astype(float).fillna(0)
+    queue = s["queue"].astype(object)
+    taken = rate.groupby(queue.fillna("")).transform("sum").where(queue.notna(), rate).to_numpy(float)
+    growth = s["backlog_growth_msgs"].astype("Float64").to_numpy(float, na_value=np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where((life > 0) & (taken > 0), growth / life / taken, np.nan)
 
 
 def prefetch_one_severity(share) -> np.ndarray:
@@ -476,6 +492,7 @@ def _flags(cap: Capture, s: pd.DataFrame) -> pd.DataFrame:
     mpa = s["messages_per_ack"].astype(float).to_numpy()
     rate = s["rate_per_s"].astype(float).fillna(0).to_numpy()
     growth = s["backlog_growth_msgs"].astype("Float64").to_numpy(float, na_value=np.nan)
+    ratio = _growth_ratio(s)
     estimated = s["prefetch_estimated"].astype(bool).to_numpy()
     prefetch = s["prefetch"].astype("Int64").to_numpy(np.int64, na_value=0)
     acks = s["acks"].to_numpy(np.int64)
@@ -498,7 +515,8 @@ def _flags(cap: Capture, s: pd.DataFrame) -> pd.DataFrame:
     refill = np.isin(D.chan_key(s), slow_refills(cap).index.to_numpy())
     one = enough & one_ack & (rate >= PREFETCH_ONE_MIN_RATE_PER_S) & ~bound & ~refill
     return pd.DataFrame({"bound": bound, "one": one, "one_ack": one_ack,
-                         "bound_rank": consumer_bound_severity(share, growth, estimated), "bound_impact": share,
+                         "bound_rank": consumer_bound_severity(growth, ratio, estimated),
+                         "bound_impact": share, "growth_ratio": ratio,
                          "one_rank": prefetch_one_severity(share),
                          "one_impact": np.minimum(1.0, share + rate / 10_000)}, index=s.index)
 
@@ -515,7 +533,7 @@ def _findings(cap: Capture, s: pd.DataFrame) -> list[Finding]:
         if sel.any():
             # worst first; ties in capture order (stream, channel: the order of s)
             g = s.loc[sel].assign(sev_rank=fl.loc[sel, f"{fid}_rank"], impact=fl.loc[sel, f"{fid}_impact"],
-                                  one_ack=fl.loc[sel, "one_ack"])
+                                  one_ack=fl.loc[sel, "one_ack"], growth_ratio=fl.loc[sel, "growth_ratio"])
             g = g.sort_values(["sev_rank", "impact"], ascending=False, kind="stable")
             out.append(build(cap, g))
     return out
@@ -536,7 +554,7 @@ def _subjects(cap: Capture, g: pd.DataFrame) -> list[dict]:
                     ack_to_next_deliver_p50_s=_num(r.ack_to_next_deliver_p50_s),
                     messages_per_ack=_num(r.messages_per_ack),
                     backlog_growth_msgs=None if pd.isna(r.backlog_growth_msgs) else int(r.backlog_growth_msgs),
-                    severity=SEVERITIES[int(r.sev_rank)])
+                    backlog_growth_ratio=_num(r.growth_ratio), severity=SEVERITIES[int(r.sev_rank)])
             for r in g.itertuples(index=False)]
 
 
@@ -616,7 +634,7 @@ def _bound_finding(cap: Capture, g: pd.DataFrame) -> Finding:
     ev = _common_evidence(cap, g, "{60, 80, 90, 120}")
     ev.update(mean_unacked_msgs=_num(w.mean_unacked), utilisation=_num(w.utilisation),
               backlog_growth_msgs=None if pd.isna(w.backlog_growth_msgs) else int(w.backlog_growth_msgs),
-              prefetch_one_consumers=n_one)
+              backlog_growth_ratio=_num(w.growth_ratio), prefetch_one_consumers=n_one)
     return Finding(id="consumer-bound", severity=SEVERITIES[int(g["sev_rank"].max())], title=title, evidence=ev,
                    advice=advice, impact=float(g["impact"].max()), subjects=_subjects(cap, g))
 
