@@ -51,7 +51,8 @@ _SUFFIX = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 #: would otherwise print thousands of rows (and rich takes ~1.5 s to lay out 1,100 of them).
 INFO_CONNECTIONS = 20
 AllConnectionsOpt = typer.Option(
-    False, "--all", help=f"list every AMQP connection (default: the {INFO_CONNECTIONS} with the most packets)")
+    False, "--all", help=f"list every AMQP connection and consumer (default: the {INFO_CONNECTIONS} connections with "
+                         f"the most packets and the first {INFO_CONNECTIONS} consumers)")
 
 
 def parse_limits(items: Optional[List[str]]) -> Optional[Limits]:
@@ -150,7 +151,7 @@ def _fmt_ts(ts) -> str:
 @app.command()
 def info(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, limit: Optional[List[str]] = LimitOpt,
          tls_keylog: Optional[Path] = KeylogOpt, all_connections: bool = AllConnectionsOpt) -> None:
-    """Print the capture summary and the AMQP connections in it."""
+    """Print the capture summary, the AMQP connections (name, client, user@vhost, role) and the consumers in it."""
     cap = _load(capture, port, limit, tls_keylog=tls_keylog)
     s = cap.summary
     head = Table(show_header=False, box=None, pad_edge=False)
@@ -163,33 +164,17 @@ def info(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, limit:
     if s["first_ts"] is not None:
         head.add_row("time", f"{_fmt_ts(s['first_ts'])} → {_fmt_ts(s['last_ts'])} ({duration:.3f} s)")
     head.add_row("AMQP", f"{len(cap.connections)} connections, {len(cap.frames):,} frames")
+    brokers = sorted({_endpoint(a, p) for a, p in zip(cap.connections["broker_addr"], cap.connections["broker_port"])})
+    if brokers:
+        head.add_row("broker" if len(brokers) == 1 else "brokers", ", ".join(brokers))
     head.add_row("anomalies", f"{len(cap.anomalies)}" + (f" ({_kinds(cap)})" if len(cap.anomalies) else ""))
     out.print(head)
 
     if len(cap.connections):
-        shown = _connections_shown(cap.connections, all_connections)
-        more = len(cap.connections) - len(shown)
-        t = Table(title="AMQP connections" + (f" (the {len(shown)} with the most packets)" if more else ""),
-                  title_justify="left",
-                  caption=f"… and {counted(more, 'more connection')}: --all lists every one" if more else None,
-                  caption_justify="left")
-        for col in ("stream", "client → broker", "packets", "frames", "client", "user@vhost", "missing B", "anomalies"):
-            t.add_column(col, justify="right" if col in ("stream", "packets", "frames", "missing B", "anomalies") else "left")
-        for r in shown.itertuples(index=False):
-            client = " ".join(x for x in (r.client_product, r.client_version) if isinstance(x, str))
-            user = "@".join(x for x in (r.user, r.vhost) if isinstance(x, str))
-            t.add_row(
-                str(r.stream),
-                f"{_endpoint(r.client_addr, r.client_port)} → {_endpoint(r.broker_addr, r.broker_port)}",
-                f"{r.c2s_packets + r.s2c_packets:,}",
-                f"{r.frames:,}",
-                client or ("(TLS, encrypted)" if r.tls and not r.tls_decrypted
-                           else "(capture started mid-connection)" if not r.protocol_header_seen else ""),
-                user,
-                f"{r.bytes_missing:,}",
-                str(r.anomalies),
-            )
-        out.print(t)
+        out.print(_connections_table(cap, all_connections))
+        consumers = _consumers_table(cap, all_connections)
+        if consumers is not None:
+            out.print(consumers)
         methods = cap.frames["method"].value_counts()
         methods = methods[methods > 0]
         if len(methods):
@@ -199,6 +184,79 @@ def info(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, limit:
             for name, n in methods.items():
                 m.add_row(str(name), f"{n:,}")
             out.print(m)
+
+
+def _connections_table(cap: Capture, all_connections: bool) -> Table:
+    """The connections as the operator knows them (amqpcap.names): label, client library and
+    version, user@vhost and role first; addresses, the stream (Wireshark's tcp.stream), packets
+    and frames after; missing bytes and anomalies only when the capture has any. Long names fold
+    onto several lines rather than being cut."""
+    from .names import connection_names, connection_roles
+
+    shown = _connections_shown(cap.connections, all_connections)
+    more = len(cap.connections) - len(shown)
+    names, roles = connection_names(cap), connection_roles(cap)
+    t = Table(title="AMQP connections" + (f" (the {len(shown)} with the most packets)" if more else ""),
+              title_justify="left",
+              caption=f"… and {counted(more, 'more connection')}: --all lists every one" if more else None,
+              caption_justify="left")
+    damaged = bool(len(cap.anomalies)) or bool(cap.connections["bytes_missing"].sum())
+    # one broker address for all (the usual case) is said once, above the table
+    one_broker = names["broker_endpoint"].nunique() == 1
+    cols = ["connection", "client", "user@vhost", "role", "address" if one_broker else "client → broker", "stream",
+            "packets", "frames"] + (["anomalies"] if damaged else [])
+    for col in cols:
+        numeric = col in ("stream", "packets", "frames", "anomalies")
+        # rich narrows the widest columns first: a name of a usual length is kept on one line
+        whole = (col == "connection" and out.width >= 100
+                 and names.loc[shown["stream"], "connection"].str.len().max() <= 32)
+        t.add_column(col, justify="right" if numeric else "left", overflow="fold", no_wrap=bool(whole))
+    for r in shown.itertuples(index=False):
+        n = names.loc[r.stream]
+        library = " ".join(x for x in (r.client_product, r.client_version) if isinstance(x, str))
+        client = library or ("(TLS, encrypted)" if r.tls and not r.tls_decrypted
+                             else "(capture started mid-connection)" if not r.protocol_header_seen else "")
+        row = [n["connection"], client, "@".join(x for x in (n["user"], n["vhost"]) if x), roles.loc[r.stream],
+               n["client_endpoint"] if one_broker else f"{n['client_endpoint']} → {n['broker_endpoint']}",
+               str(r.stream), f"{r.c2s_packets + r.s2c_packets:,}", f"{r.frames:,}"]
+        if damaged:
+            row.append(str(r.anomalies))
+        t.add_row(*row)
+    return t
+
+
+def _consumers_table(cap: Capture, all_connections: bool) -> Optional[Table]:
+    """The consumers (queue, connection, prefetch, consumer tag), at most INFO_CONNECTIONS rows
+    unless --all; None when the capture shows none."""
+    from .analyzers.consumers import consumer_list
+
+    c = consumer_list(cap)
+    if not len(c):
+        return None
+    shown = c if all_connections else c.head(INFO_CONNECTIONS)
+    more = len(c) - len(shown)
+    t = Table(title="Consumers" + (f" (the first {len(shown)})" if more else ""), title_justify="left",
+              caption=f"… and {counted(more, 'more consumer')}: --all lists every one" if more else None,
+              caption_justify="left")
+    for col in ("queue", "connection", "prefetch", "consumer tag", "stream", "channel"):
+        t.add_column(col, justify="right" if col in ("prefetch", "stream", "channel") else "left", overflow="fold")
+    for r in shown.itertuples(index=False):
+        t.add_row("?" if _isna(r.queue) else str(r.queue), r.connection, _prefetch_text(r), str(r.consumer_tag),
+                  str(r.stream), str(r.channel))
+    return t
+
+
+def _prefetch_text(r) -> str:
+    """A consumer's prefetch as `info` shows it: the count, `unlimited`, `no-ack`, `N (channel)`
+    for a global qos, `?` when its basic.consume is not in the capture."""
+    if not r.consume_seen:
+        return "?"
+    if r.no_ack:
+        return "no-ack"
+    per = "unlimited" if r.prefetch == 0 else str(r.prefetch)
+    if _isna(r.channel_prefetch):
+        return per
+    return f"{r.channel_prefetch} (channel)" if r.prefetch == 0 else f"{per}, {r.channel_prefetch} (channel)"
 
 
 def _connections_shown(connections, all_connections: bool):

@@ -15,7 +15,7 @@ import pytest
 import amqpcap
 from amqpcap.analysis import SEVERITY_RANK
 from amqpcap.analyzers import _deliveries as D
-from amqpcap.analyzers.latency import latency
+from amqpcap.analyzers.latency import ack_gaps, latency
 
 sys.path.insert(0, str(Path(__file__).parent))
 import crafting as c  # noqa: E402
@@ -135,6 +135,17 @@ def test_crafted_summary_and_interleaving(crafted):
     # D D D A A D D N R D D A D
     assert inter["max_deliver_run"] == 3 and inter["max_ack_run"] == 2 and inter["runs"] == 7
     assert inter["alternation_ratio"] == pytest.approx(6 / 12)
+
+
+def test_crafted_unacked_after_each_settling_frame(crafted):
+    # channel 1: D1 D2 D3, ack 2 (1 and 3 left), ack 3 multiple (none), D4 D5, nack 5 (4 left),
+    # reject 4 (none), D6 D7, ack 0 multiple (none), D8; channel 3: get-ok 1, ack 1 (the no-ack
+    # get after it is never settled and not counted); channel 4: D1 after the reopening, ack 1
+    cap, _ = crafted
+    g = ack_gaps(cap)
+    assert g.loc[g["channel"] == 1, "unacked_after"].tolist() == [2, 0, 1, 0, 0]
+    assert g.loc[g["channel"] == 3, "unacked_after"].tolist() == [0]
+    assert g.loc[g["channel"] == 4, "unacked_after"].tolist() == [0]
 
 
 def test_crafted_against_reference(crafted):

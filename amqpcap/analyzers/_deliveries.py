@@ -20,7 +20,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..analysis import stream_filter
 from ..capture import Capture, computed_once
+from ..names import connection_names
 
 KEY = ["stream", "channel", "epoch"]
 #: consumer tag used for basic.get-ok deliveries (they have no consumer)
@@ -95,6 +97,30 @@ def _text(labels, code: np.ndarray):
         arr = pd.array(np.asarray(labels, dtype=object), dtype=pd.StringDtype(na_value=np.nan))
         return arr.take(code, allow_fill=True)
     return np.full(len(code), np.nan, dtype=object)
+
+
+def connection_labels(cap: Capture | None, streams) -> np.ndarray:
+    """The connection label (`amqpcap.names.connection_names`: its connection_name, else client
+    library, user@vhost and address) of each stream in ``streams``, as an object array: the first
+    column of the per-consumer tables. `stream N` for a stream that is no connection (or without
+    ``cap``)."""
+    streams = np.asarray(streams, dtype=np.int64)
+    fallback = np.array([f"stream {s}" for s in streams.tolist()], dtype=object)
+    if cap is None or len(streams) == 0:
+        return fallback
+    label = connection_names(cap)["connection"].reindex(streams).to_numpy(object)
+    missing = pd.isna(label)
+    label[missing] = fallback[missing]
+    return label
+
+
+def channels_filter(streams, channels) -> str:
+    """Wireshark display filter for the (stream, channel) pairs of a finding's subjects: the
+    streams (`analysis.stream_filter`), and the channel when they all share one. Channels of
+    different streams cannot be paired in one short filter; the methods a finding adds narrow it."""
+    chans = {int(c) for c in channels}
+    flt = stream_filter(streams)
+    return flt + (f" && amqp.channel == {chans.pop()}" if len(chans) == 1 else "")
 
 
 def chan_key(df: pd.DataFrame) -> np.ndarray:

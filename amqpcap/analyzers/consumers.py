@@ -13,8 +13,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..analysis import AnalyzerResult, Finding, Plot, analyzer, packets_filter, stream_filter
+from ..analysis import SEVERITY_RANK, AnalyzerResult, Finding, Plot, analyzer
 from ..capture import Capture, computed_once
+from ..names import connection_label, consumer_label, subject
 from . import _deliveries as D
 
 CONSUMER = ["stream", "channel", "epoch", "consumer_tag"]
@@ -49,15 +50,7 @@ def _consumer_rows(cap: Capture) -> pd.DataFrame:
     c["start_order"] = c["start_order"].where(c["consume_seen"], c["first_order"]).astype(np.int64)
     c["start_packet"] = c["start_packet"].where(c["consume_seen"], c["first_packet"]).astype(np.int64)
 
-    # per-consumer prefetch: the last basic.qos global=false on the channel before the consumer
-    qos = D.pick(cap, m, D.select(m, "basic.qos", "c2s"), D.KEY + ["order", "prefetch_count", "global"])
-    qos["global"] = qos["global"].fillna(False).astype(bool)
-    per = qos[~qos["global"]][D.KEY + ["order", "prefetch_count"]].rename(columns={"order": "q_order"})
-    c = c.sort_values("start_order")
-    c = pd.merge_asof(c, per.sort_values("q_order"), left_on="start_order", right_on="q_order", by=D.KEY,
-                      direction="backward")
-    c["qos_seen"] = c["q_order"].notna()
-    c["prefetch"] = c["prefetch_count"].astype("Int64")
+    c = _with_prefetch(cap, c)
 
     # the consumer ends at its cancel, its channel's or connection's close, else with the connection
     ends = D._obj(D.pick(cap, m, D.select(m, ["basic.cancel", "basic.cancel-ok"]),
@@ -83,9 +76,55 @@ def _consumer_rows(cap: Capture) -> pd.DataFrame:
         c.loc[c.index[earlier], "end_ts"] = e["e_ts"].array[earlier]
     for col in ("start_ts", "end_ts"):
         c[col] = pd.to_datetime(c[col], utc=True).astype(d["ts"].dtype)
-    out = c.drop(columns=["q_order", "prefetch_count", "first_order", "first_ts", "first_packet"]).reset_index(drop=True)
+    out = c.drop(columns=["first_order", "first_ts", "first_packet"]).reset_index(drop=True)
     cap.derived["consumer_rows"] = out
     return out
+
+
+def _with_prefetch(cap: Capture, c: pd.DataFrame, global_: bool = False, name: str = "prefetch") -> pd.DataFrame:
+    """``c`` (consumers: KEY and start_order) sorted by start_order, with ``name`` (Int64): the
+    prefetch_count of the last basic.qos on the consumer's channel (same opening) before its start,
+    with global=false (RabbitMQ: a limit per consumer, for consumers started after it), or with
+    global=true (``global_``: one limit shared by the channel); <NA> without one. ``qos_seen``:
+    such a basic.qos is in the capture."""
+    m = D.methods(cap)
+    qos = D.pick(cap, m, D.select(m, "basic.qos", "c2s"), D.KEY + ["order", "prefetch_count", "global"])
+    pick = qos["global"].fillna(False).to_numpy(bool) == global_
+    qos = qos[pick][D.KEY + ["order", "prefetch_count"]].rename(columns={"order": "q_order"})
+    c = pd.merge_asof(c.sort_values("start_order"), qos.sort_values("q_order"), left_on="start_order",
+                      right_on="q_order", by=D.KEY, direction="backward")
+    c["qos_seen"] = c["q_order"].notna()
+    c[name] = c["prefetch_count"].astype("Int64")
+    return c.drop(columns=["q_order", "prefetch_count"])
+
+
+def consumer_list(cap: Capture) -> pd.DataFrame:
+    """Every consumer the capture shows (`amqpcap info`), cheap: no delivery is matched.
+
+    From each basic.consume (with the tag the broker confirmed): its queue, no-ack, ``prefetch``
+    (the per-consumer basic.qos in force at its start; 0 = unlimited, also when no qos came
+    before it: RabbitMQ's default) and ``channel_prefetch`` (a global qos in force; <NA> without
+    one). A capture started after the basic.consume shows the consumer only by its deliveries'
+    tags: queue, no-ack and prefetch unknown (<NA>). Columns: connection, queue, prefetch,
+    channel_prefetch, no_ack, consume_seen, consumer_tag, stream, channel; by queue, connection."""
+    cons = D.consumes(cap)[D.KEY + ["consumer_tag", "queue", "no_ack", "start_order"]]
+    c = _with_prefetch(cap, _with_prefetch(cap, cons, global_=True, name="channel_prefetch"))
+    c["prefetch"] = c["prefetch"].fillna(0)
+    c["no_ack"] = c["no_ack"].astype("boolean")
+    c["consume_seen"] = True
+    m = D.methods(cap)
+    seen = D._obj(D.pick(cap, m, D.select(m, "basic.deliver", "s2c"), ["stream", "channel", "consumer_tag"])
+                  .drop_duplicates(), "consumer_tag")
+    seen = seen.merge(D._obj(c[["stream", "channel", "consumer_tag"]], "consumer_tag"), how="left", indicator=True)
+    seen = seen[seen["_merge"] == "left_only"].drop(columns="_merge")
+    seen = seen.assign(queue=None, prefetch=pd.array([pd.NA] * len(seen), dtype="Int64"),
+                       channel_prefetch=pd.array([pd.NA] * len(seen), dtype="Int64"),
+                       no_ack=pd.array([pd.NA] * len(seen), dtype="boolean"), consume_seen=False)
+    cols = ["stream", "channel", "consumer_tag", "queue", "prefetch", "channel_prefetch", "no_ack", "consume_seen"]
+    out = pd.concat([c[cols], seen[cols]], ignore_index=True) if len(seen) else c[cols].reset_index(drop=True)
+    out.insert(0, "connection", D.connection_labels(cap, out["stream"]))
+    out["queue"] = out["queue"].astype(object)
+    return out.sort_values(["queue", "connection", "channel"], na_position="last", kind="stable").reset_index(drop=True)
 
 
 STATE_COLUMNS = CONSUMER + ["packet", "ts", "until_ts", "duration_s", "unacked", "prefetch", "prefetch_estimated",
@@ -282,14 +321,19 @@ CONSUMER_BOUND_SHARE = 0.5
 #: ... and its deliver→ack median at least this multiple of the channel's ack→next-deliver median
 #: (the consumer's processing, not the broker's refill, takes most of each cycle)
 CONSUMER_DOMINANCE = 2.0
-#: ... critical when at the limit at least this share of time and its queue's backlog (lower
-#: bound) grew by at least BACKLOG_GROWTH_MSGS during the consumer's life: it cannot keep up
-CONSUMER_BOUND_CRITICAL_SHARE = 0.8
+#: ... critical when its queue's backlog (lower bound) grew during the consumer's life by at least
+#: BACKLOG_GROWTH_MSGS messages and at least BACKLOG_GROWTH_RATIO times as fast as all the queue's
+#: consumers took messages (growth / life over their summed delivery rates): the publishers
+#: outpace the consumers by that much, the queue only grows. A ratio, not a share of time at the
+#: limit, so that a queue growing faster is never less severe (ten-consumers.pcap: 5,275 messages
+#: in 3 s against 1,280 msg/s consumed, ratio 1.4; slow-prefetch1.pcap: 152 against 150 msg/s, 0.33)
 BACKLOG_GROWTH_MSGS = 100
+BACKLOG_GROWTH_RATIO = 0.1
 #: findings need at least this many deliveries to the consumer (fewer is anecdotal)
 MIN_DELIVERIES = 50
-#: at most this many findings of one id (the worst first); each says how many consumers qualified
-MAX_FINDINGS_PER_ID = 10
+#: a finding's example packets (frames where a consumer reached its limit, 5 each) come from this
+#: many of its subjects, the worst first: a way into Wireshark, not an inventory
+EXAMPLE_SUBJECTS = 4
 #: plots: step series longer than this are drawn as per-bin min/max envelopes
 MAX_STEPS = 20_000
 TIME_BINS = 400
@@ -299,8 +343,8 @@ def consumer_summary(cap: Capture) -> pd.DataFrame:
     """One row per acknowledging consumer (see docs/analyzers/consumers.md)."""
     st = consumer_state(cap)
     c = _consumer_rows(cap)
-    cols = ["stream", "channel", "consumer_tag", "queue", "deliveries", "start_ts", "end_ts", "duration_s",
-            "rate_per_s", "prefetch", "prefetch_estimated", "channel_prefetch", "max_unacked", "mean_unacked",
+    cols = ["connection", "stream", "channel", "consumer_tag", "queue", "deliveries", "start_ts", "end_ts",
+            "duration_s", "rate_per_s", "prefetch", "prefetch_estimated", "channel_prefetch", "max_unacked", "mean_unacked",
             "share_at_limit", "utilisation", "share_idle", "mean_deficit", "acks", "acks_multiple",
             "messages_per_ack", "deliver_to_ack_p50_s", "ack_to_next_deliver_p50_s", "backlog_growth_msgs"]
     if len(st) == 0:
@@ -367,6 +411,7 @@ def consumer_summary(cap: Capture) -> pd.DataFrame:
     out["rate_per_s"] = out["deliveries"] / span.where(span > 0)
     out["backlog_growth_msgs"] = _backlog_growth(cap, out)
     out = out.sort_values(["stream", "channel", "start_ts"]).reset_index(drop=True)
+    out["connection"] = D.connection_labels(cap, out["stream"])
     return out[cols]
 
 
@@ -396,40 +441,232 @@ def _backlog_growth(cap: Capture, cons: pd.DataFrame) -> pd.Series:
     return res
 
 
-def _qfilter(stream, channel) -> str:
-    return f"tcp.stream eq {stream} && amqp.channel == {channel}"
+#: severity by its rank (analysis.SEVERITY_RANK: info 0, warning 1, critical 2)
+SEVERITIES = {rank: name for name, rank in SEVERITY_RANK.items()}
+
+
+def consumer_bound_severity(growth, growth_ratio, estimated) -> np.ndarray:
+    """consumer-bound's severity per consumer as a rank (SEVERITIES): warning; critical when its
+    queue grew by at least BACKLOG_GROWTH_MSGS messages and BACKLOG_GROWTH_RATIO times the rate
+    its consumers took messages (unknown growth counts as none); info when the prefetch is an
+    estimate. Non-decreasing in ``growth`` and ``growth_ratio`` (tests/test_grouping.py)."""
+    growth = np.nan_to_num(np.asarray(growth, dtype=float), nan=-np.inf)
+    ratio = np.nan_to_num(np.asarray(growth_ratio, dtype=float), nan=-np.inf)
+    critical = (growth >= BACKLOG_GROWTH_MSGS) & (ratio >= BACKLOG_GROWTH_RATIO)
+    return np.where(np.asarray(estimated, dtype=bool), 0, np.where(critical, 2, 1))
+
+
+def _growth_ratio(s: pd.DataFrame) -> np.ndarray:
+    """Per consumer: its queue's backlog growth per second of its life over the summed delivery
+    rates of all the queue's consumers (a consumer without a known queue: its own rate)."""
+    life = (s["end_ts"] - s["start_ts"]).dt.total_seconds().to_numpy(float)
+    rate = s["rate_per_s"].astype(float).fillna(0)
+    queue = s["queue"].astype(object)
+    taken = rate.groupby(queue.fillna("")).transform("sum").where(queue.notna(), rate).to_numpy(float)
+    growth = s["backlog_growth_msgs"].astype("Float64").to_numpy(float, na_value=np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where((life > 0) & (taken > 0), growth / life / taken, np.nan)
+
+
+def prefetch_one_severity(share) -> np.ndarray:
+    """prefetch-one's severity per consumer as a rank (SEVERITIES): warning when at the limit
+    ≥ PREFETCH_ONE_WARNING_SHARE_AT_LIMIT of the time (prefetch 1 then limits its throughput),
+    else info. Non-decreasing in ``share``."""
+    return np.where(np.asarray(share, dtype=float) >= PREFETCH_ONE_WARNING_SHARE_AT_LIMIT, 1, 0)
+
+
+def _flags(cap: Capture, s: pd.DataFrame) -> pd.DataFrame:
+    """Per consumer (the rows of consumer_summary), on whole columns: whether it is a subject of
+    consumer-bound (``bound``) or prefetch-one (``one``), with its severity rank and impact there.
+
+    A consumer is the subject of one consumer finding at most, so that one cause is told once:
+    - consumer-bound wins over prefetch-one. The consumer's own work (deliver→ack) is then at
+      least twice the refill, so the round trip prefetch 1 adds is the smaller part of each cycle;
+      consumer-bound's advice says how much a larger prefetch would gain (``one_ack`` marks the
+      consumers at prefetch 1 with one ack per message).
+    - prefetch-one gives way to latency's broker-slow-refill on the same channel: the broker's
+      refill is then the slow part (its advice says a larger prefetch hides it)."""
+    share = s["share_at_limit"].astype(float).fillna(0).to_numpy()
+    dta = s["deliver_to_ack_p50_s"].astype(float).to_numpy()
+    a2d = s["ack_to_next_deliver_p50_s"].astype(float).to_numpy()
+    mpa = s["messages_per_ack"].astype(float).to_numpy()
+    rate = s["rate_per_s"].astype(float).fillna(0).to_numpy()
+    growth = s["backlog_growth_msgs"].astype("Float64").to_numpy(float, na_value=np.nan)
+    ratio = _growth_ratio(s)
+    estimated = s["prefetch_estimated"].astype(bool).to_numpy()
+    prefetch = s["prefetch"].astype("Int64").to_numpy(np.int64, na_value=0)
+    acks = s["acks"].to_numpy(np.int64)
+    single_share = np.where(acks > 0, 1 - s["acks_multiple"].to_numpy(np.int64) / np.maximum(acks, 1), 0)
+    enough = ((s["deliveries"].to_numpy(np.int64) >= MIN_DELIVERIES)
+              & (s["duration_s"].astype(float).fillna(0) > 0).to_numpy())
+    # prefetch 1 as the client asked for it in basic.qos: an estimate of 1 (capture started after
+    # the qos) only says the consumer acked each message before the next came (midstream.pcap:
+    # PerfTest -q 20, never more than 1 unacked), not that the broker was held back
+    one_ack = (prefetch == 1) & ~estimated & (acks > 0) & (single_share >= ONE_ACK_PER_MESSAGE_SHARE) & (mpa < 1.5)
+    # Who holds deliveries back at the limit? At prefetch > 1 the consumer still has deliveries in
+    # hand after each ack, so a slow refill would leave its credit unused (deficit > 0): being at
+    # the limit most of the time is itself the proof that it acks slower than the broker refills.
+    # At prefetch 1 it is at the limit exactly while it works on its one message: its own time
+    # (deliver→ack) must be the larger part of each deliver→ack→deliver cycle
+    dominant = (prefetch > 1) | (~np.isnan(dta) & (np.isnan(a2d) | (dta >= CONSUMER_DOMINANCE * a2d)))
+    bound = enough & (share >= CONSUMER_BOUND_SHARE) & dominant & (prefetch > 0)
+    from .latency import slow_refills  # noqa: PLC0415 (the sibling analyzer owns that detection)
+
+    refill = np.isin(D.chan_key(s), slow_refills(cap).index.to_numpy())
+    one = enough & one_ack & (rate >= PREFETCH_ONE_MIN_RATE_PER_S) & ~bound & ~refill
+    return pd.DataFrame({"bound": bound, "one": one, "one_ack": one_ack,
+                         "bound_rank": consumer_bound_severity(growth, ratio, estimated),
+                         "bound_impact": share, "growth_ratio": ratio,
+                         "one_rank": prefetch_one_severity(share),
+                         "one_impact": np.minimum(1.0, share + rate / 10_000)}, index=s.index)
 
 
 def _findings(cap: Capture, s: pd.DataFrame) -> list[Finding]:
-    out: list[Finding] = []
+    """One consumer-bound and one prefetch-one finding at most, each listing its consumers as
+    subjects, worst first (severity, then impact)."""
     if len(s) == 0:
-        return out
-    # the conditions on whole columns first; only flagged consumers get a Python-level finding
-    share = s["share_at_limit"].astype(float).fillna(0)
-    dta = s["deliver_to_ack_p50_s"].astype(float)
-    a2d = s["ack_to_next_deliver_p50_s"].astype(float)
-    mpa = s["messages_per_ack"].astype(float)
-    rate = s["rate_per_s"].astype(float).fillna(0)
-    acks = s["acks"].to_numpy(np.int64)
-    single_share = np.where(acks > 0, 1 - s["acks_multiple"].to_numpy(np.int64) / np.maximum(acks, 1), 0)
-    enough = (s["deliveries"] >= MIN_DELIVERIES) & (s["duration_s"].astype(float).fillna(0) > 0)
-    one = enough & (s["prefetch"] == 1) & (acks > 0) & (single_share >= ONE_ACK_PER_MESSAGE_SHARE) & (mpa < 1.5) \
-        & (rate >= PREFETCH_ONE_MIN_RATE_PER_S)
-    dominant = dta.notna() & (a2d.isna() | (dta >= CONSUMER_DOMINANCE * a2d))
-    bound = enough & (share >= CONSUMER_BOUND_SHARE) & dominant & (s["prefetch"] > 0)
-    n_one, n_bound = int(one.sum()), int(bound.sum())
-    # the worst first, at most MAX_FINDINGS_PER_ID of each id
-    order = share.sort_values(ascending=False, kind="stable").index
-    keep = one[order][one[order]].index[:MAX_FINDINGS_PER_ID].union(bound[order][bound[order]].index[:MAX_FINDINGS_PER_ID])
-    one = one & s.index.isin(one[order][one[order]].index[:MAX_FINDINGS_PER_ID])
-    bound = bound & s.index.isin(bound[order][bound[order]].index[:MAX_FINDINGS_PER_ID])
-    flagged = s.loc[keep]
-    if len(flagged) == 0:
-        return out
+        return []
+    fl = _flags(cap, s)
+    out = []
+    for fid, build in (("bound", _bound_finding), ("one", _prefetch_one_finding)):
+        sel = fl[fid].to_numpy(bool)
+        if sel.any():
+            # worst first; ties in capture order (stream, channel: the order of s)
+            g = s.loc[sel].assign(sev_rank=fl.loc[sel, f"{fid}_rank"], impact=fl.loc[sel, f"{fid}_impact"],
+                                  one_ack=fl.loc[sel, "one_ack"], growth_ratio=fl.loc[sel, "growth_ratio"])
+            g = g.sort_values(["sev_rank", "impact"], ascending=False, kind="stable")
+            out.append(build(cap, g))
+    return out
+
+
+def _num(v) -> float | None:
+    return None if v is None or pd.isna(v) else float(v)
+
+
+def _subjects(cap: Capture, g: pd.DataFrame) -> list[dict]:
+    """One subject per consumer of ``g`` (flagged rows of consumer_summary, worst first): its
+    connection, channel, queue and consumer tag, then its own numbers."""
+    return [subject(cap, r.stream, channel=int(r.channel), queue=None if pd.isna(r.queue) else str(r.queue),
+                    consumer_tag=str(r.consumer_tag), prefetch_msgs=int(r.prefetch),
+                    prefetch_estimated=bool(r.prefetch_estimated), deliveries=int(r.deliveries),
+                    rate_msgs_per_s=_num(r.rate_per_s), share_at_limit=_num(r.share_at_limit),
+                    deliver_to_ack_p50_s=_num(r.deliver_to_ack_p50_s),
+                    ack_to_next_deliver_p50_s=_num(r.ack_to_next_deliver_p50_s),
+                    messages_per_ack=_num(r.messages_per_ack),
+                    backlog_growth_msgs=None if pd.isna(r.backlog_growth_msgs) else int(r.backlog_growth_msgs),
+                    backlog_growth_ratio=_num(r.growth_ratio), severity=SEVERITIES[int(r.sev_rank)])
+            for r in g.itertuples(index=False)]
+
+
+def _who(cap: Capture, g: pd.DataFrame) -> tuple[str, str]:
+    """(the subjects as a title names them, the worst one's name): `queue Q on conn` for one
+    consumer; `10 consumers on queue Q` and the worst one's connection for several."""
+    w = g.iloc[0]
+    worst = consumer_label(cap, w.stream, w.queue, w.consumer_tag)
+    if len(g) == 1:
+        return worst, worst
+    queues = g["queue"].dropna().unique()
+    if len(queues) == 1 and g["queue"].notna().all():
+        return f"{len(g)} consumers on queue {queues[0]}", connection_label(cap, w.stream)
+    where = f" on {len(queues)} queues" if len(queues) > 1 else ""
+    return f"{len(g)} consumers{where}", worst
+
+
+def _common_evidence(cap: Capture, g: pd.DataFrame, methods: str) -> dict:
+    """Evidence every consumer finding carries: the worst consumer's numbers (the first subject),
+    totals over all subjects, the streams, example packets and the filter."""
+    w = g.iloc[0]
+    return {"streams": sorted({int(x) for x in g["stream"]}), "channel": int(w.channel),
+            "consumer_tag": str(w.consumer_tag), "prefetch_msgs": int(w.prefetch),
+            "prefetch_estimated": bool(w.prefetch_estimated), "deliveries": int(w.deliveries),
+            "rate_msgs_per_s": _num(w.rate_per_s), "share_at_limit": _num(w.share_at_limit),
+            "deliver_to_ack_p50_s": _num(w.deliver_to_ack_p50_s),
+            "ack_to_next_deliver_p50_s": _num(w.ack_to_next_deliver_p50_s),
+            "consumers_with_this_finding": int(len(g)),
+            "queues": sorted({str(q) for q in g["queue"].dropna()}),
+            "deliveries_total": int(g["deliveries"].sum()),
+            "rate_msgs_per_s_total": float(g["rate_per_s"].astype(float).fillna(0).sum()),
+            "packets": _limit_packets(cap, g.head(EXAMPLE_SUBJECTS)),
+            "filter": D.channels_filter(g["stream"], g["channel"])
+                      + f" && amqp.method.class == 60 && amqp.method.method in {methods}"}
+
+
+def _ms(v) -> str:
+    return "?" if v is None or pd.isna(v) else f"{float(v) * 1e3:.1f} ms"
+
+
+def _bound_finding(cap: Capture, g: pd.DataFrame) -> Finding:
+    w = g.iloc[0]
+    who, worst = _who(cap, g)
+    growth = g["backlog_growth_msgs"].astype("Float64").max()  # (a lower bound per consumer's life)
+    growth = None if pd.isna(growth) else int(growth)
+    sh = g["share_at_limit"].astype(float)
+    # (the refill time matters, and is said, only at prefetch 1: see _flags)
+    holds = f"holds each message a median {_ms(w.deliver_to_ack_p50_s)}" + (
+        f" while the broker refills in {_ms(w.ack_to_next_deliver_p50_s)}" if w.prefetch == 1 else "")
+    limit = (f"the highest unacked count seen ({w.prefetch}; no basic.qos in the capture)" if w.prefetch_estimated
+             else f"its prefetch limit ({w.prefetch})")
+    if len(g) == 1:
+        title = (f"The consumer is the bottleneck: {who} sat at {limit} "
+                 f"{w.share_at_limit:.0%} of the time; it {holds}")
+    else:
+        span = f"{sh.min():.0%}" if f"{sh.min():.0%}" == f"{sh.max():.0%}" else f"{sh.min():.0%}–{sh.max():.0%}"
+        title = (f"{who} are the bottleneck, at their prefetch limit {span} of the time "
+                 f"(worst: {worst}, {w.share_at_limit:.0%} at prefetch {w.prefetch}; it {holds})")
+    if growth and growth > 0:
+        title += f"; {'its' if len(g) == 1 else 'the'} queue grew by at least {growth} messages"
+    n_one = int(g["one_ack"].sum())
+    whose = "this consumer's" if len(g) == 1 else "these consumers'"
+    advice = (f"The broker waits for {whose} acks: look at the "
+              "work per message (slow handlers, synchronous I/O, locks), add consumers or threads, and raise the "
+              "prefetch if the work is I/O-bound. A growing queue means the consumers cannot keep up with the "
+              "publish rate.")
+    one = g[g["one_ack"].to_numpy(bool)]
+    d50, a50 = (_num(one["deliver_to_ack_p50_s"].iloc[0]), _num(one["ack_to_next_deliver_p50_s"].iloc[0])) if n_one \
+        else (None, None)
+    if d50 and a50 is not None:
+        # the consumer's rate is at most 1 / (d50 + a50) now, 1 / d50 with the refill hidden
+        which = "" if len(g) == 1 else f" ({n_one} of these consumers; numbers of the worst)"
+        advice += (f" At prefetch 1 with one ack per message{which}, each message also waits for the ack's round "
+                   f"trip and the broker's refill ({_ms(a50)} of each {_ms(d50 + a50)} cycle): a larger prefetch "
+                   f"(e.g. 50–300) with multiple=true acks saves that, at most {a50 / d50:.0%} more messages per "
+                   "second; the consumer's own work is the larger part.")
+    ev = _common_evidence(cap, g, "{60, 80, 90, 120}")
+    ev.update(mean_unacked_msgs=_num(w.mean_unacked), utilisation=_num(w.utilisation),
+              backlog_growth_msgs=None if pd.isna(w.backlog_growth_msgs) else int(w.backlog_growth_msgs),
+              backlog_growth_ratio=_num(w.growth_ratio), prefetch_one_consumers=n_one)
+    return Finding(id="consumer-bound", severity=SEVERITIES[int(g["sev_rank"].max())], title=title, evidence=ev,
+                   advice=advice, impact=float(g["impact"].max()), subjects=_subjects(cap, g))
+
+
+def _prefetch_one_finding(cap: Capture, g: pd.DataFrame) -> Finding:
+    w = g.iloc[0]
+    who, worst = _who(cap, g)
+    d50, a50 = _num(w.deliver_to_ack_p50_s), _num(w.ack_to_next_deliver_p50_s)
+    cycle = (d50 or 0) + (a50 or 0)
+    if len(g) == 1:
+        title = (f"Prefetch 1 with one ack per message: {who} gets {w.rate_per_s:.0f} msg/s one at a time, "
+                 f"each waiting for the previous ack ({w.share_at_limit:.0%} of its time at the limit)")
+    else:
+        title = (f"Prefetch 1 with one ack per message: {who} get their messages one at a time, each waiting "
+                 f"for the previous ack (worst: {worst}, {w.rate_per_s:.0f} msg/s, {w.share_at_limit:.0%} of its "
+                 f"time at the limit)")
+    ev = _common_evidence(cap, g, "{10, 60, 80}")
+    ev.update(acks=int(w.acks), messages_per_ack=_num(w.messages_per_ack), cycle_s=cycle,
+              max_rate_msgs_per_s=(1 / cycle) if cycle > 0 else None)
+    return Finding(
+        id="prefetch-one", severity=SEVERITIES[int(g["sev_rank"].max())], title=title, evidence=ev,
+        advice="Raise the prefetch (basic.qos prefetch_count, e.g. 50–300) so the broker keeps messages "
+               "in flight while the consumer works, and ack with multiple=true every few messages; "
+               "keep prefetch 1 only where strict one-at-a-time fairness between slow consumers matters.",
+        impact=float(g["impact"].max()), subjects=_subjects(cap, g))
+
+
+def _limit_packets(cap: Capture, g: pd.DataFrame) -> list[int]:
+    """Example packets: the first 5 frames at which each consumer of ``g`` was at its limit (any
+    epoch of its channel), found on the state rows' consumer codes (the few consumers' keys
+    matched as text, not the rows')."""
     st = consumer_state(cap)
-    # example packets only for the flagged consumers (at most 2 × MAX_FINDINGS_PER_ID), not all:
-    # the first 5 state rows at the limit per (stream, channel, tag) (any epoch), found on the
-    # consumer codes of the state rows (the few consumers' keys matched as text, not the rows')
     _, _, keys = _acked_deliveries(cap)
     st_code = cap.derived.get("consumer_state_code")
     if st_code is None or len(st_code) != len(st):
@@ -437,63 +674,11 @@ def _findings(cap: Capture, s: pd.DataFrame) -> list[Finding]:
     key = ["stream", "channel", "consumer_tag"]
     k3 = D._obj(keys[key], "consumer_tag")
     k3_code = D.codes(*(k3[k].to_numpy() for k in key))  # (equal across epochs)
-    wanted = pd.MultiIndex.from_frame(k3).isin(pd.MultiIndex.from_frame(D._obj(flagged[key], "consumer_tag")))
+    wanted = pd.MultiIndex.from_frame(k3).isin(pd.MultiIndex.from_frame(D._obj(g[key], "consumer_tag")))
     rows = np.flatnonzero(st["at_limit"].to_numpy(bool) & wanted[st_code])
-    g = k3_code[st_code[rows]]
-    rows = rows[pd.Series(g).groupby(g).cumcount().to_numpy() < 5]
-    pkts: dict = {}
-    for c, p in zip(st_code[rows], st["packet"].to_numpy(np.int64)[rows]):  # (at most 5 per flagged consumer)
-        pkts.setdefault(tuple(k3.iloc[c]), []).append(int(p))
-    for i, r in flagged.iterrows():
-        label = f"consumer {r.consumer_tag} (stream {r.stream}, channel {r.channel})"
-        at_limit_pkts = pkts.get((r.stream, r.channel, r.consumer_tag), [])
-        sh, d50, a50, m = float(share[i]), float(dta[i]), float(a2d[i]), float(mpa[i])
-        base = {"streams": [int(r.stream)], "channel": int(r.channel), "consumer_tag": str(r.consumer_tag),
-                "prefetch_msgs": int(r.prefetch), "prefetch_estimated": bool(r.prefetch_estimated),
-                "deliveries": int(r.deliveries), "rate_msgs_per_s": float(rate[i]),
-                "share_at_limit": sh, "deliver_to_ack_p50_s": d50, "ack_to_next_deliver_p50_s": a50}
-        if one[i]:
-            severe = sh >= PREFETCH_ONE_WARNING_SHARE_AT_LIMIT and not r.prefetch_estimated
-            cycle = (d50 if d50 == d50 else 0) + (a50 if a50 == a50 else 0)
-            out.append(Finding(
-                id="prefetch-one",
-                severity="warning" if severe else "info",
-                title=f"Prefetch 1 with one ack per message: {label} gets {rate[i]:.0f} msg/s one at a time, "
-                      f"each waiting for the previous ack ({sh:.0%} of its time at the limit)",
-                evidence={**base, "acks": int(r.acks), "messages_per_ack": m, "consumers_with_this_finding": n_one,
-                          "cycle_s": cycle, "max_rate_msgs_per_s": (1 / cycle) if cycle > 0 else None,
-                          "packets": at_limit_pkts,
-                          "filter": _qfilter(r.stream, r.channel) + " && amqp.method.class == 60 && "
-                                    "amqp.method.method in {10, 60, 80}"},
-                advice="Raise the prefetch (basic.qos prefetch_count, e.g. 50–300) so the broker keeps messages "
-                       "in flight while the consumer works, and ack with multiple=true every few messages; "
-                       "keep prefetch 1 only where strict one-at-a-time fairness between slow consumers matters.",
-                impact=float(min(1.0, sh + rate[i] / 10_000)),
-            ))
-        if bound[i]:
-            growth = int(r.backlog_growth_msgs) if pd.notna(r.backlog_growth_msgs) else None
-            critical = (sh >= CONSUMER_BOUND_CRITICAL_SHARE and growth is not None
-                        and growth >= BACKLOG_GROWTH_MSGS)
-            sev = "info" if r.prefetch_estimated else ("critical" if critical else "warning")
-            out.append(Finding(
-                id="consumer-bound",
-                severity=sev,
-                title=f"The consumer is the bottleneck: {label} sat at its prefetch limit ({r.prefetch}) "
-                      f"{sh:.0%} of the time; it holds each message {d50 * 1e3:.1f} ms (median) while the "
-                      f"broker refills in {a50 * 1e3:.1f} ms"
-                      + (f"; its queue grew by at least {growth} messages" if growth else ""),
-                evidence={**base, "mean_unacked_msgs": float(r.mean_unacked), "utilisation": float(r.utilisation),
-                          "backlog_growth_msgs": growth, "consumers_with_this_finding": n_bound,
-                          "packets": at_limit_pkts,
-                          "filter": _qfilter(r.stream, r.channel) + " && amqp.method.class == 60 && "
-                                    "amqp.method.method in {60, 80, 90, 120}"},
-                advice="The broker waits for this consumer's acks: look at the consumer's work per message "
-                       "(slow handlers, synchronous I/O, locks), add consumers or threads, and raise the prefetch "
-                       "if the work is I/O-bound. A growing queue means the consumers cannot keep up with the "
-                       "publish rate.",
-                impact=float(sh),
-            ))
-    return out
+    c = k3_code[st_code[rows]]
+    rows = rows[pd.Series(c).groupby(c).cumcount().to_numpy() < 5]
+    return sorted(int(p) for p in st["packet"].to_numpy(np.int64)[rows])
 
 
 @analyzer("consumers")
@@ -511,8 +696,11 @@ def consumers(cap: Capture) -> AnalyzerResult:
         code = D.codes(stream, channel, D.tag_ranks(cap, d)[na])
         first = np.unique(code, return_index=True)[1]
         tags = d["consumer_tag"].array.take(na[first])
-        for st_, ch_, tag, n in zip(stream[first].tolist(), channel[first].tolist(), tags, np.bincount(code).tolist()):
-            rows.append({"stream": st_, "channel": ch_, "consumer_tag": tag, "no_ack": True, "deliveries": n})
+        labels = D.connection_labels(cap, stream[first])
+        for who, st_, ch_, tag, n in zip(labels, stream[first].tolist(), channel[first].tolist(), tags,
+                                         np.bincount(code).tolist()):
+            rows.append({"connection": who, "stream": st_, "channel": ch_, "consumer_tag": tag, "no_ack": True,
+                         "deliveries": n})
     for r in rows:
         r.setdefault("no_ack", False)
     plots = []

@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..analysis import AnalyzerResult, Finding, Plot, analyzer, packets_filter, stream_filter
+from ..analysis import SEVERITY_RANK, AnalyzerResult, Finding, Plot, analyzer
 from ..capture import Capture, computed_once
+from ..names import connection_label, consumer_label, subject
 from . import _deliveries as D
 
 #: broker-slow-refill: median ack→next-deliver (with messages known to be waiting) above this is
@@ -34,8 +35,6 @@ REDELIVERY_MIN = 10
 REDELIVERY_SHARE = 0.05
 #: ... critical from this share (most of the traffic is the same messages going round)
 REDELIVERY_CRITICAL_SHARE = 0.5
-#: at most this many findings of one id (the worst first); each says how many channels qualified
-MAX_FINDINGS_PER_ID = 10
 #: plots: time bins for the percentile bands, and raw points drawn below this count
 TIME_BINS = 200
 MAX_POINTS = 20_000
@@ -103,9 +102,30 @@ def ack_gaps(cap: Capture) -> pd.DataFrame:
     sq = np.where(q_row >= 0, qc[np.maximum(q_row, 0)], -1)
     hit = D.asof(sq, s_order, D.backlog_queue_codes(cap, b), b["order"].to_numpy(np.int64))
     s["backlog_min"] = pd.array(b["backlog_min"].to_numpy(np.int64), dtype="Int64").take(hit, allow_fill=True)
-    out = s[["stream", "channel", "epoch", "packet", "ts", "order", "method", "multiple", "settled", "queue",
-             "backlog_min", "next_deliver_packet", "next_deliver_ts", "gap_s"]].reset_index(drop=True)
+    s["unacked_after"] = _unacked_after(d, d_space, s["space"].to_numpy(), s_order)
+    out = s[["stream", "channel", "epoch", "packet", "ts", "order", "method", "multiple", "settled", "unacked_after",
+             "queue", "backlog_min", "next_deliver_packet", "next_deliver_ts", "gap_s"]].reset_index(drop=True)
     cap.derived["ack_gaps"] = out
+    return out
+
+
+def _unacked_after(d: pd.DataFrame, d_space: np.ndarray, space: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """For each settling frame (tag space ``space``, frame ``order``): the deliveries of its tag
+    space (acknowledging ones: no-ack deliveries are never settled) still unsettled right after
+    it. 0 means the client had nothing left to work on: it waited for the broker's next delivery.
+    A running count of +1 per delivery and −1 per settled delivery, by tag space and frame order,
+    read at the last event up to the frame (its own settlements included)."""
+    keep = ~d["no_ack"].to_numpy(bool)
+    settled = keep & d["settle_order"].notna().to_numpy()
+    ev_space = np.r_[d_space[keep], d_space[settled]]
+    ev_order = np.r_[d["order"].to_numpy(np.int64)[keep], d["settle_order"].to_numpy(np.int64, na_value=0)[settled]]
+    delta = np.r_[np.ones(int(keep.sum()), np.int64), -np.ones(int(settled.sum()), np.int64)]
+    by = np.lexsort((ev_order, ev_space))
+    ev_space, ev_order = ev_space[by], ev_order[by]
+    run = D.group_cumsum(ev_space, delta[by], np.arange(len(by)))
+    hit = D.asof(space, order, ev_space, ev_order)  # (stable: the last event of the frame's order)
+    out = np.zeros(len(order), dtype=np.int64)
+    out[hit >= 0] = run[hit[hit >= 0]]
     return out
 
 
@@ -186,9 +206,10 @@ def interleaving(cap: Capture) -> pd.DataFrame:
 
 
 def consumer_latency(d: pd.DataFrame, gaps: pd.DataFrame, cap: Capture | None = None) -> pd.DataFrame:
-    """Per consumer: deliveries, outcomes and deliver→ack / ack→next-deliver percentiles (``cap``:
-    the capture of ``d``, whose kept tag codes spare factorizing the tags' text)."""
-    cons = ["stream", "channel", "consumer_tag"]
+    """Per consumer: its connection's label, deliveries, outcomes and deliver→ack /
+    ack→next-deliver percentiles (``cap``: the capture of ``d``, whose names label the connections
+    and whose kept tag codes spare factorizing the tags' text)."""
+    cons = ["connection", "stream", "channel", "consumer_tag"]
     if len(d) == 0:
         return pd.DataFrame(columns=cons + ["deliveries"])
     # one int64 code per consumer (sorted as the keys): pandas factorizes a single int64 column
@@ -208,9 +229,10 @@ def consumer_latency(d: pd.DataFrame, gaps: pd.DataFrame, cap: Capture | None = 
 
     g = pd.DataFrame({"latency_s": d["latency_s"].to_numpy(float), "ts": d["ts"].array}).groupby(code)
     lat = g["latency_s"]
+    stream = d["stream"].to_numpy(np.int64)[first]
     out = pd.DataFrame({
-        "stream": d["stream"].to_numpy(np.int64)[first], "channel": d["channel"].to_numpy(np.int64)[first],
-        "consumer_tag": tags,
+        "connection": D.connection_labels(cap, stream), "stream": stream,
+        "channel": d["channel"].to_numpy(np.int64)[first], "consumer_tag": tags,
         "deliveries": count(slice(None)),
         "redelivered": count(d["redelivered"].fillna(False).to_numpy(bool)),
         "no_ack": count(~d["no_ack"].to_numpy(bool)) == 0,
@@ -262,7 +284,7 @@ def latency(cap: Capture) -> AnalyzerResult:
     summary = {"latency": {"deliver_to_ack": dta, "ack_to_next_deliver": a2d, "publish_to_confirm": p2c,
                            "interleaving": summary_inter,
                            "consumers": per_consumer.to_dict(orient="records")}}
-    findings = _refill_findings(d, gaps) + _redelivery_findings(d)
+    findings = _refill_findings(cap, gaps) + _redelivery_findings(cap, d)
     tables = {
         "consumers": per_consumer,
         "deliveries": d.drop(columns=["order", "settle_order", "epoch"]),
@@ -292,116 +314,214 @@ def _imax(df, col):
     return int(df[col].max()) if len(df) else None
 
 
-def _refill_findings(d: pd.DataFrame, gaps: pd.DataFrame) -> list[Finding]:
-    """broker-slow-refill, per channel: acks freed credit while messages were known to be
-    waiting (backlog_min > 0), yet the broker's next delivery came late."""
-    out = []
-    # (only the columns used below: each flagged channel's rows are taken from this frame)
-    waiting = gaps.loc[gaps["gap_s"].notna() & (gaps["backlog_min"].fillna(0) > 0) & (gaps["settled"] > 0),
-                       ["stream", "channel", "packet", "gap_s", "backlog_min", "next_deliver_packet"]]
-    if len(waiting) == 0:
-        return out
-    # channels as one int64 key (D.chan_key: sorted as (stream, channel)), grouped on it
+#: severity by its rank (analysis.SEVERITY_RANK: info 0, warning 1, critical 2)
+SEVERITIES = {rank: name for name, rank in SEVERITY_RANK.items()}
+
+
+def refill_severity(p50) -> np.ndarray:
+    """broker-slow-refill's severity per channel as a rank (SEVERITIES): warning, critical from
+    a median ack→next-deliver of REFILL_CRITICAL_S. Non-decreasing in ``p50``."""
+    return np.where(np.asarray(p50, dtype=float) >= REFILL_CRITICAL_S, 2, 1)
+
+
+def redelivery_severity(share) -> np.ndarray:
+    """redelivery-loop's severity per channel as a rank (SEVERITIES): warning, critical from
+    REDELIVERY_CRITICAL_SHARE of its deliveries bouncing. Non-decreasing in ``share``."""
+    return np.where(np.asarray(share, dtype=float) >= REDELIVERY_CRITICAL_SHARE, 2, 1)
+
+
+def _waiting(gaps: pd.DataFrame) -> pd.DataFrame:
+    """The refills broker-slow-refill measures: acks that settled the client's last unsettled
+    delivery on the channel (``unacked_after`` 0: from then on it had nothing to work on) while
+    messages were known to wait in the queue (backlog_min > 0), with a next delivery. The gap
+    is then time the consumer waited for the broker. After an ack that leaves deliveries in
+    hand (prefetch > 1) the consumer keeps working, and a late refill costs it nothing."""
+    return gaps.loc[gaps["gap_s"].notna() & (gaps["backlog_min"].fillna(0) > 0) & (gaps["settled"] > 0)
+                    & (gaps["unacked_after"] == 0),
+                    ["stream", "channel", "packet", "gap_s", "backlog_min", "queue", "next_deliver_packet"]]
+
+
+@computed_once
+def slow_refills(cap: Capture) -> pd.DataFrame:
+    """broker-slow-refill's detection: the channels (index: `_deliveries.chan_key`) with at least
+    MIN_REFILLS refills (`_waiting`) whose median ack→next-deliver is ≥ REFILL_SLOW_S and ≥
+    REFILL_RATIO × the channel's deliver→ack median, among channels with basic.deliver (a
+    consumer). Columns: refills, ack_to_next_deliver_p50_s, deliver_to_ack_p50_s,
+    broker_share_of_cycle. The consumers analyzer reads it too (a prefetch-1 consumer on such a
+    channel is told about in this finding, not in prefetch-one)."""
+    cached = cap.derived.get("slow_refills")
+    if cached is not None:
+        return cached
+    d, waiting = D.deliveries(cap), _waiting(ack_gaps(cap))
     lat = d["latency_s"].to_numpy(float)
     has = ~np.isnan(lat)
     dta = pd.Series(lat[has]).groupby(D.chan_key(d)[has]).median()
-    w_key = D.chan_key(waiting)
-    per = waiting["gap_s"].groupby(w_key).agg(["size", "median"])
+    per = waiting["gap_s"].groupby(D.chan_key(waiting)).agg(["size", "median"])
     cons = dta.reindex(per.index)
+    # channels a consumer was delivered to: after a basic.get-ok the next delivery waits for the
+    # client's next basic.get, not for the broker
+    pushed = np.unique(D.chan_key(d)[(d["consumer_tag"] != D.GET_TAG).to_numpy(bool, na_value=False)])
     slow = per[(per["size"] >= MIN_REFILLS) & (per["median"] >= REFILL_SLOW_S)
-               & (per["median"] >= REFILL_RATIO * cons.fillna(np.inf))]
-    if len(slow) == 0:
-        return out
-    slow = slow.assign(share=slow["median"] / (slow["median"] + cons.reindex(slow.index).fillna(0)))
-    top = slow.sort_values("share", ascending=False).head(MAX_FINDINGS_PER_ID)
-    for key in np.sort(top.index.to_numpy()):  # (in channel order, as a groupby on the flagged rows)
-        g = waiting[w_key == key]
-        stream, channel = int(key // 65536), int(key % 65536)
-        n = len(g)
-        p50 = float(g["gap_s"].median())
-        consumer_p50 = float(dta.get(key, np.nan))
-        worst = g.nlargest(5, "gap_s")
-        share = p50 / (p50 + consumer_p50) if consumer_p50 == consumer_p50 else 1.0
-        out.append(Finding(
-            id="broker-slow-refill",
-            severity="critical" if p50 >= REFILL_CRITICAL_S else "warning",
-            title=f"Broker slow to refill: on stream {stream} channel {channel} the next delivery comes a median "
-                  f"{p50 * 1e3:.1f} ms after an ack although messages were waiting (the consumer's own "
-                  f"deliver→ack median is {consumer_p50 * 1e3:.1f} ms)",
-            evidence={
-                "ack_to_next_deliver_p50_s": p50, "ack_to_next_deliver_p90_s": float(g["gap_s"].quantile(0.9)),
-                "ack_to_next_deliver_max_s": float(g["gap_s"].max()), "refills": n,
-                "deliver_to_ack_p50_s": consumer_p50, "broker_share_of_cycle": share,
-                "backlog_min_median_msgs": float(g["backlog_min"].astype(float).median()),
-                "channels_with_this_finding": int(len(slow)),
-                "streams": [int(stream)], "channel": int(channel),
-                "packets": [int(x) for x in worst["packet"]] + [int(x) for x in worst["next_deliver_packet"].dropna()],
-                "filter": f"tcp.stream eq {stream} && amqp.channel == {channel} && amqp.method.class == 60 && "
-                          f"amqp.method.method in {{60, 80, 90, 120}}",
-            },
-            advice="The consumer acks quickly but the broker sends the next message late although the queue has "
-                   "messages: check the broker's load (CPU, queue process, disk for persistent/quorum queues, "
-                   "memory or disk alarms), the number of queues and consumers per node, and the network "
-                   "between broker and consumer. A larger prefetch (e.g. 50–300) hides the refill delay by "
-                   "keeping messages in flight.",
-            impact=float(min(1.0, share)),
-        ))
+               & (per["median"] >= REFILL_RATIO * cons.fillna(np.inf)) & per.index.isin(pushed)]
+    c50 = cons.reindex(slow.index)
+    out = pd.DataFrame({"refills": slow["size"].astype(np.int64), "ack_to_next_deliver_p50_s": slow["median"],
+                        "deliver_to_ack_p50_s": c50,
+                        # the broker's part of one deliver→ack→deliver cycle (all of it when the
+                        # consumer's own time is unknown)
+                        "broker_share_of_cycle": (slow["median"] / (slow["median"] + c50)).fillna(1.0)})
+    cap.derived["slow_refills"] = out
     return out
 
 
-def _redelivery_findings(d: pd.DataFrame) -> list[Finding]:
-    """redelivery-loop, per channel: many redelivered deliveries or requeueing nack/reject."""
-    out = []
+def _place(cap: Capture, stream, channel, queue) -> str:
+    """A channel named for a title: `queue Q on conn` (its deliveries' queue), else `conn channel N`."""
+    if queue is not None and not pd.isna(queue) and str(queue):
+        return consumer_label(cap, stream, queue)
+    return f"{connection_label(cap, stream)} channel {int(channel)}"
+
+
+def _first_queue(keys: np.ndarray, queue: pd.Series) -> pd.Series:
+    """Per key (of the rows), the first queue of its rows that has one."""
+    q = pd.Series(queue.to_numpy(object), dtype=object)
+    return q.groupby(keys).first()
+
+
+def _refill_findings(cap: Capture, gaps: pd.DataFrame) -> list[Finding]:
+    """broker-slow-refill: one finding listing every channel of `slow_refills`, worst first."""
+    slow = slow_refills(cap)
+    if len(slow) == 0:
+        return []
+    waiting = _waiting(gaps)
+    key = D.chan_key(waiting)
+    sel = np.isin(key, slow.index.to_numpy())
+    g, key = waiting[sel], key[sel]
+    gap = g["gap_s"].groupby(key)
+    per = slow.assign(
+        stream=slow.index.to_numpy() // 65536, channel=slow.index.to_numpy() % 65536,
+        ack_to_next_deliver_p90_s=gap.quantile(0.9), ack_to_next_deliver_max_s=gap.max(),
+        backlog_min_median_msgs=g["backlog_min"].astype(float).groupby(key).median(),
+        queue=_first_queue(key, g["queue"]),
+        sev_rank=refill_severity(slow["ack_to_next_deliver_p50_s"]))
+    per = per.sort_values(["sev_rank", "broker_share_of_cycle"], ascending=False, kind="stable")
+    w = per.iloc[0]
+    worst = g[key == per.index[0]].nlargest(5, "gap_s")
+    where, n = _place(cap, w.stream, w.channel, w.queue), len(per)
+    own = "" if pd.isna(w.deliver_to_ack_p50_s) else \
+        f" (the consumer's own deliver→ack median is {w.deliver_to_ack_p50_s * 1e3:.1f} ms)"
+    numbers = (f"the next delivery comes a median {w.ack_to_next_deliver_p50_s * 1e3:.1f} ms after an ack although "
+               f"messages were waiting{own}")
+    title = (f"Broker slow to refill on {where}: {numbers}" if n == 1 else
+             f"Broker slow to refill on {n} channels{_queues_text(per['queue'])}: worst {where}, {numbers}")
+    subjects = [subject(cap, r.stream, channel=int(r.channel), queue=_text(r.queue), refills=int(r.refills),
+                        ack_to_next_deliver_p50_s=float(r.ack_to_next_deliver_p50_s),
+                        ack_to_next_deliver_p90_s=float(r.ack_to_next_deliver_p90_s),
+                        deliver_to_ack_p50_s=_num(r.deliver_to_ack_p50_s),
+                        broker_share_of_cycle=float(r.broker_share_of_cycle),
+                        backlog_min_median_msgs=float(r.backlog_min_median_msgs), severity=SEVERITIES[int(r.sev_rank)])
+                for r in per.itertuples()]
+    return [Finding(
+        id="broker-slow-refill", severity=SEVERITIES[int(per["sev_rank"].max())], title=title,
+        evidence={
+            "ack_to_next_deliver_p50_s": float(w.ack_to_next_deliver_p50_s),
+            "ack_to_next_deliver_p90_s": float(w.ack_to_next_deliver_p90_s),
+            "ack_to_next_deliver_max_s": float(w.ack_to_next_deliver_max_s), "refills": int(w.refills),
+            "deliver_to_ack_p50_s": _num(w.deliver_to_ack_p50_s),
+            "broker_share_of_cycle": float(w.broker_share_of_cycle),
+            "backlog_min_median_msgs": float(w.backlog_min_median_msgs),
+            "channels_with_this_finding": n, "queues": sorted({str(q) for q in per["queue"].dropna()}),
+            "streams": sorted({int(s) for s in per["stream"]}), "channel": int(w.channel),
+            "packets": sorted({int(x) for x in worst["packet"]}
+                              | {int(x) for x in worst["next_deliver_packet"].dropna()}),
+            "filter": D.channels_filter(per["stream"], per["channel"])
+                      + " && amqp.method.class == 60 && amqp.method.method in {60, 80, 90, 120}",
+        },
+        advice="The consumer acks quickly but the broker sends the next message late although the queue has "
+               "messages: check the broker's load (CPU, queue process, disk for persistent/quorum queues, "
+               "memory or disk alarms), the number of queues and consumers per node, and the network "
+               "between broker and consumer. A larger prefetch (e.g. 50–300) hides the refill delay by "
+               "keeping messages in flight.",
+        impact=float(per["broker_share_of_cycle"].max()), subjects=subjects)]
+
+
+def _text(v) -> str | None:
+    return None if v is None or pd.isna(v) else str(v)
+
+
+def _num(v) -> float | None:
+    return None if v is None or pd.isna(v) else float(v)
+
+
+def _queues_text(queues: pd.Series) -> str:
+    """` of queue Q` / ` of 3 queues` for a grouped title ("" when no queue is known)."""
+    q = queues.dropna().unique()
+    return f" of queue {q[0]}" if len(q) == 1 else f" of {len(q)} queues" if len(q) else ""
+
+
+def _redelivery_findings(cap: Capture, d: pd.DataFrame) -> list[Finding]:
+    """redelivery-loop: one finding listing every channel with many redelivered deliveries or
+    requeueing nack/reject, worst first."""
     if len(d) == 0:
-        return out
-    nack = d["outcome"].isin(["nack", "reject"]).to_numpy(bool)
-    requeued = d["settle_requeue"].fillna(False).to_numpy(bool) & nack
-    red = d["redelivered"].fillna(False).to_numpy(bool)
+        return []
+    # (compared on the text column itself, not on an object copy of it)
+    by_nack, by_reject = ((d["outcome"] == v).to_numpy(bool, na_value=False) for v in ("nack", "reject"))
+    requeue = d["settle_requeue"].to_numpy(bool, na_value=False)
+    requeued = requeue & (by_nack | by_reject)
+    red = d["redelivered"].to_numpy(bool, na_value=False)
     # per channel (one int64 key, sorted as (stream, channel)): counts by bincount
     key = D.chan_key(d)
     chans, ch = np.unique(key, return_inverse=True)
     ch = ch.ravel()
-    per = pd.DataFrame({"n": np.bincount(ch), "red": np.bincount(ch, weights=red).astype(np.int64),
-                        "req": np.bincount(ch, weights=requeued).astype(np.int64)}, index=chans)
-    worst = per[["red", "req"]].max(axis=1)
-    loops = per[(worst >= REDELIVERY_MIN) & (worst / per["n"] >= REDELIVERY_SHARE)]
-    if len(loops) == 0:
-        return out
-    top = loops.assign(w=worst / per["n"]).sort_values("w", ascending=False).head(MAX_FINDINGS_PER_ID)
-    for k in np.sort(top.index.to_numpy()):  # (in channel order, as a groupby on the flagged rows)
-        rows = key == k
-        stream, channel = int(k // 65536), int(k % 65536)
-        g = d.loc[rows, ["outcome", "packet", "settle_packet"]].assign(
-            requeued=requeued[rows], red=red[rows],
-            dropped=~d.loc[rows, "settle_requeue"].fillna(True).to_numpy(bool) & nack[rows])
-        n = len(g)
-        red, req = int(g["red"].sum()), int(g["requeued"].sum())
-        share = max(red, req) / n
-        ex = pd.concat([g.loc[g["red"], "packet"].head(5), g.loc[g["requeued"], "settle_packet"].head(5)])
-        out.append(Finding(
-            id="redelivery-loop",
-            severity="critical" if share >= REDELIVERY_CRITICAL_SHARE else "warning",
-            title=f"Messages bouncing: {red} of {n} deliveries on stream {stream} channel {channel} are redeliveries "
-                  f"and {req} were requeued by nack/reject",
-            evidence={
-                "deliveries": n, "redelivered": red, "redelivered_share": red / n,
-                "requeued_by_nack": int((g["requeued"] & (g["outcome"] == "nack")).sum()),
-                "requeued_by_reject": int((g["requeued"] & (g["outcome"] == "reject")).sum()),
-                "dropped_by_nack_or_reject": int(g["dropped"].sum()),
-                "channels_with_this_finding": int(len(loops)),
-                "streams": [int(stream)], "channel": int(channel),
-                "packets": sorted({int(x) for x in ex.dropna()}),
-                "filter": f"tcp.stream eq {stream} && amqp.channel == {channel} && "
-                          f"(amqp.method.arguments.redelivered == 1 || (amqp.method.class == 60 && "
-                          f"amqp.method.method in {{90, 120}} && amqp.method.arguments.requeue == 1))",
-            },
-            advice="The consumer rejects or nacks messages with requeue=true and gets them back: a poisoned "
-                   "message can loop forever. Requeue only transient failures, reject others with "
-                   "requeue=false to a dead-letter exchange (x-dead-letter-exchange), and cap retries "
-                   "(quorum queues: x-delivery-limit).",
-            impact=float(min(1.0, share)),
-        ))
-    return out
+
+    def count(mask):
+        return np.bincount(ch, weights=mask, minlength=len(chans)).astype(np.int64)
+
+    per = pd.DataFrame({"stream": chans // 65536, "channel": chans % 65536, "deliveries": np.bincount(ch),
+                        "redelivered": count(red), "requeued": count(requeued),
+                        "requeued_by_nack": count(requeue & by_nack), "requeued_by_reject": count(requeue & by_reject),
+                        "dropped": count((by_nack | by_reject) & ~requeue)}, index=chans)
+    worst_count = per[["redelivered", "requeued"]].max(axis=1)
+    per["share"] = worst_count / per["deliveries"]
+    per = per[(worst_count >= REDELIVERY_MIN) & (per["share"] >= REDELIVERY_SHARE)]
+    if len(per) == 0:
+        return []
+    rows = np.isin(key, per.index.to_numpy())
+    per["queue"] = _first_queue(key[rows], d.loc[rows, "queue"]).reindex(per.index)
+    per["sev_rank"] = redelivery_severity(per["share"])
+    per = per.sort_values(["sev_rank", "share"], ascending=False, kind="stable")
+    w, n = per.iloc[0], len(per)
+    mine = key == per.index[0]
+    ex = np.r_[d["packet"].to_numpy(np.int64)[mine & red][:5],
+               d["settle_packet"].to_numpy(np.int64, na_value=0)[mine & requeued][:5]]
+    where = _place(cap, w.stream, w.channel, w.queue)
+    numbers = (f"{w.redelivered} of {w.deliveries} deliveries are redeliveries and {w.requeued} were requeued by "
+               "nack/reject")
+    title = (f"Messages bouncing on {where}: {numbers}" if n == 1 else
+             f"Messages bouncing on {n} channels{_queues_text(per['queue'])}: worst {where}, {numbers}")
+    subjects = [subject(cap, r.stream, channel=int(r.channel), queue=_text(r.queue), deliveries=int(r.deliveries),
+                        redelivered=int(r.redelivered), requeued_by_nack=int(r.requeued_by_nack),
+                        requeued_by_reject=int(r.requeued_by_reject), dropped_by_nack_or_reject=int(r.dropped),
+                        bouncing_share=float(r.share), severity=SEVERITIES[int(r.sev_rank)])
+                for r in per.itertuples()]
+    return [Finding(
+        id="redelivery-loop", severity=SEVERITIES[int(per["sev_rank"].max())], title=title,
+        evidence={
+            "deliveries": int(w.deliveries), "redelivered": int(w.redelivered),
+            "redelivered_share": float(w.redelivered / w.deliveries),
+            "requeued_by_nack": int(w.requeued_by_nack), "requeued_by_reject": int(w.requeued_by_reject),
+            "dropped_by_nack_or_reject": int(w.dropped),
+            "channels_with_this_finding": n, "queues": sorted({str(q) for q in per["queue"].dropna()}),
+            "deliveries_total": int(per["deliveries"].sum()), "redelivered_total": int(per["redelivered"].sum()),
+            "streams": sorted({int(s) for s in per["stream"]}), "channel": int(w.channel),
+            "packets": sorted({int(x) for x in ex if x > 0}),
+            "filter": D.channels_filter(per["stream"], per["channel"])
+                      + " && (amqp.method.arguments.redelivered == 1 || (amqp.method.class == 60 && "
+                        "amqp.method.method in {90, 120} && amqp.method.arguments.requeue == 1))",
+        },
+        advice="The consumer rejects or nacks messages with requeue=true and gets them back: a poisoned "
+               "message can loop forever. Requeue only transient failures, reject others with "
+               "requeue=false to a dead-letter exchange (x-dead-letter-exchange), and cap retries "
+               "(quorum queues: x-delivery-limit).",
+        impact=float(per["share"].max()), subjects=subjects)]
 
 
 # -- plots ------------------------------------------------------------------------------------
