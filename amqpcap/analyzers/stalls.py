@@ -810,9 +810,10 @@ def _window_finding_parts(cap: Capture, pk: dict, g: pd.DataFrame, stalls_tbl: p
     return severity, subjects, evidence
 
 
-def _ports(cap: Capture, streams) -> str:
+def _port_match(cap: Capture, streams) -> str:
+    """The broker port(s) of these connections as a filter comparison: `== 5672`, `in {5671, 5672}`."""
     ports = sorted({int(p) for p in cap.connections.loc[cap.connections["stream"].isin(list(streams)), "broker_port"]})
-    return "{" + ", ".join(map(str, ports)) + "}" if len(ports) > 1 else str(ports[0]) if ports else "5672"
+    return f"== {ports[0]}" if len(ports) == 1 else "in {" + ", ".join(map(str, ports)) + "}"
 
 
 def _receiver_window(cap: Capture, pk: dict, sides: pd.DataFrame, stalls_tbl: pd.DataFrame) -> Finding | None:
@@ -821,10 +822,10 @@ def _receiver_window(cap: Capture, pk: dict, sides: pd.DataFrame, stalls_tbl: pd
     g = sides[sides["d"] == 1]
     if g.empty:
         return None
-    port = _ports(cap, g["stream"])
+    port = _port_match(cap, g["stream"])
     severity, subjects, ev = _window_finding_parts(
-        cap, pk, g, stalls_tbl, f"((tcp.analysis.zero_window && tcp.dstport == {port}) || "
-                    f"(tcp.analysis.window_full && tcp.srcport == {port}))".replace("== {", "in {"))
+        cap, pk, g, stalls_tbl, f"((tcp.analysis.zero_window && tcp.dstport {port}) || "
+                                f"(tcp.analysis.window_full && tcp.srcport {port}))")
     w = subjects[0]
     title = (f"{_tcp.who([x['connection'] for x in subjects])} stopped reading: the broker's data waited on "
              f"{'its' if len(subjects) == 1 else 'their'} zero or full TCP receive window"
@@ -846,13 +847,12 @@ def _broker_flow_control(cap: Capture, pk: dict, sides: pd.DataFrame, stalls_tbl
     RabbitMQ does this to publishers under credit-based flow control. One finding, every such
     connection a subject, worst first."""
     g = sides[sides["d"] == 0]
-    g = g[(g["zero_window_ads"] > 0) | (g["window_limited_s"] >= WINDOW_MIN_S) | (g["stalls"] > 0)]
     if g.empty:
         return None
-    port = _ports(cap, g["stream"])
+    port = _port_match(cap, g["stream"])
     severity, subjects, ev = _window_finding_parts(
-        cap, pk, g, stalls_tbl, f"((tcp.analysis.zero_window && tcp.srcport == {port}) || "
-                    f"(tcp.analysis.window_full && tcp.dstport == {port}))".replace("== {", "in {"))
+        cap, pk, g, stalls_tbl, f"((tcp.analysis.zero_window && tcp.srcport {port}) || "
+                                f"(tcp.analysis.window_full && tcp.dstport {port}))")
     ev["publishes"] = int(g["publishes"].sum())
     w = subjects[0]
     whom = "publishers" if (g["publishes"] > 0).all() else "connections"
@@ -865,7 +865,8 @@ def _broker_flow_control(cap: Capture, pk: dict, sides: pd.DataFrame, stalls_tbl
               "zero or full window: credit-based flow control (" + FLOW_CONTROL_DOC + "), which throttles "
               "publishers that publish faster than the queues (or the channel and connection processes in front "
               "of them) can take the messages; the management UI shows these connections in state 'flow' "
-              "(rabbitmqctl list_connections name state). No resource alarm was active (no connection.blocked). "
+              "(rabbitmqctl list_connections name state). Time under connection.blocked (a resource alarm, see "
+              "publisher-blocked) is not counted here. "
               "The publishers are not at fault; the broker is at capacity for this load: spread the publishes over "
               "more queues (one queue is one Erlang process, one core), keep the queues short (consumers that keep "
               "up), use publisher confirms to bound what each publisher has in flight, or publish at a lower rate. "
