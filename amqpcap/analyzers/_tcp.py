@@ -110,3 +110,12 @@ def running_max_per_stream(values: np.ndarray, mask: np.ndarray, stream: np.ndar
     acc = np.maximum.accumulate(np.where(mask, values + stream * shift, -1))
     same = (acc >= 0) & ((acc >> np.int64(40)) == stream)
     return np.where(same, acc - stream * shift, -1)
+
+
+def who(labels: list[str], shown: int = 2) -> str:
+    """A finding's subjects as its title names them, worst first: `a`, `a and b`,
+    `a, b and 3 more` (the subjects list names every one)."""
+    labels = [str(x) for x in labels]
+    if len(labels) <= shown:
+        return " and ".join(labels)
+    return f"{', '.join(labels[:shown])} and {len(labels) - shown} more"

@@ -16,9 +16,10 @@ import pandas as pd
 
 from ..analysis import AnalyzerResult, Finding, Plot, analyzer
 from ..capture import Capture
+from ..names import subject
 from ._tcp import running_last as _running_last
 from ._tcp import HI_SHIFT as _HI_SHIFT
-from ._tcp import stream_order
+from ._tcp import stream_order, who
 
 # ----------------------------------------------------------------------------------- definitions
 
@@ -45,6 +46,12 @@ STALL_ACK_DELAY_MAX_S = 0.250
 #: ... and the held segment left at most this long after that ACK: Nagle releases it as soon
 #: as the ACK arrives (microseconds on the sender; one path delay when captured at the peer).
 STALL_RELEASE_MAX_S = 0.010
+#: A direction where more than this share of the small segments left while an earlier small
+#: segment was unacknowledged (`small_while_unacked`) is not under Nagle: Nagle allows none
+#: (RFC 896, RFC 1122 4.2.3.4; Linux checks the last small segment, Minshall's variant), so
+#: it shows TCP_NODELAY and none of its segments is counted as held by Nagle. The margin
+#: absorbs capture artefacts (an ACK the capture missed makes a segment look unacknowledged).
+NAGLE_UNACKED_SHARE_MAX = 0.05
 
 # ------------------------------------------------------------------------------------ thresholds
 
@@ -58,17 +65,27 @@ AVOIDABLE_MIN_PACKETS = 200
 #: Rates are over the direction's active span (first to last data segment), at least
 #: RATE_MIN_SPAN_S, so a burst of a hundred packets in 30 ms is not a "high rate".
 RATE_MIN_SPAN_S = 1.0
-#: Reported from 200 avoidable packets/s (each one costs a send syscall, a receiver wake-up
-#: and ~66 bytes of headers; hundreds per second per connection is when batching starts to pay).
-AVOIDABLE_RATE_WARNING = 200.0
-#: Severity. `warning` when the application splits messages: most segments of the direction
-#: complete a single AMQP frame (publish, header and body written separately: 3 packets per
-#: message). Whole messages sent one per packet, merely not batched across messages (a plain
-#: publisher at a few thousand msg/s), are `info`: batching would help, nothing is wrong.
-#: `critical` from 10 000 avoidable packets/s, where per-packet CPU cost at both ends limits
-#: the connection's throughput whatever the pattern.
-SPLIT_SHARE_MIN = 0.5
+#: Severity grows with the worst direction's avoidable packets per second, and only with it.
+#: Each avoidable packet costs a send system call at the client, a wake-up and a read at the
+#: broker (one more pass of its connection reader) and ~66 bytes of headers: of the order of
+#: 10 µs of CPU at the two ends together. `info` from 200/s (a fraction of a percent of a core:
+#: worth knowing, not a fault); `warning` from 1 000/s (about 1 % of a core per connection, and
+#: hundreds of connections like it add up); `critical` from 10 000/s, where the per-packet cost
+#: (about a tenth of a core per connection) limits the connection's throughput.
+AVOIDABLE_RATE_INFO = 200.0
+AVOIDABLE_RATE_WARNING = 1_000.0
 AVOIDABLE_RATE_CRITICAL = 10_000.0
+
+#: What a small segment carries, from the AMQP frames it completes (`frames.packet`), so that
+#: the advice fits the cause; a direction is labelled by what most of its small segments carry:
+#: `ack` one basic.ack/nack/reject alone (a consumer acknowledging each message);
+#: `message` whole messages (each content method with its header in the segment: batching
+#: across messages would save packets); `split` part of a message (a content method, header or
+#: body without the rest, or no complete frame: one write per frame); `heartbeat` heartbeats
+#: only (tiny by design, never reported); `other` anything else (other methods, several acks).
+CARRIES = ("ack", "message", "split", "heartbeat", "other")
+ACK_METHODS = ("basic.ack", "basic.nack", "basic.reject")
+CONTENT_METHODS = ("basic.publish", "basic.deliver", "basic.get-ok", "basic.return")
 
 #: `nagle-delayed-ack`: repeated stalls (one may be chance) that cost a share of the
 #: connection's time: warning from 2 %, critical from 20 % (every fifth second spent waiting
@@ -138,6 +155,12 @@ def _segments(cap: Capture) -> dict[str, np.ndarray]:
     peer_acked_before = np.where(valid & (peer_last >= 1) & (before >= seg_hi), before - seg_hi, -1)
     pl_flags = flags[pl]
     pure_ack = (payload[pl] == 0) & ((pl_flags & FLAG_ACK) != 0) & ((pl_flags & (FLAG_SYN | FLAG_FIN | FLAG_RST)) == 0)
+    # The peer's packet before that last one: the window it advertised there is the one in force
+    # while the segment waited. It is the row before pl when that row is the peer's too, else the
+    # row before the sender's run that precedes pl. A SYN's window is never scaled: not used.
+    pp = np.where(run_start[pl] < pl, pl - 1, run_start[np.maximum(pl - 1, 0)] - 1)
+    ppc = np.maximum(pp, 0)
+    pp_ok = valid & (pp >= 0) & (stream[ppc] == seg_stream) & ((flags[ppc] & FLAG_SYN) == 0)
     seg_payload = payload[idx]
     return {
         "g": g, "stream": seg_stream, "s2c": seg_s2c, "packet": pkt[idx], "ts_ns": ts[idx],
@@ -148,6 +171,9 @@ def _segments(cap: Capture) -> dict[str, np.ndarray]:
         "peer_last_pure_ack": valid & pure_ack,
         "peer_last_ack": np.where(valid, ack[pl], -1),
         "peer_acked_before_last": peer_acked_before,
+        # The peer's window before its last packet (-1: unknown) and the ACK it came with.
+        "peer_prev_window": np.where(pp_ok, so["window"][ppc], -1),
+        "peer_prev_ack": np.where(pp_ok, ack[ppc], -1),
         # Equal to the count at the segment's own row: the rows between are of its direction.
         "peer_data_count": data_cnt[at],
     }
@@ -164,6 +190,8 @@ def _mss(cap: Capture) -> pd.DataFrame:
         "mss": np.concatenate([mss, mss]),
         "broker_port": np.concatenate([c["broker_port"].to_numpy(np.int64)] * 2),
         "connection_s": np.concatenate([(c["last_ts"] - c["first_ts"]).dt.total_seconds().to_numpy()] * 2),
+        # Both SYNs seen: windows are scaled (docs/tables.md), so "full" can be judged, not only zero.
+        "scaled": np.concatenate([c["handshake_seen"].fillna(False).to_numpy(bool)] * 2),
     }).set_index("g")
 
 
@@ -183,6 +211,37 @@ def _ns(seconds: float) -> int:
     return int(round(seconds * 1e9))
 
 
+def _in(col: pd.Series, values) -> np.ndarray:
+    """Rows of a categorical column whose value is one of ``values`` (one gather on the codes;
+    code -1, missing, reads the appended False)."""
+    a = col.array
+    return np.r_[a.categories.isin(list(values)), False][a.codes]
+
+
+def carried(cap: Capture, packets: np.ndarray, frames_ended: np.ndarray) -> np.ndarray:
+    """What each of these data segments carries (an index into CARRIES), from the frames each
+    completes: counts per packet number of heartbeats, acks, content methods, headers and
+    bodies (one bincount each over the frames table), read at the segments' packets."""
+    f = cap.frames
+    fp = f["packet"].to_numpy()
+    if not len(packets):
+        return np.zeros(0, np.int8)
+    n = int(max(fp.max(initial=0), packets.max())) + 1
+
+    def count(mask):
+        return np.bincount(fp[mask], minlength=n)[packets]
+
+    hb = count(_in(f["type"], ["heartbeat"]))
+    ack = count(_in(f["method"], ACK_METHODS))
+    content = count(_in(f["method"], CONTENT_METHODS))
+    header, body = count(_in(f["type"], ["header"])), count(_in(f["type"], ["body"]))
+    whole = (content >= 1) & (header >= content)  # every content method with its header
+    part = (frames_ended == 0) | (content + header + body > 0)
+    return np.select([(frames_ended > 0) & (hb == frames_ended), (frames_ended == 1) & (ack == 1), whole, part],
+                     [CARRIES.index("heartbeat"), CARRIES.index("ack"), CARRIES.index("message"),
+                      CARRIES.index("split")], CARRIES.index("other")).astype(np.int8)
+
+
 def analyze_segments(cap: Capture) -> tuple[dict[str, np.ndarray], pd.DataFrame, pd.DataFrame]:
     """(segment columns with per-segment flags, per-direction table, stalls table)."""
     s = _segments(cap)
@@ -198,6 +257,7 @@ def analyze_segments(cap: Capture) -> tuple[dict[str, np.ndarray], pd.DataFrame,
     mss_g = conn["mss"].reindex(groups).to_numpy() if n else np.zeros(0)
     small_limit_g = np.ceil(np.where(np.isnan(mss_g), SMALL_BYTES_UNKNOWN_MSS, SMALL_MSS_FRACTION * mss_g)).astype(np.int64)
     merge_mss_g = np.where(np.isnan(mss_g), MERGE_MSS_UNKNOWN_BYTES, mss_g)
+    scaled_g = conn["scaled"].reindex(groups).fillna(False).to_numpy(bool) if n else np.zeros(0, bool)
     small = payload < np.repeat(small_limit_g, np.diff(np.r_[gs, n]))
 
     prev_ts = _shifted(ts)
@@ -223,16 +283,31 @@ def analyze_segments(cap: Capture) -> tuple[dict[str, np.ndarray], pd.DataFrame,
     in_run = joins.copy()
     in_run[:-1] |= joins[1:]
 
-    # Nagle/delayed-ACK stall: this small segment left right after the peer's pure ACK of the
-    # previous small segment, and that ACK was itself delayed by a delayed-ACK timer. The cheap
+    # Per direction: does it show TCP_NODELAY? Nagle (Minshall's variant, Linux) never sends a
+    # small segment while an earlier small one is unacknowledged (RFC 896; RFC 1122 4.2.3.4),
+    # so a direction that does so often is not under Nagle, and nothing of it was held by Nagle.
+    n_small_g = np.add.reduceat(small, gs, dtype=np.int64) if n else np.zeros(0, np.int64)
+    n_unacked_g = np.add.reduceat(small_while_unacked, gs, dtype=np.int64) if n else np.zeros(0, np.int64)
+    nodelay_g = n_unacked_g > NAGLE_UNACKED_SHARE_MAX * n_small_g
+
+    # Nagle/delayed-ACK stall: this small segment S left right after the peer's pure ACK of the
+    # previous small segment P, and that ACK was itself delayed by a delayed-ACK timer. The cheap
     # flags pick the candidates; the rest is checked on those rows only (`c - 1`: previous row).
     c = np.flatnonzero(prev_small & small & s["peer_last_pure_ack"])
     t_ack = s["peer_last_ts_ns"][c]
     ack_delay, release = t_ack - ts[c - 1], ts[c] - t_ack
     prev_end = end[c - 1]
+    cg = np.searchsorted(gs, c, side="right") - 1  # each candidate's direction
+    win, edge = s["peer_prev_window"][c], s["peer_prev_ack"][c] + s["peer_prev_window"][c]
     ok = ((s["peer_last_packet"][c] > packet[c - 1])
           & (s["peer_last_ack"][c] >= prev_end)
-          & (s["peer_acked_before_last"][c] < prev_end)
+          # Nagle's mechanism: P was the only unacknowledged data (the peer had acknowledged
+          # everything up to P's first byte, and not P), so S waited for P's ACK alone ...
+          & (s["peer_acked_before_last"][c] == prev_end - payload[c - 1])
+          # ... and not for the peer's window: it was open, with room for S (when windows are
+          # scaled; else only "not zero" can be told). A zero or full window is flow control.
+          & (win > 0) & (~scaled_g[cg] | (edge >= end[c]))
+          & ~nodelay_g[cg]
           & (ack_delay >= _ns(STALL_ACK_DELAY_MIN_S)) & (ack_delay <= _ns(STALL_ACK_DELAY_MAX_S))
           & (release >= 0) & (release <= _ns(STALL_RELEASE_MAX_S)))
     st = c[ok]
@@ -256,6 +331,14 @@ def analyze_segments(cap: Capture) -> tuple[dict[str, np.ndarray], pd.DataFrame,
         return np.add.reduceat(x, gs, dtype=np.int64) if n else np.zeros(0, np.int64)
 
     st_group = np.searchsorted(gs, st, side="right") - 1
+    # What the small segments carry, per direction: counts per (direction, kind), the most
+    # common kind and its share of the direction's small segments.
+    sm = np.flatnonzero(small)
+    kind = carried(cap, packet[sm].astype(np.int64), s["frames"][sm])
+    kinds = np.bincount((np.searchsorted(gs, sm, side="right") - 1) * len(CARRIES) + kind,
+                        minlength=len(gs) * len(CARRIES)).reshape(len(gs), len(CARRIES))
+    top = kinds.argmax(axis=1) if len(gs) else np.zeros(0, np.int64)
+    n_small_safe = np.maximum(n_small_g, 1)
     d = pd.DataFrame({
         "stream": (groups // 2).astype(np.int32),
         "direction": np.where(groups % 2 == 1, "s2c", "c2s"),
@@ -267,6 +350,9 @@ def analyze_segments(cap: Capture) -> tuple[dict[str, np.ndarray], pd.DataFrame,
         "frames": total(s["frames"]),
         "single_frame_segments": total(s["frames"] == 1),
         "small_while_unacked": total(small_while_unacked),
+        "nodelay": nodelay_g,
+        "carries": np.where(n_small_g > 0, np.asarray(CARRIES, dtype=object)[top], None),
+        "carries_share": np.where(n_small_g > 0, kinds[np.arange(len(gs)), top] / n_small_safe, np.nan),
         # Runs never cross directions: a direction's runs are those from its first run on.
         "packets_saved": np.add.reduceat(run_saved, np.searchsorted(start, gs)).astype(np.int64) if n else np.zeros(0, np.int64),
         "stalls": np.bincount(st_group, minlength=len(gs)).astype(np.int64),
@@ -289,7 +375,7 @@ def analyze_segments(cap: Capture) -> tuple[dict[str, np.ndarray], pd.DataFrame,
     d["stall_share"] = np.where(cs > 0, d["stall_time_s"] / np.where(cs > 0, cs, 1), 0.0)
     cols = ["stream", "direction", "mss_bytes", "small_limit_bytes", "data_segments", "payload_bytes", "small_segments",
             "small_share", "small_segments_s", "frames_per_segment", "single_frame_segments", "small_while_unacked",
-            "small_while_unacked_share", "packets_saved", "packets_saved_share", "packets_saved_s", "stalls",
+            "small_while_unacked_share", "nodelay", "carries", "carries_share", "packets_saved", "packets_saved_share", "packets_saved_s", "stalls",
             "stall_time_s", "median_stall_s", "stall_share", "active_s", "connection_s", "broker_port"]
     s.update(small=small, in_run=in_run, stall=stall)
     return s, d[cols], stalls
@@ -308,99 +394,132 @@ def _dir_clause(stream: int, direction: str, port: int, extra: str) -> str:
     return f"(tcp.stream eq {stream} && {side} == {port}{extra})"
 
 
-def small_packets_finding(seg: dict[str, np.ndarray], d: pd.DataFrame) -> Finding | None:
-    hit = d[(d["small_share"] >= SMALL_SHARE_MIN) & (d["packets_saved_share"] >= AVOIDABLE_SHARE_MIN)
-            & (d["packets_saved"] >= AVOIDABLE_MIN_PACKETS) & (d["packets_saved_s"] >= AVOIDABLE_RATE_WARNING)]
+#: What each kind of small segment says, and what to do about it (small-packets' advice).
+CARRIES_TITLE = {
+    "ack": "one basic.ack per TCP segment",
+    "message": "one small message per TCP segment",
+    "split": "each message's frames (method, header, body) in separate TCP segments",
+    "other": "many small TCP segments back to back",
+}
+CARRIES_ADVICE = {
+    "ack": ("Consumers acknowledge every message on its own, one segment each: acknowledge in batches "
+            "(basic.ack with multiple=true every N messages or every few milliseconds; PerfTest "
+            "--multi-ack-every N), which also cuts the broker's work per message."),
+    "message": ("Publishers send each message in its own segment, back to back: publish in batches (several "
+                "publishes in one write: a buffered output flushed once per batch), or let the kernel coalesce "
+                "a batch with TCP_CORK / MSG_MORE."),
+    "split": ("The client writes the method, header and body frames of each message in separate send calls "
+              "with TCP_NODELAY on, one segment per frame: build all frames of a message into one buffer and "
+              "write it once (a buffered writer flushed per message or per batch, writev). Leaving Nagle on "
+              "instead would hold the second write for the peer's delayed ACK (see nagle-delayed-ack)."),
+    "other": ("Many small writes leave back to back: coalesce them into one write per batch (a buffered "
+              "output flushed once), or use TCP_CORK / MSG_MORE while a batch is written."),
+}
+
+
+def small_packets_finding(cap: Capture, seg: dict[str, np.ndarray], d: pd.DataFrame) -> Finding | None:
+    """The client's writes (c2s) that waste packets, one subject per connection, worst first.
+    Only c2s: the broker's writes are RabbitMQ's own (its writer already coalesces the frames
+    queued together), and the client's patterns behind them have findings of their own."""
+    hit = d[(d["direction"] == "c2s") & (d["carries"] != "heartbeat")
+            & (d["small_share"] >= SMALL_SHARE_MIN) & (d["packets_saved_share"] >= AVOIDABLE_SHARE_MIN)
+            & (d["packets_saved"] >= AVOIDABLE_MIN_PACKETS) & (d["packets_saved_s"] >= AVOIDABLE_RATE_INFO)]
     if not len(hit):
         return None
-    hit = hit.sort_values("packets_saved_s", ascending=False)
-    worst = float(hit["packets_saved_s"].max())
-    split = bool((hit["single_frame_segments"] / hit["data_segments"] >= SPLIT_SHARE_MIN).any())
-    severity = "critical" if worst >= AVOIDABLE_RATE_CRITICAL else "warning" if split else "info"
+    hit = hit.sort_values(["packets_saved_s", "stream"], ascending=[False, True])
+    w = hit.iloc[0]
+    worst = float(w["packets_saved_s"])
+    severity = ("critical" if worst >= AVOIDABLE_RATE_CRITICAL else "warning" if worst >= AVOIDABLE_RATE_WARNING
+                else "info")
     hit_g = hit["stream"].to_numpy(np.int64) * 2 + (hit["direction"] == "s2c").to_numpy()
     examples = seg["packet"][seg["in_run"] & np.isin(seg["g"], hit_g)][:EXAMPLE_PACKETS].tolist()
     clauses = [_dir_clause(int(r.stream), r.direction, int(r.broker_port), f" && tcp.len > 0 && tcp.len < {int(r.small_limit_bytes)}")
                for r in hit.head(10).itertuples()]
-    n_small, n_data = int(hit["small_segments"].sum()), int(hit["data_segments"].sum())
-    saved = int(hit["packets_saved"].sum())
-    single = int(hit["single_frame_segments"].sum())
-    per_dir = [
-        {"stream": int(r.stream), "direction": r.direction, "data_segments": int(r.data_segments),
-         "small_segments": int(r.small_segments), "small_share": round(float(r.small_share), 3),
-         "frames_per_segment": round(float(r.frames_per_segment), 2),
-         "single_frame_segments": int(r.single_frame_segments), "small_while_unacked": int(r.small_while_unacked),
-         "packets_saved": int(r.packets_saved), "packets_saved_s": round(float(r.packets_saved_s), 1),
-         "small_limit_bytes": int(r.small_limit_bytes)}
-        for r in hit.head(10).itertuples()
-    ]
+    subjects = [subject(cap, int(r.stream), direction=r.direction, carries=r.carries,
+                        carries_share=round(float(r.carries_share), 3), data_segments=int(r.data_segments),
+                        small_segments=int(r.small_segments), small_while_unacked=int(r.small_while_unacked),
+                        packets_saved=int(r.packets_saved), packets_saved_s=round(float(r.packets_saved_s), 1),
+                        small_limit_bytes=int(r.small_limit_bytes))
+                for r in hit.itertuples()]
+    kinds = list(dict.fromkeys(hit["carries"]))  # worst subject's kind first
+    n_data, saved = int(hit["data_segments"].sum()), int(hit["packets_saved"].sum())
+    if len(kinds) == 1:
+        what = CARRIES_TITLE[kinds[0]]
+    else:
+        what = "; ".join(f"{CARRIES_TITLE[k]} ({int((hit['carries'] == k).sum())} connections)" for k in kinds)
+    rate = f"{worst:,.0f} avoidable packets/s" if len(subjects) == 1 else f"up to {worst:,.0f} avoidable packets/s (the first)"
     return Finding(
         id="small-packets",
         severity=severity,
-        title=(f"{n_small:,} of {n_data:,} data segments are far below the MSS; writing them together would save "
-               f"{saved:,} packets ({saved / n_data:.0%}, up to {worst:,.0f}/s) on {len(hit)} connection direction(s)"),
+        title=(f"Small TCP segments from {who([x['connection'] for x in subjects])}: {what}; {rate}, "
+               f"{float(w['packets_saved_share']):.0%} of its segments could have been written together"),
         evidence={
+            "max_packets_saved_s": round(worst, 1),
+            "carries": {k: int((hit["carries"] == k).sum()) for k in kinds},
+            "directions": len(hit),
             "data_segments": n_data,
-            "small_segments": n_small,
-            "small_share": round(n_small / n_data, 3),
-            "single_frame_segments": single,
+            "small_segments": int(hit["small_segments"].sum()),
             "small_while_unacked": int(hit["small_while_unacked"].sum()),
             "packets_saved": saved,
             "packets_saved_share": round(saved / n_data, 3),
-            "max_packets_saved_s": round(worst, 1),
-            "messages_split": split,
-            "directions": per_dir,
             "streams": sorted({int(s) for s in hit["stream"]}),
             "packets": examples,
             "filter": " || ".join(clauses),
         },
-        advice=("The application writes each AMQP frame (or each small message) in its own send call, so each "
-                "becomes a TCP segment. Batch the writes: build publish + header + body into one buffer (writev / "
-                "a buffered writer flushed once per message or per batch), publish in batches and ack with "
-                "multiple=true; or let the kernel coalesce (leave Nagle on only if the app never waits for an "
-                "answer between writes, or use TCP_CORK/MSG_MORE)."),
+        advice=" ".join(CARRIES_ADVICE[k] for k in kinds),
         impact=min(1.0, worst / AVOIDABLE_RATE_CRITICAL),
+        subjects=subjects,
     )
 
 
-def nagle_finding(d: pd.DataFrame, stalls: pd.DataFrame) -> Finding | None:
+def nagle_finding(cap: Capture, d: pd.DataFrame, stalls: pd.DataFrame) -> Finding | None:
+    """Directions whose writes Nagle held until the peer's delayed ACK (every stall passed the
+    mechanism checks of analyze_segments), one subject per connection direction, worst first;
+    severity from the worst one's share of its own connection's time."""
     if not len(stalls):
         return None
-    per_conn = d.groupby("stream").agg(stalls=("stalls", "sum"), stall_time_s=("stall_time_s", "sum"),
-                                       connection_s=("connection_s", "first"))
-    per_conn["stall_share"] = per_conn["stall_time_s"] / per_conn["connection_s"].where(per_conn["connection_s"] > 0)
-    hit = per_conn[(per_conn["stalls"] >= STALL_MIN_COUNT) & (per_conn["stall_share"] >= STALL_SHARE_WARNING)]
+    hit = d[(d["stalls"] >= STALL_MIN_COUNT) & (d["stall_share"] >= STALL_SHARE_WARNING)]
     if not len(hit):
         return None
-    worst = float(hit["stall_share"].max())
+    hit = hit.sort_values(["stall_share", "stream"], ascending=[False, True])
+    w = hit.iloc[0]
+    worst = float(w["stall_share"])
     severity = "critical" if worst >= STALL_SHARE_CRITICAL else "warning"
-    st = stalls[stalls["stream"].isin(hit.index)]
-    delays = st["ack_delay_s"].to_numpy()
-    examples = st[["previous_packet", "ack_packet", "packet"]].head(3).to_numpy().ravel().tolist()
-    streams = sorted(int(s) for s in hit.index)
-    held = st["packet"].head(FILTER_PACKETS).tolist()
+    key = stalls["stream"].astype(np.int64) * 2 + (stalls["direction"] == "s2c")
+    st = stalls[key.isin(hit["stream"].to_numpy(np.int64) * 2 + (hit["direction"] == "s2c").to_numpy())]
+    subjects = [subject(cap, int(r.stream), direction=r.direction, stalls=int(r.stalls),
+                        median_stall_s=float(r.median_stall_s), stall_time_s=float(r.stall_time_s),
+                        stall_share=round(float(r.stall_share), 4), connection_s=float(r.connection_s))
+                for r in hit.itertuples()]
+    writer = {"c2s": "the client's", "s2c": "the broker's"}[w["direction"]] if hit["direction"].nunique() == 1 else "the"
+    peer = {"c2s": "the broker's", "s2c": "the client's"}[w["direction"]] if hit["direction"].nunique() == 1 else "the peer's"
+    worst_of = "" if len(subjects) == 1 else f" on {subjects[0]['connection']}"
     return Finding(
         id="nagle-delayed-ack",
         severity=severity,
-        title=(f"{len(st):,} small segments were held by Nagle until the peer's delayed ACK "
-               f"(median {np.median(st['stall_s']) * 1e3:.0f} ms each, {st['stall_s'].sum():.2f} s in all, "
-               f"{worst:.0%} of the connection's time)"),
+        title=(f"Nagle held {writer} small writes on {who([x['connection'] for x in subjects])} until {peer} delayed "
+               f"ACK: {int(w['stalls'])} times{worst_of}, median {float(w['median_stall_s']) * 1e3:.0f} ms, "
+               f"{float(w['stall_time_s']):.2f} s = {worst:.0%} of the connection's time"),
         evidence={
             "stalls": int(len(st)),
             "median_stall_s": float(np.median(st["stall_s"])),
             "max_stall_s": float(st["stall_s"].max()),
-            "median_ack_delay_s": float(np.median(delays)),
-            "stall_time_s": float(st["stall_s"].sum()),
+            "median_ack_delay_s": float(np.median(st["ack_delay_s"])),
+            "stall_time_s": float(w["stall_time_s"]),
             "stall_share": round(worst, 4),
-            "directions": {f"{s} {dr}": int(n) for (s, dr), n in st.groupby(["stream", "direction"]).size().items()},
-            "streams": streams,
-            "packets": examples,
-            "filter": _frames_filter(held),
+            "directions": len(hit),
+            "streams": sorted({int(s) for s in hit["stream"]}),
+            "packets": st[["previous_packet", "ack_packet", "packet"]].head(3).to_numpy().ravel().tolist(),
+            "filter": _frames_filter(st["packet"].head(FILTER_PACKETS).tolist()),
         },
-        advice=("Write-write-read with Nagle on: the second small write waits until the first is acknowledged, and "
-                "the peer delays that ACK (~40 ms on Linux, up to 200 ms elsewhere). Write the whole message "
-                "(method, header and body frames) in one send call, or set TCP_NODELAY on the socket (most AMQP "
-                "clients do by default); with TCP_NODELAY, still coalesce frames to avoid small packets."),
+        advice=("Write-write-read with Nagle on: each small write after the first waited until the first was "
+                "acknowledged, while only that one small segment was in flight and the receive window was open "
+                "(Nagle, RFC 896), and the peer delays that ACK (~40 ms on Linux, up to 200 ms elsewhere). Write "
+                "the whole message (method, header and body frames) in one send call, or set TCP_NODELAY on the "
+                "socket (most AMQP clients do by default); with TCP_NODELAY, still write a message's frames "
+                "together so as not to trade the stall for small-packets."),
         impact=min(1.0, worst),
+        subjects=subjects,
     )
 
 
@@ -464,7 +583,7 @@ def _plot_small_share(d: pd.DataFrame):
 def nagle(cap: Capture) -> AnalyzerResult:
     """Small TCP segments, unbatched writes and Nagle/delayed-ACK stalls per connection direction."""
     seg, d, stalls = analyze_segments(cap)
-    findings = [f for f in (small_packets_finding(seg, d), nagle_finding(d, stalls)) if f is not None]
+    findings = [f for f in (small_packets_finding(cap, seg, d), nagle_finding(cap, d, stalls)) if f is not None]
     summary: dict[str, Any] = {
         "nagle": {
             "data_segments": int(d["data_segments"].sum()),

@@ -21,6 +21,7 @@ import pandas as pd
 
 from ..analysis import AnalyzerResult, Finding, Plot, analyzer, packets_filter, stream_filter
 from ..capture import Capture
+from ..names import subject
 from . import _tcp
 
 # --- stall detection thresholds -------------------------------------------------------------
@@ -55,11 +56,20 @@ CAUSES = (
 )
 
 # --- finding thresholds ---------------------------------------------------------------------
-#: receiver-window: stalled time on full/zero windows that makes it a warning (a few window-full
-#: moments that cost no noticeable time are only info) ...
+#: receiver-window (a client's window) and broker-flow-control (the broker's window towards a
+#: client): a direction is a subject when its peer advertised a zero window (the peer's receive
+#: buffer was full: it had stopped reading), or when the direction was window-limited (zero
+#: window, or bytes in flight filling the peer's window) for at least this long. Shorter
+#: window-full moments without a zero window are TCP pacing a bulk transfer to a reader that
+#: keeps reading, not a reader that stopped (the stall threshold's floor, MIN_STALL_S).
+WINDOW_MIN_S = MIN_STALL_S
+#: Severity, from the worst subject: warning from this much window-limited time (a few
+#: window-full moments that cost no noticeable time are only info) ...
 RECEIVER_WINDOW_WARNING_S = 0.2
-#: ... and the share of the affected connections' lifetime that makes it critical.
+#: ... critical from this share of that connection's own duration (first to last packet).
 RECEIVER_WINDOW_CRITICAL_SHARE = 0.25
+#: RabbitMQ's page on credit-based flow control, named in broker-flow-control's advice.
+FLOW_CONTROL_DOC = "https://www.rabbitmq.com/docs/flow-control"
 #: publisher-blocked: any block is at least a warning (a resource alarm fired); a block this long
 #: (or one still active when the capture ends) is critical: publishers waited for seconds.
 PUBLISHER_BLOCKED_CRITICAL_S = 1.0
@@ -84,7 +94,7 @@ ACK = 0x10
 STALL_COLUMNS = ["stream", "direction", "start_ts", "end_ts", "duration_s", "cause", "first_packet", "last_packet",
                  "threshold_s", "detail"]
 TCP_COLUMNS = ["stream", "direction", "data_packets", "data_bytes", "retransmissions", "zero_window_ads",
-               "window_full_segments", "bytes_in_flight_max", "peer_window_min_bytes", "peer_window_max_bytes",
+               "window_full_segments", "window_limited_s", "bytes_in_flight_max", "peer_window_min_bytes", "peer_window_max_bytes",
                "rtt_samples", "rtt_min_s", "rtt_p50_s", "rtt_p90_s", "path_rtt_s", "median_gap_s", "stall_count",
                "stall_total_s"]
 CAUSE_COLORS = {"capture-gap": "#7f7f7f", "receiver-window": "#d62728", "retransmission": "#ff7f0e",
@@ -560,7 +570,8 @@ def stalls(cap: Capture) -> AnalyzerResult:
     for D in (0, 1):
         on = pk[f"limited{D}"]
         lim.append(pd.DataFrame({"stream": stream[on], "d": D, "start": t[on], "end": pk["next_t"][on]}))
-    st["window_s"] = _overlap_s(st, pd.concat(lim, ignore_index=True))
+    lim = pd.concat(lim, ignore_index=True)  # disjoint per (stream, d): each row to the stream's next packet
+    st["window_s"] = _overlap_s(st, lim)
     zw = pk["zero_window"]
     st["zero_window_n"] = _count_in(st, pd.DataFrame({"stream": stream[zw], "d": 1 - d[zw], "t": t[zw]}))
     st["retrans_n"] = _count_in(st, _real_retransmissions(pk), closed_end=False)
@@ -583,7 +594,10 @@ def stalls(cap: Capture) -> AnalyzerResult:
     st["confirm_s"] = _overlap_s(st, conf.assign(d=0)) if len(conf) else 0.0
 
     share = lambda col: st[col] >= CAUSE_SHARE * st["duration_s"]  # noqa: E731
-    conds = [st["gaps_n"] > 0, share("window_s") | (st["zero_window_n"] > 0), st["retrans_n"] > 0,
+    # A full broker window during connection.blocked / channel.flow on c2s is the block's doing
+    # (the broker stops reading a blocked publisher): blamed on broker-flow, not the window.
+    window_cause = (share("window_s") | (st["zero_window_n"] > 0)) & ~((st["d"] == 0) & share("flow_s"))
+    conds = [st["gaps_n"] > 0, window_cause, st["retrans_n"] > 0,
              share("flow_s"), share("prefetch_s") & (st["d"] == 1), share("confirm_s") & (st["d"] == 0)]
     st["cause"] = np.select(conds, list(CAUSES[:-1]), default=CAUSES[-1]) if len(st) else []
     r3 = lambda col: st[col].round(3).astype(str)  # noqa: E731
@@ -612,9 +626,11 @@ def stalls(cap: Capture) -> AnalyzerResult:
         "detail": st["detail"].astype(object),
     }, columns=STALL_COLUMNS).sort_values(["start_ts", "stream"], kind="mergesort").reset_index(drop=True)
 
-    tcp = _tcp_table(pk, rtt_stats, path_rtt, median_gap, st)
+    tcp = _tcp_table(pk, rtt_stats, path_rtt, median_gap, st, lim)
     summary = _summary(stalls_tbl, tcp, rtt, pref_skipped)
-    findings = [x for x in (_receiver_window(stalls_tbl, tcp, cap, pk),
+    sides = _window_sides(cap, pk, tcp, stalls_tbl, lim, blocked, fr)
+    findings = [x for x in (_receiver_window(cap, pk, sides, stalls_tbl),
+                            _broker_flow_control(cap, pk, sides, stalls_tbl),
                             _publisher_blocked(blocked, fr, t0, cap),
                             _capture_gaps(gaps, cap, stalls_tbl)) if x is not None]
     plots = [
@@ -625,9 +641,9 @@ def stalls(cap: Capture) -> AnalyzerResult:
                           plots=plots)
 
 
-def _tcp_table(pk, rtt_stats, path_rtt, median_gap, st) -> pd.DataFrame:
-    """Per (stream, direction) of the packets: counts by np.bincount on the key stream·2 + d, and
-    the per-stream window maxima/minima _packets reduced."""
+def _tcp_table(pk, rtt_stats, path_rtt, median_gap, st, lim) -> pd.DataFrame:
+    """Per (stream, direction) of the packets: counts by np.bincount on the key stream·2 + d, the
+    per-stream window maxima/minima _packets reduced, and the window-limited time (``lim``)."""
     stream, d, data = pk["stream"], pk["d"], pk["data"]
     g = stream * 2 + d
     keys = np.flatnonzero(np.bincount(g)) if len(g) else np.zeros(0, np.int64)  # sorted: stream, d
@@ -652,6 +668,9 @@ def _tcp_table(pk, rtt_stats, path_rtt, median_gap, st) -> pd.DataFrame:
         "retransmissions": count(pk["retrans"] & data),
         "zero_window_ads": count(pk["zero_window"]),
         "window_full_segments": count(pk["wfull"]),
+        "window_limited_s": np.bincount(lim["stream"].to_numpy(np.int64) * 2 + lim["d"].to_numpy(np.int64),
+                                        weights=(lim["end"] - lim["start"]).to_numpy(float),
+                                        minlength=len(keys) and keys[-1] + 1)[keys] if len(keys) else np.zeros(0),
         "bytes_in_flight_max": per_key("run_inflight_max"),
         "peer_window_min_bytes": per_key("run_peer_win_min"),
         "peer_window_max_bytes": per_key("run_peer_win_max"),
@@ -691,66 +710,169 @@ def _summary(stalls_tbl: pd.DataFrame, tcp: pd.DataFrame, rtt: pd.DataFrame, pre
     }}
 
 
-def _lifetime_s(cap: Capture, streams) -> float:
-    c = cap.connections[cap.connections["stream"].isin(list(streams))]
-    return float((c["last_ts"] - c["first_ts"]).dt.total_seconds().sum())
-
-
-def _receiver_window(stalls_tbl: pd.DataFrame, tcp: pd.DataFrame, cap: Capture, pk: dict) -> Finding | None:
+def _window_sides(cap: Capture, pk: dict, tcp: pd.DataFrame, stalls_tbl: pd.DataFrame, lim: pd.DataFrame,
+                  blocked: pd.DataFrame, fr: pd.DataFrame) -> pd.DataFrame:
+    """Per connection direction held back by its peer's TCP window: c2s rows are held by the
+    broker's window, s2c rows by the client's. Columns: stream, d, window_limited_s (time with a
+    zero or full peer window; for c2s without the time inside connection.blocked, the resource
+    alarm's own finding), window_limited_share (of the connection's duration), zero_window_ads
+    (advertised by the peer, outside connection.blocked for c2s), window_full_segments, stalls /
+    stalled_s / longest_stall_s (its receiver-window stalls), peer_window_min_bytes,
+    peer_window_max_bytes, connection_s, publishes (basic.publish frames it carried). Only the
+    directions that are subjects (WINDOW_MIN_S) are kept."""
+    dur = (lim["end"] - lim["start"]).to_numpy(float)
+    zw = pk["zero_window"]  # the peer's zero window holds the other direction: d flipped
+    zw_ev = pd.DataFrame({"stream": pk["stream"][zw], "d": 1 - pk["d"][zw], "t": pk["t"][zw]})
+    zw_in_block = pd.Series(dtype=np.int64)
+    if len(blocked):
+        biv = blocked.assign(d=0)[["stream", "d", "start", "end"]].reset_index(drop=True)
+        dur = np.maximum(dur - _overlap_s(lim, biv), 0.0)
+        zw_in_block = pd.Series(_count_in(biv, zw_ev), index=biv["stream"].to_numpy() * 2).groupby(level=0).sum()
+    key = tcp["stream"].to_numpy(np.int64) * 2 + (tcp["direction"] == "s2c").to_numpy()
+    t = tcp.set_index(key)
+    lk = lim["stream"].to_numpy(np.int64) * 2 + lim["d"].to_numpy(np.int64)
     rw = stalls_tbl[stalls_tbl["cause"] == "receiver-window"]
-    zero = int(tcp["zero_window_ads"].sum())
-    if rw.empty and zero == 0:
-        return None
-    streams = sorted(set(rw["stream"].tolist()) | set(tcp.loc[tcp["zero_window_ads"] > 0, "stream"].tolist()))
-    total = float(rw["duration_s"].sum())
-    share = total / max(_lifetime_s(cap, streams), 1e-9)
-    if share >= RECEIVER_WINDOW_CRITICAL_SHARE:
-        severity = "critical"
-    elif total >= RECEIVER_WINDOW_WARNING_S:
-        severity = "warning"
-    else:
-        severity = "info"
-    s2c = rw["direction"] == "s2c"
-    s2c_s, c2s_s = float(rw.loc[s2c, "duration_s"].sum()), float(rw.loc[~s2c, "duration_s"].sum())
-    t = tcp[tcp["stream"].isin(streams)]
-    # Zero windows advertised by the receiver side, and segments that filled the window.
-    zw_packets = pk["packet"][pk["zero_window"] & np.isin(pk["stream"], streams)][:5].tolist()
-    longest = rw.nlargest(3, "duration_s")
-    if rw.empty:
-        title = f"Receive windows reached zero {zero} times but stalled no traffic longer than the threshold"
-    elif s2c_s >= c2s_s:
-        title = (f"The client stopped reading: broker→client traffic waited {s2c_s:.2f} s on a zero or full "
-                 f"receive window ({len(rw)} stalls)")
-    else:
-        title = (f"The broker stopped reading: client→broker traffic waited {c2s_s:.2f} s on a zero or full "
-                 f"receive window ({len(rw)} stalls)")
+    rg = rw["duration_s"].groupby(rw["stream"].to_numpy(np.int64) * 2 + (rw["direction"] == "s2c").to_numpy())
+    c = cap.connections.set_index("stream")
+    conn_s = (c["last_ts"] - c["first_ts"]).dt.total_seconds()
+    pubs = fr.loc[(fr["method"] == "basic.publish").to_numpy() & (fr["d"] == 0).to_numpy(), "stream"].value_counts()
+    out = pd.DataFrame({
+        "stream": key // 2, "d": key % 2,
+        "window_limited_s": pd.Series(dur).groupby(lk).sum().reindex(key, fill_value=0.0).to_numpy(),
+        "zero_window_ads": (t["zero_window_ads"].reindex(key ^ 1, fill_value=0).to_numpy()
+                            - zw_in_block.reindex(key, fill_value=0).to_numpy()),
+        "window_full_segments": t["window_full_segments"].to_numpy(),
+        "stalls": rg.size().reindex(key, fill_value=0).to_numpy(),
+        "stalled_s": rg.sum().reindex(key, fill_value=0.0).to_numpy(),
+        "longest_stall_s": rg.max().reindex(key, fill_value=0.0).to_numpy(),
+        "peer_window_min_bytes": t["peer_window_min_bytes"].to_numpy(),
+        "peer_window_max_bytes": t["peer_window_max_bytes"].to_numpy(),
+        "connection_s": conn_s.reindex(key // 2).to_numpy(),
+        "publishes": pubs.reindex(key // 2, fill_value=0).to_numpy() * (key % 2 == 0),
+    })
+    cs = out["connection_s"].to_numpy(float)
+    out["window_limited_share"] = np.where(cs > 0, out["window_limited_s"] / np.where(cs > 0, cs, 1.0), 0.0)
+    keep = (out["zero_window_ads"] > 0) | (out["window_limited_s"] >= WINDOW_MIN_S) | (out["stalls"] > 0)
+    return out[keep].sort_values(["window_limited_share", "window_limited_s", "stream"],
+                                 ascending=[False, False, True]).reset_index(drop=True)
+
+
+def _duration(x: float) -> str:
+    """`1.21 s`, `3.0 ms`: a title's duration in a unit that shows it."""
+    return f"{x:.2f} s" if x >= 0.1 else f"{x * 1e3:.1f} ms"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _window_finding_parts(cap: Capture, pk: dict, g: pd.DataFrame, stalls_tbl: pd.DataFrame, peer_filter: str):
+    """What receiver-window and broker-flow-control share: (severity, subjects, evidence) for the
+    directions ``g`` (rows of _window_sides, worst first). Severity from the worst: critical when
+    a connection spent RECEIVER_WINDOW_CRITICAL_SHARE of its time window-limited, warning from
+    RECEIVER_WINDOW_WARNING_S of it, else info; monotonic in both numbers."""
+    share, limited = float(g["window_limited_share"].max()), float(g["window_limited_s"].max())
+    severity = ("critical" if share >= RECEIVER_WINDOW_CRITICAL_SHARE
+                else "warning" if limited >= RECEIVER_WINDOW_WARNING_S else "info")
+    subjects = [subject(cap, int(r.stream), direction=str(DIRS[r.d]), window_limited_s=round(float(r.window_limited_s), 6),
+                        window_limited_share=round(float(r.window_limited_share), 4),
+                        zero_window_ads=int(r.zero_window_ads), window_full_segments=int(r.window_full_segments),
+                        stalls=int(r.stalls), stalled_s=round(float(r.stalled_s), 6),
+                        **({"publishes": int(r.publishes)} if r.d == 0 else {}))
+                for r in g.itertuples()]
+    streams = sorted(int(x) for x in g["stream"])
+    w = g.iloc[0]
+    wmin, wmax = g["peer_window_min_bytes"].dropna(), g["peer_window_max_bytes"].dropna()
+    held = int(g["d"].iloc[0])
+    mine = np.isin(pk["stream"], streams)
+    # The way into Wireshark: the peer's zero windows, the held direction's window-full
+    # segments, and the bounds of its longest window stalls (a few of each).
+    rw = stalls_tbl[(stalls_tbl["cause"] == "receiver-window") & stalls_tbl["stream"].isin(streams)
+                    & (stalls_tbl["direction"] == DIRS[held])].nlargest(3, "duration_s")
+    packets = sorted(set(pk["packet"][pk["zero_window"] & mine & (pk["d"] == 1 - held)][:10].tolist()
+                         + pk["packet"][pk["wfull"] & mine & (pk["d"] == held)][:5].tolist()
+                         + rw["first_packet"].tolist() + rw["last_packet"].tolist()))
     evidence = {
-        "stalls": int(len(rw)),
-        "stalled_s": total,
-        "stalled_s2c_s": s2c_s,
-        "stalled_c2s_s": c2s_s,
-        "longest_stall_s": float(rw["duration_s"].max()) if len(rw) else 0.0,
-        "stalled_share_of_lifetime": share,
-        "zero_window_ads": zero,
-        "window_full_segments": int(t["window_full_segments"].sum()),
-        "peer_window_min_bytes": int(t["peer_window_min_bytes"].min()) if t["peer_window_min_bytes"].notna().any() else None,
-        "peer_window_max_bytes": int(t["peer_window_max_bytes"].max()) if t["peer_window_max_bytes"].notna().any() else None,
+        "connections": len(g),
+        "window_limited_s": round(float(w["window_limited_s"]), 6),
+        "window_limited_share": round(float(w["window_limited_share"]), 4),
+        "stalled_s": round(float(w["stalled_s"]), 6),
+        "longest_stall_s": round(float(g["longest_stall_s"].max()), 6),
+        "stalls": int(g["stalls"].sum()),
+        "zero_window_ads": int(g["zero_window_ads"].sum()),
+        "window_full_segments": int(g["window_full_segments"].sum()),
+        "peer_window_min_bytes": int(wmin.min()) if len(wmin) else None,
+        "peer_window_max_bytes": int(wmax.max()) if len(wmax) else None,
         "streams": streams,
-        "packets": sorted(set(longest["first_packet"].tolist() + longest["last_packet"].tolist() + zw_packets)),
-        "filter": f"{stream_filter(streams)} && (tcp.analysis.zero_window || tcp.analysis.window_full)",
+        "packets": [int(x) for x in packets],
+        "filter": f"{stream_filter(streams)} && {peer_filter}",
     }
-    if s2c_s >= c2s_s:
-        advice = ("The client application, or its socket receive buffer, does not keep up: it left the socket "
-                  "unread while the broker had data for it. Do not do slow work on the connection's I/O thread "
-                  "(blocking callbacks, synchronous DB calls, long GC pauses); hand messages to a worker pool. "
-                  "Do not pin a small SO_RCVBUF (let kernel autotuning grow it; see peer_window_max_bytes). "
-                  "Lower the prefetch (basic.qos) so less data piles up unread.")
-    else:
-        advice = ("The broker is not reading this connection fast enough: RabbitMQ stops reading publishers "
-                  "under credit-based flow control (state 'flow' in the management UI) or when overloaded. "
-                  "Check broker CPU, the length of the target queues and disk I/O; spread publishers over more "
-                  "queues, or publish more slowly.")
-    return Finding("receiver-window", severity, title, evidence, advice, impact=min(share, 1.0))
+    return severity, subjects, evidence
+
+
+def _port_match(cap: Capture, streams) -> str:
+    """The broker port(s) of these connections as a filter comparison: `== 5672`, `in {5671, 5672}`."""
+    ports = sorted({int(p) for p in cap.connections.loc[cap.connections["stream"].isin(list(streams)), "broker_port"]})
+    return f"== {ports[0]}" if len(ports) == 1 else "in {" + ", ".join(map(str, ports)) + "}"
+
+
+def _receiver_window(cap: Capture, pk: dict, sides: pd.DataFrame, stalls_tbl: pd.DataFrame) -> Finding | None:
+    """Clients that stopped reading: the broker's traffic to them (s2c) waited on their zero or
+    full receive window. One finding, every such connection a subject, worst first."""
+    g = sides[sides["d"] == 1]
+    if g.empty:
+        return None
+    port = _port_match(cap, g["stream"])
+    severity, subjects, ev = _window_finding_parts(
+        cap, pk, g, stalls_tbl, f"((tcp.analysis.zero_window && tcp.dstport {port}) || "
+                                f"(tcp.analysis.window_full && tcp.srcport {port}))")
+    w = subjects[0]
+    title = (f"{_tcp.who([x['connection'] for x in subjects])} stopped reading: the broker's data waited on "
+             f"{'its' if len(subjects) == 1 else 'their'} zero or full TCP receive window"
+             f"{'' if len(subjects) == 1 else ', the first'} {_duration(w['window_limited_s'])}, "
+             f"{w['window_limited_share']:.0%} of the connection's time "
+             f"({_plural(w['zero_window_ads'], 'zero-window advertisement')})")
+    advice = ("The client application, or its socket receive buffer, does not keep up: it left the socket unread "
+              "while the broker had data for it. Do not do slow work on the connection's I/O thread (blocking "
+              "callbacks, synchronous DB calls, long GC pauses); hand messages to a worker pool. Do not pin a small "
+              "SO_RCVBUF (let kernel autotuning grow it; see peer_window_max_bytes). Lower the prefetch (basic.qos) "
+              "so less data piles up unread.")
+    return Finding("receiver-window", severity, title, ev, advice, impact=min(float(g["window_limited_share"].max()), 1.0),
+                   subjects=subjects)
+
+
+def _broker_flow_control(cap: Capture, pk: dict, sides: pd.DataFrame, stalls_tbl: pd.DataFrame) -> Finding | None:
+    """The broker stopped reading clients: their traffic (c2s) waited on the broker's zero or full
+    receive window, outside any connection.blocked (that is publisher-blocked's resource alarm).
+    RabbitMQ does this to publishers under credit-based flow control. One finding, every such
+    connection a subject, worst first."""
+    g = sides[sides["d"] == 0]
+    if g.empty:
+        return None
+    port = _port_match(cap, g["stream"])
+    severity, subjects, ev = _window_finding_parts(
+        cap, pk, g, stalls_tbl, f"((tcp.analysis.zero_window && tcp.srcport {port}) || "
+                                f"(tcp.analysis.window_full && tcp.dstport {port}))")
+    ev["publishes"] = int(g["publishes"].sum())
+    w = subjects[0]
+    whom = "publishers" if (g["publishes"] > 0).all() else "connections"
+    title = (f"Broker flow control: the broker stopped reading {'its ' + whom[:-1] if len(subjects) == 1 else whom} "
+             f"{_tcp.who([x['connection'] for x in subjects])}; its TCP receive window towards "
+             f"{'it' if len(subjects) == 1 else 'them'} was zero or full {_duration(w['window_limited_s'])}"
+             f"{'' if len(subjects) == 1 else ' for the first'}, {w['window_limited_share']:.0%} of the connection's "
+             f"time ({_plural(w['zero_window_ads'], 'zero-window advertisement')})")
+    advice = ("RabbitMQ stopped reading these connections' sockets, so its TCP receive buffer filled and it advertised a "
+              "zero or full window: credit-based flow control (" + FLOW_CONTROL_DOC + "), which throttles "
+              "publishers that publish faster than the queues (or the channel and connection processes in front "
+              "of them) can take the messages; the management UI shows these connections in state 'flow' "
+              "(rabbitmqctl list_connections name state). Time under connection.blocked (a resource alarm, see "
+              "publisher-blocked) is not counted here. "
+              "The publishers are not at fault; the broker is at capacity for this load: spread the publishes over "
+              "more queues (one queue is one Erlang process, one core), keep the queues short (consumers that keep "
+              "up), use publisher confirms to bound what each publisher has in flight, or publish at a lower rate. "
+              "If the connections are not in 'flow', the broker is short of CPU.")
+    return Finding("broker-flow-control", severity, title, ev, advice,
+                   impact=min(float(g["window_limited_share"].max()), 1.0), subjects=subjects)
 
 
 def _publisher_blocked(blocked: pd.DataFrame, fr: pd.DataFrame, t0: pd.Timestamp, cap: Capture) -> Finding | None:
