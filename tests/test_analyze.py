@@ -117,3 +117,39 @@ def test_analyze_captures_without_amqp(tmp_path, case):
     assert not [f for r in results for f in r.findings if f.severity != "info"]
     s = build_summary(cap, results)
     assert s["capture"]["connections"] == 0
+
+
+#: Every fixture's recorded situation, from the scenario that made it (fixtures/README.md), as
+#: the findings at warning or critical it must raise: these and no others. A fixture not listed
+#: must raise none. Small messages written one per segment at thousands per second (PerfTest
+#: without batching at `-r 3000`, or unlimited) are `small-packets` by the scenario itself.
+SITUATIONS = {
+    "flow-control.pcap.gz": {"broker-flow-control", "small-packets"},  # 10 unlimited producers, 64 B
+    "kernel-drops.pcap": {"capture-gaps", "small-packets"},  # tcpdump dropped 1880; -r 3000 -s 32
+    "memory-alarm.pcap": {"publisher-blocked"},
+    "nack-requeue.pcap": {"redelivery-loop"},
+    "nagle-write-write-read.pcap": {"nagle-delayed-ack"},
+    "slow-prefetch1.pcap": {"consumer-bound"},
+    "ten-consumers.pcap": {"consumer-bound", "small-packets"},  # -q 1 -L 5000 for 10; -r 3000 -s 64
+    "zero-window.pcap": {"receiver-window"},
+}
+ALL_FIXTURES = sorted(p.name for p in FIX.iterdir()
+                      if p.suffix in (".pcap", ".pcapng", ".gz") and p.name != "tls.pcap")  # tls: below
+
+
+@pytest.mark.parametrize("name", ALL_FIXTURES)
+def test_warnings_are_exactly_the_recorded_situation(name):
+    """No warning or critical finding fires whose mechanism the scenario did not set up, and
+    each cause is told once (one finding per id, its connections as subjects)."""
+    _, _, findings = findings_of(name)
+    ids = [f.id for f in findings]
+    assert len(ids) == len(set(ids)), ids
+    loud = {f.id for f in findings if f.severity in ("warning", "critical")}
+    assert loud == SITUATIONS.get(name, set()), [(f.id, f.severity, f.title) for f in findings]
+
+
+def test_tls_capture_decrypted_raises_what_its_plaintext_twin_raises():
+    cap = amqpcap.load(FIX / "tls.pcap", tls_keylog=FIX / "tls.keylog")
+    loud = {f.id for r in (fn(cap) for fn, _ in analyzers().values()) for f in r.findings
+            if f.severity in ("warning", "critical")}
+    assert loud == SITUATIONS.get("tls-plaintext.pcap", set())
