@@ -219,10 +219,14 @@ def check_out_file(path: Path) -> None:
 
 
 def write_table(df: pd.DataFrame, path_no_ext: Path, fmt: str) -> Path:
-    """`df` as `<path_no_ext>.<fmt>`: CSV through `as_written`, Parquet as it is."""
+    """`df` as `<path_no_ext>.<fmt>`."""
+    return write_table_file(df, path_no_ext.with_suffix("." + fmt), fmt)
+
+
+def write_table_file(df: pd.DataFrame, path: Path, fmt: str) -> Path:
+    """`df` into the file `path`: CSV through `as_written`, Parquet as it is."""
     if fmt not in FORMATS:
         raise UsageError(f"unknown table format {fmt!r}: use csv or parquet")
-    path = path_no_ext.with_suffix("." + fmt)
     if fmt == "csv":
         as_written(df).to_csv(path, index=False)
     else:
