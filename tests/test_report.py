@@ -161,3 +161,14 @@ def test_output_checks_create_nothing(tmp_path, monkeypatch):
     with pytest.raises(UsageError, match="permission denied"):
         report.check_out_file(tmp_path / "x.csv")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_csv_written_in_slices_equals_one_piece(tmp_path, monkeypatch):
+    cap = amqpcap.load(FIX / "confirms.pcap")
+    monkeypatch.setattr(report, "CSV_SLICE_ROWS", 7)  # many slices, the last one short
+    for name in ("frames", "packets", "anomalies"):
+        df = getattr(cap, name)
+        sliced = report.write_table_file(df, tmp_path / f"{name}.csv", "csv").read_text()
+        report.as_written(df).to_csv(tmp_path / "whole.csv", index=False)
+        assert sliced == (tmp_path / "whole.csv").read_text(), name
+        assert len(sliced.splitlines()) == len(df) + 1
