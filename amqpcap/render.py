@@ -74,6 +74,7 @@ def _fmt(v) -> str:
 SUMMARY_ROWS = 12
 #: a list of at most this many objects is shown one column per object, its keys as rows
 TRANSPOSE_MAX = 3
+ALL_IN_SUMMARY = "summary.json (analyze --out DIR) has them all"
 #: keys that name the object a row is about: first when a list's columns are cut
 _NAME_KEYS = ("connection", "queue", "consumer_tag", "stream", "channel", "direction", "range")
 
@@ -161,7 +162,7 @@ def _titled(title: str, table: Table) -> Group:
 def _pairs(title: str, values: dict[str, Any]) -> Group:
     shown = list(values.items())[:SUMMARY_ROWS]
     more = len(values) - len(shown)
-    t = _grid(f"… and {more:,} more: summary.json has them all" if more else None, header=False)
+    t = _grid(f"… and {more:,} more: {ALL_IN_SUMMARY}" if more else None, header=False)
     t.add_column()
     t.add_column(justify="right")
     for k, v in shown:
@@ -204,9 +205,9 @@ def _records(title: str, items: list[dict]) -> Group:
     measured = [k for k in keys if k not in names and (is_seconds(k) or is_rate(k) or _is_share(k))]
     columns = (names + measured + [k for k in keys if k not in names and k not in measured])[:SUMMARY_ROWS]
     shown = items[:SUMMARY_ROWS]
-    notes = [f"{len(shown)} of {len(items):,}"] if len(shown) < len(items) else []
+    notes = [f"first {len(shown)} of {len(items):,} rows"] if len(shown) < len(items) else []
     notes += [f"{len(columns)} of {len(keys)} columns"] if len(columns) < len(keys) else []
-    t = _grid(f"{' and '.join(notes)}: summary.json has them all" if notes else None)
+    t = _grid(f"{', '.join(notes)}: {ALL_IN_SUMMARY}" if notes else None)
     for k in columns:
         t.add_column(label(k), justify="left" if k in names else "right")
     for item in shown:
