@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 from typing import Any
 
 import pandas as pd
@@ -74,6 +75,10 @@ def _fmt(v) -> str:
 SUMMARY_ROWS = 12
 #: a list of at most this many objects is shown one column per object, its keys as rows
 TRANSPOSE_MAX = 3
+#: at most this many columns of a list of more than TRANSPOSE_MAX objects (names first, then
+#: times, rates and shares): more would squeeze the names into a few letters at 120 columns
+LIST_COLUMNS = 9
+NAME_WIDTH = 24
 ALL_IN_SUMMARY = "summary.json (analyze --out DIR) has them all"
 #: keys that name the object a row is about: first when a list's columns are cut
 _NAME_KEYS = ("connection", "queue", "consumer_tag", "stream", "channel", "direction", "range")
@@ -191,28 +196,52 @@ def _matrix(title: str, group: list[tuple[str, dict]]) -> Group:
 
 
 def _records(title: str, items: list[dict]) -> Group:
+    """A list of objects (consumers, size bins): one column per object when there are few,
+    else one row per object with its names and headline numbers."""
+    return _titled(title, _transposed(items) if len(items) <= TRANSPOSE_MAX else _rows(items))
+
+
+def _transposed(items: list[dict]) -> Table:
+    t = _grid(header=len(items) > 1)
+    t.add_column("")
+    for item in items:
+        name = next((item[k] for k in _NAME_KEYS if isinstance(item.get(k), str)), None)
+        t.add_column(str(name) if name and len(items) > 1 else "", justify="right")
+    for k in _union(items):
+        t.add_row(label(k), *(fmt_value(k, item.get(k)) if k in item else "" for item in items))
+    return t
+
+
+def _list_columns(keys: list[str]) -> tuple[list[str], list[str]]:
+    """(name columns, columns shown): names first, then percentiles, rates, shares, times."""
+    # named as the operator knows it (a connection label), the broker's random amq.ctag adds nothing
+    hidden = {"consumer_tag"} if "connection" in keys else set()
+    names = [k for k in _NAME_KEYS if k in keys and k not in hidden]
+    measured = sorted((k for k in keys if k not in names and (is_seconds(k) or is_rate(k) or _is_share(k))),
+                      key=_headline)
+    rest = [k for k in keys if k not in names and k not in measured and k not in hidden]
+    return names, (names + measured + rest)[:LIST_COLUMNS]
+
+
+def _rows(items: list[dict]) -> Table:
     keys = _union(items)
-    if len(items) <= TRANSPOSE_MAX:
-        t = _grid(header=len(items) > 1)
-        t.add_column("")
-        for i, item in enumerate(items):
-            name = next((item[k] for k in _NAME_KEYS if isinstance(item.get(k), str)), None)
-            t.add_column(str(name) if name and len(items) > 1 else "", justify="right")
-        for k in keys:
-            t.add_row(label(k), *(fmt_value(k, item.get(k)) if k in item else "" for item in items))
-        return _titled(title, t)
-    names = [k for k in _NAME_KEYS if k in keys]
-    measured = [k for k in keys if k not in names and (is_seconds(k) or is_rate(k) or _is_share(k))]
-    columns = (names + measured + [k for k in keys if k not in names and k not in measured])[:SUMMARY_ROWS]
+    names, columns = _list_columns(keys)
     shown = items[:SUMMARY_ROWS]
     notes = [f"first {len(shown)} of {len(items):,} rows"] if len(shown) < len(items) else []
     notes += [f"{len(columns)} of {len(keys)} columns"] if len(columns) < len(keys) else []
     t = _grid(f"{', '.join(notes)}: {ALL_IN_SUMMARY}" if notes else None)
-    for k in columns:
-        t.add_column(label(k), justify="left" if k in names else "right")
+    for k in columns:  # names get their width (up to NAME_WIDTH) and fold rather than being cut: they say who
+        widest = max((len(fmt_value(k, item.get(k))) for item in shown), default=0)
+        t.add_column(label(k), justify="left" if k in names else "right", overflow="fold" if k in names else "ellipsis",
+                     min_width=min(widest, NAME_WIDTH) if k in names else None)
     for item in shown:
         t.add_row(*(fmt_value(k, item.get(k)) if k in item else "" for k in columns))
-    return _titled(title, t)
+    return t
+
+
+def _headline(key: str) -> int:
+    """Which measured columns of a list come first: percentiles, then rates, shares, other times."""
+    return 0 if re.search(r"(^|_)p\d\d(_|$)", key) else 1 if is_rate(key) else 2 if _is_share(key) else 3
 
 
 def _groups(items: list[tuple[str, Any]]) -> list[list[tuple[str, Any]]]:
