@@ -18,8 +18,8 @@ from rich.table import Table
 from . import __version__
 from .analysis import analyzers, rank, run_all
 from .capture import DEFAULT_PORTS, Capture, Limits, load
-from .errors import AmqpcapError, UsageError
-from .render import findings_table, print_result
+from .errors import AmqpcapError, NoAmqpError, UsageError
+from .render import findings_table, no_findings_line, print_result
 from .sample import sample_path
 from .wording import counted
 
@@ -36,7 +36,12 @@ if not out.is_terminal:
 err = Console(stderr=True)
 
 CaptureArg = typer.Argument(..., metavar="CAPTURE", help="pcap or pcapng file, optionally gzip-compressed", show_default=False)
-PortOpt = typer.Option(None, "--port", "-p", help="AMQP port (repeat for several); default 5672 and 5671 (AMQPS)")
+PortOpt = typer.Option(
+    None, "--port", "-p", metavar="PORT",
+    help="AMQP port, replacing the defaults 5672 and 5671 (AMQPS) (repeat for several; --add-port keeps them)")
+AddPortOpt = typer.Option(
+    None, "--add-port", metavar="PORT",
+    help="AMQP port in addition to the defaults 5672 and 5671 (or to --port) (repeat for several)")
 KeylogOpt = typer.Option(None, "--tls-keylog", metavar="FILE",
                          help="TLS key log (NSS format, e.g. Python's SSLContext.keylog_filename) to decrypt AMQPS with tshark")
 LimitOpt = typer.Option(
@@ -76,11 +81,15 @@ def parse_limits(items: Optional[List[str]]) -> Optional[Limits]:
     return Limits(**given)
 
 
-def _check_format(fmt: str) -> None:
-    from .report import FORMATS
+def _check_outputs(fmt: str, out_dir: Optional[Path]) -> None:
+    """Output options are checked before the capture is read: a format that cannot be written
+    or a directory that cannot be made fails at once, never after the work or half-way through
+    writing."""
+    from .report import check_format, check_out_dir
 
-    if fmt not in FORMATS:
-        raise UsageError(f"unknown table format {fmt!r}: use {' or '.join(FORMATS)}")
+    check_format(fmt)
+    if out_dir is not None:
+        check_out_dir(out_dir)
 
 
 def _warn(text: str) -> None:
@@ -106,9 +115,14 @@ def anomaly_warning(cap: Capture) -> Optional[str]:
             f"table): " + ", ".join(parts))
 
 
+def ports_of(port: Optional[List[int]], add_port: Optional[List[int]] = None) -> tuple[int, ...]:
+    """The AMQP ports: --port replaces the defaults, --add-port adds to them (or to --port)."""
+    return tuple(dict.fromkeys([*(port or DEFAULT_PORTS), *(add_port or [])]))
+
+
 def _load(capture: Path, port: Optional[List[int]], limit: Optional[List[str]] = None, bodies: bool = False,
-          tls_keylog: Optional[Path] = None) -> Capture:
-    cap = load(capture, ports=tuple(port) if port else DEFAULT_PORTS, limits=parse_limits(limit), bodies=bodies,
+          tls_keylog: Optional[Path] = None, add_port: Optional[List[int]] = None) -> Capture:
+    cap = load(capture, ports=ports_of(port, add_port), limits=parse_limits(limit), bodies=bodies,
                tls_keylog=tls_keylog)
     for w in cap.warnings:
         _warn(w)
@@ -118,41 +132,83 @@ def _load(capture: Path, port: Optional[List[int]], limit: Optional[List[str]] =
     return cap
 
 
+def require_amqp(cap: Capture) -> None:
+    """A capture with no AMQP connection has nothing to analyse: say why in one line and exit
+    3 (NoAmqpError) instead of "No findings", which reads like a healthy capture."""
+    if len(cap.connections):
+        return
+    s, name = cap.summary, os.path.basename(cap.path)
+    if not s["packets"]:
+        raise NoAmqpError(f"no AMQP connection in {name}: it holds no packets")
+    if not s["tcp_packets"]:
+        raise NoAmqpError(f"no AMQP connection in {name}: none of its {counted(s['packets'], 'packet')} is TCP")
+    ports = " or ".join(map(str, cap.ports))
+    raise NoAmqpError(
+        f"no AMQP connection in {name}: none of its {counted(s['tcp_packets'], 'TCP packet')} is on port {ports} "
+        f"or in a connection opened with the AMQP protocol header; if the broker listens on another port, "
+        f"add it: --add-port PORT")
+
+
+def undecoded_note(cap: Capture) -> Optional[str]:
+    """When AMQP connections were found but no frame was decoded in any (all encrypted, cut by
+    the snaplen, another protocol), only TCP was analysed: say so next to the findings."""
+    if len(cap.frames) or not len(cap.connections):
+        return None
+    c, n = cap.connections, len(cap.connections)
+    encrypted = int((c["tls"] & ~c["tls_decrypted"]).sum()) if "tls" in c else 0
+    why = (f"encrypted with TLS: --tls-keylog FILE decrypts {'it' if n == 1 else 'them'}" if encrypted == n
+           else "see the warnings above")
+    return f"No AMQP frame was decoded in {counted(n, 'AMQP connection')} ({why}), so only TCP was analysed."
+
+
+def _capture_line(cap: Capture) -> str:
+    from .report import capture_summary
+
+    c = capture_summary(cap)
+    return (f"[bold]{c['path']}[/bold]: {counted(c['packets'], 'packet')}, "
+            f"{counted(c['connections'], 'AMQP connection')}, {counted(c['frames'], 'frame')} "
+            f"over {c['duration_s']:.3f} s")
+
+
 @app.command()
 def frames(
     capture: Path = CaptureArg,
     output: Path = typer.Option(..., "--output", "-o", help="output file: .csv or .parquet"),
     port: Optional[List[int]] = PortOpt,
+    add_port: Optional[List[int]] = AddPortOpt,
     limit: Optional[List[str]] = LimitOpt,
     tls_keylog: Optional[Path] = KeylogOpt,
 ) -> None:
     """Write the frames table (one row per AMQP frame) to CSV or Parquet."""
+    from .report import check_format, check_out_file, write_table_file
+
     suffix = output.suffix.lower()
     if suffix not in (".csv", ".parquet"):
         raise UsageError(f"cannot write {output}: the output must end in .csv or .parquet")
-    cap = _load(capture, port, limit, tls_keylog=tls_keylog)
+    check_format(suffix[1:])
+    check_out_file(output)
+    cap = _load(capture, port, limit, tls_keylog=tls_keylog, add_port=add_port)
+    require_amqp(cap)
     try:
-        if suffix == ".csv":
-            cap.frames.to_csv(output, index=False)
-        else:
-            try:
-                cap.frames.to_parquet(output, index=False)
-            except ImportError:
-                raise UsageError("writing Parquet needs pyarrow: pip install 'amqpcap[parquet]'") from None
+        write_table_file(cap.frames, output, suffix[1:])
     except OSError as e:
         raise UsageError(f"cannot write {output}: {e.strerror or e}") from None
-    err.print(f"{len(cap.frames)} frames from {len(cap.connections)} connections written to {output}", highlight=False)
+    err.print(f"{counted(len(cap.frames), 'frame')} from {counted(len(cap.connections), 'connection')} written to {output}",
+              highlight=False)
 
 
 def _fmt_ts(ts) -> str:
-    return "" if ts is None else ts.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+    from .report import iso_utc
+
+    return "" if ts is None else iso_utc(ts)
 
 
 @app.command()
 def info(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, limit: Optional[List[str]] = LimitOpt,
-         tls_keylog: Optional[Path] = KeylogOpt, all_connections: bool = AllConnectionsOpt) -> None:
+         tls_keylog: Optional[Path] = KeylogOpt, all_connections: bool = AllConnectionsOpt,
+         add_port: Optional[List[int]] = AddPortOpt) -> None:
     """Print the capture summary, the AMQP connections (name, client, user@vhost, role) and the consumers in it."""
-    cap = _load(capture, port, limit, tls_keylog=tls_keylog)
+    cap = _load(capture, port, limit, tls_keylog=tls_keylog, add_port=add_port)
     s = cap.summary
     head = Table(show_header=False, box=None, pad_edge=False)
     head.add_column(style="bold")
@@ -285,6 +341,9 @@ def _kinds(cap: Capture) -> str:
 
 
 OutOpt = typer.Option(None, "--out", "-o", help="directory for tables, plots (and summary.json, report.html)")
+RowsOpt = typer.Option(
+    0, "--rows", min=0, metavar="N",
+    help="also print the first N rows of each of the analyzer's tables (default: its summary numbers and findings only)")
 FormatOpt = typer.Option("csv", "--format", help="table format: csv or parquet")
 PlotsOpt = typer.Option(True, "--plots/--no-plots", help="draw PNG plots into --out")
 BodiesOpt = typer.Option(
@@ -307,17 +366,27 @@ class _Writing:
         return False
 
 
+def _no_findings(cap: Capture, analyzer_names: list[str]) -> str:
+    return no_findings_line(len(cap.connections), len(cap.packets), analyzer_names)
+
+
 def _analyzer_command(name: str, fn, help_text: str):
-    def command(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, out_dir: Optional[Path] = OutOpt,
-                fmt: str = FormatOpt, plots: bool = PlotsOpt, limit: Optional[List[str]] = LimitOpt,
-                tls_keylog: Optional[Path] = KeylogOpt) -> None:
+    def command(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt,
+                add_port: Optional[List[int]] = AddPortOpt, out_dir: Optional[Path] = OutOpt,
+                fmt: str = FormatOpt, plots: bool = PlotsOpt, rows: int = RowsOpt,
+                limit: Optional[List[str]] = LimitOpt, tls_keylog: Optional[Path] = KeylogOpt) -> None:
         from .report import write_result
 
-        _check_format(fmt)
-        cap = _load(capture, port, limit, tls_keylog=tls_keylog)
+        _check_outputs(fmt, out_dir)
+        cap = _load(capture, port, limit, tls_keylog=tls_keylog, add_port=add_port)
+        require_amqp(cap)
         result = fn(cap)
         result.findings = rank(result.findings)
-        print_result(out, result)
+        out.print(_capture_line(cap), highlight=False)
+        print_result(out, result, rows=rows, no_findings=_no_findings(cap, [name]))
+        note = undecoded_note(cap)
+        if note:
+            out.print(note, highlight=False)
         if out_dir is not None:
             with _Writing(out_dir):
                 written = write_result(result, out_dir, fmt, plots=plots)
@@ -328,27 +397,29 @@ def _analyzer_command(name: str, fn, help_text: str):
 
 
 @app.command()
-def analyze(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, out_dir: Optional[Path] = OutOpt,
+def analyze(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt,
+            add_port: Optional[List[int]] = AddPortOpt, out_dir: Optional[Path] = OutOpt,
             fmt: str = FormatOpt, plots: bool = PlotsOpt, limit: Optional[List[str]] = LimitOpt,
             bodies: bool = BodiesOpt, tls_keylog: Optional[Path] = KeylogOpt) -> None:
     """Run every analyzer: findings first (who is to blame, with evidence), then the numbers."""
     from .report import build_summary, write_outputs
 
-    _check_format(fmt)
     if bodies and out_dir is None:
         raise UsageError("--bodies needs --out DIR: the bodies are written there, never printed")
-    cap = _load(capture, port, limit, bodies=bodies, tls_keylog=tls_keylog)
+    _check_outputs(fmt, out_dir)
+    cap = _load(capture, port, limit, bodies=bodies, tls_keylog=tls_keylog, add_port=add_port)
+    require_amqp(cap)
     results = run_all(cap)
     summary = build_summary(cap, results)
     findings = rank([f for r in results for f in r.findings])
-    c = summary["capture"]
-    out.print(f"[bold]{c['path']}[/bold]: {counted(c['packets'], 'packet')}, "
-              f"{counted(c['connections'], 'AMQP connection')}, {counted(c['frames'], 'frame')} "
-              f"over {c['duration_s']:.3f} s", highlight=False)
+    out.print(_capture_line(cap), highlight=False)
     if findings:
         out.print(findings_table(findings))
     else:
-        out.print("No findings.")
+        out.print(_no_findings(cap, [r.name for r in results]), highlight=False)
+    note = undecoded_note(cap)
+    if note:
+        out.print(note, highlight=False)
     if out_dir is not None:
         with _Writing(out_dir):
             written = write_outputs(cap, results, summary, out_dir, fmt, plots)
@@ -356,7 +427,8 @@ def analyze(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, out
 
 
 @app.command()
-def verify(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, tls_keylog: Optional[Path] = KeylogOpt,
+def verify(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt,
+           add_port: Optional[List[int]] = AddPortOpt, tls_keylog: Optional[Path] = KeylogOpt,
            json_out: Optional[Path] = typer.Option(None, "--json", help="also write the comparison as JSON here")) -> None:
     """Compare with Wireshark's AMQP dissector (pyshark): per-stream method counts and frame types.
 
@@ -366,7 +438,7 @@ def verify(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, tls_
 
     from .verify import render, verify as run_verify
 
-    v = run_verify(capture, ports=tuple(port) if port else None, tls_keylog=tls_keylog)
+    v = run_verify(capture, ports=ports_of(port, add_port), tls_keylog=tls_keylog)
     render(out, v)
     if json_out is not None:
         doc = {"path": v.path, "exit_code": v.exit_code, "wireshark_packets": v.wireshark_packets,

@@ -35,6 +35,14 @@ class UnsupportedCaptureError(CaptureError):
     """A capture, but none of its packets can be read (only link types amqpcap does not read)."""
 
 
+class NoAmqpError(AmqpcapError):
+    """The capture was read but holds no AMQP connection: no packets, no TCP, or no TCP
+    connection on the AMQP ports nor one opened with the AMQP protocol header (`analyze`,
+    the analyzer subcommands and `frames`; `info` still shows what the file holds)."""
+
+    exit_code = 3
+
+
 class UsageError(AmqpcapError):
     """A command was called with arguments that cannot work (e.g. an unknown output format)."""
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 import multiprocessing as mp
 import os
+import re
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -24,22 +26,95 @@ from .errors import UsageError
 FORMATS = ("csv", "parquet")
 
 
-def _jsonable(v: Any) -> Any:
+def _jsonable(v: Any, key: str = "") -> Any:
+    """`v` as JSON values: floats rounded as in the CSV files (`clean_float`, by the key that
+    holds them), timestamps as ISO 8601 UTC text (`iso_utc`), NaN and NA as null."""
     if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
+        return {str(k): _jsonable(x, str(k)) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
+        return [_jsonable(x, key) for x in v]
+    if v is pd.NA or v is pd.NaT:
+        return None
+    if isinstance(v, (np.bool_,)):
+        return bool(v)
     if isinstance(v, (np.integer,)):
         return int(v)
     if isinstance(v, (np.floating, float)):
-        return None if math.isnan(v) or math.isinf(v) else float(v)
-    if isinstance(v, (np.bool_,)):
-        return bool(v)
-    if isinstance(v, pd.Timestamp):
-        return v.isoformat()
-    if v is pd.NA or v is pd.NaT:
-        return None
+        return None if math.isnan(v) or math.isinf(v) else clean_float(float(v), key)
+    if isinstance(v, (dt.datetime, np.datetime64)):
+        return iso_utc(v) or None
     return v
+
+
+# -- numbers and timestamps as written (CSV, summary.json, the terminal) ---------------------
+
+#: Durations are computed from nanosecond timestamps, so they are whole nanoseconds: 9
+#: decimals keep every digit they have and drop the binary noise float arithmetic adds
+#: (0.008651480000000001 s is written 0.00865148).
+SECONDS_DECIMALS = 9
+#: Other floats (rates, shares, means) keep 12 significant digits: more than any of them is
+#: measured to, fewer than the 15-17 at which a double's representation error shows.
+SIGNIFICANT_DIGITS = 12
+#: `_s` names a time in seconds, except in rates: `rate_per_s`, `mbit_s` (Mbit/s),
+#: `packets_s`, `published_msgs_s`, `small_segments_s`, `packets_saved_s` (per second)
+_RATE = re.compile(r"(?:_per_s|(?:^|_)(?:mbit|packets|msgs|messages|segments|saved|frames|bytes)_s)$")
+
+
+def is_rate(name: str) -> bool:
+    """Whether a column or key holds a rate per second (`packets_s`, `rate_per_s`)."""
+    return bool(_RATE.search(name))
+
+
+def is_seconds(name: str) -> bool:
+    """Whether a column or key holds a duration in seconds (`latency_s`, `p50_s`)."""
+    return name.endswith("_s") and not is_rate(name)
+
+
+def clean_float(v: float, name: str = "") -> float:
+    """One float as written: durations (`is_seconds`) to 9 decimals, anything else to 12
+    significant digits. Python's round and %g round the decimal value exactly."""
+    if is_seconds(name):
+        return round(v, SECONDS_DECIMALS)
+    return float(f"{v:.{SIGNIFICANT_DIGITS}g}")
+
+
+def clean_floats(values: np.ndarray, name: str = "") -> np.ndarray:
+    """`clean_float` on a whole float column (NaN stays NaN).
+
+    np.round(x, d) is rint(x * 10**d) / 10**d: for d <= 22 the power of ten is exact and the
+    division correctly rounded, so the result is the double nearest the rounded decimal and
+    prints with no more digits than were kept. Values needing a larger shift (below 1e-11 or
+    above 1e22 at 12 digits) are rare and rounded one by one through %g."""
+    v = np.asarray(values, dtype=np.float64)
+    if is_seconds(name):
+        return np.round(v, SECONDS_DECIMALS)
+    out = v.copy()
+    nonzero = np.isfinite(v) & (v != 0)
+    if not nonzero.any():
+        return out
+    exponent = np.floor(np.log10(np.abs(v[nonzero]))).astype(np.int64)
+    decimals = SIGNIFICANT_DIGITS - 1 - exponent
+    rounded = out[nonzero]
+    for d in np.unique(decimals):
+        at = decimals == d
+        if abs(d) <= 22:
+            rounded[at] = np.round(rounded[at], int(d))
+        else:
+            rounded[at] = [clean_float(float(x)) for x in rounded[at]]
+    out[nonzero] = rounded
+    return out
+
+
+def iso_utc(ts: Any) -> str:
+    """One timestamp (pd.Timestamp, datetime, np.datetime64) in the one format every output
+    uses: ISO 8601 UTC with nanoseconds and `Z` (`iso_utc_ns`). Naive values are taken as UTC;
+    NaT is ""."""
+    t = pd.Timestamp(ts)
+    if t is pd.NaT:
+        return ""
+    if t.tzinfo is not None:
+        t = t.tz_convert("UTC").tz_localize(None)
+    return str(iso_utc_ns(np.array([t.to_datetime64()], dtype="datetime64[ns]"))[0])
 
 
 NS_PER_DAY = 86_400_000_000_000
@@ -79,39 +154,111 @@ def iso_utc_ns(arr: np.ndarray) -> np.ndarray:
     return text
 
 
-def _csv_ready(df: pd.DataFrame) -> pd.DataFrame:
-    """Timestamps as ISO 8601 text made in whole columns: pandas formats datetimes one value at
-    a time, which dominated writing million-row tables."""
-    cols = [c for c in df.columns if isinstance(df[c].dtype, pd.DatetimeTZDtype) or df[c].dtype.kind == "M"]
-    if not cols:
+def as_written(df: pd.DataFrame) -> pd.DataFrame:
+    """The table as every text output writes it (CSV; report.html and the terminal should
+    too): timestamps as ISO 8601 UTC text made in whole columns (pandas formats datetimes one
+    value at a time, which dominated writing million-row tables), floats without binary noise
+    (`clean_floats`)."""
+    times = [c for c in df.columns if isinstance(df[c].dtype, pd.DatetimeTZDtype) or df[c].dtype.kind == "M"]
+    floats = [c for c in df.columns if c not in times and pd.api.types.is_float_dtype(df[c].dtype)]
+    if not times and not floats:
         return df
     out = df.copy(deep=False)
-    for c in cols:
+    for c in times:
         values = out[c].dt.tz_convert("UTC").dt.tz_localize(None) if isinstance(out[c].dtype, pd.DatetimeTZDtype) else out[c]
         out[c] = iso_utc_ns(values.to_numpy(dtype="datetime64[ns]"))
+    for c in floats:  # nullable Float64 too: NA becomes NaN, written as an empty cell like NA
+        out[c] = clean_floats(out[c].to_numpy(dtype=np.float64, na_value=np.nan), str(c))
     return out
 
 
+#: rows formatted and written at a time (`write_table_file`)
+CSV_SLICE_ROWS = 100_000
+
+PARQUET_NEEDS = "writing Parquet needs pyarrow: pip install 'amqpcap[parquet]'"
+
+
+def check_format(fmt: str) -> None:
+    """Before any work: the table format is known and, for Parquet, pandas has an engine to
+    write it with (pyarrow or fastparquet). Raises UsageError otherwise."""
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown table format {fmt!r}: use {' or '.join(FORMATS)}")
+    if fmt == "parquet":
+        from pandas.io.parquet import get_engine
+
+        try:
+            get_engine("auto")  # imports what DataFrame.to_parquet would use
+        except ImportError:
+            raise UsageError(PARQUET_NEEDS) from None
+
+
+def _nearest_existing(path: Path) -> Path:
+    return next(p for p in (path, *path.parents) if os.path.lexists(p))
+
+
+def check_out_dir(out: Path) -> None:
+    """Before any work: `out` is a directory we can write into, or one we can create (its
+    nearest existing ancestor is a writable directory). Creates nothing; raises UsageError."""
+    out = Path(out).absolute()
+    existing = _nearest_existing(out)
+    if not existing.is_dir():
+        what = "a broken symbolic link" if existing.is_symlink() and not existing.exists() else "not a directory"
+        raise UsageError(f"cannot write into {out}: {existing} is {what}")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot write into {out}: permission denied on {existing}")
+
+
+def check_out_file(path: Path) -> None:
+    """Before any work: the file `path` can be written (its directory exists and is writable,
+    and it is not itself a directory). Creates nothing; raises UsageError."""
+    path = Path(path).absolute()
+    if path.is_dir():
+        raise UsageError(f"cannot write {path}: it is a directory")
+    if not path.parent.is_dir():
+        raise UsageError(f"cannot write {path}: no directory {path.parent}")
+    target = path if path.exists() else path.parent
+    if not os.access(target, os.W_OK):
+        raise UsageError(f"cannot write {path}: permission denied on {target}")
+
+
 def write_table(df: pd.DataFrame, path_no_ext: Path, fmt: str) -> Path:
+    """`df` as `<path_no_ext>.<fmt>`."""
+    return write_table_file(df, path_no_ext.with_suffix("." + fmt), fmt)
+
+
+def write_table_file(df: pd.DataFrame, path: Path, fmt: str) -> Path:
+    """`df` into the file `path`: CSV through `as_written`, Parquet as it is."""
     if fmt not in FORMATS:
         raise UsageError(f"unknown table format {fmt!r}: use csv or parquet")
-    path = path_no_ext.with_suffix("." + fmt)
     if fmt == "csv":
-        _csv_ready(df).to_csv(path, index=False)
+        # In slices: the text made for a timestamp column (~200 bytes a row while it is built)
+        # then stays bounded, instead of growing with the table (+500 MB for 2M rows).
+        with open(path, "w", newline="") as f:
+            for start in range(0, max(len(df), 1), CSV_SLICE_ROWS):
+                as_written(df.iloc[start:start + CSV_SLICE_ROWS]).to_csv(f, index=False, header=start == 0)
     else:
         try:
             df.to_parquet(path, index=False)
         except ImportError:
-            raise UsageError("writing Parquet needs pyarrow: pip install 'amqpcap[parquet]'") from None
+            raise UsageError(PARQUET_NEEDS) from None
     return path
+
+
+#: the capture's own tables (docs/tables.md) that `analyze --out` writes as `<name>.<fmt>`
+BASE_TABLES = ("connections", "frames", "packets", "anomalies", "records")
+
+
+def base_tables(cap: Capture) -> dict[str, pd.DataFrame]:
+    return {name: getattr(cap, name) for name in BASE_TABLES}
 
 
 def write_outputs(cap: Capture, results: list[AnalyzerResult], summary: dict[str, Any], out: Path,
                   fmt: str = "csv", plots: bool = True) -> list[Path]:
-    """What `amqpcap analyze --out DIR` writes: summary.json, every table and plot (and the
-    bodies, when the capture kept them), and report.html when the plots are drawn."""
+    """What `amqpcap analyze --out DIR` writes: summary.json, the capture's tables
+    (`BASE_TABLES`), every analyzer's tables and plots (and the bodies, when the capture kept
+    them), and report.html when the plots are drawn."""
     written = [write_summary(summary, out)]
-    written += write_results(results, out, fmt, plots=plots, bodies=cap.bodies)
+    written += write_results(results, out, fmt, plots=plots, bodies=cap.bodies, base=base_tables(cap))
     if plots:
         from .html import write_report  # it embeds the PNGs written above
 
@@ -125,14 +272,16 @@ def write_result(result: AnalyzerResult, out: Path, fmt: str = "csv", plots: boo
 
 
 def write_results(results: list[AnalyzerResult], out: Path, fmt: str = "csv", plots: bool = True,
-                  bodies: pd.DataFrame | None = None, workers: int | None = None) -> list[Path]:
-    """Every result's tables and plots (and the bodies table when given) into `out`, in
-    `workers` processes (default: one per core, at most WRITE_WORKERS_MAX). Returns the paths
-    in a fixed order: results in order, each its tables then its plots, then the bodies."""
+                  bodies: pd.DataFrame | None = None, workers: int | None = None,
+                  base: dict[str, pd.DataFrame] | None = None) -> list[Path]:
+    """Every result's tables and plots (and the `base` tables and the bodies table when given)
+    into `out`, in `workers` processes (default: one per core, at most WRITE_WORKERS_MAX).
+    Returns the paths in a fixed order: the base tables, then the results in order, each its
+    tables then its plots, then the bodies."""
     if fmt not in FORMATS:
         raise UsageError(f"unknown table format {fmt!r}: use csv or parquet")
     out.mkdir(parents=True, exist_ok=True)
-    jobs = []
+    jobs = [_Job(df.size, partial(write_table, df, out / name, fmt)) for name, df in (base or {}).items()]
     for r in results:
         for name, df in r.tables.items():
             jobs.append(_Job(df.size, partial(write_table, df, out / f"{r.name}-{name}", fmt)))

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import gzip
+import json
+import os
+import re
+import shutil
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -11,14 +17,26 @@ import pandas as pd
 import pytest
 
 import amqpcap
+from amqpcap.analysis import analyzers
 from amqpcap.cli import INFO_CONNECTIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIRMS = ROOT / "fixtures" / "confirms.pcap"
+SAMPLE = ROOT / "amqpcap" / "data" / "sample.pcap"  # = fixtures/slow-prefetch1.pcap
+HOSTILE = ROOT / "tests" / "hostile"
+sys.path.insert(0, str(ROOT / "tests"))
+import crafting as c  # noqa: E402
+from tshark_reference import reference  # noqa: E402
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "amqpcap", *map(str, args)], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "amqpcap", *map(str, args)], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT)
+
+
+def facts(name: str) -> dict:
+    """What tshark says about a fixture (fixtures/NAME.tshark.json)."""
+    return json.loads((ROOT / "fixtures" / f"{name}.tshark.json").read_text())
 
 
 def test_frames_csv_has_the_documented_columns(tmp_path):
@@ -198,3 +216,355 @@ def test_info_lists_the_busiest_connections_unless_all(tmp_path):
     r = run("info", "--all", big)
     assert streams_listed(r.stdout) == sorted(conns["stream"].tolist())
     assert "more connection" not in r.stdout
+
+
+# --- 1. a single-analyzer subcommand answers: summary numbers and findings first, rows on request
+
+def _lines(stdout: str, label: str) -> list[str]:
+    return [line for line in stdout.splitlines() if line.split("  ")[0].strip() == label]
+
+
+def test_latency_prints_its_percentiles_first():
+    """deliver→ack count and median as tshark's AMQP fields give them (tests/tshark_reference.py),
+    in milliseconds, before the findings and without table rows."""
+    assert shutil.which("tshark"), "tshark is installed by the README's test command"
+    ref = reference(str(SAMPLE))
+    r = run("latency", SAMPLE)
+    assert r.returncode == 0, r.stderr
+    count, p50 = _lines(r.stdout, "count"), _lines(r.stdout, "p50")
+    assert count and count[0].split()[1] == f"{len(ref['deliver_to_ack']):,}", r.stdout
+    assert f"{statistics.median(ref['deliver_to_ack']) * 1000:.2f} ms" in p50[0], r.stdout
+    for label in ("p90", "p99", "max", "mean"):
+        assert _lines(r.stdout, label), label
+    verdict = r.stdout.find("Findings") if "Findings" in r.stdout else r.stdout.index("No findings")
+    assert r.stdout.index("deliver to ack") < verdict
+    # rows only on request: the tables are named with their sizes (tshark: 454 deliveries)
+    assert f"deliveries ({facts('slow-prefetch1.pcap')['methods']['60.60']} rows)" in r.stdout
+    assert not re.search(r"^latency: \S+ \(", r.stdout, re.M), r.stdout
+
+
+def test_rows_prints_the_first_rows_of_each_table():
+    r = run("latency", SAMPLE, "--rows", "3")
+    assert r.returncode == 0, r.stderr
+    section = r.stdout[r.stdout.index("latency: deliveries"):r.stdout.index("latency: ack-gaps")]
+    assert len([line for line in section.splitlines() if line.startswith("│")]) == 3, section
+    assert "Tables:" not in r.stdout
+    assert run("latency", SAMPLE, "--rows", "-1").returncode == 2  # click: out of range
+
+
+def test_consumers_and_sizes_print_the_numbers_of_the_scenario():
+    """slow-prefetch1: PerfTest -q 1 (prefetch 1); tshark counts 454 deliveries, 1829 packets
+    and their Wireshark plen buckets."""
+    f = facts("slow-prefetch1.pcap")
+    r = run("consumers", SAMPLE)
+    assert r.returncode == 0, r.stderr
+    assert _lines(r.stdout, "prefetch")[0].split()[-1] == "1"
+    assert _lines(r.stdout, "deliveries")[0].split()[-1] == str(f["methods"]["60.60"])
+    assert re.search(r"^share at limit +\d+(\.\d+)? %$", r.stdout, re.M), r.stdout  # a share as percent
+    assert re.search(r"^rate +\d+(\.\d+)?/s$", r.stdout, re.M), r.stdout
+    r = run("sizes", SAMPLE)
+    assert r.returncode == 0, r.stderr
+    assert _lines(r.stdout, "total")[0].split()[-1] == f"{f['packets']:,}"  # thousands separated
+    for bucket, n in f["plen"].items():
+        assert re.search(rf"^{re.escape(bucket)} +{n:,} ", r.stdout, re.M), (bucket, n)
+
+
+@pytest.mark.parametrize("name", sorted(analyzers()))
+def test_every_analyzer_subcommand_summarises_before_its_verdict(name):
+    r = run(name, SAMPLE)
+    assert r.returncode == 0, r.stderr
+    first_table = r.stdout.splitlines()[1]  # after the capture line: the first summary title
+    assert first_table.split(" ›")[0] in {name, *(k.replace("_", " ") for k in analyzers()[name][0](amqpcap.load(SAMPLE)).summary)}
+    verdict = r.stdout.find("Findings") if "Findings" in r.stdout else r.stdout.index("No findings")
+    assert verdict > len(r.stdout.splitlines()[0]) + len(first_table)
+    assert re.search(r"Tables: .+ --rows N prints", " ".join(r.stdout.split())), r.stdout
+
+
+# --- 2. output options are checked before any work --------------------------------------------
+
+#: runs the CLI with pyarrow (and fastparquet) unimportable and amqpcap.cli.load replaced by a
+#: function that prints LOADED and exits 99: whatever fails before it did no work
+NO_PYARROW = """
+import sys
+sys.modules["pyarrow"] = None
+sys.modules["fastparquet"] = None
+import amqpcap.cli as cli
+def loaded(*args, **kwargs):
+    print("LOADED")
+    raise SystemExit(99)
+cli.load = loaded
+sys.argv = ["amqpcap", *sys.argv[1:]]
+cli.main()
+"""
+
+
+def run_unloaded(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", NO_PYARROW, *map(str, args)], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+
+
+def test_parquet_without_pyarrow_fails_before_loading(tmp_path):
+    out = tmp_path / "out"
+    for args in (["analyze", CONFIRMS, "--format", "parquet", "--out", out],
+                 ["latency", CONFIRMS, "--format", "parquet", "--out", out],
+                 ["frames", CONFIRMS, "-o", tmp_path / "frames.parquet"]):
+        r = run_unloaded(*args)
+        assert r.returncode == 64, (args, r.stdout, r.stderr)
+        assert r.stderr.strip().splitlines() == ["amqpcap: error: writing Parquet needs pyarrow: pip install 'amqpcap[parquet]'"]
+        assert "LOADED" not in r.stdout
+        assert not out.exists() and not (tmp_path / "frames.parquet").exists()
+    # the harness does reach the load when nothing is wrong with the outputs
+    r = run_unloaded("analyze", CONFIRMS, "--out", out)
+    assert r.returncode == 99 and "LOADED" in r.stdout, r.stderr
+
+
+def test_an_unwritable_out_fails_before_loading(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    cases = [(["analyze", CONFIRMS, "--out", blocker / "out"], "cannot write into"),
+             (["analyze", CONFIRMS, "--out", blocker], "cannot write into"),
+             (["sizes", CONFIRMS, "--out", blocker / "a" / "b"], "cannot write into"),
+             (["frames", CONFIRMS, "-o", blocker / "frames.csv"], "no directory"),
+             (["frames", CONFIRMS, "-o", tmp_path / "nothere" / "frames.csv"], "no directory"),
+             (["frames", CONFIRMS, "-o", tmp_path], "must end in .csv"),
+             (["frames", CONFIRMS, "-o", _dir(tmp_path / "d.csv")], "is a directory")]
+    for args, words in cases:
+        r = run_unloaded(*args)
+        assert r.returncode == 64 and "LOADED" not in r.stdout, (args, r.stdout, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and words in lines[0], (args, r.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.csv", "file"]
+
+
+def _dir(path: Path) -> Path:
+    path.mkdir()
+    return path
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
+def test_an_out_without_permission_fails_before_loading(tmp_path):
+    locked = _dir(tmp_path / "locked")
+    locked.chmod(0o500)
+    try:
+        r = run_unloaded("analyze", CONFIRMS, "--out", locked / "out")
+        assert r.returncode == 64 and "permission denied" in r.stderr and "LOADED" not in r.stdout, r.stderr
+    finally:
+        locked.chmod(0o700)
+
+
+# --- 3. analyze --out writes every table, the capture's own too -------------------------------
+
+@pytest.fixture(scope="module")
+def sample_out(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("sample") / "out"
+    r = run("analyze", SAMPLE, "--out", out, "--no-plots")
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def test_analyze_out_writes_the_capture_tables(sample_out):
+    """Row counts from tshark: 1829 packets (all of them TCP in 3 AMQP streams), 3677 frames."""
+    f = facts("slow-prefetch1.pcap")
+    rows = {name: len(pd.read_csv(sample_out / f"{name}.csv")) for name in ("connections", "frames", "packets", "records")}
+    assert rows == {"connections": len(f["streams"]), "frames": sum(f["frame_types"].values()),
+                    "packets": f["packets"], "records": f["packets"]}
+    anomalies = pd.read_csv(sample_out / "anomalies.csv")
+    assert list(anomalies.columns)[:2] == ["kind", "stream"] and len(anomalies) == 0
+    readme = (ROOT / "README.md").read_text()
+    use = readme[readme.index("## Use"):readme.index("## Capturing well")]
+    for name in ("connections.csv", "frames.csv", "packets.csv", "anomalies.csv", "records.csv"):
+        assert name in use, name
+
+
+def test_analyze_out_writes_the_capture_tables_as_parquet(tmp_path):
+    r = run("analyze", CONFIRMS, "--out", tmp_path, "--no-plots", "--format", "parquet")
+    assert r.returncode == 0, r.stderr
+    f = facts("confirms.pcap")
+    assert len(pd.read_parquet(tmp_path / "frames.parquet")) == sum(f["frame_types"].values())
+    assert len(pd.read_parquet(tmp_path / "packets.parquet")) == f["packets"]
+
+
+# --- 4. one timestamp format, floats without noise ---------------------------------------------
+
+ISO_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z$")
+NUMBER = re.compile(r"^-?(\d+)\.(\d+)(?:e[-+]?\d+)?$|^-?(\d+)e[-+]?\d+$")
+RATE_S = ("_per_s", "mbit_s", "packets_s", "msgs_s", "segments_s", "saved_s")
+
+
+def significant_digits(text: str) -> int:
+    mantissa = text.lstrip("-").split("e")[0].replace(".", "").lstrip("0")
+    return len(mantissa.rstrip("0")) if "." not in text.split("e")[0] else len(mantissa)
+
+
+def tshark_first_time(path: Path) -> str:
+    """The first packet's time as tshark gives it, in ISO 8601 UTC with 9 decimals and Z."""
+    epoch = subprocess.run(["tshark", "-r", str(path), "-c", "1", "-T", "fields", "-e", "frame.time_epoch"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    seconds, _, fraction = epoch.partition(".")
+    return dt.datetime.fromtimestamp(int(seconds), dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + fraction.ljust(9, "0") + "Z"
+
+
+def test_csv_timestamps_are_iso_utc_and_floats_have_no_noise(sample_out):
+    checked_ts = checked_floats = 0
+    for path in sorted(sample_out.glob("*.csv")):
+        df = pd.read_csv(path, dtype=str, keep_default_na=False)
+        for col in df.columns:
+            cells = [v for v in df[col] if v]
+            assert not any(re.match(r"\d{4}-\d\d-\d\d \d", v) or v.endswith("+00:00") for v in cells), (path.name, col)
+            if col == "ts" or col.endswith("_ts") or col == "message_timestamp":
+                bad = [v for v in cells if not ISO_Z.match(v)]
+                assert not bad, (path.name, col, bad[:3])
+                checked_ts += len(cells)
+            for v in cells:
+                if NUMBER.match(v):
+                    assert significant_digits(v) <= 15, (path.name, col, v)
+                    if col.endswith("_s") and not col.endswith(RATE_S):  # seconds: whole nanoseconds
+                        assert float(v) == round(float(v), 9), (path.name, col, v)
+                    checked_floats += 1
+    assert checked_ts > 1000 and checked_floats > 1000
+    first = tshark_first_time(SAMPLE)
+    assert pd.read_csv(sample_out / "packets.csv", dtype=str)["ts"][0] == first
+
+
+def _walk(value, key=""):
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _walk(v, k)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _walk(v, key)
+    else:
+        yield key, value
+
+
+def test_summary_json_timestamps_and_floats(sample_out):
+    text = (sample_out / "summary.json").read_text()
+    summary = json.loads(text)
+    assert summary["capture"]["first_ts"] == tshark_first_time(SAMPLE)
+    floats = [(k, v) for k, v in _walk(summary) if isinstance(v, float)]
+    assert len(floats) > 50
+    for k, v in floats:
+        assert significant_digits(repr(v)) <= 15, (k, v)
+        if k.endswith("_s") and not k.endswith(RATE_S):
+            assert v == round(v, 9), (k, v)
+    for k, v in _walk(summary):
+        if k.endswith("_ts") and v is not None:
+            assert ISO_Z.match(v), (k, v)
+    assert "+00:00" not in text
+
+
+def test_terminal_and_frames_csv_timestamps_are_iso_utc(tmp_path):
+    first = tshark_first_time(SAMPLE)
+    r = run("info", SAMPLE)
+    assert r.returncode == 0 and first in r.stdout, r.stdout
+    r = run("frames", SAMPLE, "-o", tmp_path / "f.csv")
+    assert r.returncode == 0, r.stderr
+    ts = pd.read_csv(tmp_path / "f.csv", dtype=str)["ts"]
+    assert ts.map(lambda v: bool(ISO_Z.match(v))).all()
+
+
+# --- 5. no packets, or no AMQP connection: said plainly, exit 3 --------------------------------
+
+def _assert_no_amqp(r: subprocess.CompletedProcess, *words: str) -> None:
+    assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("amqpcap: error: no AMQP connection in "), r.stderr
+    for w in words:
+        assert w in last, (w, last)
+    assert "No findings" not in r.stdout and "Traceback" not in r.stderr
+
+
+def _http_capture(path: Path, port: int = 80) -> int:
+    conv = c.TcpConversation(broker=("10.0.0.2", port)).handshake()
+    conv.send("c2s", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    conv.send("s2c", b"HTTP/1.1 200 OK\r\n\r\n")
+    recs = conv.close().timed()
+    c.write_pcap(path, recs)
+    return len(recs)
+
+
+def test_no_packets_exits_3_and_writes_nothing(tmp_path):
+    for args in (["analyze", "--out", tmp_path / "out"], ["stalls", "--out", tmp_path / "out"], ["frames", "-o", tmp_path / "f.csv"]):
+        r = run(args[0], HOSTILE / "header-only.pcap", *args[1:])
+        _assert_no_amqp(r, "header-only.pcap", "it holds no packets")
+        assert not list(tmp_path.iterdir())
+
+
+def test_tcp_but_no_amqp_exits_3_and_says_which_ports(tmp_path):
+    packets = _http_capture(tmp_path / "http.pcap")
+    r = run("analyze", tmp_path / "http.pcap")
+    _assert_no_amqp(r, f"none of its {packets} TCP packets is on port 5672 or 5671", "--add-port")
+    # a real capture read with a port it does not use (no protocol header: it starts mid-connection)
+    r = run("latency", ROOT / "fixtures" / "midstream.pcap", "--port", "9999")
+    _assert_no_amqp(r, f"{facts('midstream.pcap')['packets']:,} TCP packets is on port 9999")
+
+
+def test_no_tcp_at_all_exits_3(tmp_path):
+    from scapy.all import IP, UDP
+
+    recs = c.stamp([c.RawRecord(IP(src="10.0.0.1", dst="10.0.0.2") / UDP(sport=5000, dport=53)) for _ in range(4)])
+    c.write_pcap(tmp_path / "udp.pcap", recs)
+    _assert_no_amqp(run("analyze", tmp_path / "udp.pcap"), "none of its 4 packets is TCP")
+
+
+# --- 6. --port replaces the defaults, --add-port adds ------------------------------------------
+
+def test_port_replaces_and_add_port_adds(tmp_path):
+    """Two connections caught mid-way (no protocol header), one on 5672 and one on 5673: only
+    the ports given decide which is AMQP."""
+    recs = []
+    for client, port in ((("10.0.0.1", 40000), 5672), (("10.0.0.3", 40001), 5673)):
+        conv = c.TcpConversation(client=client, broker=("10.0.0.2", port))
+        for _ in range(3):
+            conv.send_frames("c2s", [c.basic_publish(), *c.content(body=b"hello")])
+            conv.ack("s2c")
+        recs += conv.packets
+    cap = c.write_pcap(tmp_path / "two-ports.pcap", c.stamp(recs))
+
+    def broker_ports(*args: str) -> list[int]:
+        out = tmp_path / "-".join(args or ("default",))
+        r = run("analyze", cap, "--out", out, "--no-plots", *args)
+        assert r.returncode == 0, r.stderr
+        return sorted(pd.read_csv(out / "connections.csv")["broker_port"])
+
+    assert broker_ports() == [5672]
+    assert broker_ports("--port", "5673") == [5673]
+    assert broker_ports("--add-port", "5673") == [5672, 5673]
+    assert broker_ports("--port", "5673", "--add-port", "5672") == [5672, 5673]
+    help_text = subprocess.run([sys.executable, "-m", "amqpcap", "info", "--help"], capture_output=True, text=True,
+                               cwd=ROOT, env={**os.environ, "COLUMNS": "250"}).stdout
+    assert "replacing the defaults 5672 and 5671" in help_text and "in addition to the defaults" in help_text
+
+
+# --- 7. nothing crossed a threshold: say what was checked ------------------------------------
+
+def _quiet_capture(path: Path) -> tuple[int, int]:
+    conv = c.TcpConversation().handshake()
+    conv.exchange(c.opening())
+    for _ in range(5):
+        conv.send_frames("c2s", [c.basic_publish(), *c.content(body=b"hello")])
+        conv.ack("s2c")
+    recs = conv.close().timed()
+    c.write_pcap(path, recs)
+    return 1, len(recs)
+
+
+def test_no_findings_says_what_was_checked(tmp_path):
+    connections, packets = _quiet_capture(tmp_path / "quiet.pcap")
+    r = run("analyze", tmp_path / "quiet.pcap")
+    assert r.returncode == 0, r.stderr
+    assert (f"No findings: {connections} AMQP connection, {packets} packets checked by {len(analyzers())} analyzers; "
+            "nothing crossed a threshold (docs/findings.md).") in r.stdout
+    r = run("nagle", tmp_path / "quiet.pcap")
+    assert "checked by the nagle analyzer; nothing crossed a threshold" in r.stdout
+
+
+def test_connections_without_a_decoded_frame_say_only_tcp_was_analysed():
+    # an AMQP 0-10 client (tests/hostile/make_corpus.py: 8 packets, 1 connection)
+    r = run("analyze", HOSTILE / "other-protocol.pcap")
+    assert r.returncode == 0, r.stderr
+    assert "No findings: 1 AMQP connection, 8 packets checked" in r.stdout
+    assert "No AMQP frame was decoded in 1 AMQP connection (see the warnings above), so only TCP was analysed." in r.stdout
+    r = run("analyze", ROOT / "fixtures" / "tls.pcap")  # AMQPS without its key log
+    assert r.returncode == 0, r.stderr
+    assert "(encrypted with TLS: --tls-keylog FILE decrypts it), so only TCP was analysed" in " ".join(r.stdout.split())

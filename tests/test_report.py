@@ -96,3 +96,79 @@ def test_analyze_says_in_one_line_that_it_cannot_write(tmp_path):
     assert p.returncode != 0
     assert "Traceback" not in p.stderr
     assert f"cannot write into {tmp_path}" in p.stderr
+
+
+def test_clean_floats_round_like_pythons_decimal_formatting():
+    """The whole-column rounding against Python's own correctly rounded %g and round(): the
+    same value except where the 13th digit is a tie (numpy rounds the scaled binary value half
+    to even), and every result prints with no more digits than kept."""
+    rng = np.random.default_rng(3)
+    values = rng.standard_normal(50_000) * 10.0 ** rng.integers(-30, 30, 50_000)
+    values[::101] = np.nan
+    values[::103] = 0.0
+    got = report.clean_floats(values, "rate_per_s")
+    want = np.array([float(f"{v:.12g}") for v in values])
+    differ = ~((got == want) | (np.isnan(got) & np.isnan(want)))
+    assert differ.sum() < 10
+    assert np.allclose(got[differ], want[differ], rtol=2e-12, atol=0)
+    finite = got[np.isfinite(got)]
+    assert all(float(f"{v:.12g}") == v for v in finite)
+    seconds = np.abs(rng.standard_normal(50_000)) * 10.0 ** rng.integers(-9, 6, 50_000)
+    assert list(report.clean_floats(seconds, "latency_s")) == [round(v, 9) for v in seconds]
+    assert report.clean_floats(np.array([0.008651480000000001]), "p99_s")[0] == 0.00865148
+    assert repr(report.clean_float(0.1 + 0.2, "share")) == "0.3"
+
+
+def test_is_seconds_reads_the_unit_from_the_name():
+    for name in ("latency_s", "p50_s", "deliver_to_ack_p99_s", "stall_time_s", "bin_s", "connection_s"):
+        assert report.is_seconds(name) and not report.is_rate(name), name
+    for name in ("rate_per_s", "mbit_s", "peak_mbit_s", "packets_s", "published_msgs_s", "small_segments_s",
+                 "packets_saved_s", "max_rate_msgs_per_s"):
+        assert report.is_rate(name) and not report.is_seconds(name), name
+
+
+def test_summary_json_values(tmp_path):
+    import datetime as dt
+
+    import pandas as pd
+
+    doc = report._jsonable({"first_ts": pd.Timestamp("2026-11-21 21:28:45.173855+00:00"),
+                            "naive": dt.datetime(2026, 1, 2, 3, 4, 5, 6),
+                            "none": pd.NaT, "p99_s": np.float64(0.008651480000000001), "n": np.int64(3),
+                            "rates": [1 / 3], "nan": float("nan")})
+    assert doc == {"first_ts": "2026-11-21T21:28:45.173855000Z", "naive": "2026-01-02T03:04:05.000006000Z",
+                   "none": None, "p99_s": 0.00865148, "n": 3, "rates": [0.333333333333], "nan": None}
+
+
+def test_output_checks_create_nothing(tmp_path, monkeypatch):
+    from amqpcap.errors import UsageError
+
+    report.check_out_dir(tmp_path / "a" / "b" / "c")  # can be made: fine, and nothing is made
+    report.check_out_dir(tmp_path)
+    assert not list(tmp_path.iterdir())
+    (tmp_path / "file").write_text("x")
+    for bad in (tmp_path / "file", tmp_path / "file" / "out"):
+        with pytest.raises(UsageError, match="is not a directory"):
+            report.check_out_dir(bad)
+    with pytest.raises(UsageError, match="is a directory"):
+        report.check_out_file(tmp_path)
+    with pytest.raises(UsageError, match="no directory"):
+        report.check_out_file(tmp_path / "nope" / "x.csv")
+    report.check_out_file(tmp_path / "x.csv")
+    monkeypatch.setattr(report.os, "access", lambda path, mode: False)  # as a user without write permission
+    with pytest.raises(UsageError, match="permission denied"):
+        report.check_out_dir(tmp_path / "out")
+    with pytest.raises(UsageError, match="permission denied"):
+        report.check_out_file(tmp_path / "x.csv")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_csv_written_in_slices_equals_one_piece(tmp_path, monkeypatch):
+    cap = amqpcap.load(FIX / "confirms.pcap")
+    monkeypatch.setattr(report, "CSV_SLICE_ROWS", 7)  # many slices, the last one short
+    for name in ("frames", "packets", "anomalies"):
+        df = getattr(cap, name)
+        sliced = report.write_table_file(df, tmp_path / f"{name}.csv", "csv").read_text()
+        report.as_written(df).to_csv(tmp_path / "whole.csv", index=False)
+        assert sliced == (tmp_path / "whole.csv").read_text(), name
+        assert len(sliced.splitlines()) == len(df) + 1

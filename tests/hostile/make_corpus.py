@@ -6,9 +6,9 @@
     python3 tests/hostile/make_corpus.py --out DIR NAME…  # only these cases (also the
                                                           # test-time ones, see below)
 
-Every case says what it is, how `amqpcap analyze FILE --out DIR` must end (exit code, a
-substring of its stderr), which anomaly kinds `amqpcap.load` must report, and what must still
-be decoded. Those expectations come from how the file is built here (the frames it carries,
+Every case says what it is, how `amqpcap analyze FILE --out DIR` must end (exit code: 2 for an
+unusable file, 3 for a readable one with no AMQP connection; a substring of its stderr), which
+anomaly kinds `amqpcap.load` must report, and what must still be decoded. Those expectations come from how the file is built here (the frames it carries,
 the records before the damage), never from amqpcap's output. Cases marked `generated` are too
 big to commit (a million connections); tests/test_hostile.py builds them into a temporary
 directory with this script (numpy, a few seconds).
@@ -247,8 +247,8 @@ def _gzip_text(path):
 
 # -- partly usable files ----------------------------------------------------
 
-@case("header-only.pcap", "a pcap file header and no packet (tcpdump stopped at once)",
-      warning="holds no packets", kinds=[], decode={"packets": 0, "frames": 0, "connections": 0})
+@case("header-only.pcap", "a pcap file header and no packet (tcpdump stopped at once): no AMQP connection, exit 3",
+      exit=3, warning="holds no packets", kinds=[], decode={"packets": 0, "frames": 0, "connections": 0})
 def _header_only(path):
     path.write_bytes(pcap_header())
 
