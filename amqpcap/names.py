@@ -88,3 +88,33 @@ def subject(cap: Capture, stream: int, **more) -> dict:
     """A finding's subject: the connection's label first, its stream (for Wireshark), then the
     numbers given. Findings list their subjects worst first (docs/findings.md)."""
     return {"connection": connection_label(cap, stream), "stream": int(stream), **more}
+
+
+#: (method, direction) frames that make a connection a publisher / a consumer (`connection_roles`)
+PUBLISHING = (("basic.publish", "c2s"),)
+CONSUMING = (("basic.deliver", "s2c"), ("basic.get", "c2s"), ("basic.get-ok", "s2c"))
+
+
+@computed_once
+def connection_roles(cap: Capture) -> pd.Series:
+    """What each connection did (index: stream), from its frames: ``publisher`` (the client sent
+    basic.publish), ``consumer`` (the broker sent it basic.deliver, or it asked basic.get),
+    ``both``, or ``idle`` (neither: a connection that only declared things or sent heartbeats,
+    such as PerfTest's configuration connection)."""
+    hit = cap.derived.get("connection_roles")
+    if hit is not None:
+        return hit
+    f = cap.frames
+    streams = cap.connections["stream"].to_numpy("int64")
+
+    def streams_with(pairs) -> pd.Series:
+        mask = pd.Series(False, index=f.index)
+        for method, direction in pairs:
+            mask |= (f["method"] == method) & (f["direction"] == direction)
+        return pd.Series(streams, index=streams).isin(f.loc[mask.to_numpy(bool), "stream"].unique())
+
+    pub, con = streams_with(PUBLISHING), streams_with(CONSUMING)
+    role = pd.Series("idle", index=pd.Index(streams, name="stream"), dtype=object)
+    role[pub & ~con], role[con & ~pub], role[pub & con] = "publisher", "consumer", "both"
+    cap.derived["connection_roles"] = role
+    return role
