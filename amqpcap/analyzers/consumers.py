@@ -517,7 +517,7 @@ def consumers(cap: Capture) -> AnalyzerResult:
         r.setdefault("no_ack", False)
     plots = []
     if len(st):
-        plots.append(Plot("consumers-unacked-deficit", "unacked messages and deficit over time per consumer",
+        plots.append(Plot("consumers-unacked-deficit", "Consumers at their prefetch limit, and their unacked messages",
                           lambda path: _plot_state(cap, st, path)))
     return AnalyzerResult("consumers", tables={"consumers": s, "state": st}, summary={"consumers": rows},
                           findings=_findings(cap, s), plots=plots)
