@@ -20,6 +20,7 @@ import pandas as pd
 from .analysis import AnalyzerResult
 from .capture import Capture
 from .names import connection_names, connection_roles
+from .plotting import consumer_labels
 from .wording import counted
 
 #: rows of a table shown in the page (all of them are in the file beside it)
@@ -88,7 +89,7 @@ h3{font-size:1.05em;margin:.3em 0}
 .critical{border-color:#c0392b}.warning{border-color:#e6a700}.info{border-color:#2e86c1}
 .sev{font-weight:bold;text-transform:uppercase;font-size:.8em}.critical .sev{color:#c0392b}.warning .sev{color:#b07d00}.info .sev{color:#2e86c1}
 code{background:#f0f0f0;padding:.1em .3em;border-radius:3px;overflow-wrap:anywhere}
-pre.filter{background:#f3f3f3;border:1px solid #ddd;padding:.4em .6em;font-size:.85em;white-space:pre-wrap;overflow-wrap:anywhere;user-select:all;cursor:text;margin:.2em 0}
+pre.filter{background:#f3f3f3;border:1px solid #ddd;padding:.4em .6em;font-size:.85em;white-space:pre-wrap;overflow-wrap:anywhere;user-select:all;cursor:text;margin:.2em 0;max-height:7.5em;overflow-y:auto}
 table{border-collapse:collapse;font-size:.85em;margin:.4em 0;max-width:100%}
 td,th{border:1px solid #ddd;padding:.15em .45em;text-align:right;vertical-align:top}
 td.t{overflow-wrap:anywhere}td:not(.t){white-space:nowrap}
@@ -116,7 +117,14 @@ def _num(v: float) -> str:
     return f"{v:.{min(digits, 9)}f}".rstrip("0").rstrip(".")
 
 
-def _value(v: Any) -> str:
+def _is_share(key: str) -> bool:
+    """Columns and evidence keys holding a share of 1 (shown as a percentage)."""
+    return key.startswith("share") or key.endswith("_share") or key == "utilisation"
+
+
+def _value(v: Any, key: str = "") -> str:
+    if key and _is_share(key) and isinstance(v, (float, np.floating)) and math.isfinite(v):
+        return f"{v:.1%}" if v < 0.1 else f"{v:.0%}"
     if v is None or v is pd.NA or v is pd.NaT:
         return ""
     if isinstance(v, (bool, np.bool_)):
@@ -143,7 +151,7 @@ def _html_table(df: pd.DataFrame, cls: str = "") -> str:
     text = [c for c in df.columns if not (pd.api.types.is_numeric_dtype(df[c]) or pd.api.types.is_bool_dtype(df[c])
                                           or pd.api.types.is_datetime64_any_dtype(df[c]))]
     head = "".join(_header(c).replace("<th ", '<th class="t" ', 1) if c in text else _header(c) for c in df.columns)
-    body = "".join("<tr>" + "".join(f'<td{" class=t" if c in text else ""}>{html.escape(_value(v))}</td>'
+    body = "".join("<tr>" + "".join(f'<td{" class=t" if c in text else ""}>{html.escape(_value(v, str(c)))}</td>'
                                     for c, v in zip(df.columns, row)) + "</tr>"
                    for row in df.itertuples(index=False, name=None))
     return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
@@ -217,11 +225,12 @@ def _connections_table(cap: Capture) -> pd.DataFrame:
 
 # --- top of the page --------------------------------------------------------------------------
 
-def _rate(v) -> str:
-    return "" if v is None else _num(float(v))
+def _rate(v) -> float:
+    return math.nan if v is None else float(v)
 
 
-def _overview(o: dict[str, Any], n_findings: int) -> str:
+def _overview(cap: Capture, o: dict[str, Any], n_findings: int) -> str:
+    """The verdict, the story and small tables: queues, consumers, publishes not routed to a queue."""
     v = o["verdict"]
     sev = v["severity"] or "ok"
     more = f' <a href="#findings">{counted(n_findings, "finding")} below</a>' if n_findings else ""
@@ -232,23 +241,27 @@ def _overview(o: dict[str, Any], n_findings: int) -> str:
         q = pd.DataFrame([{"queue": r["queue"], "published msg/s": _rate(r["published_msgs_s"]),
                            "delivered msg/s": _rate(r["delivered_msgs_s"]), "acked msg/s": _rate(r["acked_msgs_s"]),
                            "growth (msgs)": "" if r["growth_msgs"] is None else f"≥ {r['growth_msgs']:,}"}
-                          for r in o["queues"]], dtype=object)
-        cols.append("<h3>Queues</h3>" + _html_table(q) + "<p class='note'>msgs/s over the whole capture; growth: "
-                    "published into the queue minus delivered (a lower bound: summary.json says how each was "
+                          for r in o["queues"]])
+        cols.append("<h3>Queues</h3>" + _html_table(q) + "<p class='note'>msg/s over the whole capture; growth: "
+                    "published into the queue minus delivered, a lower bound (summary.json says how each was "
                     "inferred).</p>")
     if o["consumers"]:
-        c = pd.DataFrame([{"consumer": r["consumer"], "delivered msg/s": _rate(r["delivered_msgs_s"]),
-                           "acked msg/s": "no-ack" if r["no_ack"] else _rate(r["acked_msgs_s"]),
-                           "prefetch": "" if r["prefetch"] is None else f"{r['prefetch']:,}"}
-                          for r in o["consumers"]], dtype=object)
-        more = o["consumers_total"] - len(o["consumers"])
-        cols.append("<h3>Consumers</h3>" + _html_table(c)
-                    + (f"<p class='note'>the {len(o['consumers'])} busiest; +{more:,} more in "
-                       "consumers-consumers.csv</p>" if more > 0 else ""))
+        rows = o["consumers"]
+        labels, queue = consumer_labels(cap, [r["stream"] for r in rows], [r["channel"] for r in rows],
+                                        [r["queue"] for r in rows], [r["consumer_tag"] for r in rows])
+        c = pd.DataFrame({"connection" if queue else "consumer": labels,
+                          "delivered msg/s": [_rate(r["delivered_msgs_s"]) for r in rows],
+                          "acked msg/s": ["no-ack" if r["no_ack"] else _num(_rate(r["acked_msgs_s"])) for r in rows],
+                          "prefetch": [math.nan if r["prefetch"] is None else float(r["prefetch"]) for r in rows]})
+        more = o["consumers_total"] - len(rows)
+        title = f"Consumers of queue {html.escape(queue)}" if queue else "Consumers"
+        cols.append(f"<h3>{title}</h3>" + _html_table(c)
+                    + (f"<p class='note'>the {len(rows)} busiest of {o['consumers_total']:,}; every one in "
+                       "consumers-consumers.csv and latency-consumers.csv</p>" if more > 0 else ""))
     unrouted = [p for p in o["publishes"] if not p["queues"]]
     if unrouted:
         p = pd.DataFrame([{"exchange": r["exchange"] or "(default)", "routing key": r["routing_key"],
-                           "published msg/s": _rate(r["published_msgs_s"])} for r in unrouted], dtype=object)
+                           "published msg/s": _rate(r["published_msgs_s"])} for r in unrouted])
         cols.append("<h3>Publishes the capture does not route to a queue</h3>" + _html_table(p)
                     + "<p class='note'>no queue.bind for them in the capture</p>")
     if cols:
@@ -274,7 +287,8 @@ def _subjects(subjects: list[dict[str, Any]]) -> str:
 def _finding(f: dict[str, Any]) -> str:
     evidence = {k: v for k, v in f["evidence"].items() if k != "filter"}
     flt = f["evidence"].get("filter", "")
-    rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(_value(v))}</td></tr>" for k, v in evidence.items())
+    rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td class=t>{html.escape(_value(v, k))}</td></tr>"
+                   for k, v in evidence.items())
     who = f.get("subjects") or []
     return (
         f'<div class="finding {f["severity"]}"><span class="sev">{f["severity"]}</span> '
@@ -365,7 +379,7 @@ def write_report(cap: Capture, results: list[AnalyzerResult], summary: dict[str,
     ]
     if c["warnings"]:
         parts.append("<p><b>Warnings:</b> " + "; ".join(html.escape(w) for w in c["warnings"]) + "</p>")
-    parts.append(_overview(o, len(summary["findings"])))
+    parts.append(_overview(cap, o, len(summary["findings"])))
     parts.append(f"<section id='findings'><h2>Findings ({len(summary['findings'])})</h2>")
     if summary["findings"]:
         parts += [_finding(f) for f in summary["findings"]]

@@ -54,10 +54,9 @@ def overview(cap: Capture, results: list[AnalyzerResult]) -> dict[str, Any]:
         "delivered": int(len(d)), "delivered_msgs_s": rate(len(d)),
         "acked": int(acked.sum()), "acked_msgs_s": rate(acked.sum()),
         "no_ack_delivered": int(d["no_ack"].to_numpy(bool, na_value=False).sum()),
-        "queues": _queues(d, acked, routed, rate),
-        "publish_destinations": int(len(pubs)),
-        "publishes": _destinations(pubs, routed, rate),
+        "queues": _queues(d, acked, routed, _held_back(cap), rate),
     }
+    out["publish_destinations"], out["publishes"] = _destinations(pubs, routed, rate)
     out["consumers_total"], out["consumers"] = _consumers(cap, d, acked, results, rate)
     out["verdict"] = _verdict(results, out)
     out["story"] = story(out)
@@ -69,19 +68,31 @@ def _rate(duration: float):
 
 
 def _publishes(cap: Capture) -> pd.DataFrame:
-    """basic.publish per (exchange, routing key): published, and returned (basic.return: the
-    broker could not route a mandatory publish)."""
+    """basic.publish per (stream, exchange, routing key): published, and returned (basic.return:
+    the broker could not route a mandatory publish)."""
     f = cap.frames
-    cols = ["exchange", "routing_key"]
+    cols = ["stream", "exchange", "routing_key"]
 
     def count(method: str, direction: str, name: str) -> pd.Series:
         rows = f.loc[(f["method"] == method).to_numpy(bool) & (f["direction"] == direction).to_numpy(bool), cols]
-        rows = rows.astype(object).fillna("")  # a missing exchange is the default exchange
+        rows = rows.astype({"exchange": object, "routing_key": object}).fillna("")  # missing: the default exchange
         return rows.groupby(cols).size().rename(name)
 
     pub, ret = count("basic.publish", "c2s", "published"), count("basic.return", "s2c", "returned")
     out = pd.concat([pub, ret.reindex(pub.index, fill_value=0)], axis=1).reset_index()
-    return out.astype({"published": np.int64, "returned": np.int64})
+    return out.astype({"stream": np.int64, "published": np.int64, "returned": np.int64})
+
+
+def _held_back(cap: Capture) -> np.ndarray:
+    """Streams whose publishes the broker may not have read by the end of the capture: it
+    advertised a zero window to the client (Wireshark's tcp.analysis.zero_window: window 0 on a
+    segment without SYN, FIN or RST) or sent connection.blocked. Bytes TCP delivered wait in the
+    broker's socket buffer until it reads them, so they are not in a queue yet."""
+    p, f = cap.packets, cap.frames
+    zero = ((p["direction"] == "s2c").to_numpy(bool) & (p["window"].to_numpy() == 0)
+            & ((p["flags"].to_numpy() & 0x07) == 0))
+    blocked = (f["method"] == "connection.blocked").to_numpy(bool)
+    return np.union1d(p["stream"].to_numpy()[zero], f["stream"].to_numpy()[blocked])
 
 
 def _routes(cap: Capture) -> pd.DataFrame:
@@ -105,11 +116,11 @@ def _routed(pubs: pd.DataFrame, binds: pd.DataFrame) -> pd.DataFrame:
     reply = default["routing_key"].str.startswith(REPLY_TO + ".")
     by_name = default.assign(queue=default["routing_key"].where(~reply, REPLY_TO),
                              routed_by=np.where(reply, "direct reply-to", "default exchange"))
-    bound = pubs.merge(binds, on=["exchange", "routing_key"])
+    bound = pubs.merge(binds, on=["exchange", "routing_key"])  # each publish stream × each bound queue
     return pd.concat([by_name, bound], ignore_index=True)
 
 
-def _queues(d: pd.DataFrame, acked: np.ndarray, routed: pd.DataFrame, rate) -> list[dict[str, Any]]:
+def _queues(d: pd.DataFrame, acked: np.ndarray, routed: pd.DataFrame, held: np.ndarray, rate) -> list[dict[str, Any]]:
     """Per queue: publishes routed to it, deliveries and acks from it, and its growth."""
     q = d["queue"].astype(object)
     known = q.notna().to_numpy()
@@ -117,8 +128,9 @@ def _queues(d: pd.DataFrame, acked: np.ndarray, routed: pd.DataFrame, rate) -> l
     out = pd.DataFrame({"delivered": q[known].value_counts(),
                         "acked": q[known & acked].value_counts(),
                         "requeued": q[known & requeued].value_counts()})
-    into = routed.assign(n=routed["published"] - routed["returned"]).groupby("queue")
-    out = out.join(into["n"].sum().rename("published"), how="outer").fillna(0).astype(np.int64)
+    into = routed.assign(n=routed["published"] - routed["returned"], held=routed["stream"].isin(held)).groupby("queue")
+    out = out.join(pd.DataFrame({"published": into["n"].sum(), "held": into["held"].sum()}), how="outer")
+    out = out.fillna(0).astype(np.int64)
     out["routed_by"] = into["routed_by"].agg(lambda x: " and ".join(sorted(set(x))))  # per queue: few
     out = out.sort_values(["published", "delivered"], ascending=False, kind="stable")
     unattributed = int((~known).sum())
@@ -140,6 +152,9 @@ def _growth(queue: str, r: pd.Series, unattributed: int) -> tuple[int | None, st
         return None, "direct reply-to holds no messages"
     if r["published"] == 0:
         return None, "no publish routed to this queue is in the capture"
+    if r["held"]:
+        return None, ("the broker held back reading this queue's publishers (zero window or connection.blocked): "
+                      "publishes it had not read yet at the end of the capture were not in the queue")
     if unattributed:
         return None, f"{unattributed:,} deliveries from queues the capture does not name (their basic.consume is not in it)"
     return int(r["published"] - r["delivered"] + r["requeued"]), (
@@ -148,13 +163,16 @@ def _growth(queue: str, r: pd.Series, unattributed: int) -> tuple[int | None, st
         "overflowed")
 
 
-def _destinations(pubs: pd.DataFrame, routed: pd.DataFrame, rate) -> list[dict[str, Any]]:
-    """The busiest publish destinations (exchange, routing key) and the queues they reach."""
-    queues = routed.groupby(["exchange", "routing_key"])["queue"].agg(lambda x: sorted(set(x)))
-    top = pubs.sort_values("published", ascending=False, kind="stable").head(MAX_ROWS)
-    return [{"exchange": e, "routing_key": k, "published": int(n), "published_msgs_s": rate(n), "returned": int(ret),
-             "queues": queues.get((e, k), [])}
-            for e, k, n, ret in top[["exchange", "routing_key", "published", "returned"]].itertuples(index=False)]
+def _destinations(pubs: pd.DataFrame, routed: pd.DataFrame, rate) -> tuple[int, list[dict[str, Any]]]:
+    """(how many, the busiest): publish destinations (exchange, routing key) and the queues they reach."""
+    key = ["exchange", "routing_key"]
+    queues = routed.groupby(key)["queue"].agg(lambda x: sorted(set(x)))  # per destination routed: few
+    per = pubs.groupby(key, as_index=False)[["published", "returned"]].sum()
+    top = per.sort_values("published", ascending=False, kind="stable").head(MAX_ROWS)
+    return int(len(per)), [
+        {"exchange": e, "routing_key": k, "published": int(n), "published_msgs_s": rate(n), "returned": int(ret),
+         "queues": queues.get((e, k), [])}
+        for e, k, n, ret in top[key + ["published", "returned"]].itertuples(index=False)]
 
 
 def _consumers(cap: Capture, d: pd.DataFrame, acked: np.ndarray, results: list[AnalyzerResult],
@@ -167,7 +185,7 @@ def _consumers(cap: Capture, d: pd.DataFrame, acked: np.ndarray, results: list[A
     c = g.agg(delivered=("acked", "size"), acked=("acked", "sum"), no_ack=("no_ack", "any"),
               queue=("queue", "first")).reset_index()
     c = c.merge(_prefetch(results), on=key, how="left").sort_values(["delivered", "stream"], ascending=[False, True])
-    rows = [{"consumer": consumer_label(cap, s, q, t), "stream": int(s), "channel": int(ch), "queue": q,
+    rows = [{"consumer": consumer_label(cap, s, q, t), "stream": int(s), "channel": int(ch), "consumer_tag": t, "queue": q,
              "delivered": int(n), "delivered_msgs_s": rate(n), "acked": int(a), "acked_msgs_s": rate(a),
              "no_ack": bool(na), "prefetch": None if na or pd.isna(p) else int(p)}
             for s, ch, t, n, a, na, q, p in c[key + ["delivered", "acked", "no_ack", "queue", "prefetch"]]
