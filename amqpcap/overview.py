@@ -30,6 +30,7 @@ from .analysis import AnalyzerResult, rank
 from .analyzers import _deliveries as D
 from .capture import Capture
 from .names import connection_roles, consumer_label
+from .wording import counted
 
 #: rows of the per queue, per publish destination and per consumer lists (the busiest)
 MAX_ROWS = 10
@@ -54,7 +55,8 @@ def overview(cap: Capture, results: list[AnalyzerResult]) -> dict[str, Any]:
         "delivered": int(len(d)), "delivered_msgs_s": rate(len(d)),
         "acked": int(acked.sum()), "acked_msgs_s": rate(acked.sum()),
         "no_ack_delivered": int(d["no_ack"].to_numpy(bool, na_value=False).sum()),
-        "queues": _queues(d, acked, routed, _held_back(cap), rate),
+        "queues": _queues(d, acked, routed, _held_back(cap), _lossy(cap), rate),
+        "connections_with_lost_bytes": int(len(_lossy(cap))),
     }
     out["publish_destinations"], out["publishes"] = _destinations(pubs, routed, rate)
     out["consumers_total"], out["consumers"] = _consumers(cap, d, acked, results, rate)
@@ -81,6 +83,12 @@ def _publishes(cap: Capture) -> pd.DataFrame:
     pub, ret = count("basic.publish", "c2s", "published"), count("basic.return", "s2c", "returned")
     out = pd.concat([pub, ret.reindex(pub.index, fill_value=0)], axis=1).reset_index()
     return out.astype({"stream": np.int64, "published": np.int64, "returned": np.int64})
+
+
+def _lossy(cap: Capture) -> np.ndarray:
+    """Streams with bytes missing from the capture (gaps, truncation): their counts are lower bounds."""
+    c = cap.connections
+    return c.loc[c["bytes_missing"].to_numpy() > 0, "stream"].to_numpy(np.int64)
 
 
 def _held_back(cap: Capture) -> np.ndarray:
@@ -120,16 +128,20 @@ def _routed(pubs: pd.DataFrame, binds: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([by_name, bound], ignore_index=True)
 
 
-def _queues(d: pd.DataFrame, acked: np.ndarray, routed: pd.DataFrame, held: np.ndarray, rate) -> list[dict[str, Any]]:
+def _queues(d: pd.DataFrame, acked: np.ndarray, routed: pd.DataFrame, held: np.ndarray, lossy: np.ndarray,
+            rate) -> list[dict[str, Any]]:
     """Per queue: publishes routed to it, deliveries and acks from it, and its growth."""
     q = d["queue"].astype(object)
     known = q.notna().to_numpy()
     requeued = d["settle_requeue"].to_numpy(bool, na_value=False)
     out = pd.DataFrame({"delivered": q[known].value_counts(),
                         "acked": q[known & acked].value_counts(),
-                        "requeued": q[known & requeued].value_counts()})
-    into = routed.assign(n=routed["published"] - routed["returned"], held=routed["stream"].isin(held)).groupby("queue")
-    out = out.join(pd.DataFrame({"published": into["n"].sum(), "held": into["held"].sum()}), how="outer")
+                        "requeued": q[known & requeued].value_counts(),
+                        "lossy_out": q[known & d["stream"].isin(lossy).to_numpy()].value_counts()})
+    into = routed.assign(n=routed["published"] - routed["returned"], held=routed["stream"].isin(held),
+                         lossy_in=routed["stream"].isin(lossy)).groupby("queue")
+    out = out.join(pd.DataFrame({"published": into["n"].sum(), "held": into["held"].sum(),
+                                 "lossy_in": into["lossy_in"].sum()}), how="outer")
     out = out.fillna(0).astype(np.int64)
     out["routed_by"] = into["routed_by"].agg(lambda x: " and ".join(sorted(set(x))))  # per queue: few
     out = out.sort_values(["published", "delivered"], ascending=False, kind="stable")
@@ -152,6 +164,9 @@ def _growth(queue: str, r: pd.Series, unattributed: int) -> tuple[int | None, st
         return None, "direct reply-to holds no messages"
     if r["published"] == 0:
         return None, "no publish routed to this queue is in the capture"
+    if r["lossy_in"] or r["lossy_out"]:
+        return None, ("the capture lost bytes of a connection publishing to or consuming from this queue: its "
+                      "publishes or deliveries there are not all counted")
     if r["held"]:
         return None, ("the broker held back reading this queue's publishers (zero window or connection.blocked): "
                       "publishes it had not read yet at the end of the capture were not in the queue")
@@ -235,6 +250,9 @@ def story(o: dict[str, Any]) -> str:
                     f"consumers were delivered {_num(o['delivered_msgs_s'])} msg/s ({o['delivered']:,}) and acked "
                     f"{_num(o['acked_msgs_s'])} msg/s"
                     + (f" ({o['no_ack_delivered']:,} deliveries were no-ack)." if o["no_ack_delivered"] else "."))
+    if o["connections_with_lost_bytes"]:
+        text.append(f"The capture lost bytes of {counted(o['connections_with_lost_bytes'], 'connection')}: "
+                    "their counts here are lower bounds.")
     for q in o["queues"][:3]:
         if q["growth_msgs"] is not None and q["growth_msgs"] > 0:
             text.append(f"Queue {q['queue']} took in {_num(q['published_msgs_s'])} msg/s and gave out "
