@@ -563,8 +563,7 @@ def _plot_state(cap: Capture, st: pd.DataFrame, path) -> None:
     rows_h = 0.3 * n + 0.7 if named else 4.0
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(11, rows_h + 3.4), sharex=True, layout="constrained",
                                    gridspec_kw={"height_ratios": [rows_h, 2.6]})
-    cmap = plt.get_cmap("Reds").copy()
-    cmap.set_bad("#e8e8e8")
+    cmap = plt.get_cmap("Reds").with_extremes(bad="#e8e8e8")
     img = ax1.imshow(share[order], aspect="auto", interpolation="nearest", cmap=cmap, vmin=0, vmax=1,
                      extent=(edges[0], edges[-1], n - 0.5, -0.5))
     # the colour bar beside the heatmap alone, not taking width from it (both panels keep one x scale)
