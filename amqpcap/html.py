@@ -20,6 +20,7 @@ import pandas as pd
 from .analysis import AnalyzerResult
 from .capture import Capture
 from .names import connection_names, connection_roles
+from .overview import rates_png
 from .plotting import consumer_labels
 from .wording import counted
 
@@ -236,6 +237,10 @@ def _overview(cap: Capture, o: dict[str, Any], n_findings: int) -> str:
     more = f' <a href="#findings">{counted(n_findings, "finding")} below</a>' if n_findings else ""
     parts = [f'<div class="verdict {sev}"><span class="sev">{html.escape(sev)}</span> {html.escape(v["text"])}{more}</div>',
              f'<p class="story">{html.escape(o["story"])}</p>']
+    png = rates_png(cap)
+    if png:
+        parts.append(f'<img class="rates" alt="messages per second over time" '
+                     f'src="data:image/png;base64,{base64.b64encode(png).decode()}">')
     cols = []
     if o["queues"]:
         q = pd.DataFrame([{"queue": r["queue"], "published msg/s": _rate(r["published_msgs_s"]),
