@@ -132,7 +132,9 @@ def test_empty_tables_and_panels_are_not_drawn(sample_report):
     assert "table confirms" not in text and "Empty in this capture: confirms" in text
     assert not (out / "stalls-window.png").exists() and not (out / "stalls-timeline.png").exists()
     pngs = sorted(out.glob("*.png"))
-    assert len(re.findall(r'src="data:image/png;base64,', text)) == len(pngs) > 0
+    # every plot drawn is embedded, plus the messages/s plot at the top
+    assert len(re.findall(r'src="data:image/png;base64,', text)) == len(pngs) + 1 > 1
+    assert text.index('class="rates"') < text.index("id='findings'")
 
 
 def test_finding_card_lists_subjects_names_first_and_how_many_more():
