@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .analysis import AnalyzerResult
+from .analysis import AnalyzerResult, analyzers
 from .capture import Capture
 from .names import connection_names, connection_roles
 from .overview import rates_png
@@ -341,9 +341,11 @@ def _analyzer(cap: Capture, r: AnalyzerResult, out: Path) -> str:
     empty = [name for name in r.tables if name not in tables]
     if empty:
         body += f"<p class='note'>Empty in this capture: {html.escape(', '.join(empty))}.</p>"
+    what = analyzers().get(r.name, (None, ""))[1]  # the analyzer's one-line help
     note = ", ".join(x for x in (counted(len(plots), "plot") if plots else "",
                                  counted(len(tables), "table") if tables else "") if x)
-    return _details(r.name, body, note)
+    what = what.rstrip(".")
+    return _details(r.name, body, f"{what} ({note})" if what and note else what or note)
 
 
 def _base_tables(cap: Capture, summary: dict[str, Any], out: Path) -> list[str]:
