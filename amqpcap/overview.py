@@ -264,20 +264,15 @@ def rates_png(cap: Capture) -> bytes | None:
     """A small plot for the top of the report: messages published, delivered and acked per second
     over the capture (per time bin), and published minus delivered so far (what went in and has
     not come out: a queue growing shows as a rising line). None without publishes or deliveries."""
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from .plotting import plain_axis, time_edges
 
     f, s = cap.frames, cap.summary
     t0 = s["first_ts"]
-    edges = time_edges((s["last_ts"] - t0).total_seconds() if t0 is not None else 0.0)
+    if t0 is None or not len(f):  # no packets, or no AMQP frame
+        return None
+    edges = time_edges((s["last_ts"] - t0).total_seconds())
     width = edges[1] - edges[0]
-    t = (f["ts"] - t0).dt.total_seconds().to_numpy() if t0 is not None else np.zeros(0)
+    t = (f["ts"] - t0).dt.total_seconds().to_numpy()
     d = D.deliveries(cap)
     kinds = {"published": (f["method"] == "basic.publish").to_numpy(bool) & (f["direction"] == "c2s").to_numpy(bool),
              "delivered": (f["method"].isin(D.DELIVER_METHODS)).to_numpy(bool) & (f["direction"] == "s2c").to_numpy(bool)}
@@ -285,8 +280,12 @@ def rates_png(cap: Capture) -> bytes | None:
     acked = d["settle_method"].eq("basic.ack").to_numpy(bool, na_value=False)
     counts["acked"] = np.histogram((d.loc[acked, "settle_ts"] - t0).dt.total_seconds().to_numpy(), edges)[0]
     if not (counts["published"].any() or counts["delivered"].any()):
-        plt.close("all")
         return None
+    import io
+
+    from .report import _matplotlib  # (the Agg backend, set once)
+
+    plt = _matplotlib()
     fig, ax = plt.subplots(figsize=(11, 2.6), layout="constrained")
     for (k, n), color in zip(counts.items(), ("C0", "C1", "C2")):
         ax.step(edges[:-1], n / width, where="post", color=color, lw=1.2, label=f"{k} msg/s")
