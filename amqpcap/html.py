@@ -69,7 +69,7 @@ KEY_COLUMNS: dict[str, tuple[list[str], tuple[str, bool] | None]] = {
     "stalls/tcp": (["connection", "direction", "data_packets", "retransmissions", "zero_window_ads",
                     "window_full_segments", "rtt_p50_s", "stall_total_s", "stream"], None),
     "connections": (["connection", "client", "user@vhost", "role", "stream", "client_endpoint", "packets", "frames",
-                     "duration_s", "anomalies"], None),
+                     "duration_s", "anomalies"], ("packets", True)),
     "anomalies": (["kind", "connection", "direction", "packet", "bytes", "detail", "stream"], None),
 }
 #: columns that name something: shown first when a table has no entry above
@@ -85,7 +85,7 @@ h3{font-size:1.05em;margin:.3em 0}
 .verdict.critical{border-color:#c0392b;background:#fdf2f1}.verdict.warning{border-color:#e6a700;background:#fffaeb}
 .verdict.info{border-color:#2e86c1;background:#f0f7fc}
 .story{font-size:1.05em}
-.cols{display:flex;flex-wrap:wrap;gap:0 2em;align-items:flex-start}.cols>div{flex:1 1 420px;min-width:0}
+.cols{display:flex;flex-wrap:wrap;gap:0 2em;align-items:flex-start}.cols>div{flex:1 1 420px;min-width:0}.cols table{width:100%}
 .finding{border-left:6px solid #999;padding:.5em 1em;margin:.8em 0;background:#fafafa}
 .critical{border-color:#c0392b}.warning{border-color:#e6a700}.info{border-color:#2e86c1}
 .sev{font-weight:bold;text-transform:uppercase;font-size:.8em}.critical .sev{color:#c0392b}.warning .sev{color:#b07d00}.info .sev{color:#2e86c1}
@@ -93,7 +93,7 @@ code{background:#f0f0f0;padding:.1em .3em;border-radius:3px;overflow-wrap:anywhe
 pre.filter{background:#f3f3f3;border:1px solid #ddd;padding:.4em .6em;font-size:.85em;white-space:pre-wrap;overflow-wrap:anywhere;user-select:all;cursor:text;margin:.2em 0;max-height:7.5em;overflow-y:auto}
 table{border-collapse:collapse;font-size:.85em;margin:.4em 0;max-width:100%}
 td,th{border:1px solid #ddd;padding:.15em .45em;text-align:right;vertical-align:top}
-td.t{overflow-wrap:anywhere}td:not(.t){white-space:nowrap}
+td.t{overflow-wrap:break-word}td.t:first-child{min-width:13em}.tw{overflow-x:auto;max-width:100%}td:not(.t){white-space:nowrap}
 th{background:#f0f0f0;font-weight:600}td.t,th.t{text-align:left}
 .evidence th,.evidence td{text-align:left}.evidence th{font-weight:normal;color:#555}
 details{margin:.3em 0;border:1px solid #e4e4e4;border-radius:4px;padding:.2em .8em}
@@ -155,7 +155,8 @@ def _html_table(df: pd.DataFrame, cls: str = "") -> str:
     body = "".join("<tr>" + "".join(f'<td{" class=t" if c in text else ""}>{html.escape(_value(v, str(c)))}</td>'
                                     for c, v in zip(df.columns, row)) + "</tr>"
                    for row in df.itertuples(index=False, name=None))
-    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    # (the wrapper scrolls a table sideways only if a single word is wider than the page)
+    return f'<div class="tw"><table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 # --- tables -----------------------------------------------------------------------------------
@@ -190,7 +191,7 @@ def _table(cap: Capture, key: str, df: pd.DataFrame, link: str) -> str:
     order = KEY_COLUMNS.get(key, ([], None))[1]
     if order and order[0] in df.columns and len(df) > MAX_ROWS:
         rows = df.nlargest(MAX_ROWS, order[0]) if order[1] else df.nsmallest(MAX_ROWS, order[0])
-        which = f"the {MAX_ROWS} with the largest {order[0]}"
+        which = f"the {MAX_ROWS} with the {'largest' if order[1] else 'smallest'} {order[0]}"
     else:
         rows, which = df.head(MAX_ROWS), f"the first {MAX_ROWS}"
     rows = _with_connection(cap, rows)
@@ -213,8 +214,8 @@ def _connections_table(cap: Capture) -> pd.DataFrame:
     """One row per connection: who it is (label, client, user@vhost, role) before the numbers."""
     c = cap.connections
     names = connection_names(cap).reindex(c["stream"].to_numpy())
-    who = np.where(names["vhost"].to_numpy(object) != "", names["user"].to_numpy(object) + "@" + names["vhost"].to_numpy(object),
-                   names["user"].to_numpy(object))
+    user, vhost = names["user"].to_numpy(object), names["vhost"].to_numpy(object)
+    who = np.where((user != "") & (vhost != ""), user + "@" + vhost, user + vhost)
     return pd.DataFrame({
         "connection": names["connection"].to_numpy(object), "client": names["client"].to_numpy(object),
         "user@vhost": who, "role": connection_roles(cap).reindex(c["stream"].to_numpy()).to_numpy(object),
@@ -245,11 +246,12 @@ def _overview(cap: Capture, o: dict[str, Any], n_findings: int) -> str:
     if o["queues"]:
         q = pd.DataFrame([{"queue": r["queue"], "published msg/s": _rate(r["published_msgs_s"]),
                            "delivered msg/s": _rate(r["delivered_msgs_s"]), "acked msg/s": _rate(r["acked_msgs_s"]),
-                           "growth (msgs)": "" if r["growth_msgs"] is None else f"≥ {r['growth_msgs']:,}"}
+                           "growth (msgs)": "unknown" if r["growth_msgs"] is None else f"≥ {r['growth_msgs']:,}"}
                           for r in o["queues"]])
+        unknown = sorted({r["growth_basis"] for r in o["queues"] if r["growth_msgs"] is None})
         cols.append("<h3>Queues</h3>" + _html_table(q) + "<p class='note'>msg/s over the whole capture; growth: "
                     "published into the queue minus delivered, a lower bound (summary.json says how each was "
-                    "inferred).</p>")
+                    "inferred)." + "".join(f" Unknown: {html.escape(u)}." for u in unknown) + "</p>")
     if o["consumers"]:
         rows = o["consumers"]
         labels, queue = consumer_labels(cap, [r["stream"] for r in rows], [r["channel"] for r in rows],

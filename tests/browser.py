@@ -203,3 +203,23 @@ class Browser:
                          clip={"x": 0, "y": 0, "width": self.width, "height": height, "scale": 1})
         path.write_bytes(base64.b64decode(shot["data"]))
         return path
+
+
+def main() -> None:
+    """`python3 tests/browser.py REPORT.html OUT.png [HEIGHT]`: the top HEIGHT px (default: the
+    whole page) of a page at 1400 px wide, e.g. docs/images/report.png from the sample's report."""
+    import sys
+
+    page, out = Path(sys.argv[1]).resolve(), Path(sys.argv[2])
+    with Browser() as b:
+        b.open(page.as_uri())
+        height = int(sys.argv[3]) if len(sys.argv) > 3 else int(b.js("document.documentElement.scrollHeight"))
+        shot = b.call("Page.captureScreenshot", format="png", captureBeyondViewport=True,
+                      clip={"x": 0, "y": 0, "width": b.width, "height": height, "scale": 1})
+        out.write_bytes(base64.b64decode(shot["data"]))
+        if b.errors:
+            sys.exit("page errors: " + "; ".join(b.errors))
+
+
+if __name__ == "__main__":
+    main()
