@@ -1,41 +1,141 @@
-"""report.html: one self-contained page (plots embedded) with findings, tables and plots."""
+"""report.html: one self-contained page read in two minutes.
+
+Top: what happened (the overview: a paragraph, the verdict and small tables), then the findings
+(who, the Wireshark filter, what to try). Everything else is collapsed (<details>): connections,
+methods, anomalies, and per analyzer its plots and tables, each table cut to a few rows and its
+key columns (names first) with a link to the full file written beside the report. No script, no
+external resource: plots are embedded as data URIs, so the page works offline."""
 
 from __future__ import annotations
 
 import base64
 import html
+import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from .analysis import AnalyzerResult
+from .analysis import AnalyzerResult, analyzers
 from .capture import Capture
+from .names import connection_names, connection_roles
+from .overview import rates_png
+from .plotting import consumer_labels
 from .wording import counted
 
-MAX_ROWS = 50
+#: rows of a table shown in the page (all of them are in the file beside it)
+MAX_ROWS = 10
+#: columns of a table shown in the page: the key ones, names first
+MAX_COLS = 9
+#: subjects of a finding listed in its card
+MAX_SUBJECTS = 10
+#: columns of a finding's subject table
+MAX_SUBJECT_COLS = 8
+
+#: per table (`<analyzer>/<table>`): the columns shown, in order, and the order of the rows
+#: shown ((column, descending) or None: the table's own order). ``connection`` is the
+#: connection's label, added from ``stream``. Columns a table does not have are skipped.
+KEY_COLUMNS: dict[str, tuple[list[str], tuple[str, bool] | None]] = {
+    "consumers/consumers": (["connection", "queue", "deliveries", "rate_per_s", "prefetch", "share_at_limit",
+                             "deliver_to_ack_p50_s", "backlog_growth_msgs", "stream"], None),
+    "consumers/state": (["connection", "ts", "unacked", "prefetch", "deficit", "at_limit", "duration_s", "packet",
+                         "stream"], None),
+    "latency/consumers": (["connection", "queue", "deliveries", "rate_per_s", "deliver_to_ack_p50_s",
+                           "deliver_to_ack_p99_s", "ack_to_next_deliver_p50_s", "redelivered", "stream"], None),
+    "latency/deliveries": (["connection", "queue", "ts", "latency_s", "outcome", "redelivered", "packet",
+                            "settle_packet", "stream"], None),
+    "latency/ack-gaps": (["connection", "queue", "ts", "gap_s", "method", "settled", "backlog_min", "packet",
+                          "stream"], ("gap_s", True)),
+    "latency/confirms": (["connection", "ts", "seq", "latency_s", "outcome", "packet", "confirm_packet", "stream"],
+                         ("latency_s", True)),
+    "latency/interleaving": (["connection", "delivers", "acks", "runs", "alternation_ratio", "max_deliver_run",
+                              "max_ack_run", "stream"], None),
+    "nagle/directions": (["connection", "direction", "data_segments", "small_share", "packets_saved", "stalls",
+                          "median_stall_s", "stream"], ("data_segments", True)),
+    "nagle/stalls": (["connection", "direction", "ts", "stall_s", "ack_delay_s", "payload_bytes", "packet", "stream"],
+                     ("stall_s", True)),
+    "sizes/packet-sizes": (["connection", "direction", "range", "count", "percent", "stream"], None),
+    "sizes/payload-sizes": (["connection", "direction", "segments", "p50_bytes", "p90_bytes", "max_bytes", "stream"],
+                            ("segments", True)),
+    "sizes/frames-per-packet": (["connection", "direction", "frames_per_packet", "packets", "stream"],
+                                ("packets", True)),
+    "sizes/packets-per-frame": (["connection", "direction", "type", "packets_per_frame", "frames", "stream"],
+                                ("frames", True)),
+    "sizes/throughput": (["start_s", "direction", "mbit_s", "packets_s", "published_msgs_s", "delivered_msgs_s",
+                          "acked_msgs_s"], ("mbit_s", True)),
+    "stalls/stalls": (["connection", "direction", "cause", "duration_s", "start_ts", "detail", "first_packet",
+                       "stream"], ("duration_s", True)),
+    "stalls/tcp": (["connection", "direction", "data_packets", "retransmissions", "zero_window_ads",
+                    "window_full_segments", "rtt_p50_s", "stall_total_s", "stream"], None),
+    "connections": (["connection", "client", "user@vhost", "role", "stream", "client_endpoint", "packets", "frames",
+                     "duration_s", "anomalies"], ("packets", True)),
+    "anomalies": (["kind", "connection", "direction", "packet", "bytes", "detail", "stream"], None),
+}
+#: columns that name something: shown first when a table has no entry above
+NAME_COLUMNS = ("connection", "consumer", "queue", "exchange", "routing_key", "kind", "cause", "direction", "method")
 
 CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;max-width:1200px;color:#222;padding:0 1em}
-h1{font-size:1.6em;margin-bottom:.2em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:2em}
-.meta{color:#555}.finding{border-left:6px solid #999;padding:.5em 1em;margin:.8em 0;background:#fafafa}
+*{box-sizing:border-box}
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:1.2em auto;max-width:1200px;color:#222;padding:0 1em;line-height:1.4}
+h1{font-size:1.5em;margin:.2em 0}h2{font-size:1.25em;border-bottom:1px solid #ddd;padding-bottom:.2em;margin:1.4em 0 .5em}
+h3{font-size:1.05em;margin:.3em 0}
+.meta,.note{color:#555;font-size:.9em}
+.verdict{border-left:6px solid #27ae60;background:#f3faf5;padding:.6em 1em;font-size:1.1em;margin:.8em 0}
+.verdict.critical{border-color:#c0392b;background:#fdf2f1}.verdict.warning{border-color:#e6a700;background:#fffaeb}
+.verdict.info{border-color:#2e86c1;background:#f0f7fc}
+.story{font-size:1.05em}
+.cols{display:flex;flex-wrap:wrap;gap:0 2em;align-items:flex-start}.cols>div{flex:1 1 420px;min-width:0}.cols table{width:100%}
+.finding{border-left:6px solid #999;padding:.5em 1em;margin:.8em 0;background:#fafafa}
 .critical{border-color:#c0392b}.warning{border-color:#e6a700}.info{border-color:#2e86c1}
 .sev{font-weight:bold;text-transform:uppercase;font-size:.8em}.critical .sev{color:#c0392b}.warning .sev{color:#b07d00}.info .sev{color:#2e86c1}
-code{background:#f0f0f0;padding:.1em .3em;border-radius:3px}pre{background:#f6f6f6;padding:.6em;overflow-x:auto;font-size:.85em}
-table{border-collapse:collapse;font-size:.85em;margin:.5em 0}td,th{border:1px solid #ddd;padding:.2em .5em;text-align:right}
-th{background:#f0f0f0}.scroll{overflow-x:auto}.evidence th,.evidence td{text-align:left}.evidence th{font-weight:normal;color:#555}img{max-width:100%;border:1px solid #eee;margin:.5em 0}.note{color:#555;font-size:.9em}
+code{background:#f0f0f0;padding:.1em .3em;border-radius:3px;overflow-wrap:anywhere}
+pre.filter{background:#f3f3f3;border:1px solid #ddd;padding:.4em .6em;font-size:.85em;white-space:pre-wrap;overflow-wrap:anywhere;user-select:all;cursor:text;margin:.2em 0;max-height:7.5em;overflow-y:auto}
+table{border-collapse:collapse;font-size:.85em;margin:.4em 0;max-width:100%}
+td,th{border:1px solid #ddd;padding:.15em .45em;text-align:right;vertical-align:top}
+td.t{overflow-wrap:break-word}td.t:first-child{min-width:13em}.tw{overflow-x:auto;max-width:100%}td:not(.t){white-space:nowrap}
+th{background:#f0f0f0;font-weight:600}td.t,th.t{text-align:left}
+.evidence th,.evidence td{text-align:left}.evidence th{font-weight:normal;color:#555}
+details{margin:.3em 0;border:1px solid #e4e4e4;border-radius:4px;padding:.2em .8em}
+details[open]{padding-bottom:.6em}summary{cursor:pointer;font-weight:600;padding:.2em 0}
+summary .note{font-weight:normal}
+details details{border:none;padding:0 0 0 .4em}
+img{max-width:100%;height:auto;border:1px solid #eee;margin:.4em 0;display:block}
 """
 
 
-def _table(df: pd.DataFrame) -> str:
-    shown = df.head(MAX_ROWS)
-    more = f'<p class="note">first {MAX_ROWS} of {len(df):,} rows; all rows are in the CSV/Parquet files beside this report.</p>' if len(df) > MAX_ROWS else ""
-    return '<div class="scroll">' + shown.to_html(index=False, na_rep="", border=0, escape=True, float_format=lambda v: f"{v:.6g}") + "</div>" + more
+# --- values -----------------------------------------------------------------------------------
+
+def _num(v: float) -> str:
+    """A number for a table cell: at most 4 significant digits, no exponent, thousands grouped."""
+    if not math.isfinite(v):
+        return ""
+    if v == int(v) and abs(v) < 1e15:
+        return f"{int(v):,}"
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    digits = max(0, 3 - math.floor(math.log10(abs(v)))) if v else 0
+    return f"{v:.{min(digits, 9)}f}".rstrip("0").rstrip(".")
 
 
-def _value(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:.4g}"
+def _is_share(key: str) -> bool:
+    """Columns and evidence keys holding a share of 1 (shown as a percentage)."""
+    return key.startswith("share") or key.endswith("_share") or key == "utilisation"
+
+
+def _value(v: Any, key: str = "") -> str:
+    if key and _is_share(key) and isinstance(v, (float, np.floating)) and math.isfinite(v):
+        return f"{v:.1%}" if v < 0.1 else f"{v:.0%}"
+    if v is None or v is pd.NA or v is pd.NaT:
+        return ""
+    if isinstance(v, (bool, np.bool_)):
+        return "yes" if v else "no"
+    if isinstance(v, (int, np.integer)):
+        return f"{int(v):,}"
+    if isinstance(v, (float, np.floating)):
+        return _num(float(v))
+    if isinstance(v, pd.Timestamp):
+        return v.tz_convert("UTC").strftime("%H:%M:%S.%f") if v.tzinfo else v.strftime("%H:%M:%S.%f")
     if isinstance(v, (list, tuple)):
         return ", ".join(_value(x) for x in v)
     if isinstance(v, dict):
@@ -43,25 +143,169 @@ def _value(v: Any) -> str:
     return str(v)
 
 
-def _evidence(evidence: dict[str, Any]) -> str:
-    rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(_value(v))}</td></tr>" for k, v in evidence.items())
-    return f'<table class="evidence">{rows}</table>'
+def _header(col: str) -> str:
+    return f'<th title="{html.escape(col)}">{html.escape(col.replace("_", " "))}</th>'
 
 
-def _img(path: Path) -> str:
-    data = base64.b64encode(path.read_bytes()).decode()
-    return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
+def _html_table(df: pd.DataFrame, cls: str = "") -> str:
+    """Cells formatted by _value; text columns left-aligned."""
+    text = [c for c in df.columns if not (pd.api.types.is_numeric_dtype(df[c]) or pd.api.types.is_bool_dtype(df[c])
+                                          or pd.api.types.is_datetime64_any_dtype(df[c]))]
+    head = "".join(_header(c).replace("<th ", '<th class="t" ', 1) if c in text else _header(c) for c in df.columns)
+    body = "".join("<tr>" + "".join(f'<td{" class=t" if c in text else ""}>{html.escape(_value(v, str(c)))}</td>'
+                                    for c, v in zip(df.columns, row)) + "</tr>"
+                   for row in df.itertuples(index=False, name=None))
+    # (the wrapper scrolls a table sideways only if a single word is wider than the page)
+    return f'<div class="tw"><table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+
+
+# --- tables -----------------------------------------------------------------------------------
+
+def _key_columns(key: str, df: pd.DataFrame) -> list[str]:
+    """The columns to show: the table's own list (KEY_COLUMNS), else name columns first; filled up
+    to MAX_COLS with the others in the table's order."""
+    wanted = KEY_COLUMNS.get(key, ([], None))[0] or [c for c in NAME_COLUMNS if c in df.columns]
+    cols = [c for c in wanted if c in df.columns]
+    if len(cols) < 4:
+        cols += [c for c in df.columns if c not in cols][:MAX_COLS - len(cols)]
+    return cols[:MAX_COLS]
+
+
+def _with_connection(cap: Capture, df: pd.DataFrame) -> pd.DataFrame:
+    """``connection`` (the label) from ``stream``, when the table has a stream but no label."""
+    if "stream" not in df.columns or "connection" in df.columns:
+        return df
+    labels = connection_names(cap)["connection"]
+    return df.assign(connection=df["stream"].astype(object).map(labels).fillna("").to_numpy(object))  # (NA: no stream)
+
+
+def _file_link(out: Path, stem: str) -> str:
+    for ext in ("csv", "parquet"):
+        if (out / f"{stem}.{ext}").exists():
+            return f'<a href="{html.escape(stem)}.{ext}">{html.escape(stem)}.{ext}</a>'
+    return ""
+
+
+def _table(cap: Capture, key: str, df: pd.DataFrame, link: str) -> str:
+    """A few rows (MAX_ROWS) of the key columns, and what was left out with the file holding it."""
+    order = KEY_COLUMNS.get(key, ([], None))[1]
+    if order and order[0] in df.columns and len(df) > MAX_ROWS:
+        rows = df.nlargest(MAX_ROWS, order[0]) if order[1] else df.nsmallest(MAX_ROWS, order[0])
+        which = f"the {MAX_ROWS} with the {'largest' if order[1] else 'smallest'} {order[0]}"
+    else:
+        rows, which = df.head(MAX_ROWS), f"the first {MAX_ROWS}"
+    rows = _with_connection(cap, rows)
+    cols = _key_columns(key, rows)
+    shown = [f"{which} of {len(df):,} rows"] if len(df) > MAX_ROWS else []
+    hidden = len([c for c in df.columns if c not in cols])
+    if hidden:
+        shown.append(f"{len(df.columns) - hidden} of {len(df.columns)} columns")
+    note = ("Showing " + " and ".join(shown) if shown else "All rows") + (f"; every row and column: {link}" if link else "")
+    note = f"<p class='note'>{note}.</p>"
+    return _html_table(rows[cols]) + note
+
+
+def _details(summary: str, body: str, note: str = "", open_: bool = False) -> str:
+    n = f' <span class="note">{html.escape(note)}</span>' if note else ""
+    return f"<details{' open' if open_ else ''}><summary>{html.escape(summary)}{n}</summary>{body}</details>"
+
+
+def _connections_table(cap: Capture) -> pd.DataFrame:
+    """One row per connection: who it is (label, client, user@vhost, role) before the numbers."""
+    c = cap.connections
+    names = connection_names(cap).reindex(c["stream"].to_numpy())
+    user, vhost = names["user"].to_numpy(object), names["vhost"].to_numpy(object)
+    who = np.where((user != "") & (vhost != ""), user + "@" + vhost, user + vhost)
+    return pd.DataFrame({
+        "connection": names["connection"].to_numpy(object), "client": names["client"].to_numpy(object),
+        "user@vhost": who, "role": connection_roles(cap).reindex(c["stream"].to_numpy()).to_numpy(object),
+        "stream": c["stream"].to_numpy(), "client_endpoint": names["client_endpoint"].to_numpy(object),
+        "packets": (c["c2s_packets"] + c["s2c_packets"]).to_numpy(), "frames": c["frames"].to_numpy(),
+        "duration_s": (c["last_ts"] - c["first_ts"]).dt.total_seconds().to_numpy(),
+        "anomalies": c["anomalies"].to_numpy()})
+
+
+# --- top of the page --------------------------------------------------------------------------
+
+def _rate(v) -> float:
+    return math.nan if v is None else float(v)
+
+
+def _overview(cap: Capture, o: dict[str, Any], n_findings: int) -> str:
+    """The verdict, the story and small tables: queues, consumers, publishes not routed to a queue."""
+    v = o["verdict"]
+    sev = v["severity"] or "ok"
+    more = f' <a href="#findings">{counted(n_findings, "finding")} below</a>' if n_findings else ""
+    parts = [f'<div class="verdict {sev}"><span class="sev">{html.escape(sev)}</span> {html.escape(v["text"])}{more}</div>',
+             f'<p class="story">{html.escape(o["story"])}</p>']
+    png = rates_png(cap)
+    if png:
+        parts.append(f'<img class="rates" alt="messages per second over time" '
+                     f'src="data:image/png;base64,{base64.b64encode(png).decode()}">')
+    cols = []
+    if o["queues"]:
+        q = pd.DataFrame([{"queue": r["queue"], "published msg/s": _rate(r["published_msgs_s"]),
+                           "delivered msg/s": _rate(r["delivered_msgs_s"]), "acked msg/s": _rate(r["acked_msgs_s"]),
+                           "growth (msgs)": "unknown" if r["growth_msgs"] is None else f"≥ {r['growth_msgs']:,}"}
+                          for r in o["queues"]])
+        unknown = sorted({r["growth_basis"] for r in o["queues"] if r["growth_msgs"] is None})
+        cols.append("<h3>Queues</h3>" + _html_table(q) + "<p class='note'>msg/s over the whole capture; growth: "
+                    "published into the queue minus delivered, a lower bound (summary.json says how each was "
+                    "inferred)." + "".join(f" Unknown: {html.escape(u)}." for u in unknown) + "</p>")
+    if o["consumers"]:
+        rows = o["consumers"]
+        labels, queue = consumer_labels(cap, [r["stream"] for r in rows], [r["channel"] for r in rows],
+                                        [r["queue"] for r in rows], [r["consumer_tag"] for r in rows])
+        c = pd.DataFrame({"connection" if queue else "consumer": labels,
+                          "delivered msg/s": [_rate(r["delivered_msgs_s"]) for r in rows],
+                          "acked msg/s": ["no-ack" if r["no_ack"] else _num(_rate(r["acked_msgs_s"])) for r in rows],
+                          "prefetch": [math.nan if r["prefetch"] is None else float(r["prefetch"]) for r in rows]})
+        more = o["consumers_total"] - len(rows)
+        title = f"Consumers of queue {html.escape(queue)}" if queue else "Consumers"
+        cols.append(f"<h3>{title}</h3>" + _html_table(c)
+                    + (f"<p class='note'>the {len(rows)} busiest of {o['consumers_total']:,}; every one in "
+                       "consumers-consumers.csv and latency-consumers.csv</p>" if more > 0 else ""))
+    unrouted = [p for p in o["publishes"] if not p["queues"]]
+    if unrouted:
+        p = pd.DataFrame([{"exchange": r["exchange"] or "(default)", "routing key": r["routing_key"],
+                           "published msg/s": _rate(r["published_msgs_s"])} for r in unrouted])
+        cols.append("<h3>Publishes the capture does not route to a queue</h3>" + _html_table(p)
+                    + "<p class='note'>no queue.bind for them in the capture</p>")
+    if cols:
+        parts.append('<div class="cols">' + "".join(f"<div>{x}</div>" for x in cols) + "</div>")
+    return "<section id='overview'><h2>What happened</h2>" + "".join(parts) + "</section>"
+
+
+def _subjects(subjects: list[dict[str, Any]]) -> str:
+    """A finding's subjects: names first, then their own numbers, stream last; the first few."""
+    if not subjects:
+        return ""
+    df = pd.DataFrame(subjects[:MAX_SUBJECTS])
+    skip = {"stream", "channel", "consumer_tag", "severity"}
+    names = [c for c in df.columns if c not in skip and df[c].map(lambda x: isinstance(x, str)).all()]
+    numbers = [c for c in df.columns if c not in skip and c not in names
+               and not df[c].map(lambda x: isinstance(x, (bool, np.bool_)) and not x).all()]  # (all-false flags)
+    cols = (names + numbers)[:MAX_SUBJECT_COLS - 1] + ["stream"]
+    more = len(subjects) - MAX_SUBJECTS
+    note = f"<p class='note'>+{more:,} more in summary.json</p>" if more > 0 else ""
+    return _html_table(df[[c for c in cols if c in df.columns]]) + note
 
 
 def _finding(f: dict[str, Any]) -> str:
     evidence = {k: v for k, v in f["evidence"].items() if k != "filter"}
     flt = f["evidence"].get("filter", "")
+    rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td class=t>{html.escape(_value(v, k))}</td></tr>"
+                   for k, v in evidence.items())
+    who = f.get("subjects") or []
     return (
         f'<div class="finding {f["severity"]}"><span class="sev">{f["severity"]}</span> '
         f'<code>{html.escape(f["id"])}</code><h3>{html.escape(f["title"])}</h3>'
-        + (f"<p>Open in Wireshark: <code>{html.escape(flt)}</code></p>" if flt else "")
-        + _evidence(evidence)
-        + f'<p><b>What to try:</b> {html.escape(f.get("advice", ""))}</p></div>'
+        + (f"<b>Who</b> ({counted(len(who), 'subject')}):" + _subjects(who) if who else "")
+        + f'<p><b>What to try:</b> {html.escape(f.get("advice", ""))}</p>'
+        + (f'<div>Wireshark display filter (click to select):<pre class="filter">{html.escape(flt)}</pre></div>'
+           if flt else "")
+        + _details("Evidence", f'<table class="evidence">{rows}</table>', "the numbers behind it")
+        + "</div>"
     )
 
 
@@ -79,43 +323,83 @@ def _redacted(r: dict[str, Any]) -> str:
     else:
         items.append(f"message bodies were not kept ({r['body_bytes_seen']:,} body bytes seen): only their sizes "
                      "are shown; amqpcap analyze --bodies keeps them")
-    return ("<h2>Redacted</h2><ul class='note'>" + "".join(f"<li>{html.escape(i)}</li>" for i in items) + "</ul>")
+    return _details("Redacted", "<ul class='note'>" + "".join(f"<li>{html.escape(i)}</li>" for i in items) + "</ul>",
+                    "what no output holds")
+
+
+def _img(path: Path, alt: str) -> str:
+    data = base64.b64encode(path.read_bytes()).decode()
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+
+
+def _analyzer(cap: Capture, r: AnalyzerResult, out: Path) -> str:
+    """An analyzer's plots (those drawn) and tables, collapsed."""
+    plots = [(p, out / f"{p.name}.png") for p in r.plots]
+    plots = [(p, png) for p, png in plots if png.exists()]
+    body = "".join(f"<h3>{html.escape(p.title)}</h3>{_img(png, p.title)}" for p, png in plots)
+    tables = {name: df for name, df in r.tables.items() if len(df)}
+    body += "".join(_details(f"table {name}", _table(cap, f"{r.name}/{name}", df, _file_link(out, f"{r.name}-{name}")),
+                             f"{len(df):,} rows") for name, df in tables.items())
+    empty = [name for name in r.tables if name not in tables]
+    if empty:
+        body += f"<p class='note'>Empty in this capture: {html.escape(', '.join(empty))}.</p>"
+    what = analyzers().get(r.name, (None, ""))[1]  # the analyzer's one-line help
+    note = ", ".join(x for x in (counted(len(plots), "plot") if plots else "",
+                                 counted(len(tables), "table") if tables else "") if x)
+    what = what.rstrip(".")
+    return _details(r.name, body, f"{what} ({note})" if what and note else what or note)
+
+
+def _base_tables(cap: Capture, summary: dict[str, Any], out: Path) -> list[str]:
+    conns = _connections_table(cap)
+    parts = [_details("Connections", _table(cap, "connections", conns, _file_link(out, "connections")),
+                      f"{len(conns):,}: who they are, role, packets")]
+    methods = pd.DataFrame(list(summary["methods"].items()), columns=["method", "frames"])
+    parts.append(_details("Methods", _html_table(methods), f"{len(methods):,} kinds of method frame"))
+    links = [x for x in (_file_link(out, s) for s in ("frames", "packets")) if x]
+    if len(cap.anomalies):
+        parts.append(_details("Anomalies", "<p class='note'>What was not decoded, and why.</p>"
+                              + _table(cap, "anomalies", cap.anomalies, _file_link(out, "anomalies")),
+                              f"{len(cap.anomalies):,}"))
+    if links:
+        parts.append(f"<p class='note'>Every frame and packet: {', '.join(links)}.</p>")
+    return parts
 
 
 def write_report(cap: Capture, results: list[AnalyzerResult], summary: dict[str, Any], out: Path) -> Path:
-    """Write out/report.html. Plots must already be in `out` (report.write_results draws them)."""
+    """Write out/report.html. Plots and tables must already be in `out` (report.write_outputs
+    writes them first)."""
     c = summary["capture"]
+    o = summary.get("overview")
+    if o is None:  # a summary made without it
+        from .overview import overview
+        from .report import _jsonable
+
+        o = _jsonable(overview(cap, results))
+    name = html.escape(Path(c["path"]).name)
     parts = [
-        f"<!doctype html><html><head><meta charset='utf-8'><title>amqpcap: {html.escape(Path(c['path']).name)}</title>",
+        f"<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        f"<meta name='viewport' content='width=device-width, initial-scale=1'><title>amqpcap: {name}</title>",
         f"<style>{CSS}</style></head><body>",
-        f"<h1>amqpcap report: {html.escape(Path(c['path']).name)}</h1>",
+        f"<h1>amqpcap report: {name}</h1>",
         f"<p class='meta'>{c['packets']:,} packets ({c['format']}{', gzip' if c['compressed'] else ''}, "
         f"{', '.join(c['link_types'])}), {counted(c['connections'], 'AMQP connection')}, {counted(c['frames'], 'frame')}, "
         f"{c['duration_s']:.3f} s from {html.escape(str(c['first_ts']))}.</p>",
     ]
     if c["warnings"]:
         parts.append("<p><b>Warnings:</b> " + "; ".join(html.escape(w) for w in c["warnings"]) + "</p>")
-    parts.append("<h2>Findings</h2>")
+    parts.append(_overview(cap, o, len(summary["findings"])))
+    parts.append(f"<section id='findings'><h2>Findings ({len(summary['findings'])})</h2>")
     if summary["findings"]:
         parts += [_finding(f) for f in summary["findings"]]
     else:
         parts.append("<p>No findings: nothing in this capture crossed a threshold (docs/findings.md).</p>")
-    parts.append("<h2>Connections</h2>" + _table(cap.connections))
-    methods = pd.DataFrame(list(summary["methods"].items()), columns=["method", "frames"])
-    parts.append("<h2>Methods</h2>" + _table(methods))
-    if len(cap.anomalies):
-        parts.append("<h2>Anomalies</h2><p class='note'>What was not decoded, and why.</p>" + _table(cap.anomalies))
-    for r in results:
-        parts.append(f"<h2>{html.escape(r.name)}</h2>")
-        for p in r.plots:
-            png = out / f"{p.name}.png"
-            if png.exists():
-                parts.append(f"<h3>{html.escape(p.title)}</h3>{_img(png)}")
-        for name, df in r.tables.items():
-            parts.append(f"<h3>{html.escape(name)}</h3>{_table(df)}")
+    parts.append("</section><h2>Details</h2><p class='note'>Click to open. Tables show a few rows and their key "
+                 "columns; the files beside this report hold every row and column.</p>")
+    parts += _base_tables(cap, summary, out)
+    parts += [_analyzer(cap, r, out) for r in results]
     parts.append(_redacted(summary["redacted"]))
     parts.append("</body></html>")
     path = out / "report.html"
     path.write_text("\n".join(parts), encoding="utf-8")
     return path
-

@@ -447,6 +447,9 @@ def build_summary(cap: Capture, results: list[AnalyzerResult]) -> dict[str, Any]
         summary.update(r.summary)
     findings: list[Finding] = rank([f for r in results for f in r.findings])
     summary["findings"] = [f.to_json() for f in findings]
+    from .overview import overview
+
+    summary["overview"] = overview(cap, results)
     return _jsonable(summary)
 
 

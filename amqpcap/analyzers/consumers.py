@@ -705,38 +705,92 @@ def consumers(cap: Capture) -> AnalyzerResult:
         r.setdefault("no_ack", False)
     plots = []
     if len(st):
-        plots.append(Plot("consumers-unacked-deficit", "unacked messages and deficit over time per consumer",
-                          lambda path: _plot_state(st, path)))
+        plots.append(Plot("consumers-unacked-deficit", "Consumers at their prefetch limit, and their unacked messages",
+                          lambda path: _plot_state(cap, st, path)))
     return AnalyzerResult("consumers", tables={"consumers": s, "state": st}, summary={"consumers": rows},
                           findings=_findings(cap, s), plots=plots)
 
 
-def _plot_state(st: pd.DataFrame, path) -> None:
+def _plot_state(cap: Capture, st: pd.DataFrame, path) -> None:
+    """Top: per consumer, the share of each time bin it spent at its prefetch limit (a heatmap:
+    one row per consumer, any number of them; at prefetch 1 a step plot would be a solid block).
+    Bottom: unacked messages (time-weighted mean per bin) against the prefetch: each consumer's
+    line for a few, the median and 10th-90th percentile band of all of them for many."""
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
-    t0 = st["ts"].min()
-    groups = sorted(st.groupby(CONSUMER, sort=False), key=lambda kv: -len(kv[1]))[:8]
-    for i, (key, g) in enumerate(groups):
-        label = f"s{key[0]} ch{key[1]} {str(key[3])[-10:]}"
-        x = (g["ts"] - t0).dt.total_seconds().to_numpy()
-        for ax, col in ((ax1, "unacked"), (ax2, "deficit")):
-            y = g[col].astype(float).to_numpy()
-            if len(g) <= MAX_STEPS:
-                ax.step(x, y, where="post", color=f"C{i}", lw=0.8, label=label)
-            else:  # min/max envelope per time bin: the shape of millions of steps in O(bins)
-                bins = np.linspace(x.min(), x.max() + 1e-9, TIME_BINS + 1)
-                k = np.digitize(x, bins)
-                env = pd.Series(y).groupby(k).agg(["min", "max"])
-                xs = bins[np.clip(env.index.to_numpy() - 1, 0, TIME_BINS - 1)]
-                ax.fill_between(xs, env["min"], env["max"], step="post", color=f"C{i}", alpha=0.4, label=label)
-        if g["prefetch"].iloc[-1] > 0:
-            ax1.axhline(g["prefetch"].iloc[-1], color=f"C{i}", ls=":", lw=0.8)
-    ax1.set_ylabel("unacked (msgs)")
-    ax1.set_title("unacked messages (dotted: prefetch" + (", estimated" if st["prefetch_estimated"].any() else "") + ")")
-    ax2.set_ylabel("deficit (msgs)")
-    ax2.set_title("deficit = prefetch − unacked (credit the broker has not used)")
-    ax2.set_xlabel("time since first event (s)")
-    ax1.legend(fontsize=7, loc="upper right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    from ..plotting import (MAX_NAMED, consumer_labels, nan_stats, natural_order, percent_axis, plain, plain_axis,
+                            short, time_edges, time_per_bin)
+
+    t0 = cap.summary["first_ts"]
+    edges = time_edges((cap.summary["last_ts"] - t0).total_seconds())
+    code = st.groupby(CONSUMER, sort=True, observed=True).ngroup().to_numpy()
+    keys = st[CONSUMER].drop_duplicates().sort_values(CONSUMER).reset_index(drop=True)
+    n = len(keys)
+    queues = _consumer_rows(cap).drop_duplicates(CONSUMER).set_index(CONSUMER)["queue"]
+    labels, queue = consumer_labels(cap, keys["stream"], keys["channel"],
+                                    queues.reindex(pd.MultiIndex.from_frame(keys)).to_numpy(object),
+                                    keys["consumer_tag"].astype(str).tolist())
+    start = (st["ts"] - t0).dt.total_seconds().to_numpy()
+    end = (st["until_ts"] - t0).dt.total_seconds().to_numpy()
+    covered = time_per_bin(code, start, end, edges, n)
+    limited = st["deficit"].notna().to_numpy()
+    at = time_per_bin(code[limited], start[limited], end[limited], edges, n,
+                      st["at_limit"].to_numpy(bool)[limited].astype(float))
+    has_limit = np.bincount(code[limited], minlength=n) > 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where((covered > 0) & has_limit[:, None], at / covered, np.nan)
+        overall = np.where(has_limit, at.sum(1) / covered.sum(1), np.nan)
+        unacked = np.where(covered > 0, time_per_bin(code, start, end, edges, n, st["unacked"].to_numpy(float))
+                           / covered, np.nan)
+    prefetch = st.groupby(code)["prefetch"].last().to_numpy(float)
+    named = n <= 30  # rows labelled one by one, in label order; beyond, one thin row each, worst first
+    order = (natural_order(labels) if named
+             else np.argsort(-np.nan_to_num(overall, nan=-1), kind="stable"))
+    whose = f"queue {queue}: " if queue else ""
+
+    rows_h = 0.3 * n + 0.7 if named else 4.0
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(11, rows_h + 3.4), sharex=True, layout="constrained",
+                                   gridspec_kw={"height_ratios": [rows_h, 2.6]})
+    cmap = plt.get_cmap("Reds").with_extremes(bad="#e8e8e8")
+    img = ax1.imshow(share[order], aspect="auto", interpolation="nearest", cmap=cmap, vmin=0, vmax=1,
+                     extent=(edges[0], edges[-1], n - 0.5, -0.5))
+    # the colour bar beside the heatmap alone, not taking width from it (both panels keep one x scale)
+    cb = fig.colorbar(img, cax=ax1.inset_axes([1.01, 0.0, 0.012, 1.0]))
+    percent_axis(cb.ax.yaxis)
+    cb.ax.tick_params(labelsize=7)
+    if named:
+        ax1.set_yticks(range(n), [short(labels[i], 44) + ("  (no limit)" if not has_limit[i] else f"  {overall[i]:.0%}")
+                                  for i in order], fontsize=8)
+        ax1.set_title(f"{whose}time at the prefetch limit, per consumer (the number: over its whole life; "
+                      "grey: not consuming)", fontsize=9, loc="left")
+    else:
+        ax1.set_yticks([0, n - 1], ["worst", f"{n:,}th"], fontsize=8)
+        ax1.set_ylabel(f"{n:,} consumers, one row each", fontsize=8)
+        worst = [f"{short(labels[i], 32)} {overall[i]:.0%}" for i in order[:2] if overall[i] > 0]
+        ax1.set_title(f"{whose}time at the prefetch limit, {n:,} consumers, worst first"
+                      + (f" ({'; '.join(worst)})" if worst else ": none reached its limit"), fontsize=9, loc="left")
+
+    x = edges[:-1]
+    if n <= MAX_NAMED:
+        for j, i in enumerate(order):
+            ax2.step(x, unacked[i], where="post", color=f"C{j}", lw=1.2, label=short(labels[i], 44))
+            if prefetch[i] > 0:
+                ax2.axhline(prefetch[i], color=f"C{j}", ls=":", lw=1)
+        ax2.set_title("unacked messages, mean per time bin (dotted: prefetch)", fontsize=9, loc="left")
+    else:
+        lo, med, hi = nan_stats(unacked, [10, 50, 90])
+        ax2.fill_between(x, lo, hi, step="post", color="C0", alpha=0.25, lw=0, label="10th–90th percentile")
+        ax2.step(x, med, where="post", color="C0", lw=1.2, label=f"median of {n:,} consumers")
+        limits = np.unique(prefetch[prefetch > 0])
+        for p in {float(limits[0]), float(limits[-1])} if len(limits) else ():
+            ax2.axhline(p, color="grey", ls=":", lw=1)
+        ax2.set_title("unacked messages per consumer, mean per time bin (dotted: prefetch"
+                      + (f" {plain(limits[0])} to {plain(limits[-1])}" if len(limits) > 1 else "") + ")",
+                      fontsize=9, loc="left")
+    ax2.set_ylim(0, max(float(np.nanmax(prefetch, initial=0)), float(np.nanmax(unacked, initial=0)), 1) * 1.15)
+    plain_axis(ax2.yaxis)
+    ax2.set_ylabel("messages")
+    ax2.set_xlabel("seconds since capture start")
+    ax2.legend(fontsize=7, loc="upper right")
+    ax2.set_xlim(edges[0], edges[-1])
+    fig.savefig(path, dpi=100, bbox_inches="tight")

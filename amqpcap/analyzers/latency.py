@@ -295,10 +295,10 @@ def latency(cap: Capture) -> AnalyzerResult:
     plots = []
     if len(acked) and acked["latency_s"].notna().any():
         plots.append(Plot("latency-over-time", "deliver→ack latency over time per consumer",
-                          lambda path: _plot_over_time(acked, path)))
+                          lambda path: _plot_over_time(cap, acked, path)))
     if (len(acked) and acked["latency_s"].notna().any()) or len(conf) or gaps["gap_s"].notna().any():
         plots.append(Plot("latency-cdf", "latency CDF per consumer (deliver→ack), ack→next-deliver, publish→confirm",
-                          lambda path: _plot_cdf(acked, gaps, conf, path)))
+                          lambda path: _plot_cdf(cap, acked, gaps, conf, path)))
     if len(inter):
         plots.append(Plot("interleaving-raster", "deliveries and acks over time per channel",
                           lambda path: _plot_raster(cap, path)))
@@ -526,39 +526,75 @@ def _redelivery_findings(cap: Capture, d: pd.DataFrame) -> list[Finding]:
 
 # -- plots ------------------------------------------------------------------------------------
 
-def _consumer_label(stream, channel, tag) -> str:
-    tag = str(tag)
-    return f"s{stream} ch{channel} {tag[-10:] if len(tag) > 12 else tag}"
+def _by_consumer(cap: Capture, a: pd.DataFrame):
+    """The consumers of ``a`` (deliveries): (groups of row positions, labels, common queue), in
+    label order. Deliveries of one (stream, channel, consumer tag) are one consumer."""
+    from ..plotting import consumer_labels, natural_order
+
+    code = a.groupby(["stream", "channel", "consumer_tag"], sort=True, observed=True).ngroup().to_numpy()
+    first = np.unique(code, return_index=True)[1]
+    labels, queue = consumer_labels(cap, a["stream"].to_numpy()[first], a["channel"].to_numpy()[first],
+                                    a["queue"].to_numpy(object)[first],
+                                    a["consumer_tag"].astype(object).to_numpy()[first])
+    rows = np.split(np.argsort(code, kind="stable"), np.cumsum(np.bincount(code))[:-1])
+    order = natural_order(labels)
+    return [rows[i] for i in order], [labels[i] for i in order], queue
 
 
-def _plot_over_time(acked: pd.DataFrame, path: Path) -> None:
+def _slowest(groups, values: np.ndarray, k: int) -> list[int]:
+    """Indices of the k groups with the highest median value, slowest first."""
+    med = np.array([np.nanmedian(values[g]) if len(g) else -np.inf for g in groups])
+    return np.argsort(-med, kind="stable")[:k].tolist()
+
+
+def _binned_quantiles(x: np.ndarray, y: np.ndarray, edges: np.ndarray, qs=(0.5, 0.9)) -> pd.DataFrame:
+    """Quantiles of y per time bin (rows: bins that hold values; column ``x``: the bin's middle)."""
+    b = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, len(edges) - 2)
+    q = pd.Series(y).groupby(b).quantile(list(qs)).unstack()
+    mid = (edges[:-1] + edges[1:]) / 2
+    return q.assign(x=mid[q.index.to_numpy()])
+
+
+def _plot_over_time(cap: Capture, acked: pd.DataFrame, path: Path) -> None:
+    """deliver→ack latency over time: per consumer (median line, band to p90) for a few; for many,
+    all of them pooled plus the slowest few by median, named."""
     import matplotlib.pyplot as plt
 
-    a = acked[acked["latency_s"].notna()]
-    t0 = a["ts"].min()
-    fig, ax = plt.subplots(figsize=(10, 4.5))
-    groups = list(a.groupby(["stream", "channel", "consumer_tag"], observed=True))
-    groups.sort(key=lambda kv: -len(kv[1]))
-    for i, ((stream, channel, tag), g) in enumerate(groups[:8]):
-        x = (g["ts"] - t0).dt.total_seconds().to_numpy()
-        y = g["latency_s"].to_numpy(float)
-        label = _consumer_label(stream, channel, tag)
-        if len(g) <= MAX_POINTS:
-            ax.plot(x, y, ".", ms=2, alpha=0.5, color=f"C{i}", label=label)
-        # percentile bands per time bin: O(points) to compute, O(bins) to draw
-        bins = np.linspace(x.min(), x.max() + 1e-9, min(TIME_BINS, max(2, len(g) // 5)) + 1)
-        b = pd.Series(y).groupby(np.digitize(x, bins))
-        q = b.quantile([0.5, 0.9]).unstack()
-        mid = (bins[:-1] + bins[1:]) / 2
-        xs = mid[np.clip(q.index.to_numpy() - 1, 0, len(mid) - 1)]
-        ax.plot(xs, q[0.5].to_numpy(), "-", color=f"C{i}", lw=1.2, label=None if len(g) <= MAX_POINTS else label)
-        ax.fill_between(xs, q[0.5].to_numpy(), q[0.9].to_numpy(), color=f"C{i}", alpha=0.2, lw=0)
+    from ..plotting import MAX_NAMED, WORST_NAMED, duration_unit, plain_axis, short, time_edges
+
+    a = acked[acked["latency_s"].notna()].reset_index(drop=True)
+    t0 = cap.summary["first_ts"]
+    edges = time_edges((cap.summary["last_ts"] - t0).total_seconds())
+    x = (a["ts"] - t0).dt.total_seconds().to_numpy()
+    factor, unit = duration_unit(a["latency_s"].quantile(0.99))
+    y = a["latency_s"].to_numpy(float) * factor
+    groups, labels, queue = _by_consumer(cap, a)
+    fig, ax = plt.subplots(figsize=(11, 4.2), layout="constrained")
+    if len(groups) <= MAX_NAMED:
+        named, legend_title = range(len(groups)), None
+    else:
+        named = _slowest(groups, y, WORST_NAMED)
+        legend_title = f"{len(groups):,} consumers: all pooled, and the {len(named)} slowest by median"
+        q = _binned_quantiles(x, y, edges)
+        ax.fill_between(q["x"], q[0.5], q[0.9], color="grey", alpha=0.25, lw=0)
+        ax.plot(q["x"], q[0.5], "-", color="black", lw=1.4, label=f"all {len(groups):,} consumers: median (band to p90)")
+    for j, i in enumerate(named):
+        g = groups[i]
+        if len(groups) <= MAX_NAMED and len(g) <= MAX_POINTS:
+            ax.plot(x[g], y[g], ".", ms=2, alpha=0.35, color=f"C{j}")
+        q = _binned_quantiles(x[g], y[g], edges)
+        ax.plot(q["x"], q[0.5], "-", color=f"C{j}", lw=1.2, label=short(labels[i], 50))
+        if len(groups) <= MAX_NAMED:
+            ax.fill_between(q["x"], q[0.5], q[0.9], color=f"C{j}", alpha=0.15, lw=0)
     ax.set_yscale("log")
-    ax.set_xlabel("time since first delivery (s)")
-    ax.set_ylabel("deliver→ack latency (s)")
-    ax.set_title("deliver→ack latency (line: median per time bin, band: to p90)")
-    ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
+    plain_axis(ax.yaxis, log=True)
+    ax.set_xlim(edges[0], edges[-1])
+    ax.set_xlabel("seconds since capture start")
+    ax.set_ylabel(f"deliver→ack ({unit})")
+    ax.set_title((f"queue {queue}: " if queue else "") + "deliver→ack latency (line: median per time bin, band: to p90"
+                 + (", dots: each delivery)" if len(groups) <= MAX_NAMED else ")"), fontsize=10, loc="left")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, loc="upper right", title=legend_title, title_fontsize=7)
     fig.savefig(path, dpi=100)
 
 
@@ -574,51 +610,77 @@ def _cdf(ax, values, label, **kw):
         ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post", label=f"{label} (n={len(v):,})", **kw)
 
 
-def _plot_cdf(acked, gaps, conf, path: Path) -> None:
+def _plot_cdf(cap: Capture, acked, gaps, conf, path: Path) -> None:
+    """Latency CDFs: deliver→ack per consumer (few) or pooled plus the slowest (many),
+    ack→next-deliver and publish→confirm over all channels."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    groups = sorted(acked.groupby(["stream", "channel", "consumer_tag"], observed=True), key=lambda kv: -len(kv[1]))
-    for i, ((stream, channel, tag), g) in enumerate(groups[:8]):
-        _cdf(ax, g["latency_s"], "deliver→ack " + _consumer_label(stream, channel, tag), color=f"C{i}")
-    _cdf(ax, gaps["gap_s"], "ack→next-deliver (all channels)", color="black", ls="--")
+    from ..plotting import MAX_NAMED, WORST_NAMED, duration_unit, percent_axis, plain_axis, short
+
+    a = acked[acked["latency_s"].notna()].reset_index(drop=True)
+    every = np.r_[a["latency_s"].to_numpy(float), gaps["gap_s"].to_numpy(float), conf["latency_s"].to_numpy(float)]
+    factor, unit = duration_unit(np.nanquantile(every, 0.99) if np.isfinite(every).any() else [])
+    fig, ax = plt.subplots(figsize=(11, 4.2), layout="constrained")
+    y = a["latency_s"].to_numpy(float) * factor
+    groups, labels, _ = _by_consumer(cap, a) if len(a) else ([], [], None)
+    if len(groups) <= MAX_NAMED:
+        for j, g in enumerate(groups):
+            _cdf(ax, y[g], "deliver→ack " + short(labels[j], 44), color=f"C{j}")
+    else:
+        _cdf(ax, y, f"deliver→ack, all {len(groups):,} consumers", color="C0", lw=2)
+        for j, i in enumerate(_slowest(groups, y, WORST_NAMED)):
+            _cdf(ax, y[groups[i]], f"deliver→ack {short(labels[i], 40)} (slowest #{j + 1})", color=f"C{j + 1}", lw=1)
+    _cdf(ax, gaps["gap_s"].to_numpy(float) * factor, "ack→next-deliver (all channels)", color="black", ls="--")
     if len(conf):
-        _cdf(ax, conf["latency_s"], "publish→confirm (all channels)", color="grey", ls=":")
+        _cdf(ax, conf["latency_s"].to_numpy(float) * factor, "publish→confirm (all channels)", color="grey", ls=":")
     ax.set_xscale("log")
-    ax.set_xlabel("latency (s)")
-    ax.set_ylabel("share ≤ x")
-    ax.grid(alpha=0.3)
+    plain_axis(ax.xaxis, log=True)
+    percent_axis(ax.yaxis)
+    ax.set_xlabel(f"latency ({unit}, log scale)")
+    ax.set_ylabel("share of messages ≤ x")
+    ax.set_title("latency distributions (a curve further right is slower)", fontsize=10, loc="left")
+    ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
     fig.savefig(path, dpi=100)
+
+
+#: channels drawn as rows of the interleaving raster (the busiest)
+RASTER_ROWS = 12
 
 
 def _plot_raster(cap: Capture, path: Path) -> None:
     import matplotlib.pyplot as plt
 
+    from ..names import connection_label
+    from ..plotting import natural_order, short, shown_of
+
     m = D.methods(cap)
     ev = D.pick(cap, m, D.select(m, D.DELIVER_METHODS, "s2c") | D.select(m, D.SETTLE_METHODS, "c2s"),
                 ["stream", "channel", "ts", "method"])
-    t0 = ev["ts"].min()
+    t0 = cap.summary["first_ts"]
     ev = ev.assign(t=(ev["ts"] - t0).dt.total_seconds(), is_deliver=ev["method"].isin(D.DELIVER_METHODS))
-    chans = ev.groupby(["stream", "channel"]).size().sort_values(ascending=False).index[:12]
-    fig, ax = plt.subplots(figsize=(10, 0.8 + 0.6 * len(chans)))
-    tmax = float(ev["t"].max()) or 1.0
+    per = ev.groupby(["stream", "channel"]).size()
+    chans = sorted(per.sort_values(ascending=False).index[:RASTER_ROWS])
+    names = [f"{short(connection_label(cap, s), 40)} ch{c}" for s, c in chans]
+    order = natural_order(names)
+    chans, names = [chans[i] for i in order], [names[i] for i in order]
+    fig, ax = plt.subplots(figsize=(11, 1.0 + 0.45 * len(chans)), layout="constrained")
+    tmax = (cap.summary["last_ts"] - t0).total_seconds() or 1.0
     bins = np.linspace(0, tmax, 1000 + 1)
     for row, (stream, channel) in enumerate(chans):
         g = ev[(ev["stream"] == stream) & (ev["channel"] == channel)]
-        for kind, dy, color in ((True, 0.2, "tab:blue"), (False, -0.2, "tab:orange")):
+        for kind, dy, color in ((True, -0.18, "tab:blue"), (False, 0.18, "tab:orange")):
             t = g.loc[g["is_deliver"] == kind, "t"].to_numpy()
             if len(g) <= MAX_POINTS:
-                ax.vlines(t, row + dy - 0.15, row + dy + 0.15, color=color, lw=0.5)
+                ax.vlines(t, row + dy - 0.14, row + dy + 0.14, color=color, lw=0.5)
             else:  # density per time bin: one image row instead of millions of marks
                 h, _ = np.histogram(t, bins)
-                ax.imshow(h[None, :], extent=(0, tmax, row + dy - 0.15, row + dy + 0.15), aspect="auto",
+                ax.imshow(h[None, :], extent=(0, tmax, row + dy + 0.14, row + dy - 0.14), aspect="auto",
                           cmap="Blues" if kind else "Oranges", interpolation="nearest")
-    ax.set_yticks(range(len(chans)), [f"s{s} ch{c}" for s, c in chans])
-    ax.set_ylim(-0.6, len(chans) - 0.4)
+    ax.set_yticks(range(len(chans)), names, fontsize=8)
+    ax.set_ylim(len(chans) - 0.5, -0.5)
     ax.set_xlim(0, tmax)
-    ax.set_xlabel("time (s)")
-    ax.set_title("deliveries (blue, upper) and acks (orange, lower) per channel")
-    fig.tight_layout()
+    ax.set_xlabel("seconds since capture start")
+    ax.set_title(f"deliveries (blue, upper) and acks (orange, lower): {shown_of(len(chans), len(per), 'channel')}"
+                 + (" (the busiest)" if len(chans) < len(per) else ""), fontsize=10, loc="left")
     fig.savefig(path, dpi=100)

@@ -551,27 +551,31 @@ def _plot_stalls(stalls: pd.DataFrame):
     return draw
 
 
-def _plot_small_share(d: pd.DataFrame):
+def _plot_small_share(cap: Capture, d: pd.DataFrame):
     top = d.sort_values("data_segments", ascending=False).head(20)
 
     def draw(path: Path) -> None:
         import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(9, max(3, 0.35 * len(top) + 1.5)))
-        labels = [f"stream {s} {dr}" for s, dr in zip(top["stream"], top["direction"])]
+        from ..names import connection_label
+        from ..plotting import plain_axis, short, shown_of
+
+        fig, ax = plt.subplots(figsize=(11, max(2.5, 0.3 * len(top) + 1.3)), layout="constrained")
+        labels = [f"{short(connection_label(cap, s), 44)} {dr}" for s, dr in zip(top["stream"], top["direction"])]
         y = np.arange(len(top))
         n = top["data_segments"].to_numpy()
         # Nested bars of decreasing height, so each stays visible when it equals the one behind.
         ax.barh(y, n, height=0.8, color="#cccccc", label="data segments")
         ax.barh(y, top["small_segments"].to_numpy(), height=0.55, color="#ff7f0e", label="small (< 25% of MSS)")
         ax.barh(y, top["packets_saved"].to_numpy(), height=0.3, color="#d62728", label="avoidable by coalescing")
-        ax.set_yticks(y, labels)
+        ax.set_yticks(y, labels, fontsize=8)
         ax.invert_yaxis()
+        plain_axis(ax.xaxis)
         ax.set_xlabel("segments")
-        ax.set_title("Small segments per connection direction (top 20 by segments)")
+        ax.set_title(f"Small segments per connection direction ({shown_of(len(top), len(d), 'direction')}, "
+                     "most segments first)", fontsize=10, loc="left")
         ax.legend(loc="lower right", fontsize=8)
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=100)
 
     return draw
 
@@ -595,7 +599,7 @@ def nagle(cap: Capture) -> AnalyzerResult:
             "median_stall_s": float(stalls["stall_s"].median()) if len(stalls) else None,
         }
     }
-    plots = [Plot("nagle-small-segments", "Small segments per connection direction", _plot_small_share(d))]
+    plots = [Plot("nagle-small-segments", "Small segments per connection direction", _plot_small_share(cap, d))]
     if len(stalls):
         plots.append(Plot("nagle-stalls", "Nagle / delayed-ACK stalls", _plot_stalls(stalls)))
     return AnalyzerResult("nagle", tables={"directions": d.drop(columns=["broker_port"]), "stalls": stalls},

@@ -427,7 +427,13 @@ def _plot_segment_sizes(ts: pd.Series, is_data: np.ndarray, size: np.ndarray, s2
             ax.grid(alpha=0.3)
         axes[1].set_xlabel("time since capture start (s)")
         if mesh is not None:
-            fig.colorbar(mesh, ax=axes, label="segments per cell")
+            from ..plotting import log_colorbar
+
+            log_colorbar(fig, mesh, axes, "segments per cell")
+        from ..plotting import plain_axis
+
+        for ax in axes:
+            plain_axis(ax.yaxis, log=True)
         fig.suptitle("TCP segment sizes over time")
         fig.savefig(path, dpi=110)
 

@@ -82,7 +82,7 @@ CAPTURE_GAPS_CRITICAL_SHARE = 0.10
 
 #: Plots: connections/directions drawn in the window plot, rows in the timeline, and the number
 #: of time bins a long series is aggregated into (so millions of packets draw in seconds).
-PLOT_MAX_DIRECTIONS = 6
+PLOT_MAX_DIRECTIONS = 12
 PLOT_MAX_TIMELINE_ROWS = 40
 PLOT_BINS = 2000
 
@@ -633,10 +633,13 @@ def stalls(cap: Capture) -> AnalyzerResult:
                             _broker_flow_control(cap, pk, sides, stalls_tbl),
                             _publisher_blocked(blocked, fr, t0, cap),
                             _capture_gaps(gaps, cap, stalls_tbl)) if x is not None]
-    plots = [
-        Plot("stalls-window", "Peer window and bytes in flight", lambda path: _plot_window(path, pk, tcp, stalls_tbl, t0)),
-        Plot("stalls-timeline", "Stalls by cause", lambda path: _plot_timeline(path, stalls_tbl, t0)),
-    ]
+    plots = []  # only plots with something to show: held-back windows, stalls other than idle
+    if len(_window_directions(tcp, stalls_tbl)):
+        plots.append(Plot("stalls-window", "Receiver windows that held senders back",
+                          lambda path: _plot_window(path, cap, pk, tcp, stalls_tbl, t0)))
+    if (stalls_tbl["cause"] != "idle").any():
+        plots.append(Plot("stalls-timeline", "Stalls by cause",
+                          lambda path: _plot_timeline(path, cap, stalls_tbl, t0)))
     return AnalyzerResult("stalls", tables={"stalls": stalls_tbl, "tcp": tcp}, summary=summary, findings=findings,
                           plots=plots)
 
@@ -975,61 +978,102 @@ def _stream_rows(pk: dict, stream: int) -> pd.DataFrame:
     return out
 
 
-def _plot_window(path: Path, pk: dict, tcp: pd.DataFrame, stalls_tbl: pd.DataFrame, t0) -> None:
-    import matplotlib.pyplot as plt
-
-    # The directions worth looking at: those with window stalls first, then the fullest windows.
-    cand = tcp.dropna(subset=["bytes_in_flight_max"]).copy()
+def _window_directions(tcp: pd.DataFrame, stalls_tbl: pd.DataFrame) -> pd.DataFrame:
+    """The directions the window plot shows: those the receiver's window held back (window-full
+    segments, a zero window from the peer, or a receiver-window stall), at most
+    PLOT_MAX_DIRECTIONS of them, the most held back first. Others would be near-empty panels:
+    a window far above what was ever in flight."""
+    t = tcp.dropna(subset=["bytes_in_flight_max"])
+    if t.empty:
+        return t.assign(rw=pd.Series(dtype=np.int64), peer_zero=pd.Series(dtype=np.int64))
     rw = stalls_tbl[stalls_tbl["cause"] == "receiver-window"].groupby(["stream", "direction"], observed=True).size()
-    cand["rw"] = [rw.get((s, d), 0) for s, d in zip(cand["stream"], cand["direction"])]
-    cand = cand.sort_values(["rw", "window_full_segments", "bytes_in_flight_max"], ascending=False)
-    cand = cand.head(PLOT_MAX_DIRECTIONS)
-    n = max(len(cand), 1)
-    fig, axes = plt.subplots(n, 1, figsize=(11, 2.6 * n + 0.6), squeeze=False, sharex=True)
-    if cand.empty:
-        axes[0, 0].text(0.5, 0.5, "no data segments", ha="center", va="center")
-    for ax, (_, r) in zip(axes[:, 0], cand.iterrows()):
+    key = list(zip(t["stream"], t["direction"].astype(str)))
+    rw = np.array([int(rw.get(k, 0)) for k in key], dtype=np.int64)  # one lookup per direction
+    zw = tcp.set_index(["stream", tcp["direction"].astype(str)])["zero_window_ads"]
+    peer_zero = zw.reindex([(s, "s2c" if d == "c2s" else "c2s") for s, d in key]).fillna(0).to_numpy(np.int64)
+    t = t.assign(rw=rw, peer_zero=peer_zero)
+    held = (t["window_full_segments"] > 0) | (t["peer_zero"] > 0) | (t["rw"] > 0)
+    return t[held].sort_values(["rw", "peer_zero", "window_full_segments"], ascending=False)
+
+
+def _plot_window(path: Path, cap: Capture, pk: dict, tcp: pd.DataFrame, stalls_tbl: pd.DataFrame, t0) -> None:
+    """Small multiples, one per held-back direction in connection-label order: the peer's
+    advertised window and the bytes in flight (KiB), stalls other than idle shaded by cause."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    from ..names import connection_label
+    from ..plotting import natural_order, plain_axis, short, shown_of
+
+    held = _window_directions(tcp, stalls_tbl)
+    cand = held.head(PLOT_MAX_DIRECTIONS)
+    names = [f"{short(connection_label(cap, s), 50)} {d}" for s, d in zip(cand["stream"], cand["direction"].astype(str))]
+    order = natural_order(names)
+    off = (t0 - cap.summary["first_ts"]).total_seconds()  # pk's times count from t0
+    n = len(cand)
+    fig, axes = plt.subplots(n, 1, figsize=(11, 1.7 * n + 0.9), squeeze=False, sharex=True, layout="constrained")
+    causes = set()
+    for ax, i in zip(axes[:, 0], order):
+        r = cand.iloc[i]
         D = 0 if r["direction"] == "c2s" else 1
         s = _stream_rows(pk, int(r["stream"]))
         w = s[f"peer_win{D}"].notna()
         tw, yw = _binned(s["t"].to_numpy()[w], s[f"peer_win{D}"].to_numpy()[w], "min")
-        ax.step(tw, yw, where="post", color="#2ca02c", lw=1, label="peer's advertised window (min per bin)")
+        ax.step(tw + off, yw / 1024, where="post", color="#2ca02c", lw=1, label="receiver's window")
         m = (s["d"] == D) & s["data"]
         ti, yi = _binned(s["t"].to_numpy()[m], s[f"inflight{D}"].to_numpy()[m], "max")
-        ax.plot(ti, yi, ".", ms=2, color="#d62728", label="bytes in flight (max per bin)")
-        for _, x in stalls_tbl[(stalls_tbl["stream"] == r["stream"]) & (stalls_tbl["direction"] == r["direction"])].iterrows():
-            ax.axvspan((x["start_ts"] - t0).total_seconds(), (x["end_ts"] - t0).total_seconds(),
-                       color=CAUSE_COLORS[x["cause"]], alpha=0.2, lw=0)
-        ax.set_ylabel("bytes")
-        peer = tcp[(tcp["stream"] == r["stream"]) & (tcp["direction"] != r["direction"])]["zero_window_ads"].sum()
-        ax.set_title(f"tcp.stream eq {r['stream']} {r['direction']}: {int(r['window_full_segments'])} window-full "
-                     f"segments, peer advertised a zero window {int(peer)} times", fontsize=9, loc="left")
-        ax.legend(fontsize=7, loc="upper right")
-    axes[-1, 0].set_xlabel("seconds since capture start (shaded: stalls, coloured by cause)")
-    fig.tight_layout()
+        ax.plot(ti + off, yi / 1024, ".", ms=2.5, color="#d62728", label="bytes in flight")
+        mine = stalls_tbl[(stalls_tbl["stream"] == r["stream"]) & (stalls_tbl["direction"] == r["direction"])
+                          & (stalls_tbl["cause"] != "idle")]
+        for a, b, c in zip((mine["start_ts"] - cap.summary["first_ts"]).dt.total_seconds(),
+                           (mine["end_ts"] - cap.summary["first_ts"]).dt.total_seconds(), mine["cause"].astype(str)):
+            ax.axvspan(a, b, color=CAUSE_COLORS[c], alpha=0.2, lw=0)
+            causes.add(c)
+        ax.set_ylim(bottom=0)
+        plain_axis(ax.yaxis)
+        ax.set_ylabel("KiB", fontsize=8)
+        ax.set_title(f"{names[i]}: {int(r['window_full_segments'])} window-full segments, receiver advertised a "
+                     f"zero window {int(r['peer_zero'])} times", fontsize=9, loc="left")
+    handles = axes[0, 0].get_legend_handles_labels()[0]
+    handles += [Patch(color=CAUSE_COLORS[c], alpha=0.3, label=f"stall: {c}") for c in CAUSES if c in causes]
+    axes[0, 0].legend(handles=handles, fontsize=7, loc="upper right", ncols=2)
+    axes[-1, 0].set_xlabel("seconds since capture start (min window and max in flight per time bin)")
+    fig.suptitle(f"Receiver windows that held the sender back: {shown_of(n, len(held), 'connection direction')}",
+                 fontsize=10, x=0.01, ha="left")
     fig.savefig(path, dpi=100)
 
 
-def _plot_timeline(path: Path, stalls_tbl: pd.DataFrame, t0) -> None:
+def _plot_timeline(path: Path, cap: Capture, stalls_tbl: pd.DataFrame, t0) -> None:
+    """One row per connection direction with a stall, in connection-label order; idle stalls
+    (nothing to send) in light grey so the causes that held traffic back stand out."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    st = stalls_tbl.assign(row=stalls_tbl["stream"].astype(str) + " " + stalls_tbl["direction"].astype(str))
-    rows = st.groupby("row")["duration_s"].sum().nlargest(PLOT_MAX_TIMELINE_ROWS).index.tolist()
-    rows = sorted(rows, key=lambda x: (int(x.split()[0]), x))
-    fig, ax = plt.subplots(figsize=(11, 1.2 + 0.3 * max(len(rows), 1)))
-    st = st[st["row"].isin(rows)]
-    y = st["row"].map({r: i for i, r in enumerate(rows)}).to_numpy()
-    start = (st["start_ts"] - t0).dt.total_seconds().to_numpy()
-    ax.barh(y, st["duration_s"].to_numpy(), left=start, height=0.7,
-            color=[CAUSE_COLORS[c] for c in st["cause"].astype(str)])
-    ax.set_yticks(range(len(rows)), [f"stream {r}" for r in rows], fontsize=8)
-    ax.invert_yaxis()
+    from ..names import connection_label
+    from ..plotting import natural_order, short, shown_of
+
+    colors = {**CAUSE_COLORS, "idle": "#dddddd"}
+    st = stalls_tbl.assign(key=stalls_tbl["stream"].astype(np.int64) * 2 + (stalls_tbl["direction"] == "s2c"))
+    busy = st[st["cause"] != "idle"].groupby("key")["duration_s"].sum()
+    every = st.groupby("key")["duration_s"].sum()
+    # the rows with stalls that held traffic back first, then the longest idle ones
+    keys = pd.concat([busy.nlargest(PLOT_MAX_TIMELINE_ROWS),
+                      every.drop(busy.index).nlargest(PLOT_MAX_TIMELINE_ROWS)]).index[:PLOT_MAX_TIMELINE_ROWS]
+    names = [f"{short(connection_label(cap, k // 2), 44)} {'s2c' if k % 2 else 'c2s'}" for k in keys]
+    order = natural_order(names)
+    rows = {int(keys[i]): row for row, i in enumerate(order)}
+    fig, ax = plt.subplots(figsize=(11, 1.3 + 0.28 * max(len(rows), 1)), layout="constrained")
+    st = st[st["key"].isin(list(rows))]
+    start = (st["start_ts"] - cap.summary["first_ts"]).dt.total_seconds().to_numpy()
+    ax.barh(st["key"].map(rows).to_numpy(), st["duration_s"].to_numpy(), left=start, height=0.7,
+            color=[colors[c] for c in st["cause"].astype(str)])
+    ax.set_yticks(range(len(rows)), [names[i] for i in order], fontsize=8)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xlim(0, (cap.summary["last_ts"] - cap.summary["first_ts"]).total_seconds())
     ax.set_xlabel("seconds since capture start")
-    ax.set_title(f"{len(stalls_tbl)} stalls" + ("" if len(rows) == st["row"].nunique() else ""), loc="left",
-                 fontsize=10)
-    used = [c for c in CAUSES if (stalls_tbl["cause"] == c).any()] or list(CAUSES)
-    ax.legend(handles=[Patch(color=CAUSE_COLORS[c], label=c) for c in used], fontsize=7, loc="upper left",
+    ax.set_title(f"{len(stalls_tbl):,} stalls on {shown_of(len(rows), len(every), 'connection direction')}, "
+                 "coloured by cause (grey: idle, nothing to send)", loc="left", fontsize=10)
+    used = [c for c in CAUSES if (st["cause"] == c).any()]
+    ax.legend(handles=[Patch(color=colors[c], label=c) for c in used], fontsize=7, loc="upper left",
               bbox_to_anchor=(1.0, 1.0))
-    fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -1,0 +1,317 @@
+"""What happened, in the numbers an operator reads first: how long, who published and who
+consumed, messages per second per queue and per consumer, whether a queue grew, and the verdict.
+
+`overview(cap, results)` is the top of report.html and ``overview`` in summary.json
+(docs/summary.md). Rates are counts divided by the capture's duration (one window for every
+rate, so a queue's publish, deliver and ack rates compare directly and consumers' rates add
+up to their queue's).
+
+Publishes name an exchange and a routing key, not a queue. A publish is counted for a queue
+only where the capture shows the route (AMQP 0-9-1 §3.1.3):
+
+- the default exchange ``""`` routes to the queue named by the routing key; a routing key
+  ``amq.rabbitmq.reply-to.…`` is RabbitMQ's direct reply-to, delivered to the consumer of
+  the pseudo-queue ``amq.rabbitmq.reply-to`` (it holds no messages: no growth for it);
+- a ``queue.bind`` in the capture (exchange, binding key without the topic wildcards ``*`` and
+  ``#``, queue) routes publishes with that routing key, when the exchange is direct, topic or
+  fanout (the capture does not show exchange types; a headers exchange ignores the key).
+
+Every other publish stays under its exchange and routing key (``publishes``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .analysis import AnalyzerResult, rank
+from .analyzers import _deliveries as D
+from .capture import Capture
+from .names import connection_roles, consumer_label
+from .wording import counted
+
+#: rows of the per queue, per publish destination and per consumer lists (the busiest)
+MAX_ROWS = 10
+REPLY_TO = "amq.rabbitmq.reply-to"
+ROLES = ("publisher", "consumer", "both", "idle")
+
+
+def overview(cap: Capture, results: list[AnalyzerResult]) -> dict[str, Any]:
+    """JSON-ready overview of the capture (see the module doc and docs/summary.md)."""
+    s = cap.summary
+    duration = (s["last_ts"] - s["first_ts"]).total_seconds() if s["first_ts"] is not None else 0.0
+    rate = _rate(duration)
+    d = D.deliveries(cap)
+    pubs = _publishes(cap)
+    routed = _routed(pubs, _routes(cap))
+    acked = d["settle_method"].eq("basic.ack").to_numpy(bool, na_value=False)
+    roles = connection_roles(cap).value_counts()
+    out: dict[str, Any] = {
+        "duration_s": duration,
+        "connections": {"total": int(len(cap.connections)), **{r: int(roles.get(r, 0)) for r in ROLES}},
+        "published": int(pubs["published"].sum()), "published_msgs_s": rate(pubs["published"].sum()),
+        "delivered": int(len(d)), "delivered_msgs_s": rate(len(d)),
+        "acked": int(acked.sum()), "acked_msgs_s": rate(acked.sum()),
+        "no_ack_delivered": int(d["no_ack"].to_numpy(bool, na_value=False).sum()),
+        "queues": _queues(d, acked, routed, _held_back(cap), _lossy(cap), rate),
+        "connections_with_lost_bytes": int(len(_lossy(cap))),
+    }
+    out["publish_destinations"], out["publishes"] = _destinations(pubs, routed, rate)
+    out["consumers_total"], out["consumers"] = _consumers(cap, d, acked, results, rate)
+    out["verdict"] = _verdict(results, out)
+    out["story"] = story(out)
+    return out
+
+
+def _rate(duration: float):
+    return lambda n: float(n) / duration if duration > 0 else None
+
+
+def _publishes(cap: Capture) -> pd.DataFrame:
+    """basic.publish per (stream, exchange, routing key): published, and returned (basic.return:
+    the broker could not route a mandatory publish)."""
+    f = cap.frames
+    cols = ["stream", "exchange", "routing_key"]
+
+    def count(method: str, direction: str, name: str) -> pd.Series:
+        rows = f.loc[(f["method"] == method).to_numpy(bool) & (f["direction"] == direction).to_numpy(bool), cols]
+        rows = rows.astype({"exchange": object, "routing_key": object}).fillna("")  # missing: the default exchange
+        return rows.groupby(cols).size().rename(name)
+
+    pub, ret = count("basic.publish", "c2s", "published"), count("basic.return", "s2c", "returned")
+    out = pd.concat([pub, ret.reindex(pub.index, fill_value=0)], axis=1).reset_index()
+    return out.astype({"stream": np.int64, "published": np.int64, "returned": np.int64})
+
+
+def _lossy(cap: Capture) -> np.ndarray:
+    """Streams with bytes missing from the capture (gaps, truncation): their counts are lower bounds."""
+    c = cap.connections
+    return c.loc[c["bytes_missing"].to_numpy() > 0, "stream"].to_numpy(np.int64)
+
+
+def _held_back(cap: Capture) -> np.ndarray:
+    """Streams whose publishes the broker may not have read by the end of the capture: it
+    advertised a zero window to the client (Wireshark's tcp.analysis.zero_window: window 0 on a
+    segment without SYN, FIN or RST) or sent connection.blocked. Bytes TCP delivered wait in the
+    broker's socket buffer until it reads them, so they are not in a queue yet."""
+    p, f = cap.packets, cap.frames
+    zero = ((p["direction"] == "s2c").to_numpy(bool) & (p["window"].to_numpy() == 0)
+            & ((p["flags"].to_numpy() & 0x07) == 0))
+    blocked = (f["method"] == "connection.blocked").to_numpy(bool)
+    return np.union1d(p["stream"].to_numpy()[zero], f["stream"].to_numpy()[blocked])
+
+
+def _routes(cap: Capture) -> pd.DataFrame:
+    """(exchange, routing key, queue, routed_by) for the binds the capture shows (see module doc),
+    less any unbound in it; the default exchange and direct reply-to are added per publish."""
+    f = cap.frames
+    cols = ["exchange", "routing_key", "queue"]
+
+    def rows(method: str) -> pd.DataFrame:
+        return f.loc[(f["method"] == method).to_numpy(bool), cols].astype(object).dropna()
+
+    b, u = rows("queue.bind"), rows("queue.unbind")
+    b = b[~b["routing_key"].str.contains(r"[*#]", regex=True)].drop_duplicates()
+    b = b.merge(u.drop_duplicates(), how="left", indicator=True)
+    return b[b["_merge"] == "left_only"][cols].assign(routed_by="queue.bind")
+
+
+def _routed(pubs: pd.DataFrame, binds: pd.DataFrame) -> pd.DataFrame:
+    """Every (publish destination, queue) pair the capture justifies: published, returned."""
+    default = pubs[pubs["exchange"] == ""]
+    reply = default["routing_key"].str.startswith(REPLY_TO + ".")
+    by_name = default.assign(queue=default["routing_key"].where(~reply, REPLY_TO),
+                             routed_by=np.where(reply, "direct reply-to", "default exchange"))
+    bound = pubs.merge(binds, on=["exchange", "routing_key"])  # each publish stream × each bound queue
+    return pd.concat([by_name, bound], ignore_index=True)
+
+
+def _queues(d: pd.DataFrame, acked: np.ndarray, routed: pd.DataFrame, held: np.ndarray, lossy: np.ndarray,
+            rate) -> list[dict[str, Any]]:
+    """Per queue: publishes routed to it, deliveries and acks from it, and its growth."""
+    q = d["queue"].astype(object)
+    known = q.notna().to_numpy()
+    requeued = d["settle_requeue"].to_numpy(bool, na_value=False)
+    out = pd.DataFrame({"delivered": q[known].value_counts(),
+                        "acked": q[known & acked].value_counts(),
+                        "requeued": q[known & requeued].value_counts(),
+                        "lossy_out": q[known & d["stream"].isin(lossy).to_numpy()].value_counts()})
+    into = routed.assign(n=routed["published"] - routed["returned"], held=routed["stream"].isin(held),
+                         lossy_in=routed["stream"].isin(lossy)).groupby("queue")
+    out = out.join(pd.DataFrame({"published": into["n"].sum(), "held": into["held"].sum(),
+                                 "lossy_in": into["lossy_in"].sum()}), how="outer")
+    out = out.fillna(0).astype(np.int64)
+    out["routed_by"] = into["routed_by"].agg(lambda x: " and ".join(sorted(set(x))))  # per queue: few
+    out = out.sort_values(["published", "delivered"], ascending=False, kind="stable")
+    unattributed = int((~known).sum())
+    rows = []
+    for name, r in out.head(MAX_ROWS).iterrows():  # at most MAX_ROWS queues
+        growth, basis = _growth(str(name), r, unattributed)
+        rows.append({"queue": str(name), "published": int(r["published"]), "published_msgs_s": rate(r["published"]),
+                     "routed_by": r["routed_by"] if isinstance(r["routed_by"], str) else None,
+                     "delivered": int(r["delivered"]), "delivered_msgs_s": rate(r["delivered"]),
+                     "acked": int(r["acked"]), "acked_msgs_s": rate(r["acked"]),
+                     "growth_msgs": growth, "growth_basis": basis})
+    return rows
+
+
+def _growth(queue: str, r: pd.Series, unattributed: int) -> tuple[int | None, str]:
+    """A queue's growth over the capture (published into it − delivered + requeued), stated only
+    when the capture shows its publishers and every delivery's queue."""
+    if queue == REPLY_TO:
+        return None, "direct reply-to holds no messages"
+    if r["published"] == 0:
+        return None, "no publish routed to this queue is in the capture"
+    if r["lossy_in"] or r["lossy_out"]:
+        return None, ("the capture lost bytes of a connection publishing to or consuming from this queue: its "
+                      "publishes or deliveries there are not all counted")
+    if r["held"]:
+        return None, ("the broker held back reading this queue's publishers (zero window or connection.blocked): "
+                      "publishes it had not read yet at the end of the capture were not in the queue")
+    if unattributed:
+        return None, f"{unattributed:,} deliveries from queues the capture does not name (their basic.consume is not in it)"
+    return int(r["published"] - r["delivered"] + r["requeued"]), (
+        "published into the queue (" + str(r["routed_by"]) + ") minus delivered from it, requeued added back: "
+        "at least this much if no consumer outside this capture took messages from it and none expired or "
+        "overflowed")
+
+
+def _destinations(pubs: pd.DataFrame, routed: pd.DataFrame, rate) -> tuple[int, list[dict[str, Any]]]:
+    """(how many, the busiest): publish destinations (exchange, routing key) and the queues they reach."""
+    key = ["exchange", "routing_key"]
+    queues = routed.groupby(key)["queue"].agg(lambda x: sorted(set(x)))  # per destination routed: few
+    per = pubs.groupby(key, as_index=False)[["published", "returned"]].sum()
+    top = per.sort_values("published", ascending=False, kind="stable").head(MAX_ROWS)
+    return int(len(per)), [
+        {"exchange": e, "routing_key": k, "published": int(n), "published_msgs_s": rate(n), "returned": int(ret),
+         "queues": queues.get((e, k), [])}
+        for e, k, n, ret in top[key + ["published", "returned"]].itertuples(index=False)]
+
+
+def _consumers(cap: Capture, d: pd.DataFrame, acked: np.ndarray, results: list[AnalyzerResult],
+               rate) -> tuple[int, list[dict[str, Any]]]:
+    """(consumers in all, the busiest MAX_ROWS): deliveries/s, acks/s and prefetch each, named as
+    names.consumer_label names them. A consumer is (stream, channel, consumer tag); basic.get
+    deliveries count as one consumer per channel."""
+    key = ["stream", "channel", "consumer_tag"]
+    g = d.assign(acked=acked, consumer_tag=d["consumer_tag"].astype(object)).groupby(key, sort=False)
+    c = g.agg(delivered=("acked", "size"), acked=("acked", "sum"), no_ack=("no_ack", "any"),
+              queue=("queue", "first")).reset_index()
+    c = c.merge(_prefetch(results), on=key, how="left").sort_values(["delivered", "stream"], ascending=[False, True])
+    rows = [{"consumer": consumer_label(cap, s, q, t), "stream": int(s), "channel": int(ch), "consumer_tag": t, "queue": q,
+             "delivered": int(n), "delivered_msgs_s": rate(n), "acked": int(a), "acked_msgs_s": rate(a),
+             "no_ack": bool(na), "prefetch": None if na or pd.isna(p) else int(p)}
+            for s, ch, t, n, a, na, q, p in c[key + ["delivered", "acked", "no_ack", "queue", "prefetch"]]
+            .head(MAX_ROWS).itertuples(index=False)]  # at most MAX_ROWS consumers
+    return int(len(c)), rows
+
+
+def _prefetch(results: list[AnalyzerResult]) -> pd.DataFrame:
+    """Each consumer's prefetch as the consumers analyzer found it (one source of truth)."""
+    key = ["stream", "channel", "consumer_tag"]
+    for r in results:
+        t = r.tables.get("consumers") if r.name == "consumers" else None
+        if t is not None and set(key + ["prefetch"]) <= set(t.columns):
+            t = t[key + ["prefetch"]].astype({"consumer_tag": object})
+            return t.drop_duplicates(key, keep="last")
+    return pd.DataFrame({"stream": pd.Series(dtype=np.int64), "channel": pd.Series(dtype=np.int64),
+                         "consumer_tag": pd.Series(dtype=object), "prefetch": pd.Series(dtype="Int64")})
+
+
+def _verdict(results: list[AnalyzerResult], o: dict[str, Any]) -> dict[str, Any]:
+    """The worst finding's title, or "no problem found" with the capture's main numbers."""
+    findings = rank([f for r in results for f in r.findings])
+    if findings:
+        w = findings[0]
+        return {"severity": w.severity, "finding": w.id, "findings": len(findings), "text": w.title}
+    return {"severity": None, "finding": None, "findings": 0,
+            "text": f"no problem found: {o['connections']['total']:,} connections, "
+                    f"{_num(o['published_msgs_s'])} msgs/s published, {_num(o['delivered_msgs_s'])} delivered"}
+
+
+def _num(v: float | None) -> str:
+    """A rate for a sentence: 193, 12.5, 0.33."""
+    if v is None:
+        return "n/a"
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
+def story(o: dict[str, Any]) -> str:
+    """The overview in a few sentences (report.html's first paragraph)."""
+    c = o["connections"]
+    who = ", ".join(f"{c[r]:,} {r if r != 'both' else 'publishing and consuming'}" for r in ROLES if c[r])
+    dur = f"{o['duration_s']:.1f} s" if o["duration_s"] >= 1 else f"{o['duration_s'] * 1e3:.0f} ms"
+    text = [f"{dur}, {c['total']:,} connection{'s' if c['total'] != 1 else ''}"
+            + (f" ({who})" if who else "") + "."]
+    if o["published"] or o["delivered"]:
+        text.append(f"Publishers sent {_num(o['published_msgs_s'])} msg/s ({o['published']:,} messages); "
+                    f"consumers were delivered {_num(o['delivered_msgs_s'])} msg/s ({o['delivered']:,}) and acked "
+                    f"{_num(o['acked_msgs_s'])} msg/s"
+                    + (f" ({o['no_ack_delivered']:,} deliveries were no-ack)." if o["no_ack_delivered"] else "."))
+    if o["connections_with_lost_bytes"]:
+        text.append(f"The capture lost bytes of {counted(o['connections_with_lost_bytes'], 'connection')}: "
+                    "their counts here are lower bounds.")
+    for q in o["queues"][:3]:
+        if q["growth_msgs"] is not None and q["growth_msgs"] > 0:
+            text.append(f"Queue {q['queue']} took in {_num(q['published_msgs_s'])} msg/s and gave out "
+                        f"{_num(q['delivered_msgs_s'])} msg/s: it grew by at least {q['growth_msgs']:,} messages.")
+    return " ".join(text)
+
+
+def rates_png(cap: Capture) -> bytes | None:
+    """A small plot for the top of the report: messages published, delivered and acked per second
+    over the capture (per time bin), and published minus delivered so far (what went in and has
+    not come out: a queue growing shows as a rising line). None without publishes or deliveries."""
+    from .plotting import plain_axis, time_edges
+
+    f, s = cap.frames, cap.summary
+    t0 = s["first_ts"]
+    if t0 is None or not len(f):  # no packets, or no AMQP frame
+        return None
+    edges = time_edges((s["last_ts"] - t0).total_seconds())
+    width = edges[1] - edges[0]
+    t = (f["ts"] - t0).dt.total_seconds().to_numpy()
+    d = D.deliveries(cap)
+    kinds = {"published": (f["method"] == "basic.publish").to_numpy(bool) & (f["direction"] == "c2s").to_numpy(bool),
+             "delivered": (f["method"].isin(D.DELIVER_METHODS)).to_numpy(bool) & (f["direction"] == "s2c").to_numpy(bool)}
+    counts = {k: np.histogram(t[m], edges)[0] for k, m in kinds.items()}
+    acked = d["settle_method"].eq("basic.ack").to_numpy(bool, na_value=False)
+    counts["acked"] = np.histogram((d.loc[acked, "settle_ts"] - t0).dt.total_seconds().to_numpy(), edges)[0]
+    if not (counts["published"].any() or counts["delivered"].any()):
+        return None
+    import io
+
+    from .report import _matplotlib  # (the Agg backend, set once)
+
+    plt = _matplotlib()
+    fig, ax = plt.subplots(figsize=(11, 2.6), layout="constrained")
+    for (k, n), color in zip(counts.items(), ("C0", "C1", "C2")):
+        ax.step(edges[:-1], n / width, where="post", color=color, lw=1.2, label=f"{k} msg/s")
+    plain_axis(ax.yaxis)
+    ax.set_ylabel("msg/s")
+    ax.set_xlabel(f"seconds since capture start ({width * 1e3:.0f} ms bins)")
+    ax.set_xlim(edges[0], edges[-1])
+    ax.grid(alpha=0.3)
+    gap = ax.twinx()
+    gap.plot(edges[1:], np.cumsum(counts["published"] - counts["delivered"]), color="black", ls="--", lw=1.2,
+             label="published − delivered so far (msgs)")
+    gap.set_ylabel("msgs", fontsize=8)
+    plain_axis(gap.yaxis)
+    lines = ax.get_legend_handles_labels()[0] + gap.get_legend_handles_labels()[0]
+    ax.legend(handles=lines, fontsize=8, loc="upper left", ncols=4)
+    # a start-up burst (a publisher flushing what it queued while connecting) would squash the
+    # steady rates into the axis: the scale follows the 95th percentile of the busy bins, the
+    # burst is cut and its peak written
+    rates = np.concatenate([n / width for n in counts.values()])
+    steady = np.percentile(rates[rates > 0], 95) * 1.6 if (rates > 0).any() else 1.0
+    top = rates.max() if rates.max() <= steady * 1.5 else steady
+    if top < rates.max():
+        ax.annotate(f"peak {rates.max():,.0f} msg/s (cut)", (edges[np.argmax(np.max([n for n in counts.values()], 0))], top),
+                    xytext=(4, -10), textcoords="offset points", fontsize=7, color="dimgrey")
+    ax.set_ylim(0, max(top, 1.0) * 1.3)  # room for the legend
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return buf.getvalue()
