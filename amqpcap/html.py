@@ -22,6 +22,7 @@ from .capture import Capture
 from .names import connection_names, connection_roles
 from .overview import rates_png
 from .plotting import consumer_labels
+from .report import iso_utc
 from .wording import counted
 
 #: rows of a table shown in the page (all of them are in the file beside it)
@@ -134,8 +135,8 @@ def _value(v: Any, key: str = "") -> str:
         return f"{int(v):,}"
     if isinstance(v, (float, np.floating)):
         return _num(float(v))
-    if isinstance(v, pd.Timestamp):
-        return v.tz_convert("UTC").strftime("%H:%M:%S.%f") if v.tzinfo else v.strftime("%H:%M:%S.%f")
+    if isinstance(v, pd.Timestamp):  # the one format of every output (ISO 8601 UTC, Z)
+        return iso_utc(v)
     if isinstance(v, (list, tuple)):
         return ", ".join(_value(x) for x in v)
     if isinstance(v, dict):
@@ -384,7 +385,7 @@ def write_report(cap: Capture, results: list[AnalyzerResult], summary: dict[str,
         f"<h1>amqpcap report: {name}</h1>",
         f"<p class='meta'>{c['packets']:,} packets ({c['format']}{', gzip' if c['compressed'] else ''}, "
         f"{', '.join(c['link_types'])}), {counted(c['connections'], 'AMQP connection')}, {counted(c['frames'], 'frame')}, "
-        f"{c['duration_s']:.3f} s from {html.escape(str(c['first_ts']))}.</p>",
+        f"{c['duration_s']:.3f} s from {html.escape(iso_utc(c['first_ts']) if c['first_ts'] else '')}.</p>",
     ]
     if c["warnings"]:
         parts.append("<p><b>Warnings:</b> " + "; ".join(html.escape(w) for w in c["warnings"]) + "</p>")
