@@ -357,13 +357,10 @@ def _base_tables(cap: Capture, summary: dict[str, Any], out: Path) -> list[str]:
                       f"{len(conns):,}: who they are, role, packets")]
     methods = pd.DataFrame(list(summary["methods"].items()), columns=["method", "frames"])
     parts.append(_details("Methods", _html_table(methods), f"{len(methods):,} kinds of method frame"))
-    links = [x for x in (_file_link(out, s) for s in ("frames", "packets")) if x]
     if len(cap.anomalies):
         parts.append(_details("Anomalies", "<p class='note'>What was not decoded, and why.</p>"
                               + _table(cap, "anomalies", cap.anomalies, _file_link(out, "anomalies")),
                               f"{len(cap.anomalies):,}"))
-    if links:
-        parts.append(f"<p class='note'>Every frame and packet: {', '.join(links)}.</p>")
     return parts
 
 
@@ -395,8 +392,10 @@ def write_report(cap: Capture, results: list[AnalyzerResult], summary: dict[str,
         parts += [_finding(f) for f in summary["findings"]]
     else:
         parts.append("<p>No findings: nothing in this capture crossed a threshold (docs/findings.md).</p>")
+    links = [x for x in (_file_link(out, s) for s in ("frames", "packets")) if x]
     parts.append("</section><h2>Details</h2><p class='note'>Click to open. Tables show a few rows and their key "
-                 "columns; the files beside this report hold every row and column.</p>")
+                 "columns; the files beside this report hold every row and column"
+                 + (f" (every frame and packet: {', '.join(links)})" if links else "") + ".</p>")
     parts += _base_tables(cap, summary, out)
     parts += [_analyzer(cap, r, out) for r in results]
     parts.append(_redacted(summary["redacted"]))

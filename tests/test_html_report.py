@@ -109,6 +109,9 @@ def test_tables_show_a_few_rows_and_key_columns_with_a_link_to_the_file(sample_r
     for csv in out.glob("*-*.csv"):
         if len(csv.read_text().splitlines()) > 1:
             assert f'href="{csv.name}"' in text, csv.name
+    for base in ("connections", "anomalies", "frames", "packets"):  # the capture's own tables, when written
+        if (out / f"{base}.csv").exists() and (base != "anomalies" or "Anomalies" in text):
+            assert f'href="{base}.csv"' in text, base
     heads = [t[0] for t in page.tables if t and t[0] and t[0][0] == "connection"]
     assert len(heads) >= 8  # consumers, latency, nagle, sizes and stalls tables lead with the connection's label
     assert "perf-test-consumer-0" in text and "stream 1 channel" not in text
