@@ -259,3 +259,20 @@ def test_no_deliveries_capture():
     assert s["deliver_to_ack"]["count"] == 0 and s["deliver_to_ack"]["p50_s"] is None
     assert s["publish_to_confirm"]["count"] == 40
     assert np.isfinite(s["publish_to_confirm"]["p50_s"])
+
+
+def test_no_slow_refill_from_independent_copies_merged_in_time(tmp_path):
+    """35 copies of prefetch-consumers.pcap merged in time (each copy its own connections, the
+    same queue name): each copy alone raises no broker-slow-refill, so together they must not
+    either. A message of one copy waiting at another copy's ack is delivered to a consumer of
+    its own the next moment; only a backlog that stays for the whole gap is the broker's delay."""
+    import subprocess
+
+    big = tmp_path / "copies.pcap"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "make_large_capture.py"), str(FIXTURES / "prefetch-consumers.pcap"),
+                    str(big), "--packets", "60000"], check=True, capture_output=True)
+    one = amqpcap.load(FIXTURES / "prefetch-consumers.pcap")
+    assert "broker-slow-refill" not in {f.id for f in latency(one).findings}
+    cap = amqpcap.load(big)
+    assert len(cap.connections) > 100
+    assert "broker-slow-refill" not in {f.id for f in latency(cap).findings}

@@ -54,13 +54,35 @@ def stats(values) -> dict:
             "max_s": float(v.max()), "mean_s": float(v.mean())}
 
 
+def _range_min(values: np.ndarray, key: np.ndarray, order: np.ndarray, first: np.ndarray, last: np.ndarray):
+    """Per query, the least of ``values`` over the rows ``first``..``last`` (row positions, -1:
+    none) of one key, those rows taken in (key, order) order; <NA> where either end is missing.
+    One `minimum.reduceat` over the rows sorted by (key, order), no loop."""
+    out = pd.array(np.zeros(len(first), np.int64), dtype="Int64")
+    ok = (first >= 0) & (last >= 0)
+    out[~ok] = pd.NA
+    if not ok.any():
+        return out
+    by = np.lexsort((order, key))
+    rank = np.empty_like(by)
+    rank[by] = np.arange(len(by))
+    lo, hi = rank[first[ok]], rank[last[ok]]
+    hi = np.maximum(hi, lo)  # (the same key: last comes at or after first)
+    bounds = np.empty(2 * len(lo), np.int64)
+    bounds[0::2], bounds[1::2] = lo, hi + 1
+    sorted_values = np.append(values[by], 0)  # a sentinel: hi + 1 may be one past the end
+    out[ok] = np.minimum.reduceat(sorted_values, bounds)[0::2]
+    return out
+
+
 @computed_once
 def ack_gaps(cap: Capture) -> pd.DataFrame:
     """One row per client ack/nack/reject: the next delivery on its channel and the gap.
 
     Columns: stream, channel, epoch, packet, ts, order, method, multiple, settled (deliveries it
     settled), queue, backlog_min (messages known to be waiting in that queue right after the ack,
-    see _deliveries.queue_backlog), next_deliver_packet, next_deliver_ts, gap_s."""
+    see _deliveries.queue_backlog), backlog_min_gap (the least of it until the next delivery),
+    next_deliver_packet, next_deliver_ts, gap_s."""
     cached = cap.derived.get("ack_gaps")
     if cached is not None:
         return cached
@@ -100,11 +122,17 @@ def ack_gaps(cap: Capture) -> pd.DataFrame:
     # the queue's backlog right after the frame: the last backlog row of that queue before it
     b = D.queue_backlog(cap)
     sq = np.where(q_row >= 0, qc[np.maximum(q_row, 0)], -1)
-    hit = D.asof(sq, s_order, D.backlog_queue_codes(cap, b), b["order"].to_numpy(np.int64))
+    b_q, b_order = D.backlog_queue_codes(cap, b), b["order"].to_numpy(np.int64)
+    hit = D.asof(sq, s_order, b_q, b_order)
     s["backlog_min"] = pd.array(b["backlog_min"].to_numpy(np.int64), dtype="Int64").take(hit, allow_fill=True)
+    # ... and its least value until the next delivery: the last backlog row before that frame
+    nxt_order = np.where(nxt >= 0, d_order[np.maximum(nxt, 0)], -1)
+    last = np.where(nxt >= 0, D.asof(sq, np.maximum(nxt_order, 0), b_q, b_order, allow_exact_matches=False), -1)
+    s["backlog_min_gap"] = _range_min(b["backlog_min"].to_numpy(np.int64), b_q, b_order, hit, last)
     s["unacked_after"] = _unacked_after(d, d_space, s["space"].to_numpy(), s_order)
     out = s[["stream", "channel", "epoch", "packet", "ts", "order", "method", "multiple", "settled", "unacked_after",
-             "queue", "backlog_min", "next_deliver_packet", "next_deliver_ts", "gap_s"]].reset_index(drop=True)
+             "queue", "backlog_min", "backlog_min_gap", "next_deliver_packet", "next_deliver_ts",
+             "gap_s"]].reset_index(drop=True)
     cap.derived["ack_gaps"] = out
     return out
 
@@ -333,10 +361,13 @@ def redelivery_severity(share) -> np.ndarray:
 def _waiting(gaps: pd.DataFrame) -> pd.DataFrame:
     """The refills broker-slow-refill measures: acks that settled the client's last unsettled
     delivery on the channel (``unacked_after`` 0: from then on it had nothing to work on) while
-    messages were known to wait in the queue (backlog_min > 0), with a next delivery. The gap
-    is then time the consumer waited for the broker. After an ack that leaves deliveries in
-    hand (prefetch > 1) the consumer keeps working, and a late refill costs it nothing."""
-    return gaps.loc[gaps["gap_s"].notna() & (gaps["backlog_min"].fillna(0) > 0) & (gaps["settled"] > 0)
+    messages were known to wait in the queue for the whole gap (backlog_min_gap > 0), with a
+    next delivery. The gap is then time the consumer waited for the broker although the broker
+    held a message it could have sent. A message waiting only at the ack may go to another
+    consumer of the queue the next moment (round-robin between consumers with credit), which
+    is no delay at all. After an ack that leaves deliveries in hand (prefetch > 1) the consumer
+    keeps working, and a late refill costs it nothing."""
+    return gaps.loc[gaps["gap_s"].notna() & (gaps["backlog_min_gap"].fillna(0) > 0) & (gaps["settled"] > 0)
                     & (gaps["unacked_after"] == 0),
                     ["stream", "channel", "packet", "gap_s", "backlog_min", "queue", "next_deliver_packet"]]
 
