@@ -86,6 +86,11 @@ def consumer_label(cap: Capture, stream: int, queue, consumer_tag=None) -> str:
     return f"consumer {tag} on {who}" if tag else who
 
 
+def number(v) -> float | None:
+    """A subject's (or evidence's) number as JSON holds it: a float, None where it is missing."""
+    return None if v is None or pd.isna(v) else float(v)
+
+
 def subject(cap: Capture, stream: int, **more) -> dict:
     """A finding's subject: the connection's label first, its stream (for Wireshark), then the
     numbers given. Findings list their subjects worst first (docs/findings.md)."""

@@ -15,7 +15,7 @@ import pandas as pd
 
 from ..analysis import SEVERITY_RANK, AnalyzerResult, Finding, Plot, analyzer
 from ..capture import Capture, computed_once
-from ..names import connection_label, consumer_label, subject
+from ..names import connection_label, consumer_label, number, subject
 from . import _deliveries as D
 
 CONSUMER = ["stream", "channel", "epoch", "consumer_tag"]
@@ -539,22 +539,18 @@ def _findings(cap: Capture, s: pd.DataFrame) -> list[Finding]:
     return out
 
 
-def _num(v) -> float | None:
-    return None if v is None or pd.isna(v) else float(v)
-
-
 def _subjects(cap: Capture, g: pd.DataFrame) -> list[dict]:
     """One subject per consumer of ``g`` (flagged rows of consumer_summary, worst first): its
     connection, channel, queue and consumer tag, then its own numbers."""
     return [subject(cap, r.stream, channel=int(r.channel), queue=None if pd.isna(r.queue) else str(r.queue),
                     consumer_tag=str(r.consumer_tag), prefetch_msgs=int(r.prefetch),
                     prefetch_estimated=bool(r.prefetch_estimated), deliveries=int(r.deliveries),
-                    rate_msgs_per_s=_num(r.rate_per_s), share_at_limit=_num(r.share_at_limit),
-                    deliver_to_ack_p50_s=_num(r.deliver_to_ack_p50_s),
-                    ack_to_next_deliver_p50_s=_num(r.ack_to_next_deliver_p50_s),
-                    messages_per_ack=_num(r.messages_per_ack),
+                    rate_msgs_per_s=number(r.rate_per_s), share_at_limit=number(r.share_at_limit),
+                    deliver_to_ack_p50_s=number(r.deliver_to_ack_p50_s),
+                    ack_to_next_deliver_p50_s=number(r.ack_to_next_deliver_p50_s),
+                    messages_per_ack=number(r.messages_per_ack),
                     backlog_growth_msgs=None if pd.isna(r.backlog_growth_msgs) else int(r.backlog_growth_msgs),
-                    backlog_growth_ratio=_num(r.growth_ratio), severity=SEVERITIES[int(r.sev_rank)])
+                    backlog_growth_ratio=number(r.growth_ratio), severity=SEVERITIES[int(r.sev_rank)])
             for r in g.itertuples(index=False)]
 
 
@@ -579,9 +575,9 @@ def _common_evidence(cap: Capture, g: pd.DataFrame, methods: str) -> dict:
     return {"streams": sorted({int(x) for x in g["stream"]}), "channel": int(w.channel),
             "consumer_tag": str(w.consumer_tag), "prefetch_msgs": int(w.prefetch),
             "prefetch_estimated": bool(w.prefetch_estimated), "deliveries": int(w.deliveries),
-            "rate_msgs_per_s": _num(w.rate_per_s), "share_at_limit": _num(w.share_at_limit),
-            "deliver_to_ack_p50_s": _num(w.deliver_to_ack_p50_s),
-            "ack_to_next_deliver_p50_s": _num(w.ack_to_next_deliver_p50_s),
+            "rate_msgs_per_s": number(w.rate_per_s), "share_at_limit": number(w.share_at_limit),
+            "deliver_to_ack_p50_s": number(w.deliver_to_ack_p50_s),
+            "ack_to_next_deliver_p50_s": number(w.ack_to_next_deliver_p50_s),
             "consumers_with_this_finding": int(len(g)),
             "queues": sorted({str(q) for q in g["queue"].dropna()}),
             "deliveries_total": int(g["deliveries"].sum()),
@@ -622,7 +618,7 @@ def _bound_finding(cap: Capture, g: pd.DataFrame) -> Finding:
               "prefetch if the work is I/O-bound. A growing queue means the consumers cannot keep up with the "
               "publish rate.")
     one = g[g["one_ack"].to_numpy(bool)]
-    d50, a50 = (_num(one["deliver_to_ack_p50_s"].iloc[0]), _num(one["ack_to_next_deliver_p50_s"].iloc[0])) if n_one \
+    d50, a50 = (number(one["deliver_to_ack_p50_s"].iloc[0]), number(one["ack_to_next_deliver_p50_s"].iloc[0])) if n_one \
         else (None, None)
     if d50 and a50 is not None:
         # the consumer's rate is at most 1 / (d50 + a50) now, 1 / d50 with the refill hidden
@@ -632,9 +628,9 @@ def _bound_finding(cap: Capture, g: pd.DataFrame) -> Finding:
                    f"(e.g. 50–300) with multiple=true acks saves that, at most {a50 / d50:.0%} more messages per "
                    "second; the consumer's own work is the larger part.")
     ev = _common_evidence(cap, g, "{60, 80, 90, 120}")
-    ev.update(mean_unacked_msgs=_num(w.mean_unacked), utilisation=_num(w.utilisation),
+    ev.update(mean_unacked_msgs=number(w.mean_unacked), utilisation=number(w.utilisation),
               backlog_growth_msgs=None if pd.isna(w.backlog_growth_msgs) else int(w.backlog_growth_msgs),
-              backlog_growth_ratio=_num(w.growth_ratio), prefetch_one_consumers=n_one)
+              backlog_growth_ratio=number(w.growth_ratio), prefetch_one_consumers=n_one)
     return Finding(id="consumer-bound", severity=SEVERITIES[int(g["sev_rank"].max())], title=title, evidence=ev,
                    advice=advice, impact=float(g["impact"].max()), subjects=_subjects(cap, g))
 
@@ -642,7 +638,7 @@ def _bound_finding(cap: Capture, g: pd.DataFrame) -> Finding:
 def _prefetch_one_finding(cap: Capture, g: pd.DataFrame) -> Finding:
     w = g.iloc[0]
     who, worst = _who(cap, g)
-    d50, a50 = _num(w.deliver_to_ack_p50_s), _num(w.ack_to_next_deliver_p50_s)
+    d50, a50 = number(w.deliver_to_ack_p50_s), number(w.ack_to_next_deliver_p50_s)
     cycle = (d50 or 0) + (a50 or 0)
     if len(g) == 1:
         title = (f"Prefetch 1 with one ack per message: {who} gets {w.rate_per_s:.0f} msg/s one at a time, "
@@ -652,7 +648,7 @@ def _prefetch_one_finding(cap: Capture, g: pd.DataFrame) -> Finding:
                  f"for the previous ack (worst: {worst}, {w.rate_per_s:.0f} msg/s, {w.share_at_limit:.0%} of its "
                  f"time at the limit)")
     ev = _common_evidence(cap, g, "{10, 60, 80}")
-    ev.update(acks=int(w.acks), messages_per_ack=_num(w.messages_per_ack), cycle_s=cycle,
+    ev.update(acks=int(w.acks), messages_per_ack=number(w.messages_per_ack), cycle_s=cycle,
               max_rate_msgs_per_s=(1 / cycle) if cycle > 0 else None)
     return Finding(
         id="prefetch-one", severity=SEVERITIES[int(g["sev_rank"].max())], title=title, evidence=ev,

@@ -14,7 +14,7 @@ import pandas as pd
 
 from ..analysis import SEVERITY_RANK, AnalyzerResult, Finding, Plot, analyzer
 from ..capture import Capture, computed_once
-from ..names import connection_label, consumer_label, subject
+from ..names import connection_label, consumer_label, number, subject
 from . import _deliveries as D
 
 #: broker-slow-refill: median ack→next-deliver (with messages known to be waiting) above this is
@@ -446,7 +446,7 @@ def _refill_findings(cap: Capture, gaps: pd.DataFrame) -> list[Finding]:
     subjects = [subject(cap, r.stream, channel=int(r.channel), queue=_text(r.queue), refills=int(r.refills),
                         ack_to_next_deliver_p50_s=float(r.ack_to_next_deliver_p50_s),
                         ack_to_next_deliver_p90_s=float(r.ack_to_next_deliver_p90_s),
-                        deliver_to_ack_p50_s=_num(r.deliver_to_ack_p50_s),
+                        deliver_to_ack_p50_s=number(r.deliver_to_ack_p50_s),
                         broker_share_of_cycle=float(r.broker_share_of_cycle),
                         backlog_min_median_msgs=float(r.backlog_min_median_msgs), severity=SEVERITIES[int(r.sev_rank)])
                 for r in per.itertuples()]
@@ -456,7 +456,7 @@ def _refill_findings(cap: Capture, gaps: pd.DataFrame) -> list[Finding]:
             "ack_to_next_deliver_p50_s": float(w.ack_to_next_deliver_p50_s),
             "ack_to_next_deliver_p90_s": float(w.ack_to_next_deliver_p90_s),
             "ack_to_next_deliver_max_s": float(w.ack_to_next_deliver_max_s), "refills": int(w.refills),
-            "deliver_to_ack_p50_s": _num(w.deliver_to_ack_p50_s),
+            "deliver_to_ack_p50_s": number(w.deliver_to_ack_p50_s),
             "broker_share_of_cycle": float(w.broker_share_of_cycle),
             "backlog_min_median_msgs": float(w.backlog_min_median_msgs),
             "channels_with_this_finding": n, "queues": sorted({str(q) for q in per["queue"].dropna()}),
@@ -476,10 +476,6 @@ def _refill_findings(cap: Capture, gaps: pd.DataFrame) -> list[Finding]:
 
 def _text(v) -> str | None:
     return None if v is None or pd.isna(v) else str(v)
-
-
-def _num(v) -> float | None:
-    return None if v is None or pd.isna(v) else float(v)
 
 
 def _queues_text(queues: pd.Series) -> str:

@@ -22,6 +22,7 @@ import pandas as pd
 from ..analysis import AnalyzerResult, Finding, Plot, analyzer, packets_filter, stream_filter
 from ..capture import Capture
 from ..names import subject
+from ..wording import counted
 from . import _tcp
 
 # --- stall detection thresholds -------------------------------------------------------------
@@ -765,10 +766,6 @@ def _duration(x: float) -> str:
     return f"{x:.2f} s" if x >= 0.1 else f"{x * 1e3:.1f} ms"
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
 def _window_finding_parts(cap: Capture, pk: dict, g: pd.DataFrame, stalls_tbl: pd.DataFrame, peer_filter: str):
     """What receiver-window and broker-flow-control share: (severity, subjects, evidence) for the
     directions ``g`` (rows of _window_sides, worst first). Severity from the worst: critical when
@@ -834,7 +831,7 @@ def _receiver_window(cap: Capture, pk: dict, sides: pd.DataFrame, stalls_tbl: pd
              f"{'its' if len(subjects) == 1 else 'their'} zero or full TCP receive window"
              f"{'' if len(subjects) == 1 else ', the first'} {_duration(w['window_limited_s'])}, "
              f"{w['window_limited_share']:.0%} of the connection's time "
-             f"({_plural(w['zero_window_ads'], 'zero-window advertisement')})")
+             f"({counted(w['zero_window_ads'], 'zero-window advertisement')})")
     advice = ("The client application, or its socket receive buffer, does not keep up: it left the socket unread "
               "while the broker had data for it. Do not do slow work on the connection's I/O thread (blocking "
               "callbacks, synchronous DB calls, long GC pauses); hand messages to a worker pool. Do not pin a small "
@@ -863,7 +860,7 @@ def _broker_flow_control(cap: Capture, pk: dict, sides: pd.DataFrame, stalls_tbl
              f"{_tcp.who([x['connection'] for x in subjects])}; its TCP receive window towards "
              f"{'it' if len(subjects) == 1 else 'them'} was zero or full {_duration(w['window_limited_s'])}"
              f"{'' if len(subjects) == 1 else ' for the first'}, {w['window_limited_share']:.0%} of the connection's "
-             f"time ({_plural(w['zero_window_ads'], 'zero-window advertisement')})")
+             f"time ({counted(w['zero_window_ads'], 'zero-window advertisement')})")
     advice = ("RabbitMQ stopped reading these connections' sockets, so its TCP receive buffer filled and it advertised a "
               "zero or full window: credit-based flow control (" + FLOW_CONTROL_DOC + "), which throttles "
               "publishers that publish faster than the queues (or the channel and connection processes in front "
