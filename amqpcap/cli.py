@@ -19,7 +19,6 @@ from . import __version__
 from .analysis import analyzers, rank, run_all
 from .capture import DEFAULT_PORTS, Capture, Limits, load
 from .errors import AmqpcapError, NoAmqpError, UsageError
-from .names import connection_names
 from .render import findings_table, no_findings_line, print_result
 from .sample import sample_path
 from .wording import counted
@@ -221,7 +220,7 @@ def info(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, limit:
     if s["first_ts"] is not None:
         head.add_row("time", f"{_fmt_ts(s['first_ts'])} → {_fmt_ts(s['last_ts'])} ({duration:.3f} s)")
     head.add_row("AMQP", f"{len(cap.connections)} connections, {len(cap.frames):,} frames")
-    brokers = sorted(set(connection_names(cap)["broker_endpoint"]))
+    brokers = sorted({_endpoint(a, p) for a, p in zip(cap.connections["broker_addr"], cap.connections["broker_port"])})
     if brokers:
         head.add_row("broker" if len(brokers) == 1 else "brokers", ", ".join(brokers))
     head.add_row("anomalies", f"{len(cap.anomalies)}" + (f" ({_kinds(cap)})" if len(cap.anomalies) else ""))
@@ -270,9 +269,10 @@ def _connections_table(cap: Capture, all_connections: bool) -> Table:
         t.add_column(col, justify="right" if numeric else "left", overflow="fold", no_wrap=bool(whole))
     for r in shown.itertuples(index=False):
         n = names.loc[r.stream]
-        client = n["library"] or ("(TLS, encrypted)" if r.tls and not r.tls_decrypted
+        library = " ".join(x for x in (r.client_product, r.client_version) if isinstance(x, str))
+        client = library or ("(TLS, encrypted)" if r.tls and not r.tls_decrypted
                              else "(capture started mid-connection)" if not r.protocol_header_seen else "")
-        row = [n["connection"], client, n["user_vhost"], roles.loc[r.stream],
+        row = [n["connection"], client, "@".join(x for x in (n["user"], n["vhost"]) if x), roles.loc[r.stream],
                n["client_endpoint"] if one_broker else f"{n['client_endpoint']} → {n['broker_endpoint']}",
                str(r.stream), f"{r.c2s_packets + r.s2c_packets:,}", f"{r.frames:,}"]
         if damaged:
@@ -329,6 +329,10 @@ def _isna(v) -> bool:
     import pandas as pd
 
     return bool(pd.isna(v))
+
+
+def _endpoint(addr: str, port: int) -> str:
+    return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
 
 
 def _kinds(cap: Capture) -> str:

@@ -215,9 +215,11 @@ def _connections_table(cap: Capture) -> pd.DataFrame:
     """One row per connection: who it is (label, client, user@vhost, role) before the numbers."""
     c = cap.connections
     names = connection_names(cap).reindex(c["stream"].to_numpy())
+    user, vhost = names["user"].to_numpy(object), names["vhost"].to_numpy(object)
+    who = np.where((user != "") & (vhost != ""), user + "@" + vhost, user + vhost)
     return pd.DataFrame({
         "connection": names["connection"].to_numpy(object), "client": names["client"].to_numpy(object),
-        "user@vhost": names["user_vhost"].to_numpy(object), "role": connection_roles(cap).reindex(c["stream"].to_numpy()).to_numpy(object),
+        "user@vhost": who, "role": connection_roles(cap).reindex(c["stream"].to_numpy()).to_numpy(object),
         "stream": c["stream"].to_numpy(), "client_endpoint": names["client_endpoint"].to_numpy(object),
         "packets": (c["c2s_packets"] + c["s2c_packets"]).to_numpy(), "frames": c["frames"].to_numpy(),
         "duration_s": (c["last_ts"] - c["first_ts"]).dt.total_seconds().to_numpy(),

@@ -35,9 +35,8 @@ def client_library(product, version, platform) -> str:
 def connection_names(cap: Capture) -> pd.DataFrame:
     """One row per connection, indexed by stream: ``connection`` (the label to show: its
     connection_name, else "client library version, user@vhost, address", else the client address),
-    ``connection_name``, ``client`` (library, version, platform), ``library`` (without the
-    platform), ``user``, ``vhost``, ``user_vhost`` (`user@vhost`, or whichever is known), and the
-    ``client_endpoint`` and ``broker_endpoint`` addresses. A label shared by several connections (one application opening
+    ``connection_name``, ``client`` (library, version, platform), ``user``, ``vhost``, ``client``
+    and ``broker`` addresses. A label shared by several connections (one application opening
     several with the same name) gets its stream number appended, so labels stay unique."""
     hit = cap.derived.get("connection_names")
     if hit is not None:
@@ -48,20 +47,19 @@ def connection_names(cap: Capture) -> pd.DataFrame:
         name, user, vhost = _text(r.connection_name), _text(r.user), _text(r.vhost)
         client = client_library(r.client_product, r.client_version, r.client_platform)
         src = endpoint(r.client_addr, r.client_port)
-        lib = " ".join(x for x in (_text(r.client_product), _text(r.client_version)) if x)
         if name:
             label = name
         elif client or user:  # the library without its platform: a label, not the whole record
+            lib = " ".join(x for x in (_text(r.client_product), _text(r.client_version)) if x)
             who = f"{user}@{vhost}" if user and vhost else user
             label = ", ".join(x for x in (lib, who, src) if x)
         else:
             label = src
         rows.append({"stream": int(r.stream), "connection": label, "connection_name": name, "client": client,
-                     "library": lib, "user": user, "vhost": vhost,
-                     "user_vhost": "@".join(x for x in (user, vhost) if x), "client_endpoint": src,
+                     "user": user, "vhost": vhost, "client_endpoint": src,
                      "broker_endpoint": endpoint(r.broker_addr, r.broker_port)})
-    out = pd.DataFrame(rows, columns=["stream", "connection", "connection_name", "client", "library", "user", "vhost",
-                                      "user_vhost", "client_endpoint", "broker_endpoint"]).set_index("stream", drop=False)
+    out = pd.DataFrame(rows, columns=["stream", "connection", "connection_name", "client", "user", "vhost",
+                                      "client_endpoint", "broker_endpoint"]).set_index("stream", drop=False)
     dup = out["connection"].duplicated(keep=False)
     out.loc[dup, "connection"] = out.loc[dup, "connection"] + " (stream " + out.loc[dup, "stream"].astype(str) + ")"
     cap.derived["connection_names"] = out
