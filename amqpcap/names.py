@@ -42,7 +42,9 @@ def connection_names(cap: Capture) -> pd.DataFrame:
     if hit is not None:
         return hit
     c = cap.connections
-    rows = []
+    # Column by column, not a dict per row: a hostile capture has a quarter million connections.
+    cols: dict[str, list] = {k: [] for k in ("connection", "connection_name", "client", "user", "vhost",
+                                             "client_endpoint", "broker_endpoint")}
     for r in c.itertuples(index=False):  # one row per connection: few, not per packet
         name, user, vhost = _text(r.connection_name), _text(r.user), _text(r.vhost)
         client = client_library(r.client_product, r.client_version, r.client_platform)
@@ -55,11 +57,12 @@ def connection_names(cap: Capture) -> pd.DataFrame:
             label = ", ".join(x for x in (lib, who, src) if x)
         else:
             label = src
-        rows.append({"stream": int(r.stream), "connection": label, "connection_name": name, "client": client,
-                     "user": user, "vhost": vhost, "client_endpoint": src,
-                     "broker_endpoint": endpoint(r.broker_addr, r.broker_port)})
-    out = pd.DataFrame(rows, columns=["stream", "connection", "connection_name", "client", "user", "vhost",
-                                      "client_endpoint", "broker_endpoint"]).set_index("stream", drop=False)
+        for k, v in (("connection", label), ("connection_name", name), ("client", client), ("user", user),
+                     ("vhost", vhost), ("client_endpoint", src),
+                     ("broker_endpoint", endpoint(r.broker_addr, r.broker_port))):
+            cols[k].append(v)
+    streams = c["stream"].to_numpy("int64")
+    out = pd.DataFrame({"stream": streams, **cols}, index=pd.Index(streams, name="stream"))
     dup = out["connection"].duplicated(keep=False)
     out.loc[dup, "connection"] = out.loc[dup, "connection"] + " (stream " + out.loc[dup, "stream"].astype(str) + ")"
     cap.derived["connection_names"] = out
