@@ -174,13 +174,21 @@ def _ports(ports: int | Iterable[int] | None) -> tuple[int, ...]:
 
 
 def load(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
     ports: int | Iterable[int] | None = DEFAULT_PORTS,
     limits: Limits | None = None,
     tls_keylog: str | os.PathLike[str] | None = None,
     bodies: bool = False,
+    strict: bool = False,
 ) -> Capture:
     """Decode the capture at ``path`` (pcap, pcapng, optionally gzip-compressed).
+
+    ``path`` may also name several files (a list, a glob pattern, a directory: a tcpdump ring,
+    see `amqpcap.inputs.capture_files`): they are read as one capture, merged by time the way
+    ``mergecap`` merges them, so a connection spanning files is one connection, and packet
+    numbers are those of the merged file (``records.source_file`` and ``source_packet`` give
+    each packet's file and number there). A file of the set that cannot be used is skipped with
+    a warning, or raises when ``strict``.
 
     ``ports`` are the AMQP ports: a connection on one of them is decoded even when the capture
     starts mid-connection; connections on other ports are decoded when their AMQP protocol
@@ -195,15 +203,21 @@ def load(
     Message bodies are not kept unless ``bodies`` is true; then ``Capture.bodies`` holds them
     (at most ``limits.max_body_bytes`` bytes in all).
     """
-    path = os.fspath(path)
+    from .inputs import capture_files, describe, missing_ring_files
+
+    files = capture_files(path)
+    name = describe(path, files)
     port_list = _ports(ports)
     if tls_keylog is not None:
         from .tls import check_keylog
 
         check_keylog(tls_keylog)
+        if len(files) > 1:
+            raise UsageError("a TLS key log is used with one capture file: merge the set with mergecap first")
+        path = files[0]
     limit_dict = asdict(limits or Limits())
     try:
-        raw = _core.decode(path, list(port_list), limit_dict, bool(bodies))
+        raw = _core.decode(files, list(port_list), limit_dict, bool(bodies), None, bool(strict))
     except _core.CoreCaptureError as e:
         raise from_core(*e.args) from None
     decryption = None
@@ -216,15 +230,17 @@ def load(
         tls = connections[connections["tls"]]
         decryption = decrypt(path, tls_keylog, tls["stream"].tolist(), tls["broker_port"].tolist())
         if decryption.streams:
-            raw = _core.decode(path, list(port_list), limit_dict, bool(bodies), decryption.core_argument())
+            raw = _core.decode(files, list(port_list), limit_dict, bool(bodies), decryption.core_argument())
             connections = _frame(raw.pop("connections"))
     summary = dict(raw["summary"])
-    summary["path"] = path
-    summary["file_bytes"] = os.path.getsize(path)
+    summary["path"] = name
+    summary["files"] = _files_summary(summary["files"])
+    summary["file_bytes"] = sum(f["file_bytes"] or 0 for f in summary["files"])
     for key in ("first_ts", "last_ts"):
         ns = summary.pop(f"{key}_ns")
-        summary[key] = pd.Timestamp(ns, unit="ns", tz="UTC") if ns is not None else None
-    summary["warnings"] = list(summary["warnings"]) + _tls_warnings(connections, tls_keylog, decryption)
+        summary[key] = _utc(ns)
+    summary["warnings"] = (list(summary["warnings"]) + missing_ring_files(files)
+                           + _tls_warnings(connections, tls_keylog, decryption))
     summary["tls_keylog"] = os.fspath(tls_keylog) if tls_keylog is not None else None
     frames = _frame(raw.pop("frames"))
     # Frames released when a capture gap was given up complete in the packet that holds them,
@@ -236,17 +252,37 @@ def load(
         body_rows = _frame(body_rows)
         if not body_rows["last_packet"].is_monotonic_increasing:
             body_rows = body_rows.sort_values("last_packet", kind="stable", ignore_index=True)
+    records = _frame(raw.pop("records"))
+    records["source_file"] = pd.Categorical.from_codes(records["source_file"].to_numpy(), categories=pd.Index(files, dtype=object))
     return Capture(
-        path=path,
+        path=name,
         ports=port_list,
         frames=frames,
         packets=_frame(raw.pop("packets")),
         connections=connections,
         anomalies=_frame(raw.pop("anomalies")),
-        records=_frame(raw.pop("records")),
+        records=records,
         bodies=body_rows,
         summary=summary,
     )
+
+
+def _utc(ns: int | None) -> pd.Timestamp | None:
+    return pd.Timestamp(ns, unit="ns", tz="UTC") if ns is not None else None
+
+
+def _files_summary(files: list[dict]) -> list[dict]:
+    """The core's account of each file, with its size and timestamps as Timestamps."""
+    out = []
+    for f in files:
+        f = dict(f)
+        try:
+            f["file_bytes"] = os.path.getsize(f["name"])
+        except OSError:
+            f["file_bytes"] = None
+        f["first_ts"], f["last_ts"] = _utc(f.pop("first_ts_ns")), _utc(f.pop("last_ts_ns"))
+        out.append(f)
+    return out
 
 
 def _tls_warnings(connections: pd.DataFrame, keylog, decryption) -> list[str]:

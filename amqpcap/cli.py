@@ -36,6 +36,11 @@ if not out.is_terminal:
 err = Console(stderr=True)
 
 CaptureArg = typer.Argument(..., metavar="CAPTURE", help="pcap or pcapng file, optionally gzip-compressed", show_default=False)
+CapturesArg = typer.Argument(
+    ..., metavar="CAPTURE...", show_default=False,
+    help="pcap or pcapng files, optionally gzip-compressed; several files, a glob or a directory (a tcpdump ring) "
+         "are read as one capture, merged by time as mergecap merges them")
+StrictOpt = typer.Option(False, "--strict", help="stop at a file of the set that cannot be read (default: skip it with a warning)")
 PortOpt = typer.Option(
     None, "--port", "-p", metavar="PORT",
     help="AMQP port, replacing the defaults 5672 and 5671 (AMQPS) (repeat for several; --add-port keeps them)")
@@ -120,10 +125,12 @@ def ports_of(port: Optional[List[int]], add_port: Optional[List[int]] = None) ->
     return tuple(dict.fromkeys([*(port or DEFAULT_PORTS), *(add_port or [])]))
 
 
-def _load(capture: Path, port: Optional[List[int]], limit: Optional[List[str]] = None, bodies: bool = False,
-          tls_keylog: Optional[Path] = None, add_port: Optional[List[int]] = None) -> Capture:
+def _load(capture: Path | List[Path], port: Optional[List[int]], limit: Optional[List[str]] = None, bodies: bool = False,
+          tls_keylog: Optional[Path] = None, add_port: Optional[List[int]] = None, strict: bool = False) -> Capture:
+    if isinstance(capture, list) and len(capture) == 1:
+        capture = capture[0]  # one name (a file, a directory, a glob) names the capture
     cap = load(capture, ports=ports_of(port, add_port), limits=parse_limits(limit), bodies=bodies,
-               tls_keylog=tls_keylog)
+               tls_keylog=tls_keylog, strict=strict)
     for w in cap.warnings:
         _warn(w)
     w = anomaly_warning(cap)
@@ -172,12 +179,13 @@ def _capture_line(cap: Capture) -> str:
 
 @app.command()
 def frames(
-    capture: Path = CaptureArg,
+    capture: List[Path] = CapturesArg,
     output: Path = typer.Option(..., "--output", "-o", help="output file: .csv or .parquet"),
     port: Optional[List[int]] = PortOpt,
     add_port: Optional[List[int]] = AddPortOpt,
     limit: Optional[List[str]] = LimitOpt,
     tls_keylog: Optional[Path] = KeylogOpt,
+    strict: bool = StrictOpt,
 ) -> None:
     """Write the frames table (one row per AMQP frame) to CSV or Parquet."""
     from .report import check_format, check_out_file, write_table_file
@@ -187,7 +195,7 @@ def frames(
         raise UsageError(f"cannot write {output}: the output must end in .csv or .parquet")
     check_format(suffix[1:])
     check_out_file(output)
-    cap = _load(capture, port, limit, tls_keylog=tls_keylog, add_port=add_port)
+    cap = _load(capture, port, limit, tls_keylog=tls_keylog, add_port=add_port, strict=strict)
     require_amqp(cap)
     try:
         write_table_file(cap.frames, output, suffix[1:])
@@ -204,17 +212,21 @@ def _fmt_ts(ts) -> str:
 
 
 @app.command()
-def info(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt, limit: Optional[List[str]] = LimitOpt,
+def info(capture: List[Path] = CapturesArg, port: Optional[List[int]] = PortOpt, limit: Optional[List[str]] = LimitOpt,
          tls_keylog: Optional[Path] = KeylogOpt, all_connections: bool = AllConnectionsOpt,
-         add_port: Optional[List[int]] = AddPortOpt) -> None:
+         add_port: Optional[List[int]] = AddPortOpt, strict: bool = StrictOpt) -> None:
     """Print the capture summary, the AMQP connections (name, client, user@vhost, role) and the consumers in it."""
-    cap = _load(capture, port, limit, tls_keylog=tls_keylog, add_port=add_port)
+    cap = _load(capture, port, limit, tls_keylog=tls_keylog, add_port=add_port, strict=strict)
     s = cap.summary
     head = Table(show_header=False, box=None, pad_edge=False)
     head.add_column(style="bold")
     head.add_column()
     duration = (s["last_ts"] - s["first_ts"]).total_seconds() if s["first_ts"] is not None else 0.0
     head.add_row("file", f"{s['path']} ({s['file_bytes']:,} bytes, {s['format']}{', gzip' if s['compressed'] else ''})")
+    if len(s["files"]) > 1:
+        read = [f for f in s["files"] if f["error"] is None]
+        head.add_row("files", f"{len(read):,} read as one capture, merged by time ({read[0]['name']} … {read[-1]['name']})"
+                     + (f"; {len(s['files']) - len(read):,} skipped" if len(read) < len(s["files"]) else ""))
     head.add_row("link types", ", ".join(s["link_types"]))
     head.add_row("packets", f"{s['packets']:,} ({s['tcp_packets']:,} TCP, {len(cap.packets):,} in AMQP connections)")
     if s["first_ts"] is not None:
@@ -371,14 +383,15 @@ def _no_findings(cap: Capture, analyzer_names: list[str]) -> str:
 
 
 def _analyzer_command(name: str, fn, help_text: str):
-    def command(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt,
+    def command(capture: List[Path] = CapturesArg, port: Optional[List[int]] = PortOpt,
                 add_port: Optional[List[int]] = AddPortOpt, out_dir: Optional[Path] = OutOpt,
                 fmt: str = FormatOpt, plots: bool = PlotsOpt, rows: int = RowsOpt,
-                limit: Optional[List[str]] = LimitOpt, tls_keylog: Optional[Path] = KeylogOpt) -> None:
+                limit: Optional[List[str]] = LimitOpt, tls_keylog: Optional[Path] = KeylogOpt,
+                strict: bool = StrictOpt) -> None:
         from .report import write_result
 
         _check_outputs(fmt, out_dir)
-        cap = _load(capture, port, limit, tls_keylog=tls_keylog, add_port=add_port)
+        cap = _load(capture, port, limit, tls_keylog=tls_keylog, add_port=add_port, strict=strict)
         require_amqp(cap)
         result = fn(cap)
         result.findings = rank(result.findings)
@@ -397,17 +410,17 @@ def _analyzer_command(name: str, fn, help_text: str):
 
 
 @app.command()
-def analyze(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt,
+def analyze(capture: List[Path] = CapturesArg, port: Optional[List[int]] = PortOpt,
             add_port: Optional[List[int]] = AddPortOpt, out_dir: Optional[Path] = OutOpt,
             fmt: str = FormatOpt, plots: bool = PlotsOpt, limit: Optional[List[str]] = LimitOpt,
-            bodies: bool = BodiesOpt, tls_keylog: Optional[Path] = KeylogOpt) -> None:
+            bodies: bool = BodiesOpt, tls_keylog: Optional[Path] = KeylogOpt, strict: bool = StrictOpt) -> None:
     """Run every analyzer: findings first (who is to blame, with evidence), then the numbers."""
     from .report import build_summary, write_outputs
 
     if bodies and out_dir is None:
         raise UsageError("--bodies needs --out DIR: the bodies are written there, never printed")
     _check_outputs(fmt, out_dir)
-    cap = _load(capture, port, limit, bodies=bodies, tls_keylog=tls_keylog, add_port=add_port)
+    cap = _load(capture, port, limit, bodies=bodies, tls_keylog=tls_keylog, add_port=add_port, strict=strict)
     require_amqp(cap)
     results = run_all(cap)
     summary = build_summary(cap, results)

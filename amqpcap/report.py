@@ -398,6 +398,11 @@ def capture_summary(cap: Capture) -> dict[str, Any]:
         "anomalies": {str(k): int(n) for k, n in cap.anomalies["kind"].value_counts().items() if n},
         "warnings": s["warnings"],
         "tls": _tls_summary(cap),
+        # the files read as this capture (one, or a set merged by time: docs/tables.md)
+        "files": [{"name": f["name"], "format": f.get("format"), "compressed": f.get("compressed"),
+                   "packets": f.get("packets"), "file_bytes": f["file_bytes"], "first_ts": f["first_ts"],
+                   "last_ts": f["last_ts"], "skipped": f["error"][1] if f["error"] else None}
+                  for f in s.get("files", [])],
     }
 
 

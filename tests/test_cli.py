@@ -81,13 +81,17 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[Path, str]]:
     magic.write_bytes(b"\x00\x01\x02\x03" + bytes(100))
     gz_text = tmp / "text.pcap.gz"
     gz_text.write_bytes(gzip.compress(b"hello"))
+    empty_dir = tmp / "no-captures"
+    empty_dir.mkdir()
+    (empty_dir / "notes.txt").write_text("not a capture")
     return {
         "missing": (tmp / "nope.pcap", "cannot open"),
         "empty": (empty, "is empty"),
         "text": (text, "looks like text"),
         "wrong magic": (magic, "not a pcap or pcapng"),
         "gzip without a capture": (gz_text, "holds no pcap"),
-        "a directory": (tmp, "cannot"),
+        # a directory is read as a set of files (a tcpdump ring): here, one without a capture
+        "a directory": (empty_dir, "no file in it starts like a capture"),
     }
 
 

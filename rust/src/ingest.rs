@@ -2,7 +2,6 @@
 //! tcp.stream) → per-direction reassembly → AMQP frames, written into column builders.
 
 use std::collections::HashMap;
-use std::io::Read;
 
 use ahash::RandomState;
 
@@ -11,7 +10,8 @@ use crate::amqp::parser::{decode_content_header, decode_method, method_ids, Fram
 use crate::amqp::spec::{METHODS, METHOD_COUNT};
 use crate::anomaly::AnomalyKind;
 use crate::capture::link::{self, parse_options, LinkError, TcpOptions, ACK, SYN};
-use crate::capture::reader::{open_capture, read_capture_from, ReadSummary, Record};
+use crate::capture::merge::{read_captures, FileRead};
+use crate::capture::reader::{ReadSummary, Record};
 use crate::error::CaptureError;
 use crate::limits::Limits;
 use crate::tables::{str_column, 
@@ -700,6 +700,9 @@ pub struct Ingest<'l> {
     all_ts: Vec<i64>,
     /// On-wire length of every record (the `records` table).
     all_len: Vec<i32>,
+    /// Index in the set of files of every record (`records.source_file`); empty when the
+    /// capture is one file.
+    all_file: Vec<u16>,
     packets: PacketsBuilder,
     frames: FramesBuilder,
     anomalies: AnomaliesBuilder,
@@ -723,6 +726,25 @@ pub struct Output {
     pub tcp_packets: u64,
     pub first_ts: Option<i64>,
     pub last_ts: Option<i64>,
+    /// Each file of the set, in the order given (`records.source_file` indexes it).
+    pub files: Vec<FileRead>,
+}
+
+/// Per record: the index of its file in the set and its number in that file (1-based, as
+/// Wireshark numbers it when the file is opened alone). `files` is empty for one file.
+fn source_columns(files: Vec<u16>, records: usize) -> (Vec<i16>, Vec<i32>) {
+    if files.is_empty() {
+        return (vec![0; records], (1..=records as i32).collect());
+    }
+    let mut seen = vec![0i32; files.iter().max().map_or(0, |&m| m as usize + 1)];
+    let packet = files
+        .iter()
+        .map(|&f| {
+            seen[f as usize] += 1;
+            seen[f as usize]
+        })
+        .collect();
+    (files.into_iter().map(|f| f as i16).collect(), packet)
 }
 
 impl<'l> Ingest<'l> {
@@ -734,6 +756,7 @@ impl<'l> Ingest<'l> {
             streams: Streams::default(),
             all_ts: Vec::new(),
             all_len: Vec::new(),
+            all_file: Vec::new(),
             packets: PacketsBuilder::default(),
             frames: FramesBuilder::default(),
             anomalies: AnomaliesBuilder { cap: limits.max_anomalies, ..Default::default() },
@@ -1155,10 +1178,13 @@ impl<'l> Ingest<'l> {
             bodies_table(b, &a_is_client, &self.all_ts)
         });
         let all_len = std::mem::take(&mut self.all_len);
+        let (source_file, source_packet) = source_columns(std::mem::take(&mut self.all_file), all_len.len());
         let records = vec![
             ("packet", Column::I32((1..=all_len.len() as i32).collect())),
             ("ts", Column::Ts(std::mem::take(&mut self.all_ts))),
             ("frame_len", Column::I32(all_len)),
+            ("source_file", Column::I16(source_file)),
+            ("source_packet", Column::I32(source_packet)),
         ];
         Output {
             records,
@@ -1171,6 +1197,7 @@ impl<'l> Ingest<'l> {
             tcp_packets,
             first_ts,
             last_ts,
+            files: Vec::new(),
         }
     }
 }
@@ -1552,37 +1579,43 @@ impl Ingest<'_> {
     }
 }
 
-/// Decode the capture at `path`; the plaintext of TLS streams, when a key log decrypted them,
-/// comes from `decrypted` (see [`Decrypted`]).
+/// Decode the capture made of the files at `paths` (one file, or a set such as a tcpdump
+/// ring, merged by time as `mergecap` does: [`read_captures`]); an unusable file of a set is
+/// skipped with a warning, or is the error when `strict`. The plaintext of TLS streams, when a
+/// key log decrypted them, comes from `decrypted` (see [`Decrypted`]).
 pub fn ingest(
-    path: &str,
+    paths: &[String],
     ports: &[u16],
     limits: &Limits,
     bodies: bool,
     decrypted: Option<Decrypted>,
+    strict: bool,
 ) -> Result<Output, CaptureError> {
-    ingest_from(open_capture(path)?, path, ports, limits, bodies, decrypted)
-}
-
-/// Decode a capture read from `input` (a byte slice, any reader); `name` stands for it in
-/// error messages.
-pub fn ingest_from(
-    input: impl Read + Send,
-    name: &str,
-    ports: &[u16],
-    limits: &Limits,
-    bodies: bool,
-    decrypted: Option<Decrypted>,
-) -> Result<Output, CaptureError> {
+    if paths.len() > crate::limits::MAX_FILES {
+        return Err(CaptureError::Unreadable(format!(
+            "{} files given; at most {} can be read as one capture (merge them with mergecap first)",
+            paths.len(),
+            crate::limits::MAX_FILES
+        )));
+    }
     let mut ing = Ingest::new(ports, limits, bodies);
     if let Some(d) = decrypted {
         ing.set_decrypted(d);
     }
-    let read = read_capture_from(input, name, limits.max_record_bytes, |rec| ing.record(rec))?;
-    if let Some(why) = ing.nothing_readable(read.records) {
+    let several = paths.len() > 1;
+    let merged = read_captures(paths, limits.max_record_bytes, strict, |rec, file| {
+        if several {
+            ing.all_file.push(file as u16);
+        }
+        ing.record(rec)
+    })?;
+    if let Some(why) = ing.nothing_readable(merged.read.records) {
+        let name = if several { format!("none of the {} files", paths.len()) } else { paths[0].clone() };
         return Err(CaptureError::Unsupported(format!("{name}: {why}")));
     }
-    Ok(ing.finish(read))
+    let mut out = ing.finish(merged.read);
+    out.files = merged.files;
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ mod python {
     use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
     use crate::capture::link::linktype_name;
+    use crate::capture::merge::FileRead;
     use crate::ingest::{ingest, Decrypted};
     use crate::limits::Limits;
     use crate::tables::{Column, Table};
@@ -138,21 +139,44 @@ mod python {
         Decrypted::new(streams, packets, ends, data).map_err(pyo3::exceptions::PyValueError::new_err)
     }
 
-    /// Decode a capture file into column tables. See `amqpcap/_core.pyi`.
+    /// Each file of the set: name, format, compressed, packets, first/last timestamps (ns),
+    /// truncated, warnings; `error` (kind, message) for a file that was skipped.
+    fn files<'py>(py: Python<'py>, files: &[FileRead]) -> PyResult<Bound<'py, PyList>> {
+        let out = PyList::empty(py);
+        for f in files {
+            let d = PyDict::new(py);
+            d.set_item("name", &f.name)?;
+            if let Some(r) = &f.read {
+                d.set_item("format", r.format)?;
+                d.set_item("compressed", r.compressed)?;
+                d.set_item("packets", r.records)?;
+                d.set_item("truncated", r.truncated)?;
+                d.set_item("warnings", &r.warnings)?;
+            }
+            d.set_item("first_ts_ns", f.first_ts_ns)?;
+            d.set_item("last_ts_ns", f.last_ts_ns)?;
+            d.set_item("error", f.error.as_ref().map(|e| (e.kind(), e.message().to_string())))?;
+            out.append(d)?;
+        }
+        Ok(out)
+    }
+
+    /// Decode a capture (one file or a set merged by time) into column tables. See `amqpcap/_core.pyi`.
     #[pyfunction]
-    #[pyo3(signature = (path, ports, limits=None, bodies=false, decrypted=None))]
+    #[pyo3(signature = (paths, ports, limits=None, bodies=false, decrypted=None, strict=false))]
     fn decode<'py>(
         py: Python<'py>,
-        path: String,
+        paths: Vec<String>,
         ports: Vec<u16>,
         limits: Option<&Bound<'py, PyDict>>,
         bodies: bool,
         decrypted: Option<&Bound<'py, PyTuple>>,
+        strict: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
         let limits = limits_from(limits)?;
         let decrypted = decrypted.map(decrypted_from).transpose()?;
         let out = py
-            .detach(|| ingest(&path, &ports, &limits, bodies, decrypted))
+            .detach(|| ingest(&paths, &ports, &limits, bodies, decrypted, strict))
             .map_err(|e| CoreCaptureError::new_err((e.kind(), e.message().to_string())))?;
         let d = PyDict::new(py);
         d.set_item("records", table(py, out.records)?)?;
@@ -174,6 +198,7 @@ mod python {
         s.set_item("truncated", out.read.truncated)?;
         s.set_item("warnings", out.read.warnings)?;
         s.set_item("link_types", out.read.linktypes.iter().map(|&l| linktype_name(l)).collect::<Vec<_>>())?;
+        s.set_item("files", files(py, &out.files)?)?;
         d.set_item("summary", s)?;
         Ok(d)
     }
@@ -183,6 +208,7 @@ mod python {
         m.add_function(wrap_pyfunction!(decode, m)?)?;
         m.add("CoreCaptureError", m.py().get_type::<CoreCaptureError>())?;
         m.add("ANOMALY_KINDS", crate::anomaly::AnomalyKind::ALL.iter().map(|k| k.name()).collect::<Vec<_>>())?;
+        m.add("MAX_FILES", crate::limits::MAX_FILES)?;
         m.add("METHOD_NAMES", crate::amqp::spec::METHODS.iter().map(|x| x.name).collect::<Vec<_>>())?;
         Ok(())
     }

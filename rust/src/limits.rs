@@ -2,6 +2,9 @@
 //! from Python (`amqpcap.Limits`) and the command line (`--limit NAME=VALUE`). Past a cap,
 //! input is recorded as an anomaly (or a warning), never buffered.
 
+/// Files in one set read as a capture (`records.source_file` is an int16 index). Not settable.
+pub const MAX_FILES: usize = i16::MAX as usize;
+
 #[derive(Debug, Clone)]
 pub struct Limits {
     /// Largest frame accepted when frame_max was not negotiated in the capture (or was 0).

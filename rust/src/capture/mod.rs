@@ -1,3 +1,4 @@
 //! Capture files and link/IP/TCP headers.
 pub mod link;
+pub mod merge;
 pub mod reader;

@@ -8,12 +8,13 @@ use std::sync::{Arc, Mutex};
 
 use flate2::read::MultiGzDecoder;
 use pcap_parser::pcapng::Block;
+use pcap_parser::traits::PcapReaderIterator;
 use pcap_parser::{create_reader, PcapBlockOwned, PcapError};
 
 use crate::error::CaptureError;
 
 /// Initial read buffer; grown for larger records up to `max_record_bytes`.
-const BUFFER_BYTES: usize = 4 << 20;
+pub const BUFFER_BYTES: usize = 4 << 20;
 const SNIFF_BYTES: usize = 64 << 10;
 
 #[derive(Debug, Clone, Copy)]
@@ -187,153 +188,230 @@ pub fn read_capture_buffered(
     buffer_bytes: usize,
     mut f: impl FnMut(Record<'_>),
 ) -> Result<ReadSummary, CaptureError> {
-    let (source, compressed, read_error) = open_source(input, name)?;
-    let mut reader = match create_reader(buffer_bytes, source) {
-        Ok(r) => r,
-        Err(PcapError::Eof) => return Err(CaptureError::Empty(format!("{name} is empty"))),
-        Err(e) => return Err(CaptureError::NotACapture(format!("{name}: the capture header cannot be read ({e:?})"))),
-    };
-    let mut s = ReadSummary { compressed, ..Default::default() };
-    let mut interfaces: Vec<Interface> = Vec::new();
-    let mut legacy: Option<(u32, u64)> = None; // (linktype, units per second)
-    let mut big_endian = false;
-    let mut pcapng = false;
-    let mut last_ts: i64 = 0;
-    let mut buffer_size = buffer_bytes;
-    let note_linktype = |lt: u32, s: &mut ReadSummary| {
-        if !s.linktypes.contains(&lt) {
-            s.linktypes.push(lt);
-        }
-    };
-    loop {
-        match reader.next() {
-            Ok((offset, block)) => {
-                match block {
-                    PcapBlockOwned::LegacyHeader(h) => {
-                        s.format = "pcap";
-                        big_endian = h.is_bigendian();
-                        let units = if h.is_nanosecond_precision() { 1_000_000_000 } else { 1_000_000 };
-                        let lt = h.network.0 as u32;
-                        note_linktype(lt, &mut s);
-                        legacy = Some((lt, units));
-                    }
-                    PcapBlockOwned::Legacy(b) => {
-                        let (lt, units) = legacy.unwrap_or((1, 1_000_000));
-                        let ts = b.ts_sec as i64 * 1_000_000_000 + b.ts_usec as i64 * (1_000_000_000 / units as i64);
-                        last_ts = ts;
-                        s.records += 1;
-                        let data = &b.data[..(b.caplen as usize).min(b.data.len())];
-                        f(Record { ts_ns: ts, linktype: lt, origlen: b.origlen, data });
-                    }
-                    PcapBlockOwned::NG(block) => {
-                        s.format = "pcapng";
-                        pcapng = true;
-                        match block {
-                            Block::SectionHeader(shb) => {
-                                big_endian = shb.big_endian();
-                                interfaces.clear();
+    let mut reader = RecordReader::open(input, name, max_record_bytes, buffer_bytes)?;
+    while reader.advance() {
+        f(reader.record());
+    }
+    reader.finish()
+}
+
+fn note_linktype(s: &mut ReadSummary, lt: u32) {
+    if !s.linktypes.contains(&lt) {
+        s.linktypes.push(lt);
+    }
+}
+
+/// The packet record last read by [`RecordReader::advance`], owned: a merge of several files
+/// holds one per file while it picks the earliest.
+#[derive(Debug, Default)]
+struct Current {
+    ts_ns: i64,
+    linktype: u32,
+    origlen: u32,
+    data: Vec<u8>,
+}
+
+/// One capture read record by record (pull, not push), so that several can be merged by
+/// time (`capture::merge`). Errors inside the file end it early with a warning in the summary,
+/// as in [`read_capture_from`].
+pub struct RecordReader<'a> {
+    name: String,
+    reader: Box<dyn PcapReaderIterator + Send + 'a>,
+    read_error: ReadError,
+    summary: ReadSummary,
+    interfaces: Vec<Interface>,
+    legacy: Option<(u32, u64)>, // (linktype, units per second)
+    big_endian: bool,
+    pcapng: bool,
+    buffer_size: usize,
+    max_record_bytes: u64,
+    current: Current,
+    ended: bool,
+}
+
+impl<'a> RecordReader<'a> {
+    /// Sniff and open `input`; `name` stands for it in messages. Nothing is read past the
+    /// capture header until [`advance`](Self::advance).
+    pub fn open(input: impl Read + Send + 'a, name: &str, max_record_bytes: u64, buffer_bytes: usize) -> Result<Self, CaptureError> {
+        let (source, compressed, read_error) = open_source(input, name)?;
+        let reader = match create_reader(buffer_bytes, source) {
+            Ok(r) => r,
+            Err(PcapError::Eof) => return Err(CaptureError::Empty(format!("{name} is empty"))),
+            Err(e) => return Err(CaptureError::NotACapture(format!("{name}: the capture header cannot be read ({e:?})"))),
+        };
+        Ok(RecordReader {
+            name: name.to_string(),
+            reader,
+            read_error,
+            summary: ReadSummary { compressed, ..Default::default() },
+            interfaces: Vec::new(),
+            legacy: None,
+            big_endian: false,
+            pcapng: false,
+            buffer_size: buffer_bytes,
+            max_record_bytes,
+            current: Current::default(),
+            ended: false,
+        })
+    }
+
+    /// The record read by the last successful [`advance`](Self::advance).
+    pub fn record(&self) -> Record<'_> {
+        let c = &self.current;
+        Record { ts_ns: c.ts_ns, linktype: c.linktype, origlen: c.origlen, data: &c.data }
+    }
+
+    /// Packet records read so far (the number of the current one, 1-based, in this file).
+    pub fn records(&self) -> u64 {
+        self.summary.records
+    }
+
+
+    fn stop(&mut self, warning: String) -> bool {
+        self.summary.truncated = true;
+        self.summary.warnings.push(warning);
+        self.ended = true;
+        false
+    }
+
+    /// Read up to the next packet record (see [`record`](Self::record)); false at the end of
+    /// the file or where it cannot be read further (the warning is in the summary).
+    pub fn advance(&mut self) -> bool {
+        while !self.ended {
+            match self.reader.next() {
+                Ok((offset, block)) => {
+                    // The block borrows the reader: what it yields is copied into fields
+                    // other than `reader` (`take`), then the reader moves on.
+                    let last_ts = self.current.ts_ns;
+                    let (summary, current) = (&mut self.summary, &mut self.current);
+                    let mut take = |ts_ns: i64, linktype: u32, origlen: u32, data: &[u8]| {
+                        summary.records += 1;
+                        (current.ts_ns, current.linktype, current.origlen) = (ts_ns, linktype, origlen);
+                        current.data.clear();
+                        current.data.extend_from_slice(data);
+                    };
+                    match block {
+                        PcapBlockOwned::LegacyHeader(h) => {
+                            summary.format = "pcap";
+                            self.big_endian = h.is_bigendian();
+                            let units = if h.is_nanosecond_precision() { 1_000_000_000 } else { 1_000_000 };
+                            let lt = h.network.0 as u32;
+                            self.legacy = Some((lt, units));
+                            note_linktype(summary, lt);
+                        }
+                        PcapBlockOwned::Legacy(b) => {
+                            let (lt, units) = self.legacy.unwrap_or((1, 1_000_000));
+                            let ts = b.ts_sec as i64 * 1_000_000_000 + b.ts_usec as i64 * (1_000_000_000 / units as i64);
+                            let data = &b.data[..(b.caplen as usize).min(b.data.len())];
+                            take(ts, lt, b.origlen, data);
+                            self.reader.consume(offset);
+                            return true;
+                        }
+                        PcapBlockOwned::NG(block) => {
+                            summary.format = "pcapng";
+                            self.pcapng = true;
+                            match block {
+                                Block::SectionHeader(shb) => {
+                                    self.big_endian = shb.big_endian();
+                                    self.interfaces.clear();
+                                }
+                                Block::InterfaceDescription(idb) => {
+                                    let lt = idb.linktype.0 as u32;
+                                    let units = idb.ts_resolution().unwrap_or(1_000_000);
+                                    self.interfaces.push(Interface { linktype: lt, units_per_sec: units, offset_s: idb.ts_offset() });
+                                    note_linktype(summary, lt);
+                                }
+                                Block::EnhancedPacket(epb) => {
+                                    let (lt, ts) = match self.interfaces.get(epb.if_id as usize) {
+                                        Some(i) => {
+                                            let raw = ((epb.ts_high as u64) << 32) | epb.ts_low as u64;
+                                            (i.linktype, pcapng_ts_ns(raw, i.units_per_sec, i.offset_s))
+                                        }
+                                        None => (u32::MAX, last_ts),
+                                    };
+                                    let data = &epb.data[..(epb.caplen as usize).min(epb.data.len())];
+                                    take(ts, lt, epb.origlen, data);
+                                    self.reader.consume(offset);
+                                    return true;
+                                }
+                                Block::SimplePacket(spb) => {
+                                    let lt = self.interfaces.first().map_or(u32::MAX, |i| i.linktype);
+                                    let snap = spb.data.len().min(spb.origlen as usize);
+                                    take(last_ts, lt, spb.origlen, &spb.data[..snap]);
+                                    self.reader.consume(offset);
+                                    return true;
+                                }
+                                _ => {} // statistics, name resolution, custom and unknown blocks
                             }
-                            Block::InterfaceDescription(idb) => {
-                                let lt = idb.linktype.0 as u32;
-                                note_linktype(lt, &mut s);
-                                let units = idb.ts_resolution().unwrap_or(1_000_000);
-                                interfaces.push(Interface { linktype: lt, units_per_sec: units, offset_s: idb.ts_offset() });
-                            }
-                            Block::EnhancedPacket(epb) => {
-                                s.records += 1;
-                                let iface = interfaces.get(epb.if_id as usize).copied();
-                                let (lt, ts) = match iface {
-                                    Some(i) => {
-                                        let raw = ((epb.ts_high as u64) << 32) | epb.ts_low as u64;
-                                        (i.linktype, pcapng_ts_ns(raw, i.units_per_sec, i.offset_s))
-                                    }
-                                    None => (u32::MAX, last_ts),
-                                };
-                                last_ts = ts;
-                                let data = &epb.data[..(epb.caplen as usize).min(epb.data.len())];
-                                f(Record { ts_ns: ts, linktype: lt, origlen: epb.origlen, data });
-                            }
-                            Block::SimplePacket(spb) => {
-                                s.records += 1;
-                                let lt = interfaces.first().map_or(u32::MAX, |i| i.linktype);
-                                let snap = spb.data.len().min(spb.origlen as usize);
-                                f(Record { ts_ns: last_ts, linktype: lt, origlen: spb.origlen, data: &spb.data[..snap] });
-                            }
-                            _ => {} // statistics, name resolution, custom and unknown blocks
                         }
                     }
+                    self.reader.consume(offset);
                 }
-                reader.consume(offset);
-            }
-            Err(PcapError::Eof) => break,
-            Err(PcapError::Incomplete(_)) => {
-                if let Err(e) = reader.refill() {
-                    s.truncated = true;
-                    s.warnings.push(format!(
-                        "reading stopped after {} packets: {e:?}",
-                        s.records
+                Err(PcapError::Eof) => self.ended = true,
+                Err(PcapError::Incomplete(_)) => {
+                    if let Err(e) = self.reader.refill() {
+                        let why = format!("reading stopped after {} packets: {e:?}", self.summary.records);
+                        return self.stop(why);
+                    }
+                }
+                Err(PcapError::UnexpectedEof) => {
+                    return self.stop(format!(
+                        "the capture ends in the middle of a record after {} packets (tcpdump killed?); decoded what is there",
+                        self.summary.records
                     ));
-                    break;
                 }
-            }
-            Err(PcapError::UnexpectedEof) => {
-                s.truncated = true;
-                s.warnings.push(format!("the capture ends in the middle of a record after {} packets (tcpdump killed?); decoded what is there", s.records));
-                break;
-            }
-            Err(PcapError::BufferTooSmall) => {
-                let claimed = claimed_record_len(reader.data(), pcapng, big_endian).unwrap_or(u64::MAX);
-                if claimed > max_record_bytes || (claimed as usize) < buffer_size / 2 {
-                    s.truncated = true;
-                    s.warnings.push(format!(
-                        "record {} claims {claimed} bytes (cap {max_record_bytes}); the rest of the file is skipped",
-                        s.records + 1
-                    ));
-                    break;
+                Err(PcapError::BufferTooSmall) => {
+                    let claimed = claimed_record_len(self.reader.data(), self.pcapng, self.big_endian).unwrap_or(u64::MAX);
+                    let next = self.summary.records + 1;
+                    if claimed > self.max_record_bytes || (claimed as usize) < self.buffer_size / 2 {
+                        return self.stop(format!(
+                            "record {next} claims {claimed} bytes (cap {}); the rest of the file is skipped",
+                            self.max_record_bytes
+                        ));
+                    }
+                    self.buffer_size = (claimed as usize + 65536).max(self.buffer_size * 2);
+                    if !self.reader.grow(self.buffer_size) {
+                        return self.stop(format!("record {next} of {claimed} bytes could not be buffered"));
+                    }
+                    if let Err(e) = self.reader.refill() {
+                        let why = format!("reading stopped after {} packets: {e:?}", self.summary.records);
+                        return self.stop(why);
+                    }
                 }
-                buffer_size = (claimed as usize + 65536).max(buffer_size * 2);
-                if !reader.grow(buffer_size) {
-                    s.truncated = true;
-                    s.warnings.push(format!("record {} of {claimed} bytes could not be buffered", s.records + 1));
-                    break;
+                Err(e) => {
+                    let why = format!("corrupt data after {} packets ({e:?}); the rest of the file is skipped", self.summary.records);
+                    return self.stop(why);
                 }
-                if let Err(e) = reader.refill() {
-                    s.truncated = true;
-                    s.warnings.push(format!("reading stopped after {} packets: {e:?}", s.records));
-                    break;
-                }
-            }
-            Err(e) => {
-                s.truncated = true;
-                s.warnings.push(format!("corrupt data after {} packets ({e:?}); the rest of the file is skipped", s.records));
-                break;
             }
         }
+        false
     }
-    if let Some(e) = read_error.lock().ok().and_then(|mut e| e.take()) {
-        // The bytes ended early because of this error: it, not the cut record, is the news.
-        if s.truncated {
-            s.warnings.pop();
-        }
-        s.truncated = true;
-        let hint = if compressed { "gzip: " } else { "" };
-        s.warnings.push(format!(
-            "reading stopped after {} packets: {hint}{e} ({}the packets before are decoded)",
-            s.records,
-            if compressed {
-                "the gzip stream ends early or is corrupt; "
-            } else {
-                ""
+
+    /// What was read: format, counts, warnings. An error when the input held no capture.
+    pub fn finish(self) -> Result<ReadSummary, CaptureError> {
+        let mut s = self.summary;
+        if let Some(e) = self.read_error.lock().ok().and_then(|mut e| e.take()) {
+            // The bytes ended early because of this error: it, not the cut record, is the news.
+            if s.truncated {
+                s.warnings.pop();
             }
-        ));
+            s.truncated = true;
+            let compressed = s.compressed;
+            let hint = if compressed { "gzip: " } else { "" };
+            s.warnings.push(format!(
+                "reading stopped after {} packets: {hint}{e} ({}the packets before are decoded)",
+                s.records,
+                if compressed { "the gzip stream ends early or is corrupt; " } else { "" }
+            ));
+        }
+        if s.records == 0 && s.format.is_empty() {
+            return Err(CaptureError::NotACapture(format!("{}: no capture header", self.name)));
+        }
+        if s.records == 0 && !s.truncated {
+            s.warnings.push("the capture holds no packets".into());
+        }
+        Ok(s)
     }
-    if s.records == 0 && s.format.is_empty() {
-        return Err(CaptureError::NotACapture(format!("{name}: no capture header")));
-    }
-    if s.records == 0 && !s.truncated {
-        s.warnings.push("the capture holds no packets".into());
-    }
-    Ok(s)
 }
 
 #[cfg(test)]

@@ -1,0 +1,103 @@
+"""Which files make one capture: a file, several, a glob, or a directory such as a tcpdump ring.
+
+The files are read as one capture, merged by time the way `mergecap` merges them (the native
+core, rust/src/capture/merge.rs); this module only lists them, in the order that breaks ties
+(the order given, or ring order for a glob or a directory), and tells what a ring is missing.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from .errors import UnreadableCaptureError, UsageError
+
+#: first bytes of the files a directory contributes: pcap (µs and ns, either byte order),
+#: pcapng, gzip (tested again by the core, which says what a named file is when it is neither)
+CAPTURE_MAGICS = (b"\xa1\xb2\xc3\xd4", b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\x3c\x4d", b"\x4d\x3c\xb2\xa1",
+                  b"\x0a\x0d\x0d\x0a", b"\x1f\x8b")
+
+#: a ring file's name: what tcpdump -C/-W appends to the -w name, a number (zero-padded with
+#: -W), before a compression suffix `-z gzip` may add
+_RING_NAME = re.compile(r"^(?P<base>.*?)(?P<number>\d+)(?P<suffix>(\.gz)?)$")
+
+
+def _ring_key(path: str) -> tuple:
+    """Sort key: names compared with their numbers as numbers, so `ring.pcap10` follows
+    `ring.pcap9` (tcpdump -C without -W does not pad), and `ring.pcap` (tcpdump's first file
+    of a -C ring has no number) comes before `ring.pcap1`."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", path))
+
+
+def _looks_like_capture(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4).startswith(CAPTURE_MAGICS)
+    except OSError:
+        return True  # unreadable: listed, so that the core names it and why
+
+
+def _expand(item: str) -> list[str]:
+    if os.path.isdir(item):
+        names = [os.path.join(item, n) for n in os.listdir(item)]
+        files = [p for p in names if os.path.isfile(p) and _looks_like_capture(p)]
+        if not files:
+            raise UnreadableCaptureError(f"cannot read a capture from the directory {item}: no file in it starts like a capture")
+        return sorted(files, key=_ring_key)
+    if glob.has_magic(item) and not os.path.exists(item):
+        files = [p for p in glob.glob(item) if os.path.isfile(p)]
+        if not files:
+            raise UnreadableCaptureError(f"cannot open {item}: no file matches it")
+        return sorted(files, key=_ring_key)
+    return [item]
+
+
+def capture_files(spec: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> list[str]:
+    """The files of a capture, in tie-breaking order: each item is a file, a glob pattern or a
+    directory (its files that start like a capture), expanded in ring order; items keep the
+    order given. A file listed twice is read once."""
+    items = [spec] if isinstance(spec, (str, os.PathLike)) else list(spec)
+    if not items:
+        raise UsageError("no capture file given")
+    out: list[str] = []
+    for item in items:
+        for path in _expand(os.fspath(item)):
+            if path not in out:
+                out.append(path)
+    return out
+
+
+def describe(spec, files: list[str]) -> str:
+    """How the capture is named in messages and the report: the path given, or for a set the
+    directory or pattern given, else the first file and how many more."""
+    if len(files) == 1:
+        return files[0]
+    if isinstance(spec, (str, os.PathLike)):
+        return os.fspath(spec)
+    return f"{files[0]} and {len(files) - 1} more files"
+
+
+def missing_ring_files(files: list[str]) -> list[str]:
+    """Warnings for ring files that are not in the set: for each group of names that differ
+    only in a trailing number (tcpdump -C/-W), the numbers between the lowest and highest
+    present that are absent. A -G ring (names from strftime) cannot be checked by name; its
+    holes show as capture gaps in the connections that crossed them."""
+    groups: dict[tuple[str, str], dict[int, str]] = {}
+    for path in files:
+        m = _RING_NAME.match(path)
+        if m:
+            groups.setdefault((m["base"], m["suffix"]), {})[int(m["number"])] = path
+    out = []
+    for (base, suffix), numbers in groups.items():
+        if len(numbers) < 2:
+            continue
+        lo, hi = min(numbers), max(numbers)
+        absent = [n for n in range(lo, hi + 1) if n not in numbers]
+        if absent:
+            shown = ", ".join(map(str, absent[:10])) + (f" and {len(absent) - 10} more" if len(absent) > 10 else "")
+            out.append(f"ring {Path(base).name}N{suffix}: file number {shown} of {lo}-{hi} is missing; "
+                       "connections that crossed it have a capture gap there")
+    return out

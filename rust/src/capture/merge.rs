@@ -1,0 +1,144 @@
+//! Several capture files read as one capture, merged by timestamp the way Wireshark's
+//! `mergecap` merges them (its default, chronological mode): the next record is always the
+//! earliest of the files' next records, a tie goes to the file listed first, and each file's
+//! own record order is kept (a file whose timestamps step back is not re-sorted). A tcpdump
+//! ring (`-C`, `-G`) read this way is the one capture it was cut from, so a connection that
+//! spans ring files is one conversation.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::fs::File;
+
+use crate::capture::reader::{open_capture, ReadSummary, Record, RecordReader, BUFFER_BYTES};
+use crate::error::CaptureError;
+
+/// The smallest read buffer one file of a set gets: the set shares [`BUFFER_BYTES`], so a
+/// ring of 50 files does not hold 50 full buffers (each still grows for a larger record).
+const MIN_FILE_BUFFER_BYTES: usize = 256 << 10;
+
+/// What became of one file of the set.
+#[derive(Debug, Clone, Default)]
+pub struct FileRead {
+    pub name: String,
+    /// What was read; `None` when the file was skipped (`error` says why).
+    pub read: Option<ReadSummary>,
+    pub error: Option<CaptureError>,
+    pub first_ts_ns: Option<i64>,
+    pub last_ts_ns: Option<i64>,
+}
+
+/// The set as one capture: totals over the files read, and each file's own account.
+#[derive(Debug, Clone, Default)]
+pub struct MergeSummary {
+    /// `format` is the files' common format, or "mixed"; `warnings` name their file when the
+    /// set has more than one.
+    pub read: ReadSummary,
+    pub files: Vec<FileRead>,
+}
+
+struct Open<'a> {
+    index: usize,
+    reader: RecordReader<'a>,
+}
+
+/// Open every file of `paths` that can be read. An unusable one is an error when `strict`,
+/// else it is skipped and named in a warning. None usable: the error of a single file as it
+/// is, or one naming every file's.
+fn open_all(paths: &[String], max_record_bytes: u64, strict: bool) -> Result<(Vec<Open<'static>>, Vec<FileRead>), CaptureError> {
+    let buffer = (BUFFER_BYTES / paths.len().max(1)).max(MIN_FILE_BUFFER_BYTES);
+    let mut open = Vec::new();
+    let mut files = Vec::new();
+    for (index, path) in paths.iter().enumerate() {
+        files.push(FileRead { name: path.clone(), ..Default::default() });
+        match open_capture(path).and_then(|f: File| RecordReader::open(f, path, max_record_bytes, buffer)) {
+            Ok(reader) => open.push(Open { index, reader }),
+            Err(e) if strict => return Err(e),
+            Err(e) => files[index].error = Some(e),
+        }
+    }
+    if open.is_empty() {
+        return Err(none_usable(&files));
+    }
+    Ok((open, files))
+}
+
+fn none_usable(files: &[FileRead]) -> CaptureError {
+    let errors: Vec<&CaptureError> = files.iter().filter_map(|f| f.error.as_ref()).collect();
+    match errors.as_slice() {
+        [only] if files.len() == 1 => (*only).clone(),
+        _ => CaptureError::Unreadable(format!(
+            "none of the {} files can be read: {}",
+            files.len(),
+            errors.iter().map(|e| e.message()).collect::<Vec<_>>().join("; ")
+        )),
+    }
+}
+
+/// Stream the records of all `paths`, merged by time, to `f(record, file index)`.
+pub fn read_captures(
+    paths: &[String],
+    max_record_bytes: u64,
+    strict: bool,
+    mut f: impl FnMut(Record<'_>, usize),
+) -> Result<MergeSummary, CaptureError> {
+    let (mut open, mut files) = open_all(paths, max_record_bytes, strict)?;
+    // Heap of (next record's time, position in `open`): the earliest first, ties to the
+    // file listed first (its position, as `open` keeps the listed order).
+    let mut heap = BinaryHeap::with_capacity(open.len());
+    for (at, o) in open.iter_mut().enumerate() {
+        if o.reader.advance() {
+            heap.push(Reverse((o.reader.record().ts_ns, at)));
+        }
+    }
+    while let Some(Reverse((_, at))) = heap.pop() {
+        let o = &mut open[at];
+        let rec = o.reader.record();
+        let file = &mut files[o.index];
+        file.first_ts_ns.get_or_insert(rec.ts_ns);
+        file.last_ts_ns = Some(rec.ts_ns);
+        f(rec, o.index);
+        if o.reader.advance() {
+            heap.push(Reverse((o.reader.record().ts_ns, at)));
+        }
+    }
+    for o in open {
+        let file = &mut files[o.index];
+        match o.reader.finish() {
+            Ok(read) => file.read = Some(read),
+            Err(e) if strict => return Err(e),
+            Err(e) => file.error = Some(e),
+        }
+    }
+    if files.iter().all(|f| f.read.is_none()) {
+        return Err(none_usable(&files));
+    }
+    Ok(MergeSummary { read: combined(&files), files })
+}
+
+/// The files' reads as one: counts summed, warnings prefixed with the file's name when the
+/// set has several (and a line for each file skipped).
+fn combined(files: &[FileRead]) -> ReadSummary {
+    let several = files.len() > 1;
+    let mut s = ReadSummary::default();
+    for f in files {
+        let Some(r) = &f.read else {
+            // The core's messages name the file already ("cannot open X: ...", "X is empty").
+            let why = f.error.as_ref().map_or("", |e| e.message());
+            s.warnings.push(format!("{why}; the file is skipped (--strict stops instead)"));
+            continue;
+        };
+        s.format = if s.format.is_empty() || s.format == r.format { r.format } else { "mixed" };
+        s.compressed |= r.compressed;
+        s.records += r.records;
+        s.truncated |= r.truncated;
+        for w in &r.warnings {
+            s.warnings.push(if several { format!("{}: {w}", f.name) } else { w.clone() });
+        }
+        for &lt in &r.linktypes {
+            if !s.linktypes.contains(&lt) {
+                s.linktypes.push(lt);
+            }
+        }
+    }
+    s
+}

@@ -1,0 +1,153 @@
+"""Several capture files read as one capture, checked against Wireshark's own tools: `editcap`
+cuts a real fixture into files, `mergecap` merges files into the reference capture, tshark
+numbers the packets of each file. The set must decode exactly like the one file."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import amqpcap
+from amqpcap.errors import CaptureError
+from amqpcap.inputs import capture_files, missing_ring_files
+
+FIX = Path(__file__).resolve().parent.parent / "fixtures"
+SOURCE = FIX / "prefetch-consumers.pcap"  # 5 connections of PerfTest, 1,762 packets
+TABLES = ("packets", "frames", "connections", "anomalies")
+
+pytestmark = pytest.mark.skipif(not all(shutil.which(t) for t in ("editcap", "mergecap", "tshark")),
+                                reason="needs Wireshark's editcap, mergecap and tshark (scripts/test.sh installs them)")
+
+
+def run(*cmd) -> str:
+    return subprocess.run([str(c) for c in cmd], check=True, capture_output=True, text=True).stdout
+
+
+def assert_same_capture(a: amqpcap.Capture, b: amqpcap.Capture) -> None:
+    for name in TABLES:
+        pd.testing.assert_frame_equal(getattr(a, name), getattr(b, name), obj=name)
+    own = ["source_file", "source_packet"]
+    pd.testing.assert_frame_equal(a.records.drop(columns=own), b.records.drop(columns=own), obj="records")
+
+
+@pytest.fixture(scope="module")
+def cut(tmp_path_factory) -> list[Path]:
+    """The fixture cut by editcap into files of 400 packets, in order."""
+    d = tmp_path_factory.mktemp("cut")
+    run("editcap", "-F", "pcap", "-c", "400", SOURCE, d / "part.pcap")
+    return sorted(d.iterdir())
+
+
+@pytest.fixture(scope="module")
+def interleaved(tmp_path_factory) -> tuple[list[Path], Path]:
+    """Two files whose packets interleave in time (the fixture's connections split by
+    tcp.stream, as two capture points would see them), and mergecap's merge of them."""
+    d = tmp_path_factory.mktemp("interleaved")
+    a, b, merged = d / "a.pcap", d / "b.pcap", d / "merged.pcap"
+    run("tshark", "-r", SOURCE, "-Y", "tcp.stream in {0, 2, 4}", "-w", a, "-F", "pcap")
+    run("tshark", "-r", SOURCE, "-Y", "not tcp.stream in {0, 2, 4}", "-w", b, "-F", "pcap")
+    run("mergecap", "-F", "pcap", "-w", merged, a, b)
+    return [a, b], merged
+
+
+def test_a_cut_capture_decodes_like_the_whole(cut):
+    assert len(cut) == 5
+    whole, parts = amqpcap.load(SOURCE), amqpcap.load(cut)
+    assert_same_capture(whole, parts)
+    assert parts.summary["packets"] == whole.summary["packets"]
+    assert [f["name"] for f in parts.summary["files"]] == [str(p) for p in cut]
+
+
+def test_each_packet_names_its_file_and_number_there_as_tshark_does(cut):
+    cap = amqpcap.load(cut)
+    r = cap.records
+    for i, part in enumerate(cut):
+        # tshark, reading the file alone: its frame numbers and timestamps
+        rows = [line.split("\t") for line in run("tshark", "-r", part, "-T", "fields", "-e", "frame.number",
+                                                  "-e", "frame.time_epoch").split("\n") if line]
+        mine = r[r["source_file"] == str(part)]
+        assert mine["source_packet"].tolist() == [int(n) for n, _ in rows]
+        ns = mine["ts"].astype("int64").to_numpy()
+        assert np.array_equal(ns // 1000, [int(t.replace(".", "")[:-3]) for _, t in rows])
+
+
+def test_interleaved_files_merge_as_mergecap_merges_them(interleaved):
+    files, merged = interleaved
+    a, b = amqpcap.load(files), amqpcap.load(merged)
+    assert_same_capture(b, a)
+    assert a.summary["packets"] == 1762
+    # packets of both files alternate somewhere: the merge was not a concatenation
+    assert (np.diff(a.records["source_file"].cat.codes.to_numpy()) != 0).sum() > 10
+
+
+def test_a_set_mixing_pcap_pcapng_and_gzip_is_the_same_capture(interleaved, tmp_path):
+    (a, b), merged = interleaved
+    ng = tmp_path / "a.pcapng"
+    run("editcap", "-F", "pcapng", a, ng)
+    gz = tmp_path / "b.pcap.gz"
+    gz.write_bytes(gzip.compress(b.read_bytes()))
+    mixed = amqpcap.load([ng, gz])
+    assert_same_capture(amqpcap.load(merged), mixed)
+    assert mixed.summary["format"] == "mixed"
+    assert [f["format"] for f in mixed.summary["files"]] == ["pcapng", "pcap"]
+    assert [f["compressed"] for f in mixed.summary["files"]] == [False, True]
+
+
+def test_a_directory_and_a_glob_are_read_in_ring_order(tmp_path, cut):
+    # tcpdump -C without -W: ring.pcap, ring.pcap1, ... ring.pcap10 (numbers not padded)
+    names = ["ring.pcap", *[f"ring.pcap{i}" for i in range(1, 12)]]
+    for n in names:
+        (tmp_path / n).write_bytes(cut[0].read_bytes())
+    (tmp_path / "notes.txt").write_text("not a capture")
+    expected = [str(tmp_path / n) for n in names]
+    assert capture_files(tmp_path) == expected
+    assert capture_files(str(tmp_path / "ring.pcap*")) == expected
+    with pytest.raises(CaptureError, match="no file matches"):
+        capture_files(str(tmp_path / "nothing*"))
+
+
+def test_a_missing_ring_file_is_named(tmp_path, cut):
+    ring = [tmp_path / f"ring.pcap{i}" for i in range(5)]
+    for p, part in zip(ring, cut):
+        p.write_bytes(part.read_bytes())
+    ring[2].unlink()
+    files = capture_files(tmp_path)
+    assert missing_ring_files(files) == [
+        "ring ring.pcapN: file number 2 of 0-4 is missing; connections that crossed it have a capture gap there"]
+    cap = amqpcap.load(tmp_path)
+    assert any("file number 2 of 0-4 is missing" in w for w in cap.warnings)
+    # and TCP shows the hole: bytes the peers acknowledged are missing from the capture
+    assert (cap.anomalies["kind"] == "capture-gap").any()
+    assert missing_ring_files([str(p) for p in (ring[0], ring[1], ring[3])]) != []
+    assert missing_ring_files([str(p) for p in ring]) == []
+
+
+def test_an_unreadable_file_of_a_set_is_skipped_with_a_warning_or_stops_strict(cut, tmp_path):
+    bad = tmp_path / "bad.pcap"
+    bad.write_bytes(b"\xd4\xc3\xb2\xa1 not a real header")
+    cap = amqpcap.load([cut[0], bad, cut[1]])
+    assert cap.summary["packets"] == 800
+    skipped = [w for w in cap.warnings if str(bad) in w]
+    assert len(skipped) == 1 and skipped[0].endswith("the file is skipped (--strict stops instead)")
+    assert [f["error"] is not None for f in cap.summary["files"]] == [False, True, False]
+    with pytest.raises(CaptureError, match="bad.pcap"):
+        amqpcap.load([cut[0], bad, cut[1]], strict=True)
+    with pytest.raises(CaptureError, match="none of the 2 files can be read"):
+        amqpcap.load([bad, tmp_path / "absent.pcap"])
+
+
+def test_the_cli_reads_a_set_as_one_capture(cut, tmp_path):
+    import sys
+
+    one = subprocess.run([sys.executable, "-m", "amqpcap", "info", str(SOURCE)], capture_output=True, text=True)
+    many = subprocess.run([sys.executable, "-m", "amqpcap", "info", *map(str, cut)], capture_output=True, text=True)
+    assert many.returncode == 0, many.stderr
+    assert "5 read as one capture, merged by time" in many.stdout
+    line = [x for x in one.stdout.splitlines() if x.startswith("packets")]
+    assert line and line[0] in many.stdout
