@@ -3,10 +3,12 @@
 
     python3 rust/fuzz/make_seeds.py OUT_DIR [--fixtures DIR] [--quick]
 
-writes OUT_DIR/capture_reader, OUT_DIR/tcp_reassembly and OUT_DIR/amqp_decoder:
+writes OUT_DIR/capture_reader, OUT_DIR/capture_merge, OUT_DIR/tcp_reassembly and OUT_DIR/amqp_decoder:
 
 - capture_reader: each fixture cut to its first records (whole records, at most ~12 KiB; pcap,
   pcapng by blocks, and gzip-compressed again for the .gz fixture);
+- capture_merge: two capture_reader seeds behind a big-endian u16 length of the first: the same
+  fixture's two prefixes (records of equal times in both files: ties) and consecutive fixtures;
 - amqp_decoder: the reassembled byte stream of each direction of a fixture's first connections
   (tshark -z follow,tcp,raw), at most 8 KiB, behind the harness's flags and control bytes
   (several chunkings, one with gaps and a frame_max change);
@@ -69,15 +71,24 @@ def pcapng_prefix(data: bytes, limit: int) -> bytes:
     return data[:pos]
 
 
-def capture_seeds(fixture: Path, out: Path) -> None:
+def capture_seeds(fixture: Path, out: Path) -> list[bytes]:
     raw = fixture.read_bytes()
     compressed = raw[:2] == b"\x1f\x8b"
     if compressed:
         raw = gzip.decompress(raw)
     cut = pcapng_prefix if raw[:4] == b"\x0a\x0d\x0d\x0a" else pcap_prefix
+    seeds = []
     for limit in (CAPTURE_BYTES, 2 << 10):
         seed = cut(raw, limit)
-        write(out, gzip.compress(seed, mtime=0) if compressed else seed)
+        seeds.append(gzip.compress(seed, mtime=0) if compressed else seed)
+        write(out, seeds[-1])
+    return seeds
+
+
+def merge_seed(first: bytes, second: bytes) -> bytes:
+    """The capture_merge input format: the first file's length (u16, big-endian), both files."""
+    first = first[:0xFFFF]
+    return struct.pack(">H", len(first)) + first + second
 
 
 # --- tshark ---------------------------------------------------------------------------------
@@ -221,13 +232,18 @@ def main() -> int:
     if not fixtures:
         print(f"no captures in {args.fixtures}", file=sys.stderr)
         return 1
+    previous: bytes | None = None
     for f in fixtures:
-        capture_seeds(f, args.out / "capture_reader")
+        big, small = capture_seeds(f, args.out / "capture_reader")
+        write(args.out / "capture_merge", merge_seed(small, big))
+        if previous is not None:
+            write(args.out / "capture_merge", merge_seed(previous, small))
+        previous = small
         streams = streams_of(f)
         if streams:
             decoder_seeds(follow(f, streams), args.out / "amqp_decoder")
             reassembly_seeds(f, streams, args.out / "tcp_reassembly")
-    for t in ("capture_reader", "tcp_reassembly", "amqp_decoder"):
+    for t in ("capture_reader", "capture_merge", "tcp_reassembly", "amqp_decoder"):
         files = list((args.out / t).iterdir())
         print(f"{t}: {len(files)} seeds, {sum(p.stat().st_size for p in files)} bytes in {args.out / t}")
     return 0

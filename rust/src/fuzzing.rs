@@ -12,6 +12,7 @@ use crate::amqp::decoder::{Decoder, FrameEvent, FrameSink};
 use crate::amqp::parser::{decode_content_header, decode_method, FrameType};
 use crate::anomaly::AnomalyKind;
 use crate::capture::link::{ACK, FIN, LINKTYPE_IPV4, RST, SYN};
+use crate::capture::merge::{file_buffer_bytes, read_sources, Source};
 use crate::capture::reader::{read_capture_buffered, ReadSummary, Record};
 use crate::error::CaptureError;
 use crate::ingest::{Ingest, Output};
@@ -54,6 +55,60 @@ pub fn capture_reader(data: &[u8]) {
                 assert!(!e.message().is_empty());
                 assert!(!matches!(e, CaptureError::Unreadable(_)), "a byte slice cannot fail to read: {e:?}");
                 assert_eq!(data.is_empty(), matches!(e, CaptureError::Empty(_)), "{e:?}");
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// capture_merge: two capture files read as one (capture::merge), against each read alone.
+
+/// `data` is two capture files: a big-endian u16 `n`, then the first file (the next `n`
+/// bytes, or all that is left), then the second. Each is read alone and both are read as one
+/// set; the set must be exactly the two files' records interleaved as mergecap interleaves
+/// them: each file's order kept, the earliest head first, ties to the first file. A file that
+/// cannot be read is skipped (and is the error with `strict`).
+pub fn capture_merge(data: &[u8]) {
+    let Some((head, rest)) = data.split_first_chunk::<2>() else { return };
+    let cut = (u16::from_be_bytes(*head) as usize).min(rest.len());
+    let parts = [&rest[..cut], &rest[cut..]];
+    let max = Limits::default().max_record_bytes;
+    // Small buffers (fuzz-sized inputs outgrow them), the same for a file alone and in the set.
+    let buffer = file_buffer_bytes(8 << 10, 2);
+    let alone: Vec<Option<Vec<(i64, Vec<u8>)>>> = parts
+        .iter()
+        .map(|p| {
+            let mut v = Vec::new();
+            read_capture_buffered(*p, "part", max, buffer, |r| v.push((r.ts_ns, r.data.to_vec()))).ok().map(|_| v)
+        })
+        .collect();
+    let make = || -> Vec<Source<'_>> {
+        parts.iter().enumerate().map(|(i, p)| (format!("part{i}"), Ok(Box::new(*p) as Box<dyn std::io::Read + Send>))).collect()
+    };
+    let mut merged: Vec<(i64, Vec<u8>, usize)> = Vec::new();
+    let result = read_sources(make(), max, false, 8 << 10, |r, file| merged.push((r.ts_ns, r.data.to_vec(), file)));
+    match (&alone[0], &alone[1]) {
+        (None, None) => assert!(result.is_err()),
+        _ => {
+            let summary = result.expect("one file is readable");
+            let mut heads = [0usize, 0usize];
+            let empty = Vec::new();
+            let files = [alone[0].as_ref().unwrap_or(&empty), alone[1].as_ref().unwrap_or(&empty)];
+            for (ts, bytes, file) in &merged {
+                let other = 1 - file;
+                assert_eq!(files[*file].get(heads[*file]), Some(&(*ts, bytes.clone())), "file order kept");
+                if let Some((other_ts, _)) = files[other].get(heads[other]) {
+                    // mergecap: the earliest head; a tie goes to the file listed first
+                    assert!(*ts < *other_ts || (*ts == *other_ts && *file == 0), "merge order");
+                }
+                heads[*file] += 1;
+            }
+            assert_eq!(heads, [files[0].len(), files[1].len()], "every record merged once");
+            assert_eq!(summary.read.records as usize, merged.len());
+            let skipped = alone.iter().filter(|a| a.is_none()).count();
+            assert_eq!(summary.files.iter().filter(|f| f.error.is_some() || f.read.is_none()).count(), skipped);
+            if skipped > 0 {
+                assert!(read_sources(make(), max, true, 8 << 10, |_, _| {}).is_err(), "strict stops at the unreadable file");
             }
         }
     }

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 fn harness(target: &str) -> fn(&[u8]) {
     match target {
         "capture_reader" => _core::fuzzing::capture_reader,
+        "capture_merge" => _core::fuzzing::capture_merge,
         "tcp_reassembly" => _core::fuzzing::tcp_reassembly,
         "amqp_decoder" => _core::fuzzing::amqp_decoder,
         other => panic!("unknown fuzz target {other}"),
@@ -45,6 +46,11 @@ fn replay(target: &str) {
 #[test]
 fn capture_reader() {
     replay("capture_reader");
+}
+
+#[test]
+fn capture_merge() {
+    replay("capture_merge");
 }
 
 #[test]

@@ -8,6 +8,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::fs::File;
+use std::io::Read;
 
 use crate::capture::reader::{open_capture, ReadSummary, Record, RecordReader, BUFFER_BYTES};
 use crate::error::CaptureError;
@@ -41,25 +42,35 @@ struct Open<'a> {
     reader: RecordReader<'a>,
 }
 
-/// Open every file of `paths` that can be read. An unusable one is an error when `strict`,
-/// else it is skipped and named in a warning. None usable: the error of a single file as it
-/// is, or one naming every file's.
-fn open_all(paths: &[String], max_record_bytes: u64, strict: bool) -> Result<(Vec<Open<'static>>, Vec<FileRead>), CaptureError> {
-    let buffer = (BUFFER_BYTES / paths.len().max(1)).max(MIN_FILE_BUFFER_BYTES);
+/// One input of a set: its name and what reads it (or why it cannot be opened).
+pub type Source<'a> = (String, Result<Box<dyn Read + Send + 'a>, CaptureError>);
+
+/// Open every input that can be read. An unusable one is an error when `strict`, else it is
+/// skipped and named in a warning. None usable: the error of a single input as it is, or one
+/// naming every input's.
+fn open_all<'a>(sources: Vec<Source<'a>>, max_record_bytes: u64, strict: bool, buffer_bytes: usize) -> Result<(Vec<Open<'a>>, Vec<FileRead>), CaptureError> {
+    let buffer = file_buffer_bytes(buffer_bytes, sources.len());
     let mut open = Vec::new();
     let mut files = Vec::new();
-    for (index, path) in paths.iter().enumerate() {
-        files.push(FileRead { name: path.clone(), ..Default::default() });
-        match open_capture(path).and_then(|f: File| RecordReader::open(f, path, max_record_bytes, buffer)) {
+    for (index, (name, input)) in sources.into_iter().enumerate() {
+        match input.and_then(|r| RecordReader::open(r, &name, max_record_bytes, buffer)) {
             Ok(reader) => open.push(Open { index, reader }),
             Err(e) if strict => return Err(e),
-            Err(e) => files[index].error = Some(e),
+            Err(e) => files.push(FileRead { name: name.clone(), error: Some(e), ..Default::default() }),
+        }
+        if files.len() == index {
+            files.push(FileRead { name, ..Default::default() });
         }
     }
     if open.is_empty() {
         return Err(none_usable(&files));
     }
     Ok((open, files))
+}
+
+/// Each file's initial read buffer when a set of `files` shares `total` bytes.
+pub fn file_buffer_bytes(total: usize, files: usize) -> usize {
+    (total / files.max(1)).max(MIN_FILE_BUFFER_BYTES.min(total))
 }
 
 fn none_usable(files: &[FileRead]) -> CaptureError {
@@ -74,14 +85,30 @@ fn none_usable(files: &[FileRead]) -> CaptureError {
     }
 }
 
-/// Stream the records of all `paths`, merged by time, to `f(record, file index)`.
+/// Stream the records of the files at `paths`, merged by time, to `f(record, file index)`.
 pub fn read_captures(
     paths: &[String],
     max_record_bytes: u64,
     strict: bool,
+    f: impl FnMut(Record<'_>, usize),
+) -> Result<MergeSummary, CaptureError> {
+    let sources = paths
+        .iter()
+        .map(|p| (p.clone(), open_capture(p).map(|file: File| Box::new(file) as Box<dyn Read + Send>)))
+        .collect();
+    read_sources(sources, max_record_bytes, strict, BUFFER_BYTES, f)
+}
+
+/// [`read_captures`] over any readers (byte slices in the fuzz harness), sharing
+/// `buffer_bytes` of initial read buffer.
+pub fn read_sources<'a>(
+    sources: Vec<Source<'a>>,
+    max_record_bytes: u64,
+    strict: bool,
+    buffer_bytes: usize,
     mut f: impl FnMut(Record<'_>, usize),
 ) -> Result<MergeSummary, CaptureError> {
-    let (mut open, mut files) = open_all(paths, max_record_bytes, strict)?;
+    let (mut open, mut files) = open_all(sources, max_record_bytes, strict, buffer_bytes)?;
     // Heap of (next record's time, position in `open`): the earliest first, ties to the
     // file listed first (its position, as `open` keeps the listed order).
     let mut heap = BinaryHeap::with_capacity(open.len());
