@@ -19,14 +19,31 @@ class CoreCaptureError(Exception):
 ANOMALY_KINDS: list[str]
 METHOD_NAMES: list[str]
 
+MAX_FILES: int
+
+class ReadProgress:
+    """How far a running `decode` has read; pass it as `progress` and read it from another thread."""
+
+    def __init__(self) -> None: ...
+    @property
+    def bytes(self) -> int:
+        """Bytes read from the files so far (compressed bytes for gzip files)."""
+    @property
+    def records(self) -> int:
+        """Packet records read so far."""
+
 def decode(
-    path: str,
+    paths: list[str],
     ports: list[int],
     limits: dict[str, int] | None = None,
     bodies: bool = False,
     decrypted: tuple[list[int], list[int], list[int], bytes] | None = None,
+    strict: bool = False,
+    progress: ReadProgress | None = None,
 ) -> dict[str, Any]:
-    """Decode a capture. Returns {"records", "packets", "frames", "connections", "anomalies": Table,
+    """Decode a capture: one file, or a set read as one capture, merged by time as mergecap
+    merges them (a file of a set that cannot be used is skipped with a warning unless
+    `strict`). Returns {"records", "packets", "frames", "connections", "anomalies": Table,
     "bodies": Table (with bodies=True) or None, "summary": dict}. Raises CoreCaptureError when
     the file cannot be used.
 

@@ -180,6 +180,7 @@ def load(
     tls_keylog: str | os.PathLike[str] | None = None,
     bodies: bool = False,
     strict: bool = False,
+    progress: Callable[[int, int, int], None] | None = None,
 ) -> Capture:
     """Decode the capture at ``path`` (pcap, pcapng, optionally gzip-compressed).
 
@@ -202,6 +203,10 @@ def load(
 
     Message bodies are not kept unless ``bodies`` is true; then ``Capture.bodies`` holds them
     (at most ``limits.max_body_bytes`` bytes in all).
+
+    ``progress(bytes_read, bytes_total, packets)`` is called every `PROGRESS_INTERVAL_S` while
+    the files are read (from another thread; bytes of the files as stored, so compressed bytes
+    for gzip files), and once at the end.
     """
     from .inputs import capture_files, describe, missing_ring_files
 
@@ -217,7 +222,7 @@ def load(
         path = files[0]
     limit_dict = asdict(limits or Limits())
     try:
-        raw = _core.decode(files, list(port_list), limit_dict, bool(bodies), None, bool(strict))
+        raw = _decode(files, list(port_list), limit_dict, bool(bodies), None, bool(strict), progress)
     except _core.CoreCaptureError as e:
         raise from_core(*e.args) from None
     decryption = None
@@ -230,7 +235,7 @@ def load(
         tls = connections[connections["tls"]]
         decryption = decrypt(path, tls_keylog, tls["stream"].tolist(), tls["broker_port"].tolist())
         if decryption.streams:
-            raw = _core.decode(files, list(port_list), limit_dict, bool(bodies), decryption.core_argument())
+            raw = _decode(files, list(port_list), limit_dict, bool(bodies), decryption.core_argument(), bool(strict), progress)
             connections = _frame(raw.pop("connections"))
     summary = dict(raw["summary"])
     summary["path"] = name
@@ -265,6 +270,39 @@ def load(
         bodies=body_rows,
         summary=summary,
     )
+
+
+#: seconds between two calls of a `load` progress callback
+PROGRESS_INTERVAL_S = 0.25
+
+
+def _decode(files: list[str], ports: list[int], limits: dict, bodies: bool, decrypted, strict: bool,
+            progress: Callable[[int, int, int], None] | None) -> dict:
+    """The core's decode; with `progress`, a thread reports how far it has read (the core runs
+    without the GIL, counting into a `_core.ReadProgress`)."""
+    if progress is None:
+        return _core.decode(files, ports, limits, bodies, decrypted, strict)
+    counter = _core.ReadProgress()
+    total = 0
+    for f in files:
+        try:
+            total += os.path.getsize(f)
+        except OSError:
+            pass  # the core names the file and why
+    finished = threading.Event()
+
+    def report() -> None:
+        while not finished.wait(PROGRESS_INTERVAL_S):
+            progress(counter.bytes, total, counter.records)
+
+    reporter = threading.Thread(target=report, name="amqpcap-progress", daemon=True)
+    reporter.start()
+    try:
+        return _core.decode(files, ports, limits, bodies, decrypted, strict, counter)
+    finally:
+        finished.set()
+        reporter.join()
+        progress(counter.bytes, total, counter.records)
 
 
 def _utc(ns: int | None) -> pd.Timestamp | None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import List, Optional
 
@@ -129,14 +131,37 @@ def _load(capture: Path | List[Path], port: Optional[List[int]], limit: Optional
           tls_keylog: Optional[Path] = None, add_port: Optional[List[int]] = None, strict: bool = False) -> Capture:
     if isinstance(capture, list) and len(capture) == 1:
         capture = capture[0]  # one name (a file, a directory, a glob) names the capture
-    cap = load(capture, ports=ports_of(port, add_port), limits=parse_limits(limit), bodies=bodies,
-               tls_keylog=tls_keylog, strict=strict)
+    with _reading_progress() as progress:
+        cap = load(capture, ports=ports_of(port, add_port), limits=parse_limits(limit), bodies=bodies,
+                   tls_keylog=tls_keylog, strict=strict, progress=progress)
     for w in cap.warnings:
         _warn(w)
     w = anomaly_warning(cap)
     if w:
         _warn(w)
     return cap
+
+
+@contextmanager
+def _reading_progress():
+    """On a terminal: a progress bar on stderr while the capture is read (bytes of bytes,
+    packets/s, time left), gone when reading ends; elsewhere nothing (None)."""
+    if not err.is_terminal:
+        yield None
+        return
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    bar = Progress(TextColumn("reading"), BarColumn(), DownloadColumn(), TextColumn("{task.fields[rate]}"),
+                   TimeRemainingColumn(), console=err, transient=True)
+    task = bar.add_task("reading", total=None, rate="")
+    started = time.monotonic()
+
+    def update(done: int, total: int, packets: int) -> None:
+        rate = packets / max(time.monotonic() - started, 1e-3)
+        bar.update(task, completed=done, total=total or None, rate=f"{rate / 1e6:.2f}M packets/s")
+
+    with bar:
+        yield update
 
 
 def require_amqp(cap: Capture) -> None:

@@ -10,7 +10,7 @@ use crate::amqp::parser::{decode_content_header, decode_method, method_ids, Fram
 use crate::amqp::spec::{METHODS, METHOD_COUNT};
 use crate::anomaly::AnomalyKind;
 use crate::capture::link::{self, parse_options, LinkError, TcpOptions, ACK, SYN};
-use crate::capture::merge::{read_captures, FileRead};
+use crate::capture::merge::{read_captures, FileRead, Progress};
 use crate::capture::reader::{ReadSummary, Record};
 use crate::error::CaptureError;
 use crate::limits::Limits;
@@ -1590,6 +1590,7 @@ pub fn ingest(
     bodies: bool,
     decrypted: Option<Decrypted>,
     strict: bool,
+    progress: &Progress,
 ) -> Result<Output, CaptureError> {
     if paths.len() > crate::limits::MAX_FILES {
         return Err(CaptureError::Unreadable(format!(
@@ -1603,7 +1604,7 @@ pub fn ingest(
         ing.set_decrypted(d);
     }
     let several = paths.len() > 1;
-    let merged = read_captures(paths, limits.max_record_bytes, strict, |rec, file| {
+    let merged = read_captures(paths, limits.max_record_bytes, strict, progress, |rec, file| {
         if several {
             ing.all_file.push(file as u16);
         }

@@ -21,7 +21,8 @@ mod python {
     use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
     use crate::capture::link::linktype_name;
-    use crate::capture::merge::FileRead;
+    use crate::capture::merge::{FileRead, Progress};
+    use std::sync::atomic::Ordering;
     use crate::ingest::{ingest, Decrypted};
     use crate::limits::Limits;
     use crate::tables::{Column, Table};
@@ -139,6 +140,28 @@ mod python {
         Decrypted::new(streams, packets, ends, data).map_err(pyo3::exceptions::PyValueError::new_err)
     }
 
+    /// How far a `decode` running in another thread has read (it runs without the GIL).
+    #[pyclass(frozen)]
+    struct ReadProgress(Progress);
+
+    #[pymethods]
+    impl ReadProgress {
+        #[new]
+        fn new() -> Self {
+            ReadProgress(Progress::default())
+        }
+        /// Bytes read from the files so far (compressed bytes for gzip files).
+        #[getter]
+        fn bytes(&self) -> u64 {
+            self.0.bytes.load(Ordering::Relaxed)
+        }
+        /// Packet records read so far.
+        #[getter]
+        fn records(&self) -> u64 {
+            self.0.records.load(Ordering::Relaxed)
+        }
+    }
+
     /// Each file of the set: name, format, compressed, packets, first/last timestamps (ns),
     /// truncated, warnings; `error` (kind, message) for a file that was skipped.
     fn files<'py>(py: Python<'py>, files: &[FileRead]) -> PyResult<Bound<'py, PyList>> {
@@ -163,7 +186,8 @@ mod python {
 
     /// Decode a capture (one file or a set merged by time) into column tables. See `amqpcap/_core.pyi`.
     #[pyfunction]
-    #[pyo3(signature = (paths, ports, limits=None, bodies=false, decrypted=None, strict=false))]
+    #[pyo3(signature = (paths, ports, limits=None, bodies=false, decrypted=None, strict=false, progress=None))]
+    #[allow(clippy::too_many_arguments)]
     fn decode<'py>(
         py: Python<'py>,
         paths: Vec<String>,
@@ -172,11 +196,13 @@ mod python {
         bodies: bool,
         decrypted: Option<&Bound<'py, PyTuple>>,
         strict: bool,
+        progress: Option<PyRef<'py, ReadProgress>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let limits = limits_from(limits)?;
         let decrypted = decrypted.map(decrypted_from).transpose()?;
+        let progress = progress.map(|p| p.0.clone()).unwrap_or_default();
         let out = py
-            .detach(|| ingest(&paths, &ports, &limits, bodies, decrypted, strict))
+            .detach(|| ingest(&paths, &ports, &limits, bodies, decrypted, strict, &progress))
             .map_err(|e| CoreCaptureError::new_err((e.kind(), e.message().to_string())))?;
         let d = PyDict::new(py);
         d.set_item("records", table(py, out.records)?)?;
@@ -206,6 +232,7 @@ mod python {
     #[pymodule]
     fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(wrap_pyfunction!(decode, m)?)?;
+        m.add_class::<ReadProgress>()?;
         m.add("CoreCaptureError", m.py().get_type::<CoreCaptureError>())?;
         m.add("ANOMALY_KINDS", crate::anomaly::AnomalyKind::ALL.iter().map(|k| k.name()).collect::<Vec<_>>())?;
         m.add("MAX_FILES", crate::limits::MAX_FILES)?;

@@ -9,6 +9,8 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::fs::File;
 use std::io::Read;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::capture::reader::{open_capture, ReadSummary, Record, RecordReader, BUFFER_BYTES};
 use crate::error::CaptureError;
@@ -85,18 +87,48 @@ fn none_usable(files: &[FileRead]) -> CaptureError {
     }
 }
 
+/// How far reading has got, for a progress display in another thread: bytes read from the
+/// files (compressed bytes for gzip files, so it ends at the files' total size) and records.
+#[derive(Debug, Clone, Default)]
+pub struct Progress {
+    pub bytes: Arc<AtomicU64>,
+    pub records: Arc<AtomicU64>,
+}
+
+/// A file that adds what is read from it to a [`Progress`].
+struct Counted {
+    file: File,
+    bytes: Arc<AtomicU64>,
+}
+
+impl Read for Counted {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.file.read(buf)?;
+        self.bytes.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
 /// Stream the records of the files at `paths`, merged by time, to `f(record, file index)`.
 pub fn read_captures(
     paths: &[String],
     max_record_bytes: u64,
     strict: bool,
-    f: impl FnMut(Record<'_>, usize),
+    progress: &Progress,
+    mut f: impl FnMut(Record<'_>, usize),
 ) -> Result<MergeSummary, CaptureError> {
     let sources = paths
         .iter()
-        .map(|p| (p.clone(), open_capture(p).map(|file: File| Box::new(file) as Box<dyn Read + Send>)))
+        .map(|p| {
+            let counted = |file: File| Box::new(Counted { file, bytes: progress.bytes.clone() }) as Box<dyn Read + Send>;
+            (p.clone(), open_capture(p).map(counted))
+        })
         .collect();
-    read_sources(sources, max_record_bytes, strict, BUFFER_BYTES, f)
+    let records = &progress.records;
+    read_sources(sources, max_record_bytes, strict, BUFFER_BYTES, |rec, file| {
+        records.fetch_add(1, Ordering::Relaxed);
+        f(rec, file)
+    })
 }
 
 /// [`read_captures`] over any readers (byte slices in the fuzz harness), sharing
