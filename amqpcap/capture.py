@@ -184,6 +184,9 @@ def load(
 ) -> Capture:
     """Decode the capture at ``path`` (pcap, pcapng, optionally gzip-compressed).
 
+    ``path`` may be a dataset written by ``amqpcap ingest`` (`amqpcap.dataset`): the capture it
+    stores is read back as it was decoded, and the other arguments are not used.
+
     ``path`` may also name several files (a list, a glob pattern, a directory: a tcpdump ring,
     see `amqpcap.inputs.capture_files`): they are read as one capture, merged by time the way
     ``mergecap`` merges them, so a connection spanning files is one connection, and packet
@@ -208,8 +211,13 @@ def load(
     the files are read (from another thread; bytes of the files as stored, so compressed bytes
     for gzip files), and once at the end.
     """
+    from .dataset import is_dataset
     from .inputs import capture_files, describe, missing_ring_files
 
+    if isinstance(path, (str, os.PathLike)) and is_dataset(path):
+        from .dataset import read
+
+        return read(path)  # stored by `amqpcap ingest` (amqpcap.dataset): decoded already
     files = capture_files(path)
     name = describe(path, files)
     port_list = _ports(ports)

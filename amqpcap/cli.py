@@ -465,6 +465,28 @@ def analyze(capture: List[Path] = CapturesArg, port: Optional[List[int]] = PortO
 
 
 @app.command()
+def ingest(capture: List[Path] = CapturesArg,
+           out_dir: Path = typer.Option(..., "--out", "-o", metavar="DATASET",
+                                        help="the dataset directory to write (new, or empty)"),
+           buckets: Optional[int] = typer.Option(
+               None, "--buckets", min=1, max=1024,
+               help="connection buckets (partitions); default: one per 256 MB of capture"),
+           port: Optional[List[int]] = PortOpt, add_port: Optional[List[int]] = AddPortOpt,
+           limit: Optional[List[str]] = LimitOpt, bodies: bool = BodiesOpt,
+           tls_keylog: Optional[Path] = KeylogOpt, strict: bool = StrictOpt) -> None:
+    """Decode a capture (one file or a set, e.g. a tcpdump ring) into a Parquet dataset partitioned by connection; every command reads it back."""
+    from .dataset import write
+
+    out_dir = Path(out_dir)
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise UsageError(f"cannot write the dataset into {out_dir}: it exists and is not an empty directory")
+    cap = _load(capture, port, limit, bodies=bodies, tls_keylog=tls_keylog, add_port=add_port, strict=strict)
+    path = write(cap, out_dir, buckets)
+    err.print(f"{counted(cap.summary['packets'], 'packet')} and {counted(len(cap.connections), 'connection')} "
+              f"written to the dataset {path}", highlight=False, soft_wrap=True)
+
+
+@app.command()
 def verify(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt,
            add_port: Optional[List[int]] = AddPortOpt, tls_keylog: Optional[Path] = KeylogOpt,
            json_out: Optional[Path] = typer.Option(None, "--json", help="also write the comparison as JSON here")) -> None:

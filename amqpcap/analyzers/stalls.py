@@ -938,7 +938,7 @@ def _capture_gaps(gaps: pd.DataFrame, cap: Capture, stalls_tbl: pd.DataFrame) ->
         "gaps_by_stream": {int(s): int(r["size"]) for s, r in per_stream.iterrows()},
         "bytes_missing_by_stream": {int(s): int(r["sum"]) for s, r in per_stream.iterrows()},
         "streams": streams,
-        "packets": gaps["packet"].dropna().astype(int).head(10).tolist(),
+        "packets": sorted(gaps["packet"].dropna().astype(int))[:10],  # the first ten, whatever the rows' order
         "filter": f"{stream_filter(streams)} && (tcp.analysis.lost_segment || tcp.analysis.ack_lost_segment)",
     }
     title = (f"The capture lost {missing:,} bytes in {n} gaps ({share:.1%} of those connections' bytes): "

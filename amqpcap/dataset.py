@@ -1,0 +1,224 @@
+"""A capture stored as a Parquet dataset partitioned by connection (docs/dataset.md).
+
+`write` stores a decoded capture; `read` gives back the same `Capture` as `amqpcap.load`
+gave. Each connection's rows (its `connections` row, packets, frames, anomalies and bodies)
+are in one bucket, `bucket_of(stream)`, so that a bucket can be analysed on its own; rows of
+no connection (`records`, anomalies of the file) are in `capture/`. `manifest.json` is written
+last, atomically: a directory without it is an ingest that did not finish, and is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from . import __version__
+from .capture import Capture
+from .errors import AmqpcapError, CaptureError
+
+FORMAT = "amqpcap-dataset"
+VERSION = 1
+MANIFEST = "manifest.json"
+#: tables whose rows belong to one connection (`stream`), stored in `<table>/bucket=<k>/`
+CONNECTION_TABLES = ("connections", "packets", "frames", "anomalies", "bodies")
+#: rows of the capture as a whole, stored in `capture/<table>.parquet`
+CAPTURE_TABLES = ("records", "anomalies")
+#: a bucket holds about this much of the capture (file bytes), at most `MAX_BUCKETS` buckets
+BUCKET_TARGET_BYTES = 256 << 20
+MAX_BUCKETS = 1024
+#: how rows are put back in `load` order: the sort key, stable (ties stay in bucket order,
+#: and tied rows are of one connection, so of one bucket)
+ORDER = {"connections": "stream", "packets": "packet", "frames": "packet", "bodies": "last_packet"}
+
+
+class DatasetError(AmqpcapError):
+    """The dataset cannot be written or read (incomplete, another format, disk full)."""
+
+    exit_code = 2
+
+
+def default_buckets(file_bytes: int) -> int:
+    return max(1, min(MAX_BUCKETS, math.ceil(file_bytes / BUCKET_TARGET_BYTES)))
+
+
+def bucket_of(stream: np.ndarray, buckets: int) -> np.ndarray:
+    """The bucket of each stream number: Fibonacci hashing (the golden-ratio multiplier, top
+    32 bits), so that a run of consecutive streams (a burst of short connections) spreads over
+    the buckets instead of filling them in turn."""
+    h = (np.asarray(stream, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)
+    return (h % np.uint64(buckets)).astype(np.int32)
+
+
+def is_dataset(path: str | os.PathLike[str]) -> bool:
+    """A directory written by `write` (finished or not)."""
+    p = Path(path)
+    return p.is_dir() and ((p / MANIFEST).exists() or (p / "capture").is_dir())
+
+
+# --- writing ---------------------------------------------------------------------------------
+
+
+def _json_value(v: Any) -> Any:
+    if isinstance(v, pd.Timestamp):
+        return {"ts_ns": int(v.value)}
+    if isinstance(v, dict):
+        return {k: _json_value(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_value(x) for x in v]
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+def _from_json(v: Any) -> Any:
+    if isinstance(v, dict):
+        if set(v) == {"ts_ns"}:
+            return pd.Timestamp(v["ts_ns"], unit="ns", tz="UTC")
+        return {k: _from_json(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_from_json(x) for x in v]
+    return v
+
+
+def _write_parquet(df: pd.DataFrame, path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), path)
+
+
+def _tables(cap: Capture) -> dict[str, pd.DataFrame]:
+    out = {"connections": cap.connections, "packets": cap.packets, "frames": cap.frames, "anomalies": cap.anomalies}
+    if cap.bodies is not None:
+        out["bodies"] = cap.bodies
+    return out
+
+
+def write(cap: Capture, out: str | os.PathLike[str], buckets: int | None = None) -> Path:
+    """Store `cap` as a dataset in the directory `out` (new, or empty). Returns its path."""
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise DatasetError(f"cannot write the dataset into {out}: it exists and is not an empty directory")
+    buckets = buckets or default_buckets(int(cap.summary.get("file_bytes") or 0))
+    rows: dict[str, int] = {}
+    try:
+        # capture/ first: from then on the directory is recognised as a dataset (`is_dataset`),
+        # unfinished until the manifest is written
+        _write_parquet(cap.records, out / "capture" / "records.parquet")
+        rows["records"] = len(cap.records)
+        for name, df in _tables(cap).items():
+            stream = df["stream"]
+            own = stream.notna().to_numpy()
+            b = bucket_of(stream[own].to_numpy(np.int64), buckets)
+            part = df[own]
+            for k in range(buckets):  # every bucket has every table: a reader needs no listing
+                _write_parquet(part[b == k], out / name / f"bucket={k}" / "part-0.parquet")
+            if not own.all():
+                _write_parquet(df[~own], out / "capture" / f"{name}.parquet")
+            rows[name] = len(df)
+        manifest = {"format": FORMAT, "version": VERSION, "amqpcap": __version__, "buckets": buckets,
+                    "ports": list(cap.ports), "rows": rows, "summary": _json_value(cap.summary)}
+        tmp = out / (MANIFEST + ".tmp")
+        tmp.write_text(json.dumps(manifest, indent=1))
+        os.replace(tmp, out / MANIFEST)  # last: only a finished dataset has a manifest
+    except OSError as e:
+        raise DatasetError(f"cannot write the dataset into {out}: {e.strerror or e} (it is left incomplete: "
+                           f"no {MANIFEST})") from None
+    return out
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def _template() -> dict[str, pd.DataFrame]:
+    """Empty tables with `load`'s dtypes (categories of the fixed vocabularies included): the
+    core's own output for a capture without packets, so the dtypes have one source."""
+    from .capture import load
+
+    with tempfile.TemporaryDirectory() as d:
+        empty = Path(d) / "empty.pcap"
+        empty.write_bytes(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+        cap = load(empty, bodies=True)
+    return {**_tables(cap), "records": cap.records}
+
+
+def _restore(df: pd.DataFrame, template: pd.DataFrame, categories: dict[str, list] | None = None) -> pd.DataFrame:
+    """`load`'s dtypes: a fixed vocabulary's categories as the core lists them, observed
+    strings' categories in order of first appearance (as the core interns them), or those
+    given in `categories`."""
+    for col in template.columns:
+        want = template[col].dtype
+        if isinstance(want, pd.CategoricalDtype):
+            if categories and col in categories:
+                cats = categories[col]
+            elif len(want.categories):
+                cats = want.categories
+            else:
+                cats = pd.unique(df[col].dropna().astype(object))
+            df[col] = pd.Categorical(df[col].astype(object), categories=pd.Index(cats, dtype=object))
+        elif want != object and df[col].dtype != want:  # object: text, whose dtype pandas infers
+            df[col] = df[col].astype(want)
+    return df[list(template.columns)]
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path, partitioning=None).to_pandas()
+
+
+def _read_table(root: Path, name: str, buckets: int, template: pd.DataFrame) -> pd.DataFrame:
+    parts = [_read_parquet(root / name / f"bucket={k}" / "part-0.parquet") for k in range(buckets)]
+    loose = root / "capture" / f"{name}.parquet"
+    if loose.exists():
+        parts.append(_read_parquet(loose))
+    df = pd.concat(parts, ignore_index=True) if parts else template.copy()
+    # anomalies: the order of `load` is not kept (it is neither packet nor stream order);
+    # rows come back by packet, file-wide rows (no packet) first
+    key = ORDER.get(name, "packet")
+    df = df.sort_values(key, kind="stable", ignore_index=True, na_position="first")
+    return _restore(df, template)
+
+
+def manifest(path: str | os.PathLike[str]) -> dict:
+    """The dataset's manifest; an incomplete or foreign directory raises `DatasetError`."""
+    root = Path(path)
+    try:
+        m = json.loads((root / MANIFEST).read_text())
+    except FileNotFoundError:
+        raise DatasetError(f"{root} is an incomplete amqpcap dataset (no {MANIFEST}: the ingest did not finish); "
+                           "ingest the capture again") from None
+    except (OSError, ValueError) as e:
+        raise DatasetError(f"cannot read {root / MANIFEST}: {e}") from None
+    if m.get("format") != FORMAT or m.get("version") != VERSION:
+        raise DatasetError(f"{root} is not an amqpcap dataset of version {VERSION}")
+    return m
+
+
+def read(path: str | os.PathLike[str]) -> Capture:
+    """The capture stored at `path`, with the tables and summary `load` gave."""
+    root = Path(path)
+    m = manifest(root)
+    t = _template()
+    tables = {name: _read_table(root, name, m["buckets"], t[name]) for name in CONNECTION_TABLES
+              if name in m["rows"]}
+    for name, df in tables.items():
+        if len(df) != m["rows"][name]:
+            raise CaptureError(f"{root}: {name} has {len(df):,} rows, its manifest says {m['rows'][name]:,}")
+    summary = _from_json(m["summary"])
+    records = _restore(_read_parquet(root / "capture" / "records.parquet"), t["records"],
+                       {"source_file": [f["name"] for f in summary["files"]]})
+    return Capture(path=summary["path"], ports=tuple(m["ports"]), frames=tables["frames"], packets=tables["packets"],
+                   connections=tables["connections"], anomalies=tables["anomalies"], records=records,
+                   bodies=tables.get("bodies"), summary=summary)

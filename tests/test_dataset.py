@@ -1,0 +1,113 @@
+"""The dataset path (`amqpcap ingest`, amqpcap.dataset): every fixture stored as a Parquet
+dataset and read back gives the tables and summary.json `load()` gives; the layout is readable
+by pyarrow as a hive-partitioned dataset with each connection whole in one bucket; an
+unfinished dataset is refused and a failed write leaves no manifest."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import amqpcap
+from amqpcap import dataset
+from amqpcap.analysis import run_all
+from amqpcap.report import build_summary
+
+FIX = Path(__file__).resolve().parent.parent / "fixtures"
+FIXTURES = sorted(p.name for p in FIX.iterdir() if p.name.endswith((".pcap", ".pcapng", ".pcap.gz")))
+SAME_ORDER = ("connections", "packets", "frames", "records", "bodies")
+
+
+def canonical_anomalies(a: pd.DataFrame) -> pd.DataFrame:
+    """The anomalies' row order is not part of the dataset (docs/dataset.md)."""
+    return a.sort_values(["packet", "stream"], kind="stable", na_position="first", ignore_index=True)
+
+
+def summary_json(cap) -> str:
+    return json.dumps(build_summary(cap, run_all(cap)), indent=2, ensure_ascii=False)
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_a_fixture_through_the_dataset_is_the_same_capture(name, tmp_path):
+    direct = amqpcap.load(FIX / name, bodies=True)
+    dataset.write(direct, tmp_path / "ds", buckets=3)
+    stored = amqpcap.load(tmp_path / "ds")
+    for table in SAME_ORDER:
+        pd.testing.assert_frame_equal(getattr(direct, table), getattr(stored, table), obj=table)
+    pd.testing.assert_frame_equal(canonical_anomalies(direct.anomalies), canonical_anomalies(stored.anomalies))
+    assert stored.summary == direct.summary
+    assert summary_json(stored) == summary_json(direct)
+
+
+def test_the_layout_is_a_hive_dataset_with_whole_connections_per_bucket(tmp_path):
+    import pyarrow.dataset as ds
+
+    cap = amqpcap.load(FIX / "prefetch-consumers.pcap")
+    root = dataset.write(cap, tmp_path / "ds", buckets=4)
+    manifest = json.loads((root / "manifest.json").read_text())
+    streams_of = {}
+    for table in ("connections", "packets", "frames", "anomalies"):
+        t = ds.dataset(root / table, format="parquet", partitioning="hive").to_table().to_pandas()
+        loose = root / "capture" / f"{table}.parquet"
+        loose_rows = len(pd.read_parquet(loose)) if loose.exists() else 0
+        assert len(t) + loose_rows == manifest["rows"][table] == len(getattr(cap, table))
+        streams_of[table] = t.groupby("bucket", observed=True)["stream"].agg(lambda s: set(s.dropna().astype(int)))
+    for bucket, streams in streams_of["packets"].items():
+        assert streams <= streams_of["connections"][bucket]
+    # the buckets are those of the documented hash, and more than one is used
+    conns = streams_of["connections"]
+    assert len([b for b in conns.index if conns[b]]) > 1
+    for bucket, streams in conns.items():
+        assert set(dataset.bucket_of(list(streams), 4)) <= {int(bucket)}
+
+
+def run_cli(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "amqpcap", *map(str, args)], capture_output=True, text=True, **kw)
+
+
+def test_an_unfinished_dataset_is_refused_in_one_line(tmp_path):
+    root = dataset.write(amqpcap.load(FIX / "healthy.pcap"), tmp_path / "ds")
+    (root / "manifest.json").unlink()
+    r = run_cli("analyze", root)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f"amqpcap: error: {root} is an incomplete amqpcap dataset (no manifest.json: the ingest did not finish); "
+        "ingest the capture again"]
+
+
+WRITE_LIMITED = r"""
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))
+from amqpcap.cli import main
+sys.argv = ["amqpcap", "ingest", sys.argv[1], "--out", sys.argv[2]]
+main()
+"""
+
+
+def test_a_failed_write_is_one_line_and_leaves_no_manifest(tmp_path):
+    """A disk that fills up, made by a file size limit (RLIMIT_FSIZE): the write fails part
+    way, the error is one line, and the directory is not a finished dataset."""
+    out = tmp_path / "ds"
+    r = subprocess.run([sys.executable, "-c", WRITE_LIMITED, str(FIX / "prefetch-consumers.pcap"), str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"amqpcap: error: cannot write the dataset into {out}: ")
+    assert "File too large" in lines[0] and lines[0].endswith("(it is left incomplete: no manifest.json)")
+    assert out.is_dir() and not (out / "manifest.json").exists()
+    assert dataset.is_dataset(out)
+    with pytest.raises(dataset.DatasetError, match="incomplete"):
+        amqpcap.load(out)
+
+
+def test_ingest_refuses_a_directory_in_use(tmp_path):
+    (tmp_path / "ds").mkdir()
+    (tmp_path / "ds" / "other").write_text("x")
+    r = run_cli("ingest", FIX / "healthy.pcap", "--out", tmp_path / "ds")
+    assert r.returncode == 64 and "is not an empty directory" in r.stderr
