@@ -160,16 +160,23 @@ def _restore(df: pd.DataFrame, template: pd.DataFrame, categories: dict[str, lis
     for col in template.columns:
         want = template[col].dtype
         if isinstance(want, pd.CategoricalDtype):
-            if categories and col in categories:
-                cats = categories[col]
-            elif len(want.categories):
-                cats = want.categories
-            else:
-                cats = pd.unique(df[col].dropna().astype(object))
-            df[col] = pd.Categorical(df[col].astype(object), categories=pd.Index(cats, dtype=object))
+            df[col] = _categories(df[col], categories[col] if categories and col in categories else want.categories)
         elif want != object and df[col].dtype != want:  # object: text, whose dtype pandas infers
             df[col] = df[col].astype(want)
     return df[list(template.columns)]
+
+
+def _categories(s: pd.Series, fixed) -> pd.Series:
+    """`s` as a categorical with the `fixed` categories, or, when none are fixed, with those it
+    uses in order of first appearance. Parquet dictionary columns arrive categorical already:
+    only the categories are re-labelled, no value is converted."""
+    if not isinstance(s.dtype, pd.CategoricalDtype):
+        s = s.astype("category")
+    if len(fixed):
+        return s.cat.set_categories(pd.Index(fixed, dtype=object))
+    codes = s.cat.codes.to_numpy()
+    used = pd.unique(codes[codes >= 0])
+    return s.cat.set_categories(pd.Index(s.cat.categories.to_numpy(dtype=object)[used], dtype=object))
 
 
 def _read_parquet(path: Path) -> pd.DataFrame:
