@@ -5,6 +5,7 @@ numbers the packets of each file. The set must decode exactly like the one file.
 from __future__ import annotations
 
 import gzip
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -36,6 +37,20 @@ def assert_same_capture(a: amqpcap.Capture, b: amqpcap.Capture) -> None:
     pd.testing.assert_frame_equal(a.records.drop(columns=own), b.records.drop(columns=own), obj="records")
 
 
+#: what summary.json says of the files themselves, which differ between a set and its merge
+FILE_KEYS = ("path", "format", "file_bytes", "files")
+
+
+def summary_without_files(cap: amqpcap.Capture) -> str:
+    from amqpcap.analysis import run_all
+    from amqpcap.report import build_summary
+
+    s = build_summary(cap, run_all(cap))
+    for key in FILE_KEYS:
+        s["capture"].pop(key)
+    return json.dumps(s, indent=1, ensure_ascii=False)
+
+
 @pytest.fixture(scope="module")
 def cut(tmp_path_factory) -> list[Path]:
     """The fixture cut by editcap into files of 400 packets, in order."""
@@ -62,6 +77,7 @@ def test_a_cut_capture_decodes_like_the_whole(cut):
     assert_same_capture(whole, parts)
     assert parts.summary["packets"] == whole.summary["packets"]
     assert [f["name"] for f in parts.summary["files"]] == [str(p) for p in cut]
+    assert summary_without_files(parts) == summary_without_files(whole)
 
 
 def test_each_packet_names_its_file_and_number_there_as_tshark_does(cut):
@@ -81,6 +97,7 @@ def test_interleaved_files_merge_as_mergecap_merges_them(interleaved):
     files, merged = interleaved
     a, b = amqpcap.load(files), amqpcap.load(merged)
     assert_same_capture(b, a)
+    assert summary_without_files(a) == summary_without_files(b)
     assert a.summary["packets"] == 1762
     # packets of both files alternate somewhere: the merge was not a concatenation
     assert (np.diff(a.records["source_file"].cat.codes.to_numpy()) != 0).sum() > 10
