@@ -292,6 +292,17 @@ def _subjects(subjects: list[dict[str, Any]]) -> str:
     return _html_table(df[[c for c in cols if c in df.columns]]) + note
 
 
+def _files_note(files: list[dict]) -> str:
+    """For a set of files (a tcpdump ring): how many, merged by time, first and last."""
+    read = [f for f in files if not f["skipped"]]
+    if len(files) < 2:
+        return ""
+    names = f"{html.escape(Path(read[0]['name']).name)} … {html.escape(Path(read[-1]['name']).name)}" if read else ""
+    skipped = len(files) - len(read)
+    return (f"; read from {len(read)} files merged by time ({names})"
+            + (f", {skipped} skipped (see the warnings)" if skipped else ""))
+
+
 def _finding(f: dict[str, Any]) -> str:
     evidence = {k: v for k, v in f["evidence"].items() if k != "filter"}
     flt = f["evidence"].get("filter", "")
@@ -382,7 +393,8 @@ def write_report(cap: Capture, results: list[AnalyzerResult], summary: dict[str,
         f"<h1>amqpcap report: {name}</h1>",
         f"<p class='meta'>{c['packets']:,} packets ({c['format']}{', gzip' if c['compressed'] else ''}, "
         f"{', '.join(c['link_types'])}), {counted(c['connections'], 'AMQP connection')}, {counted(c['frames'], 'frame')}, "
-        f"{c['duration_s']:.3f} s from {html.escape(iso_utc(c['first_ts']) if c['first_ts'] else '')}.</p>",
+        f"{c['duration_s']:.3f} s from {html.escape(iso_utc(c['first_ts']) if c['first_ts'] else '')}"
+        f"{_files_note(c.get('files', []))}.</p>",
     ]
     if c["warnings"]:
         parts.append("<p><b>Warnings:</b> " + "; ".join(html.escape(w) for w in c["warnings"]) + "</p>")

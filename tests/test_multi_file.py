@@ -168,3 +168,16 @@ def test_the_cli_reads_a_set_as_one_capture(cut, tmp_path):
     assert "5 read as one capture, merged by time" in many.stdout
     line = [x for x in one.stdout.splitlines() if x.startswith("packets")]
     assert line and line[0] in many.stdout
+
+
+def test_the_report_says_the_capture_is_a_set(cut, tmp_path):
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "amqpcap", "analyze", *map(str, cut), "--out", str(tmp_path / "out")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert [f["name"] for f in summary["capture"]["files"]] == [str(p) for p in cut]
+    assert [f["packets"] for f in summary["capture"]["files"]] == [400, 400, 400, 400, 162]
+    assert f"read from 5 files merged by time ({cut[0].name} … {cut[-1].name})" in (
+        tmp_path / "out" / "report.html").read_text()
