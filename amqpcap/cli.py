@@ -164,6 +164,25 @@ def _reading_progress():
         yield update
 
 
+@contextmanager
+def _analyzing_progress():
+    """On a terminal: which analyzers have run (a transient bar on stderr); else None."""
+    if not err.is_terminal:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("analysing"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                   TimeElapsedColumn(), console=err, transient=True)
+    task = bar.add_task("", total=None)
+
+    def update(name: str, done: int, total: int) -> None:
+        bar.update(task, completed=done, total=total, description=f"{name} done")
+
+    with bar:
+        yield update
+
+
 def require_amqp(cap: Capture) -> None:
     """A capture with no AMQP connection has nothing to analyse: say why in one line and exit
     3 (NoAmqpError) instead of "No findings", which reads like a healthy capture."""
@@ -447,7 +466,8 @@ def analyze(capture: List[Path] = CapturesArg, port: Optional[List[int]] = PortO
     _check_outputs(fmt, out_dir)
     cap = _load(capture, port, limit, bodies=bodies, tls_keylog=tls_keylog, add_port=add_port, strict=strict)
     require_amqp(cap)
-    results = run_all(cap)
+    with _analyzing_progress() as progress:
+        results = run_all(cap, progress=progress)
     summary = build_summary(cap, results)
     findings = rank([f for r in results for f in r.findings])
     out.print(_capture_line(cap), highlight=False)

@@ -72,3 +72,12 @@ def test_a_shared_derivation_is_computed_once():
         t.join()
     assert results == [len(cap.frames)] * 4
     assert len(calls) == 1
+
+
+def test_progress_is_called_once_per_analyzer_in_order():
+    from amqpcap.analysis import analyzers
+
+    calls = []
+    run_all(amqpcap.load(FIX / "healthy.pcap"), progress=lambda *a: calls.append(a))
+    names = list(analyzers())
+    assert calls == [(name, i + 1, len(names)) for i, name in enumerate(names)]
