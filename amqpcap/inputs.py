@@ -21,8 +21,11 @@ CAPTURE_MAGICS = (b"\xa1\xb2\xc3\xd4", b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\x3c\x4d",
                   b"\x0a\x0d\x0d\x0a", b"\x1f\x8b")
 
 #: a ring file's name: what tcpdump -C/-W appends to the -w name, a number (zero-padded with
-#: -W), before a compression suffix `-z gzip` may add
-_RING_NAME = re.compile(r"^(?P<base>.*?)(?P<number>\d+)(?P<suffix>(\.gz)?)$")
+#: -W), then what may have been added since: `-z gzip`'s .gz, a conversion's .pcapng
+_RING_NAME = re.compile(r"^(?P<base>.*?)(?P<number>\d+)(?P<suffix>(\.pcap|\.pcapng|\.cap)?(\.gz)?)$")
+#: numbers that fill less than this share of their range are not a ring's sequence (tcpdump -G
+#: names files by strftime: 2350, 2355, 0000, ...), so their holes are not missing files
+RING_MIN_DENSITY = 0.5
 
 
 def _ring_key(path: str) -> tuple:
@@ -82,22 +85,23 @@ def describe(spec, files: list[str]) -> str:
 
 def missing_ring_files(files: list[str]) -> list[str]:
     """Warnings for ring files that are not in the set: for each group of names that differ
-    only in a trailing number (tcpdump -C/-W), the numbers between the lowest and highest
-    present that are absent. A -G ring (names from strftime) cannot be checked by name; its
-    holes show as capture gaps in the connections that crossed them."""
-    groups: dict[tuple[str, str], dict[int, str]] = {}
+    only in the number tcpdump -C/-W appends (and a .gz or .pcapng added since), the numbers
+    between the lowest and highest present that are absent, when the numbers present fill at
+    least `RING_MIN_DENSITY` of that range. A -G ring (names from strftime) cannot be checked
+    by name; its holes show as capture gaps in the connections that crossed them."""
+    groups: dict[str, set[int]] = {}
     for path in files:
         m = _RING_NAME.match(path)
-        if m:
-            groups.setdefault((m["base"], m["suffix"]), {})[int(m["number"])] = path
+        if m:  # a file converted or compressed since still holds its place in the ring
+            groups.setdefault(m["base"], set()).add(int(m["number"]))
     out = []
-    for (base, suffix), numbers in groups.items():
+    for base, numbers in groups.items():
         if len(numbers) < 2:
             continue
         lo, hi = min(numbers), max(numbers)
         absent = [n for n in range(lo, hi + 1) if n not in numbers]
-        if absent:
+        if absent and len(numbers) >= RING_MIN_DENSITY * (hi - lo + 1):
             shown = ", ".join(map(str, absent[:10])) + (f" and {len(absent) - 10} more" if len(absent) > 10 else "")
-            out.append(f"ring {Path(base).name}N{suffix}: file number {shown} of {lo}-{hi} is missing; "
+            out.append(f"ring {Path(base).name}N: file number {shown} of {lo}-{hi} is missing; "
                        "connections that crossed it have a capture gap there")
     return out

@@ -181,3 +181,14 @@ def test_the_report_says_the_capture_is_a_set(cut, tmp_path):
     assert [f["packets"] for f in summary["capture"]["files"]] == [400, 400, 400, 400, 162]
     assert f"read from 5 files merged by time ({cut[0].name} … {cut[-1].name})" in (
         tmp_path / "out" / "report.html").read_text()
+
+
+def test_ring_holes_are_told_only_for_a_ring_sequence():
+    ring = [f"/c/ring.pcap{i}" for i in (0, 1, 3, 4)]
+    assert len(missing_ring_files(ring)) == 1
+    # converted or compressed files keep their place in the ring: no hole
+    assert missing_ring_files(["/c/r.pcap0.pcapng", "/c/r.pcap1.gz", "/c/r.pcap2", "/c/r.pcap3.pcapng.gz"]) == []
+    # tcpdump -G names (strftime): sparse numbers, not a sequence with holes
+    assert missing_ring_files([f"/c/cap-20261123-{t}.pcap" for t in ("2350", "2355", "2400", "2405")]) == []
+    # tcpdump -C without -W: the first file has no number
+    assert missing_ring_files(["/c/ring.pcap", "/c/ring.pcap1", "/c/ring.pcap2"]) == []
