@@ -175,21 +175,10 @@ def as_written(df: pd.DataFrame) -> pd.DataFrame:
 #: rows formatted and written at a time (`write_table_file`)
 CSV_SLICE_ROWS = 100_000
 
-PARQUET_NEEDS = "writing Parquet needs pyarrow: pip install 'amqpcap[parquet]'"
-
-
 def check_format(fmt: str) -> None:
-    """Before any work: the table format is known and, for Parquet, pandas has an engine to
-    write it with (pyarrow or fastparquet). Raises UsageError otherwise."""
+    """Before any work: the table format is known. Raises UsageError otherwise."""
     if fmt not in FORMATS:
         raise UsageError(f"unknown table format {fmt!r}: use {' or '.join(FORMATS)}")
-    if fmt == "parquet":
-        from pandas.io.parquet import get_engine
-
-        try:
-            get_engine("auto")  # imports what DataFrame.to_parquet would use
-        except ImportError:
-            raise UsageError(PARQUET_NEEDS) from None
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -226,21 +215,58 @@ def write_table(df: pd.DataFrame, path_no_ext: Path, fmt: str) -> Path:
     return write_table_file(df, path_no_ext.with_suffix("." + fmt), fmt)
 
 
+def arrow_table(df: pd.DataFrame, schema=None):
+    """`df` as a pyarrow Table: numeric columns without a copy, categoricals as dictionary
+    arrays, nullable columns with their validity, tz-aware timestamps as timestamp[ns, UTC]."""
+    import pyarrow as pa
+
+    return pa.Table.from_pandas(df, schema=schema, preserve_index=False)
+
+
+def as_csv_columns(t):
+    """The Arrow table as every text output writes it (the CSV twin of `as_written`):
+    timestamps as ISO 8601 UTC text (Arrow's strftime gives `iso_utc_ns`'s text: nanoseconds,
+    `Z`), floats without binary noise (`clean_floats`), categories as their text. Nulls stay
+    null: empty cells."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    columns = []
+    for name, col in zip(t.column_names, t.columns):
+        kind = col.type
+        if pa.types.is_timestamp(kind):
+            col = pc.strftime(col, format="%Y-%m-%dT%H:%M:%SZ")
+        elif pa.types.is_floating(kind):
+            values = col.to_numpy(zero_copy_only=False)  # nulls as NaN
+            col = pa.array(clean_floats(values, str(name)), mask=np.isnan(values))
+        elif pa.types.is_dictionary(kind):
+            col = col.cast(kind.value_type)
+        columns.append(col)
+    return pa.table(columns, names=t.column_names)
+
+
 def write_table_file(df: pd.DataFrame, path: Path, fmt: str) -> Path:
-    """`df` into the file `path`: CSV through `as_written`, Parquet as it is."""
+    """`df` into the file `path` straight from Arrow (pandas' writers are not used): Parquet
+    as it is, CSV through `as_csv_columns`, both in slices of `CSV_SLICE_ROWS` rows so the
+    text or batches made stay bounded whatever the table's length."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+
     if fmt not in FORMATS:
         raise UsageError(f"unknown table format {fmt!r}: use csv or parquet")
+    # one schema for every slice, from the whole table (a slice of an object column may hold
+    # only missing values, from which no type can be told)
+    schema = pa.Schema.from_pandas(df, preserve_index=False)
+    slices = range(0, max(len(df), 1), CSV_SLICE_ROWS)
     if fmt == "csv":
-        # In slices: the text made for a timestamp column (~200 bytes a row while it is built)
-        # then stays bounded, instead of growing with the table (+500 MB for 2M rows).
-        with open(path, "w", newline="") as f:
-            for start in range(0, max(len(df), 1), CSV_SLICE_ROWS):
-                as_written(df.iloc[start:start + CSV_SLICE_ROWS]).to_csv(f, index=False, header=start == 0)
+        with pcsv.CSVWriter(path, as_csv_columns(arrow_table(df.iloc[:0], schema)).schema) as w:
+            for start in slices:
+                w.write_table(as_csv_columns(arrow_table(df.iloc[start:start + CSV_SLICE_ROWS], schema)))
     else:
-        try:
-            df.to_parquet(path, index=False)
-        except ImportError:
-            raise UsageError(PARQUET_NEEDS) from None
+        with pq.ParquetWriter(path, schema) as w:
+            for start in slices:
+                w.write_table(arrow_table(df.iloc[start:start + CSV_SLICE_ROWS], schema))
     return path
 
 
