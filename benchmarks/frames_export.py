@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""`amqpcap frames CAPTURE -o X.parquet` and `-o X.csv` against tshark exporting the same
+method fields, end to end as a user runs them (start-up, decoding and writing), in one run.
+
+    python3 benchmarks/frames_export.py CAPTURE [--repeat 3]
+
+tshark:  tshark -r CAPTURE -Y amqp -T fields -e frame.number -e amqp.method.class
+         -e amqp.method.method > file
+Prints the best of --repeat wall times of each, frames per packet, and tshark's time divided
+by each of amqpcap's (the issue's goal: 30x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def best(cmd: list[str], repeat: int, stdout=subprocess.DEVNULL) -> float:
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        subprocess.run(cmd, check=True, stdout=stdout, stderr=subprocess.DEVNULL)
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("capture", type=Path)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    if not shutil.which("tshark"):
+        raise SystemExit("needs tshark (Debian: apt-get install tshark)")
+    counts = json.loads(subprocess.run(
+        [sys.executable, "-c", "import sys, json, amqpcap; c = amqpcap.load(sys.argv[1]); "
+         "print(json.dumps([c.summary['packets'], len(c.frames)]))", str(args.capture)],
+        check=True, capture_output=True, text=True).stdout)
+    amqpcap = [sys.executable, "-m", "amqpcap", "frames", str(args.capture), "-o"]
+    with tempfile.TemporaryDirectory() as d:
+        parquet = best([*amqpcap, f"{d}/frames.parquet"], args.repeat)
+        csv = best([*amqpcap, f"{d}/frames.csv"], args.repeat)
+        with open(f"{d}/tshark.txt", "w") as out:
+            tshark = best(["tshark", "-r", str(args.capture), "-Y", "amqp", "-T", "fields", "-e", "frame.number",
+                           "-e", "amqp.method.class", "-e", "amqp.method.method"], args.repeat, stdout=out)
+    packets, frames = counts
+    print(f"{args.capture}: {packets:,} packets, {frames:,} frames ({frames / packets:.2f} per packet)")
+    print(f"  tshark fields      {tshark:7.2f} s")
+    print(f"  amqpcap -o parquet {parquet:7.2f} s   tshark / amqpcap = {tshark / parquet:5.1f}x")
+    print(f"  amqpcap -o csv     {csv:7.2f} s   tshark / amqpcap = {tshark / csv:5.1f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
