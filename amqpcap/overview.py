@@ -241,7 +241,9 @@ def _num(v: float | None) -> str:
 def story(o: dict[str, Any]) -> str:
     """The overview in a few sentences (report.html's first paragraph)."""
     c = o["connections"]
-    who = ", ".join(f"{c[r]:,} {r if r != 'both' else 'publishing and consuming'}" for r in ROLES if c[r])
+    # "2 consumers", "1 idle", "3 publishing and consuming"
+    who = ", ".join(counted(c[r], r) if r in ("publisher", "consumer") else
+                    f"{c[r]:,} {r if r != 'both' else 'publishing and consuming'}" for r in ROLES if c[r])
     dur = f"{o['duration_s']:.1f} s" if o["duration_s"] >= 1 else f"{o['duration_s'] * 1e3:.0f} ms"
     text = [f"{dur}, {c['total']:,} connection{'s' if c['total'] != 1 else ''}"
             + (f" ({who})" if who else "") + "."]
