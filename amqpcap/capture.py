@@ -64,10 +64,11 @@ class Capture:
     bodies: pd.DataFrame | None = None
     summary: dict[str, Any] = field(default_factory=dict)
     #: values the analyzers derive from the tables, computed once and shared between analyzers
-    #: (matched deliveries, consumer state, stream-ordered packet columns). Clear it after
-    #: editing a table in place. Each derivation fills it under its own lock (`computed_once`),
-    #: so analyzers running in threads compute a shared value once.
-    derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    #: (matched deliveries, consumer state, stream-ordered packet columns: amqpcap.derive), keyed
+    #: by the derivation function. Only `amqpcap.derive.derivation` reads or writes it, each
+    #: derivation under its own lock (`computed_once`), so analyzers running in threads compute a
+    #: shared value once. Clear it after editing a table in place.
+    derived: dict[Callable[..., Any], Any] = field(default_factory=dict, repr=False, compare=False)
     _derivation_locks: dict[str, threading.RLock] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def derivation_lock(self, name: str) -> threading.RLock:
@@ -94,10 +95,11 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def computed_once(fn: _F) -> _F:
-    """For a function of a Capture that keeps its result in ``cap.derived``: concurrent first
-    calls on one capture wait for each other, so the value is computed once even when the
-    analyzers run in threads (`amqpcap.analysis.run_all`). A derivation only calls the ones it
-    is built from, never one built from it, so taking the locks in call order cannot deadlock."""
+    """For a function of a Capture that keeps its result on the capture (`amqpcap.derive.derivation`,
+    which keeps it in ``cap.derived``): concurrent first calls on one capture wait for each other,
+    so the value is computed once even when the analyzers run in threads
+    (`amqpcap.analysis.run_all`). A derivation only calls the ones it is built from, never one
+    built from it, so taking the locks in call order cannot deadlock."""
     name = f"{fn.__module__}.{fn.__qualname__}"
 
     @functools.wraps(fn)

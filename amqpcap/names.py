@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .capture import Capture, computed_once
+from .capture import Capture
+from .derive import CAPTURE, CONNECTION, derivation
 
 
 def endpoint(addr: str, port: int) -> str:
@@ -31,16 +32,13 @@ def client_library(product, version, platform) -> str:
     return f"{name} ({platform})" if name and platform else name or platform
 
 
-@computed_once
+@derivation(CAPTURE)  # (labels shared by connections are told apart)
 def connection_names(cap: Capture) -> pd.DataFrame:
     """One row per connection, indexed by stream: ``connection`` (the label to show: its
     connection_name, else "client library version, user@vhost, address", else the client address),
     ``connection_name``, ``client`` (library, version, platform), ``user``, ``vhost``, ``client``
     and ``broker`` addresses. A label shared by several connections (one application opening
     several with the same name) gets its stream number appended, so labels stay unique."""
-    hit = cap.derived.get("connection_names")
-    if hit is not None:
-        return hit
     c = cap.connections
     # Column by column, not a dict per row: a hostile capture has a quarter million connections.
     cols: dict[str, list] = {k: [] for k in ("connection", "connection_name", "client", "user", "vhost",
@@ -65,7 +63,6 @@ def connection_names(cap: Capture) -> pd.DataFrame:
     out = pd.DataFrame({"stream": streams, **cols}, index=pd.Index(streams, name="stream"))
     dup = out["connection"].duplicated(keep=False)
     out.loc[dup, "connection"] = out.loc[dup, "connection"] + " (stream " + out.loc[dup, "stream"].astype(str) + ")"
-    cap.derived["connection_names"] = out
     return out
 
 
@@ -103,15 +100,12 @@ PUBLISHING = (("basic.publish", "c2s"),)
 CONSUMING = (("basic.deliver", "s2c"), ("basic.get", "c2s"), ("basic.get-ok", "s2c"))
 
 
-@computed_once
+@derivation(CONNECTION)
 def connection_roles(cap: Capture) -> pd.Series:
     """What each connection did (index: stream), from its frames: ``publisher`` (the client sent
     basic.publish), ``consumer`` (the broker sent it basic.deliver, or it asked basic.get),
     ``both``, or ``idle`` (neither: a connection that only declared things or sent heartbeats,
     such as PerfTest's configuration connection)."""
-    hit = cap.derived.get("connection_roles")
-    if hit is not None:
-        return hit
     f = cap.frames
     streams = cap.connections["stream"].to_numpy("int64")
 
@@ -124,5 +118,4 @@ def connection_roles(cap: Capture) -> pd.Series:
     pub, con = streams_with(PUBLISHING), streams_with(CONSUMING)
     role = pd.Series("idle", index=pd.Index(streams, name="stream"), dtype=object)
     role[pub & ~con], role[con & ~pub], role[pub & con] = "publisher", "consumer", "both"
-    cap.derived["connection_roles"] = role
     return role

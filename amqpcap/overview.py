@@ -27,8 +27,8 @@ import numpy as np
 import pandas as pd
 
 from .analysis import AnalyzerResult, rank
-from .analyzers import _deliveries as D
 from .capture import Capture
+from .derive import deliveries as D
 from .names import connection_roles, consumer_label
 from .wording import counted
 

@@ -14,8 +14,8 @@ import pytest
 
 import amqpcap
 from amqpcap.analysis import SEVERITY_RANK
-from amqpcap.analyzers import _deliveries as D
 from amqpcap.analyzers.latency import ack_gaps, latency
+from amqpcap.derive import deliveries as D
 
 sys.path.insert(0, str(Path(__file__).parent))
 import crafting as c  # noqa: E402

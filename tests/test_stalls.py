@@ -249,9 +249,9 @@ def test_confirm_outstanding_by_hand():
 
 
 def test_consumer_at_prefetch_limit_is_blamed(monkeypatch):
-    # The consumer-prefetch cause reads the consumers analyzer's credit series: a consumer at its
+    # The consumer-prefetch cause reads the consumers' credit series: a consumer at its
     # limit for the whole capture makes the consumer connection's silent s2c intervals its fault.
-    import amqpcap.analyzers.consumers as consumers
+    import amqpcap.derive.consumers as consumers
 
     cap = amqpcap.load(FIX / "healthy.pcap")
     stream = int(cap.frames.loc[cap.frames["method"] == "basic.deliver", "stream"].iloc[0])

@@ -1,11 +1,13 @@
 """consumers: unacked messages, prefetch and the broker's unused credit (deficit) per consumer.
 
 A consumer is (stream, channel, consumer tag) on one opening of the channel. Its unacked count
-rises with each basic.deliver and falls when the client's ack/nack/reject settles a delivery
-(matching in ``_deliveries``). RabbitMQ sends a consumer a message only while its unacked count is
-below its prefetch (basic.qos prefetch_count; global=false: per consumer, applying to consumers
-started after the qos on that channel; global=true: shared by all consumers of the channel).
+rises with each basic.deliver and falls when the client's ack/nack/reject settles a delivery.
+RabbitMQ sends a consumer a message only while its unacked count is below its prefetch
+(basic.qos prefetch_count; global=false: per consumer, applying to consumers started after the
+qos on that channel; global=true: shared by all consumers of the channel).
 ``deficit = prefetch − unacked`` is the credit the broker holds for the consumer and has not used.
+The credit series itself is derived in ``amqpcap.derive.consumers`` (the stalls analyzer reads it
+too); this module summarises it per consumer and tells the findings.
 """
 
 from __future__ import annotations
@@ -14,88 +16,16 @@ import numpy as np
 import pandas as pd
 
 from ..analysis import SEVERITY_RANK, AnalyzerResult, Finding, Plot, analyzer
-from ..capture import Capture, computed_once
+from ..capture import Capture
+from ..derive.backlog import backlog_with_codes
+from ..derive.columns import as_object, asof, codes
+from ..derive.consumers import (CONSUMER, acked_deliveries, code_of, consumer_rows, consumer_state,
+                                consumer_state_with_codes, with_prefetch)
+from ..derive.deliveries import consumes, deliveries, tag_ranks
+from ..derive.labels import channels_filter, connection_labels
+from ..derive.methods import KEY, chan_key, methods, pick, select
+from ..derive.refills import ack_gaps, slow_refills
 from ..names import connection_label, consumer_label, number, subject
-from . import _deliveries as D
-
-CONSUMER = ["stream", "channel", "epoch", "consumer_tag"]
-
-
-@computed_once
-def _consumer_rows(cap: Capture) -> pd.DataFrame:
-    """One row per acknowledging consumer: start (consume-ok, else first delivery), end, queue,
-    prefetch from basic.qos (per consumer), whether its basic.consume is in the capture.
-    Computed once per Capture (consumer_state and consumer_summary both need it)."""
-    cached = cap.derived.get("consumer_rows")
-    if cached is not None:
-        return cached
-    m = D.methods(cap)
-    # grouped on the consumer code of _acked_deliveries (one int64, not four columns with text);
-    # the keys' columns then taken from its key table
-    d, code, keys = _acked_deliveries(cap)
-    first = d[["order", "ts", "packet", "queue"]].groupby(code, sort=False).agg(
-        first_order=("order", "min"), first_ts=("ts", "min"), first_packet=("packet", "min"),
-        queue=("queue", "first"), deliveries=("order", "size"))
-    first = pd.concat([keys.iloc[first.index.to_numpy()].reset_index(drop=True), first.reset_index(drop=True)],
-                      axis=1)
-    cons = D.consumes(cap)
-    cons = cons[~cons["no_ack"].to_numpy(bool)][CONSUMER + ["start_order", "start_ts", "start_packet"]]
-    # a consumer with no deliveries still holds credit: keep consumers seen only by their consume
-    c = D._obj(first, "consumer_tag").merge(D._obj(cons, "consumer_tag").drop_duplicates(CONSUMER, keep="last"),
-                                            on=CONSUMER, how="outer")
-    c["start_ts"] = c["start_ts"].astype(d["ts"].dtype)
-    c["consume_seen"] = c["start_order"].notna()
-    c["deliveries"] = c["deliveries"].fillna(0).astype(np.int64)
-    c["start_ts"] = c["start_ts"].where(c["consume_seen"], c["first_ts"])
-    c["start_order"] = c["start_order"].where(c["consume_seen"], c["first_order"]).astype(np.int64)
-    c["start_packet"] = c["start_packet"].where(c["consume_seen"], c["first_packet"]).astype(np.int64)
-
-    c = _with_prefetch(cap, c)
-
-    # the consumer ends at its cancel, its channel's or connection's close, else with the connection
-    ends = D._obj(D.pick(cap, m, D.select(m, ["basic.cancel", "basic.cancel-ok"]),
-                         ["stream", "channel", "consumer_tag", "order", "ts"]), "consumer_tag")
-    # (reindex, not map: map of an empty column gives float64, which no timestamp casts to)
-    last = cap.connections.set_index("stream")["last_ts"].reindex(c["stream"].to_numpy())
-    c["end_ts"] = pd.Series(last.array, index=c.index).astype(c["start_ts"].dtype)
-    if len(ends):
-        e = pd.merge_asof(D._obj(c[["stream", "channel", "consumer_tag", "start_order"]], "consumer_tag"),
-                          D._obj(ends.rename(columns={"order": "e_order", "ts": "e_ts"}).sort_values("e_order"), "consumer_tag"),
-                          left_on="start_order", right_on="e_order", by=["stream", "channel", "consumer_tag"],
-                          direction="forward")
-        c["end_ts"] = c["end_ts"].where(e["e_ts"].isna().to_numpy(), e["e_ts"].array)
-    closes = D.pick(cap, m, D.select(m, ["channel.close", "connection.close"]), ["stream", "channel", "order", "ts"])
-    for by, rows in (("channel", closes[closes["channel"] != 0]), (None, closes[closes["channel"] == 0])):
-        if len(rows) == 0:
-            continue
-        keys = ["stream", "channel"] if by else ["stream"]
-        e = pd.merge_asof(c[keys + ["start_order"]], rows[keys + ["order", "ts"]].rename(
-            columns={"order": "e_order", "ts": "e_ts"}).sort_values("e_order"),
-            left_on="start_order", right_on="e_order", by=keys, direction="forward")
-        earlier = (e["e_ts"].notna() & (e["e_ts"].array < c["end_ts"].array)).to_numpy(bool)
-        c.loc[c.index[earlier], "end_ts"] = e["e_ts"].array[earlier]
-    for col in ("start_ts", "end_ts"):
-        c[col] = pd.to_datetime(c[col], utc=True).astype(d["ts"].dtype)
-    out = c.drop(columns=["first_order", "first_ts", "first_packet"]).reset_index(drop=True)
-    cap.derived["consumer_rows"] = out
-    return out
-
-
-def _with_prefetch(cap: Capture, c: pd.DataFrame, global_: bool = False, name: str = "prefetch") -> pd.DataFrame:
-    """``c`` (consumers: KEY and start_order) sorted by start_order, with ``name`` (Int64): the
-    prefetch_count of the last basic.qos on the consumer's channel (same opening) before its start,
-    with global=false (RabbitMQ: a limit per consumer, for consumers started after it), or with
-    global=true (``global_``: one limit shared by the channel); <NA> without one. ``qos_seen``:
-    such a basic.qos is in the capture."""
-    m = D.methods(cap)
-    qos = D.pick(cap, m, D.select(m, "basic.qos", "c2s"), D.KEY + ["order", "prefetch_count", "global"])
-    pick = qos["global"].fillna(False).to_numpy(bool) == global_
-    qos = qos[pick][D.KEY + ["order", "prefetch_count"]].rename(columns={"order": "q_order"})
-    c = pd.merge_asof(c.sort_values("start_order"), qos.sort_values("q_order"), left_on="start_order",
-                      right_on="q_order", by=D.KEY, direction="backward")
-    c["qos_seen"] = c["q_order"].notna()
-    c[name] = c["prefetch_count"].astype("Int64")
-    return c.drop(columns=["q_order", "prefetch_count"])
 
 
 def consumer_list(cap: Capture) -> pd.DataFrame:
@@ -107,201 +37,25 @@ def consumer_list(cap: Capture) -> pd.DataFrame:
     one). A capture started after the basic.consume shows the consumer only by its deliveries'
     tags: queue, no-ack and prefetch unknown (<NA>). Columns: connection, queue, prefetch,
     channel_prefetch, no_ack, consume_seen, consumer_tag, stream, channel; by queue, connection."""
-    cons = D.consumes(cap)[D.KEY + ["consumer_tag", "queue", "no_ack", "start_order"]]
-    c = _with_prefetch(cap, _with_prefetch(cap, cons, global_=True, name="channel_prefetch"))
+    cons = consumes(cap)[KEY + ["consumer_tag", "queue", "no_ack", "start_order"]]
+    c = with_prefetch(cap, with_prefetch(cap, cons, global_=True, name="channel_prefetch"))
     c["prefetch"] = c["prefetch"].fillna(0)
     c["no_ack"] = c["no_ack"].astype("boolean")
     c["consume_seen"] = True
-    m = D.methods(cap)
-    seen = D._obj(D.pick(cap, m, D.select(m, "basic.deliver", "s2c"), ["stream", "channel", "consumer_tag"])
+    m = methods(cap)
+    seen = as_object(pick(cap, m, select(m, "basic.deliver", "s2c"), ["stream", "channel", "consumer_tag"])
                   .drop_duplicates(), "consumer_tag")
-    seen = seen.merge(D._obj(c[["stream", "channel", "consumer_tag"]], "consumer_tag"), how="left", indicator=True)
+    seen = seen.merge(as_object(c[["stream", "channel", "consumer_tag"]], "consumer_tag"), how="left", indicator=True)
     seen = seen[seen["_merge"] == "left_only"].drop(columns="_merge")
     seen = seen.assign(queue=None, prefetch=pd.array([pd.NA] * len(seen), dtype="Int64"),
                        channel_prefetch=pd.array([pd.NA] * len(seen), dtype="Int64"),
                        no_ack=pd.array([pd.NA] * len(seen), dtype="boolean"), consume_seen=False)
     cols = ["stream", "channel", "consumer_tag", "queue", "prefetch", "channel_prefetch", "no_ack", "consume_seen"]
     out = pd.concat([c[cols], seen[cols]], ignore_index=True) if len(seen) else c[cols].reset_index(drop=True)
-    out.insert(0, "connection", D.connection_labels(cap, out["stream"]))
+    out.insert(0, "connection", connection_labels(cap, out["stream"]))
     out["queue"] = out["queue"].astype(object)
     return out.sort_values(["queue", "connection", "channel"], na_position="last", kind="stable").reset_index(drop=True)
 
-
-STATE_COLUMNS = CONSUMER + ["packet", "ts", "until_ts", "duration_s", "unacked", "prefetch", "prefetch_estimated",
-                            "channel_unacked", "channel_prefetch", "deficit", "at_limit"]
-
-
-def _empty_state(cap: Capture) -> pd.DataFrame:
-    tsd = cap.frames["ts"].dtype
-    dtypes = {"stream": np.int64, "channel": np.int64, "epoch": np.int64, "consumer_tag": object, "packet": np.int64,
-              "ts": tsd, "until_ts": tsd, "duration_s": float, "unacked": np.int64, "prefetch": np.int64,
-              "prefetch_estimated": bool, "channel_unacked": np.int64, "channel_prefetch": "Int64",
-              "deficit": "Int64", "at_limit": bool}
-    return pd.DataFrame({c: pd.Series(dtype=dtypes[c]) for c in STATE_COLUMNS})
-
-
-@computed_once
-def consumer_state(cap: Capture) -> pd.DataFrame:
-    """Per consumer step series of its unacked count, prefetch and deficit.
-
-    One row per frame that changed the consumer's state (a delivery, a settling ack/nack/reject;
-    a multiple ack is one row) plus a first row at consume-ok (unacked 0) when the basic.consume
-    is in the capture. Each row's values hold from ``ts`` until ``until_ts`` (the next row, or
-    the consumer's end: cancel, channel/connection close, or the connection's last packet).
-    Consumers with no-ack and basic.get deliveries are not included (no credit applies).
-
-    Columns: stream, channel, epoch, consumer_tag, packet, ts, until_ts, duration_s, unacked,
-    prefetch (0 = unlimited), prefetch_estimated, channel_unacked, channel_prefetch (global qos;
-    <NA> without one), deficit (<NA> when no limit applies), at_limit (deficit ≤ 0).
-    """
-    cached = cap.derived.get("consumer_state")
-    if cached is not None:
-        return cached
-    c = _consumer_rows(cap)
-    d, code, keys = _acked_deliveries(cap)
-    # consumer codes follow the sorted (stream, channel, epoch, consumer_tag): the output's order
-    c_code = _code_of(keys, c)
-    settled = d["settle_order"].notna().to_numpy()
-    start = c["consume_seen"].to_numpy(bool)
-    # the events: deliveries (+1), the frames settling them (−1), consume-oks (0), in this order
-    ev_code = np.r_[code, code[settled], c_code[start]]
-    ev_order = np.r_[d["order"].to_numpy(np.int64), d["settle_order"].to_numpy(np.int64, na_value=0)[settled],
-                     c["start_order"].to_numpy(np.int64)[start]]
-    ev_ts = np.r_[_i8(d["ts"]), _i8(d["settle_ts"])[settled], _i8(c["start_ts"])[start]]
-    ev_packet = np.r_[d["packet"].to_numpy(np.int64), d["settle_packet"].to_numpy(np.int64, na_value=0)[settled],
-                      c["start_packet"].to_numpy(np.int64)[start]]
-    ev_delta = np.r_[np.ones(len(d), np.int64), -np.ones(int(settled.sum()), np.int64), np.zeros(int(start.sum()), np.int64)]
-    if len(ev_code) == 0:
-        return _empty_state(cap)
-    # one row per (consumer, frame) (a multiple ack settles many deliveries at once): values of
-    # its first event (all of a frame's events have its ts and packet), deltas summed; rows by
-    # frame order, then consumer code. Only the order within each consumer matters below (the
-    # channel's count is read at the end of each frame's rows; the output is sorted by consumer)
-    ncons = len(keys)
-    _, first, inv = np.unique(ev_order * ncons + ev_code, return_index=True, return_inverse=True)
-    delta = np.bincount(inv.ravel(), weights=ev_delta, minlength=len(first)).astype(np.int64)
-    code, order, ts, packet = ev_code[first], ev_order[first], ev_ts[first], ev_packet[first]
-    by = D.stable_argsort(code)  # by consumer, then frame order
-    unacked = D.group_cumsum(code, delta, by)
-    # the channel's unacked over all its consumers, as it stands after each frame (the frames
-    # of a tag space are contiguous runs of equal order)
-    kcode = D.codes(*(keys[k].to_numpy(np.int64) for k in D.KEY))[code]
-    ch = D.group_cumsum(kcode, delta)
-    run_end = np.r_[np.flatnonzero(order[1:] != order[:-1]), len(order) - 1]
-    channel_unacked = np.repeat(ch[run_end], np.diff(np.r_[-1, run_end]))
-
-    # per-consumer values, by code
-    per = np.full(ncons, -1, dtype=np.int64)
-    per[c_code] = np.arange(len(c))
-    cp = per[code]  # the consumer's row in c
-    max_unacked = np.full(ncons, np.iinfo(np.int64).min, dtype=np.int64)
-    np.maximum.at(max_unacked, code, unacked)
-    # no qos: with the basic.consume in the capture RabbitMQ's default applies (0 = unlimited);
-    # without it the limit is unknown and estimated as the highest unacked count observed
-    estimated = ~c["qos_seen"].to_numpy(bool)[cp] & ~c["consume_seen"].to_numpy(bool)[cp]
-    prefetch = c["prefetch"].to_numpy(np.int64, na_value=0)[cp]
-    prefetch[estimated] = max_unacked[code][estimated]
-
-    # channel-wide limit (global=true, RabbitMQ): the last one before each frame
-    m = D.methods(cap)
-    qos = D.pick(cap, m, D.select(m, "basic.qos", "c2s"), D.KEY + ["order", "prefetch_count", "global"])
-    qos = qos[qos["global"].fillna(False).to_numpy(bool)]
-    chp_arr = pd.array(np.zeros(len(order), np.int64), dtype="Int64")
-    chp_arr[:] = pd.NA
-    if len(qos):
-        k = D.codes(*(np.r_[keys[c].to_numpy(np.int64)[code], qos[c].to_numpy(np.int64)] for c in D.KEY))
-        g = D.asof(k[:len(order)], order, k[len(order):], qos["order"].to_numpy(np.int64))
-        chp_arr = pd.array(qos["prefetch_count"].astype("Int64").to_numpy(), dtype="Int64").take(g, allow_fill=True)
-
-    inf = np.iinfo(np.int64).max
-    d1 = np.where(prefetch > 0, prefetch - unacked, inf)
-    chp = chp_arr.to_numpy(np.int64, na_value=0)
-    d2 = np.where(chp > 0, chp - channel_unacked, inf)
-    deficit = np.minimum(d1, d2)
-    deficit_arr = pd.array(np.where(deficit == inf, 0, deficit), dtype="Int64")
-    deficit_arr[deficit == inf] = pd.NA
-
-    # each row holds until the consumer's next row, at most until its end (NaT compares false)
-    nat = np.iinfo(np.int64).min
-    nxt = np.full(len(order), nat, dtype=np.int64)
-    same = code[by][1:] == code[by][:-1]
-    nxt[by[:-1][same]] = ts[by[1:][same]]
-    end = _i8(c["end_ts"])[cp]
-    until = np.where(nxt != nat, nxt, end)
-    until = np.where((until != nat) & (end != nat) & (until < end), until, end)
-    until = np.where((until != nat) & (until > ts), until, ts)
-
-    # by consumer (sorted keys), then ts, stable. Timestamps mostly rise with frame order: then
-    # that is ``by`` already and the sort is spared
-    ts_by, code_by = ts[by], code[by]
-    if np.all((ts_by[1:] >= ts_by[:-1]) | (code_by[1:] != code_by[:-1])):
-        out_rows = by
-    else:
-        out_rows = np.lexsort((ts, code))
-    tsd = d["ts"].dtype
-    ts_col = pd.Series(ts[out_rows].view("M8[ns]")).dt.tz_localize("UTC").astype(tsd)
-    until_col = pd.Series(until[out_rows].view("M8[ns]")).dt.tz_localize("UTC").astype(tsd)
-    oc = code[out_rows]
-    out = pd.DataFrame({
-        "stream": keys["stream"].to_numpy(np.int64)[oc], "channel": keys["channel"].to_numpy(np.int64)[oc],
-        "epoch": keys["epoch"].to_numpy(np.int64)[oc],
-        "consumer_tag": pd.Series(keys["consumer_tag"].to_numpy(object)[oc], dtype=object),
-        "packet": packet[out_rows], "ts": ts_col, "until_ts": until_col,
-        "duration_s": (until_col - ts_col).dt.total_seconds(),
-        "unacked": unacked[out_rows], "prefetch": prefetch[out_rows], "prefetch_estimated": estimated[out_rows],
-        "channel_unacked": channel_unacked[out_rows], "channel_prefetch": chp_arr.take(out_rows),
-        "deficit": deficit_arr.take(out_rows), "at_limit": (deficit <= 0)[out_rows],
-    })
-    cap.derived["consumer_state"] = out
-    cap.derived["consumer_state_code"] = oc  # the consumer code of each row, for consumer_summary
-    return out
-
-
-def _i8(s: pd.Series) -> np.ndarray:
-    """A timestamp column as int64 nanoseconds (NaT: the int64 minimum)."""
-    return s.array.asi8 if hasattr(s.array, "asi8") else pd.to_datetime(s).array.asi8
-
-
-@computed_once
-def _acked_deliveries(cap: Capture):
-    """The deliveries of acknowledging consumers (not no-ack, not basic.get), with each one's
-    consumer code and the consumers' key table (row i: the consumer of code i, codes in the
-    sorted order of (stream, channel, epoch, consumer_tag)). The consumers of ``_consumer_rows``
-    are those of these deliveries plus those seen only by their basic.consume, so their keys
-    are included. Computed once per Capture: consumer_state and consumer_summary both group by
-    consumer, and factorizing the text tags once is cheaper than a groupby doing it each time."""
-    cached = cap.derived.get("acked")
-    if cached is not None:
-        return cached
-    full = D.deliveries(cap)
-    keep = ~full["no_ack"].to_numpy(bool) & (full["consumer_tag"] != D.GET_TAG).to_numpy(bool)
-    d = full[keep]
-    cons = D.consumes(cap)
-    cons = cons[~cons["no_ack"].to_numpy(bool)]
-    cols = {k: np.r_[d[k].to_numpy(np.int64), cons[k].to_numpy(np.int64)] for k in D.KEY}
-    kept = D.tag_codes(cap, full)
-    if kept is not None:  # the tags as codes (deliveries' and consumes' share the labels)
-        tc, labels = kept
-        tag_code = np.r_[tc[keep], cons["tag_code"].to_numpy(np.int64)]
-        code = D.codes(*cols.values(), D.text_ranks(labels, tag_code))
-        first = np.unique(code, return_index=True)[1]
-        tags = np.asarray(labels, dtype=object)[tag_code[first]]
-    else:
-        text = np.r_[d["consumer_tag"].to_numpy(object), cons["consumer_tag"].to_numpy(object)]
-        code = D.codes(*cols.values(), text)
-        first = np.unique(code, return_index=True)[1]
-        tags = text[first]
-    keys = pd.DataFrame({k: v[first] for k, v in cols.items()})
-    keys["consumer_tag"] = pd.Series(tags, dtype=object)
-    out = (d, code[:len(d)], keys)
-    cap.derived["acked"] = out
-    return out
-
-
-def _code_of(keys: pd.DataFrame, rows: pd.DataFrame) -> np.ndarray:
-    """The consumer code (row in ``keys``) of each row of ``rows`` (CONSUMER columns)."""
-    idx = pd.MultiIndex.from_frame(D._obj(keys[CONSUMER], "consumer_tag"))
-    return idx.get_indexer(pd.MultiIndex.from_frame(D._obj(rows[CONSUMER], "consumer_tag"))).astype(np.int64)
 
 
 # -- the analyzer ------------------------------------------------------------------------------
@@ -341,8 +95,9 @@ TIME_BINS = 400
 
 def consumer_summary(cap: Capture) -> pd.DataFrame:
     """One row per acknowledging consumer (see docs/analyzers/consumers.md)."""
-    st = consumer_state(cap)
-    c = _consumer_rows(cap)
+    sc = consumer_state_with_codes(cap)
+    st, st_code = sc.table, sc.code
+    c = consumer_rows(cap)
     cols = ["connection", "stream", "channel", "consumer_tag", "queue", "deliveries", "start_ts", "end_ts",
             "duration_s", "rate_per_s", "prefetch", "prefetch_estimated", "channel_prefetch", "max_unacked", "mean_unacked",
             "share_at_limit", "utilisation", "share_idle", "mean_deficit", "acks", "acks_multiple",
@@ -354,10 +109,8 @@ def consumer_summary(cap: Capture) -> pd.DataFrame:
                   _lim=dur * st["at_limit"].to_numpy(bool), _idle=dur * (st["unacked"].to_numpy() == 0),
                   _def=dur * st["deficit"].astype(float).fillna(0).to_numpy(),
                   _has_def=dur * st["deficit"].notna().to_numpy())
-    d, code, keys = _acked_deliveries(cap)
-    st_code = cap.derived.get("consumer_state_code")
-    if st_code is None or len(st_code) != len(st):
-        st_code = _code_of(keys, st)
+    a = acked_deliveries(cap)
+    d, code, keys = a.table, a.code, a.keys
     # grouped on the int64 consumer code (one cheap factorization per GroupBy object, where the
     # four key columns with text cost one per call); float sums stay pandas' (compensated) sums
     g = w.groupby(st_code, sort=False)
@@ -387,14 +140,12 @@ def consumer_summary(cap: Capture) -> pd.DataFrame:
     n_settled = np.bincount(s_code, minlength=ncons)
     mpa = np.where(acks > 0, n_settled / np.maximum(acks, 1), np.nan)
 
-    from .latency import ack_gaps  # noqa: PLC0415 (shared helper of the sibling analyzer)
-
     gaps = ack_gaps(cap)
 
     # the consumers with a state (inner join of c and agg), in c's order
-    c_code = _code_of(keys, c)
+    c_code = code_of(keys, c)
     keep = np.isin(c_code, agg.index.to_numpy())
-    out = D._obj(c.loc[keep].drop(columns=["prefetch"]), "consumer_tag").reset_index(drop=True)
+    out = as_object(c.loc[keep].drop(columns=["prefetch"]), "consumer_tag").reset_index(drop=True)
     oc = c_code[keep]
     agg = agg.reindex(oc)
     for col in agg:
@@ -404,38 +155,39 @@ def consumer_summary(cap: Capture) -> pd.DataFrame:
     # the tag space's ack→next-deliver median, grouped on one int64 code of (stream, channel,
     # epoch) numbered over the gaps' and the consumers' keys together (then a lookup per consumer)
     ng = len(gaps)
-    kc = D.codes(*(np.r_[gaps[k].to_numpy(np.int64), out[k].to_numpy(np.int64)] for k in D.KEY))
+    kc = codes(*(np.r_[gaps[k].to_numpy(np.int64), out[k].to_numpy(np.int64)] for k in KEY))
     a2d = pd.Series(gaps["gap_s"].to_numpy(float)).groupby(kc[:ng]).median()
     out["ack_to_next_deliver_p50_s"] = a2d.reindex(kc[ng:]).to_numpy(float)
     span = (out["end_ts"] - out["start_ts"]).dt.total_seconds()
     out["rate_per_s"] = out["deliveries"] / span.where(span > 0)
     out["backlog_growth_msgs"] = _backlog_growth(cap, out)
     out = out.sort_values(["stream", "channel", "start_ts"]).reset_index(drop=True)
-    out["connection"] = D.connection_labels(cap, out["stream"])
+    out["connection"] = connection_labels(cap, out["stream"])
     return out[cols]
 
 
 def _backlog_growth(cap: Capture, cons: pd.DataFrame) -> pd.Series:
     """Growth of the consumer's queue backlog (lower bound) from its start to its end, in messages."""
-    b = D.queue_backlog(cap)
+    bc = backlog_with_codes(cap)
+    b = bc.table
     res = pd.Series(pd.array(np.full(len(cons), pd.NA), dtype="Int64"), index=cons.index)
     ok = cons["queue"].notna().to_numpy()
     if len(b) == 0 or not ok.any():
         return res
-    # merge_asof by queue on ts, as queue code and ts rank with D.asof. The backlog rows in the
+    # merge_asof by queue on ts, as queue code and ts rank with asof. The backlog rows in the
     # order a sort on ts (quicksort, as sort_values) gives them: among rows of equal ts, the last
     # in that order is the one taken
     b_ts = b["ts"].array.asi8
     by_ts = np.argsort(b_ts, kind="quicksort")
-    b_ts, b_q = b_ts[by_ts], D.backlog_queue_codes(cap, b)[by_ts]
+    b_ts, b_q = b_ts[by_ts], bc.queue_code[by_ts]
     b_min = b["backlog_min"].to_numpy(np.int64)[by_ts]
     q = cap.frames["queue"].cat.categories.get_indexer(cons.loc[ok, "queue"].astype(object))
     n = len(q)
-    # the times as ranks among all of them (small non-negative ints, as D.asof packs them)
+    # the times as ranks among all of them (small non-negative ints, as asof packs them)
     rank = np.unique(np.r_[cons.loc[ok, "start_ts"].array.asi8, cons.loc[ok, "end_ts"].array.asi8, b_ts],
                      return_inverse=True)[1].ravel()
     # starts and ends in one search (the backlog rows sorted once)
-    hit = D.asof(np.r_[q, q], rank[:2 * n], b_q, rank[2 * n:])
+    hit = asof(np.r_[q, q], rank[:2 * n], b_q, rank[2 * n:])
     val = np.where(hit >= 0, b_min[hit], 0)
     res.loc[cons.index[ok]] = val[n:] - val[:n]
     return res
@@ -510,9 +262,7 @@ def _flags(cap: Capture, s: pd.DataFrame) -> pd.DataFrame:
     # (deliver→ack) must be the larger part of each deliver→ack→deliver cycle
     dominant = (prefetch > 1) | (~np.isnan(dta) & (np.isnan(a2d) | (dta >= CONSUMER_DOMINANCE * a2d)))
     bound = enough & (share >= CONSUMER_BOUND_SHARE) & dominant & (prefetch > 0)
-    from .latency import slow_refills  # noqa: PLC0415 (the sibling analyzer owns that detection)
-
-    refill = np.isin(D.chan_key(s), slow_refills(cap).index.to_numpy())
+    refill = np.isin(chan_key(s), slow_refills(cap).index.to_numpy())
     one = enough & one_ack & (rate >= PREFETCH_ONE_MIN_RATE_PER_S) & ~bound & ~refill
     return pd.DataFrame({"bound": bound, "one": one, "one_ack": one_ack,
                          "bound_rank": consumer_bound_severity(growth, ratio, estimated),
@@ -583,7 +333,7 @@ def _common_evidence(cap: Capture, g: pd.DataFrame, methods: str) -> dict:
             "deliveries_total": int(g["deliveries"].sum()),
             "rate_msgs_per_s_total": float(g["rate_per_s"].astype(float).fillna(0).sum()),
             "packets": _limit_packets(cap, g.head(EXAMPLE_SUBJECTS)),
-            "filter": D.channels_filter(g["stream"], g["channel"])
+            "filter": channels_filter(g["stream"], g["channel"])
                       + f" && amqp.method.class == 60 && amqp.method.method in {methods}"}
 
 
@@ -662,15 +412,13 @@ def _limit_packets(cap: Capture, g: pd.DataFrame) -> list[int]:
     """Example packets: the first 5 frames at which each consumer of ``g`` was at its limit (any
     epoch of its channel), found on the state rows' consumer codes (the few consumers' keys
     matched as text, not the rows')."""
-    st = consumer_state(cap)
-    _, _, keys = _acked_deliveries(cap)
-    st_code = cap.derived.get("consumer_state_code")
-    if st_code is None or len(st_code) != len(st):
-        st_code = _code_of(keys, st)
+    sc = consumer_state_with_codes(cap)
+    st, st_code = sc.table, sc.code
+    keys = acked_deliveries(cap).keys
     key = ["stream", "channel", "consumer_tag"]
-    k3 = D._obj(keys[key], "consumer_tag")
-    k3_code = D.codes(*(k3[k].to_numpy() for k in key))  # (equal across epochs)
-    wanted = pd.MultiIndex.from_frame(k3).isin(pd.MultiIndex.from_frame(D._obj(g[key], "consumer_tag")))
+    k3 = as_object(keys[key], "consumer_tag")
+    k3_code = codes(*(k3[k].to_numpy() for k in key))  # (equal across epochs)
+    wanted = pd.MultiIndex.from_frame(k3).isin(pd.MultiIndex.from_frame(as_object(g[key], "consumer_tag")))
     rows = np.flatnonzero(st["at_limit"].to_numpy(bool) & wanted[st_code])
     c = k3_code[st_code[rows]]
     rows = rows[pd.Series(c).groupby(c).cumcount().to_numpy() < 5]
@@ -682,17 +430,17 @@ def consumers(cap: Capture) -> AnalyzerResult:
     """Per consumer: unacked messages, prefetch, deficit (unused credit), utilisation, time at the limit."""
     s = consumer_summary(cap)
     st = consumer_state(cap)
-    d = D.deliveries(cap)
+    d = deliveries(cap)
     rows = s.drop(columns=["start_ts", "end_ts"]).to_dict(orient="records")
     # no-ack consumers: deliveries counted per (stream, channel, tag) code (sorted as the keys,
     # as a groupby on them would list them) by bincount; one summary row per consumer
     na = np.flatnonzero(d["no_ack"].to_numpy(bool))
     if len(na):
         stream, channel = d["stream"].to_numpy(np.int64)[na], d["channel"].to_numpy(np.int64)[na]
-        code = D.codes(stream, channel, D.tag_ranks(cap, d)[na])
+        code = codes(stream, channel, tag_ranks(cap, d)[na])
         first = np.unique(code, return_index=True)[1]
         tags = d["consumer_tag"].array.take(na[first])
-        labels = D.connection_labels(cap, stream[first])
+        labels = connection_labels(cap, stream[first])
         for who, st_, ch_, tag, n in zip(labels, stream[first].tolist(), channel[first].tolist(), tags,
                                          np.bincount(code).tolist()):
             rows.append({"connection": who, "stream": st_, "channel": ch_, "consumer_tag": tag, "no_ack": True,
@@ -722,7 +470,7 @@ def _plot_state(cap: Capture, st: pd.DataFrame, path) -> None:
     code = st.groupby(CONSUMER, sort=True, observed=True).ngroup().to_numpy()
     keys = st[CONSUMER].drop_duplicates().sort_values(CONSUMER).reset_index(drop=True)
     n = len(keys)
-    queues = _consumer_rows(cap).drop_duplicates(CONSUMER).set_index(CONSUMER)["queue"]
+    queues = consumer_rows(cap).drop_duplicates(CONSUMER).set_index(CONSUMER)["queue"]
     labels, queue = consumer_labels(cap, keys["stream"], keys["channel"],
                                     queues.reindex(pd.MultiIndex.from_frame(keys)).to_numpy(object),
                                     keys["consumer_tag"].astype(str).tolist())

@@ -13,21 +13,17 @@ import numpy as np
 import pandas as pd
 
 from ..analysis import SEVERITY_RANK, AnalyzerResult, Finding, Plot, analyzer
-from ..capture import Capture, computed_once
+from ..capture import Capture
+from ..derive.columns import codes, stable_argsort
+from ..derive.deliveries import DELIVER_METHODS, SETTLE_METHODS, confirms, deliveries, tag_ranks
+from ..derive.labels import channels_filter, connection_labels
+from ..derive.methods import chan_key, methods, pick, select
+from ..derive.refills import ack_gaps, slow_refills, waiting
 from ..names import connection_label, consumer_label, number, subject
-from . import _deliveries as D
 
-#: broker-slow-refill: median ack→next-deliver (with messages known to be waiting) above this is
-#: slow. On one host or a LAN RabbitMQ dispatches the next message well under a millisecond after
-#: the ack arrives; 5 ms is several round trips, and at prefetch 1 it caps a consumer at 200 msg/s.
-REFILL_SLOW_S = 0.005
-#: ... and critical above this (a consumer at prefetch 1 then gets < 20 msg/s whatever it does)
+#: broker-slow-refill (detected by amqpcap.derive.refills.slow_refills) is critical when the median
+#: ack→next-deliver is above this: a consumer at prefetch 1 then gets < 20 msg/s whatever it does
 REFILL_CRITICAL_S = 0.050
-#: ... and only when the broker's share is at least this multiple of the consumer's deliver→ack
-#: median: if the consumer's own work takes longer, raising the broker's speed would not help much
-REFILL_RATIO = 1.0
-#: ... with at least this many measured refills (fewer is anecdotal)
-MIN_REFILLS = 20
 #: redelivery-loop: at least this many redelivered deliveries or requeueing nack/reject...
 REDELIVERY_MIN = 10
 #: ... making at least this share of a channel's deliveries (a few redeliveries after a consumer
@@ -54,108 +50,6 @@ def stats(values) -> dict:
             "max_s": float(v.max()), "mean_s": float(v.mean())}
 
 
-def _range_min(values: np.ndarray, key: np.ndarray, order: np.ndarray, first: np.ndarray, last: np.ndarray):
-    """Per query, the least of ``values`` over the rows ``first``..``last`` (row positions, -1:
-    none) of one key, those rows taken in (key, order) order; <NA> where either end is missing.
-    One `minimum.reduceat` over the rows sorted by (key, order), no loop."""
-    out = pd.array(np.zeros(len(first), np.int64), dtype="Int64")
-    ok = (first >= 0) & (last >= 0)
-    out[~ok] = pd.NA
-    if not ok.any():
-        return out
-    by = np.lexsort((order, key))
-    rank = np.empty_like(by)
-    rank[by] = np.arange(len(by))
-    lo, hi = rank[first[ok]], rank[last[ok]]
-    hi = np.maximum(hi, lo)  # (the same key: last comes at or after first)
-    bounds = np.empty(2 * len(lo), np.int64)
-    bounds[0::2], bounds[1::2] = lo, hi + 1
-    sorted_values = np.append(values[by], 0)  # a sentinel: hi + 1 may be one past the end
-    out[ok] = np.minimum.reduceat(sorted_values, bounds)[0::2]
-    return out
-
-
-@computed_once
-def ack_gaps(cap: Capture) -> pd.DataFrame:
-    """One row per client ack/nack/reject: the next delivery on its channel and the gap.
-
-    Columns: stream, channel, epoch, packet, ts, order, method, multiple, settled (deliveries it
-    settled), queue, backlog_min (messages known to be waiting in that queue right after the ack,
-    see _deliveries.queue_backlog), backlog_min_gap (the least of it until the next delivery),
-    next_deliver_packet, next_deliver_ts, gap_s."""
-    cached = cap.derived.get("ack_gaps")
-    if cached is not None:
-        return cached
-    m = D.methods(cap)
-    s = D.pick(cap, m, D.select(m, D.SETTLE_METHODS, "c2s"), ["stream", "channel", "epoch", "space", "packet", "ts",
-                                                               "order", "method", "multiple"])
-    s["method"] = s["method"].astype(object)  # a table column: text, as documented
-    s["multiple"] = s["multiple"].fillna(False).astype(bool)
-    s_order = s["order"].to_numpy(np.int64)  # in frame order (as m)
-    d = D.deliveries(cap)
-    d_order = d["order"].to_numpy(np.int64)
-
-    # per settling frame: the deliveries it settled, and the queue of the first of them (in
-    # delivery order) that has one; found by the frame's position among the settling frames
-    settled_by = d["settle_order"].to_numpy(np.int64, na_value=-1)
-    has = settled_by >= 0
-    srow = np.where(has, np.searchsorted(s_order, settled_by), -1)
-    s["settled"] = np.bincount(srow[has], minlength=len(s)).astype(np.int64)
-    qc = D.queue_codes(cap, d)
-    with_q = np.flatnonzero(has & (qc >= 0))
-    first_rows, first = np.unique(srow[with_q], return_index=True)
-    q_row = np.full(len(s), -1, dtype=np.int64)  # the delivery giving each frame's queue
-    q_row[first_rows] = with_q[first]
-    if isinstance(d["queue"].dtype, pd.StringDtype):
-        s["queue"] = d["queue"].array.take(q_row, allow_fill=True)
-    else:  # no delivery has a queue: the all-missing object column
-        s["queue"] = np.full(len(s), np.nan, dtype=object)
-
-    # the next delivery on the same tag space (space codes of the deliveries by their frames'
-    # rows in m, which is in frame order)
-    d_space = m["space"].to_numpy()[np.searchsorted(m["order"].to_numpy(), d_order)]
-    nxt = D.asof(s["space"].to_numpy(), s_order, d_space, d_order, direction="forward", allow_exact_matches=False)
-    s["next_deliver_packet"] = pd.array(d["packet"].to_numpy(np.int64), dtype="Int64").take(nxt, allow_fill=True)
-    s["next_deliver_ts"] = d["ts"].array.take(nxt, allow_fill=True)
-    s["gap_s"] = (s["next_deliver_ts"] - s["ts"]).dt.total_seconds()
-
-    # the queue's backlog right after the frame: the last backlog row of that queue before it
-    b = D.queue_backlog(cap)
-    sq = np.where(q_row >= 0, qc[np.maximum(q_row, 0)], -1)
-    b_q, b_order = D.backlog_queue_codes(cap, b), b["order"].to_numpy(np.int64)
-    hit = D.asof(sq, s_order, b_q, b_order)
-    s["backlog_min"] = pd.array(b["backlog_min"].to_numpy(np.int64), dtype="Int64").take(hit, allow_fill=True)
-    # ... and its least value until the next delivery: the last backlog row before that frame
-    nxt_order = np.where(nxt >= 0, d_order[np.maximum(nxt, 0)], -1)
-    last = np.where(nxt >= 0, D.asof(sq, np.maximum(nxt_order, 0), b_q, b_order, allow_exact_matches=False), -1)
-    s["backlog_min_gap"] = _range_min(b["backlog_min"].to_numpy(np.int64), b_q, b_order, hit, last)
-    s["unacked_after"] = _unacked_after(d, d_space, s["space"].to_numpy(), s_order)
-    out = s[["stream", "channel", "epoch", "packet", "ts", "order", "method", "multiple", "settled", "unacked_after",
-             "queue", "backlog_min", "backlog_min_gap", "next_deliver_packet", "next_deliver_ts",
-             "gap_s"]].reset_index(drop=True)
-    cap.derived["ack_gaps"] = out
-    return out
-
-
-def _unacked_after(d: pd.DataFrame, d_space: np.ndarray, space: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """For each settling frame (tag space ``space``, frame ``order``): the deliveries of its tag
-    space (acknowledging ones: no-ack deliveries are never settled) still unsettled right after
-    it. 0 means the client had nothing left to work on: it waited for the broker's next delivery.
-    A running count of +1 per delivery and −1 per settled delivery, by tag space and frame order,
-    read at the last event up to the frame (its own settlements included)."""
-    keep = ~d["no_ack"].to_numpy(bool)
-    settled = keep & d["settle_order"].notna().to_numpy()
-    ev_space = np.r_[d_space[keep], d_space[settled]]
-    ev_order = np.r_[d["order"].to_numpy(np.int64)[keep], d["settle_order"].to_numpy(np.int64, na_value=0)[settled]]
-    delta = np.r_[np.ones(int(keep.sum()), np.int64), -np.ones(int(settled.sum()), np.int64)]
-    by = np.lexsort((ev_order, ev_space))
-    ev_space, ev_order = ev_space[by], ev_order[by]
-    run = D.group_cumsum(ev_space, delta[by], np.arange(len(by)))
-    hit = D.asof(space, order, ev_space, ev_order)  # (stable: the last event of the frame's order)
-    out = np.zeros(len(order), dtype=np.int64)
-    out[hit >= 0] = run[hit[hit >= 0]]
-    return out
-
 
 def interleaving(cap: Capture) -> pd.DataFrame:
     """Per channel with deliveries and acks: runs of consecutive deliveries and of consecutive
@@ -163,19 +57,19 @@ def interleaving(cap: Capture) -> pd.DataFrame:
 
     alternation_ratio = (runs − 1) / (events − 1): 1 when deliveries and acks strictly alternate,
     near 0 when they come in long runs."""
-    m = D.methods(cap)
+    m = methods(cap)
     cols = ["stream", "channel", "delivers", "acks", "runs", "mean_deliver_run", "max_deliver_run", "mean_ack_run",
             "max_ack_run", "alternation_ratio", "packets_multi_deliver", "max_delivers_per_packet",
             "packets_multi_ack", "max_acks_per_packet"]
-    rows = np.flatnonzero(D.select(m, D.DELIVER_METHODS, "s2c") | D.select(m, D.SETTLE_METHODS, "c2s"))
+    rows = np.flatnonzero(select(m, DELIVER_METHODS, "s2c") | select(m, SETTLE_METHODS, "c2s"))
     if len(rows) == 0:
         return pd.DataFrame({c: pd.Series(dtype=float if "mean" in c or "ratio" in c else np.int64) for c in cols})
     # by tag space (its code is sorted as (stream, channel, epoch)), then frame order: m is in
     # frame order, so a stable sort on the code keeps that order within each space
-    rows = rows[D.stable_argsort(m["space"].to_numpy()[rows])]
+    rows = rows[stable_argsort(m["space"].to_numpy()[rows])]
     ev = m.iloc[rows]
     space = ev["space"].to_numpy()
-    kind = D.select(ev, D.DELIVER_METHODS)  # True: delivery, False: settling frame
+    kind = select(ev, DELIVER_METHODS)  # True: delivery, False: settling frame
     new_group = np.r_[True, space[1:] != space[:-1]]
     eg = np.cumsum(new_group) - 1  # each event's space as 0, 1, … (sorted order)
     first = np.flatnonzero(new_group)
@@ -242,7 +136,7 @@ def consumer_latency(d: pd.DataFrame, gaps: pd.DataFrame, cap: Capture | None = 
         return pd.DataFrame(columns=cons + ["deliveries"])
     # one int64 code per consumer (sorted as the keys): pandas factorizes a single int64 column
     # once per GroupBy object, where three key columns (one of text) cost a factorization per call
-    code = D.codes(d["stream"].to_numpy(np.int64), d["channel"].to_numpy(np.int64), D.tag_ranks(cap, d))
+    code = codes(d["stream"].to_numpy(np.int64), d["channel"].to_numpy(np.int64), tag_ranks(cap, d))
     n = int(code.max()) + 1
     first = np.unique(code, return_index=True)[1]
     # text made into Python objects only for the consumers' rows; outcomes compared whole-column
@@ -259,7 +153,7 @@ def consumer_latency(d: pd.DataFrame, gaps: pd.DataFrame, cap: Capture | None = 
     lat = g["latency_s"]
     stream = d["stream"].to_numpy(np.int64)[first]
     out = pd.DataFrame({
-        "connection": D.connection_labels(cap, stream), "stream": stream,
+        "connection": connection_labels(cap, stream), "stream": stream,
         "channel": d["channel"].to_numpy(np.int64)[first], "consumer_tag": tags,
         "deliveries": count(slice(None)),
         "redelivered": count(d["redelivered"].fillna(False).to_numpy(bool)),
@@ -272,10 +166,10 @@ def consumer_latency(d: pd.DataFrame, gaps: pd.DataFrame, cap: Capture | None = 
     span = (g["ts"].max() - g["ts"].min()).dt.total_seconds().to_numpy()
     out["rate_per_s"] = np.where(span > 0, (out["deliveries"] - 1) / np.where(span > 0, span, 1), np.nan)
     # ack→next-deliver is per channel; attach it to the channel's consumers
-    gg = gaps["gap_s"].groupby(D.chan_key(gaps))
+    gg = gaps["gap_s"].groupby(chan_key(gaps))
     ch = pd.DataFrame({"ack_to_next_deliver_p50_s": gg.median(), "ack_to_next_deliver_p90_s": gg.quantile(0.9),
                        "ack_to_next_deliver_max_s": gg.max()})
-    ch = ch.reindex(D.chan_key(out))
+    ch = ch.reindex(chan_key(out))
     for col in ch:
         out[col] = ch[col].to_numpy()
     return out
@@ -284,9 +178,9 @@ def consumer_latency(d: pd.DataFrame, gaps: pd.DataFrame, cap: Capture | None = 
 @analyzer("latency")
 def latency(cap: Capture) -> AnalyzerResult:
     """Deliver→ack, ack→next-deliver and publish→confirm latencies; deliver/ack interleaving."""
-    d = D.deliveries(cap)
+    d = deliveries(cap)
     gaps = ack_gaps(cap)
-    conf = D.confirms(cap)
+    conf = confirms(cap)
     inter = interleaving(cap)
     per_consumer = consumer_latency(d, gaps, cap)
 
@@ -358,51 +252,6 @@ def redelivery_severity(share) -> np.ndarray:
     return np.where(np.asarray(share, dtype=float) >= REDELIVERY_CRITICAL_SHARE, 2, 1)
 
 
-def _waiting(gaps: pd.DataFrame) -> pd.DataFrame:
-    """The refills broker-slow-refill measures: acks that settled the client's last unsettled
-    delivery on the channel (``unacked_after`` 0: from then on it had nothing to work on) while
-    messages were known to wait in the queue for the whole gap (backlog_min_gap > 0), with a
-    next delivery. The gap is then time the consumer waited for the broker although the broker
-    held a message it could have sent. A message waiting only at the ack may go to another
-    consumer of the queue the next moment (round-robin between consumers with credit), which
-    is no delay at all. After an ack that leaves deliveries in hand (prefetch > 1) the consumer
-    keeps working, and a late refill costs it nothing."""
-    return gaps.loc[gaps["gap_s"].notna() & (gaps["backlog_min_gap"].fillna(0) > 0) & (gaps["settled"] > 0)
-                    & (gaps["unacked_after"] == 0),
-                    ["stream", "channel", "packet", "gap_s", "backlog_min", "queue", "next_deliver_packet"]]
-
-
-@computed_once
-def slow_refills(cap: Capture) -> pd.DataFrame:
-    """broker-slow-refill's detection: the channels (index: `_deliveries.chan_key`) with at least
-    MIN_REFILLS refills (`_waiting`) whose median ack→next-deliver is ≥ REFILL_SLOW_S and ≥
-    REFILL_RATIO × the channel's deliver→ack median, among channels with basic.deliver (a
-    consumer). Columns: refills, ack_to_next_deliver_p50_s, deliver_to_ack_p50_s,
-    broker_share_of_cycle. The consumers analyzer reads it too (a prefetch-1 consumer on such a
-    channel is told about in this finding, not in prefetch-one)."""
-    cached = cap.derived.get("slow_refills")
-    if cached is not None:
-        return cached
-    d, waiting = D.deliveries(cap), _waiting(ack_gaps(cap))
-    lat = d["latency_s"].to_numpy(float)
-    has = ~np.isnan(lat)
-    dta = pd.Series(lat[has]).groupby(D.chan_key(d)[has]).median()
-    per = waiting["gap_s"].groupby(D.chan_key(waiting)).agg(["size", "median"])
-    cons = dta.reindex(per.index)
-    # channels a consumer was delivered to: after a basic.get-ok the next delivery waits for the
-    # client's next basic.get, not for the broker
-    pushed = np.unique(D.chan_key(d)[(d["consumer_tag"] != D.GET_TAG).to_numpy(bool, na_value=False)])
-    slow = per[(per["size"] >= MIN_REFILLS) & (per["median"] >= REFILL_SLOW_S)
-               & (per["median"] >= REFILL_RATIO * cons.fillna(np.inf)) & per.index.isin(pushed)]
-    c50 = cons.reindex(slow.index)
-    out = pd.DataFrame({"refills": slow["size"].astype(np.int64), "ack_to_next_deliver_p50_s": slow["median"],
-                        "deliver_to_ack_p50_s": c50,
-                        # the broker's part of one deliver→ack→deliver cycle (all of it when the
-                        # consumer's own time is unknown)
-                        "broker_share_of_cycle": (slow["median"] / (slow["median"] + c50)).fillna(1.0)})
-    cap.derived["slow_refills"] = out
-    return out
-
 
 def _place(cap: Capture, stream, channel, queue) -> str:
     """A channel named for a title: `queue Q on conn` (its deliveries' queue), else `conn channel N`."""
@@ -422,10 +271,10 @@ def _refill_findings(cap: Capture, gaps: pd.DataFrame) -> list[Finding]:
     slow = slow_refills(cap)
     if len(slow) == 0:
         return []
-    waiting = _waiting(gaps)
-    key = D.chan_key(waiting)
+    refills = waiting(gaps)
+    key = chan_key(refills)
     sel = np.isin(key, slow.index.to_numpy())
-    g, key = waiting[sel], key[sel]
+    g, key = refills[sel], key[sel]
     gap = g["gap_s"].groupby(key)
     per = slow.assign(
         stream=slow.index.to_numpy() // 65536, channel=slow.index.to_numpy() % 65536,
@@ -463,7 +312,7 @@ def _refill_findings(cap: Capture, gaps: pd.DataFrame) -> list[Finding]:
             "streams": sorted({int(s) for s in per["stream"]}), "channel": int(w.channel),
             "packets": sorted({int(x) for x in worst["packet"]}
                               | {int(x) for x in worst["next_deliver_packet"].dropna()}),
-            "filter": D.channels_filter(per["stream"], per["channel"])
+            "filter": channels_filter(per["stream"], per["channel"])
                       + " && amqp.method.class == 60 && amqp.method.method in {60, 80, 90, 120}",
         },
         advice="The consumer acks quickly but the broker sends the next message late although the queue has "
@@ -495,7 +344,7 @@ def _redelivery_findings(cap: Capture, d: pd.DataFrame) -> list[Finding]:
     requeued = requeue & (by_nack | by_reject)
     red = d["redelivered"].to_numpy(bool, na_value=False)
     # per channel (one int64 key, sorted as (stream, channel)): counts by bincount
-    key = D.chan_key(d)
+    key = chan_key(d)
     chans, ch = np.unique(key, return_inverse=True)
     ch = ch.ravel()
 
@@ -540,7 +389,7 @@ def _redelivery_findings(cap: Capture, d: pd.DataFrame) -> list[Finding]:
             "deliveries_total": int(per["deliveries"].sum()), "redelivered_total": int(per["redelivered"].sum()),
             "streams": sorted({int(s) for s in per["stream"]}), "channel": int(w.channel),
             "packets": sorted({int(x) for x in ex if x > 0}),
-            "filter": D.channels_filter(per["stream"], per["channel"])
+            "filter": channels_filter(per["stream"], per["channel"])
                       + " && (amqp.method.arguments.redelivered == 1 || (amqp.method.class == 60 && "
                         "amqp.method.method in {90, 120} && amqp.method.arguments.requeue == 1))",
         },
@@ -681,11 +530,11 @@ def _plot_raster(cap: Capture, path: Path) -> None:
     from ..names import connection_label
     from ..plotting import natural_order, short, shown_of
 
-    m = D.methods(cap)
-    ev = D.pick(cap, m, D.select(m, D.DELIVER_METHODS, "s2c") | D.select(m, D.SETTLE_METHODS, "c2s"),
+    m = methods(cap)
+    ev = pick(cap, m, select(m, DELIVER_METHODS, "s2c") | select(m, SETTLE_METHODS, "c2s"),
                 ["stream", "channel", "ts", "method"])
     t0 = cap.summary["first_ts"]
-    ev = ev.assign(t=(ev["ts"] - t0).dt.total_seconds(), is_deliver=ev["method"].isin(D.DELIVER_METHODS))
+    ev = ev.assign(t=(ev["ts"] - t0).dt.total_seconds(), is_deliver=ev["method"].isin(DELIVER_METHODS))
     per = ev.groupby(["stream", "channel"]).size()
     chans = sorted(per.sort_values(ascending=False).index[:RASTER_ROWS])
     names = [f"{short(connection_label(cap, s), 40)} ch{c}" for s, c in chans]

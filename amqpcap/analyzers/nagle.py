@@ -17,9 +17,10 @@ import pandas as pd
 from ..analysis import AnalyzerResult, Finding, Plot, analyzer
 from ..capture import Capture
 from ..names import subject
-from ._tcp import running_last as _running_last
-from ._tcp import HI_SHIFT as _HI_SHIFT
-from ._tcp import stream_order, who
+from ..derive.labels import who
+from ..derive.stream_order import HI_SHIFT as _HI_SHIFT
+from ..derive.stream_order import running_last as _running_last
+from ..derive.stream_order import stream_order
 
 # ----------------------------------------------------------------------------------- definitions
 
@@ -106,7 +107,7 @@ def _segments(cap: Capture) -> dict[str, np.ndarray]:
     with what the analysis needs from the peer's side, as plain numpy columns.
 
     All packets are first put in (stream, packet) order (shared with the stalls analyzer, see
-    _tcp.py). There, a segment's peer-side state is read at one row: the peer's last packet
+    amqpcap.derive.stream_order). There, a segment's peer-side state is read at one row: the peer's last packet
     before it, which is the row just before the segment's run of same-direction rows. The
     peer's cumulative ACK and data count there are running maxima/sums per direction, both
     directions in one array so a single gather reads the peer's side of every segment."""
@@ -119,7 +120,7 @@ def _segments(cap: Capture) -> dict[str, np.ndarray]:
 
     # Rows [0, n_all): state of c2s, rows [n_all, 2·n_all): of s2c, at each packet row.
     # acked: the direction's highest ACK so far in the row's stream (stream in the high bits,
-    # see _tcp.running_max_keyed); data_cnt: its data packets so far (only differences are read).
+    # see stream_order.running_max_keyed); data_cnt: its data packets so far (only differences are read).
     acked = np.empty(2 * n_all, np.int64)
     keyed_ack = ack + hi
     np.maximum.accumulate(np.where(s2c, -1, keyed_ack), out=acked[:n_all])

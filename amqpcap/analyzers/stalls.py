@@ -13,7 +13,6 @@ Method and limits: docs/analyzers/stalls.md.
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -21,9 +20,11 @@ import pandas as pd
 
 from ..analysis import AnalyzerResult, Finding, Plot, analyzer, packets_filter, stream_filter
 from ..capture import Capture
+from ..derive import consumers as credit
+from ..derive.labels import who
+from ..derive.stream_order import running_last, running_max_keyed, seconds, stream_order
 from ..names import subject
 from ..wording import counted
-from . import _tcp
 
 # --- stall detection thresholds -------------------------------------------------------------
 #: A silence shorter than this is never a stall: below ~50 ms users do not notice, and Linux's
@@ -221,8 +222,8 @@ def _packets(cap: Capture, t0_ns: int) -> dict[str, np.ndarray]:
     Plain numpy columns (a dict): a DataFrame of a million rows and twenty columns costs more to
     build than all the work on it. Per-stream state is a running max/last over rows sorted by
     stream, with the stream folded into the key so nothing carries over between streams."""
-    so = _tcp.stream_order(cap)  # shared with the nagle analyzer
-    pk = {"stream": so["stream"], "packet": so["packet"], "ts": so["ts"], "t": _tcp.seconds(so["ts"] - t0_ns),
+    so = stream_order(cap)  # shared with the nagle analyzer
+    pk = {"stream": so["stream"], "packet": so["packet"], "ts": so["ts"], "t": seconds(so["ts"] - t0_ns),
           "d": so["s2c"].astype(np.int8), "payload": so["payload_bytes"], "seq": so["seq"], "ack": so["ack"],
           "flags": so["flags"], "window": so["window"], "retrans": so["retransmission"]}
     # File order is not always time order (several interfaces): sort by time within a stream.
@@ -252,12 +253,12 @@ def _packets(cap: Capture, t0_ns: int) -> dict[str, np.ndarray]:
     first = np.r_[True, ~same] if len(stream) else np.zeros(0, bool)
     last = np.r_[~same, True] if len(stream) else np.zeros(0, bool)
     pk.update(first=first, last=last, next_t=np.where(last, t, np.r_[t[1:], 0.0]))
-    # Running maxima keep the stream in the high bits (_tcp.running_max_keyed): a value is
+    # Running maxima keep the stream in the high bits (running_max_keyed): a value is
     # present when the maximum is at least the row's own key, and differences of two keyed
     # values of a row are plain differences; no decoding over all rows.
     hi = so["hi"]  # the in-stream time sort above never moves rows across streams
     keyed_end, keyed_ack = end_seq + hi, ack + hi
-    stream_start = _tcp.running_last(first)  # row where each row's stream begins
+    stream_start = running_last(first)  # row where each row's stream begins
     pk.update(hi=hi, keyed_end=keyed_end, keyed_ack=keyed_ack)
     wfull = np.zeros(len(stream), bool)
     full = data & ~ctl & scaled
@@ -265,12 +266,12 @@ def _packets(cap: Capture, t0_ns: int) -> dict[str, np.ndarray]:
     pk["run_stream"] = stream[starts]
     for D in (0, 1):
         mine = d == D
-        sent = _tcp.running_max_keyed(keyed_end, mine & data)  # < hi: nothing sent yet
-        peer_ack = _tcp.running_max_keyed(keyed_ack, ~mine & ack_flag)  # < hi: no ACK yet
+        sent = running_max_keyed(keyed_end, mine & data)  # < hi: nothing sent yet
+        peer_ack = running_max_keyed(keyed_ack, ~mine & ack_flag)  # < hi: no ACK yet
         # The peer's latest window; SYN windows are never scaled: skip them. Kept as integers
         # with a validity mask (lw = -1 reads the last row, masked): the float columns with NaN
         # for "unknown" are built by _window_state only for the rows the table and plot read.
-        lw = _tcp.running_last(~mine & no_syn)
+        lw = running_last(~mine & no_syn)
         win, win_ok = window[lw], lw >= stream_start
         acked = peer_ack >= hi
         pk[f"state{D}"] = (sent, peer_ack, win, win_ok)
@@ -468,37 +469,16 @@ def _confirm_outstanding(fr: pd.DataFrame, f: pd.DataFrame, stream_end: pd.Serie
     return _steps_to_intervals(ev, ["stream", "channel"], "outstanding", stream_end)
 
 
-def _prefetch_limited(cap: Capture, t0: pd.Timestamp, stream_end: pd.Series) -> tuple[pd.DataFrame | None, str]:
-    """Intervals where a consumer had unacked == prefetch (from the consumers analyzer), or None
-    and why that cause was skipped."""
-    try:
-        from .consumers import consumer_state  # the consumers analyzer owns credit tracking
-    except ImportError as e:
-        return None, f"consumers.consumer_state not available ({e})"
-    try:
-        st = consumer_state(cap)
-    except Exception as e:  # noqa: BLE001 - its failure must not hide the other causes; reported
-        warnings.warn(f"stalls: consumer-prefetch cause skipped: consumer_state failed: {type(e).__name__}: {e}")
-        return None, f"consumers.consumer_state failed: {type(e).__name__}: {e}"
-    need = {"stream", "channel", "consumer_tag", "ts", "unacked", "prefetch"}
-    if st is None or not need <= set(st.columns):
-        return None, "consumers.consumer_state lacks the columns " + ", ".join(sorted(need))
-    if "at_limit" in st.columns:  # the consumers analyzer's own verdict (also covers global qos)
-        at_limit = st["at_limit"].astype("boolean").fillna(False).to_numpy(bool)
-    else:  # prefetch 0 means unlimited
-        prefetch = pd.to_numeric(st["prefetch"], errors="coerce").to_numpy(float)
-        unacked = pd.to_numeric(st["unacked"], errors="coerce").to_numpy(float)
-        at_limit = (prefetch > 0) & (unacked >= prefetch)
+def _prefetch_limited(cap: Capture, t0: pd.Timestamp) -> pd.DataFrame:
+    """Intervals (stream, start, end) where a consumer was at its prefetch limit: the steps of its
+    credit series (amqpcap.derive.consumers) with ``at_limit`` (unacked ≥ prefetch, channel
+    (global) limit included), each holding until ``until_ts``. No rows without consumers."""
+    st = credit.consumer_state(cap)  # (looked up on the module: tests stand in a series of their own)
+    at_limit = st["at_limit"].to_numpy(bool)
     start = (st["ts"] - t0).dt.total_seconds().to_numpy()
-    if "until_ts" in st.columns:  # each step holds until until_ts
-        end = (st["until_ts"] - t0).dt.total_seconds().to_numpy()
-        return pd.DataFrame({"stream": st["stream"].to_numpy(np.int64)[at_limit], "start": start[at_limit],
-                             "end": end[at_limit]}), ""
-    steps = pd.DataFrame({
-        "stream": st["stream"].to_numpy(np.int64), "channel": st["channel"].to_numpy(np.int64),
-        "tag": st["consumer_tag"].astype(object).to_numpy(), "t": start, "at_limit": at_limit,
-    }).sort_values(["stream", "channel", "tag", "t"], kind="mergesort").reset_index(drop=True)
-    return _steps_to_intervals(steps, ["stream", "channel", "tag"], "at_limit", stream_end), ""
+    end = (st["until_ts"] - t0).dt.total_seconds().to_numpy()
+    return pd.DataFrame({"stream": st["stream"].to_numpy(np.int64)[at_limit], "start": start[at_limit],
+                         "end": end[at_limit]})
 
 
 # --- the analyzer -----------------------------------------------------------------------------
@@ -589,8 +569,7 @@ def stalls(cap: Capture) -> AnalyzerResult:
                        ignore_index=True)
         st["flow_s"] = np.maximum(st["flow_s"].to_numpy(), _overlap_s(st, xb))
 
-    pref, pref_skipped = _prefetch_limited(cap, t0, stream_end)
-    st["prefetch_s"] = _overlap_s(st, pref.assign(d=1)) if pref is not None else 0.0
+    st["prefetch_s"] = _overlap_s(st, _prefetch_limited(cap, t0).assign(d=1))
     conf = _confirm_outstanding(fr, f, stream_end)
     st["confirm_s"] = _overlap_s(st, conf.assign(d=0)) if len(conf) else 0.0
 
@@ -628,7 +607,7 @@ def stalls(cap: Capture) -> AnalyzerResult:
     }, columns=STALL_COLUMNS).sort_values(["start_ts", "stream"], kind="mergesort").reset_index(drop=True)
 
     tcp = _tcp_table(pk, rtt_stats, path_rtt, median_gap, st, lim)
-    summary = _summary(stalls_tbl, tcp, rtt, pref_skipped)
+    summary = _summary(stalls_tbl, tcp, rtt)
     sides = _window_sides(cap, pk, tcp, stalls_tbl, lim, blocked, fr)
     findings = [x for x in (_receiver_window(cap, pk, sides, stalls_tbl),
                             _broker_flow_control(cap, pk, sides, stalls_tbl),
@@ -690,7 +669,7 @@ def _tcp_table(pk, rtt_stats, path_rtt, median_gap, st, lim) -> pd.DataFrame:
     return out
 
 
-def _summary(stalls_tbl: pd.DataFrame, tcp: pd.DataFrame, rtt: pd.DataFrame, prefetch_skipped: str) -> dict:
+def _summary(stalls_tbl: pd.DataFrame, tcp: pd.DataFrame, rtt: pd.DataFrame) -> dict:
     by = stalls_tbl.groupby("cause", observed=False)["duration_s"]
     rtt_dir = {}
     for D, name in enumerate(DIRS):
@@ -703,7 +682,8 @@ def _summary(stalls_tbl: pd.DataFrame, tcp: pd.DataFrame, rtt: pd.DataFrame, pre
         "count": int(len(stalls_tbl)),
         "total_s": float(stalls_tbl["duration_s"].sum()),
         "by_cause": {c: {"count": int(by.size().get(c, 0)), "total_s": float(by.sum().get(c, 0.0))} for c in CAUSES},
-        "causes_skipped": {"consumer-prefetch": prefetch_skipped} if prefetch_skipped else {},
+        # every cause is checked: kept (empty) for readers of earlier summaries
+        "causes_skipped": {},
         "thresholds": {"min_stall_s": MIN_STALL_S, "gap_factor": GAP_FACTOR, "rtt_factor": RTT_FACTOR,
                        "cause_share": CAUSE_SHARE},
         "rtt": rtt_dir,
@@ -827,7 +807,7 @@ def _receiver_window(cap: Capture, pk: dict, sides: pd.DataFrame, stalls_tbl: pd
         cap, pk, g, stalls_tbl, f"((tcp.analysis.zero_window && tcp.dstport {port}) || "
                                 f"(tcp.analysis.window_full && tcp.srcport {port}))")
     w = subjects[0]
-    title = (f"{_tcp.who([x['connection'] for x in subjects])} stopped reading: the broker's data waited on "
+    title = (f"{who([x['connection'] for x in subjects])} stopped reading: the broker's data waited on "
              f"{'its' if len(subjects) == 1 else 'their'} zero or full TCP receive window"
              f"{'' if len(subjects) == 1 else ', the first'} {_duration(w['window_limited_s'])}, "
              f"{w['window_limited_share']:.0%} of the connection's time "
@@ -857,7 +837,7 @@ def _broker_flow_control(cap: Capture, pk: dict, sides: pd.DataFrame, stalls_tbl
     w = subjects[0]
     whom = "publishers" if (g["publishes"] > 0).all() else "connections"
     title = (f"Broker flow control: the broker stopped reading {'its ' + whom[:-1] if len(subjects) == 1 else whom} "
-             f"{_tcp.who([x['connection'] for x in subjects])}; its TCP receive window towards "
+             f"{who([x['connection'] for x in subjects])}; its TCP receive window towards "
              f"{'it' if len(subjects) == 1 else 'them'} was zero or full {_duration(w['window_limited_s'])}"
              f"{'' if len(subjects) == 1 else ' for the first'}, {w['window_limited_share']:.0%} of the connection's "
              f"time ({counted(w['zero_window_ads'], 'zero-window advertisement')})")

@@ -1,9 +1,9 @@
-"""Per-packet TCP columns in (stream, packet) order, shared by the stalls and nagle analyzers.
+"""Per-packet TCP columns in (stream, packet) order, read by the stalls and nagle analyzers.
 
 Both analyzers walk each connection's packets in order and look up the peer's state (its
 cumulative ACK, window, last packet) with running maxima. Putting the packets table in stream
 order (a stable argsort: cap.packets is already in packet order) and taking each column costs
-tens of milliseconds on a million packets, so it is done once per Capture and cached here.
+tens of milliseconds on a million packets, so it is done once per Capture (`stream_order`).
 Columns are taken lazily: each analyzer only pays for the ones it reads.
 """
 
@@ -12,7 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..capture import Capture, computed_once
+from ..capture import Capture
+from .cache import CONNECTION, derivation
+
 
 def ns(ts: pd.Series) -> np.ndarray:
     """Timestamps as int64 nanoseconds since the epoch (whole column, no per-row objects)."""
@@ -69,15 +71,10 @@ class StreamOrder:
         return col
 
 
-@computed_once
+@derivation(CONNECTION)
 def stream_order(cap: Capture) -> StreamOrder:
-    """The (cached) stream-ordered packet columns of `cap`."""
-    hit = cap.derived.get("stream_order")
-    if hit is not None and hit[0] is cap.packets:  # also valid only for the same packets table
-        return hit[1]
-    so = StreamOrder(cap.packets)
-    cap.derived["stream_order"] = (cap.packets, so)
-    return so
+    """The stream-ordered packet columns of `cap`."""
+    return StreamOrder(cap.packets)
 
 
 def running_last(mask: np.ndarray) -> np.ndarray:
@@ -98,24 +95,3 @@ def running_max_keyed(keyed: np.ndarray, mask: np.ndarray) -> np.ndarray:
     if not len(keyed):
         return np.zeros(0, np.int64)
     return np.maximum.accumulate(np.where(mask, keyed, -1))
-
-
-def running_max_per_stream(values: np.ndarray, mask: np.ndarray, stream: np.ndarray) -> np.ndarray:
-    """Running max of non-negative ``values`` over the masked rows of the same stream (rows sorted
-    by stream); -1 where the stream has no masked row yet. The stream number is folded into the
-    high bits so one global `maximum.accumulate` never carries a value across streams."""
-    if not len(values):
-        return np.zeros(0, np.int64)
-    shift = np.int64(1) << np.int64(40)
-    acc = np.maximum.accumulate(np.where(mask, values + stream * shift, -1))
-    same = (acc >= 0) & ((acc >> np.int64(40)) == stream)
-    return np.where(same, acc - stream * shift, -1)
-
-
-def who(labels: list[str], shown: int = 2) -> str:
-    """A finding's subjects as its title names them, worst first: `a`, `a and b`,
-    `a, b and 3 more` (the subjects list names every one)."""
-    labels = [str(x) for x in labels]
-    if len(labels) <= shown:
-        return " and ".join(labels)
-    return f"{', '.join(labels[:shown])} and {len(labels) - shown} more"

@@ -1,0 +1,119 @@
+"""Whole-column tools the derivations and analyzers group, match and count with: dense codes
+for tuples of columns, grouped running sums, an as-of match on one int64 key. numpy and pandas
+kernels only, no loop over rows; nothing here knows a Capture.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def codes(*cols) -> np.ndarray:
+    """One dense int64 code per distinct tuple of ``cols`` (arrays of equal length), numbered in
+    the sorted order of the tuples (as a groupby's keys); a missing value in any column gives -1.
+
+    A groupby or merge on several columns (worse, on text) factorizes them again every time;
+    a code computed once is one int64 column, cheap to sort, search and reduce on."""
+    cols = [np.asarray(c) for c in cols]
+    if cols and all(c.dtype.kind in "iu" and (len(c) == 0 or c.min() >= 0) for c in cols):
+        # non-negative ints: packed into one int64 (lexicographic, so sorted as the tuples) and
+        # factorized once, when the ranges allow it
+        packed, size = np.zeros(len(cols[0]), dtype=np.int64), 1
+        for c in cols:
+            r = int(c.max(initial=0)) + 1
+            if size > (2 ** 62) // r:
+                break
+            packed, size = packed * r + c, size * r
+        else:
+            return pd.factorize(packed, sort=True)[0].astype(np.int64)
+    out = None
+    for col in cols:
+        c, uniq = pd.factorize(col, sort=True)
+        c = c.astype(np.int64)
+        if out is None:
+            out = c
+        else:
+            missing = (out < 0) | (c < 0)
+            out, _ = pd.factorize(out * len(uniq) + c, sort=True)
+            out = out.astype(np.int64)
+            out[missing] = -1
+    if out is not None and (out < 0).any():  # keep codes dense over the present tuples
+        ok = out >= 0
+        out[ok] = pd.factorize(out[ok], sort=True)[0]
+    return out
+
+
+def stable_argsort(code: np.ndarray) -> np.ndarray:
+    """``np.argsort(code, kind="stable")`` for non-negative int codes. numpy sorts integers of
+    at most 16 bits stably by radix sort (linear), several times faster than its merge sort of
+    int64: codes of fewer than 65536 groups (tag spaces, consumers) are sorted as uint16."""
+    if len(code) and 0 <= code.min() and code.max() < 2 ** 16:
+        return np.argsort(code.astype(np.uint16), kind="stable")
+    return np.argsort(code, kind="stable")
+
+
+def group_cumsum(code: np.ndarray, values: np.ndarray, idx: np.ndarray | None = None) -> np.ndarray:
+    """Running sum of ``values`` within each group of ``code``, in row order
+    (``Series.groupby(code).cumsum()`` without the groupby). ``idx``: the caller's
+    ``np.argsort(code, kind="stable")``, when it has one."""
+    if len(code) == 0:
+        return np.zeros(0, dtype=np.int64)
+    if idx is None:
+        idx = stable_argsort(code)
+    v = values[idx]
+    run = np.cumsum(v)
+    start = np.r_[True, code[idx][1:] != code[idx][:-1]]
+    # subtract the running sum before each group's first row
+    base = (run - v)[start]
+    run -= np.repeat(base, np.diff(np.r_[np.flatnonzero(start), len(v)]))
+    out = np.empty_like(run)
+    out[idx] = run
+    return out
+
+
+def asof(left_key: np.ndarray, left_on: np.ndarray, right_key: np.ndarray, right_on: np.ndarray,
+         direction: str = "backward", allow_exact_matches: bool = True) -> np.ndarray:
+    """``pd.merge_asof`` on one int64 ``by`` key, as row positions: for each left row, the
+    position in the right arrays of the last right row of the same key with ``right_on`` ≤
+    ``left_on`` (backward) or the first with ``right_on`` ≥ ``left_on`` (forward; strict
+    inequalities without exact matches); -1 when there is none, or when the key is < 0.
+
+    Keys are small dense codes (see :func:`codes`) and ``on`` values non-negative ints (frame
+    orders, or ranks), so (key, on) packs into one sortable int64 and the match is a
+    ``searchsorted``; this avoids the merge's copies of both frames and its hashing of the keys."""
+    n, nr = len(left_key), len(right_key)
+    out = np.full(n, -1, dtype=np.int64)
+    if n == 0 or nr == 0:
+        return out
+    span = int(max(left_on.max(), right_on.max())) + 1
+    rk = right_key.astype(np.int64)
+    r = rk * span + right_on.astype(np.int64)
+    ridx = np.argsort(r, kind="stable")  # among equal (key, on): right order, as merge_asof
+    r = r[ridx]
+    lk = left_key.astype(np.int64)
+    q = lk * span + left_on.astype(np.int64)
+    if direction == "backward":
+        j = np.searchsorted(r, q, side="right" if allow_exact_matches else "left") - 1
+    else:
+        j = np.searchsorted(r, q, side="left" if allow_exact_matches else "right")
+    ok = (j >= 0) & (j < nr) & (lk >= 0)
+    j = np.where(ok, j, 0)
+    ok &= rk[ridx[j]] == lk
+    out[ok] = ridx[j[ok]]
+    return out
+
+
+def text_ranks(labels, code: np.ndarray) -> np.ndarray:
+    """``labels[code]`` as int64 numbered in the sorted order of the text (equal text, equal
+    number), as a groupby on the text would order them; only the few labels in use are sorted."""
+    code = np.asarray(code, dtype=np.int64)
+    used = np.unique(code)
+    rank = np.zeros(len(labels), dtype=np.int64)
+    rank[used] = pd.factorize(np.asarray(labels, dtype=object)[used], sort=True)[0]
+    return rank[code]
+
+
+def as_object(df: pd.DataFrame, *cols: str) -> pd.DataFrame:
+    """Text merge keys as object dtype on both sides (pandas 3 infers `str` from arrays)."""
+    return df.assign(**{c: df[c].astype(object) for c in cols})

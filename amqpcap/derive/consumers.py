@@ -1,0 +1,286 @@
+"""Consumers and their credit: who consumed from which queue with which prefetch, and each one's
+unacked count and unused credit (deficit) over time.
+
+A consumer is (stream, channel, consumer tag) on one opening of the channel. Its unacked count
+rises with each basic.deliver and falls when the client's ack/nack/reject settles a delivery
+(matching in :mod:`amqpcap.derive.deliveries`). RabbitMQ sends a consumer a message only while
+its unacked count is below its prefetch (basic.qos prefetch_count; global=false: per consumer,
+applying to consumers started after the qos on that channel; global=true: shared by all
+consumers of the channel). ``deficit = prefetch − unacked`` is the credit the broker holds for
+the consumer and has not used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..capture import Capture
+from .cache import CONNECTION, derivation
+from .columns import as_object, asof, codes, group_cumsum, stable_argsort, text_ranks
+from .deliveries import GET_TAG, consumes, deliveries_with_codes
+from .methods import KEY, methods, pick, select
+
+CONSUMER = ["stream", "channel", "epoch", "consumer_tag"]
+
+
+@derivation(CONNECTION)
+def consumer_rows(cap: Capture) -> pd.DataFrame:
+    """One row per acknowledging consumer: start (consume-ok, else first delivery), end, queue,
+    prefetch from basic.qos (per consumer), whether its basic.consume is in the capture.
+    Computed once per Capture (consumer_state and consumer_summary both need it)."""
+    m = methods(cap)
+    # grouped on the consumer code of acked_deliveries (one int64, not four columns with text);
+    # the keys' columns then taken from its key table
+    a = acked_deliveries(cap)
+    d, code, keys = a.table, a.code, a.keys
+    first = d[["order", "ts", "packet", "queue"]].groupby(code, sort=False).agg(
+        first_order=("order", "min"), first_ts=("ts", "min"), first_packet=("packet", "min"),
+        queue=("queue", "first"), deliveries=("order", "size"))
+    first = pd.concat([keys.iloc[first.index.to_numpy()].reset_index(drop=True), first.reset_index(drop=True)],
+                      axis=1)
+    cons = consumes(cap)
+    cons = cons[~cons["no_ack"].to_numpy(bool)][CONSUMER + ["start_order", "start_ts", "start_packet"]]
+    # a consumer with no deliveries still holds credit: keep consumers seen only by their consume
+    c = as_object(first, "consumer_tag").merge(as_object(cons, "consumer_tag").drop_duplicates(CONSUMER, keep="last"),
+                                            on=CONSUMER, how="outer")
+    c["start_ts"] = c["start_ts"].astype(d["ts"].dtype)
+    c["consume_seen"] = c["start_order"].notna()
+    c["deliveries"] = c["deliveries"].fillna(0).astype(np.int64)
+    c["start_ts"] = c["start_ts"].where(c["consume_seen"], c["first_ts"])
+    c["start_order"] = c["start_order"].where(c["consume_seen"], c["first_order"]).astype(np.int64)
+    c["start_packet"] = c["start_packet"].where(c["consume_seen"], c["first_packet"]).astype(np.int64)
+
+    c = with_prefetch(cap, c)
+
+    # the consumer ends at its cancel, its channel's or connection's close, else with the connection
+    ends = as_object(pick(cap, m, select(m, ["basic.cancel", "basic.cancel-ok"]),
+                         ["stream", "channel", "consumer_tag", "order", "ts"]), "consumer_tag")
+    # (reindex, not map: map of an empty column gives float64, which no timestamp casts to)
+    last = cap.connections.set_index("stream")["last_ts"].reindex(c["stream"].to_numpy())
+    c["end_ts"] = pd.Series(last.array, index=c.index).astype(c["start_ts"].dtype)
+    if len(ends):
+        e = pd.merge_asof(as_object(c[["stream", "channel", "consumer_tag", "start_order"]], "consumer_tag"),
+                          as_object(ends.rename(columns={"order": "e_order", "ts": "e_ts"}).sort_values("e_order"), "consumer_tag"),
+                          left_on="start_order", right_on="e_order", by=["stream", "channel", "consumer_tag"],
+                          direction="forward")
+        c["end_ts"] = c["end_ts"].where(e["e_ts"].isna().to_numpy(), e["e_ts"].array)
+    closes = pick(cap, m, select(m, ["channel.close", "connection.close"]), ["stream", "channel", "order", "ts"])
+    for by, rows in (("channel", closes[closes["channel"] != 0]), (None, closes[closes["channel"] == 0])):
+        if len(rows) == 0:
+            continue
+        keys = ["stream", "channel"] if by else ["stream"]
+        e = pd.merge_asof(c[keys + ["start_order"]], rows[keys + ["order", "ts"]].rename(
+            columns={"order": "e_order", "ts": "e_ts"}).sort_values("e_order"),
+            left_on="start_order", right_on="e_order", by=keys, direction="forward")
+        earlier = (e["e_ts"].notna() & (e["e_ts"].array < c["end_ts"].array)).to_numpy(bool)
+        c.loc[c.index[earlier], "end_ts"] = e["e_ts"].array[earlier]
+    for col in ("start_ts", "end_ts"):
+        c[col] = pd.to_datetime(c[col], utc=True).astype(d["ts"].dtype)
+    return c.drop(columns=["first_order", "first_ts", "first_packet"]).reset_index(drop=True)
+
+
+def with_prefetch(cap: Capture, c: pd.DataFrame, global_: bool = False, name: str = "prefetch") -> pd.DataFrame:
+    """``c`` (consumers: KEY and start_order) sorted by start_order, with ``name`` (Int64): the
+    prefetch_count of the last basic.qos on the consumer's channel (same opening) before its start,
+    with global=false (RabbitMQ: a limit per consumer, for consumers started after it), or with
+    global=true (``global_``: one limit shared by the channel); <NA> without one. ``qos_seen``:
+    such a basic.qos is in the capture."""
+    m = methods(cap)
+    qos = pick(cap, m, select(m, "basic.qos", "c2s"), KEY + ["order", "prefetch_count", "global"])
+    wanted = qos["global"].fillna(False).to_numpy(bool) == global_
+    qos = qos[wanted][KEY + ["order", "prefetch_count"]].rename(columns={"order": "q_order"})
+    c = pd.merge_asof(c.sort_values("start_order"), qos.sort_values("q_order"), left_on="start_order",
+                      right_on="q_order", by=KEY, direction="backward")
+    c["qos_seen"] = c["q_order"].notna()
+    c[name] = c["prefetch_count"].astype("Int64")
+    return c.drop(columns=["q_order", "prefetch_count"])
+
+
+STATE_COLUMNS = CONSUMER + ["packet", "ts", "until_ts", "duration_s", "unacked", "prefetch", "prefetch_estimated",
+                            "channel_unacked", "channel_prefetch", "deficit", "at_limit"]
+
+
+def _empty_state(cap: Capture) -> pd.DataFrame:
+    tsd = cap.frames["ts"].dtype
+    dtypes = {"stream": np.int64, "channel": np.int64, "epoch": np.int64, "consumer_tag": object, "packet": np.int64,
+              "ts": tsd, "until_ts": tsd, "duration_s": float, "unacked": np.int64, "prefetch": np.int64,
+              "prefetch_estimated": bool, "channel_unacked": np.int64, "channel_prefetch": "Int64",
+              "deficit": "Int64", "at_limit": bool}
+    return pd.DataFrame({c: pd.Series(dtype=dtypes[c]) for c in STATE_COLUMNS})
+
+
+@dataclass(frozen=True)
+class ConsumerState:
+    """:func:`consumer_state`'s table with each row's consumer code (its row in
+    ``acked_deliveries(cap).keys``), what the per-consumer summaries group on."""
+
+    table: pd.DataFrame
+    code: np.ndarray
+
+
+def consumer_state(cap: Capture) -> pd.DataFrame:
+    """Per consumer step series of its unacked count, prefetch and deficit (see
+    :func:`consumer_state_with_codes`)."""
+    return consumer_state_with_codes(cap).table
+
+
+@derivation(CONNECTION)
+def consumer_state_with_codes(cap: Capture) -> ConsumerState:
+    """Per consumer step series of its unacked count, prefetch and deficit.
+
+    One row per frame that changed the consumer's state (a delivery, a settling ack/nack/reject;
+    a multiple ack is one row) plus a first row at consume-ok (unacked 0) when the basic.consume
+    is in the capture. Each row's values hold from ``ts`` until ``until_ts`` (the next row, or
+    the consumer's end: cancel, channel/connection close, or the connection's last packet).
+    Consumers with no-ack and basic.get deliveries are not included (no credit applies).
+
+    Columns: stream, channel, epoch, consumer_tag, packet, ts, until_ts, duration_s, unacked,
+    prefetch (0 = unlimited), prefetch_estimated, channel_unacked, channel_prefetch (global qos;
+    <NA> without one), deficit (<NA> when no limit applies), at_limit (deficit ≤ 0).
+    """
+    c = consumer_rows(cap)
+    a = acked_deliveries(cap)
+    d, code, keys = a.table, a.code, a.keys
+    # consumer codes follow the sorted (stream, channel, epoch, consumer_tag): the output's order
+    c_code = code_of(keys, c)
+    settled = d["settle_order"].notna().to_numpy()
+    start = c["consume_seen"].to_numpy(bool)
+    # the events: deliveries (+1), the frames settling them (−1), consume-oks (0), in this order
+    ev_code = np.r_[code, code[settled], c_code[start]]
+    ev_order = np.r_[d["order"].to_numpy(np.int64), d["settle_order"].to_numpy(np.int64, na_value=0)[settled],
+                     c["start_order"].to_numpy(np.int64)[start]]
+    ev_ts = np.r_[_i8(d["ts"]), _i8(d["settle_ts"])[settled], _i8(c["start_ts"])[start]]
+    ev_packet = np.r_[d["packet"].to_numpy(np.int64), d["settle_packet"].to_numpy(np.int64, na_value=0)[settled],
+                      c["start_packet"].to_numpy(np.int64)[start]]
+    ev_delta = np.r_[np.ones(len(d), np.int64), -np.ones(int(settled.sum()), np.int64), np.zeros(int(start.sum()), np.int64)]
+    if len(ev_code) == 0:
+        return ConsumerState(_empty_state(cap), np.zeros(0, dtype=np.int64))
+    # one row per (consumer, frame) (a multiple ack settles many deliveries at once): values of
+    # its first event (all of a frame's events have its ts and packet), deltas summed; rows by
+    # frame order, then consumer code. Only the order within each consumer matters below (the
+    # channel's count is read at the end of each frame's rows; the output is sorted by consumer)
+    ncons = len(keys)
+    _, first, inv = np.unique(ev_order * ncons + ev_code, return_index=True, return_inverse=True)
+    delta = np.bincount(inv.ravel(), weights=ev_delta, minlength=len(first)).astype(np.int64)
+    code, order, ts, packet = ev_code[first], ev_order[first], ev_ts[first], ev_packet[first]
+    by = stable_argsort(code)  # by consumer, then frame order
+    unacked = group_cumsum(code, delta, by)
+    # the channel's unacked over all its consumers, as it stands after each frame (the frames
+    # of a tag space are contiguous runs of equal order)
+    kcode = codes(*(keys[k].to_numpy(np.int64) for k in KEY))[code]
+    ch = group_cumsum(kcode, delta)
+    run_end = np.r_[np.flatnonzero(order[1:] != order[:-1]), len(order) - 1]
+    channel_unacked = np.repeat(ch[run_end], np.diff(np.r_[-1, run_end]))
+
+    # per-consumer values, by code
+    per = np.full(ncons, -1, dtype=np.int64)
+    per[c_code] = np.arange(len(c))
+    cp = per[code]  # the consumer's row in c
+    max_unacked = np.full(ncons, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(max_unacked, code, unacked)
+    # no qos: with the basic.consume in the capture RabbitMQ's default applies (0 = unlimited);
+    # without it the limit is unknown and estimated as the highest unacked count observed
+    estimated = ~c["qos_seen"].to_numpy(bool)[cp] & ~c["consume_seen"].to_numpy(bool)[cp]
+    prefetch = c["prefetch"].to_numpy(np.int64, na_value=0)[cp]
+    prefetch[estimated] = max_unacked[code][estimated]
+
+    # channel-wide limit (global=true, RabbitMQ): the last one before each frame
+    m = methods(cap)
+    qos = pick(cap, m, select(m, "basic.qos", "c2s"), KEY + ["order", "prefetch_count", "global"])
+    qos = qos[qos["global"].fillna(False).to_numpy(bool)]
+    chp_arr = pd.array(np.zeros(len(order), np.int64), dtype="Int64")
+    chp_arr[:] = pd.NA
+    if len(qos):
+        k = codes(*(np.r_[keys[c].to_numpy(np.int64)[code], qos[c].to_numpy(np.int64)] for c in KEY))
+        g = asof(k[:len(order)], order, k[len(order):], qos["order"].to_numpy(np.int64))
+        chp_arr = pd.array(qos["prefetch_count"].astype("Int64").to_numpy(), dtype="Int64").take(g, allow_fill=True)
+
+    inf = np.iinfo(np.int64).max
+    d1 = np.where(prefetch > 0, prefetch - unacked, inf)
+    chp = chp_arr.to_numpy(np.int64, na_value=0)
+    d2 = np.where(chp > 0, chp - channel_unacked, inf)
+    deficit = np.minimum(d1, d2)
+    deficit_arr = pd.array(np.where(deficit == inf, 0, deficit), dtype="Int64")
+    deficit_arr[deficit == inf] = pd.NA
+
+    # each row holds until the consumer's next row, at most until its end (NaT compares false)
+    nat = np.iinfo(np.int64).min
+    nxt = np.full(len(order), nat, dtype=np.int64)
+    same = code[by][1:] == code[by][:-1]
+    nxt[by[:-1][same]] = ts[by[1:][same]]
+    end = _i8(c["end_ts"])[cp]
+    until = np.where(nxt != nat, nxt, end)
+    until = np.where((until != nat) & (end != nat) & (until < end), until, end)
+    until = np.where((until != nat) & (until > ts), until, ts)
+
+    # by consumer (sorted keys), then ts, stable. Timestamps mostly rise with frame order: then
+    # that is ``by`` already and the sort is spared
+    ts_by, code_by = ts[by], code[by]
+    if np.all((ts_by[1:] >= ts_by[:-1]) | (code_by[1:] != code_by[:-1])):
+        out_rows = by
+    else:
+        out_rows = np.lexsort((ts, code))
+    tsd = d["ts"].dtype
+    ts_col = pd.Series(ts[out_rows].view("M8[ns]")).dt.tz_localize("UTC").astype(tsd)
+    until_col = pd.Series(until[out_rows].view("M8[ns]")).dt.tz_localize("UTC").astype(tsd)
+    oc = code[out_rows]
+    out = pd.DataFrame({
+        "stream": keys["stream"].to_numpy(np.int64)[oc], "channel": keys["channel"].to_numpy(np.int64)[oc],
+        "epoch": keys["epoch"].to_numpy(np.int64)[oc],
+        "consumer_tag": pd.Series(keys["consumer_tag"].to_numpy(object)[oc], dtype=object),
+        "packet": packet[out_rows], "ts": ts_col, "until_ts": until_col,
+        "duration_s": (until_col - ts_col).dt.total_seconds(),
+        "unacked": unacked[out_rows], "prefetch": prefetch[out_rows], "prefetch_estimated": estimated[out_rows],
+        "channel_unacked": channel_unacked[out_rows], "channel_prefetch": chp_arr.take(out_rows),
+        "deficit": deficit_arr.take(out_rows), "at_limit": (deficit <= 0)[out_rows],
+    })
+    return ConsumerState(out, oc)
+
+
+def _i8(s: pd.Series) -> np.ndarray:
+    """A timestamp column as int64 nanoseconds (NaT: the int64 minimum)."""
+    return s.array.asi8 if hasattr(s.array, "asi8") else pd.to_datetime(s).array.asi8
+
+
+@dataclass(frozen=True)
+class AckedDeliveries:
+    """The deliveries of acknowledging consumers (``table``), each one's consumer ``code`` and
+    the consumers' ``keys`` (row i: the consumer of code i; CONSUMER columns)."""
+
+    table: pd.DataFrame
+    code: np.ndarray
+    keys: pd.DataFrame
+
+
+@derivation(CONNECTION)
+def acked_deliveries(cap: Capture) -> AckedDeliveries:
+    """The deliveries of acknowledging consumers (not no-ack, not basic.get), with each one's
+    consumer code and the consumers' key table (row i: the consumer of code i, codes in the
+    sorted order of (stream, channel, epoch, consumer_tag)). The consumers of ``consumer_rows``
+    are those of these deliveries plus those seen only by their basic.consume, so their keys
+    are included. Computed once per Capture: consumer_state and consumer_summary both group by
+    consumer, and factorizing the text tags once is cheaper than a groupby doing it each time."""
+    dc = deliveries_with_codes(cap)
+    full = dc.table
+    keep = ~full["no_ack"].to_numpy(bool) & (full["consumer_tag"] != GET_TAG).to_numpy(bool)
+    d = full[keep]
+    cons = consumes(cap)
+    cons = cons[~cons["no_ack"].to_numpy(bool)]
+    cols = {k: np.r_[d[k].to_numpy(np.int64), cons[k].to_numpy(np.int64)] for k in KEY}
+    # the tags as codes (deliveries' and consumes' share the labels)
+    tag_code = np.r_[dc.tag_code[keep], cons["tag_code"].to_numpy(np.int64)]
+    code = codes(*cols.values(), text_ranks(dc.tag_labels, tag_code))
+    first = np.unique(code, return_index=True)[1]
+    tags = np.asarray(dc.tag_labels, dtype=object)[tag_code[first]]
+    keys = pd.DataFrame({k: v[first] for k, v in cols.items()})
+    keys["consumer_tag"] = pd.Series(tags, dtype=object)
+    return AckedDeliveries(d, code[:len(d)], keys)
+
+
+def code_of(keys: pd.DataFrame, rows: pd.DataFrame) -> np.ndarray:
+    """The consumer code (row in ``keys``) of each row of ``rows`` (CONSUMER columns)."""
+    idx = pd.MultiIndex.from_frame(as_object(keys[CONSUMER], "consumer_tag"))
+    return idx.get_indexer(pd.MultiIndex.from_frame(as_object(rows[CONSUMER], "consumer_tag"))).astype(np.int64)

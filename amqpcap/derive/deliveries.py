@@ -1,0 +1,335 @@
+"""Who settled what, and when: deliveries matched with the acks, nacks and rejects that settled
+them, publishes with the confirms that settled them, and the consumers they were delivered to.
+
+Everything here works on whole columns of ``cap.frames`` (sorted-array operations: cumulative
+sums, as-of matches per tag space), never per frame in Python. Ordering and tag spaces: see
+:mod:`amqpcap.derive.methods`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..capture import Capture
+from .cache import CONNECTION, derivation
+from .columns import as_object, asof, codes, text_ranks
+from .methods import KEY, chan_key, methods, pick, select
+
+#: consumer tag used for basic.get-ok deliveries (they have no consumer)
+GET_TAG = "(basic.get)"
+#: delivery tag standing for "everything outstanding" (tag 0 with multiple=1, §1.8.3.13)
+ALL_TAGS = np.iinfo(np.int64).max
+
+SETTLE_METHODS = ("basic.ack", "basic.nack", "basic.reject")
+DELIVER_METHODS = ("basic.deliver", "basic.get-ok")
+
+
+def _text(labels, code: np.ndarray):
+    """``labels[code]`` (code −1: missing) as the column pandas infers from that object array:
+    ``str`` when any value is present, else object (all missing). Taken from the few labels,
+    where pandas would convert and check every one of the rows."""
+    code = np.asarray(code, dtype=np.int64)
+    if (code >= 0).any():
+        arr = pd.array(np.asarray(labels, dtype=object), dtype=pd.StringDtype(na_value=np.nan))
+        return arr.take(code, allow_fill=True)
+    return np.full(len(code), np.nan, dtype=object)
+
+
+def _tags(s: pd.Series) -> np.ndarray:
+    return s.astype("Int64").to_numpy(dtype=np.int64, na_value=-1)
+
+
+def match_settlements(items: pd.DataFrame, settlers: pd.DataFrame) -> np.ndarray:
+    """For each item (a delivery or a confirmed publish), the row position in ``settlers`` of the
+    frame that settles it, or -1.
+
+    ``items`` and ``settlers`` carry ``space`` (the tag space's code, see :func:`methods`), ``order`` and ``tag`` (int64); settlers
+    also ``multiple`` (bool). A settler settles an item of the same key that came before it when
+    its tag equals the item's, or when it has ``multiple`` and its tag is ≥ the item's (tag 0 with
+    multiple means every outstanding tag): §1.8.3.13. The first such settler wins (an item
+    already settled is not settled again).
+
+    Sorted-array formulation: exact matches are a ``merge_asof`` forward on order by (key, tag).
+    For ``multiple`` settlers, a frame can only name tags already delivered, so every multiple
+    settler before an item has a smaller tag; the running maximum of the multiple tags per key
+    is therefore sorted, and "the first multiple settler after the item with tag ≥ item tag" is
+    "the first running maximum ≥ item tag": a ``merge_asof`` forward on the tag.
+    """
+    n, ns = len(items), len(settlers)
+    out = np.full(n, -1, dtype=np.int64)
+    if n == 0 or ns == 0:
+        return out
+    i_key, s_key = items["space"].to_numpy(np.int64), settlers["space"].to_numpy(np.int64)
+    i_order, s_order = items["order"].to_numpy(np.int64), settlers["order"].to_numpy(np.int64)
+    i_tag, s_tag = items["tag"].to_numpy(np.int64), settlers["tag"].to_numpy(np.int64).copy()
+    multiple = settlers["multiple"].to_numpy(dtype=bool)
+    s_tag[multiple & (s_tag == 0)] = ALL_TAGS
+
+    best_order = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+
+    single = np.flatnonzero(~multiple)
+    if len(single):
+        # (tag space, tag) as one code; then the first single settler after the item
+        kt = codes(np.r_[i_key, s_key[single]], np.r_[i_tag, s_tag[single]])
+        hit = asof(kt[:n], i_order, kt[n:], s_order[single], direction="forward", allow_exact_matches=False)
+        pos = np.flatnonzero(hit >= 0)
+        out[pos] = single[hit[pos]]
+        best_order[pos] = s_order[out[pos]]
+
+    mult = np.flatnonzero(multiple)
+    if len(mult):
+        mult = mult[np.lexsort((s_order[mult], s_key[mult]))]  # by tag space, then order
+        cm = pd.Series(s_tag[mult]).groupby(s_key[mult]).cummax().to_numpy(np.int64)
+        first = ~pd.DataFrame({"k": s_key[mult], "cm": cm}).duplicated().to_numpy()
+        mult, cm = mult[first], cm[first]  # first settler reaching each running max
+        # the tags as ranks (ALL_TAGS would overflow the packed (key, tag) search)
+        rank = np.unique(np.r_[i_tag, cm], return_inverse=True)[1].astype(np.int64)
+        hit = asof(i_key, rank[:n], s_key[mult], rank[n:], direction="forward")
+        pos = np.flatnonzero(hit >= 0)
+        row = mult[hit[pos]]
+        m_order = s_order[row]
+        # after the item (a protocol-valid capture always is), and earlier than an exact match
+        better = (m_order > i_order[pos]) & (m_order < best_order[pos])
+        out[pos[better]] = row[better]
+        best_order[pos[better]] = m_order[better]
+    return out
+
+
+@derivation(CONNECTION)
+def consumes(cap: Capture) -> pd.DataFrame:
+    """basic.consume (client) with the tag the broker confirmed: an empty consumer tag in
+    basic.consume means "broker, choose one", given back in the next basic.consume-ok on that
+    channel (the broker answers a channel's methods in order). ``tag_code`` is the tag's code in
+    the categories of cap.frames' consumer_tag (the codes :func:`deliveries` matches on).
+    Computed once per Capture."""
+    m = methods(cap)
+    c = pick(cap, m, select(m, "basic.consume", "c2s"), ["stream", "channel", "epoch", "space", "order", "packet",
+                                                           "ts", "consumer_tag", "no_ack", "queue", "nowait"])
+    ok = pick(cap, m, select(m, "basic.consume-ok", "s2c"), ["stream", "channel", "order", "ts", "packet", "consumer_tag"])
+    c["tag_code"] = c["consumer_tag"].cat.codes.astype(np.int64)
+    c["queue_code"] = c["queue"].cat.codes.astype(np.int64)
+    ok["ok_code"] = ok["consumer_tag"].cat.codes.astype(np.int64)
+    c, ok = as_object(c, "consumer_tag", "queue"), as_object(ok, "consumer_tag")
+    c = c.sort_values("order")
+    ok = ok.sort_values("order").rename(
+        columns={"order": "ok_order", "ts": "ok_ts", "packet": "ok_packet", "consumer_tag": "ok_tag"})
+    c = pd.merge_asof(c, ok, left_on="order", right_on="ok_order", by=["stream", "channel"], direction="forward")
+    nowait = c["nowait"].fillna(False).to_numpy(bool)  # no consume-ok will come for this one
+    c.loc[nowait, ["ok_order", "ok_ts", "ok_packet", "ok_tag"]] = None
+    named = (c["consumer_tag"].fillna("") != "").to_numpy(bool)
+    tag = c["consumer_tag"].where(named, c["ok_tag"])
+    c["consumer_tag"] = tag
+    ok_code = c["ok_code"].fillna(-1).to_numpy(np.int64, copy=True)
+    ok_code[nowait] = -1
+    c["tag_code"] = np.where(named, c["tag_code"].to_numpy(np.int64), ok_code)
+    c["no_ack"] = c["no_ack"].fillna(False).astype(bool)
+    # the consumer exists from consume-ok (nowait: from basic.consume)
+    has_ok = c["ok_ts"].notna()
+    c["start_ts"] = c["ok_ts"].where(has_ok, c["ts"])
+    c["start_order"] = c["ok_order"].where(has_ok, c["order"]).astype(np.int64)
+    c["start_packet"] = c["ok_packet"].where(has_ok, c["packet"]).astype(np.int64)
+    return c[c["consumer_tag"].notna()].reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class Deliveries:
+    """:func:`deliveries`' table with the codes it was matched on, for the derivations grouping
+    or joining its rows (cheaper than factorizing the text again)."""
+
+    table: pd.DataFrame
+    #: per row, its queue as a code in the categories of cap.frames' queue column (-1: none)
+    queue_code: np.ndarray
+    #: per row, its consumer tag as a code into ``tag_labels``: cap.frames' consumer_tag
+    #: categories, then "" and GET_TAG (so :func:`consumes`' ``tag_code`` is a code into them too)
+    tag_code: np.ndarray
+    tag_labels: np.ndarray
+
+
+def deliveries(cap: Capture) -> pd.DataFrame:
+    """One row per basic.deliver / basic.get-ok, with the frame that settled it (see
+    :func:`deliveries_with_codes`)."""
+    return deliveries_with_codes(cap).table
+
+
+@derivation(CONNECTION)
+def deliveries_with_codes(cap: Capture) -> Deliveries:
+    """One row per basic.deliver / basic.get-ok, with the frame that settled it.
+
+    Columns: stream, channel, epoch, consumer_tag, delivery_tag, packet, ts, order, redelivered,
+    queue (from basic.consume/basic.get; None when not in the capture), no_ack,
+    no_ack_known (the basic.consume/basic.get is in the capture; otherwise no_ack is inferred:
+    a channel with no client ack/nack/reject at all is taken as no-ack), settle_packet,
+    settle_ts, settle_order, settle_method, settle_multiple, settle_requeue, latency_s and
+    outcome (ack, nack, reject, no-ack, closed: unsettled when its channel or connection closed,
+    unsettled: still outstanding at the end of the capture).
+
+    Consumer tags and queues are matched on the category codes of cap.frames' columns (one
+    category set per column, shared by all frames); their text is made once, for the table."""
+    m = methods(cap)
+    f = cap.frames
+    d = pick(cap, m, select(m, DELIVER_METHODS, "s2c"), KEY + ["space", "method", "delivery_tag", "packet", "ts",
+                                                               "order", "redelivered"])
+    d["tag"] = _tags(d["delivery_tag"])
+    d = d[d["tag"] >= 0].sort_values("order").reset_index(drop=True)
+    order = d["order"].to_numpy(np.int64)
+    get_rows = select(d, "basic.get-ok")
+
+    # consumer tags as codes into ``tag_labels``: the frames' categories, then "" (a missing tag
+    # counts as the empty one) and GET_TAG (for get-ok), unless they are categories already
+    cats = f["consumer_tag"].cat.categories
+    tag_labels = np.r_[np.asarray(cats, dtype=object), np.array(["", GET_TAG], dtype=object)]
+    tc = f["consumer_tag"].cat.codes.to_numpy().astype(np.int64)[order]
+    tc[tc < 0] = cats.get_loc("") if "" in cats else len(cats)
+    tc[get_rows] = cats.get_loc(GET_TAG) if GET_TAG in cats else len(cats) + 1
+
+    # no-ack and queue: from the consumer's basic.consume, or the basic.get before a get-ok
+    cons = consumes(cap)
+    d_chan, c_chan = chan_key(d), chan_key(cons)
+    key = codes(np.r_[d_chan, c_chan], np.r_[tc, cons["tag_code"].to_numpy(np.int64)])
+    a = asof(key[:len(d)], order, key[len(d):], cons["order"].to_numpy(np.int64))
+    gets = pick(cap, m, select(m, "basic.get", "c2s"), ["order", "stream", "channel", "no_ack", "queue"])
+    chan = pd.factorize(np.r_[d_chan, chan_key(gets)])[0]
+    g = asof(chan[:len(d)], order, chan[len(d):], gets["order"].to_numpy(np.int64))
+    row = np.where(get_rows, g, a)
+    known = row >= 0
+    # the matched basic.get / basic.consume's no_ack and queue code (missing: False / -1)
+    no_ack_src = np.r_[gets["no_ack"].fillna(False).to_numpy(bool), cons["no_ack"].to_numpy(bool), False]
+    queue_src = np.r_[gets["queue"].cat.codes.to_numpy().astype(np.int64), cons["queue_code"].to_numpy(np.int64), -1]
+    src = np.where(known, np.where(get_rows, row, len(gets) + row), len(gets) + len(cons))
+    no_ack = no_ack_src[src]
+    qc = queue_src[src]
+
+    # settling frames: the client's ack/nack/reject on the same channel (§1.8.3.13)
+    s = pick(cap, m, select(m, SETTLE_METHODS, "c2s"), KEY + ["space", "method", "delivery_tag", "multiple", "requeue",
+                                                             "packet", "ts", "order"])
+    s["tag"] = _tags(s["delivery_tag"])
+    s["multiple"] = s["multiple"].fillna(False).astype(bool)  # basic.reject has no multiple bit
+    s = s[s["tag"] >= 0].reset_index(drop=True)
+    # without the basic.consume, a channel whose client never settles anything is taken as no-ack
+    has_settles = np.isin(d["space"].to_numpy(), s["space"].to_numpy())
+    no_ack = np.where(known, no_ack, ~has_settles)
+
+    acked = np.flatnonzero(~no_ack)
+    row = match_settlements(d.iloc[acked], s)
+    # the settling row of ``s`` per delivery (-1: none). The settle_* columns are taken whole
+    # with allow_fill (-1 gives <NA>/NaT) rather than filled row by row.
+    srow = np.full(len(d), -1, dtype=np.int64)
+    srow[acked] = row
+    has = srow >= 0
+    # settle method as 0 ack, 1 nack, 2 reject (the order of SETTLE_METHODS), -1 none
+    want = s["method"].cat.categories.get_indexer(list(SETTLE_METHODS))
+    s_kind = np.full(len(s["method"].cat.categories), -1, dtype=np.int64)
+    s_kind[want[want >= 0]] = np.flatnonzero(want >= 0)
+    kind = np.where(has, s_kind[s["method"].cat.codes.to_numpy()][np.where(has, srow, 0)] if len(s) else -1, -1)
+
+    out = pd.DataFrame({
+        "stream": d["stream"].to_numpy(np.int64), "channel": d["channel"].to_numpy(np.int64),
+        "epoch": d["epoch"].to_numpy(np.int64), "consumer_tag": _text(tag_labels, tc),
+        "delivery_tag": d["delivery_tag"].array, "packet": d["packet"].array, "ts": d["ts"].array, "order": order,
+        "redelivered": d["redelivered"].array, "queue": _text(f["queue"].cat.categories, qc),
+        "no_ack": no_ack, "no_ack_known": known,
+        "settle_packet": pd.array(s["packet"].to_numpy(np.int64), dtype="Int64").take(srow, allow_fill=True),
+        "settle_ts": s["ts"].array.take(srow, allow_fill=True),
+        "settle_order": pd.array(s["order"].to_numpy(np.int64), dtype="Int64").take(srow, allow_fill=True),
+        # (missing is NaN, as the column always had)
+        "settle_method": pd.Series(np.array(list(SETTLE_METHODS) + [np.nan], dtype=object)[kind], dtype=object),
+        "settle_multiple": pd.array(s["multiple"].to_numpy(bool), dtype="boolean").take(srow, allow_fill=True),
+        # basic.ack never requeues; nack/reject carry the requeue bit
+        "settle_requeue": pd.array(s["requeue"].fillna(False).to_numpy(bool), dtype="boolean").take(
+            srow, allow_fill=True),
+    })
+    out["latency_s"] = (out["settle_ts"] - out["ts"]).dt.total_seconds()
+    # outcome codes into ``labels``: the settle method, else no-ack, closed or unsettled
+    labels = ["ack", "nack", "reject", "no-ack", "closed", "unsettled"]
+    oc = np.where(kind >= 0, kind, 5)
+    oc[no_ack] = 3
+    oc[_closed_after(m, d) & (oc == 5)] = 4
+    out["outcome"] = _text(labels, oc)
+    return Deliveries(out, qc, tc, tag_labels)
+
+
+def tag_ranks(cap: Capture | None, d: pd.DataFrame) -> np.ndarray:
+    """The consumer tag of each row of ``d`` as :func:`text_ranks`: from the codes
+    :func:`deliveries_with_codes` matched on when ``d`` is that table of ``cap``, else by
+    factorizing the text."""
+    kept = deliveries_with_codes(cap) if cap is not None else None
+    if kept is None or kept.table is not d:
+        return pd.factorize(d["consumer_tag"].to_numpy(object), sort=True)[0].astype(np.int64)
+    return text_ranks(kept.tag_labels, kept.tag_code)
+
+
+def _closed_after(m: pd.DataFrame, items: pd.DataFrame) -> np.ndarray:
+    """Whether the item's channel (or connection) closed after it: the broker requeues a closed
+    channel's unacked deliveries and forgets its unconfirmed publishes."""
+    sel = select(m, ["channel.close", "channel.close-ok", "connection.close", "connection.close-ok"])
+    if not sel.any() or len(items) == 0:
+        return np.zeros(len(items), dtype=bool)
+    order = items["order"].to_numpy(np.int64)
+    c_order = m["order"].to_numpy(np.int64)[sel]
+    c_stream, c_chan = m["stream"].to_numpy(np.int64)[sel], m["channel"].to_numpy(np.int64)[sel]
+    i_stream = items["stream"].to_numpy(np.int64)
+    # "a close after the item" is "the item before the last close of its channel or connection":
+    # one last order per key, looked up (no as-of search). A connection's close (channel 0) by
+    # stream (small ints: an array indexed by stream); a channel's by (stream, channel), among
+    # the few closed channels
+    conn = c_chan == 0
+    last_conn = np.full(max(int(i_stream.max()), int(c_stream.max())) + 1, -1, dtype=np.int64)
+    np.maximum.at(last_conn, c_stream[conn], c_order[conn])
+    res = order < last_conn[i_stream]
+    c_key = c_stream[~conn] * 65536 + c_chan[~conn]
+    if len(c_key):
+        uniq, inv = np.unique(c_key, return_inverse=True)
+        last = np.full(len(uniq), -1, dtype=np.int64)
+        np.maximum.at(last, inv.ravel(), c_order[~conn])
+        i_key = i_stream * 65536 + items["channel"].to_numpy(np.int64)
+        pos = np.minimum(np.searchsorted(uniq, i_key), len(uniq) - 1)
+        res |= (uniq[pos] == i_key) & (order < last[pos])
+    return res
+
+
+def confirms(cap: Capture) -> pd.DataFrame:
+    """One row per basic.publish on a channel in confirm mode, with the broker's basic.ack or
+    basic.nack that confirmed it.
+
+    RabbitMQ publisher confirms: after confirm.select on a channel, publishes are numbered 1, 2, …
+    on that channel; the broker's basic.ack/basic.nack carry that number as delivery tag, with
+    ``multiple`` covering every lower unconfirmed number (a nack means the broker could not take
+    the message). Columns: stream, channel, epoch, seq, packet, ts, order, confirm_packet,
+    confirm_ts, confirm_method, confirm_multiple, latency_s, outcome (ack, nack, closed, unconfirmed)."""
+    m = methods(cap)
+    sel = pick(cap, m, select(m, "confirm.select", "c2s"), KEY + ["order"])
+    cols = ["stream", "channel", "epoch", "seq", "packet", "ts", "order", "confirm_packet", "confirm_ts",
+            "confirm_method", "confirm_multiple", "latency_s", "outcome"]
+    if len(sel) == 0:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
+    first_sel = sel.groupby(KEY)["order"].min().rename("sel_order")
+    p = pick(cap, m, select(m, "basic.publish", "c2s"), KEY + ["space", "order", "packet", "ts"]).join(
+        first_sel, on=KEY, how="inner")
+    p = p[p["order"] > p["sel_order"]].sort_values("order").copy()
+    p["seq"] = p.groupby(KEY).cumcount().astype(np.int64) + 1
+    p["tag"] = p["seq"]
+    s = pick(cap, m, select(m, ["basic.ack", "basic.nack"], "s2c"), KEY + ["space", "order", "packet", "ts", "method",
+                                                                        "delivery_tag", "multiple"])
+    s["tag"] = _tags(s["delivery_tag"])
+    s["multiple"] = s["multiple"].fillna(False).astype(bool)
+    s = s[s["tag"] >= 0].reset_index(drop=True)
+    row = match_settlements(p, s)
+    hit = row >= 0
+    sr = s.iloc[row[hit]]
+    p["confirm_packet"] = pd.array(np.full(len(p), pd.NA), dtype="Int64")
+    p.loc[p.index[hit], "confirm_packet"] = sr["packet"].to_numpy(np.int64)
+    p["confirm_ts"] = pd.Series(pd.NaT, index=p.index, dtype=p["ts"].dtype)
+    p.loc[p.index[hit], "confirm_ts"] = sr["ts"].array
+    p["confirm_method"] = pd.Series(None, index=p.index, dtype=object)
+    p.loc[p.index[hit], "confirm_method"] = sr["method"].to_numpy(object)
+    p["confirm_multiple"] = pd.array(np.full(len(p), pd.NA), dtype="boolean")
+    p.loc[p.index[hit], "confirm_multiple"] = sr["multiple"].to_numpy(bool)
+    p["latency_s"] = (p["confirm_ts"] - p["ts"]).dt.total_seconds()
+    outcome = np.full(len(p), "unconfirmed", dtype=object)
+    outcome[hit] = np.where(sr["method"].to_numpy(object) == "basic.nack", "nack", "ack")
+    outcome[(~hit) & _closed_after(m, p)] = "closed"
+    p["outcome"] = outcome
+    return p[cols].reset_index(drop=True)

@@ -1,0 +1,172 @@
+"""How soon the broker refills a consumer: for each client ack/nack/reject, the next delivery on
+its channel and the gap (`ack_gaps`), and the channels where that gap is the broker's slowness
+(`slow_refills`, broker-slow-refill's detection, read by the latency and consumers analyzers).
+
+"Messages known to be waiting" come from the queue's backlog (amqpcap.derive.backlog), which
+relates publishing and consuming connections: scope CAPTURE.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..capture import Capture
+from .backlog import backlog_with_codes
+from .cache import CAPTURE, derivation
+from .columns import asof, group_cumsum
+from .deliveries import GET_TAG, SETTLE_METHODS, deliveries, deliveries_with_codes
+from .methods import chan_key, methods, pick, select
+
+
+#: broker-slow-refill: median ack→next-deliver (with messages known to be waiting) above this is
+#: slow. On one host or a LAN RabbitMQ dispatches the next message well under a millisecond after
+#: the ack arrives; 5 ms is several round trips, and at prefetch 1 it caps a consumer at 200 msg/s.
+REFILL_SLOW_S = 0.005
+#: ... and only when the broker's share is at least this multiple of the consumer's deliver→ack
+#: median: if the consumer's own work takes longer, raising the broker's speed would not help much
+REFILL_RATIO = 1.0
+#: ... with at least this many measured refills (fewer is anecdotal)
+MIN_REFILLS = 20
+
+
+def _range_min(values: np.ndarray, key: np.ndarray, order: np.ndarray, first: np.ndarray, last: np.ndarray):
+    """Per query, the least of ``values`` over the rows ``first``..``last`` (row positions, -1:
+    none) of one key, those rows taken in (key, order) order; <NA> where either end is missing.
+    One `minimum.reduceat` over the rows sorted by (key, order), no loop."""
+    out = pd.array(np.zeros(len(first), np.int64), dtype="Int64")
+    ok = (first >= 0) & (last >= 0)
+    out[~ok] = pd.NA
+    if not ok.any():
+        return out
+    by = np.lexsort((order, key))
+    rank = np.empty_like(by)
+    rank[by] = np.arange(len(by))
+    lo, hi = rank[first[ok]], rank[last[ok]]
+    hi = np.maximum(hi, lo)  # (the same key: last comes at or after first)
+    bounds = np.empty(2 * len(lo), np.int64)
+    bounds[0::2], bounds[1::2] = lo, hi + 1
+    sorted_values = np.append(values[by], 0)  # a sentinel: hi + 1 may be one past the end
+    out[ok] = np.minimum.reduceat(sorted_values, bounds)[0::2]
+    return out
+
+
+@derivation(CAPTURE)
+def ack_gaps(cap: Capture) -> pd.DataFrame:
+    """One row per client ack/nack/reject: the next delivery on its channel and the gap.
+
+    Columns: stream, channel, epoch, packet, ts, order, method, multiple, settled (deliveries it
+    settled), queue, backlog_min (messages known to be waiting in that queue right after the ack,
+    see amqpcap.derive.backlog), backlog_min_gap (the least of it until the next delivery),
+    next_deliver_packet, next_deliver_ts, gap_s."""
+    m = methods(cap)
+    s = pick(cap, m, select(m, SETTLE_METHODS, "c2s"), ["stream", "channel", "epoch", "space", "packet", "ts",
+                                                               "order", "method", "multiple"])
+    s["method"] = s["method"].astype(object)  # a table column: text, as documented
+    s["multiple"] = s["multiple"].fillna(False).astype(bool)
+    s_order = s["order"].to_numpy(np.int64)  # in frame order (as m)
+    dc = deliveries_with_codes(cap)
+    d = dc.table
+    d_order = d["order"].to_numpy(np.int64)
+
+    # per settling frame: the deliveries it settled, and the queue of the first of them (in
+    # delivery order) that has one; found by the frame's position among the settling frames
+    settled_by = d["settle_order"].to_numpy(np.int64, na_value=-1)
+    has = settled_by >= 0
+    srow = np.where(has, np.searchsorted(s_order, settled_by), -1)
+    s["settled"] = np.bincount(srow[has], minlength=len(s)).astype(np.int64)
+    qc = dc.queue_code
+    with_q = np.flatnonzero(has & (qc >= 0))
+    first_rows, first = np.unique(srow[with_q], return_index=True)
+    q_row = np.full(len(s), -1, dtype=np.int64)  # the delivery giving each frame's queue
+    q_row[first_rows] = with_q[first]
+    if isinstance(d["queue"].dtype, pd.StringDtype):
+        s["queue"] = d["queue"].array.take(q_row, allow_fill=True)
+    else:  # no delivery has a queue: the all-missing object column
+        s["queue"] = np.full(len(s), np.nan, dtype=object)
+
+    # the next delivery on the same tag space (space codes of the deliveries by their frames'
+    # rows in m, which is in frame order)
+    d_space = m["space"].to_numpy()[np.searchsorted(m["order"].to_numpy(), d_order)]
+    nxt = asof(s["space"].to_numpy(), s_order, d_space, d_order, direction="forward", allow_exact_matches=False)
+    s["next_deliver_packet"] = pd.array(d["packet"].to_numpy(np.int64), dtype="Int64").take(nxt, allow_fill=True)
+    s["next_deliver_ts"] = d["ts"].array.take(nxt, allow_fill=True)
+    s["gap_s"] = (s["next_deliver_ts"] - s["ts"]).dt.total_seconds()
+
+    # the queue's backlog right after the frame: the last backlog row of that queue before it
+    bc = backlog_with_codes(cap)
+    b = bc.table
+    sq = np.where(q_row >= 0, qc[np.maximum(q_row, 0)], -1)
+    b_q, b_order = bc.queue_code, b["order"].to_numpy(np.int64)
+    hit = asof(sq, s_order, b_q, b_order)
+    s["backlog_min"] = pd.array(b["backlog_min"].to_numpy(np.int64), dtype="Int64").take(hit, allow_fill=True)
+    # ... and its least value until the next delivery: the last backlog row before that frame
+    nxt_order = np.where(nxt >= 0, d_order[np.maximum(nxt, 0)], -1)
+    last = np.where(nxt >= 0, asof(sq, np.maximum(nxt_order, 0), b_q, b_order, allow_exact_matches=False), -1)
+    s["backlog_min_gap"] = _range_min(b["backlog_min"].to_numpy(np.int64), b_q, b_order, hit, last)
+    s["unacked_after"] = _unacked_after(d, d_space, s["space"].to_numpy(), s_order)
+    return s[["stream", "channel", "epoch", "packet", "ts", "order", "method", "multiple", "settled", "unacked_after",
+              "queue", "backlog_min", "backlog_min_gap", "next_deliver_packet", "next_deliver_ts",
+              "gap_s"]].reset_index(drop=True)
+
+
+def _unacked_after(d: pd.DataFrame, d_space: np.ndarray, space: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """For each settling frame (tag space ``space``, frame ``order``): the deliveries of its tag
+    space (acknowledging ones: no-ack deliveries are never settled) still unsettled right after
+    it. 0 means the client had nothing left to work on: it waited for the broker's next delivery.
+    A running count of +1 per delivery and −1 per settled delivery, by tag space and frame order,
+    read at the last event up to the frame (its own settlements included)."""
+    keep = ~d["no_ack"].to_numpy(bool)
+    settled = keep & d["settle_order"].notna().to_numpy()
+    ev_space = np.r_[d_space[keep], d_space[settled]]
+    ev_order = np.r_[d["order"].to_numpy(np.int64)[keep], d["settle_order"].to_numpy(np.int64, na_value=0)[settled]]
+    delta = np.r_[np.ones(int(keep.sum()), np.int64), -np.ones(int(settled.sum()), np.int64)]
+    by = np.lexsort((ev_order, ev_space))
+    ev_space, ev_order = ev_space[by], ev_order[by]
+    run = group_cumsum(ev_space, delta[by], np.arange(len(by)))
+    hit = asof(space, order, ev_space, ev_order)  # (stable: the last event of the frame's order)
+    out = np.zeros(len(order), dtype=np.int64)
+    out[hit >= 0] = run[hit[hit >= 0]]
+    return out
+
+
+def waiting(gaps: pd.DataFrame) -> pd.DataFrame:
+    """The refills broker-slow-refill measures: acks that settled the client's last unsettled
+    delivery on the channel (``unacked_after`` 0: from then on it had nothing to work on) while
+    messages were known to wait in the queue for the whole gap (backlog_min_gap > 0), with a
+    next delivery. The gap is then time the consumer waited for the broker although the broker
+    held a message it could have sent. A message waiting only at the ack may go to another
+    consumer of the queue the next moment (round-robin between consumers with credit), which
+    is no delay at all. After an ack that leaves deliveries in hand (prefetch > 1) the consumer
+    keeps working, and a late refill costs it nothing."""
+    return gaps.loc[gaps["gap_s"].notna() & (gaps["backlog_min_gap"].fillna(0) > 0) & (gaps["settled"] > 0)
+                    & (gaps["unacked_after"] == 0),
+                    ["stream", "channel", "packet", "gap_s", "backlog_min", "queue", "next_deliver_packet"]]
+
+
+@derivation(CAPTURE)
+def slow_refills(cap: Capture) -> pd.DataFrame:
+    """broker-slow-refill's detection: the channels (index: `amqpcap.derive.methods.chan_key`) with
+    at least MIN_REFILLS refills (`waiting`) whose median ack→next-deliver is ≥ REFILL_SLOW_S and ≥
+    REFILL_RATIO × the channel's deliver→ack median, among channels with basic.deliver (a
+    consumer). Columns: refills, ack_to_next_deliver_p50_s, deliver_to_ack_p50_s,
+    broker_share_of_cycle. The latency analyzer tells them (broker-slow-refill); the consumers
+    analyzer reads it too (a prefetch-1 consumer on such a channel is told about in that finding,
+    not in prefetch-one)."""
+    d, w = deliveries(cap), waiting(ack_gaps(cap))
+    lat = d["latency_s"].to_numpy(float)
+    has = ~np.isnan(lat)
+    dta = pd.Series(lat[has]).groupby(chan_key(d)[has]).median()
+    per = w["gap_s"].groupby(chan_key(w)).agg(["size", "median"])
+    cons = dta.reindex(per.index)
+    # channels a consumer was delivered to: after a basic.get-ok the next delivery waits for the
+    # client's next basic.get, not for the broker
+    pushed = np.unique(chan_key(d)[(d["consumer_tag"] != GET_TAG).to_numpy(bool, na_value=False)])
+    slow = per[(per["size"] >= MIN_REFILLS) & (per["median"] >= REFILL_SLOW_S)
+               & (per["median"] >= REFILL_RATIO * cons.fillna(np.inf)) & per.index.isin(pushed)]
+    c50 = cons.reindex(slow.index)
+    return pd.DataFrame({"refills": slow["size"].astype(np.int64), "ack_to_next_deliver_p50_s": slow["median"],
+                         "deliver_to_ack_p50_s": c50,
+                         # the broker's part of one deliver→ack→deliver cycle (all of it when the
+                         # consumer's own time is unknown)
+                         "broker_share_of_cycle": (slow["median"] / (slow["median"] + c50)).fillna(1.0)})

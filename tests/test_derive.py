@@ -1,0 +1,133 @@
+"""amqpcap.derive: analyzers share derivations through it, never through each other, and its one
+cache (`derivation`) computes each value once per capture."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import amqpcap
+from amqpcap.analysis import analyzers
+from amqpcap.analyzers.stalls import stalls
+from amqpcap.derive import CAPTURE, CONNECTION, derivation
+
+ROOT = Path(__file__).resolve().parent.parent
+PKG = ROOT / "amqpcap"
+FIX = ROOT / "fixtures"
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module ``path`` imports, anywhere in it (also inside functions), as an absolute name
+    (``from . import x`` gives ``amqpcap.analyzers.x``)."""
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            mod = ".".join(x for x in (base, node.module) if x)
+            out.add(mod)
+            out |= {f"{mod}.{a.name}" for a in node.names}  # (`from . import x` imports module x)
+    return out
+
+
+@pytest.mark.parametrize("path", sorted((PKG / "analyzers").glob("*.py")), ids=lambda p: p.name)
+def test_analyzers_do_not_import_each_other(path):
+    sibling = {m for m in imported_modules(path) if m.startswith("amqpcap.analyzers.")}
+    assert not sibling, f"{path.name} imports {sorted(sibling)}: shared derivations belong in amqpcap.derive"
+
+
+def test_every_module_in_analyzers_is_an_analyzer():
+    # (no helper module beside them: what two analyzers share lives in amqpcap.derive)
+    modules = {p.stem for p in (PKG / "analyzers").glob("*.py")} - {"__init__"}
+    assert modules == set(analyzers())
+
+
+def test_only_the_cache_touches_cap_derived():
+    touching = sorted(str(p.relative_to(PKG)) for p in PKG.rglob("*.py")
+                      if any(isinstance(n, ast.Attribute) and n.attr == "derived"
+                             for n in ast.walk(ast.parse(p.read_text()))))
+    assert touching == ["derive/cache.py"]
+
+
+@pytest.fixture()
+def cap():
+    return amqpcap.load(FIX / "healthy.pcap")
+
+
+def test_a_derivation_is_computed_once_per_capture_and_tables(cap):
+    calls = []
+
+    @derivation(CONNECTION)
+    def n_frames(c):
+        calls.append(1)
+        return [len(c.frames)]
+
+    first = n_frames(cap)
+    assert n_frames(cap) is first and len(calls) == 1
+    # another capture, or this one with a table replaced (not edited in place), is derived anew
+    other = dataclasses.replace(cap, derived={})
+    assert n_frames(other) == first and len(calls) == 2
+    cap.frames = cap.frames.iloc[:10]
+    assert n_frames(cap) == [10] and len(calls) == 3
+
+
+def test_concurrent_first_calls_compute_once(cap):
+    calls = []
+
+    @derivation(CONNECTION)
+    def slow(c):
+        calls.append(threading.get_ident())
+        time.sleep(0.2)  # long enough for every thread to arrive while the first computes
+        return object()
+
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(slow(cap))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and all(r is results[0] for r in results)
+
+
+def test_a_connection_derivation_cannot_be_built_from_a_capture_one(cap):
+    @derivation(CAPTURE)
+    def everyone(c):
+        return len(c.connections)
+
+    @derivation(CONNECTION)
+    def mine(c):
+        return everyone(c)
+
+    @derivation(CAPTURE)
+    def ours(c):
+        return everyone(c)
+
+    assert everyone(cap) == ours(cap) == len(cap.connections)  # (also when it is kept already)
+    with pytest.raises(TypeError, match="everyone"):
+        mine(cap)
+
+
+def test_a_failing_credit_series_fails_stalls(cap, monkeypatch):
+    # No longer skipped with a warning: an error in a derivation is an error of the analyzer.
+    import amqpcap.derive.consumers as credit
+
+    def broken(c):
+        raise ValueError("broken")
+
+    monkeypatch.setattr(credit, "consumer_state", broken)
+    with pytest.raises(ValueError, match="broken"):
+        stalls(cap)
+
+
+def test_stalls_without_consumers_checks_every_cause():
+    cap = amqpcap.load(FIX / "nagle-write-write-read.pcap")
+    assert not (cap.frames["method"] == "basic.deliver").any()
+    s = stalls(cap).summary["stalls"]
+    assert s["causes_skipped"] == {} and s["by_cause"]["consumer-prefetch"]["count"] == 0
