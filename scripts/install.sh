@@ -8,7 +8,7 @@
 # What it does, and what it downloads:
 # - the C linker Rust needs (`cc`) and Python's venv module, with apt-get, only when missing;
 # - a virtual environment (AMQPCAP_VENV, default .venv in the checkout);
-# - the Python dependencies from PyPI (numpy, pandas, matplotlib, ...: ~100 MB) and maturin;
+# - the Python dependencies from PyPI (numpy, pandas, pyarrow, matplotlib, ...: ~150 MB) and maturin;
 # - the native core, compiled from source by cargo (crates from crates.io): ~2 minutes on 2 cores.
 # Rust itself must come from rustup (https://rustup.rs): distributions' rustc is often too old.
 set -euo pipefail
