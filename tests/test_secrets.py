@@ -112,9 +112,11 @@ def _commands(out: Path) -> list[tuple[list[str], dict]]:
                 runs += [([name, cap, "-o", str(out / f"{tag}frames.{fmt}")], debug) for fmt in ("csv", "parquet")]
             elif name == "verify":  # Wireshark's view through pyshark, its JSON output too
                 runs.append(([name, cap, "--json", str(out / f"{tag}verify.json")], debug))
+            elif name == "ingest":  # the dataset: its Parquet tables and manifest.json
+                runs.append(([name, cap, "--out", str(out / f"{tag}ingest")], debug))
             else:
                 runs.append(([name, cap], debug))
-    analyzers = [n for n in names if n not in ("sample", "frames", "info", "verify")]
+    analyzers = [n for n in names if n not in ("sample", "frames", "info", "verify", "ingest")]
     for name in analyzers:
         for fmt in ("csv", "parquet"):
             for plots in ("--plots", "--no-plots"):
@@ -153,7 +155,8 @@ def outputs(tmp_path_factory):
 
 def test_every_output_is_free_of_secrets(outputs):
     out, runs, results = outputs
-    assert {r[0][0] for r in runs} >= {"analyze", "frames", "info", "latency", "sizes", "consumers", "nagle", "stalls"}
+    assert {r[0][0] for r in runs} >= {"analyze", "frames", "info", "latency", "sizes", "consumers", "nagle", "stalls",
+                                       "ingest"}
     for (argv, env), r in zip(runs, results):
         assert r.returncode == 0, (argv, r.stderr.decode()[-2000:])
         for secret in (PASSWORD, NEW_SECRET, BODY):
