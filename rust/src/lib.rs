@@ -10,6 +10,7 @@ pub mod error;
 pub mod fuzzing;
 pub mod ingest;
 pub mod limits;
+pub mod output;
 pub mod tables;
 pub mod tcp;
 

@@ -1,0 +1,70 @@
+//! The `packets` table (docs/tables.md): one row per TCP packet of an AMQP connection, filled
+//! as packets arrive; rows of conversations that turn out not to be AMQP are dropped, and the
+//! direction (client or broker side) is settled, when the table is made.
+
+use crate::tables::{direction_codes, keep_rows, Column, OptCol, Table,
+    DIRECTIONS,
+};
+use super::ts_of;
+
+#[derive(Default)]
+pub struct PacketsBuilder {
+    pub(crate) packet: Vec<i32>,
+    pub(crate) stream: Vec<i32>,
+    pub(crate) from_a: Vec<bool>,
+    pub(crate) frame_len: Vec<i32>,
+    pub(crate) payload_bytes: Vec<i32>,
+    pub(crate) seq: Vec<i64>,
+    pub(crate) ack: Vec<i64>,
+    pub(crate) flags: Vec<i16>,
+    pub(crate) window: Vec<i64>,
+    pub(crate) tsval: OptCol<u32>,
+    pub(crate) tsecr: OptCol<u32>,
+    pub(crate) sack_blocks: Vec<i8>,
+    pub(crate) frames_ended: Vec<i32>,
+    pub(crate) retransmission: Vec<bool>,
+    pub(crate) gap_before: Vec<i64>,
+}
+
+pub(crate) fn packets_table(mut p: PacketsBuilder, is_amqp: &[bool], a_is_client: &[bool], all_ts: &[i64]) -> Table {
+    let keep: Vec<bool> = p.stream.iter().map(|&s| is_amqp[s as usize]).collect();
+    if keep.iter().any(|k| !k) {
+        keep_rows(&mut p.packet, &keep);
+        keep_rows(&mut p.stream, &keep);
+        keep_rows(&mut p.from_a, &keep);
+        keep_rows(&mut p.frame_len, &keep);
+        keep_rows(&mut p.payload_bytes, &keep);
+        keep_rows(&mut p.seq, &keep);
+        keep_rows(&mut p.ack, &keep);
+        keep_rows(&mut p.flags, &keep);
+        keep_rows(&mut p.window, &keep);
+        p.tsval.keep(&keep);
+        p.tsecr.keep(&keep);
+        keep_rows(&mut p.sack_blocks, &keep);
+        keep_rows(&mut p.frames_ended, &keep);
+        keep_rows(&mut p.retransmission, &keep);
+        keep_rows(&mut p.gap_before, &keep);
+    }
+    let stream_u32: Vec<u32> = p.stream.iter().map(|&s| s as u32).collect();
+    let direction = direction_codes(&stream_u32, &p.from_a, a_is_client);
+    let ts = ts_of(&p.packet, all_ts);
+    vec![
+        ("packet", Column::I32(p.packet)),
+        ("ts", Column::Ts(ts)),
+        ("stream", Column::I32(p.stream)),
+        ("direction", Column::Cat(direction, DIRECTIONS.to_vec())),
+        ("frame_len", Column::I32(p.frame_len)),
+        ("payload_bytes", Column::I32(p.payload_bytes)),
+        ("seq", Column::I64(p.seq)),
+        ("ack", Column::I64(p.ack)),
+        ("flags", Column::I16(p.flags)),
+        ("window", Column::I64(p.window)),
+        ("tsval", p.tsval.finish()),
+        ("tsecr", p.tsecr.finish()),
+        ("sack_blocks", Column::I8(p.sack_blocks)),
+        ("frames_ended", Column::I32(p.frames_ended)),
+        ("retransmission", Column::Bool(p.retransmission)),
+        ("gap_before", Column::I64(p.gap_before)),
+    ]
+}
+
