@@ -5,6 +5,7 @@
 pub mod amqp;
 pub mod anomaly;
 pub mod capture;
+pub mod detect;
 pub mod error;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;

@@ -8,10 +8,11 @@
 use std::collections::VecDeque;
 
 use super::parser::{
-    check_candidate_with, parse_frame_header, parse_protocol_header, tls_record, Candidate, FrameHeader, FrameType,
-    Invalid, ParseError, FRAME_END, FRAME_HEADER_LEN, PROTOCOL_HEADER_091, PROTOCOL_HEADER_LEN, TLS_HANDSHAKE,
+    check_candidate_with, parse_frame_header, tls_record, Candidate, FrameHeader, FrameType,
+    Invalid, ParseError, FRAME_END, FRAME_HEADER_LEN, PROTOCOL_HEADER_LEN,
 };
 use crate::anomaly::AnomalyKind;
+use crate::detect::{detect, Detected};
 use crate::limits::Limits;
 
 /// A complete frame. `payload` is `None` for body frames (bodies are never kept).
@@ -51,38 +52,6 @@ enum State {
     /// The direction carries TLS (detected in `packet`): every byte is skipped, reported once
     /// as `tls-encrypted` at the end.
     Encrypted { packet: u32 },
-}
-
-/// Does the start of a direction look like TLS?
-enum TlsStart {
-    Yes,
-    No,
-    NeedMore,
-}
-
-/// At the start of a direction (`aligned`: its SYN was seen, so this is its first byte) a
-/// handshake record (ClientHello / ServerHello) means TLS. Mid-connection, a record header
-/// followed by another one does. The answer must not depend on where the bytes so far happen to
-/// end (the decoder gives the same result however the stream is segmented), so a record that
-/// ends exactly there waits for the next header.
-fn tls_start(b: &[u8], aligned: bool) -> TlsStart {
-    match tls_record(b) {
-        Err(_) => TlsStart::NeedMore,
-        Ok(None) => TlsStart::No,
-        Ok(Some(_)) if aligned => {
-            if b[0] == TLS_HANDSHAKE {
-                TlsStart::Yes
-            } else {
-                TlsStart::No
-            }
-        }
-        Ok(Some(n)) if n >= b.len() => TlsStart::NeedMore,
-        Ok(Some(n)) => match tls_record(&b[n..]) {
-            Err(_) => TlsStart::NeedMore,
-            Ok(None) => TlsStart::No,
-            Ok(Some(_)) => TlsStart::Yes,
-        },
-    }
 }
 
 pub struct Decoder {
@@ -386,27 +355,27 @@ impl Decoder {
                     self.bytes_encrypted += rest.len() as u64;
                     return s.len();
                 }
-                State::Start { aligned } => match tls_start(rest, aligned) {
-                    TlsStart::NeedMore => return pos,
-                    TlsStart::Yes => self.state = State::Encrypted { packet },
-                    TlsStart::No => match parse_protocol_header(rest) {
-                        Err(_) => return pos,
-                        Ok(Some(version)) => {
-                            pos += PROTOCOL_HEADER_LEN;
-                            self.bytes_decoded += PROTOCOL_HEADER_LEN as u64;
-                            if &rest[..PROTOCOL_HEADER_LEN] != PROTOCOL_HEADER_091 {
-                                sink.anomaly(
-                                    AnomalyKind::ProtocolHeader,
-                                    packet,
-                                    PROTOCOL_HEADER_LEN as u64,
-                                    format!("protocol header for version {}-{}-{}-{}", version[0], version[1], version[2], version[3]),
-                                );
-                            }
-                            sink.protocol_header(version, packet);
-                            self.state = State::Aligned;
+                State::Start { aligned } => match detect(rest, aligned) {
+                    None => return pos,
+                    Some(Detected::Tls) => self.state = State::Encrypted { packet },
+                    Some(Detected::Unknown) => self.state = if aligned { State::Aligned } else { State::Resync },
+                    Some(header) => {
+                        let version = [rest[4], rest[5], rest[6], rest[7]];
+                        pos += PROTOCOL_HEADER_LEN;
+                        self.bytes_decoded += PROTOCOL_HEADER_LEN as u64;
+                        // AMQP 1.0 (and 0-8, 0-9) are named, not decoded: the frames that follow
+                        // fail 0-9-1's checks and are resynchronised over (crate::detect)
+                        if header != Detected::Amqp091 {
+                            sink.anomaly(
+                                AnomalyKind::ProtocolHeader,
+                                packet,
+                                PROTOCOL_HEADER_LEN as u64,
+                                format!("protocol header for version {}-{}-{}-{}", version[0], version[1], version[2], version[3]),
+                            );
                         }
-                        Ok(None) => self.state = if aligned { State::Aligned } else { State::Resync },
-                    },
+                        sink.protocol_header(version, packet);
+                        self.state = State::Aligned;
+                    }
                 },
                 State::Aligned => match parse_frame_header(rest) {
                     Err(ParseError::Incomplete { .. }) => return pos,
@@ -550,6 +519,7 @@ mod tests {
     }
 
     use crate::amqp::parser::encode_frame as frame;
+    use crate::amqp::parser::PROTOCOL_HEADER_091;
 
     fn ack(tag: u64) -> Vec<u8> {
         let mut p = vec![0, 60, 0, 80];
