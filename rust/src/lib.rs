@@ -7,6 +7,7 @@ pub mod anomaly;
 pub mod capture;
 pub mod detect;
 pub mod error;
+pub mod flow;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod ingest;

@@ -4,6 +4,7 @@
 
 pub mod anomalies;
 pub mod bodies;
+pub mod connections;
 pub mod frames;
 pub mod packets;
 

@@ -1,0 +1,146 @@
+//! The conversations (Wireshark's tcp.stream): what the pipeline keeps per connection and per
+//! direction while the capture is read — which side is the client and how sure that is, the
+//! direction's reassembler and decoder, the handshake facts — in chunks that a million
+//! conversations can grow into without copying.
+
+use crate::amqp::decoder::Decoder;
+use crate::capture::link::TcpOptions;
+use crate::tcp::reassembly::Reassembler;
+use crate::tcp::Endpoint;
+use crate::output::bodies::PendingBody;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// No payload yet and no AMQP port: may still turn out to be AMQP (protocol header).
+    Undecided,
+    Amqp,
+    Other,
+}
+
+/// How sure we are which side is the client (higher wins).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum ClientEvidence {
+    FirstPacket,
+    Syn,
+    Port,
+    ProtocolHeader,
+}
+
+/// Per-direction state. Kept small: a capture may hold a million conversations (the decoder is
+/// allocated only for directions that carry AMQP bytes).
+#[derive(Default)]
+pub(crate) struct Dir {
+    /// Wireshark's base for relative sequence numbers.
+    pub(crate) base_seq: Option<u32>,
+    pub(crate) syn_options: Option<TcpOptions>,
+    pub(crate) reasm: Reassembler,
+    pub(crate) decoder: Option<Box<Decoder>>,
+    pub(crate) packets: u64,
+    pub(crate) payload_bytes: u64,
+    /// The decoder's byte counts, kept when it is dropped at the end of the capture.
+    pub(crate) bytes_decoded: u64,
+    pub(crate) bytes_skipped: u64,
+    /// The decoder found TLS where AMQP should be (kept when it is dropped, like the counts).
+    pub(crate) encrypted: bool,
+}
+
+/// What the connection's handshake says, allocated when the first connection.* method of the
+/// stream is decoded (most of a SYN flood's conversations never get one).
+#[derive(Default)]
+pub(crate) struct Handshake {
+    pub(crate) frame_max: Option<u64>,
+    pub(crate) channel_max: Option<u64>,
+    pub(crate) heartbeat: Option<u64>,
+    /// Values from connection.tune-ok take precedence over connection.tune.
+    pub(crate) tune_ok_seen: bool,
+    pub(crate) vhost: Option<String>,
+    pub(crate) user: Option<String>,
+    pub(crate) mechanism: Option<String>,
+    pub(crate) client_product: Option<String>,
+    pub(crate) client_version: Option<String>,
+    pub(crate) client_platform: Option<String>,
+    pub(crate) connection_name: Option<String>,
+    pub(crate) server_product: Option<String>,
+    pub(crate) server_version: Option<String>,
+}
+
+#[derive(Default)]
+pub(crate) struct ConnInfo {
+    pub(crate) protocol_header_seen: bool,
+    /// A tune-ok was decoded: the decoders' frame limit must follow it.
+    pub(crate) frame_max_changed: bool,
+    pub(crate) hs: Option<Box<Handshake>>,
+    /// Messages whose body is being collected (only with bodies on; boxed: 8 bytes per
+    /// conversation instead of an empty Vec's 24).
+    #[allow(clippy::box_collection)]
+    pub(crate) bodies: Option<Box<Vec<PendingBody>>>,
+    pub(crate) frames: u64,
+    pub(crate) anomalies: u64,
+    /// Bytes cut by snaplen at the end of a packet, shown as `gap_before` of the next data
+    /// packet of the same direction (index: sent by endpoint A).
+    pub(crate) snaplen_gap: [u64; 2],
+}
+
+impl ConnInfo {
+    pub(crate) fn frame_max(&self) -> Option<u64> {
+        self.hs.as_ref().and_then(|h| h.frame_max)
+    }
+}
+
+pub(crate) struct Stream {
+    /// Decoded from plaintext that tshark decrypted with a TLS key log (see [`Decrypted`]),
+    /// not from the TCP payload.
+    pub(crate) decrypted: bool,
+    pub(crate) a: Endpoint,
+    pub(crate) b: Endpoint,
+    pub(crate) v6: bool,
+    pub(crate) kind: Kind,
+    pub(crate) a_is_client: bool,
+    pub(crate) evidence: ClientEvidence,
+    pub(crate) dirs: [Dir; 2],
+    pub(crate) first_ts: i64,
+    pub(crate) last_ts: i64,
+    pub(crate) info: ConnInfo,
+}
+
+/// The conversations, in chunks: no reallocation copies them all as they grow (a million
+/// of them are hundreds of MB), and the connections table frees each chunk once it is read.
+#[derive(Default)]
+pub(crate) struct Streams {
+    pub(crate) chunks: Vec<Vec<Stream>>,
+    pub(crate) len: usize,
+}
+
+pub(crate) const STREAM_CHUNK: usize = 1 << 14;
+
+impl Streams {
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+    pub(crate) fn push(&mut self, s: Stream) {
+        if self.chunks.last().is_none_or(|c| c.len() == STREAM_CHUNK) {
+            self.chunks.push(Vec::with_capacity(STREAM_CHUNK));
+        }
+        self.chunks.last_mut().unwrap().push(s);
+        self.len += 1;
+    }
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Stream> {
+        self.chunks.iter().flatten()
+    }
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = &mut Stream> {
+        self.chunks.iter_mut().flatten()
+    }
+}
+
+impl std::ops::Index<usize> for Streams {
+    type Output = Stream;
+    fn index(&self, i: usize) -> &Stream {
+        &self.chunks[i / STREAM_CHUNK][i % STREAM_CHUNK]
+    }
+}
+
+impl std::ops::IndexMut<usize> for Streams {
+    fn index_mut(&mut self, i: usize) -> &mut Stream {
+        &mut self.chunks[i / STREAM_CHUNK][i % STREAM_CHUNK]
+    }
+}
