@@ -192,3 +192,11 @@ def test_ring_holes_are_told_only_for_a_ring_sequence():
     assert missing_ring_files([f"/c/cap-20261123-{t}.pcap" for t in ("2350", "2355", "2400", "2405")]) == []
     # tcpdump -C without -W: the first file has no number
     assert missing_ring_files(["/c/ring.pcap", "/c/ring.pcap1", "/c/ring.pcap2"]) == []
+
+
+def test_more_files_than_the_cap_is_one_error(tmp_path):
+    from amqpcap import _core
+
+    names = [str(tmp_path / f"ring.pcap{i}") for i in range(_core.MAX_FILES + 1)]
+    with pytest.raises(CaptureError, match=f"{_core.MAX_FILES + 1} files given; at most {_core.MAX_FILES}"):
+        amqpcap.load(names)
