@@ -65,12 +65,11 @@ def capture_files(spec: str | os.PathLike[str] | Iterable[str | os.PathLike[str]
     items = [spec] if isinstance(spec, (str, os.PathLike)) else list(spec)
     if not items:
         raise UsageError("no capture file given")
-    out: list[str] = []
+    # dict keys: the order given, each file once (a ring of thousands of files stays linear)
+    out: dict[str, None] = {}
     for item in items:
-        for path in _expand(os.fspath(item)):
-            if path not in out:
-                out.append(path)
-    return out
+        out.update(dict.fromkeys(_expand(os.fspath(item))))
+    return list(out)
 
 
 def describe(spec, files: list[str]) -> str:
