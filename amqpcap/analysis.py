@@ -19,6 +19,7 @@ from typing import Any, Callable, Literal
 import pandas as pd
 
 from .capture import Capture
+from .partition import Split
 
 Severity = Literal["info", "warning", "critical"]
 SEVERITY_RANK = {"critical": 2, "warning": 1, "info": 0}
@@ -72,17 +73,28 @@ class AnalyzerResult:
 
 AnalyzerFn = Callable[[Capture], AnalyzerResult]
 _REGISTRY: dict[str, tuple[AnalyzerFn, str]] = {}
+_SPLITS: dict[str, Split] = {}
 
 
-def analyzer(name: str) -> Callable[[AnalyzerFn], AnalyzerFn]:
+def analyzer(name: str, split: Split | None = None) -> Callable[[AnalyzerFn], AnalyzerFn]:
     """Register an analyzer under ``name`` (also its CLI subcommand). Its docstring's first
-    line is the subcommand's help."""
+    line is the subcommand's help. An analyzer given a `~amqpcap.partition.Split` is run
+    partition by partition on a dataset (`amqpcap.engine`); the function itself must then be
+    `run_whole` of that split, so both paths are one."""
 
     def wrap(fn: AnalyzerFn) -> AnalyzerFn:
         _REGISTRY[name] = (fn, (fn.__doc__ or name).strip().splitlines()[0])
+        if split is not None:
+            _SPLITS[name] = split
         return fn
 
     return wrap
+
+
+def splits() -> dict[str, Split]:
+    """The analyzers that split into partition steps and a merge: {name: Split}."""
+    analyzers()
+    return dict(sorted(_SPLITS.items()))
 
 
 def analyzers() -> dict[str, tuple[AnalyzerFn, str]]:

@@ -24,6 +24,7 @@ import pandas as pd
 from . import __version__
 from .capture import Capture
 from .errors import AmqpcapError, CaptureError
+from .partition import CaptureFacts, facts_from_ts
 
 FORMAT = "amqpcap-dataset"
 VERSION = 1
@@ -185,10 +186,11 @@ def _read_parquet(path: Path) -> pd.DataFrame:
     return pq.read_table(path, partitioning=None).to_pandas()
 
 
-def _read_table(root: Path, name: str, buckets: int, template: pd.DataFrame) -> pd.DataFrame:
-    parts = [_read_parquet(root / name / f"bucket={k}" / "part-0.parquet") for k in range(buckets)]
-    loose = root / "capture" / f"{name}.parquet"
-    if loose.exists():
+def _read_table(root: Path, name: str, buckets, template: pd.DataFrame, loose: bool = True) -> pd.DataFrame:
+    """The table's rows in `buckets` (and, with `loose`, its rows of no connection)."""
+    parts = [_read_parquet(root / name / f"bucket={k}" / "part-0.parquet") for k in buckets]
+    loose = root / "capture" / f"{name}.parquet" if loose else None
+    if loose is not None and loose.exists():
         parts.append(_read_parquet(loose))
     df = pd.concat(parts, ignore_index=True) if parts else template.copy()
     # anomalies: the order of `load` is not kept (it is neither packet nor stream order);
@@ -213,19 +215,43 @@ def manifest(path: str | os.PathLike[str]) -> dict:
     return m
 
 
-def read(path: str | os.PathLike[str]) -> Capture:
-    """The capture stored at `path`, with the tables and summary `load` gave."""
+def read(path: str | os.PathLike[str], buckets: list[int] | None = None) -> Capture:
+    """The capture stored at `path`, with the tables and summary `load` gave.
+
+    With `buckets`, only those buckets' connections (a partition of whole connections,
+    `amqpcap.partition`): their tables, no `records` and none of the file's own anomalies;
+    the summary stays the whole capture's."""
     root = Path(path)
     m = manifest(root)
     t = _template()
-    tables = {name: _read_table(root, name, m["buckets"], t[name]) for name in CONNECTION_TABLES
-              if name in m["rows"]}
+    part = buckets is not None
+    tables = {name: _read_table(root, name, buckets if part else range(m["buckets"]), t[name], loose=not part)
+              for name in CONNECTION_TABLES if name in m["rows"]}
     for name, df in tables.items():
-        if len(df) != m["rows"][name]:
+        if not part and len(df) != m["rows"][name]:
             raise CaptureError(f"{root}: {name} has {len(df):,} rows, its manifest says {m['rows'][name]:,}")
     summary = _from_json(m["summary"])
-    records = _restore(_read_parquet(root / "capture" / "records.parquet"), t["records"],
-                       {"source_file": [f["name"] for f in summary["files"]]})
+    files = {"source_file": [f["name"] for f in summary["files"]]}
+    records = (t["records"].copy() if part else
+               _restore(_read_parquet(root / "capture" / "records.parquet"), t["records"], files))
     return Capture(path=summary["path"], ports=tuple(m["ports"]), frames=tables["frames"], packets=tables["packets"],
                    connections=tables["connections"], anomalies=tables["anomalies"], records=records,
                    bodies=tables.get("bodies"), summary=summary)
+
+
+def read_records(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """The dataset's `records` table (every packet of the file), as `load` gave it."""
+    root = Path(path)
+    summary = _from_json(manifest(root)["summary"])
+    return _restore(_read_parquet(root / "capture" / "records.parquet"), _template()["records"],
+                    {"source_file": [f["name"] for f in summary["files"]]})
+
+
+def facts(path: str | os.PathLike[str]) -> CaptureFacts:
+    """What every partition's step needs to know of the whole capture, read from the records'
+    timestamp column alone (`amqpcap.partition.facts_of` for an in-memory capture)."""
+    import pyarrow.parquet as pq
+
+    manifest(path)
+    ts = pq.read_table(Path(path) / "capture" / "records.parquet", columns=["ts"], partitioning=None)["ts"]
+    return facts_from_ts(ts.cast("int64").to_numpy())

@@ -15,6 +15,7 @@ import pandas as pd
 
 from ..analysis import AnalyzerResult, Plot, analyzer
 from ..capture import Capture
+from ..partition import CaptureFacts, Split, merge_rows, run_whole
 
 #: Wireshark's `-z plen,tree` bucket lower bounds (bytes); the last bucket is open-ended.
 #: Spelled exactly as tshark prints them so `packet_sizes.bins` compares 1:1 with tshark.
@@ -106,32 +107,38 @@ def _stream_direction(gk: np.ndarray) -> dict[str, np.ndarray]:
     return {"stream": (gk // 2).astype(np.int32), "direction": np.where(gk % 2 == 1, "s2c", "c2s")}
 
 
-def packet_size_table(cap: Capture, gk: np.ndarray | None = None) -> pd.DataFrame:
-    """plen buckets for the whole capture (stream <NA>, direction `all`; every bucket) and per stream
-    and direction (the buckets it uses) (`gk`: _gk(cap.packets), when the caller already has it)."""
+def stream_size_rows(p: pd.DataFrame, gk: np.ndarray | None = None) -> pd.DataFrame:
+    """plen bucket counts per stream and direction, only the buckets it uses (a capture of a
+    million short connections would otherwise get ten rows each): stream, direction, b (bucket
+    index), count, percent (of the stream direction). `gk`: _gk(p), when the caller has it."""
+    n_b = len(PLEN_LABELS)
+    if not len(p):
+        return pd.DataFrame({"stream": pd.array([], dtype="Int32"), "direction": np.array([], dtype=object),
+                             "b": np.zeros(0, np.int64), "count": np.zeros(0, np.int64), "percent": np.zeros(0)})
+    gk = _gk(p) if gk is None else gk
+    bucket = plen_bucket(p["frame_len"].to_numpy())
+    cell, n = np.unique(gk * n_b + bucket, return_counts=True)  # (group × bucket) counts
+    group = cell // n_b
+    totals = np.bincount(group, weights=n)[group]
+    return pd.DataFrame({
+        "stream": pd.array((group // 2).astype(np.int32), dtype="Int32"),
+        "direction": pd.Categorical.from_codes((group % 2).astype(np.int8), categories=["c2s", "s2c"]).astype(object),
+        "b": cell % n_b,
+        "count": n.astype(np.int64), "percent": np.round(n * 100.0 / totals, PERCENT_DECIMALS),
+    })
+
+
+def packet_size_table(whole: np.ndarray, streams: pd.DataFrame) -> pd.DataFrame:
+    """plen buckets for the whole capture (stream <NA>, direction `all`; every bucket; `whole`:
+    plen_counts of the records) then per stream and direction (`streams`: stream_size_rows)."""
     n_b = len(PLEN_LABELS)
     lo = np.asarray(PLEN_EDGES_BYTES)
     hi = pd.array(np.r_[lo[1:] - 1, 0], dtype="Int64")
     hi[n_b - 1] = pd.NA
-    whole = plen_counts(cap.records["frame_len"])
     parts = [pd.DataFrame({"stream": pd.array([pd.NA] * n_b, dtype="Int32"), "direction": "all", "b": np.arange(n_b),
                            "count": whole, "percent": _percent(whole, int(whole.sum()))})]
-    p = cap.packets
-    if len(p):
-        gk = _gk(p) if gk is None else gk
-        bucket = plen_bucket(p["frame_len"].to_numpy())
-        # (group × bucket) counts; per stream direction only the buckets it uses get a row
-        # (a capture of a million short connections would otherwise get ten rows each).
-        cell, n = np.unique(gk * n_b + bucket, return_counts=True)
-        group = cell // n_b
-        totals = np.bincount(group, weights=n)[group]
-        pc = np.round(n * 100.0 / totals, PERCENT_DECIMALS)
-        parts.append(pd.DataFrame({
-            "stream": pd.array((group // 2).astype(np.int32), dtype="Int32"),
-            "direction": pd.Categorical.from_codes((group % 2).astype(np.int8), categories=["c2s", "s2c"]).astype(object),
-            "b": cell % n_b,
-            "count": n, "percent": pc,
-        }))
+    if len(streams):
+        parts.append(streams)
     out = pd.concat(parts, ignore_index=True)
     b = out.pop("b").to_numpy()
     out.insert(2, "range", np.asarray(PLEN_LABELS)[b])
@@ -158,10 +165,13 @@ def payload_size_table(gk: np.ndarray, size: np.ndarray) -> pd.DataFrame:
     out["min_bytes"] = size[start]
     for q in (10, 50, 90, 99):
         # Linear interpolation between order statistics, as numpy/pandas quantile does.
-        pos = start + (n - 1) * (q / 100)
-        lo_i = np.floor(pos).astype(np.int64)
+        # The position within the group, not within the array: the value must not depend on
+        # where the group sits (which other connections share the partition).
+        pos = (n - 1) * (q / 100)
+        below = np.floor(pos)
+        lo_i = start + below.astype(np.int64)
         hi_i = np.minimum(lo_i + 1, start + n - 1)
-        out[f"p{q}_bytes"] = size[lo_i] + (size[hi_i] - size[lo_i]) * (pos - lo_i)
+        out[f"p{q}_bytes"] = size[lo_i] + (size[hi_i] - size[lo_i]) * (pos - below)
     out["max_bytes"] = size[start + n - 1]
     return out[cols]
 
@@ -250,8 +260,14 @@ def settled_by_ack(frames: pd.DataFrame) -> pd.DataFrame:
     return acks.assign(settled=settled)
 
 
-def throughput_table(cap: Capture, t0_ns: int, width_s: float, n_bins: int) -> pd.DataFrame:
-    """Per direction and time bin: Mbit/s on the wire, payload Mbit/s, packets/s and messages/s."""
+#: the throughput timeline's quantities, summed per (time bin, direction) by `throughput_bins`
+THROUGHPUT_SUMS = ("wire_bytes", "payload_bytes", "packets", "published", "delivered", "acked")
+
+
+def throughput_bins(cap: Capture, t0_ns: int, width_s: float, n_bins: int) -> dict[str, np.ndarray]:
+    """Per quantity (THROUGHPUT_SUMS) an (n_bins, 2) array of sums per time bin and direction
+    (column D is DIRECTIONS[D]). Every value summed is a whole number, so sums of partitions
+    add up exactly (float64 is exact below 2⁵³)."""
     p, f = cap.packets, cap.frames
     w_ns = int(round(width_s * 1e9))
 
@@ -264,25 +280,31 @@ def throughput_table(cap: Capture, t0_ns: int, width_s: float, n_bins: int) -> p
     is_pub = _is_method(f, ["basic.publish"])
     is_dlv = _is_method(f, DELIVER_METHODS)
     acks = settled_by_ack(f)
-    frame_len = p["frame_len"].to_numpy(np.float64)
-    payload = p["payload_bytes"].to_numpy(np.float64)
-    # One bincount per quantity on the key bin·2 + direction (no per-direction masks over the
-    # million packets); column D of the (n_bins, 2) result is direction D. Each bin still sums
-    # its values in packet order, as a masked bincount would.
-    def per_bin(key, weights=None):
-        return np.bincount(key, weights=weights, minlength=2 * n_bins).reshape(n_bins, 2)
 
-    wire_b = per_bin(p_key, frame_len)
-    pay_b = per_bin(p_key, payload)
-    pk_b = per_bin(p_key)
-    pub_b = per_bin(bin_key(f_ns[is_pub], f_s2c[is_pub]))
-    dlv_b = per_bin(bin_key(f_ns[is_dlv], f_s2c[is_dlv]))
-    ack_b = per_bin(bin_key(_ns(acks["ts"]), (acks["direction"] == "s2c").to_numpy()), acks["settled"].to_numpy(np.float64))
+    # One bincount per quantity on the key bin·2 + direction (no per-direction masks over the
+    # million packets).
+    def per_bin(key, weights=None):
+        return np.bincount(key, weights=weights, minlength=2 * n_bins).astype(np.float64).reshape(n_bins, 2)
+
+    return {
+        "wire_bytes": per_bin(p_key, p["frame_len"].to_numpy(np.float64)),
+        "payload_bytes": per_bin(p_key, p["payload_bytes"].to_numpy(np.float64)),
+        "packets": per_bin(p_key),
+        "published": per_bin(bin_key(f_ns[is_pub], f_s2c[is_pub])),
+        "delivered": per_bin(bin_key(f_ns[is_dlv], f_s2c[is_dlv])),
+        "acked": per_bin(bin_key(_ns(acks["ts"]), (acks["direction"] == "s2c").to_numpy()),
+                         acks["settled"].to_numpy(np.float64)),
+    }
+
+
+def throughput_table(bins: dict[str, np.ndarray], t0_ns: int, width_s: float, n_bins: int) -> pd.DataFrame:
+    """Per direction and time bin: Mbit/s on the wire, payload Mbit/s, packets/s and messages/s."""
+    w_ns = int(round(width_s * 1e9))
     out = []
     start_s = np.arange(n_bins) * width_s
     for D, d in enumerate(DIRECTIONS):
-        wire, pay, pk = wire_b[:, D], pay_b[:, D], pk_b[:, D]
-        pub, dlv, ack = pub_b[:, D], dlv_b[:, D], ack_b[:, D]
+        wire, pay, pk = bins["wire_bytes"][:, D], bins["payload_bytes"][:, D], bins["packets"][:, D]
+        pub, dlv, ack = bins["published"][:, D], bins["delivered"][:, D], bins["acked"][:, D]
         out.append(pd.DataFrame({
             "start_s": start_s,
             "ts": pd.to_datetime(t0_ns + np.arange(n_bins, dtype=np.int64) * w_ns, utc=True),
@@ -399,31 +421,46 @@ def _plot_throughput(tp: pd.DataFrame, width_s: float):
     return draw
 
 
-def _plot_segment_sizes(ts: pd.Series, is_data: np.ndarray, size: np.ndarray, s2c: np.ndarray, t0_ns: int,
-                        duration_s: float):
+#: the segment-size plot's payload axis: quarter-octave bins from 1 byte to 4 GiB, fixed so that
+#: the histograms of partitions add up (the plot shows the rows that hold segments)
+SEGMENT_SIZE_EDGES = 2.0 ** (np.arange(0, 32 * 4 + 1) / 4)
+
+
+def segment_time_edges(duration_s: float) -> np.ndarray:
+    # Half the timeline resolution: each cell then holds enough segments for the colour to mean something.
+    return np.linspace(0, max(duration_s, 1e-6), TARGET_TIME_BINS // 2 + 1)
+
+
+def segment_histograms(ts_ns: np.ndarray, size: np.ndarray, s2c: np.ndarray, facts: CaptureFacts) -> np.ndarray:
+    """Data segments per (direction, time cell, payload size cell): a (2, time cells, size cells)
+    array of counts, the time axis over the whole capture."""
+    t_s = (ts_ns - facts.t0_ns) / 1e9
+    x_edges = segment_time_edges(facts.duration_s)
+    return np.stack([np.histogram2d(t_s[s2c == (d == "s2c")], size[s2c == (d == "s2c")].astype(np.float64),
+                                    bins=(x_edges, SEGMENT_SIZE_EDGES))[0] for d in DIRECTIONS])
+
+
+def _plot_segment_sizes(hist: np.ndarray, segments: np.ndarray, duration_s: float):
+    """`hist`: segment_histograms (summed over partitions); `segments`: data segments per direction."""
     # A 2D histogram (time × payload size) per direction: any number of segments renders as one image.
     def draw(path: Path) -> None:
         import matplotlib.pyplot as plt
         from matplotlib.colors import LogNorm
 
-        # Converted here, not when the analyzer runs: most runs never draw the plot.
-        t_s = (_ns(ts)[is_data] - t0_ns) / 1e9
-        sz = size.astype(np.float64)
-
+        x_edges = segment_time_edges(duration_s)
+        used = np.flatnonzero(hist.sum(axis=(0, 1)))
+        lo, hi = (int(used[0]), int(used[-1]) + 1) if len(used) else (0, 4)
+        y_edges = SEGMENT_SIZE_EDGES[lo:hi + 1]
         fig, axes = plt.subplots(2, 1, figsize=(10, 7), sharex=True, sharey=True)
-        # Half the timeline resolution: each cell then holds enough segments for the colour to mean something.
-        x_edges = np.linspace(0, max(duration_s, 1e-6), TARGET_TIME_BINS // 2 + 1)
-        y_edges = np.logspace(0, np.log10(max(2.0, sz.max() * 1.05 if len(sz) else 2.0)), 60)
         mesh = None
-        for ax, d in zip(axes, DIRECTIONS):
-            m = s2c == (d == "s2c")
-            h, _, _ = np.histogram2d(t_s[m], sz[m], bins=(x_edges, y_edges))
+        for D, (ax, d) in enumerate(zip(axes, DIRECTIONS)):
+            h = hist[D][:, lo:hi]
             if h.any():
                 mesh = ax.pcolormesh(x_edges, y_edges, np.ma.masked_equal(h.T, 0), norm=LogNorm(vmin=1, vmax=max(h.max(), 2)),
                                      cmap="viridis", shading="flat")
             ax.set_yscale("log")
             ax.set_ylabel("TCP payload (bytes)")
-            ax.set_title(f"{d}: {int(m.sum()):,} data segments")
+            ax.set_title(f"{d}: {int(segments[D]):,} data segments")
             ax.grid(alpha=0.3)
         axes[1].set_xlabel("time since capture start (s)")
         if mesh is not None:
@@ -443,9 +480,15 @@ def _plot_segment_sizes(ts: pd.Series, is_data: np.ndarray, size: np.ndarray, s2
 # ------------------------------------------------------------------------------------------ analyzer
 
 
-@analyzer("sizes")
-def sizes(cap: Capture) -> AnalyzerResult:
-    """Packet sizes (Wireshark plen buckets), frames per packet and throughput over time."""
+def time_bins(facts: CaptureFacts) -> tuple[float, int]:
+    """The throughput timeline's bin width (s) and number of bins over the whole capture."""
+    width_s = bin_width_s(facts.duration_s)
+    return width_s, int(np.floor(facts.duration_s / width_s)) + 1
+
+
+def sizes_partial(cap: Capture, facts: CaptureFacts) -> dict[str, Any]:
+    """What a partition of whole connections contributes: its connections' rows of the per-stream
+    tables (with their sort keys), throughput sums per time bin, segment-size histograms."""
     p, f = cap.packets, cap.frames
     # Data packets (TCP payload > 0) as plain arrays: filtering the whole table would copy every column.
     payload = p["payload_bytes"].to_numpy()
@@ -455,45 +498,63 @@ def sizes(cap: Capture) -> AnalyzerResult:
     # Rows first, then the int64 conversion: only the data rows are converted.
     d_pkt = p["packet"].to_numpy()[is_data].astype(np.int64)
     d_size = payload[is_data].astype(np.int64)
-
-    sizes_t = packet_size_table(cap, gk)
-    whole = sizes_t[sizes_t["direction"] == "all"]
-    amqp = sizes_t[sizes_t["direction"] != "all"]
-    payload_t = payload_size_table(d_gk, d_size)
-    fpp = frames_per_packet_table(d_gk, p["frames_ended"].to_numpy()[is_data].astype(np.int64))
     span = packets_per_frame(f, d_gk, d_pkt)
     ppf = packets_per_frame_table(f, span)
+    ppf.insert(0, "_type", f["type"].cat.categories.get_indexer(ppf["type"]))
+    width_s, n_bins = time_bins(facts)
+    s2c = d_gk % 2 == 1
+    return {
+        "streams": stream_size_rows(p, gk),
+        "payload": payload_size_table(d_gk, d_size),
+        "fpp": frames_per_packet_table(d_gk, p["frames_ended"].to_numpy()[is_data].astype(np.int64)),
+        "ppf": ppf,
+        "throughput": throughput_bins(cap, facts.t0_ns, width_s, n_bins),
+        "segment_hist": segment_histograms(_ns(p["ts"])[is_data], d_size, s2c, facts),
+        "segments": np.array([int((~s2c).sum()), int(s2c.sum())]),
+    }
 
-    rec_ts = cap.records["ts"]
-    if len(rec_ts):
-        t0_ns, t1_ns = int(_ns(rec_ts).min()), int(_ns(rec_ts).max())
-    else:
-        t0_ns = t1_ns = 0
-    duration_s = (t1_ns - t0_ns) / 1e9
-    width_s = bin_width_s(duration_s)
-    n_bins = int(np.floor(duration_s / width_s)) + 1
-    tp = throughput_table(cap, t0_ns, width_s, n_bins)
 
-    total = int(whole["count"].sum())
+def sizes_records(records: pd.DataFrame, facts: CaptureFacts) -> np.ndarray:
+    """plen bucket counts of every packet in the file (AMQP or not)."""
+    return plen_counts(records["frame_len"])
+
+
+def sizes_merge(partials: list[dict[str, Any]], whole: np.ndarray, facts: CaptureFacts, cap: Capture) -> AnalyzerResult:
+    """The result from the partitions' partials and the records' plen counts (`whole`)."""
+    def rows(name: str, key: list[str]) -> pd.DataFrame:
+        return merge_rows([q[name] for q in partials], key)
+
+    sizes_t = packet_size_table(whole, rows("streams", ["stream", "direction", "b"]))
+    whole_t = sizes_t[sizes_t["direction"] == "all"]
+    amqp = sizes_t[sizes_t["direction"] != "all"]
+    payload_t = rows("payload", ["stream", "direction"])
+    fpp = rows("fpp", ["stream", "direction", "frames_per_packet"])
+    ppf = rows("ppf", ["stream", "direction", "_type", "packets_per_frame"])
+    width_s, n_bins = time_bins(facts)
+    bins = {k: np.sum([q["throughput"][k] for q in partials], axis=0) for k in THROUGHPUT_SUMS}
+    tp = throughput_table(bins, facts.t0_ns, width_s, n_bins)
+
+    total = int(whole_t["count"].sum())
     fpp_all = fpp.groupby("frames_per_packet")["packets"].sum() if len(fpp) else pd.Series(dtype=np.int64)
     # Frames per span from the (small) table, not a value_counts over every frame.
-    ppf_all = ppf.groupby("packets_per_frame")["frames"].sum() if len(span) else pd.Series(dtype=np.int64)
+    ppf_all = ppf.groupby("packets_per_frame")["frames"].sum() if len(ppf) else pd.Series(dtype=np.int64)
     summary = {
         "packet_sizes": {
             "bins": [{"range": r, "count": int(c), "percent": float(pc)}
-                     for r, c, pc in zip(whole["range"], whole["count"], whole["percent"])],
+                     for r, c, pc in zip(whole_t["range"], whole_t["count"], whole_t["percent"])],
             "total": total,
         },
         "frames_per_packet": {str(int(k)): int(v) for k, v in fpp_all.items()},
         "packets_per_frame": {str(int(k)): int(v) for k, v in ppf_all.items()},
-        "throughput": throughput_summary(tp, duration_s, width_s),
+        "throughput": throughput_summary(tp, facts.duration_s, width_s),
     }
+    hist = np.sum([q["segment_hist"] for q in partials], axis=0)
+    segments = np.sum([q["segments"] for q in partials], axis=0)
     plots = [
-        Plot("sizes-packet-sizes", "Packet sizes (Wireshark plen buckets)", _plot_packet_sizes(whole, amqp)),
+        Plot("sizes-packet-sizes", "Packet sizes (Wireshark plen buckets)", _plot_packet_sizes(whole_t, amqp)),
         Plot("sizes-frames-per-packet", "AMQP frames per TCP data packet", _plot_frames_per_packet(fpp)),
         Plot("sizes-throughput", "Throughput per direction over time", _plot_throughput(tp, width_s)),
-        Plot("sizes-segment-sizes", "TCP segment sizes over time", _plot_segment_sizes(
-            p["ts"], is_data, d_size, d_gk % 2 == 1, t0_ns, duration_s)),
+        Plot("sizes-segment-sizes", "TCP segment sizes over time", _plot_segment_sizes(hist, segments, facts.duration_s)),
     ]
     tables = {
         "packet-sizes": sizes_t,
@@ -503,3 +564,12 @@ def sizes(cap: Capture) -> AnalyzerResult:
         "throughput": tp,
     }
     return AnalyzerResult("sizes", tables=tables, summary=summary, findings=[], plots=plots)
+
+
+SPLIT = Split(partial=sizes_partial, merge=sizes_merge, records=sizes_records)
+
+
+@analyzer("sizes", split=SPLIT)
+def sizes(cap: Capture) -> AnalyzerResult:
+    """Packet sizes (Wireshark plen buckets), frames per packet and throughput over time."""
+    return run_whole(SPLIT, cap)

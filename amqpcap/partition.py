@@ -1,0 +1,84 @@
+"""Analyzers that split: a step per partition of whole connections, and a merge (issue 13).
+
+A partition is a `Capture` holding some connections whole (their connections row, packets,
+frames, anomalies and bodies) — a bucket of a dataset (`amqpcap.dataset`), or the whole capture.
+The file's `records` (every packet, AMQP or not) are the capture's own, not a connection's: an
+analyzer that needs them has a separate step over them.
+
+An analyzer that splits registers a `Split` (``@analyzer(name, split=...)``):
+
+- ``partial(part, facts)``: what the partition contributes (counts, histograms, the rows of its
+  own connections), small and picklable: it travels from a worker to the merge;
+- ``records(records, facts)`` (optional): the same over the capture's `records`;
+- ``merge(partials, records_partial, facts, whole)``: the `AnalyzerResult`, from the partials;
+  ``whole`` is the capture's own connections table and summary (one row per connection: what
+  names a connection in a finding), never its packets or frames.
+
+Run in one process, the analyzer is its own split over one partition (`run_whole`): there is one
+code path, so a dataset analysed in any number of partitions gives the in-memory result.
+`facts` are what every step needs to know about the whole capture before it starts (the time
+axis of the timelines): `facts_of` a capture, `amqpcap.dataset.facts` of a dataset.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from .capture import Capture
+
+
+@dataclass(frozen=True)
+class CaptureFacts:
+    """What a partition's step knows about the whole capture."""
+
+    #: earliest and latest record timestamp (ns since the epoch; records may be out of order in
+    #: a file), 0 and 0 for a capture without records
+    t0_ns: int
+    t1_ns: int
+
+    @property
+    def duration_s(self) -> float:
+        return (self.t1_ns - self.t0_ns) / 1e9
+
+
+def facts_from_ts(ts_ns: np.ndarray) -> CaptureFacts:
+    if not len(ts_ns):
+        return CaptureFacts(0, 0)
+    return CaptureFacts(int(ts_ns.min()), int(ts_ns.max()))
+
+
+def facts_of(cap: Capture) -> CaptureFacts:
+    """The facts of an in-memory capture (its records' time span)."""
+    ts = cap.records["ts"]
+    return facts_from_ts(np.asarray(ts.dt.as_unit("ns").array.asi8, dtype=np.int64))
+
+
+Partial = Any
+
+
+@dataclass(frozen=True)
+class Split:
+    partial: Callable[[Capture, CaptureFacts], Partial]
+    merge: Callable[[list, Partial, CaptureFacts, Capture], Any]
+    records: Callable[[pd.DataFrame, CaptureFacts], Partial] | None = None
+
+
+def run_whole(split: Split, cap: Capture) -> Any:
+    """The analyzer on an in-memory capture: its split over the one partition that is all of it."""
+    facts = facts_of(cap)
+    rec = split.records(cap.records, facts) if split.records else None
+    return split.merge([split.partial(cap, facts)], rec, facts, cap)
+
+
+def merge_rows(parts: list[pd.DataFrame], key: list[str]) -> pd.DataFrame:
+    """Rows of several partitions in the order one partition holding them all gives: sorted by
+    `key` (unique per row within the capture), the key's helper columns (named ``_*``) dropped."""
+    parts = [p for p in parts if len(p)] or parts[:1]
+    out = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0].reset_index(drop=True)
+    if len(parts) > 1:
+        out = out.sort_values(key, kind="stable", ignore_index=True)
+    return out.drop(columns=[c for c in out.columns if c.startswith("_")])

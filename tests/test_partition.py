@@ -1,0 +1,91 @@
+"""Analyzers that split (amqpcap.partition): on every fixture, the partition steps over a
+dataset's buckets merged give exactly what the analyzer gives on the capture in memory (tables,
+summary, plots' data), for several bucket counts; the engine's run on a local Dask cluster
+gives the in-process run's summary.json and tables."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import amqpcap
+from amqpcap import dataset
+from amqpcap.analysis import analyzers, run_all, splits
+from amqpcap.partition import facts_of
+from amqpcap.report import build_summary
+
+FIX = Path(__file__).resolve().parent.parent / "fixtures"
+FIXTURES = sorted(p.name for p in FIX.iterdir() if p.name.endswith((".pcap", ".pcapng", ".pcap.gz")))
+
+
+def test_some_analyzer_splits():
+    # the registry is what the engine distributes: an empty one would make the tests below vacuous
+    assert {"sizes", "nagle"} <= set(splits())
+
+
+def assert_same_result(got, want):
+    assert got.summary == want.summary
+    assert list(got.tables) == list(want.tables)
+    for name in want.tables:
+        pd.testing.assert_frame_equal(got.tables[name], want.tables[name], check_exact=True, obj=name)
+    assert [p.name for p in got.plots] == [p.name for p in want.plots]
+    assert [f.to_json() for f in got.findings] == [f.to_json() for f in want.findings]
+    assert [f.impact for f in got.findings] == [f.impact for f in want.findings]
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_partitions_merged_are_the_whole_capture(name, tmp_path):
+    cap = amqpcap.load(FIX / name)
+    buckets = 4
+    root = dataset.write(cap, tmp_path / "ds", buckets=buckets)
+    facts = dataset.facts(root)
+    assert facts == facts_of(cap)
+    parts = [dataset.read(root, [k]) for k in range(buckets)]
+    # the partitions hold every connection once
+    assert sorted(s for p in parts for s in p.connections["stream"]) == sorted(cap.connections["stream"])
+    for an, split in splits().items():
+        partials = [split.partial(p, facts) for p in parts]
+        rec = split.records(dataset.read_records(root), facts) if split.records else None
+        assert_same_result(split.merge(partials, rec, facts, cap), analyzers()[an][0](cap))
+
+
+def test_a_partition_order_does_not_matter(tmp_path):
+    cap = amqpcap.load(FIX / "prefetch-consumers.pcap")
+    root = dataset.write(cap, tmp_path / "ds", buckets=5)
+    facts = dataset.facts(root)
+    parts = [dataset.read(root, [k]) for k in range(5)]
+    split = splits()["sizes"]
+    rec = split.records(dataset.read_records(root), facts)
+    forward = split.merge([split.partial(p, facts) for p in parts], rec, facts, cap)
+    backward = split.merge([split.partial(p, facts) for p in reversed(parts)], rec, facts, cap)
+    assert_same_result(backward, forward)
+
+
+def test_segment_histogram_counts_every_data_segment():
+    cap = amqpcap.load(FIX / "flow-control.pcap.gz")
+    split = splits()["sizes"]
+    partial = split.partial(cap, facts_of(cap))
+    data = cap.packets["payload_bytes"].to_numpy() > 0
+    s2c = (cap.packets["direction"] == "s2c").to_numpy()
+    assert partial["segment_hist"][0].sum() == (data & ~s2c).sum()
+    assert partial["segment_hist"][1].sum() == (data & s2c).sum()
+    assert list(partial["segments"]) == [(data & ~s2c).sum(), (data & s2c).sum()]
+
+
+def test_the_engine_on_a_local_cluster_gives_the_in_process_result(tmp_path):
+    from amqpcap import engine
+
+    cap = amqpcap.load(FIX / "prefetch-consumers.pcap")
+    root = dataset.write(cap, tmp_path / "ds", buckets=6)
+    stored = amqpcap.load(root)
+    with engine.client(workers=2) as c:
+        got = engine.analyze(root, stored, c)
+    want = run_all(stored)
+    assert [r.name for r in got] == [r.name for r in want]
+    for g, w in zip(got, want):
+        assert_same_result(g, w)
+    assert json.dumps(build_summary(stored, got)) == json.dumps(build_summary(stored, want))
