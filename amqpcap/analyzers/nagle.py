@@ -21,6 +21,7 @@ from ..derive.labels import who
 from ..derive.stream_order import HI_SHIFT as _HI_SHIFT
 from ..derive.stream_order import running_last as _running_last
 from ..derive.stream_order import stream_order
+from ..partition import CaptureFacts, Split, merge_rows, run_whole
 
 # ----------------------------------------------------------------------------------- definitions
 
@@ -584,10 +585,27 @@ def _plot_small_share(cap: Capture, d: pd.DataFrame):
 # ---------------------------------------------------------------------------------------- analyzer
 
 
-@analyzer("nagle")
-def nagle(cap: Capture) -> AnalyzerResult:
-    """Small TCP segments, unbatched writes and Nagle/delayed-ACK stalls per connection direction."""
+def nagle_partial(cap: Capture, facts: CaptureFacts) -> dict[str, Any]:
+    """A partition's directions and stalls, and the segments in coalescable runs that a finding
+    may cite (the first EXAMPLE_PACKETS of each direction: a finding cites the first ones of the
+    directions it names, in segment order)."""
     seg, d, stalls = analyze_segments(cap)
+    rows = np.flatnonzero(seg["in_run"])
+    g = seg["g"][rows]
+    first = np.r_[True, g[1:] != g[:-1]] if len(g) else np.zeros(0, bool)
+    rank = np.arange(len(g)) - np.maximum.accumulate(np.where(first, np.arange(len(g)), 0)) if len(g) else g
+    keep = rows[rank < EXAMPLE_PACKETS]
+    return {"directions": d, "stalls": stalls,
+            "runs": {"g": seg["g"][keep], "packet": seg["packet"][keep], "_rank": rank[rank < EXAMPLE_PACKETS]}}
+
+
+def nagle_merge(partials: list[dict[str, Any]], records: None, facts: CaptureFacts, cap: Capture) -> AnalyzerResult:
+    """Directions and stalls of all partitions; the findings and summary from them."""
+    d = merge_rows([q["directions"] for q in partials], ["stream", "direction"])
+    stalls = merge_rows([q["stalls"] for q in partials], ["stream", "direction", "packet"])
+    runs = pd.DataFrame({k: np.concatenate([q["runs"][k] for q in partials]) for k in ("g", "packet", "_rank")})
+    runs = runs.sort_values(["g", "_rank"], kind="stable")
+    seg = {"g": runs["g"].to_numpy(), "packet": runs["packet"].to_numpy(), "in_run": np.ones(len(runs), bool)}
     findings = [f for f in (small_packets_finding(cap, seg, d), nagle_finding(cap, d, stalls)) if f is not None]
     summary: dict[str, Any] = {
         "nagle": {
@@ -605,3 +623,12 @@ def nagle(cap: Capture) -> AnalyzerResult:
         plots.append(Plot("nagle-stalls", "Nagle / delayed-ACK stalls", _plot_stalls(stalls)))
     return AnalyzerResult("nagle", tables={"directions": d.drop(columns=["broker_port"]), "stalls": stalls},
                           summary=summary, findings=findings, plots=plots)
+
+
+SPLIT = Split(partial=nagle_partial, merge=nagle_merge)
+
+
+@analyzer("nagle", split=SPLIT)
+def nagle(cap: Capture) -> AnalyzerResult:
+    """Small TCP segments, unbatched writes and Nagle/delayed-ACK stalls per connection direction."""
+    return run_whole(SPLIT, cap)
