@@ -127,6 +127,12 @@ def ports_of(port: Optional[List[int]], add_port: Optional[List[int]] = None) ->
     return tuple(dict.fromkeys([*(port or DEFAULT_PORTS), *(add_port or [])]))
 
 
+SchedulerOpt = typer.Option(
+    None, "--scheduler", metavar="ADDRESS",
+    help="analyse a dataset on Dask: the scheduler's address (tcp://HOST:PORT; the workers must see the "
+         "dataset at the same path), or `local` for a cluster of this machine's cores")
+
+
 def _load(capture: Path | List[Path], port: Optional[List[int]], limit: Optional[List[str]] = None, bodies: bool = False,
           tls_keylog: Optional[Path] = None, add_port: Optional[List[int]] = None, strict: bool = False) -> Capture:
     if isinstance(capture, list) and len(capture) == 1:
@@ -457,17 +463,24 @@ def _analyzer_command(name: str, fn, help_text: str):
 def analyze(capture: List[Path] = CapturesArg, port: Optional[List[int]] = PortOpt,
             add_port: Optional[List[int]] = AddPortOpt, out_dir: Optional[Path] = OutOpt,
             fmt: str = FormatOpt, plots: bool = PlotsOpt, limit: Optional[List[str]] = LimitOpt,
-            bodies: bool = BodiesOpt, tls_keylog: Optional[Path] = KeylogOpt, strict: bool = StrictOpt) -> None:
+            bodies: bool = BodiesOpt, tls_keylog: Optional[Path] = KeylogOpt, strict: bool = StrictOpt,
+            scheduler: Optional[str] = SchedulerOpt,
+            workers: Optional[int] = typer.Option(None, "--workers", min=1, max=256,
+                                                  help="with --scheduler local: worker processes (default: one per core)")) -> None:
     """Run every analyzer: findings first (who is to blame, with evidence), then the numbers."""
     from .report import build_summary, write_outputs
 
     if bodies and out_dir is None:
         raise UsageError("--bodies needs --out DIR: the bodies are written there, never printed")
     _check_outputs(fmt, out_dir)
+    dataset_path = _dataset_for(capture, scheduler)
     cap = _load(capture, port, limit, bodies=bodies, tls_keylog=tls_keylog, add_port=add_port, strict=strict)
     require_amqp(cap)
-    with _analyzing_progress() as progress:
-        results = run_all(cap, progress=progress)
+    if dataset_path is not None:
+        results = _analyze_on_dask(dataset_path, cap, scheduler, workers)
+    else:
+        with _analyzing_progress() as progress:
+            results = run_all(cap, progress=progress)
     summary = build_summary(cap, results)
     findings = rank([f for r in results for f in r.findings])
     out.print(_capture_line(cap), highlight=False)
@@ -482,6 +495,29 @@ def analyze(capture: List[Path] = CapturesArg, port: Optional[List[int]] = PortO
         with _Writing(out_dir):
             written = write_outputs(cap, results, summary, out_dir, fmt, plots)
         err.print(f"{len(written)} files written to {out_dir}", highlight=False, soft_wrap=True)
+
+
+def _dataset_for(capture: List[Path], scheduler: Optional[str]) -> Optional[Path]:
+    """The dataset to analyse on Dask when --scheduler is given, else None."""
+    if scheduler is None:
+        return None
+    from .dataset import is_dataset
+
+    if len(capture) != 1 or not is_dataset(capture[0]):
+        raise UsageError("--scheduler analyses a dataset: write one first with "
+                         "`amqpcap ingest CAPTURE... --out DATASET`, then `amqpcap analyze DATASET --scheduler ...`")
+    return capture[0]
+
+
+def _analyze_on_dask(path: Path, cap: Capture, scheduler: str, workers: Optional[int]):
+    from . import engine
+
+    with engine.client(None if scheduler == "local" else scheduler, workers) as client:
+        link = getattr(client, "dashboard_link", None)
+        if link:
+            err.print(f"Dask dashboard: {link}", highlight=False, soft_wrap=True)
+        with _analyzing_progress() as progress:
+            return engine.analyze(path, cap, client, progress=progress)
 
 
 @app.command()

@@ -1,0 +1,135 @@
+"""A dataset analysed on Dask (`dask.distributed`): a task per bucket, merged here (issue 13).
+
+Each analyzer that splits (`amqpcap.partition.Split`) runs its partition step on every bucket
+of the dataset, in a task of its own on a Dask worker, and its step over the capture's
+`records` in one more; this process merges the partials. Dask schedules the tasks, moves the
+partials and recomputes the tasks of a worker that dies; nothing here retries or schedules.
+
+The analyzers that do not split yet run in this process on the capture read whole, while the
+workers run the partition steps: their memory is not bounded by a partition yet.
+
+The cluster is either an existing one (``scheduler``: its address, ``tcp://host:port``; the
+workers must see the dataset at the same path) or a local one started for the run and stopped
+after it: worker processes (one thread each: the steps hold the GIL part of the time), as many
+as the machine has cores, at most `LOCAL_MAX_WORKERS`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from . import dataset
+from .analysis import AnalyzerResult, analyzers, splits
+from .capture import Capture
+from .errors import AmqpcapError
+from .partition import CaptureFacts
+
+#: a local cluster's workers at most (one per core below that)
+LOCAL_MAX_WORKERS = 8
+#: seconds to wait for an existing scheduler to answer
+CONNECT_TIMEOUT_S = 10
+
+
+class EngineError(AmqpcapError):
+    """The Dask cluster cannot be reached or used."""
+
+    exit_code = 2
+
+
+def bucket_step(path: str, bucket: int, facts: CaptureFacts, names: list[str]) -> dict[str, Any]:
+    """On a worker: the partials of the analyzers `names` over one bucket's connections."""
+    part = dataset.read(path, [bucket])
+    sp = splits()
+    return {name: sp[name].partial(part, facts) for name in names}
+
+
+def records_step(path: str, facts: CaptureFacts, names: list[str]) -> dict[str, Any]:
+    """On a worker: the analyzers' steps over the capture's records (every packet of the file)."""
+    sp = splits()
+    wanted = [n for n in names if sp[n].records is not None]
+    if not wanted:
+        return {}
+    records = dataset.read_records(path)
+    return {name: sp[name].records(records, facts) for name in wanted}
+
+
+@contextmanager
+def client(scheduler: str | None = None, workers: int | None = None) -> Iterator[Any]:
+    """A `distributed.Client` of the cluster at `scheduler`, or of a local cluster of `workers`
+    processes started here (stopped on exit)."""
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:  # pragma: no cover - a dependency
+        raise EngineError("the Dask engine needs dask[distributed]: pip install 'dask[distributed]'") from None
+    if scheduler:
+        try:
+            c = Client(scheduler, timeout=CONNECT_TIMEOUT_S)
+        except (OSError, TimeoutError) as e:
+            raise EngineError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
+        with c:
+            yield c
+        return
+    n = workers or min(os.cpu_count() or 1, LOCAL_MAX_WORKERS)
+    with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0",
+                      silence_logs=logging.ERROR) as cluster, Client(cluster) as c:
+        yield c
+
+
+def analyze(path: str | os.PathLike[str], cap: Capture, c: Any,
+            progress: Callable[[str, int, int], None] | None = None) -> list[AnalyzerResult]:
+    """Every analyzer on the dataset at `path` (`cap`: it read whole, for the analyzers that do
+    not split), the partition steps on the cluster of client `c`; results in `analyzers` order,
+    equal to `amqpcap.analysis.run_all` on `cap`. ``progress(what, done, total)`` as each task
+    or analyzer ends."""
+    from distributed import as_completed
+
+    root = str(Path(path).resolve())
+    m = dataset.manifest(root)
+    facts = dataset.facts(root)
+    sp = splits()
+    names = list(sp)
+    total = m["buckets"] + 1 + len(analyzers()) - len(sp)
+    done = 0
+    futures = {c.submit(bucket_step, root, k, facts, names, key=f"amqpcap-bucket-{k}-{_token(root)}"): k
+               for k in range(m["buckets"])}
+    records_future = c.submit(records_step, root, facts, names, key=f"amqpcap-records-{_token(root)}")
+    futures[records_future] = None
+
+    results: dict[str, AnalyzerResult] = {}
+    # the analyzers that do not split, here, while the workers run the partition steps
+    for name, (fn, _) in analyzers().items():
+        if name not in sp:
+            results[name] = fn(cap)
+            done += 1
+            if progress:
+                progress(name, done, total)
+
+    partials: dict[int, dict[str, Any]] = {}
+    records: dict[str, Any] = {}
+    for fut in as_completed(futures):
+        k = futures[fut]
+        value = fut.result()
+        if k is None:
+            records = value
+        else:
+            partials[k] = value
+        fut.release()
+        done += 1
+        if progress:
+            progress("records" if k is None else f"bucket {k}", done, total)
+    for name, split in sp.items():
+        results[name] = split.merge([partials[k][name] for k in sorted(partials)], records.get(name), facts, cap)
+    return [results[name] for name in analyzers()]
+
+
+def _token(root: str) -> str:
+    """Task keys of one dataset's run: its path and manifest time, so that a rewritten
+    dataset is not served results of the old one."""
+    import hashlib
+
+    stamp = os.stat(Path(root) / dataset.MANIFEST).st_mtime_ns
+    return hashlib.sha1(f"{root}\0{stamp}".encode()).hexdigest()[:12]

@@ -1,0 +1,129 @@
+"""A real distributed run: `dask scheduler` and two `dask worker` processes on 127.0.0.1,
+`amqpcap analyze DATASET --scheduler tcp://127.0.0.1:PORT` as a user types it gives the local
+run's summary.json and tables; a worker killed (SIGKILL) mid-analysis is restarted by its nanny,
+Dask recomputes what it held, and the result is still exact."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import amqpcap
+from amqpcap import dataset
+
+FIX = Path(__file__).resolve().parent.parent / "fixtures"
+BIN = Path(sys.executable).parent
+AMQPCAP = [sys.executable, "-m", "amqpcap"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    pytest.importorskip("distributed")
+    from distributed import Client
+
+    port = free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    dask = [sys.executable, "-m", "dask"]
+    procs = [subprocess.Popen([*dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    for _ in range(2):
+        procs.append(subprocess.Popen([*dask, "worker", address, "--nthreads", "1", "--host", "127.0.0.1",
+                                       "--no-dashboard", "--death-timeout", "60"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    try:
+        with Client(address, timeout=60) as c:
+            c.wait_for_workers(2, timeout=120)
+        yield address
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dist") / "ds"
+    subprocess.run([*AMQPCAP, "ingest", str(FIX / "flow-control.pcap.gz"), "--out", str(root), "--buckets", "24"],
+                   check=True, capture_output=True)
+    return root
+
+
+def outputs(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()
+            and p.suffix in (".json", ".csv")}
+
+
+def test_analyze_on_a_real_cluster_is_the_local_run(cluster, stored, tmp_path):
+    local = subprocess.run([*AMQPCAP, "analyze", str(stored), "--out", str(tmp_path / "local"), "--no-plots"],
+                           capture_output=True, text=True)
+    assert local.returncode == 0, local.stderr
+    dist = subprocess.run([*AMQPCAP, "analyze", str(stored), "--scheduler", cluster, "--out", str(tmp_path / "dist"),
+                           "--no-plots"], capture_output=True, text=True)
+    assert dist.returncode == 0, dist.stderr
+    assert dist.stdout == local.stdout
+    got, want = outputs(tmp_path / "dist"), outputs(tmp_path / "local")
+    assert "summary.json" in want and any(k.startswith("sizes") for k in want)
+    assert got.keys() == want.keys()
+    for k in want:
+        assert got[k] == want[k], k
+
+
+def test_a_worker_killed_mid_analysis_is_replaced_and_the_result_is_exact(cluster, stored):
+    from distributed import Client
+
+    from amqpcap import engine
+    from amqpcap.analysis import run_all
+
+    cap = amqpcap.load(stored)
+    want = run_all(cap)
+    buckets = dataset.manifest(stored)["buckets"]
+    killed: dict = {}
+    with Client(cluster, timeout=60) as c:
+        pids = c.run(os.getpid)  # {worker address: its process (the nanny's child)}
+
+        def progress(what: str, done: int, total: int) -> None:
+            if not what.startswith("bucket") or killed:
+                return
+            # the worker with the most partition work at stake: tasks it runs, results not yet gathered
+            at_stake = {w: {str(k) for k in c.processing().get(w, ()) if str(k).startswith("amqpcap-bucket")}
+                        | {str(k) for k in c.has_what().get(w, ()) if str(k).startswith("amqpcap-bucket")}
+                        for w in pids}
+            address = max(sorted(at_stake), key=lambda w: len(at_stake[w]))
+            os.kill(pids[address], signal.SIGKILL)
+            killed.update(address=address, pid=pids[address], keys=at_stake[address], at_stake=at_stake)
+
+        from distributed import get_task_stream
+
+        with get_task_stream(client=c) as stream:
+            got = engine.analyze(stored, cap, c, progress=progress)
+        # the killed worker held partition work, and every piece of it was done again elsewhere
+        assert killed and killed["keys"], killed
+        elsewhere = {str(t["key"]) for t in stream.data if t["worker"] != killed["address"]}
+        assert killed["keys"] <= elsewhere, (killed, sorted((t["worker"], str(t["key"])) for t in stream.data))
+        # the nanny restarted it: two workers again, the killed process gone
+        c.wait_for_workers(2, timeout=120)
+        deadline = time.monotonic() + 60
+        while killed["pid"] in c.run(os.getpid).values() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert killed["pid"] not in c.run(os.getpid).values()
+    for g, w in zip(got, want):
+        assert g.summary == w.summary, g.name
+        for t in w.tables:
+            assert g.tables[t].equals(w.tables[t]), (g.name, t)
