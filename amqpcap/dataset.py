@@ -239,6 +239,15 @@ def read(path: str | os.PathLike[str], buckets: list[int] | None = None) -> Capt
                    bodies=tables.get("bodies"), summary=summary)
 
 
+def read_outline(path: str | os.PathLike[str]) -> Capture:
+    """The capture's connections table and summary, without packets, frames, bodies or records:
+    what a merge of partition steps needs to name connections (`amqpcap.partition`)."""
+    cap = read(path, [])
+    cap.connections = _read_table(Path(path), "connections", range(manifest(path)["buckets"]),
+                                  _template()["connections"], loose=False)
+    return cap
+
+
 def read_records(path: str | os.PathLike[str]) -> pd.DataFrame:
     """The dataset's `records` table (every packet of the file), as `load` gave it."""
     root = Path(path)
