@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""The analyzers that split, run partition by partition on a local Dask cluster of 1 and of 2
+worker processes, against the same analyzers in one process, in one run.
+
+    python3 benchmarks/engine.py DATASET [--repeat 3]
+
+DATASET: written by `amqpcap ingest CAPTURE --out DATASET --buckets N` (e.g. a capture made by
+make_large_capture.py). Prints, for each way, the best of --repeat wall times of the split
+analyzers (partition steps, records step and merge; reading the dataset included, starting
+the cluster not), the peak RSS of each worker process, and the speed-up of 2 workers over 1.
+
+What it does not time: the analyzers that do not split yet, the overview and the report, which
+`amqpcap analyze --scheduler` still runs in the calling process (docs/dataset.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+from pathlib import Path
+
+import amqpcap
+from amqpcap import dataset, engine
+from amqpcap.analysis import splits
+from amqpcap.partition import run_whole
+
+
+def _worker_peak_rss_mib() -> float:
+    """The worker process's peak resident set (VmHWM; ru_maxrss would count what a forked
+    process inherited)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def split_results_on(c, root: Path, facts) -> None:
+    """engine.analyze's split part: the partition and records steps on the cluster, the merge here."""
+    from distributed import wait
+
+    m = dataset.manifest(root)
+    names = list(splits())
+    futures = [c.submit(engine.bucket_step, str(root), k, facts, names, pure=False) for k in range(m["buckets"])]
+    rec = c.submit(engine.records_step, str(root), facts, names, pure=False)
+    wait(futures + [rec])
+    partials = c.gather(futures)
+    records = rec.result()
+    cap = dataset.read_outline(root)  # the connections table and summary: what the merge reads
+    for name, split in splits().items():
+        split.merge([p[name] for p in partials], records.get(name), facts, cap)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dataset", type=Path)
+    ap.add_argument("--repeat", type=int, default=3)
+    a = ap.parse_args()
+    root = a.dataset.resolve()
+    m = dataset.manifest(root)
+    facts = dataset.facts(root)
+    print(f"dataset {root}: {m['summary']['packets']:,} packets, {m['rows']['connections']:,} connections, "
+          f"{m['buckets']} buckets; split analyzers: {', '.join(splits())}")
+
+    # in one process: the capture read whole, each split analyzer as run_whole (what `analyze` does)
+    t = time.perf_counter()
+    cap = amqpcap.load(root)
+    read_s = time.perf_counter() - t
+    best_whole = float("inf")
+    for _ in range(a.repeat):
+        cap.derived.clear()
+        t = time.perf_counter()
+        for split in splits().values():
+            run_whole(split, cap)
+        best_whole = min(best_whole, time.perf_counter() - t)
+    del cap
+    print(f"{'in one process':>16}: {read_s + best_whole:7.2f} s  (read {read_s:.2f} s + analyzers {best_whole:.2f} s)")
+
+    times = {}
+    for workers in (1, 2):
+        with engine.client(workers=workers) as c:
+            best = float("inf")
+            for _ in range(a.repeat):
+                t = time.perf_counter()
+                split_results_on(c, root, facts)
+                best = min(best, time.perf_counter() - t)
+            rss = sorted(c.run(_worker_peak_rss_mib).values())
+        times[workers] = best
+        print(f"{f'{workers} worker' + 's' * (workers > 1):>16}: {best:7.2f} s  peak RSS per worker "
+              + ", ".join(f"{r:,.0f} MiB" for r in rss))
+    print(f"speed-up, 2 workers over 1: {times[1] / times[2]:.2f}x; 2 workers against one process: "
+          f"{(read_s + best_whole) / times[2]:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
