@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import List, Optional
 
@@ -474,13 +474,17 @@ def analyze(capture: List[Path] = CapturesArg, port: Optional[List[int]] = PortO
         raise UsageError("--bodies needs --out DIR: the bodies are written there, never printed")
     _check_outputs(fmt, out_dir)
     dataset_path = _dataset_for(capture, scheduler)
-    cap = _load(capture, port, limit, bodies=bodies, tls_keylog=tls_keylog, add_port=add_port, strict=strict)
-    require_amqp(cap)
-    if dataset_path is not None:
-        results = _analyze_on_dask(dataset_path, cap, scheduler, workers)
-    else:
+    # the cluster first: an address that does not answer fails before the capture is read
+    with _dask_client(scheduler, workers) if dataset_path is not None else nullcontext() as client:
+        cap = _load(capture, port, limit, bodies=bodies, tls_keylog=tls_keylog, add_port=add_port, strict=strict)
+        require_amqp(cap)
         with _analyzing_progress() as progress:
-            results = run_all(cap, progress=progress)
+            if client is not None:
+                from .engine import analyze as analyze_on_dask
+
+                results = analyze_on_dask(dataset_path, cap, client, progress=progress)
+            else:
+                results = run_all(cap, progress=progress)
     summary = build_summary(cap, results)
     findings = rank([f for r in results for f in r.findings])
     out.print(_capture_line(cap), highlight=False)
@@ -509,15 +513,17 @@ def _dataset_for(capture: List[Path], scheduler: Optional[str]) -> Optional[Path
     return capture[0]
 
 
-def _analyze_on_dask(path: Path, cap: Capture, scheduler: str, workers: Optional[int]):
+@contextmanager
+def _dask_client(scheduler: str, workers: Optional[int]):
+    """A client of the cluster --scheduler names (`local`: one started for the run); its
+    dashboard's link on stderr."""
     from . import engine
 
     with engine.client(None if scheduler == "local" else scheduler, workers) as client:
         link = getattr(client, "dashboard_link", None)
         if link:
             err.print(f"Dask dashboard: {link}", highlight=False, soft_wrap=True)
-        with _analyzing_progress() as progress:
-            return engine.analyze(path, cap, client, progress=progress)
+        yield client
 
 
 @app.command()

@@ -68,7 +68,7 @@ def client(scheduler: str | None = None, workers: int | None = None) -> Iterator
     if scheduler:
         try:
             c = Client(scheduler, timeout=CONNECT_TIMEOUT_S)
-        except (OSError, TimeoutError) as e:
+        except (OSError, TimeoutError, ValueError) as e:  # ValueError: not an address
             raise EngineError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
         with c:
             yield c

@@ -127,3 +127,17 @@ def test_a_worker_killed_mid_analysis_is_replaced_and_the_result_is_exact(cluste
         assert g.summary == w.summary, g.name
         for t in w.tables:
             assert g.tables[t].equals(w.tables[t]), (g.name, t)
+
+
+@pytest.mark.parametrize("address", ["nonsense", "tcp://127.0.0.1:1"])
+def test_a_scheduler_that_cannot_be_reached_is_one_line(stored, address):
+    r = subprocess.run([*AMQPCAP, "analyze", str(stored), "--scheduler", address], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()]
+    assert r.stderr.startswith(f"amqpcap: error: cannot reach the Dask scheduler at {address}")
+
+
+def test_scheduler_needs_a_dataset():
+    r = subprocess.run([*AMQPCAP, "analyze", str(FIX / "healthy.pcap"), "--scheduler", "local"],
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "amqpcap ingest" in r.stderr and "Traceback" not in r.stderr
