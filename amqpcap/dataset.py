@@ -14,6 +14,7 @@ import math
 import os
 import struct
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -90,12 +91,43 @@ def _from_json(v: Any) -> Any:
     return v
 
 
-def _write_parquet(df: pd.DataFrame, path: Path) -> None:
-    import pyarrow as pa
+#: columns whose Parquet statistics (min/max per row group) are written: what readers filter on
+#: (DuckDB, Polars, pyarrow skip row groups with them). Statistics of every column cost 60% more
+#: write time on the frames table (50 columns, most of them rarely set).
+STATISTICS_COLUMNS = ["stream", "packet", "ts", "last_packet"]
+#: Parquet files written at once (pyarrow releases the GIL while encoding). Two: on the 2-core
+#: machine four were slower (7.6 s against 5.8 s for 2M packets) and held more buckets at once
+WRITE_THREADS = 2
+
+
+def _write_arrow(t, path: Path) -> None:
     import pyarrow.parquet as pq
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), path)
+    pq.write_table(t, path, write_statistics=[c for c in STATISTICS_COLUMNS if c in t.column_names])
+
+
+def _write_parquet(df: pd.DataFrame, path: Path) -> None:
+    import pyarrow as pa
+
+    _write_arrow(pa.Table.from_pandas(df, preserve_index=False), path)
+
+
+def _write_buckets(df: pd.DataFrame, buckets: int, root: Path, pool) -> list:
+    """Submit the writes of `df`'s rows of connections to `pool`, bucket by bucket (every bucket
+    has every table, empty or not: a reader needs no listing). The table is converted to Arrow
+    once (immutable: the writing threads share it); each write selects its bucket's rows itself,
+    so only the buckets being written are copied at a time (ordering the whole table by bucket
+    first cost 50% more peak memory)."""
+    import pyarrow as pa
+
+    b = bucket_of(df["stream"].to_numpy(np.int64), buckets)
+    t = pa.Table.from_pandas(df, preserve_index=False)
+    return [pool.submit(_write_bucket, t, b, k, root / f"bucket={k}" / "part-0.parquet") for k in range(buckets)]
+
+
+def _write_bucket(t, bucket: np.ndarray, k: int, path: Path) -> None:
+    _write_arrow(t.filter(bucket == k), path)
 
 
 def _tables(cap: Capture) -> dict[str, pd.DataFrame]:
@@ -117,16 +149,15 @@ def write(cap: Capture, out: str | os.PathLike[str], buckets: int | None = None)
         # unfinished until the manifest is written
         _write_parquet(cap.records, out / "capture" / "records.parquet")
         rows["records"] = len(cap.records)
-        for name, df in _tables(cap).items():
-            stream = df["stream"]
-            own = stream.notna().to_numpy()
-            b = bucket_of(stream[own].to_numpy(np.int64), buckets)
-            part = df[own]
-            for k in range(buckets):  # every bucket has every table: a reader needs no listing
-                _write_parquet(part[b == k], out / name / f"bucket={k}" / "part-0.parquet")
-            if not own.all():
-                _write_parquet(df[~own], out / "capture" / f"{name}.parquet")
-            rows[name] = len(df)
+        with ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="amqpcap-parquet") as pool:
+            for name, df in _tables(cap).items():
+                own = df["stream"].notna().to_numpy()
+                writes = _write_buckets(df if own.all() else df[own], buckets, out / name, pool)
+                if not own.all():
+                    writes.append(pool.submit(_write_parquet, df[~own], out / "capture" / f"{name}.parquet"))
+                for w in writes:  # a table at a time: one table's Arrow copy alive at once
+                    w.result()  # (a write's error, a full disk, is raised here)
+                rows[name] = len(df)
         manifest = {"format": FORMAT, "version": VERSION, "amqpcap": __version__, "buckets": buckets,
                     "ports": list(cap.ports), "rows": rows, "summary": _json_value(cap.summary)}
         tmp = out / (MANIFEST + ".tmp")
