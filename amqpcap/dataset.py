@@ -26,6 +26,7 @@ from . import __version__
 from .capture import Capture
 from .errors import AmqpcapError, CaptureError
 from .partition import CaptureFacts, facts_from_ts
+from .report import parquet_statistics
 
 FORMAT = "amqpcap-dataset"
 VERSION = 1
@@ -91,10 +92,6 @@ def _from_json(v: Any) -> Any:
     return v
 
 
-#: columns whose Parquet statistics (min/max per row group) are written: what readers filter on
-#: (DuckDB, Polars, pyarrow skip row groups with them). Statistics of every column cost 60% more
-#: write time on the frames table (50 columns, most of them rarely set).
-STATISTICS_COLUMNS = ["stream", "packet", "ts", "last_packet"]
 #: Parquet files written at once (pyarrow releases the GIL while encoding). Two: on the 2-core
 #: machine four were slower (7.6 s against 5.8 s for 2M packets) and held more buckets at once
 WRITE_THREADS = 2
@@ -104,7 +101,7 @@ def _write_arrow(t, path: Path) -> None:
     import pyarrow.parquet as pq
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(t, path, write_statistics=[c for c in STATISTICS_COLUMNS if c in t.column_names])
+    pq.write_table(t, path, write_statistics=parquet_statistics(t.column_names))
 
 
 def _write_parquet(df: pd.DataFrame, path: Path) -> None:
