@@ -40,8 +40,19 @@ class EngineError(AmqpcapError):
     exit_code = 2
 
 
+def _seen_here(path: str) -> None:
+    """A worker that does not see the dataset says so, naming itself (the workers of an
+    existing cluster must see it at the path the client was given)."""
+    if not (Path(path) / dataset.MANIFEST).is_file():
+        import socket
+
+        raise EngineError(f"the Dask worker on {socket.gethostname()} does not see the dataset at {path}: "
+                          "every worker must see it at the same path (a shared filesystem)")
+
+
 def bucket_step(path: str, bucket: int, facts: CaptureFacts, names: list[str]) -> dict[str, Any]:
     """On a worker: the partials of the analyzers `names` over one bucket's connections."""
+    _seen_here(path)
     part = dataset.read(path, [bucket])
     sp = splits()
     return {name: sp[name].partial(part, facts) for name in names}
@@ -53,6 +64,7 @@ def records_step(path: str, facts: CaptureFacts, names: list[str]) -> dict[str, 
     wanted = [n for n in names if sp[n].records is not None]
     if not wanted:
         return {}
+    _seen_here(path)
     records = dataset.read_records(path)
     return {name: sp[name].records(records, facts) for name in wanted}
 

@@ -141,3 +141,11 @@ def test_scheduler_needs_a_dataset():
     r = subprocess.run([*AMQPCAP, "analyze", str(FIX / "healthy.pcap"), "--scheduler", "local"],
                        capture_output=True, text=True)
     assert r.returncode != 0 and "amqpcap ingest" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_worker_that_does_not_see_the_dataset_says_so(tmp_path):
+    from amqpcap import engine
+    from amqpcap.partition import CaptureFacts
+
+    with pytest.raises(engine.EngineError, match="does not see the dataset at .*same path"):
+        engine.bucket_step(str(tmp_path / "elsewhere"), 0, CaptureFacts(0, 0), ["sizes"])
