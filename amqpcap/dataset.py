@@ -273,9 +273,7 @@ def read(path: str | os.PathLike[str], buckets: list[int] | None = None) -> Capt
         if not part and len(df) != m["rows"][name]:
             raise CaptureError(f"{root}: {name} has {len(df):,} rows, its manifest says {m['rows'][name]:,}")
     summary = _from_json(m["summary"])
-    files = {"source_file": [f["name"] for f in summary["files"]]}
-    records = (t["records"].copy() if part else
-               _restore(_read_parquet(root / "capture" / "records.parquet"), t["records"], files))
+    records = t["records"].copy() if part else _records(root, summary)
     return Capture(path=summary["path"], ports=tuple(m["ports"]), frames=tables["frames"], packets=tables["packets"],
                    connections=tables["connections"], anomalies=tables["anomalies"], records=records,
                    bodies=tables.get("bodies"), summary=summary)
@@ -293,7 +291,11 @@ def read_outline(path: str | os.PathLike[str]) -> Capture:
 def read_records(path: str | os.PathLike[str]) -> pd.DataFrame:
     """The dataset's `records` table (every packet of the file), as `load` gave it."""
     root = Path(path)
-    summary = _from_json(manifest(root)["summary"])
+    return _records(root, _from_json(manifest(root)["summary"]))
+
+
+def _records(root: Path, summary: dict) -> pd.DataFrame:
+    # source_file's categories are the capture's files, in the summary's order
     return _restore(_read_parquet(root / "capture" / "records.parquet"), _template()["records"],
                     {"source_file": [f["name"] for f in summary["files"]]})
 

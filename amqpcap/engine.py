@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -91,50 +92,68 @@ def client(scheduler: str | None = None, workers: int | None = None) -> Iterator
         yield c
 
 
+@dataclass
+class Steps:
+    """The partition and records steps of one dataset, submitted to a cluster."""
+
+    facts: CaptureFacts
+    #: {future: its bucket, or None for the records step}
+    futures: dict[Any, int | None]
+
+
+def submit_steps(path: str | os.PathLike[str], c: Any) -> Steps:
+    """Submit the split analyzers' steps over the dataset at `path` to the cluster of client `c`:
+    a task per bucket, one over the records."""
+    root = str(Path(path).resolve())
+    m = dataset.manifest(root)
+    facts = dataset.facts(root)
+    names, token = list(splits()), _token(root)
+    futures = {c.submit(bucket_step, root, k, facts, names, key=f"amqpcap-bucket-{k}-{token}"): k
+               for k in range(m["buckets"])}
+    futures[c.submit(records_step, root, facts, names, key=f"amqpcap-records-{token}")] = None
+    return Steps(facts, futures)
+
+
+def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], None] | None = None,
+           done: int = 0, total: int | None = None) -> dict[str, AnalyzerResult]:
+    """The split analyzers' results: their steps gathered as they end (``progress(what, done,
+    total)`` after each, counting on from `done`), merged with `whole` (the capture, or its
+    outline: `amqpcap.dataset.read_outline`)."""
+    from distributed import as_completed
+
+    total = total if total is not None else len(steps.futures)
+    partials: dict[int, dict[str, Any]] = {}
+    records: dict[str, Any] = {}
+    for fut in as_completed(steps.futures):
+        k = steps.futures[fut]
+        if k is None:
+            records = fut.result()
+        else:
+            partials[k] = fut.result()
+        fut.release()
+        done += 1
+        if progress:
+            progress("records" if k is None else f"bucket {k}", done, total)
+    return {name: split.merge([partials[k][name] for k in sorted(partials)], records.get(name), steps.facts, whole)
+            for name, split in splits().items()}
+
+
 def analyze(path: str | os.PathLike[str], cap: Capture, c: Any,
             progress: Callable[[str, int, int], None] | None = None) -> list[AnalyzerResult]:
     """Every analyzer on the dataset at `path` (`cap`: it read whole, for the analyzers that do
     not split), the partition steps on the cluster of client `c`; results in `analyzers` order,
     equal to `amqpcap.analysis.run_all` on `cap`. ``progress(what, done, total)`` as each task
     or analyzer ends."""
-    from distributed import as_completed
-
-    root = str(Path(path).resolve())
-    m = dataset.manifest(root)
-    facts = dataset.facts(root)
-    sp = splits()
-    names = list(sp)
-    total = m["buckets"] + 1 + len(analyzers()) - len(sp)
-    done = 0
-    futures = {c.submit(bucket_step, root, k, facts, names, key=f"amqpcap-bucket-{k}-{_token(root)}"): k
-               for k in range(m["buckets"])}
-    records_future = c.submit(records_step, root, facts, names, key=f"amqpcap-records-{_token(root)}")
-    futures[records_future] = None
-
+    steps = submit_steps(path, c)
+    whole = [name for name in analyzers() if name not in splits()]
+    total = len(steps.futures) + len(whole)
     results: dict[str, AnalyzerResult] = {}
     # the analyzers that do not split, here, while the workers run the partition steps
-    for name, (fn, _) in analyzers().items():
-        if name not in sp:
-            results[name] = fn(cap)
-            done += 1
-            if progress:
-                progress(name, done, total)
-
-    partials: dict[int, dict[str, Any]] = {}
-    records: dict[str, Any] = {}
-    for fut in as_completed(futures):
-        k = futures[fut]
-        value = fut.result()
-        if k is None:
-            records = value
-        else:
-            partials[k] = value
-        fut.release()
-        done += 1
+    for done, name in enumerate(whole, 1):
+        results[name] = analyzers()[name][0](cap)
         if progress:
-            progress("records" if k is None else f"bucket {k}", done, total)
-    for name, split in sp.items():
-        results[name] = split.merge([partials[k][name] for k in sorted(partials)], records.get(name), facts, cap)
+            progress(name, done, total)
+    results.update(merged(steps, cap, progress, len(whole), total))
     return [results[name] for name in analyzers()]
 
 

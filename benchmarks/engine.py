@@ -35,20 +35,10 @@ def _worker_peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def split_results_on(c, root: Path, facts) -> None:
-    """engine.analyze's split part: the partition and records steps on the cluster, the merge here."""
-    from distributed import wait
-
-    m = dataset.manifest(root)
-    names = list(splits())
-    futures = [c.submit(engine.bucket_step, str(root), k, facts, names, pure=False) for k in range(m["buckets"])]
-    rec = c.submit(engine.records_step, str(root), facts, names, pure=False)
-    wait(futures + [rec])
-    partials = c.gather(futures)
-    records = rec.result()
-    cap = dataset.read_outline(root)  # the connections table and summary: what the merge reads
-    for name, split in splits().items():
-        split.merge([p[name] for p in partials], records.get(name), facts, cap)
+def split_results_on(c, root: Path) -> None:
+    """engine.analyze's split part: the partition and records steps on the cluster, the merge
+    here with the dataset's outline."""
+    engine.merged(engine.submit_steps(root, c), dataset.read_outline(root))
 
 
 def main() -> None:
@@ -58,7 +48,6 @@ def main() -> None:
     a = ap.parse_args()
     root = a.dataset.resolve()
     m = dataset.manifest(root)
-    facts = dataset.facts(root)
     print(f"dataset {root}: {m['summary']['packets']:,} packets, {m['rows']['connections']:,} connections, "
           f"{m['buckets']} buckets; split analyzers: {', '.join(splits())}")
 
@@ -82,7 +71,7 @@ def main() -> None:
             best = float("inf")
             for _ in range(a.repeat):
                 t = time.perf_counter()
-                split_results_on(c, root, facts)
+                split_results_on(c, root)
                 best = min(best, time.perf_counter() - t)
             rss = sorted(c.run(_worker_peak_rss_mib).values())
         times[workers] = best
