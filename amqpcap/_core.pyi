@@ -3,6 +3,7 @@
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 # A column is a tuple whose first item names its encoding:
 #   ("i8"|"i16"|"i32"|"i64"|"bool"|"ts", values)               ts: int64 nanoseconds since the epoch
@@ -40,6 +41,7 @@ def decode(
     decrypted: tuple[list[int], list[int], list[int], bytes] | None = None,
     strict: bool = False,
     progress: ReadProgress | None = None,
+    partition: tuple[int, list[int], bool] | None = None,
 ) -> dict[str, Any]:
     """Decode a capture: one file, or a set read as one capture, merged by time as mergecap
     merges them (a file of a set that cannot be used is skipped with a warning unless
@@ -50,4 +52,11 @@ def decode(
     decrypted = (streams, packets, ends, data): plaintext of TLS connections decrypted outside
     the core. The tcp.stream numbers in `streams` are decoded from it instead of their TCP
     payload; packet `packets[i]` (ascending frame numbers) completed the plaintext
-    data[ends[i-1]:ends[i]] (ends[-1] = 0)."""
+    data[ends[i-1]:ends[i]] (ends[-1] = 0).
+
+    partition = (buckets, kept, capture_rows): output only the connections whose stream's
+    `bucket_of(stream, buckets)` is in `kept`, and the rows of no connection (records,
+    anomalies of the file) only when `capture_rows`; streams are numbered as without it."""
+
+def bucket_of(streams: npt.NDArray[np.int64], buckets: int) -> npt.NDArray[np.int32]:
+    """The bucket of each stream number (Fibonacci hashing: consecutive streams spread)."""

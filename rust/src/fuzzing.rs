@@ -17,6 +17,7 @@ use crate::capture::reader::{read_capture_buffered, ReadSummary, Record};
 use crate::error::CaptureError;
 use crate::ingest::{Ingest, Output};
 use crate::limits::Limits;
+use crate::partition::{bucket_of, Partition};
 use crate::tables::{Column, Table};
 use crate::tcp::reassembly::{Chunk, GapCause, PacketRef, Reassembler};
 
@@ -44,18 +45,62 @@ pub fn small_limits() -> Limits {
 
 /// `data` is a capture file (pcap, pcapng, gzip). It is decoded twice, on port 5672: with the
 /// default caps and a 64 KiB initial read buffer, and with [`small_limits`] and a 4 KiB buffer
-/// (so that records outgrow it); the tables must then hold [`check_output`].
+/// (so that records outgrow it); the tables must then hold [`check_output`]. With the default
+/// caps it is also decoded in two passes, which must split the rows ([`check_passes`]).
 pub fn capture_reader(data: &[u8]) {
     for (limits, buffer) in [(Limits::default(), 64 << 10), (small_limits(), 4 << 10)] {
         let mut ing = Ingest::new(&[5672], &limits, false);
         let read = read_capture_buffered(data, "fuzz-input", limits.max_record_bytes, buffer, |rec| ing.record(rec));
         match read.map(|read| ing.finish(read)) {
-            Ok(out) => check_output(&out),
+            Ok(out) => {
+                check_output(&out);
+                if buffer == 64 << 10 {
+                    check_passes(data, &limits, &out);
+                }
+            }
             Err(e) => {
                 assert!(!e.message().is_empty());
                 assert!(!matches!(e, CaptureError::Unreadable(_)), "a byte slice cannot fail to read: {e:?}");
                 assert_eq!(data.is_empty(), matches!(e, CaptureError::Empty(_)), "{e:?}");
             }
+        }
+    }
+}
+
+/// Decoded in two passes ([`Partition`]: bucket 0 of 2 with the rows of no connection, then
+/// bucket 1), the capture gives the whole decode's rows split by connection: each connection's
+/// rows in the pass of its bucket, in the whole decode's order, and the records once. (Under
+/// caps that no fuzz-sized input reaches: `max_frames`, `max_anomalies` count per pass.)
+fn check_passes(data: &[u8], limits: &Limits, whole: &Output) {
+    let parts: Vec<Output> = (0..2u32)
+        .map(|k| {
+            let mut ing = Ingest::new(&[5672], limits, false);
+            ing.set_partition(Partition::new(2, &[k], k == 0).unwrap());
+            let read = read_capture_buffered(data, "fuzz-input", limits.max_record_bytes, 64 << 10, |rec| ing.record(rec));
+            ing.finish(read.expect("the whole decode read it"))
+        })
+        .collect();
+    assert_eq!(rows(&parts[0].records), rows(&whole.records), "the first pass has the records");
+    assert_eq!(rows(&parts[1].records), 0, "only the first pass has the records");
+    let tables: [(&str, fn(&Output) -> &Table, &[&str]); 4] = [
+        ("connections", |o| &o.connections, &["stream", "c2s_packets", "s2c_packets", "frames", "bytes_missing", "anomalies"]),
+        ("packets", |o| &o.packets, &["stream", "packet", "direction", "seq", "ack", "window", "frames_ended", "retransmission", "gap_before"]),
+        ("frames", |o| &o.frames, &["stream", "packet", "first_packet", "direction", "channel", "type", "size_bytes"]),
+        ("anomalies", |o| &o.anomalies, &["stream", "kind", "direction", "packet", "bytes"]),
+    ];
+    for (name, table, keys) in tables {
+        let tuples = |t: &Table| -> Vec<Vec<Option<i64>>> {
+            let cols: Vec<Vec<Option<i64>>> = keys.iter().map(|k| ints(column(t, k))).collect();
+            (0..rows(t)).map(|i| cols.iter().map(|c| c[i]).collect()).collect()
+        };
+        let all = tuples(table(whole));
+        for (k, part) in parts.iter().enumerate() {
+            let want: Vec<_> = all
+                .iter()
+                .filter(|r| r[0].map_or(k == 0, |s| bucket_of(s as u32, 2) == k as u32))
+                .cloned()
+                .collect();
+            assert_eq!(tuples(table(part)), want, "{name} of pass {k}");
         }
     }
 }

@@ -13,6 +13,7 @@ use crate::capture::merge::{read_captures, FileRead, Progress};
 use crate::capture::reader::{ReadSummary, Record};
 use crate::error::CaptureError;
 use crate::limits::Limits;
+use crate::partition::Partition;
 use crate::tables::{Column, RowOrigin, Table,
 };
 use crate::tcp::reassembly::{Chunk, GapCause, PacketRef};
@@ -316,9 +317,11 @@ pub struct Ingest<'l> {
     bodies: Option<BodiesBuilder>,
     tcp_packets: u64,
     /// Records skipped for their link type: (link type, records, captured bytes, anomaly row).
-    skipped_linktypes: Vec<(u32, u64, u64, usize)>,
+    skipped_linktypes: Vec<(u32, u64, u64, Option<usize>)>,
     /// Packets of conversations beyond `max_streams`: (packets, captured bytes, anomaly row).
-    over_limit: Option<(u64, u64, usize)>,
+    over_limit: Option<(u64, u64, Option<usize>)>,
+    /// Only these connections (and maybe no rows of the capture as a whole) are output.
+    partition: Option<Partition>,
 }
 
 pub struct Output {
@@ -372,7 +375,22 @@ impl<'l> Ingest<'l> {
             skipped_linktypes: Vec::new(),
             over_limit: None,
             decrypted: Decrypted::default(),
+            partition: None,
         }
+    }
+
+    /// Output only the connections `partition` keeps (see [`Partition`]).
+    pub fn set_partition(&mut self, partition: Partition) {
+        self.partition = Some(partition);
+    }
+
+    fn keeps(&self, stream: u32) -> bool {
+        self.partition.as_ref().is_none_or(|p| p.keeps(stream))
+    }
+
+    /// Rows of no connection (records, anomalies of the file) are output by this pass.
+    fn capture_rows(&self) -> bool {
+        self.partition.as_ref().is_none_or(|p| p.capture_rows)
     }
 
     /// Decode the listed streams from decrypted plaintext (see [`Decrypted`]).
@@ -381,6 +399,9 @@ impl<'l> Ingest<'l> {
     }
 
     fn file_anomaly(&mut self, kind: AnomalyKind, packet: u32, bytes: u64, detail: String) {
+        if !self.capture_rows() {
+            return;
+        }
         self.anomalies.push(kind, None, Some(packet), bytes, detail);
     }
 
@@ -401,8 +422,7 @@ impl<'l> Ingest<'l> {
                 }
                 None => {
                     // One row per link type; its count is filled in at the end.
-                    let row = self.anomalies.kind.len();
-                    self.anomalies.push_row(AnomalyKind::UnsupportedLinkType, None, Some(number), 0, String::new());
+                    let row = self.summary_row(AnomalyKind::UnsupportedLinkType, number);
                     self.skipped_linktypes.push((rec.linktype, 1, bytes, row));
                 }
             }
@@ -454,11 +474,20 @@ impl<'l> Ingest<'l> {
                 o.1 += bytes;
             }
             None => {
-                let row = self.anomalies.kind.len();
-                self.anomalies.push_row(AnomalyKind::StreamLimit, None, Some(number), 0, String::new());
+                let row = self.summary_row(AnomalyKind::StreamLimit, number);
                 self.over_limit = Some((1, bytes, row));
             }
         }
+    }
+
+    /// A row of the file filled in at the end (whatever the anomaly cap), when this pass
+    /// outputs the rows of the capture as a whole.
+    fn summary_row(&mut self, kind: AnomalyKind, number: u32) -> Option<usize> {
+        let row = self.anomalies.kind.len();
+        self.capture_rows().then(|| {
+            self.anomalies.push_row(kind, None, Some(number), 0, String::new());
+            row
+        })
     }
 
     fn new_stream(&mut self, key: ConvKey, src: Endpoint, dst: Endpoint, v6: bool) -> Option<u32> {
@@ -495,6 +524,7 @@ impl<'l> Ingest<'l> {
 
     fn tcp_segment(&mut self, idx: u32, tcp: &link::TcpPacket<'_>, rec: Record<'_>, number: u32) {
         let limits = self.limits;
+        let keep = self.keeps(idx);
         let Ingest {
             streams,
             packets,
@@ -532,7 +562,6 @@ impl<'l> Ingest<'l> {
             st.evidence = ClientEvidence::Syn;
         }
 
-        let opts = parse_options(tcp.options);
         let syn = tcp.flags & SYN != 0;
         // Wireshark's relative sequence numbers: base = ISN on a SYN, else seq - 1; the other
         // direction's base may come from this ACK.
@@ -550,6 +579,12 @@ impl<'l> Ingest<'l> {
         if other.base_seq.is_none() && has_ack {
             other.base_seq = Some(tcp.ack.wrapping_sub(1));
         }
+        // A connection of another partition: followed only this far, for the bases that tell
+        // a reused port's new conversation (`record`).
+        if !keep {
+            return;
+        }
+        let opts = parse_options(tcp.options);
         if syn && dir.syn_options.is_none() {
             dir.syn_options = Some(opts);
         }
@@ -683,10 +718,11 @@ impl<'l> Ingest<'l> {
                 frames,
                 anomalies,
                 bodies,
+                partition,
                 ..
             } = &mut self;
             for (idx, st) in streams.iter_mut().enumerate() {
-                if st.kind != Kind::Amqp {
+                if st.kind != Kind::Amqp || partition.as_ref().is_some_and(|p| !p.keeps(idx as u32)) {
                     continue;
                 }
                 for d in 0..2 {
@@ -731,7 +767,7 @@ impl<'l> Ingest<'l> {
                 }
             }
         }
-        if let Some((n, bytes, row)) = self.over_limit {
+        if let Some((n, bytes, Some(row))) = self.over_limit {
             self.anomalies.bytes[row] = bytes as i64;
             let detail = format!(
                 "{n} packets of TCP conversations after the first {} are not decoded (max_streams)",
@@ -740,6 +776,7 @@ impl<'l> Ingest<'l> {
             self.anomalies.detail.set(row, detail.as_bytes());
         }
         for &(lt, n, bytes, row) in &self.skipped_linktypes {
+            let Some(row) = row else { continue };
             self.anomalies.bytes[row] = bytes as i64;
             let detail = format!("{}: {n} packets skipped", linktype_text(lt));
             self.anomalies.detail.set(row, detail.as_bytes());
@@ -762,7 +799,8 @@ impl<'l> Ingest<'l> {
         let first_ts = self.all_ts.first().copied();
         let last_ts = self.all_ts.last().copied();
         let tcp_packets = self.tcp_packets;
-        let connections = connections_table(std::mem::take(&mut self.streams));
+        let partition = self.partition.take();
+        let connections = connections_table(std::mem::take(&mut self.streams), |i| partition.as_ref().is_none_or(|p| p.keeps(i as u32)));
         let packets = packets_table(
             std::mem::take(&mut self.packets),
             &is_amqp,
@@ -784,7 +822,13 @@ impl<'l> Ingest<'l> {
             }
             bodies_table(b, &a_is_client, &self.all_ts)
         });
-        let all_len = std::mem::take(&mut self.all_len);
+        let mut all_len = std::mem::take(&mut self.all_len);
+        if !partition.as_ref().is_none_or(|p| p.capture_rows) {
+            // Another pass outputs them.
+            all_len.clear();
+            self.all_ts.clear();
+            self.all_file.clear();
+        }
         let (source_file, source_packet) = source_columns(std::mem::take(&mut self.all_file), all_len.len());
         let records = vec![
             ("packet", Column::I32((1..=all_len.len() as i32).collect())),
@@ -891,13 +935,16 @@ impl Ingest<'_> {
 /// Decode the capture made of the files at `paths` (one file, or a set such as a tcpdump
 /// ring, merged by time as `mergecap` does: [`read_captures`]); an unusable file of a set is
 /// skipped with a warning, or is the error when `strict`. The plaintext of TLS streams, when a
-/// key log decrypted them, comes from `decrypted` (see [`Decrypted`]).
+/// key log decrypted them, comes from `decrypted` (see [`Decrypted`]). With `partition`, only
+/// the connections it keeps are output (see [`Partition`]).
+#[allow(clippy::too_many_arguments)]
 pub fn ingest(
     paths: &[String],
     ports: &[u16],
     limits: &Limits,
     bodies: bool,
     decrypted: Option<Decrypted>,
+    partition: Option<Partition>,
     strict: bool,
     progress: &Progress,
 ) -> Result<Output, CaptureError> {
@@ -911,6 +958,9 @@ pub fn ingest(
     let mut ing = Ingest::new(ports, limits, bodies);
     if let Some(d) = decrypted {
         ing.set_decrypted(d);
+    }
+    if let Some(p) = partition {
+        ing.set_partition(p);
     }
     let several = paths.len() > 1;
     let merged = read_captures(paths, limits.max_record_bytes, strict, progress, |rec, file| {

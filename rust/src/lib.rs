@@ -13,6 +13,7 @@ pub mod fuzzing;
 pub mod ingest;
 pub mod limits;
 pub mod output;
+pub mod partition;
 pub mod tables;
 pub mod tcp;
 
@@ -28,6 +29,7 @@ mod python {
     use std::sync::atomic::Ordering;
     use crate::ingest::{ingest, Decrypted};
     use crate::limits::Limits;
+    use crate::partition::Partition;
     use crate::tables::{Column, Table};
 
     pyo3::create_exception!(_core, CoreCaptureError, PyException, "The capture cannot be used: args are (kind, message).");
@@ -189,7 +191,7 @@ mod python {
 
     /// Decode a capture (one file or a set merged by time) into column tables. See `amqpcap/_core.pyi`.
     #[pyfunction]
-    #[pyo3(signature = (paths, ports, limits=None, bodies=false, decrypted=None, strict=false, progress=None))]
+    #[pyo3(signature = (paths, ports, limits=None, bodies=false, decrypted=None, strict=false, progress=None, partition=None))]
     #[allow(clippy::too_many_arguments)]
     fn decode<'py>(
         py: Python<'py>,
@@ -200,12 +202,17 @@ mod python {
         decrypted: Option<&Bound<'py, PyTuple>>,
         strict: bool,
         progress: Option<PyRef<'py, ReadProgress>>,
+        partition: Option<(u32, Vec<u32>, bool)>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let limits = limits_from(limits)?;
+        let partition = partition
+            .map(|(buckets, kept, capture_rows)| Partition::new(buckets, &kept, capture_rows))
+            .transpose()
+            .map_err(pyo3::exceptions::PyValueError::new_err)?;
         let decrypted = decrypted.map(decrypted_from).transpose()?;
         let progress = progress.map(|p| p.0.clone()).unwrap_or_default();
         let out = py
-            .detach(|| ingest(&paths, &ports, &limits, bodies, decrypted, strict, &progress))
+            .detach(|| ingest(&paths, &ports, &limits, bodies, decrypted, partition, strict, &progress))
             .map_err(|e| CoreCaptureError::new_err((e.kind(), e.message().to_string())))?;
         let d = PyDict::new(py);
         d.set_item("records", table(py, out.records)?)?;
@@ -232,9 +239,21 @@ mod python {
         Ok(d)
     }
 
+    /// The bucket of each stream number (`amqpcap.dataset.bucket_of`).
+    #[pyfunction]
+    fn bucket_of<'py>(py: Python<'py>, streams: numpy::PyReadonlyArray1<'py, i64>, buckets: u32) -> PyResult<Bound<'py, PyArray1<i32>>> {
+        let out: Vec<i32> = streams
+            .as_array()
+            .iter()
+            .map(|&s| crate::partition::bucket_of(s as u32, buckets) as i32)
+            .collect();
+        Ok(arr(py, out))
+    }
+
     #[pymodule]
     fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(wrap_pyfunction!(decode, m)?)?;
+        m.add_function(wrap_pyfunction!(bucket_of, m)?)?;
         m.add_class::<ReadProgress>()?;
         m.add("CoreCaptureError", m.py().get_type::<CoreCaptureError>())?;
         m.add("ANOMALY_KINDS", crate::anomaly::AnomalyKind::ALL.iter().map(|k| k.name()).collect::<Vec<_>>())?;

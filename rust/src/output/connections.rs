@@ -9,7 +9,8 @@ use crate::flow::{Dir, Handshake, Kind, Stream, Streams};
 /// One pass over the conversations fills every column (a million conversations make one
 /// column per pass far slower: each pass walks all the stream structs again); each chunk of
 /// conversations is freed once read.
-pub(crate) fn connections_table(streams: Streams) -> Table {
+/// One row per AMQP conversation whose stream number `keep` accepts.
+pub(crate) fn connections_table(streams: Streams, keep: impl Fn(usize) -> bool) -> Table {
     {
         enum Get {
             I32(fn(usize, &Stream) -> i32),
@@ -88,7 +89,7 @@ pub(crate) fn connections_table(streams: Streams) -> Table {
             ("s2c_stream_bytes", Get::I64(|s| stream_bytes(s, broker(s)) as i64)),
             ("anomalies", Get::I64(|s| s.info.anomalies as i64)),
         ];
-        let n = streams.iter().filter(|s| s.kind == Kind::Amqp).count();
+        let n = streams.iter().enumerate().filter(|(i, s)| s.kind == Kind::Amqp && keep(*i)).count();
         let mut cols: Vec<Build> = spec
             .iter()
             .map(|(_, g)| match g {
@@ -104,7 +105,7 @@ pub(crate) fn connections_table(streams: Streams) -> Table {
         for chunk in streams.chunks {
             for s in chunk.iter() {
                 i += 1;
-                if s.kind != Kind::Amqp {
+                if s.kind != Kind::Amqp || !keep(i - 1) {
                     continue;
                 }
                 let i = i - 1;
