@@ -183,6 +183,7 @@ def load(
     bodies: bool = False,
     strict: bool = False,
     progress: Callable[[int, int, int], None] | None = None,
+    partition: tuple[int, list[int], bool] | None = None,
 ) -> Capture:
     """Decode the capture at ``path`` (pcap, pcapng, optionally gzip-compressed).
 
@@ -212,6 +213,11 @@ def load(
     ``progress(bytes_read, bytes_total, packets)`` is called every `PROGRESS_INTERVAL_S` while
     the files are read (from another thread; bytes of the files as stored, so compressed bytes
     for gzip files), and once at the end.
+
+    ``partition = (buckets, kept, capture_rows)`` decodes one pass of `amqpcap.dataset.ingest`:
+    only the connections of the ``kept`` buckets (`amqpcap.dataset.bucket_of`), and the rows of
+    no connection only when ``capture_rows``; the summary then leaves out the warnings about
+    TLS connections, which need all of them (`tls_warnings`).
     """
     from .dataset import is_dataset
     from .inputs import capture_files, describe, missing_ring_files
@@ -232,7 +238,7 @@ def load(
         path = files[0]
     limit_dict = asdict(limits or Limits())
     try:
-        raw = _decode(files, list(port_list), limit_dict, bool(bodies), None, bool(strict), progress)
+        raw = _decode(files, list(port_list), limit_dict, bool(bodies), None, bool(strict), progress, partition)
     except _core.CoreCaptureError as e:
         raise from_core(*e.args) from None
     decryption = None
@@ -245,7 +251,8 @@ def load(
         tls = connections[connections["tls"]]
         decryption = decrypt(path, tls_keylog, tls["stream"].tolist(), tls["broker_port"].tolist())
         if decryption.streams:
-            raw = _decode(files, list(port_list), limit_dict, bool(bodies), decryption.core_argument(), bool(strict), progress)
+            raw = _decode(files, list(port_list), limit_dict, bool(bodies), decryption.core_argument(), bool(strict),
+                          progress, partition)
             connections = _frame(raw.pop("connections"))
     summary = dict(raw["summary"])
     summary["path"] = name
@@ -254,8 +261,9 @@ def load(
     for key in ("first_ts", "last_ts"):
         ns = summary.pop(f"{key}_ns")
         summary[key] = _utc(ns)
-    summary["warnings"] = (list(summary["warnings"]) + missing_ring_files(files)
-                           + _tls_warnings(connections, tls_keylog, decryption))
+    summary["warnings"] = list(summary["warnings"]) + missing_ring_files(files)
+    if partition is None:
+        summary["warnings"] += tls_warnings(connections, tls_keylog, decryption)
     summary["tls_keylog"] = os.fspath(tls_keylog) if tls_keylog is not None else None
     frames = _frame(raw.pop("frames"))
     # Frames released when a capture gap was given up complete in the packet that holds them,
@@ -287,11 +295,11 @@ PROGRESS_INTERVAL_S = 0.25
 
 
 def _decode(files: list[str], ports: list[int], limits: dict, bodies: bool, decrypted, strict: bool,
-            progress: Callable[[int, int, int], None] | None) -> dict:
+            progress: Callable[[int, int, int], None] | None, partition=None) -> dict:
     """The core's decode; with `progress`, a thread reports how far it has read (the core runs
     without the GIL, counting into a `_core.ReadProgress`)."""
     if progress is None:
-        return _core.decode(files, ports, limits, bodies, decrypted, strict)
+        return _core.decode(files, ports, limits, bodies, decrypted, strict, partition=partition)
     counter = _core.ReadProgress()
     total = 0
     for f in files:
@@ -308,7 +316,7 @@ def _decode(files: list[str], ports: list[int], limits: dict, bodies: bool, decr
     reporter = threading.Thread(target=report, name="amqpcap-progress", daemon=True)
     reporter.start()
     try:
-        return _core.decode(files, ports, limits, bodies, decrypted, strict, counter)
+        return _core.decode(files, ports, limits, bodies, decrypted, strict, counter, partition)
     finally:
         finished.set()
         reporter.join()
@@ -333,7 +341,7 @@ def _files_summary(files: list[dict]) -> list[dict]:
     return out
 
 
-def _tls_warnings(connections: pd.DataFrame, keylog, decryption) -> list[str]:
+def tls_warnings(connections: pd.DataFrame, keylog, decryption) -> list[str]:
     """Say which TLS connections were skipped: nothing of a capture goes missing silently."""
     if "tls" not in connections:
         return []

@@ -11,7 +11,7 @@ import sys
 import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 from rich.console import Console
@@ -24,6 +24,9 @@ from .errors import AmqpcapError, NoAmqpError, UsageError
 from .render import findings_table, no_findings_line, print_result
 from .sample import sample_path
 from .wording import counted
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 app = typer.Typer(
     name="amqpcap",
@@ -104,9 +107,8 @@ def _warn(text: str) -> None:
     err.print(text, highlight=False, markup=False, soft_wrap=True)
 
 
-def anomaly_warning(cap: Capture) -> Optional[str]:
+def anomaly_warning(a: pd.DataFrame) -> Optional[str]:
     """One line saying what was not decoded (the anomalies table by kind), or None."""
-    a = cap.anomalies
     if not len(a):
         return None
     kinds = a["kind"].astype(str)
@@ -131,21 +133,31 @@ SchedulerOpt = typer.Option(
     None, "--scheduler", metavar="ADDRESS",
     help="analyse a dataset on Dask: the scheduler's address (tcp://HOST:PORT; the workers must see the "
          "dataset at the same path), or `local` for a cluster of this machine's cores")
+IngestSchedulerOpt = typer.Option(
+    None, "--scheduler", metavar="ADDRESS",
+    help="run the decoding passes on Dask: the scheduler's address (tcp://HOST:PORT; the workers must see the "
+         "capture and the dataset at the same paths), or `local` for a cluster of this machine's cores")
+WorkersOpt = typer.Option(None, "--workers", min=1, max=256,
+                          help="with --scheduler local: worker processes (default: one per core)")
 
 
 def _load(capture: Path | List[Path], port: Optional[List[int]], limit: Optional[List[str]] = None, bodies: bool = False,
           tls_keylog: Optional[Path] = None, add_port: Optional[List[int]] = None, strict: bool = False) -> Capture:
-    if isinstance(capture, list) and len(capture) == 1:
-        capture = capture[0]  # one name (a file, a directory, a glob) names the capture
+    capture = _one_name(capture)
     with _reading_progress() as progress:
         cap = load(capture, ports=ports_of(port, add_port), limits=parse_limits(limit), bodies=bodies,
                    tls_keylog=tls_keylog, strict=strict, progress=progress)
     for w in cap.warnings:
         _warn(w)
-    w = anomaly_warning(cap)
+    w = anomaly_warning(cap.anomalies)
     if w:
         _warn(w)
     return cap
+
+
+def _one_name(capture: Path | List[Path]) -> Path | List[Path]:
+    """One name (a file, a directory, a glob) names the capture; several are a set."""
+    return capture[0] if isinstance(capture, list) and len(capture) == 1 else capture
 
 
 @contextmanager
@@ -171,14 +183,14 @@ def _reading_progress():
 
 
 @contextmanager
-def _analyzing_progress():
-    """On a terminal: which analyzers have run (a transient bar on stderr); else None."""
+def _analyzing_progress(label: str = "analysing"):
+    """On a terminal: which analyzers (or tasks) have run (a transient bar on stderr); else None."""
     if not err.is_terminal:
         yield None
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    bar = Progress(TextColumn("analysing"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+    bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
                    TimeElapsedColumn(), console=err, transient=True)
     task = bar.add_task("", total=None)
 
@@ -464,9 +476,7 @@ def analyze(capture: List[Path] = CapturesArg, port: Optional[List[int]] = PortO
             add_port: Optional[List[int]] = AddPortOpt, out_dir: Optional[Path] = OutOpt,
             fmt: str = FormatOpt, plots: bool = PlotsOpt, limit: Optional[List[str]] = LimitOpt,
             bodies: bool = BodiesOpt, tls_keylog: Optional[Path] = KeylogOpt, strict: bool = StrictOpt,
-            scheduler: Optional[str] = SchedulerOpt,
-            workers: Optional[int] = typer.Option(None, "--workers", min=1, max=256,
-                                                  help="with --scheduler local: worker processes (default: one per core)")) -> None:
+            scheduler: Optional[str] = SchedulerOpt, workers: Optional[int] = WorkersOpt) -> None:
     """Run every analyzer: findings first (who is to blame, with evidence), then the numbers."""
     from .report import build_summary, write_outputs
 
@@ -533,19 +543,41 @@ def ingest(capture: List[Path] = CapturesArg,
            buckets: Optional[int] = typer.Option(
                None, "--buckets", min=1, max=1024,
                help="connection buckets (partitions); default: one per 256 MB of capture"),
+           passes: Optional[int] = typer.Option(
+               None, "--passes", min=1, max=1024,
+               help="decoding passes, each keeping some buckets' connections (bounds memory); default: one per 256 MB of capture"),
            port: Optional[List[int]] = PortOpt, add_port: Optional[List[int]] = AddPortOpt,
            limit: Optional[List[str]] = LimitOpt, bodies: bool = BodiesOpt,
-           tls_keylog: Optional[Path] = KeylogOpt, strict: bool = StrictOpt) -> None:
-    """Decode a capture (one file or a set, e.g. a tcpdump ring) into a Parquet dataset partitioned by connection; every command reads it back."""
-    from .dataset import write
+           tls_keylog: Optional[Path] = KeylogOpt, strict: bool = StrictOpt,
+           scheduler: Optional[str] = IngestSchedulerOpt, workers: Optional[int] = WorkersOpt) -> None:
+    """Decode a capture (one file or a set, e.g. a tcpdump ring) into a Parquet dataset partitioned by connection; every command reads it back.
+
+    A capture larger than a pass (256 MB of files) is decoded in passes, each keeping the
+    connections of some buckets, so that memory holds a pass's share, not the whole capture;
+    with --scheduler the passes run on Dask workers, side by side."""
+    from .dataset import ingest as ingest_dataset
 
     out_dir = Path(out_dir)
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise UsageError(f"cannot write the dataset into {out_dir}: it exists and is not an empty directory")
-    cap = _load(capture, port, limit, bodies=bodies, tls_keylog=tls_keylog, add_port=add_port, strict=strict)
-    path = write(cap, out_dir, buckets)
-    err.print(f"{counted(cap.summary['packets'], 'packet')} and {counted(len(cap.connections), 'connection')} "
-              f"written to the dataset {path}", highlight=False, soft_wrap=True)
+    args = dict(buckets=buckets, passes=passes, ports=ports_of(port, add_port), limits=parse_limits(limit),
+                bodies=bodies, tls_keylog=tls_keylog, strict=strict)
+    if scheduler is not None:
+        from .engine import ingest as ingest_on_dask
+
+        with _dask_client(scheduler, workers) as client, _analyzing_progress("decoding") as progress:
+            done = ingest_on_dask(_one_name(capture), out_dir, client, progress=progress, **args)
+    else:
+        with _reading_progress() as progress:
+            done = ingest_dataset(_one_name(capture), out_dir, progress=progress, **args)
+    for w in done.summary["warnings"]:
+        _warn(w)
+    w = anomaly_warning(done.anomalies)
+    if w:
+        _warn(w)
+    in_passes = f" in {done.passes} passes" if done.passes > 1 else ""
+    err.print(f"{counted(done.summary['packets'], 'packet')} and {counted(done.connections, 'connection')} "
+              f"written to the dataset {done.path}{in_passes}", highlight=False, soft_wrap=True)
 
 
 @app.command()

@@ -15,9 +15,11 @@ import os
 import struct
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -38,6 +40,11 @@ CAPTURE_TABLES = ("records", "anomalies")
 #: a bucket holds about this much of the capture (file bytes), at most `MAX_BUCKETS` buckets
 BUCKET_TARGET_BYTES = 256 << 20
 MAX_BUCKETS = 1024
+#: `ingest` decodes a larger capture in passes, each holding the connections of some buckets:
+#: a pass covers about this much of the capture (file bytes). Measured on 2M packets of
+#: PerfTest (360 MB, 8 buckets): 1, 2, 4, 8 passes peaked at 1.18, 0.86, 0.67, 0.44 GB and
+#: took 4.9, 3.8, 4.5, 6.5 s (each pass reads the whole capture again, at ~7.7M packets/s)
+PASS_TARGET_BYTES = 256 << 20
 #: how rows are put back in `load` order: the sort key, stable (ties stay in bucket order,
 #: and tied rows are of one connection, so of one bucket)
 ORDER = {"connections": "stream", "packets": "packet", "frames": "packet", "bodies": "last_packet"}
@@ -56,9 +63,21 @@ def default_buckets(file_bytes: int) -> int:
 def bucket_of(stream: np.ndarray, buckets: int) -> np.ndarray:
     """The bucket of each stream number: Fibonacci hashing (the golden-ratio multiplier, top
     32 bits), so that a run of consecutive streams (a burst of short connections) spreads over
-    the buckets instead of filling them in turn."""
-    h = (np.asarray(stream, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)
-    return (h % np.uint64(buckets)).astype(np.int32)
+    the buckets instead of filling them in turn. Defined once, in the core (rust/src/partition.rs),
+    which also decodes a pass's buckets by it."""
+    from . import _core
+
+    return _core.bucket_of(np.ascontiguousarray(stream, dtype=np.int64), buckets)
+
+
+def default_passes(file_bytes: int, buckets: int) -> int:
+    """Decoding passes of `ingest`: one per `PASS_TARGET_BYTES` of capture, at most one per bucket."""
+    return max(1, min(buckets, math.ceil(file_bytes / PASS_TARGET_BYTES)))
+
+
+def pass_buckets(buckets: int, passes: int, p: int) -> list[int]:
+    """The buckets decoded by pass `p` of `passes`."""
+    return list(range(p, buckets, passes))
 
 
 def is_dataset(path: str | os.PathLike[str]) -> bool:
@@ -110,17 +129,17 @@ def _write_parquet(df: pd.DataFrame, path: Path) -> None:
     _write_arrow(pa.Table.from_pandas(df, preserve_index=False), path)
 
 
-def _write_buckets(df: pd.DataFrame, buckets: int, root: Path, pool) -> list:
-    """Submit the writes of `df`'s rows of connections to `pool`, bucket by bucket (every bucket
-    has every table, empty or not: a reader needs no listing). The table is converted to Arrow
-    once (immutable: the writing threads share it); each write selects its bucket's rows itself,
-    so only the buckets being written are copied at a time (ordering the whole table by bucket
-    first cost 50% more peak memory)."""
+def _write_buckets(df: pd.DataFrame, buckets: int, kept: list[int], root: Path, pool) -> list:
+    """Submit the writes of `df`'s rows of connections to `pool`, bucket by bucket for the `kept`
+    buckets (every bucket has every table, empty or not: a reader needs no listing). The table
+    is converted to Arrow once (immutable: the writing threads share it); each write selects its
+    bucket's rows itself, so only the buckets being written are copied at a time (ordering the
+    whole table by bucket first cost 50% more peak memory)."""
     import pyarrow as pa
 
     b = bucket_of(df["stream"].to_numpy(np.int64), buckets)
     t = pa.Table.from_pandas(df, preserve_index=False)
-    return [pool.submit(_write_bucket, t, b, k, root / f"bucket={k}" / "part-0.parquet") for k in range(buckets)]
+    return [pool.submit(_write_bucket, t, b, k, root / f"bucket={k}" / "part-0.parquet") for k in kept]
 
 
 def _write_bucket(t, bucket: np.ndarray, k: int, path: Path) -> None:
@@ -134,36 +153,186 @@ def _tables(cap: Capture) -> dict[str, pd.DataFrame]:
     return out
 
 
-def write(cap: Capture, out: str | os.PathLike[str], buckets: int | None = None) -> Path:
-    """Store `cap` as a dataset in the directory `out` (new, or empty). Returns its path."""
+def _new_directory(out: str | os.PathLike[str]) -> Path:
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise DatasetError(f"cannot write the dataset into {out}: it exists and is not an empty directory")
-    buckets = buckets or default_buckets(int(cap.summary.get("file_bytes") or 0))
-    rows: dict[str, int] = {}
+    return out
+
+
+@contextmanager
+def _writing(out: Path):
+    """A failed write (a full disk) is one error; the directory stays without a manifest."""
     try:
-        # capture/ first: from then on the directory is recognised as a dataset (`is_dataset`),
-        # unfinished until the manifest is written
-        _write_parquet(cap.records, out / "capture" / "records.parquet")
-        rows["records"] = len(cap.records)
-        with ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="amqpcap-parquet") as pool:
-            for name, df in _tables(cap).items():
-                own = df["stream"].notna().to_numpy()
-                writes = _write_buckets(df if own.all() else df[own], buckets, out / name, pool)
-                if not own.all():
-                    writes.append(pool.submit(_write_parquet, df[~own], out / "capture" / f"{name}.parquet"))
-                for w in writes:  # a table at a time: one table's Arrow copy alive at once
-                    w.result()  # (a write's error, a full disk, is raised here)
-                rows[name] = len(df)
-        manifest = {"format": FORMAT, "version": VERSION, "amqpcap": __version__, "buckets": buckets,
-                    "ports": list(cap.ports), "rows": rows, "summary": _json_value(cap.summary)}
-        tmp = out / (MANIFEST + ".tmp")
-        tmp.write_text(json.dumps(manifest, indent=1))
-        os.replace(tmp, out / MANIFEST)  # last: only a finished dataset has a manifest
+        yield
     except OSError as e:
         raise DatasetError(f"cannot write the dataset into {out}: {e.strerror or e} (it is left incomplete: "
                            f"no {MANIFEST})") from None
+
+
+def _write_connections(cap: Capture, out: Path, buckets: int, kept: list[int]) -> tuple[dict[str, int], dict]:
+    """Write the rows of `cap`'s connections into the `kept` buckets. Returns the rows written
+    per table and the rows of no connection per table (written once, by `_write_capture_rows`)."""
+    rows: dict[str, int] = {}
+    loose: dict[str, pd.DataFrame] = {}
+    with ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="amqpcap-parquet") as pool:
+        for name, df in _tables(cap).items():
+            own = df["stream"].notna().to_numpy()
+            writes = _write_buckets(df if own.all() else df[own], buckets, kept, out / name, pool)
+            if not own.all():
+                loose[name] = df[~own]
+            for w in writes:  # a table at a time: one table's Arrow copy alive at once
+                w.result()  # (a write's error, a full disk, is raised here)
+            rows[name] = int(own.sum())
+    return rows, loose
+
+
+def _write_loose(out: Path, loose: dict[str, list[pd.DataFrame]]) -> dict[str, int]:
+    """Write the rows of no connection of each table (`capture/<table>.parquet`), if any."""
+    rows = {}
+    for name, parts in loose.items():
+        df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+        if len(df):
+            _write_parquet(df, out / "capture" / f"{name}.parquet")
+            rows[name] = len(df)
+    return rows
+
+
+def _write_manifest(out: Path, buckets: int, ports, rows: dict[str, int], summary: dict) -> None:
+    manifest = {"format": FORMAT, "version": VERSION, "amqpcap": __version__, "buckets": buckets,
+                "ports": list(ports), "rows": rows, "summary": _json_value(summary)}
+    tmp = out / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=1))
+    os.replace(tmp, out / MANIFEST)  # last: only a finished dataset has a manifest
+
+
+def _add(total: dict[str, int], rows: dict[str, int]) -> None:
+    for name, n in rows.items():
+        total[name] = total.get(name, 0) + n
+
+
+def write(cap: Capture, out: str | os.PathLike[str], buckets: int | None = None) -> Path:
+    """Store `cap` as a dataset in the directory `out` (new, or empty). Returns its path."""
+    out = _new_directory(out)
+    buckets = buckets or default_buckets(int(cap.summary.get("file_bytes") or 0))
+    with _writing(out):
+        # capture/ first: from then on the directory is recognised as a dataset (`is_dataset`),
+        # unfinished until the manifest is written
+        (out / "capture").mkdir(parents=True)
+        _write_parquet(cap.records, out / "capture" / "records.parquet")
+        rows, loose = _write_connections(cap, out, buckets, list(range(buckets)))
+        rows["records"] = len(cap.records)
+        _add(rows, _write_loose(out, {name: [df] for name, df in loose.items()}))
+        _write_manifest(out, buckets, cap.ports, rows, cap.summary)
     return out
+
+
+@dataclass
+class Ingested:
+    """What `ingest` wrote: the dataset, its summary (as `load` gives it), its connections'
+    count, the anomalies of every pass (kind, stream, bytes, detail) and the passes made."""
+
+    path: Path
+    summary: dict
+    connections: int
+    anomalies: pd.DataFrame
+    passes: int
+
+
+@dataclass
+class PassResult:
+    """What one pass of `ingest` wrote and what the end of the ingest needs from it."""
+
+    rows: dict[str, int]
+    #: its rows of no connection, per table (written once all passes are done)
+    loose: dict[str, pd.DataFrame]
+    summary: dict
+    ports: tuple[int, ...]
+    #: its connections' `tls` and `tls_decrypted` (the TLS warnings count all connections)
+    tls: pd.DataFrame
+    #: its anomalies' kind, stream, bytes and detail (for the command's one-line account)
+    anomalies: pd.DataFrame
+
+
+def ingest_pass(capture, out: str | os.PathLike[str], buckets: int, passes: int, p: int, load_args: dict,
+                progress: Callable[[int, int, int], None] | None = None) -> PassResult:
+    """Pass `p` of `passes` of `ingest` (in this process or on a Dask worker): decode `capture`
+    keeping the connections of `pass_buckets(buckets, passes, p)` and write their buckets into
+    `out`; the first pass also writes the `records`."""
+    from .capture import load
+
+    out, kept = Path(out), pass_buckets(buckets, passes, p)
+    cap = load(capture, progress=progress, **load_args, partition=None if passes == 1 else (buckets, kept, p == 0))
+    rows, loose = _write_connections(cap, out, buckets, kept)
+    if p == 0:
+        _write_parquet(cap.records, out / "capture" / "records.parquet")
+        rows["records"] = len(cap.records)
+    tls = cap.connections[[c for c in ("tls", "tls_decrypted") if c in cap.connections]]
+    return PassResult(rows, loose, cap.summary, cap.ports, tls, cap.anomalies[["kind", "stream", "bytes", "detail"]])
+
+
+#: runs `ingest_pass` over a list of argument tuples, giving the results in any order
+PassRunner = Callable[[Callable[..., PassResult], list[tuple]], list[PassResult]]
+
+
+def ingest(capture, out: str | os.PathLike[str], *, buckets: int | None = None, passes: int | None = None,
+           progress: Callable[[int, int, int], None] | None = None, run_passes: PassRunner | None = None,
+           **load_args: Any) -> Ingested:
+    """Decode `capture` (what `amqpcap.load` accepts) into a dataset at `out`, in `passes`
+    (default `default_passes`): each pass decodes the whole capture but keeps only the
+    connections of its buckets (`pass_buckets`), so memory holds one pass's share of the rows,
+    not the whole capture's. `load(out)` then gives the capture `load(capture)` gives. With a
+    TLS key log there is one pass (tshark decrypts per decode). `load_args` go to `load`.
+
+    The passes run one after the other here, or through `run_passes` (`amqpcap.engine` runs
+    them as Dask tasks); `progress` is `load`'s, through all the passes, when they run here.
+    """
+    from .capture import tls_warnings
+    from .inputs import capture_files
+
+    out = _new_directory(out)
+    file_bytes = sum(_size(f) for f in capture_files(capture))
+    buckets = buckets or default_buckets(file_bytes)
+    passes = 1 if load_args.get("tls_keylog") is not None else min(passes or default_passes(file_bytes, buckets), buckets)
+    with _writing(out):
+        # capture/ first: from then on the directory is recognised as a dataset (`is_dataset`),
+        # unfinished until the manifest is written
+        (out / "capture").mkdir(parents=True)
+        if run_passes is None:
+            results = [ingest_pass(capture, out, buckets, passes, p, load_args, _pass_progress(progress, p, passes))
+                       for p in range(passes)]
+        else:
+            results = run_passes(ingest_pass, [(capture, out, buckets, passes, p, load_args) for p in range(passes)])
+        first = next(r for r in results if "records" in r.rows)
+        rows: dict[str, int] = {}
+        loose: dict[str, list[pd.DataFrame]] = {}
+        warnings = list(first.summary["warnings"])
+        for r in results:
+            _add(rows, r.rows)
+            for name, df in r.loose.items():
+                loose.setdefault(name, []).append(df)
+            warnings += [w for w in r.summary["warnings"] if w not in warnings]
+        _add(rows, _write_loose(out, loose))
+        summary = first.summary
+        if passes > 1:
+            summary["warnings"] = warnings + tls_warnings(pd.concat([r.tls for r in results], ignore_index=True), None, None)
+        _write_manifest(out, buckets, first.ports, rows, summary)
+    return Ingested(out, summary, rows.get("connections", 0), pd.concat([r.anomalies for r in results], ignore_index=True),
+                    passes)
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0  # the core names the file and why
+
+
+def _pass_progress(progress, p: int, passes: int):
+    """`load`'s progress of pass `p`, as progress through all the passes."""
+    if progress is None:
+        return None
+    return lambda done, total, packets: progress(p * total + done, total * passes, packets)
 
 
 # --- reading ---------------------------------------------------------------------------------

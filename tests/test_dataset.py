@@ -44,6 +44,35 @@ def test_a_fixture_through_the_dataset_is_the_same_capture(name, tmp_path):
     assert summary_json(stored) == summary_json(direct)
 
 
+@pytest.mark.parametrize("name", FIXTURES)
+def test_a_fixture_ingested_in_passes_is_the_same_capture(name, tmp_path):
+    """Three passes over four buckets (the first pass keeps two): each pass decodes the whole
+    capture but keeps some connections; together they are the capture `load` gives."""
+    direct = amqpcap.load(FIX / name, bodies=True)
+    done = dataset.ingest(FIX / name, tmp_path / "ds", buckets=4, passes=3, bodies=True)
+    assert done.passes == 3 and done.connections == len(direct.connections)
+    stored = amqpcap.load(tmp_path / "ds")
+    for table in SAME_ORDER:
+        pd.testing.assert_frame_equal(getattr(direct, table), getattr(stored, table), obj=table)
+    pd.testing.assert_frame_equal(canonical_anomalies(direct.anomalies), canonical_anomalies(stored.anomalies))
+    assert stored.summary == direct.summary
+    assert summary_json(stored) == summary_json(direct)
+
+
+def test_a_pass_keeps_only_its_buckets_connections():
+    """The core's partition: streams are numbered as in a whole decode (port reuse included),
+    only the kept buckets' connections have rows, and only the first pass has the records."""
+    whole = amqpcap.load(FIX / "ten-consumers.pcap")
+    buckets = dataset.bucket_of(whole.connections["stream"].to_numpy(), 3)
+    for kept, capture_rows in (([0], True), ([1, 2], False)):
+        part = amqpcap.load(FIX / "ten-consumers.pcap", partition=(3, kept, capture_rows))
+        mine = whole.connections["stream"][pd.Series(buckets).isin(kept).to_numpy()]
+        assert part.connections["stream"].tolist() == mine.tolist() and len(mine)
+        assert set(part.frames["stream"]) == set(mine)
+        assert len(part.records) == (len(whole.records) if capture_rows else 0)
+        assert part.summary["packets"] == whole.summary["packets"]
+
+
 def test_the_layout_is_a_hive_dataset_with_whole_connections_per_bucket(tmp_path):
     import pyarrow.dataset as ds
 
