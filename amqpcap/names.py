@@ -62,7 +62,8 @@ def connection_names(cap: Capture) -> pd.DataFrame:
     streams = c["stream"].to_numpy("int64")
     out = pd.DataFrame({"stream": streams, **cols}, index=pd.Index(streams, name="stream"))
     dup = out["connection"].duplicated(keep=False)
-    out.loc[dup, "connection"] = out.loc[dup, "connection"] + " (stream " + out.loc[dup, "stream"].astype(str) + ")"
+    if dup.any():  # (never for no connection: an empty column has no text type to add to)
+        out.loc[dup, "connection"] = out.loc[dup, "connection"] + " (stream " + out.loc[dup, "stream"].astype(str) + ")"
     return out
 
 

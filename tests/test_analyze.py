@@ -26,6 +26,9 @@ EXPECTED = {
     "memory-alarm.pcap": {"publisher-blocked"},
     "kernel-drops.pcap": {"capture-gaps"},
     "zero-window.pcap": {"receiver-window"},
+    "polling.pcap": {"polling-basic-get"},
+    "transactions.pcap": {"transactions"},
+    "unroutable.pcap": {"unroutable-messages"},
 }
 
 #: (fixture, finding) pairs that must appear at any severity: pika's RPC (rpc-nodelay) writes
@@ -132,6 +135,9 @@ SITUATIONS = {
     "slow-prefetch1.pcap": {"consumer-bound"},
     "ten-consumers.pcap": {"consumer-bound", "small-packets"},  # -q 1 -L 5000 for 10; -r 3000 -s 64
     "zero-window.pcap": {"receiver-window"},
+    "polling.pcap": {"polling-basic-get"},  # basic.get every 20 ms, one message every 100 ms
+    "transactions.pcap": {"transactions"},  # tx.commit after every basic.publish
+    "unroutable.pcap": {"unroutable-messages"},  # 30 mandatory publishes to amq.direct, no binding
 }
 ALL_FIXTURES = sorted(p.name for p in FIX.iterdir()
                       if p.suffix in (".pcap", ".pcapng", ".gz") and p.name != "tls.pcap")  # tls: below

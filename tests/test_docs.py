@@ -92,7 +92,8 @@ def test_every_finding_id_documented():
     documented_ids = set(re.findall(r"^\| `([a-z-]+)` \|", FINDINGS_DOC, re.M))
     assert finding_ids_in_code() == documented_ids
     for required in ("small-packets", "nagle-delayed-ack", "prefetch-one", "consumer-bound", "broker-slow-refill",
-                     "redelivery-loop", "publisher-blocked", "receiver-window", "capture-gaps"):
+                     "redelivery-loop", "publisher-blocked", "receiver-window", "capture-gaps",
+                     "polling-basic-get", "transactions", "unroutable-messages"):
         assert required in documented_ids
 
 
@@ -117,7 +118,8 @@ def test_emitted_findings_and_summary_keys_documented(name):
 # every branch of the summaries (confirms, no-ack, mid-stream, gaps, stalls of each cause).
 ANALYZER_FIXTURES = ("healthy.pcap", "slow-prefetch1.pcap", "confirms.pcap", "auto-ack.pcap", "midstream.pcap",
                      "nack-requeue.pcap", "rpc-nodelay.pcap", "nagle-write-write-read.pcap", "memory-alarm.pcap",
-                     "kernel-drops.pcap", "zero-window.pcap")
+                     "kernel-drops.pcap", "zero-window.pcap", "polling.pcap", "transactions.pcap",
+                     "unroutable.pcap")
 
 
 @pytest.fixture(scope="module")

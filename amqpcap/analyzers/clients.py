@@ -1,0 +1,339 @@
+"""clients: what each connection does (publishes, consumes, gets, transactions, confirms) and at
+what rates, named as the operator knows it; and the client habits RabbitMQ's documentation
+warns about, named from the wire (issue 14): polling with basic.get, a transaction per message,
+mandatory publishes that no queue takes.
+
+Everything here is per connection, so the analyzer splits: a partition's step counts its own
+connections' methods, the merge joins the rows and derives the findings from them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..analysis import AnalyzerResult, Finding, analyzer, stream_filter
+from ..capture import Capture
+from ..derive.methods import chan_key, methods, select
+from ..names import connection_names, subject
+from ..partition import CaptureFacts, Split, merge_rows, run_whole
+
+#: polling-basic-get: a connection that sends at least this many basic.get polls in a loop
+#: (a few gets, e.g. a script fetching one message, are not polling)
+POLLING_MIN_GETS = 20
+#: ... warning when at least this share of its gets find the queue empty (a round trip for
+#: nothing each), or when it gets at least POLLING_WARN_GETS_PER_S (one round trip per message
+#: where a consumer with a prefetch window would have them pushed); info otherwise
+POLLING_EMPTY_SHARE = 0.2
+POLLING_WARN_GETS_PER_S = 10.0
+#: transactions: a connection that commits at least this many transactions ...
+TX_MIN_COMMITS = 10
+#: ... warning when its transactions hold at most this many publishes each on average (a
+#: synchronous commit round trip every few messages); info for larger batches
+TX_SMALL_BATCH = 10
+#: unroutable-messages: a connection whose mandatory publishes came back (basic.return) at least
+#: once is told (info); warning from this many returns making at least UNROUTABLE_WARN_SHARE of
+#: its publishes (a misrouted publisher, not a rare mandatory check failing)
+UNROUTABLE_WARN_RETURNS = 10
+UNROUTABLE_WARN_SHARE = 0.01
+#: example packets a finding cites per connection and method
+EXAMPLE_PACKETS = 5
+#: connections listed in summary.json (`clients.by_connection`), busiest first; the table has all
+SUMMARY_CONNECTIONS = 50
+#: what summary.json lists of each connection
+SUMMARY_COLUMNS = ("connection", "stream", "client", "user", "duration_s", "publishes", "publish_rate_per_s", "returns",
+                   "deliveries", "delivery_rate_per_s", "gets", "get_rate_per_s", "get_empty_share", "acks",
+                   "confirm_selects", "tx_commits", "publishes_per_commit")
+
+#: (column, method, direction) counted per connection
+COUNTED = (
+    ("publishes", "basic.publish", "c2s"),
+    ("returns", "basic.return", "s2c"),
+    ("deliveries", "basic.deliver", "s2c"),
+    ("gets", "basic.get", "c2s"),
+    ("gets_ok", "basic.get-ok", "s2c"),
+    ("gets_empty", "basic.get-empty", "s2c"),
+    ("acks", "basic.ack", "c2s"),
+    ("consumes", "basic.consume", "c2s"),
+    ("confirm_selects", "confirm.select", "c2s"),
+    ("tx_selects", "tx.select", "c2s"),
+    ("tx_commits", "tx.commit", "c2s"),
+    ("tx_rollbacks", "tx.rollback", "c2s"),
+    ("channels_opened", "channel.open", "c2s"),
+)
+#: a synchronous request and its replies (AMQP 0-9-1 §2.3.4: at most one outstanding per channel)
+ROUND_TRIPS = {"get": ("basic.get", ("basic.get-ok", "basic.get-empty")),
+               "commit": ("tx.commit", ("tx.commit-ok",))}
+FILTER_GET = "amqp.method.class == 60 && amqp.method.method in {70, 71, 72}"
+FILTER_TX = "amqp.method.class == 90"
+FILTER_RETURN = "amqp.method.class == 60 && amqp.method.method == 50"
+COLUMNS = ["connection", "stream", "client", "user", "vhost", "duration_s",
+           *(c for c, _, _ in COUNTED), "publishes_in_tx", "publish_rate_per_s", "delivery_rate_per_s",
+           "get_rate_per_s", "get_empty_share", "get_round_trip_p50_s", "publishes_per_commit",
+           "commit_round_trip_p50_s"]
+
+
+def _round_trips(cap: Capture, m: pd.DataFrame, request: str, replies: tuple[str, ...]) -> pd.DataFrame:
+    """stream, round_trip_s of each `request` answered by one of `replies` on its channel: the
+    reply that follows the request on the same channel (a synchronous method is answered before
+    the channel's next one, AMQP 0-9-1 §2.3.4), in frame order."""
+    req, rep = select(m, request, "c2s"), select(m, replies, "s2c")
+    rows = np.flatnonzero(req | rep)
+    if len(rows) == 0:
+        return pd.DataFrame({"stream": np.zeros(0, np.int64), "round_trip_s": np.zeros(0)})
+    key = chan_key(m.iloc[rows])
+    rows = rows[np.argsort(key, kind="stable")]  # by channel, frame order kept within it
+    key, is_req = np.sort(key, kind="stable"), req[rows]
+    answered = np.flatnonzero(~is_req[1:] & is_req[:-1] & (key[1:] == key[:-1]))
+    ts = cap.frames["ts"].array.asi8[m["order"].to_numpy()[rows]]
+    return pd.DataFrame({"stream": m["stream"].to_numpy(np.int64)[rows[answered]],
+                         "round_trip_s": (ts[answered + 1] - ts[answered]) / 1e9})
+
+
+def _examples(m: pd.DataFrame, cap: Capture, method: str, direction: str = "c2s") -> pd.DataFrame:
+    """The first EXAMPLE_PACKETS packets of each connection's `method` frames (in `direction`)."""
+    rows = np.flatnonzero(select(m, method, direction))
+    stream = m["stream"].to_numpy(np.int64)[rows]
+    packet = cap.frames["packet"].to_numpy(np.int64)[m["order"].to_numpy()[rows]]
+    df = pd.DataFrame({"stream": stream, "packet": packet, "method": method})
+    return df[df.groupby("stream").cumcount() < EXAMPLE_PACKETS]
+
+
+def clients_partial(cap: Capture, facts: CaptureFacts) -> dict[str, Any]:
+    """A partition's connections: one row each, with its counts, rates and round trips."""
+    m = methods(cap)
+    c = cap.connections
+    names = connection_names(cap)
+    stream = c["stream"].to_numpy(np.int64)
+    out = pd.DataFrame({"stream": stream})
+    for col in ("connection", "client", "user", "vhost"):
+        out[col] = names[col].reindex(stream).to_numpy(object)
+    out["duration_s"] = (c["last_ts"] - c["first_ts"]).dt.total_seconds().to_numpy()
+    ms = m["stream"].to_numpy(np.int64)
+    pos = np.searchsorted(stream, ms)  # connections are sorted by stream
+    for col, method, direction in COUNTED:
+        out[col] = np.bincount(pos[select(m, method, direction)], minlength=len(stream)).astype(np.int64)
+    # publishes on channels that selected tx (a transaction's messages)
+    tx_chan = np.unique(chan_key(m[select(m, "tx.select", "c2s")]))
+    in_tx = select(m, "basic.publish", "c2s") & np.isin(chan_key(m), tx_chan)
+    out["publishes_in_tx"] = np.bincount(pos[in_tx], minlength=len(stream)).astype(np.int64)
+    span = np.where(out["duration_s"] > 0, out["duration_s"], np.nan)
+    out["publish_rate_per_s"] = out["publishes"] / span
+    out["delivery_rate_per_s"] = out["deliveries"] / span
+    out["get_rate_per_s"] = out["gets"] / span
+    answered = out["gets_ok"] + out["gets_empty"]
+    out["get_empty_share"] = np.where(answered > 0, out["gets_empty"] / answered.where(answered > 0, 1), np.nan)
+    out["publishes_per_commit"] = np.where(out["tx_commits"] > 0,
+                                           out["publishes_in_tx"] / out["tx_commits"].where(out["tx_commits"] > 0, 1),
+                                           np.nan)
+    for name, (request, replies) in ROUND_TRIPS.items():
+        rt = _round_trips(cap, m, request, replies)
+        out[f"{name}_round_trip_p50_s"] = rt.groupby("stream")["round_trip_s"].median().reindex(stream).to_numpy()
+    examples = pd.concat([_examples(m, cap, "basic.get"), _examples(m, cap, "tx.commit"),
+                          _examples(m, cap, "basic.return", "s2c")], ignore_index=True)
+    return {"connections": out[COLUMNS], "examples": examples, "returns": _returns(cap, m)}
+
+
+def _destinations(cap: Capture, m: pd.DataFrame, mask: np.ndarray, extra=()) -> pd.DataFrame:
+    """stream, exchange, routing_key (and the `extra` columns) of the method frames `mask`."""
+    rows = np.flatnonzero(mask)
+    order = m["order"].to_numpy()[rows]
+    f = cap.frames
+    out = pd.DataFrame({"stream": m["stream"].to_numpy(np.int64)[rows]})
+    for col in ("exchange", "routing_key", *extra):
+        v = pd.Series(f[col].array.take(order)).astype(object)
+        out[col] = (v.fillna("") if col in ("exchange", "routing_key") else v.where(v.notna(), None)).to_numpy(object)
+    return out
+
+
+def _returns(cap: Capture, m: pd.DataFrame) -> pd.DataFrame:
+    """Per (stream, exchange, routing key) with a basic.return: the returns (and the first one's
+    reply code and text) and the publishes to that destination."""
+    ret = _destinations(cap, m, select(m, "basic.return", "s2c"), ("reply_code", "reply_text"))
+    key = ["stream", "exchange", "routing_key"]
+    cols = [*key, "returns", "publishes", "reply_code", "reply_text"]
+    if len(ret) == 0:
+        return pd.DataFrame({c: pd.Series(dtype=np.int64 if c in ("stream", "returns", "publishes") else object)
+                             for c in cols})
+    g = ret.groupby(key, sort=True)
+    out = g.size().rename("returns").to_frame().join(g[["reply_code", "reply_text"]].first())
+    pub = _destinations(cap, m, select(m, "basic.publish", "c2s")).groupby(key).size()
+    out["publishes"] = pub.reindex(out.index).fillna(0).astype(np.int64).to_numpy()
+    return out.reset_index()[cols]
+
+
+def clients_merge(partials: list[dict[str, Any]], records: None, facts: CaptureFacts, cap: Capture) -> AnalyzerResult:
+    """The connections of every partition; the findings and summary from them."""
+    conns = merge_rows([p["connections"] for p in partials], ["stream"])
+    examples = merge_rows([p["examples"] for p in partials], ["stream", "method", "packet"])
+    returns = merge_rows([p["returns"] for p in partials], ["stream", "exchange", "routing_key"])
+    findings = [f for f in (_polling_finding(cap, conns, examples), _transactions_finding(cap, conns, examples),
+                            _unroutable_finding(cap, conns, returns, examples))
+                if f is not None]
+    summary = {"clients": {
+        "connections": int(len(conns)),
+        "publishing": int((conns["publishes"] > 0).sum()),
+        "consuming": int(((conns["deliveries"] > 0) | (conns["consumes"] > 0) | (conns["gets_ok"] > 0)).sum()),
+        "polling": int((conns["gets"] > 0).sum()),
+        "transactional": int((conns["tx_selects"] > 0).sum()),
+        "confirming": int((conns["confirm_selects"] > 0).sum()),
+        "returned": int((conns["returns"] > 0).sum()),
+        "by_connection": _by_connection(conns),
+    }}
+    return AnalyzerResult("clients", tables={"connections": conns, "returns": returns}, summary=summary,
+                          findings=findings, plots=[])
+
+
+def _by_connection(conns: pd.DataFrame) -> list[dict[str, Any]]:
+    """The busiest SUMMARY_CONNECTIONS connections (messages published, delivered and got),
+    in summary.json's terms (missing numbers as null)."""
+    busy = conns["publishes"] + conns["deliveries"] + conns["gets_ok"]
+    top = conns.assign(busy_msgs=busy).sort_values(["busy_msgs", "stream"], ascending=[False, True], kind="stable")
+    out = []
+    for r in top.head(SUMMARY_CONNECTIONS)[list(SUMMARY_COLUMNS)].to_dict(orient="records"):
+        out.append({k: (None if isinstance(v, float) and np.isnan(v) else v.item() if isinstance(v, np.generic) else v)
+                    for k, v in r.items()})
+    return out
+
+
+SPLIT = Split(partial=clients_partial, merge=clients_merge)
+
+
+@analyzer("clients", split=SPLIT)
+def clients(cap: Capture) -> AnalyzerResult:
+    """What each connection does (publishes, consumes, gets, transactions, confirms) and the habits that cost most."""
+    return run_whole(SPLIT, cap)
+
+
+# -- findings ---------------------------------------------------------------------------------
+
+def _packets(examples: pd.DataFrame, stream: int, method: str) -> list[int]:
+    e = examples[(examples["stream"] == stream) & (examples["method"] == method)]
+    return sorted(int(p) for p in e["packet"])
+
+
+def _polling_finding(cap: Capture, conns: pd.DataFrame, examples: pd.DataFrame) -> Finding | None:
+    """polling-basic-get: connections that loop on basic.get, worst (most empty gets) first."""
+    poll = conns[conns["gets"] >= POLLING_MIN_GETS]
+    if len(poll) == 0:
+        return None
+    empty = poll["get_empty_share"].fillna(0.0)
+    loud = (empty >= POLLING_EMPTY_SHARE) | (poll["get_rate_per_s"].fillna(0.0) >= POLLING_WARN_GETS_PER_S)
+    poll = poll.assign(loud=loud, empty_part=empty).sort_values(["loud", "gets_empty", "gets"], ascending=False,
+                                                             kind="stable")
+    w, n = poll.iloc[0], len(poll)
+    rtt = w.get_round_trip_p50_s
+    cap_note = "" if pd.isna(rtt) or rtt <= 0 else \
+        f"; at {rtt * 1e3:.1f} ms a round trip, one channel gets at most {1 / rtt:,.0f} messages/s this way"
+    numbers = (f"{int(w.gets):,} basic.get at {w.get_rate_per_s:.1f}/s, {w.empty_part:.0%} of them found the queue "
+               f"empty{cap_note}")
+    title = (f"{w.connection} polls with basic.get: {numbers}" if n == 1 else
+             f"{n} connections poll with basic.get: worst {w.connection}, {numbers}")
+    subjects = [subject(cap, r.stream, gets=int(r.gets), gets_ok=int(r.gets_ok), gets_empty=int(r.gets_empty),
+                        get_empty_share=float(r.empty_part), get_rate_per_s=float(r.get_rate_per_s),
+                        get_round_trip_p50_s=None if pd.isna(r.get_round_trip_p50_s) else float(r.get_round_trip_p50_s),
+                        severity="warning" if r.loud else "info")
+                for r in poll.itertuples()]
+    return Finding(
+        id="polling-basic-get", severity="warning" if poll["loud"].any() else "info", title=title,
+        evidence={
+            "gets": int(w.gets), "gets_ok": int(w.gets_ok), "gets_empty": int(w.gets_empty),
+            "get_empty_share": float(w.empty_part), "get_rate_per_s": float(w.get_rate_per_s),
+            "get_round_trip_p50_s": None if pd.isna(rtt) else float(rtt),
+            "connections_with_this_finding": n, "gets_total": int(poll["gets"].sum()),
+            "streams": sorted(int(s) for s in poll["stream"]),
+            "packets": _packets(examples, int(w.stream), "basic.get"),
+            "filter": f"{stream_filter(poll['stream'])} && {FILTER_GET}",
+        },
+        advice="Consume with basic.consume and a prefetch window (basic.qos, e.g. 50-300) instead of polling: "
+               "the broker pushes messages as they arrive, without a round trip per message and without "
+               "asking an empty queue again and again. RabbitMQ's consumer guide calls polling with basic.get "
+               "highly inefficient; prefetch does not apply to it.",
+        impact=float(poll["empty_part"].max()),
+        subjects=subjects)
+
+
+def _transactions_finding(cap: Capture, conns: pd.DataFrame, examples: pd.DataFrame) -> Finding | None:
+    """transactions: connections that commit AMQP transactions, smallest batches first."""
+    tx = conns[conns["tx_commits"] >= TX_MIN_COMMITS]
+    if len(tx) == 0:
+        return None
+    per = tx["publishes_per_commit"].fillna(0.0)
+    loud = per <= TX_SMALL_BATCH
+    tx = tx.assign(loud=loud, per_tx=per).sort_values(["loud", "tx_commits"], ascending=False, kind="stable")
+    w, n = tx.iloc[0], len(tx)
+    rtt = w.commit_round_trip_p50_s
+    rate = "" if pd.isna(rtt) or rtt <= 0 else \
+        f"; each commit waits {rtt * 1e3:.1f} ms for commit-ok, capping the channel at {w.per_tx / rtt:,.0f} messages/s"
+    numbers = f"{int(w.tx_commits):,} tx.commit, {w.per_tx:.1f} publishes per transaction{rate}"
+    title = (f"{w.connection} publishes in transactions: {numbers}" if n == 1 else
+             f"{n} connections publish in transactions: worst {w.connection}, {numbers}")
+    subjects = [subject(cap, r.stream, tx_commits=int(r.tx_commits), tx_rollbacks=int(r.tx_rollbacks),
+                        publishes_in_tx=int(r.publishes_in_tx), publishes_per_commit=float(r.per_tx),
+                        commit_round_trip_p50_s=None if pd.isna(r.commit_round_trip_p50_s)
+                        else float(r.commit_round_trip_p50_s),
+                        severity="warning" if r.loud else "info")
+                for r in tx.itertuples()]
+    return Finding(
+        id="transactions", severity="warning" if tx["loud"].any() else "info", title=title,
+        evidence={
+            "tx_commits": int(w.tx_commits), "tx_rollbacks": int(w.tx_rollbacks),
+            "publishes_in_tx": int(w.publishes_in_tx), "publishes_per_commit": float(w.per_tx),
+            "commit_round_trip_p50_s": None if pd.isna(rtt) else float(rtt),
+            "connections_with_this_finding": n,
+            "streams": sorted(int(s) for s in tx["stream"]),
+            "packets": _packets(examples, int(w.stream), "tx.commit"),
+            "filter": f"{stream_filter(tx['stream'])} && {FILTER_TX}",
+        },
+        advice="Use publisher confirms (confirm.select) instead of AMQP transactions: the broker then "
+               "acknowledges publishes asynchronously while the client keeps publishing, with a window of "
+               "outstanding confirms. RabbitMQ's documentation measures transactions as cutting throughput "
+               "by a factor of 250. If transactions must stay, put many publishes in each.",
+        impact=float(1.0 / max(float(w.per_tx), 1.0)), subjects=subjects)
+
+
+
+def _unroutable_finding(cap: Capture, conns: pd.DataFrame, returns: pd.DataFrame,
+                        examples: pd.DataFrame) -> Finding | None:
+    """unroutable-messages: connections whose mandatory publishes came back, most returns first."""
+    if len(returns) == 0:
+        return None
+    per = conns[conns["returns"] > 0].copy()
+    per["returned_share"] = per["returns"] / per["publishes"].where(per["publishes"] > 0, 1)
+    per["loud"] = (per["returns"] >= UNROUTABLE_WARN_RETURNS) & (per["returned_share"] >= UNROUTABLE_WARN_SHARE)
+    per = per.sort_values(["loud", "returns"], ascending=False, kind="stable")
+    w, n = per.iloc[0], len(per)
+    mine = returns[returns["stream"] == w.stream].sort_values("returns", ascending=False, kind="stable")
+    top = mine.iloc[0]
+    reply = " ".join(str(x) for x in (top.reply_code, top.reply_text) if x is not None)
+    numbers = (f"{int(w.returns):,} of its {int(w.publishes):,} publishes came back unroutable ({reply}), most to "
+               f"exchange '{top.exchange}' with routing key '{top.routing_key}'")
+    title = (f"{w.connection} publishes messages no queue takes: {numbers}" if n == 1 else
+             f"{n} connections publish messages no queue takes: worst {w.connection}, {numbers}")
+    dest = returns.groupby(["exchange", "routing_key"], sort=True)[["returns", "publishes"]].sum()
+    dest = dest.sort_values("returns", ascending=False, kind="stable").reset_index()
+    subjects = [subject(cap, r.stream, returns=int(r.returns), publishes=int(r.publishes),
+                        returned_share=float(r.returned_share), severity="warning" if r.loud else "info")
+                for r in per.itertuples()]
+    return Finding(
+        id="unroutable-messages", severity="warning" if per["loud"].any() else "info", title=title,
+        evidence={
+            "returns": int(w.returns), "publishes": int(w.publishes), "returned_share": float(w.returned_share),
+            "exchange": str(top.exchange), "routing_key": str(top.routing_key),
+            "reply_code": None if top.reply_code is None else int(top.reply_code),
+            "reply_text": None if top.reply_text is None else str(top.reply_text),
+            "destinations": [{"exchange": str(d.exchange), "routing_key": str(d.routing_key), "returns": int(d.returns),
+                              "publishes": int(d.publishes)} for d in dest.itertuples()],
+            "connections_with_this_finding": n, "returns_total": int(per["returns"].sum()),
+            "streams": sorted(int(s) for s in per["stream"]),
+            "packets": _packets(examples, int(w.stream), "basic.return"),
+            "filter": f"{stream_filter(per['stream'])} && {FILTER_RETURN}",
+        },
+        advice="The broker returns these mandatory publishes (basic.return, NO_ROUTE): no queue is bound to the "
+               "exchange with that routing key, so the messages are dropped. Declare and bind the queue the "
+               "publisher expects (check the exchange name and routing key), or give the exchange an alternate "
+               "exchange to catch what nothing takes. With publisher confirms the return comes before the ack: "
+               "an acked message was not necessarily delivered to a queue.",
+        impact=float(per["returned_share"].max()), subjects=subjects)

@@ -1,0 +1,168 @@
+"""The clients analyzer on real recordings (fixtures/record/record.sh, stage 8, and others): its
+per-connection counts, round trips and rates, and the numbers its findings rest on, equal an
+independent computation from tshark's own AMQP fields (tests/tshark_reference.py); each
+finding's filter opens, in tshark, exactly the packets it is about."""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+import amqpcap
+from amqpcap.analyzers.clients import clients
+
+ROOT = Path(__file__).resolve().parent.parent
+FIX = ROOT / "fixtures"
+sys.path.insert(0, str(ROOT / "tests"))
+from tshark_reference import tshark_methods  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not shutil.which("tshark"), reason="needs tshark (scripts/test.sh installs it)")
+
+#: (class, method) counted per connection, by the table's column
+COUNTED = {"publishes": (60, 40), "returns": (60, 50), "deliveries": (60, 60), "gets": (60, 70), "gets_ok": (60, 71),
+           "gets_empty": (60, 72), "consumes": (60, 20), "confirm_selects": (85, 10), "tx_selects": (90, 10),
+           "tx_commits": (90, 20), "tx_rollbacks": (90, 30), "channels_opened": (20, 10)}
+#: a request and its replies (AMQP 0-9-1 §2.3.4: one outstanding synchronous request per channel)
+ROUND_TRIPS = {"get_round_trip_p50_s": ((60, 70), {(60, 71), (60, 72)}),
+               "commit_round_trip_p50_s": ((90, 20), {(90, 21)})}
+
+
+def run(*cmd) -> str:
+    return subprocess.run([str(c) for c in cmd], check=True, capture_output=True, text=True).stdout
+
+
+def reference(path: Path) -> dict[int, dict]:
+    """Per tcp.stream, from tshark alone: method counts (client→broker requests, broker→client
+    replies), the median round trip of each synchronous request on its channel, and the
+    stream's first and last packet times."""
+    frames = tshark_methods(str(path))
+    out: dict[int, dict] = defaultdict(dict)
+    counts: dict[int, Counter] = defaultdict(Counter)
+    by_channel: dict[tuple, list] = defaultdict(list)
+    for f in frames:
+        counts[f["stream"]][f["method"]] += 1
+        by_channel[(f["stream"], f["channel"])].append(f)
+    for line in run("tshark", "-r", path, "-T", "fields", "-e", "tcp.stream", "-e", "frame.time_epoch").splitlines():
+        stream, t = line.split("\t")
+        r = out[int(stream)]
+        r["first"] = min(r.get("first", float(t)), float(t))
+        r["last"] = max(r.get("last", float(t)), float(t))
+    for stream, c in counts.items():
+        for col, method in COUNTED.items():
+            out[stream][col] = c[method]
+    for col, (request, replies) in ROUND_TRIPS.items():
+        rtt: dict[int, list] = defaultdict(list)
+        for (stream, _), fs in by_channel.items():
+            for a, b in zip(fs, fs[1:]):
+                if a["method"] == request and b["method"] in replies:
+                    rtt[stream].append(b["t"] - a["t"])
+        for stream in out:
+            out[stream][col] = statistics.median(rtt[stream]) if rtt[stream] else None
+    return out
+
+
+@pytest.mark.parametrize("name", ["polling.pcap", "transactions.pcap", "unroutable.pcap", "secrets.pcap",
+                                  "confirms.pcap", "nack-requeue.pcap"])
+def test_the_clients_table_is_tsharks_count(name):
+    table = clients(amqpcap.load(FIX / name)).tables["connections"].set_index("stream")
+    ref = reference(FIX / name)
+    assert sorted(table.index) == sorted(s for s in ref if "publishes" in ref[s])
+    for stream, r in table.iterrows():
+        want = ref[stream]
+        for col in COUNTED:
+            assert r[col] == want[col], (name, stream, col)
+        duration = want["last"] - want["first"]
+        assert r["duration_s"] == pytest.approx(duration, abs=2e-6)
+        if duration > 0:
+            assert r["get_rate_per_s"] == pytest.approx(want["gets"] / duration, rel=1e-5)
+        for col in ROUND_TRIPS:
+            if want[col] is None:
+                assert r[col] != r[col], (name, stream, col)  # NaN
+            else:
+                assert r[col] == pytest.approx(want[col], abs=2e-6), (name, stream, col)
+
+
+def finding(name: str, fid: str):
+    r = clients(amqpcap.load(FIX / name))
+    found = [f for f in r.findings if f.id == fid]
+    assert len(found) == 1, [f.id for f in r.findings]
+    return found[0]
+
+
+def packets_of(path: Path, display_filter: str) -> list[int]:
+    return [int(n) for n in run("tshark", "-r", path, "-Y", display_filter, "-T", "fields", "-e", "frame.number").split()]
+
+
+def test_polling_is_named_with_tsharks_numbers():
+    f = finding("polling.pcap", "polling-basic-get")
+    ref = reference(FIX / "polling.pcap")
+    poller = ref[0]
+    ev = f.evidence
+    assert f.severity == "warning" and f.subjects[0]["connection"] == "amqpcap-poller"
+    # the scenario's own numbers (the client printed them: fixtures/README.md) and tshark's
+    assert (ev["gets"], ev["gets_ok"], ev["gets_empty"]) == (186, 40, 146)
+    assert (ev["gets"], ev["gets_ok"], ev["gets_empty"]) == (poller["gets"], poller["gets_ok"], poller["gets_empty"])
+    assert ev["get_empty_share"] == pytest.approx(146 / 186)
+    assert ev["get_rate_per_s"] == pytest.approx(186 / (poller["last"] - poller["first"]), rel=1e-5)
+    assert ev["get_round_trip_p50_s"] == pytest.approx(poller["get_round_trip_p50_s"], abs=2e-6)
+    assert ev["streams"] == [0]
+    # the filter opens the poller's get, get-ok and get-empty packets, and only those
+    frames = tshark_methods(str(FIX / "polling.pcap"))
+    want = sorted({fr["packet"] for fr in frames if fr["stream"] == 0 and fr["method"] in ((60, 70), (60, 71), (60, 72))})
+    assert packets_of(FIX / "polling.pcap", ev["filter"]) == want
+    assert set(ev["packets"]) <= set(want)
+
+
+def test_transactions_are_named_with_tsharks_numbers():
+    f = finding("transactions.pcap", "transactions")
+    tx = reference(FIX / "transactions.pcap")[0]
+    ev = f.evidence
+    assert f.severity == "warning" and f.subjects[0]["connection"] == "amqpcap-tx-publisher"
+    # the scenario's parameters: 50 messages, one tx.commit each
+    assert (ev["tx_commits"], ev["publishes_in_tx"], ev["publishes_per_commit"]) == (50, 50, 1.0)
+    assert (ev["tx_commits"], ev["publishes_in_tx"]) == (tx["tx_commits"], tx["publishes"])
+    assert ev["commit_round_trip_p50_s"] == pytest.approx(tx["commit_round_trip_p50_s"], abs=2e-6)
+    frames = tshark_methods(str(FIX / "transactions.pcap"))
+    want = sorted({fr["packet"] for fr in frames if fr["method"][0] == 90})
+    assert packets_of(FIX / "transactions.pcap", ev["filter"]) == want
+    assert set(ev["packets"]) <= set(want) and len(ev["packets"]) == 5
+
+
+def test_one_basic_get_is_not_polling():
+    """secrets.pcap gets one message back with basic.get on each of two connections: a fetch,
+    not a polling loop."""
+    r = clients(amqpcap.load(FIX / "secrets.pcap"))
+    assert r.summary["clients"]["polling"] == 2
+    assert not [f for f in r.findings if f.id == "polling-basic-get"]
+
+
+def test_unroutable_messages_are_named_with_tsharks_numbers():
+    f = finding("unroutable.pcap", "unroutable-messages")
+    ev = f.evidence
+    assert f.severity == "warning" and f.subjects[0]["connection"] == "amqpcap-orders-publisher"
+    # the scenario's parameters: 30 mandatory publishes to amq.direct with a key no queue is
+    # bound with, 30 to a declared queue; the client counted 30 basic.return, all 312
+    assert (ev["returns"], ev["publishes"], ev["exchange"], ev["routing_key"]) == (
+        30, 60, "amq.direct", "orders.nobody-binds-this")
+    assert (ev["reply_code"], ev["reply_text"]) == (312, "NO_ROUTE")
+    # tshark: the broker's basic.return frames and the fields they carry
+    out = run("tshark", "-r", FIX / "unroutable.pcap", "-Y", "amqp.method.class == 60 && amqp.method.method == 50",
+              "-T", "fields", "-E", "occurrence=a", "-e", "frame.number", "-e", "amqp.method.arguments.reply_code",
+              "-e", "amqp.method.arguments.reply_text", "-e", "amqp.method.arguments.exchange",
+              "-e", "amqp.method.arguments.routing_key")
+    rows = [line.split("\t") for line in out.splitlines()]
+    assert len(rows) == ev["returns"]
+    assert {tuple(r[1:]) for r in rows} == {("312", "NO_ROUTE", "amq.direct", "orders.nobody-binds-this")}
+    publishes = reference(FIX / "unroutable.pcap")[0]["publishes"]
+    assert ev["publishes"] == publishes and ev["returned_share"] == pytest.approx(30 / publishes)
+    assert ev["destinations"] == [{"exchange": "amq.direct", "routing_key": "orders.nobody-binds-this",
+                                   "returns": 30, "publishes": 30}]
+    # the filter opens exactly the basic.return packets
+    assert packets_of(FIX / "unroutable.pcap", ev["filter"]) == [int(r[0]) for r in rows]
+    assert set(ev["packets"]) <= {int(r[0]) for r in rows}
