@@ -56,6 +56,7 @@ KEY_COLUMNS: dict[str, tuple[list[str], tuple[str, bool] | None]] = {
                              "tx_commits", "confirm_selects", "stream"], ("publishes", True)),
     "clients/returns": (["connection", "exchange", "routing_key", "returns", "publishes", "reply_text", "stream"],
                         ("returns", True)),
+    "clients/cancels": (["connection", "queue", "ts", "resubscribed", "deleted_by", "packet", "stream"], None),
     "nagle/directions": (["connection", "direction", "data_segments", "small_share", "packets_saved", "stalls",
                           "median_stall_s", "stream"], ("data_segments", True)),
     "nagle/stalls": (["connection", "direction", "ts", "stall_s", "ack_delay_s", "payload_bytes", "packet", "stream"],

@@ -29,6 +29,7 @@ EXPECTED = {
     "polling.pcap": {"polling-basic-get"},
     "transactions.pcap": {"transactions"},
     "unroutable.pcap": {"unroutable-messages"},
+    "cancelled.pcap": {"consumer-cancelled"},
 }
 
 #: (fixture, finding) pairs that must appear at any severity: pika's RPC (rpc-nodelay) writes
@@ -138,6 +139,7 @@ SITUATIONS = {
     "polling.pcap": {"polling-basic-get"},  # basic.get every 20 ms, one message every 100 ms
     "transactions.pcap": {"transactions"},  # tx.commit after every basic.publish
     "unroutable.pcap": {"unroutable-messages"},  # 30 mandatory publishes to amq.direct, no binding
+    "cancelled.pcap": {"consumer-cancelled"},  # the consumer's queue deleted under it, no new consume
 }
 ALL_FIXTURES = sorted(p.name for p in FIX.iterdir()
                       if p.suffix in (".pcap", ".pcapng", ".gz") and p.name != "tls.pcap")  # tls: below

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(not shutil.which("tshark"), reason="needs tshark
 
 #: (class, method) counted per connection, by the table's column
 COUNTED = {"publishes": (60, 40), "returns": (60, 50), "deliveries": (60, 60), "gets": (60, 70), "gets_ok": (60, 71),
-           "gets_empty": (60, 72), "consumes": (60, 20), "confirm_selects": (85, 10), "tx_selects": (90, 10),
+           "gets_empty": (60, 72), "consumes": (60, 20), "cancelled_by_broker": (60, 30), "confirm_selects": (85, 10), "tx_selects": (90, 10),
            "tx_commits": (90, 20), "tx_rollbacks": (90, 30), "channels_opened": (20, 10)}
 #: a request and its replies (AMQP 0-9-1 §2.3.4: one outstanding synchronous request per channel)
 ROUND_TRIPS = {"get_round_trip_p50_s": ((60, 70), {(60, 71), (60, 72)}),
@@ -67,7 +67,7 @@ def reference(path: Path) -> dict[int, dict]:
     return out
 
 
-@pytest.mark.parametrize("name", ["polling.pcap", "transactions.pcap", "unroutable.pcap", "secrets.pcap",
+@pytest.mark.parametrize("name", ["polling.pcap", "transactions.pcap", "unroutable.pcap", "cancelled.pcap", "secrets.pcap",
                                   "confirms.pcap", "nack-requeue.pcap"])
 def test_the_clients_table_is_tsharks_count(name):
     table = clients(amqpcap.load(FIX / name)).tables["connections"].set_index("stream")
@@ -166,3 +166,29 @@ def test_unroutable_messages_are_named_with_tsharks_numbers():
     # the filter opens exactly the basic.return packets
     assert packets_of(FIX / "unroutable.pcap", ev["filter"]) == [int(r[0]) for r in rows]
     assert set(ev["packets"]) <= {int(r[0]) for r in rows}
+
+
+def test_a_consumer_cancelled_by_the_broker_is_named_with_tsharks_numbers():
+    f = finding("cancelled.pcap", "consumer-cancelled")
+    ev = f.evidence
+    frames = tshark_methods(str(FIX / "cancelled.pcap"))
+    # the broker's basic.cancel (s2c), the consume it ends and the queue.delete before it: tshark's
+    cancels = [fr for fr in frames if fr["method"] == (60, 30) and fr["s2c"]]
+    assert len(cancels) == 1 == ev["cancels"] and ev["packets"] == [cancels[0]["packet"]]
+    assert ev["streams"] == [cancels[0]["stream"]] and ev["channel"] == cancels[0]["channel"]
+    out = run("tshark", "-r", FIX / "cancelled.pcap", "-Y", "amqp.method.class == 60 && amqp.method.method in {20, 30}",
+              "-T", "fields", "-e", "frame.number", "-e", "amqp.method.arguments.queue",
+              "-e", "amqp.method.arguments.consumer_tag")
+    rows = {int(r.split("\t")[0]): r.split("\t")[1:] for r in out.splitlines()}
+    assert rows[cancels[0]["packet"]][1] == ev["consumer_tag"]
+    consume = [r for n, r in rows.items() if r[0]]  # basic.consume names the queue
+    assert [r[0] for r in consume] == [ev["queue"]] == ["amqpcap-reports"]
+    deletes = run("tshark", "-r", FIX / "cancelled.pcap", "-Y", "amqp.method.class == 50 && amqp.method.method == 40",
+                  "-T", "fields", "-e", "frame.number", "-e", "tcp.stream", "-e", "amqp.method.arguments.queue").split()
+    assert int(deletes[0]) < cancels[0]["packet"] and (int(deletes[1]), deletes[2]) == (ev["deleted_by_stream"], ev["queue"])
+    # the scenario: the consumer never subscribes again (no basic.consume after the cancel)
+    assert not [fr for fr in frames if fr["method"] == (60, 20) and fr["packet"] > cancels[0]["packet"]]
+    assert ev["resubscribed"] is False and f.severity == "warning"
+    assert f.subjects[0]["connection"] == "amqpcap-report-consumer" and "amqpcap-admin deleted the queue" in f.title
+    want = sorted({fr["packet"] for fr in frames if fr["stream"] == cancels[0]["stream"] and fr["method"] in ((60, 30), (60, 31))})
+    assert packets_of(FIX / "cancelled.pcap", ev["filter"]) == want

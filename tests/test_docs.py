@@ -93,7 +93,8 @@ def test_every_finding_id_documented():
     assert finding_ids_in_code() == documented_ids
     for required in ("small-packets", "nagle-delayed-ack", "prefetch-one", "consumer-bound", "broker-slow-refill",
                      "redelivery-loop", "publisher-blocked", "receiver-window", "capture-gaps",
-                     "polling-basic-get", "transactions", "unroutable-messages"):
+                     "polling-basic-get", "transactions", "unroutable-messages",
+                     "consumer-cancelled"):
         assert required in documented_ids
 
 
@@ -119,7 +120,7 @@ def test_emitted_findings_and_summary_keys_documented(name):
 ANALYZER_FIXTURES = ("healthy.pcap", "slow-prefetch1.pcap", "confirms.pcap", "auto-ack.pcap", "midstream.pcap",
                      "nack-requeue.pcap", "rpc-nodelay.pcap", "nagle-write-write-read.pcap", "memory-alarm.pcap",
                      "kernel-drops.pcap", "zero-window.pcap", "polling.pcap", "transactions.pcap",
-                     "unroutable.pcap")
+                     "unroutable.pcap", "cancelled.pcap")
 
 
 @pytest.fixture(scope="module")

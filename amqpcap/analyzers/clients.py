@@ -1,7 +1,7 @@
 """clients: what each connection does (publishes, consumes, gets, transactions, confirms) and at
 what rates, named as the operator knows it; and the client habits RabbitMQ's documentation
 warns about, named from the wire (issue 14): polling with basic.get, a transaction per message,
-mandatory publishes that no queue takes.
+mandatory publishes that no queue takes, consumers the broker cancels.
 
 Everything here is per connection, so the analyzer splits: a partition's step counts its own
 connections' methods, the merge joins the rows and derives the findings from them.
@@ -57,6 +57,7 @@ COUNTED = (
     ("gets_empty", "basic.get-empty", "s2c"),
     ("acks", "basic.ack", "c2s"),
     ("consumes", "basic.consume", "c2s"),
+    ("cancelled_by_broker", "basic.cancel", "s2c"),
     ("confirm_selects", "confirm.select", "c2s"),
     ("tx_selects", "tx.select", "c2s"),
     ("tx_commits", "tx.commit", "c2s"),
@@ -69,27 +70,33 @@ ROUND_TRIPS = {"get": ("basic.get", ("basic.get-ok", "basic.get-empty")),
 FILTER_GET = "amqp.method.class == 60 && amqp.method.method in {70, 71, 72}"
 FILTER_TX = "amqp.method.class == 90"
 FILTER_RETURN = "amqp.method.class == 60 && amqp.method.method == 50"
+FILTER_CANCEL = "amqp.method.class == 60 && amqp.method.method in {30, 31}"
 COLUMNS = ["connection", "stream", "client", "user", "vhost", "duration_s",
            *(c for c, _, _ in COUNTED), "publishes_in_tx", "publish_rate_per_s", "delivery_rate_per_s",
            "get_rate_per_s", "get_empty_share", "get_round_trip_p50_s", "publishes_per_commit",
            "commit_round_trip_p50_s"]
 
 
-def _round_trips(cap: Capture, m: pd.DataFrame, request: str, replies: tuple[str, ...]) -> pd.DataFrame:
-    """stream, round_trip_s of each `request` answered by one of `replies` on its channel: the
-    reply that follows the request on the same channel (a synchronous method is answered before
-    the channel's next one, AMQP 0-9-1 §2.3.4), in frame order."""
+def _answered(m: pd.DataFrame, request: str, replies) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of `m` (requests, their replies) of each client `request` answered by a broker reply
+    in `replies`: the reply that follows the request on the same channel (a synchronous method is
+    answered before the channel's next one, AMQP 0-9-1 §2.3.4), in frame order."""
     req, rep = select(m, request, "c2s"), select(m, replies, "s2c")
     rows = np.flatnonzero(req | rep)
-    if len(rows) == 0:
-        return pd.DataFrame({"stream": np.zeros(0, np.int64), "round_trip_s": np.zeros(0)})
     key = chan_key(m.iloc[rows])
     rows = rows[np.argsort(key, kind="stable")]  # by channel, frame order kept within it
     key, is_req = np.sort(key, kind="stable"), req[rows]
-    answered = np.flatnonzero(~is_req[1:] & is_req[:-1] & (key[1:] == key[:-1]))
-    ts = cap.frames["ts"].array.asi8[m["order"].to_numpy()[rows]]
-    return pd.DataFrame({"stream": m["stream"].to_numpy(np.int64)[rows[answered]],
-                         "round_trip_s": (ts[answered + 1] - ts[answered]) / 1e9})
+    pair = np.flatnonzero(~is_req[1:] & is_req[:-1] & (key[1:] == key[:-1]))
+    return rows[pair], rows[pair + 1]
+
+
+def _round_trips(cap: Capture, m: pd.DataFrame, request: str, replies: tuple[str, ...]) -> pd.DataFrame:
+    """stream, round_trip_s of each `request` answered by one of `replies` (`_answered`)."""
+    asked, answer = _answered(m, request, replies)
+    ts = cap.frames["ts"].array.asi8
+    order = m["order"].to_numpy()
+    return pd.DataFrame({"stream": m["stream"].to_numpy(np.int64)[asked],
+                         "round_trip_s": (ts[order[answer]] - ts[order[asked]]) / 1e9})
 
 
 def _examples(m: pd.DataFrame, cap: Capture, method: str, direction: str = "c2s") -> pd.DataFrame:
@@ -133,7 +140,8 @@ def clients_partial(cap: Capture, facts: CaptureFacts) -> dict[str, Any]:
         out[f"{name}_round_trip_p50_s"] = rt.groupby("stream")["round_trip_s"].median().reindex(stream).to_numpy()
     examples = pd.concat([_examples(m, cap, "basic.get"), _examples(m, cap, "tx.commit"),
                           _examples(m, cap, "basic.return", "s2c")], ignore_index=True)
-    return {"connections": out[COLUMNS], "examples": examples, "returns": _returns(cap, m)}
+    return {"connections": out[COLUMNS], "examples": examples, "returns": _returns(cap, m),
+            "cancels": _cancels(cap, m), "deletes": _queue_deletes(cap, m)}
 
 
 def _destinations(cap: Capture, m: pd.DataFrame, mask: np.ndarray, extra=()) -> pd.DataFrame:
@@ -146,6 +154,51 @@ def _destinations(cap: Capture, m: pd.DataFrame, mask: np.ndarray, extra=()) -> 
         v = pd.Series(f[col].array.take(order)).astype(object)
         out[col] = (v.fillna("") if col in ("exchange", "routing_key") else v.where(v.notna(), None)).to_numpy(object)
     return out
+
+
+def _cancels(cap: Capture, m: pd.DataFrame) -> pd.DataFrame:
+    """One row per basic.cancel the broker sent (RabbitMQ's consumer cancel notification: the
+    queue was deleted, or its node went down): stream, channel, consumer_tag, queue (of the
+    basic.consume it answered with basic.consume-ok, when in the capture), packet, ts and
+    resubscribed (the client sent basic.consume on the connection after it). Who deleted the
+    queue is found in the merge (`_deleted_by`): the queue.delete may be on a connection of
+    another partition."""
+    f = cap.frames
+    order = m["order"].to_numpy()
+    stream = m["stream"].to_numpy(np.int64)
+    rows = np.flatnonzero(select(m, "basic.cancel", "s2c"))
+    text = lambda col, r: pd.Series(f[col].array.take(order[r])).astype(object).to_numpy(object)  # noqa: E731
+    out = pd.DataFrame({"stream": stream[rows], "channel": m["channel"].to_numpy(np.int64)[rows],
+                        "consumer_tag": text("consumer_tag", rows),
+                        "packet": f["packet"].to_numpy(np.int64)[order[rows]], "ts": f["ts"].array.take(order[rows])})
+    # the consumer's queue: its basic.consume, answered by the consume-ok naming the tag
+    asked, answer = _answered(m, "basic.consume", ("basic.consume-ok",))
+    queue_of = dict(zip(zip(stream[answer], text("consumer_tag", answer)), text("queue", asked)))
+    out["queue"] = np.array([queue_of.get((s_, t)) for s_, t in zip(out["stream"], out["consumer_tag"])], dtype=object)
+    consumes = np.flatnonzero(select(m, "basic.consume", "c2s"))
+    out["resubscribed"] = np.array([((stream[consumes] == s_) & (order[consumes] > o)).any()
+                                    for s_, o in zip(out["stream"], order[rows])], dtype=bool)
+    return out[["stream", "channel", "consumer_tag", "queue", "packet", "ts", "resubscribed"]]
+
+
+def _queue_deletes(cap: Capture, m: pd.DataFrame) -> pd.DataFrame:
+    """queue, stream, packet of each queue.delete a client sent."""
+    rows = np.flatnonzero(select(m, "queue.delete", "c2s"))
+    order = m["order"].to_numpy()[rows]
+    return pd.DataFrame({"queue": pd.Series(cap.frames["queue"].array.take(order)).astype(object).to_numpy(object),
+                         "stream": m["stream"].to_numpy(np.int64)[rows],
+                         "packet": cap.frames["packet"].to_numpy(np.int64)[order]})
+
+
+def _deleted_by(cancels: pd.DataFrame, deletes: pd.DataFrame) -> pd.DataFrame:
+    """`cancels` with deleted_by: the stream of the last queue.delete of the cancelled consumer's
+    queue before the cancel (packet numbers order frames of different connections), else missing."""
+    by = []
+    for q, p in zip(cancels["queue"], cancels["packet"]):
+        d = deletes[(deletes["queue"] == q) & (deletes["packet"] < p)] if q is not None else deletes.iloc[:0]
+        by.append(int(d["stream"].iloc[-1]) if len(d) else None)
+    out = cancels.assign(deleted_by=pd.array(by, dtype="Int64"))
+    return out[["stream", "channel", "consumer_tag", "queue", "packet", "ts", "deleted_by", "resubscribed"]]
 
 
 def _returns(cap: Capture, m: pd.DataFrame) -> pd.DataFrame:
@@ -169,8 +222,10 @@ def clients_merge(partials: list[dict[str, Any]], records: None, facts: CaptureF
     conns = merge_rows([p["connections"] for p in partials], ["stream"])
     examples = merge_rows([p["examples"] for p in partials], ["stream", "method", "packet"])
     returns = merge_rows([p["returns"] for p in partials], ["stream", "exchange", "routing_key"])
+    deletes = merge_rows([p["deletes"] for p in partials], ["packet", "stream"])
+    cancels = _deleted_by(merge_rows([p["cancels"] for p in partials], ["packet", "stream", "channel"]), deletes)
     findings = [f for f in (_polling_finding(cap, conns, examples), _transactions_finding(cap, conns, examples),
-                            _unroutable_finding(cap, conns, returns, examples))
+                            _unroutable_finding(cap, conns, returns, examples), _cancelled_finding(cap, cancels))
                 if f is not None]
     summary = {"clients": {
         "connections": int(len(conns)),
@@ -180,9 +235,11 @@ def clients_merge(partials: list[dict[str, Any]], records: None, facts: CaptureF
         "transactional": int((conns["tx_selects"] > 0).sum()),
         "confirming": int((conns["confirm_selects"] > 0).sum()),
         "returned": int((conns["returns"] > 0).sum()),
+        "cancelled_by_broker": int((conns["cancelled_by_broker"] > 0).sum()),
         "by_connection": _by_connection(conns),
     }}
-    return AnalyzerResult("clients", tables={"connections": conns, "returns": returns}, summary=summary,
+    return AnalyzerResult("clients", tables={"connections": conns, "returns": returns, "cancels": cancels},
+                          summary=summary,
                           findings=findings, plots=[])
 
 
@@ -337,3 +394,47 @@ def _unroutable_finding(cap: Capture, conns: pd.DataFrame, returns: pd.DataFrame
                "exchange to catch what nothing takes. With publisher confirms the return comes before the ack: "
                "an acked message was not necessarily delivered to a queue.",
         impact=float(per["returned_share"].max()), subjects=subjects)
+
+
+def _cancelled_finding(cap: Capture, cancels: pd.DataFrame) -> Finding | None:
+    """consumer-cancelled: consumers the broker cancelled, those that did not subscribe again first.
+    A cancel after the consumer's own connection deleted the queue is its own teardown: not told."""
+    own = (cancels["deleted_by"] == cancels["stream"]).fillna(False).to_numpy(bool)
+    if own.all():
+        return None
+    c = cancels[~own]
+    c = c.assign(loud=~c["resubscribed"].to_numpy(bool))
+    c = c.sort_values(["loud", "packet"], ascending=[False, True], kind="stable")
+    w, n = c.iloc[0], len(c)
+    queue = f"queue {w.queue}" if w.queue else f"consumer {w.consumer_tag}"
+    why = "" if w.deleted_by is None or pd.isna(w.deleted_by) else \
+        f" after {connection_names(cap)['connection'].get(int(w.deleted_by), f'stream {int(w.deleted_by)}')} deleted the queue"
+    then = "and it never subscribed again" if w.loud else "and it subscribed again"
+    title = (f"The broker cancelled the consumer of {queue} on {subject(cap, w.stream)['connection']}{why}, {then}"
+             if n == 1 else
+             f"The broker cancelled {n} consumers, {int(c['loud'].sum())} never subscribed again: first "
+             f"{queue} on {subject(cap, w.stream)['connection']}{why}")
+    t0 = cap.summary.get("first_ts")
+    subjects = [subject(cap, r.stream, channel=int(r.channel), consumer_tag=str(r.consumer_tag),
+                        queue=None if r.queue is None else str(r.queue),
+                        deleted_by_stream=None if r.deleted_by is None or pd.isna(r.deleted_by) else int(r.deleted_by),
+                        resubscribed=bool(r.resubscribed), severity="warning" if r.loud else "info")
+                for r in c.itertuples()]
+    return Finding(
+        id="consumer-cancelled", severity="warning" if c["loud"].any() else "info", title=title,
+        evidence={
+            "cancels": n, "not_resubscribed": int(c["loud"].sum()),
+            "queue": None if w.queue is None else str(w.queue), "consumer_tag": str(w.consumer_tag),
+            "channel": int(w.channel), "resubscribed": bool(w.resubscribed),
+            "deleted_by_stream": None if w.deleted_by is None or pd.isna(w.deleted_by) else int(w.deleted_by),
+            "cancel_at_s": None if t0 is None else float((w.ts - t0).total_seconds()),
+            "streams": sorted({int(s) for s in c["stream"]}),
+            "packets": sorted(int(p) for p in c["packet"].head(EXAMPLE_PACKETS)),
+            "filter": f"{stream_filter(c['stream'])} && {FILTER_CANCEL}",
+        },
+        advice="The broker cancelled these consumers itself (basic.cancel from the broker: their queue was deleted, "
+               "or the node holding it went down). A consumer that does not handle the cancel notification "
+               "silently stops receiving: subscribe again (after declaring the queue again if it was deleted), "
+               "or fail loudly. Find who deletes the queue (an auto-delete or exclusive queue whose owner left, "
+               "a TTL, or an operator) if it was not meant to go.",
+        impact=float(c["loud"].mean()), subjects=subjects)
