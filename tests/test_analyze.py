@@ -30,6 +30,7 @@ EXPECTED = {
     "transactions.pcap": {"transactions"},
     "unroutable.pcap": {"unroutable-messages"},
     "cancelled.pcap": {"consumer-cancelled"},
+    "churn.pcap": {"connection-churn"},
 }
 
 #: (fixture, finding) pairs that must appear at any severity: pika's RPC (rpc-nodelay) writes
@@ -140,6 +141,7 @@ SITUATIONS = {
     "transactions.pcap": {"transactions"},  # tx.commit after every basic.publish
     "unroutable.pcap": {"unroutable-messages"},  # 30 mandatory publishes to amq.direct, no binding
     "cancelled.pcap": {"consumer-cancelled"},  # the consumer's queue deleted under it, no new consume
+    "churn.pcap": {"connection-churn"},  # 40 connections, one message each
 }
 ALL_FIXTURES = sorted(p.name for p in FIX.iterdir()
                       if p.suffix in (".pcap", ".pcapng", ".gz") and p.name != "tls.pcap")  # tls: below

@@ -27,7 +27,8 @@ pytestmark = pytest.mark.skipif(not shutil.which("tshark"), reason="needs tshark
 #: (class, method) counted per connection, by the table's column
 COUNTED = {"publishes": (60, 40), "returns": (60, 50), "deliveries": (60, 60), "gets": (60, 70), "gets_ok": (60, 71),
            "gets_empty": (60, 72), "consumes": (60, 20), "cancelled_by_broker": (60, 30), "confirm_selects": (85, 10), "tx_selects": (90, 10),
-           "tx_commits": (90, 20), "tx_rollbacks": (90, 30), "channels_opened": (20, 10)}
+           "tx_commits": (90, 20), "tx_rollbacks": (90, 30), "channels_opened": (20, 10),
+           "connection_opens": (10, 40)}
 #: a request and its replies (AMQP 0-9-1 §2.3.4: one outstanding synchronous request per channel)
 ROUND_TRIPS = {"get_round_trip_p50_s": ((60, 70), {(60, 71), (60, 72)}),
                "commit_round_trip_p50_s": ((90, 20), {(90, 21)})}
@@ -67,7 +68,8 @@ def reference(path: Path) -> dict[int, dict]:
     return out
 
 
-@pytest.mark.parametrize("name", ["polling.pcap", "transactions.pcap", "unroutable.pcap", "cancelled.pcap", "secrets.pcap",
+@pytest.mark.parametrize("name", ["polling.pcap", "transactions.pcap", "unroutable.pcap", "cancelled.pcap", "churn.pcap",
+                                  "secrets.pcap",
                                   "confirms.pcap", "nack-requeue.pcap"])
 def test_the_clients_table_is_tsharks_count(name):
     table = clients(amqpcap.load(FIX / name)).tables["connections"].set_index("stream")
@@ -192,3 +194,27 @@ def test_a_consumer_cancelled_by_the_broker_is_named_with_tsharks_numbers():
     assert f.subjects[0]["connection"] == "amqpcap-report-consumer" and "amqpcap-admin deleted the queue" in f.title
     want = sorted({fr["packet"] for fr in frames if fr["stream"] == cancels[0]["stream"] and fr["method"] in ((60, 30), (60, 31))})
     assert packets_of(FIX / "cancelled.pcap", ev["filter"]) == want
+
+
+def test_connection_churn_is_named_with_tsharks_numbers():
+    f = finding("churn.pcap", "connection-churn")
+    ev = f.evidence
+    ref = reference(FIX / "churn.pcap")
+    # tshark: connection.open (10.40) per stream, each stream's first and last packet, publishes
+    opened = sorted(s for s, r in ref.items() if r.get("connection_opens"))
+    # the scenario: 40 connections of a message each, then one more that deletes the queue
+    assert len(opened) == 41 and ref[opened[-1]]["publishes"] == 0
+    opened = opened[:-1]
+    assert len(opened) == 40 == ev["connections"]
+    assert ev["streams"] == opened and ev["application"] == "amqpcap-churner"
+    lifetimes = [ref[s]["last"] - ref[s]["first"] for s in opened]
+    assert ev["lifetime_p50_s"] == pytest.approx(statistics.median(lifetimes), abs=2e-6)
+    assert ev["messages_per_connection_p50"] == statistics.median(ref[s]["publishes"] for s in opened) == 1
+    firsts = sorted(ref[s]["first"] for s in opened)
+    assert ev["opens_per_s"] == pytest.approx((len(firsts) - 1) / (firsts[-1] - firsts[0]), rel=1e-5)
+    assert ev["opens_per_s_peak"] == max(sum(1 for u in firsts if t <= u < t + 1) for t in firsts)
+    assert f.severity == "warning" and len(f.subjects) == 40
+    # the filter opens exactly the connection.open packets
+    frames = tshark_methods(str(FIX / "churn.pcap"))
+    assert packets_of(FIX / "churn.pcap", ev["filter"]) == sorted(fr["packet"] for fr in frames
+                                                                  if fr["method"] == (10, 40) and fr["stream"] in opened)

@@ -1,7 +1,7 @@
 """clients: what each connection does (publishes, consumes, gets, transactions, confirms) and at
 what rates, named as the operator knows it; and the client habits RabbitMQ's documentation
 warns about, named from the wire (issue 14): polling with basic.get, a transaction per message,
-mandatory publishes that no queue takes, consumers the broker cancels.
+mandatory publishes that no queue takes, consumers the broker cancels, a connection per few messages.
 
 Everything here is per connection, so the analyzer splits: a partition's step counts its own
 connections' methods, the merge joins the rows and derives the findings from them.
@@ -38,6 +38,17 @@ TX_SMALL_BATCH = 10
 #: its publishes (a misrouted publisher, not a rare mandatory check failing)
 UNROUTABLE_WARN_RETURNS = 10
 UNROUTABLE_WARN_SHARE = 0.01
+#: connection-churn: an application (connections sharing a connection_name, else client library,
+#: user and client address) with at least this many connections opened and closed in the
+#: capture ...
+CHURN_MIN_CONNECTIONS = 10
+#: ... that lived this long or less (median): a pool recycling connections every minute is not churn
+CHURN_MAX_LIFETIME_S = 10.0
+#: warning when its connections carry this many messages or fewer (median: a connection per
+#: message or few) or it opens CHURN_WARN_OPENS_PER_S or more in some second (RabbitMQ's
+#: Connections guide: churn consistently above 100/s needs investigating); info otherwise
+CHURN_FEW_MESSAGES = 10
+CHURN_WARN_OPENS_PER_S = 100
 #: example packets a finding cites per connection and method
 EXAMPLE_PACKETS = 5
 #: connections listed in summary.json (`clients.by_connection`), busiest first; the table has all
@@ -63,6 +74,8 @@ COUNTED = (
     ("tx_commits", "tx.commit", "c2s"),
     ("tx_rollbacks", "tx.rollback", "c2s"),
     ("channels_opened", "channel.open", "c2s"),
+    ("connection_opens", "connection.open", "c2s"),
+    ("connection_close_oks", "connection.close-ok", None),
 )
 #: a synchronous request and its replies (AMQP 0-9-1 §2.3.4: at most one outstanding per channel)
 ROUND_TRIPS = {"get": ("basic.get", ("basic.get-ok", "basic.get-empty")),
@@ -71,10 +84,22 @@ FILTER_GET = "amqp.method.class == 60 && amqp.method.method in {70, 71, 72}"
 FILTER_TX = "amqp.method.class == 90"
 FILTER_RETURN = "amqp.method.class == 60 && amqp.method.method == 50"
 FILTER_CANCEL = "amqp.method.class == 60 && amqp.method.method in {30, 31}"
-COLUMNS = ["connection", "stream", "client", "user", "vhost", "duration_s",
+FILTER_OPEN = "amqp.method.class == 10 && amqp.method.method == 40"
+COLUMNS = ["connection", "stream", "application", "client", "user", "vhost", "first_ts", "duration_s",
            *(c for c, _, _ in COUNTED), "publishes_in_tx", "publish_rate_per_s", "delivery_rate_per_s",
            "get_rate_per_s", "get_empty_share", "get_round_trip_p50_s", "publishes_per_commit",
            "commit_round_trip_p50_s"]
+
+
+def _applications(c: pd.DataFrame, names: pd.DataFrame) -> np.ndarray:
+    """What an operator calls the application behind each connection: its connection_name, else
+    its client library with user@vhost and client address (not port: each connection has its own)."""
+    lib = names["client"].to_numpy(object)
+    who = (names["user"].astype(str) + "@" + names["vhost"].astype(str)).to_numpy(object)
+    named = names["connection_name"].to_numpy(object)
+    addr = c["client_addr"].astype(str).to_numpy(object)
+    return np.array([n if n else ", ".join(x for x in (lb, w if w != "@" else "", a) if x)
+                     for n, lb, w, a in zip(named, lib, who, addr)], dtype=object)
 
 
 def _answered(m: pd.DataFrame, request: str, replies) -> tuple[np.ndarray, np.ndarray]:
@@ -117,6 +142,8 @@ def clients_partial(cap: Capture, facts: CaptureFacts) -> dict[str, Any]:
     out = pd.DataFrame({"stream": stream})
     for col in ("connection", "client", "user", "vhost"):
         out[col] = names[col].reindex(stream).to_numpy(object)
+    out["application"] = _applications(c, names.reindex(stream))
+    out["first_ts"] = c["first_ts"].to_numpy()
     out["duration_s"] = (c["last_ts"] - c["first_ts"]).dt.total_seconds().to_numpy()
     ms = m["stream"].to_numpy(np.int64)
     pos = np.searchsorted(stream, ms)  # connections are sorted by stream
@@ -225,7 +252,8 @@ def clients_merge(partials: list[dict[str, Any]], records: None, facts: CaptureF
     deletes = merge_rows([p["deletes"] for p in partials], ["packet", "stream"])
     cancels = _deleted_by(merge_rows([p["cancels"] for p in partials], ["packet", "stream", "channel"]), deletes)
     findings = [f for f in (_polling_finding(cap, conns, examples), _transactions_finding(cap, conns, examples),
-                            _unroutable_finding(cap, conns, returns, examples), _cancelled_finding(cap, cancels))
+                            _unroutable_finding(cap, conns, returns, examples), _cancelled_finding(cap, cancels),
+                            _churn_finding(cap, conns))
                 if f is not None]
     summary = {"clients": {
         "connections": int(len(conns)),
@@ -438,3 +466,62 @@ def _cancelled_finding(cap: Capture, cancels: pd.DataFrame) -> Finding | None:
                "or fail loudly. Find who deletes the queue (an auto-delete or exclusive queue whose owner left, "
                "a TTL, or an operator) if it was not meant to go.",
         impact=float(c["loud"].mean()), subjects=subjects)
+
+
+def _peak_per_s(ts_ns: np.ndarray) -> int:
+    """The most timestamps in any one-second window (sliding, starting at each of them)."""
+    t = np.sort(ts_ns)
+    return int((np.searchsorted(t, t + 1_000_000_000, side="left") - np.arange(len(t))).max()) if len(t) else 0
+
+
+def _churn_finding(cap: Capture, conns: pd.DataFrame) -> Finding | None:
+    """connection-churn: applications opening and closing many short-lived connections."""
+    whole = conns[(conns["connection_opens"] > 0) & (conns["connection_close_oks"] > 0)]
+    rows = []
+    for app, g in whole.groupby("application", sort=True):
+        if len(g) < CHURN_MIN_CONNECTIONS or g["duration_s"].median() > CHURN_MAX_LIFETIME_S:
+            continue
+        opens = g["first_ts"].array.asi8
+        span_s = (opens.max() - opens.min()) / 1e9
+        msgs = g["publishes"] + g["deliveries"] + g["gets_ok"]
+        peak = _peak_per_s(opens)
+        rows.append({"application": app, "connections": len(g), "opens_per_s_peak": peak,
+                     "opens_per_s": (len(g) - 1) / span_s if span_s > 0 else None,
+                     "lifetime_p50_s": float(g["duration_s"].median()),
+                     "messages_per_connection_p50": float(msgs.median()),
+                     "loud": bool(msgs.median() <= CHURN_FEW_MESSAGES or peak >= CHURN_WARN_OPENS_PER_S),
+                     "members": g.sort_values("first_ts")})
+    if not rows:
+        return None
+    rows.sort(key=lambda r: (not r["loud"], -r["connections"]))
+    w, n = rows[0], len(rows)
+    rate = "" if w["opens_per_s"] is None else f" ({w['opens_per_s']:.1f}/s, at most {w['opens_per_s_peak']} in a second)"
+    numbers = (f"{w['connections']:,} connections opened and closed{rate}, living {w['lifetime_p50_s'] * 1e3:,.0f} ms "
+               f"and carrying {w['messages_per_connection_p50']:g} message"
+               f"{'' if w['messages_per_connection_p50'] == 1 else 's'} each (medians)")
+    title = (f"{w['application']} opens a connection per few messages: {numbers}" if n == 1 else
+             f"{n} applications churn connections: worst {w['application']}, {numbers}")
+    streams = sorted(int(s) for r in rows for s in r["members"]["stream"])
+    # every churned connection a subject, application by application (worst first), in open order
+    subjects = [subject(cap, c.stream, application=r["application"], lifetime_s=float(c.duration_s),
+                        messages=int(c.publishes + c.deliveries + c.gets_ok),
+                        severity="warning" if r["loud"] else "info")
+                for r in rows for c in r["members"].itertuples()]
+    applications = [{k: r[k] for k in ("application", "connections", "opens_per_s", "opens_per_s_peak", "lifetime_p50_s",
+                                       "messages_per_connection_p50")} | {"severity": "warning" if r["loud"] else "info"}
+                    for r in rows]
+    return Finding(
+        id="connection-churn", severity="warning" if any(r["loud"] for r in rows) else "info", title=title,
+        evidence={
+            "application": w["application"], "connections": w["connections"], "opens_per_s": w["opens_per_s"],
+            "opens_per_s_peak": w["opens_per_s_peak"], "lifetime_p50_s": w["lifetime_p50_s"],
+            "messages_per_connection_p50": w["messages_per_connection_p50"],
+            "applications_with_this_finding": n, "applications": applications, "streams": streams,
+            "filter": f"{stream_filter(streams)} && {FILTER_OPEN}",
+        },
+        advice="Open a connection once and keep it for the life of the process (one per application, with a "
+               "channel per thread), instead of a connection per message or per task: each open costs a TCP "
+               "handshake, an AMQP handshake with authentication and broker memory, and high churn loads the "
+               "broker's CPU. RabbitMQ's Connections guide asks to investigate churn consistently above 100 "
+               "connections/s.",
+        impact=float(w["connections"]) / max(float(len(conns)), 1.0), subjects=subjects)
