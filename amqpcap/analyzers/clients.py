@@ -299,6 +299,15 @@ def _packets(examples: pd.DataFrame, stream: int, method: str) -> list[int]:
     return sorted(int(p) for p in e["packet"])
 
 
+def _where(per: pd.DataFrame, examples: pd.DataFrame, method: str, frames_filter: str) -> dict[str, Any]:
+    """The evidence that locates a finding told of the connections `per` (worst first): how
+    many, their streams, the worst one's first `method` packets, and the filter opening those
+    connections' frames `frames_filter`."""
+    return {"connections_with_this_finding": len(per), "streams": sorted(int(s) for s in per["stream"]),
+            "packets": _packets(examples, int(per["stream"].iloc[0]), method),
+            "filter": f"{stream_filter(per['stream'])} && {frames_filter}"}
+
+
 def _polling_finding(cap: Capture, conns: pd.DataFrame, examples: pd.DataFrame) -> Finding | None:
     """polling-basic-get: connections that loop on basic.get, worst (most empty gets) first."""
     poll = conns[conns["gets"] >= POLLING_MIN_GETS]
@@ -327,10 +336,7 @@ def _polling_finding(cap: Capture, conns: pd.DataFrame, examples: pd.DataFrame) 
             "gets": int(w.gets), "gets_ok": int(w.gets_ok), "gets_empty": int(w.gets_empty),
             "get_empty_share": float(w.empty_part), "get_rate_per_s": float(w.get_rate_per_s),
             "get_round_trip_p50_s": None if pd.isna(rtt) else float(rtt),
-            "connections_with_this_finding": n, "gets_total": int(poll["gets"].sum()),
-            "streams": sorted(int(s) for s in poll["stream"]),
-            "packets": _packets(examples, int(w.stream), "basic.get"),
-            "filter": f"{stream_filter(poll['stream'])} && {FILTER_GET}",
+            "gets_total": int(poll["gets"].sum()), **_where(poll, examples, "basic.get", FILTER_GET),
         },
         advice="Consume with basic.consume and a prefetch window (basic.qos, e.g. 50-300) instead of polling: "
                "the broker pushes messages as they arrive, without a round trip per message and without "
@@ -367,10 +373,7 @@ def _transactions_finding(cap: Capture, conns: pd.DataFrame, examples: pd.DataFr
             "tx_commits": int(w.tx_commits), "tx_rollbacks": int(w.tx_rollbacks),
             "publishes_in_tx": int(w.publishes_in_tx), "publishes_per_commit": float(w.per_tx),
             "commit_round_trip_p50_s": None if pd.isna(rtt) else float(rtt),
-            "connections_with_this_finding": n,
-            "streams": sorted(int(s) for s in tx["stream"]),
-            "packets": _packets(examples, int(w.stream), "tx.commit"),
-            "filter": f"{stream_filter(tx['stream'])} && {FILTER_TX}",
+            **_where(tx, examples, "tx.commit", FILTER_TX),
         },
         advice="Use publisher confirms (confirm.select) instead of AMQP transactions: the broker then "
                "acknowledges publishes asynchronously while the client keeps publishing, with a window of "
@@ -411,10 +414,7 @@ def _unroutable_finding(cap: Capture, conns: pd.DataFrame, returns: pd.DataFrame
             "reply_text": None if top.reply_text is None else str(top.reply_text),
             "destinations": [{"exchange": str(d.exchange), "routing_key": str(d.routing_key), "returns": int(d.returns),
                               "publishes": int(d.publishes)} for d in dest.itertuples()],
-            "connections_with_this_finding": n, "returns_total": int(per["returns"].sum()),
-            "streams": sorted(int(s) for s in per["stream"]),
-            "packets": _packets(examples, int(w.stream), "basic.return"),
-            "filter": f"{stream_filter(per['stream'])} && {FILTER_RETURN}",
+            "returns_total": int(per["returns"].sum()), **_where(per, examples, "basic.return", FILTER_RETURN),
         },
         advice="The broker returns these mandatory publishes (basic.return, NO_ROUTE): no queue is bound to the "
                "exchange with that routing key, so the messages are dropped. Declare and bind the queue the "
