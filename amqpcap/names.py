@@ -37,27 +37,30 @@ def connection_names(cap: Capture) -> pd.DataFrame:
     """One row per connection, indexed by stream: ``connection`` (the label to show: its
     connection_name, else "client library version, user@vhost, address", else the client address),
     ``connection_name``, ``client`` (library, version, platform), ``user``, ``vhost``, ``client``
-    and ``broker`` addresses. A label shared by several connections (one application opening
-    several with the same name) gets its stream number appended, so labels stay unique."""
+    and ``broker`` addresses, ``application`` (what the connection belongs to: the label without
+    the client's port, so that the connections of one process share it). A label shared by several
+    connections (one application opening several with the same name) gets its stream number
+    appended, so labels stay unique."""
     c = cap.connections
     # Column by column, not a dict per row: a hostile capture has a quarter million connections.
     cols: dict[str, list] = {k: [] for k in ("connection", "connection_name", "client", "user", "vhost",
-                                             "client_endpoint", "broker_endpoint")}
+                                             "client_endpoint", "broker_endpoint", "application")}
     for r in c.itertuples(index=False):  # one row per connection: few, not per packet
         name, user, vhost = _text(r.connection_name), _text(r.user), _text(r.vhost)
         client = client_library(r.client_product, r.client_version, r.client_platform)
         src = endpoint(r.client_addr, r.client_port)
         if name:
-            label = name
+            label = app = name
         elif client or user:  # the library without its platform: a label, not the whole record
             lib = " ".join(x for x in (_text(r.client_product), _text(r.client_version)) if x)
             who = f"{user}@{vhost}" if user and vhost else user
             label = ", ".join(x for x in (lib, who, src) if x)
+            app = ", ".join(x for x in (lib, who, _text(r.client_addr)) if x)
         else:
-            label = src
+            label, app = src, _text(r.client_addr)
         for k, v in (("connection", label), ("connection_name", name), ("client", client), ("user", user),
                      ("vhost", vhost), ("client_endpoint", src),
-                     ("broker_endpoint", endpoint(r.broker_addr, r.broker_port))):
+                     ("broker_endpoint", endpoint(r.broker_addr, r.broker_port)), ("application", app)):
             cols[k].append(v)
     streams = c["stream"].to_numpy("int64")
     out = pd.DataFrame({"stream": streams, **cols}, index=pd.Index(streams, name="stream"))

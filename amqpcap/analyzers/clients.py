@@ -91,17 +91,6 @@ COLUMNS = ["connection", "stream", "application", "client", "user", "vhost", "fi
            "commit_round_trip_p50_s"]
 
 
-def _applications(c: pd.DataFrame, names: pd.DataFrame) -> np.ndarray:
-    """What an operator calls the application behind each connection: its connection_name, else
-    its client library with user@vhost and client address (not port: each connection has its own)."""
-    lib = names["client"].to_numpy(object)
-    who = (names["user"].astype(str) + "@" + names["vhost"].astype(str)).to_numpy(object)
-    named = names["connection_name"].to_numpy(object)
-    addr = c["client_addr"].astype(str).to_numpy(object)
-    return np.array([n if n else ", ".join(x for x in (lb, w if w != "@" else "", a) if x)
-                     for n, lb, w, a in zip(named, lib, who, addr)], dtype=object)
-
-
 def _answered(m: pd.DataFrame, request: str, replies) -> tuple[np.ndarray, np.ndarray]:
     """Rows of `m` (requests, their replies) of each client `request` answered by a broker reply
     in `replies`: the reply that follows the request on the same channel (a synchronous method is
@@ -140,9 +129,8 @@ def clients_partial(cap: Capture, facts: CaptureFacts) -> dict[str, Any]:
     names = connection_names(cap)
     stream = c["stream"].to_numpy(np.int64)
     out = pd.DataFrame({"stream": stream})
-    for col in ("connection", "client", "user", "vhost"):
+    for col in ("connection", "application", "client", "user", "vhost"):
         out[col] = names[col].reindex(stream).to_numpy(object)
-    out["application"] = _applications(c, names.reindex(stream))
     out["first_ts"] = c["first_ts"].to_numpy()
     out["duration_s"] = (c["last_ts"] - c["first_ts"]).dt.total_seconds().to_numpy()
     ms = m["stream"].to_numpy(np.int64)
