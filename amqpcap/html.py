@@ -57,6 +57,8 @@ KEY_COLUMNS: dict[str, tuple[list[str], tuple[str, bool] | None]] = {
     "clients/returns": (["connection", "exchange", "routing_key", "returns", "publishes", "reply_text", "stream"],
                         ("returns", True)),
     "clients/cancels": (["connection", "queue", "ts", "resubscribed", "deleted_by", "packet", "stream"], None),
+    "clients/confirming": (["connection", "publishes", "sequential_share", "waiting_share", "confirm_latency_p50_s",
+                            "publish_rate_per_s", "stream"], ("waiting_share", True)),
     "nagle/directions": (["connection", "direction", "data_segments", "small_share", "packets_saved", "stalls",
                           "median_stall_s", "stream"], ("data_segments", True)),
     "nagle/stalls": (["connection", "direction", "ts", "stall_s", "ack_delay_s", "payload_bytes", "packet", "stream"],

@@ -31,6 +31,7 @@ EXPECTED = {
     "unroutable.pcap": {"unroutable-messages"},
     "cancelled.pcap": {"consumer-cancelled"},
     "churn.pcap": {"connection-churn"},
+    "publish-wait.pcap": {"publish-and-wait"},
 }
 
 #: (fixture, finding) pairs that must appear at any severity: pika's RPC (rpc-nodelay) writes
@@ -133,7 +134,8 @@ SITUATIONS = {
     "kernel-drops.pcap": {"capture-gaps", "small-packets"},  # tcpdump dropped 1880; -r 3000 -s 32
     "memory-alarm.pcap": {"publisher-blocked"},
     "nack-requeue.pcap": {"redelivery-loop"},
-    "nagle-write-write-read.pcap": {"nagle-delayed-ack"},
+    # the raw client publishes, then waits for the confirm, which Nagle holds ~44 ms: both told
+    "nagle-write-write-read.pcap": {"nagle-delayed-ack", "publish-and-wait"},
     "slow-prefetch1.pcap": {"consumer-bound"},
     "ten-consumers.pcap": {"consumer-bound", "small-packets"},  # -q 1 -L 5000 for 10; -r 3000 -s 64
     "zero-window.pcap": {"receiver-window"},
@@ -142,6 +144,7 @@ SITUATIONS = {
     "unroutable.pcap": {"unroutable-messages"},  # 30 mandatory publishes to amq.direct, no binding
     "cancelled.pcap": {"consumer-cancelled"},  # the consumer's queue deleted under it, no new consume
     "churn.pcap": {"connection-churn"},  # 40 connections, one message each
+    "publish-wait.pcap": {"publish-and-wait"},  # pika's BlockingChannel with confirms
 }
 ALL_FIXTURES = sorted(p.name for p in FIX.iterdir()
                       if p.suffix in (".pcap", ".pcapng", ".gz") and p.name != "tls.pcap")  # tls: below

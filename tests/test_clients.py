@@ -69,7 +69,7 @@ def reference(path: Path) -> dict[int, dict]:
 
 
 @pytest.mark.parametrize("name", ["polling.pcap", "transactions.pcap", "unroutable.pcap", "cancelled.pcap", "churn.pcap",
-                                  "secrets.pcap",
+                                  "publish-wait.pcap", "secrets.pcap",
                                   "confirms.pcap", "nack-requeue.pcap"])
 def test_the_clients_table_is_tsharks_count(name):
     table = clients(amqpcap.load(FIX / name)).tables["connections"].set_index("stream")
@@ -218,3 +218,36 @@ def test_connection_churn_is_named_with_tsharks_numbers():
     frames = tshark_methods(str(FIX / "churn.pcap"))
     assert packets_of(FIX / "churn.pcap", ev["filter"]) == sorted(fr["packet"] for fr in frames
                                                                   if fr["method"] == (10, 40) and fr["stream"] in opened)
+
+
+def test_publish_and_wait_is_named_with_tsharks_numbers():
+    f = finding("publish-wait.pcap", "publish-and-wait")
+    ev = f.evidence
+    # tshark: the client's basic.publish (numbered from 1 after confirm.select, RabbitMQ publisher
+    # confirms) and the broker's basic.ack confirms on that channel, each settling its tag
+    frames = [fr for fr in tshark_methods(str(FIX / "publish-wait.pcap")) if fr["stream"] == 0 and fr["channel"] == 1]
+    publishes = [fr for fr in frames if fr["method"] == (60, 40)]
+    acks = {fr["tag"]: fr for fr in frames if fr["method"] == (60, 80) and fr["s2c"]}
+    assert not [fr for fr in frames if fr["method"] == (60, 80) and fr["s2c"] and fr.get("multiple")]
+    assert len(publishes) == 60 == ev["publishes"]  # the scenario: 60 messages, each waited for
+    sent = [p["t"] for p in publishes]
+    confirmed = [acks[i + 1]["t"] for i in range(len(publishes))]
+    sequential = sum(sent[i] >= confirmed[i - 1] for i in range(1, len(sent))) / (len(sent) - 1)
+    assert ev["sequential_share"] == pytest.approx(sequential) == 1.0
+    latency = [c - s for s, c in zip(sent, confirmed)]
+    assert ev["confirm_latency_p50_s"] == pytest.approx(statistics.median(latency), abs=2e-6)
+    assert ev["waiting_share"] == pytest.approx(sum(latency) / (max(confirmed) - min(sent)), rel=1e-3)
+    assert f.severity == "warning" and f.subjects[0]["connection"] == "amqpcap-invoice-publisher"
+    want = sorted({fr["packet"] for fr in tshark_methods(str(FIX / "publish-wait.pcap"))
+                   if fr["stream"] == 0 and fr["method"] in ((60, 40), (60, 80), (60, 120))})
+    assert packets_of(FIX / "publish-wait.pcap", ev["filter"]) == want
+
+
+def test_a_rate_limited_confirming_publisher_is_not_publish_and_wait():
+    """confirms.pcap: PerfTest at 100 msg/s with up to 10 confirms outstanding. Its publishes
+    mostly follow the previous confirm too (the confirm is back long before the next publish is
+    due), but the channel waits for confirms a few percent of the time: not told."""
+    r = clients(amqpcap.load(FIX / "confirms.pcap"))
+    ch = r.tables["confirming"].iloc[0]
+    assert ch["sequential_share"] >= 0.9 and ch["waiting_share"] < 0.1
+    assert not [f for f in r.findings if f.id == "publish-and-wait"]

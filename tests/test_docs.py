@@ -94,7 +94,7 @@ def test_every_finding_id_documented():
     for required in ("small-packets", "nagle-delayed-ack", "prefetch-one", "consumer-bound", "broker-slow-refill",
                      "redelivery-loop", "publisher-blocked", "receiver-window", "capture-gaps",
                      "polling-basic-get", "transactions", "unroutable-messages",
-                     "consumer-cancelled", "connection-churn"):
+                     "consumer-cancelled", "connection-churn", "publish-and-wait"):
         assert required in documented_ids
 
 
@@ -120,7 +120,8 @@ def test_emitted_findings_and_summary_keys_documented(name):
 ANALYZER_FIXTURES = ("healthy.pcap", "slow-prefetch1.pcap", "confirms.pcap", "auto-ack.pcap", "midstream.pcap",
                      "nack-requeue.pcap", "rpc-nodelay.pcap", "nagle-write-write-read.pcap", "memory-alarm.pcap",
                      "kernel-drops.pcap", "zero-window.pcap", "polling.pcap", "transactions.pcap",
-                     "unroutable.pcap", "cancelled.pcap", "churn.pcap")
+                     "unroutable.pcap", "cancelled.pcap", "churn.pcap",
+                     "publish-wait.pcap")
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,8 @@
 """clients: what each connection does (publishes, consumes, gets, transactions, confirms) and at
 what rates, named as the operator knows it; and the client habits RabbitMQ's documentation
 warns about, named from the wire (issue 14): polling with basic.get, a transaction per message,
-mandatory publishes that no queue takes, consumers the broker cancels, a connection per few messages.
+mandatory publishes that no queue takes, consumers the broker cancels, a connection per few messages,
+a publisher that waits for each confirm before the next publish.
 
 Everything here is per connection, so the analyzer splits: a partition's step counts its own
 connections' methods, the merge joins the rows and derives the findings from them.
@@ -16,6 +17,7 @@ import pandas as pd
 
 from ..analysis import AnalyzerResult, Finding, analyzer, stream_filter
 from ..capture import Capture
+from ..derive.deliveries import confirms
 from ..derive.methods import chan_key, methods, select
 from ..names import connection_names, subject
 from ..partition import CaptureFacts, Split, merge_rows, run_whole
@@ -49,6 +51,14 @@ CHURN_MAX_LIFETIME_S = 10.0
 #: Connections guide: churn consistently above 100/s needs investigating); info otherwise
 CHURN_FEW_MESSAGES = 10
 CHURN_WARN_OPENS_PER_S = 100
+#: publish-and-wait: a channel in confirm mode with at least this many confirmed publishes ...
+PUBLISH_WAIT_MIN = 20
+#: ... nearly each published after the previous one was confirmed (this share of them) ...
+PUBLISH_WAIT_SEQUENTIAL = 0.9
+#: ... spending at least this share of its publishing time waiting for confirms: its rate is
+#: then set by the confirm round trip (a publisher rate-limited far below it waits little and is
+#: not told)
+PUBLISH_WAIT_SHARE = 0.5
 #: example packets a finding cites per connection and method
 EXAMPLE_PACKETS = 5
 #: connections listed in summary.json (`clients.by_connection`), busiest first; the table has all
@@ -85,6 +95,7 @@ FILTER_TX = "amqp.method.class == 90"
 FILTER_RETURN = "amqp.method.class == 60 && amqp.method.method == 50"
 FILTER_CANCEL = "amqp.method.class == 60 && amqp.method.method in {30, 31}"
 FILTER_OPEN = "amqp.method.class == 10 && amqp.method.method == 40"
+FILTER_CONFIRM = "amqp.method.class == 60 && amqp.method.method in {40, 80, 120}"
 COLUMNS = ["connection", "stream", "application", "client", "user", "vhost", "first_ts", "duration_s",
            *(c for c, _, _ in COUNTED), "publishes_in_tx", "publish_rate_per_s", "delivery_rate_per_s",
            "get_rate_per_s", "get_empty_share", "get_round_trip_p50_s", "publishes_per_commit",
@@ -156,7 +167,32 @@ def clients_partial(cap: Capture, facts: CaptureFacts) -> dict[str, Any]:
     examples = pd.concat([_examples(m, cap, "basic.get"), _examples(m, cap, "tx.commit"),
                           _examples(m, cap, "basic.return", "s2c")], ignore_index=True)
     return {"connections": out[COLUMNS], "examples": examples, "returns": _returns(cap, m),
-            "cancels": _cancels(cap, m), "deletes": _queue_deletes(cap, m)}
+            "cancels": _cancels(cap, m), "deletes": _queue_deletes(cap, m), "confirming": _confirming(cap)}
+
+
+def _confirming(cap: Capture) -> pd.DataFrame:
+    """Per channel opening in confirm mode (stream, channel, epoch) with confirmed publishes:
+    publishes (confirmed), sequential_share (of its publishes after the first, those sent after
+    the previous one was confirmed), waiting_share (the publishes' confirm latencies summed over
+    the time from its first publish to its last confirm), confirm_latency_p50_s,
+    publish_rate_per_s, first_packet."""
+    c = confirms(cap)
+    key = ["stream", "channel", "epoch"]
+    cols = [*key, "publishes", "sequential_share", "waiting_share", "confirm_latency_p50_s", "publish_rate_per_s",
+            "first_packet"]
+    c = c[c["confirm_ts"].notna()] if len(c) else c
+    rows = []
+    for k, g in c.groupby(key, sort=True):
+        g = g.sort_values("seq")
+        ts, confirmed = g["ts"].array.asi8, pd.to_datetime(g["confirm_ts"], utc=True).array.asi8
+        span_s = (confirmed.max() - ts.min()) / 1e9
+        latency = (confirmed - ts) / 1e9
+        rows.append((*k, len(g), float(np.mean(ts[1:] >= confirmed[:-1])) if len(g) > 1 else np.nan,
+                     float(latency.sum() / span_s) if span_s > 0 else np.nan, float(np.median(latency)),
+                     (len(g) - 1) / ((ts.max() - ts.min()) / 1e9) if ts.max() > ts.min() else np.nan,
+                     int(g["packet"].iloc[0])))
+    out = pd.DataFrame(rows, columns=cols)
+    return out.astype({c_: np.int64 if c_ in (*key, "publishes", "first_packet") else float for c_ in cols})
 
 
 def _destinations(cap: Capture, m: pd.DataFrame, mask: np.ndarray, extra=()) -> pd.DataFrame:
@@ -239,9 +275,10 @@ def clients_merge(partials: list[dict[str, Any]], records: None, facts: CaptureF
     returns = merge_rows([p["returns"] for p in partials], ["stream", "exchange", "routing_key"])
     deletes = merge_rows([p["deletes"] for p in partials], ["packet", "stream"])
     cancels = _deleted_by(merge_rows([p["cancels"] for p in partials], ["packet", "stream", "channel"]), deletes)
+    confirming = merge_rows([p["confirming"] for p in partials], ["stream", "channel", "epoch"])
     findings = [f for f in (_polling_finding(cap, conns, examples), _transactions_finding(cap, conns, examples),
                             _unroutable_finding(cap, conns, returns, examples), _cancelled_finding(cap, cancels),
-                            _churn_finding(cap, conns))
+                            _churn_finding(cap, conns), _publish_wait_finding(cap, confirming))
                 if f is not None]
     summary = {"clients": {
         "connections": int(len(conns)),
@@ -254,7 +291,8 @@ def clients_merge(partials: list[dict[str, Any]], records: None, facts: CaptureF
         "cancelled_by_broker": int((conns["cancelled_by_broker"] > 0).sum()),
         "by_connection": _by_connection(conns),
     }}
-    return AnalyzerResult("clients", tables={"connections": conns, "returns": returns, "cancels": cancels},
+    return AnalyzerResult("clients", tables={"connections": conns, "returns": returns, "cancels": cancels,
+                                             "confirming": confirming},
                           summary=summary,
                           findings=findings, plots=[])
 
@@ -513,3 +551,44 @@ def _churn_finding(cap: Capture, conns: pd.DataFrame) -> Finding | None:
                "broker's CPU. RabbitMQ's Connections guide asks to investigate churn consistently above 100 "
                "connections/s.",
         impact=float(w["connections"]) / max(float(len(conns)), 1.0), subjects=subjects)
+
+
+def _publish_wait_finding(cap: Capture, confirming: pd.DataFrame) -> Finding | None:
+    """publish-and-wait: confirm-mode channels that publish one message at a time, each after the
+    previous one's confirm, spending most of their time waiting; most waiting first."""
+    c = confirming[(confirming["publishes"] >= PUBLISH_WAIT_MIN)
+                   & (confirming["sequential_share"] >= PUBLISH_WAIT_SEQUENTIAL)
+                   & (confirming["waiting_share"] >= PUBLISH_WAIT_SHARE)]
+    if len(c) == 0:
+        return None
+    c = c.sort_values(["waiting_share", "publishes"], ascending=False, kind="stable")
+    w, n = c.iloc[0], len(c)
+    cap_rate = 1 / w.confirm_latency_p50_s if w.confirm_latency_p50_s > 0 else None
+    limit = "" if cap_rate is None else f", which caps the channel at {cap_rate:,.0f} messages/s"
+    numbers = (f"{int(w.publishes):,} publishes, each sent after the previous one's confirm ({w.sequential_share:.0%}); "
+               f"{w.waiting_share:.0%} of the time goes to waiting {w.confirm_latency_p50_s * 1e3:.2f} ms per confirm"
+               f"{limit}")
+    title = (f"{subject(cap, w.stream)['connection']} publishes and waits for each confirm: {numbers}" if n == 1 else
+             f"{n} channels publish and wait for each confirm: worst {subject(cap, w.stream)['connection']}, {numbers}")
+    subjects = [subject(cap, r.stream, channel=int(r.channel), publishes=int(r.publishes),
+                        sequential_share=float(r.sequential_share), waiting_share=float(r.waiting_share),
+                        confirm_latency_p50_s=float(r.confirm_latency_p50_s),
+                        publish_rate_per_s=None if pd.isna(r.publish_rate_per_s) else float(r.publish_rate_per_s),
+                        severity="warning")
+                for r in c.itertuples()]
+    return Finding(
+        id="publish-and-wait", severity="warning", title=title,
+        evidence={
+            "publishes": int(w.publishes), "sequential_share": float(w.sequential_share),
+            "waiting_share": float(w.waiting_share), "confirm_latency_p50_s": float(w.confirm_latency_p50_s),
+            "max_rate_per_s": cap_rate,
+            "publish_rate_per_s": None if pd.isna(w.publish_rate_per_s) else float(w.publish_rate_per_s),
+            "channel": int(w.channel), "channels_with_this_finding": n,
+            "streams": sorted({int(s) for s in c["stream"]}), "packets": [int(w.first_packet)],
+            "filter": f"{stream_filter(c['stream'])} && {FILTER_CONFIRM}",
+        },
+        advice="Keep a window of outstanding confirms instead of waiting for each one: publish, and handle the "
+               "broker's acks asynchronously (a confirm listener or callback), or publish a batch and wait for "
+               "the batch's confirms. With one publish in flight the channel's rate is one message per confirm "
+               "round trip; RabbitMQ's Publishers guide calls publish-and-wait an anti-pattern.",
+        impact=float(c["waiting_share"].max()), subjects=subjects)
