@@ -32,6 +32,7 @@ EXPECTED = {
     "cancelled.pcap": {"consumer-cancelled"},
     "churn.pcap": {"connection-churn"},
     "publish-wait.pcap": {"publish-and-wait"},
+    "channel-churn.pcap": {"channel-churn"},
 }
 
 #: (fixture, finding) pairs that must appear at any severity: pika's RPC (rpc-nodelay) writes
@@ -145,6 +146,7 @@ SITUATIONS = {
     "cancelled.pcap": {"consumer-cancelled"},  # the consumer's queue deleted under it, no new consume
     "churn.pcap": {"connection-churn"},  # 40 connections, one message each
     "publish-wait.pcap": {"publish-and-wait"},  # pika's BlockingChannel with confirms
+    "channel-churn.pcap": {"channel-churn"},  # 60 channels, one message each
 }
 ALL_FIXTURES = sorted(p.name for p in FIX.iterdir()
                       if p.suffix in (".pcap", ".pcapng", ".gz") and p.name != "tls.pcap")  # tls: below

@@ -31,7 +31,8 @@ COUNTED = {"publishes": (60, 40), "returns": (60, 50), "deliveries": (60, 60), "
            "connection_opens": (10, 40)}
 #: a request and its replies (AMQP 0-9-1 §2.3.4: one outstanding synchronous request per channel)
 ROUND_TRIPS = {"get_round_trip_p50_s": ((60, 70), {(60, 71), (60, 72)}),
-               "commit_round_trip_p50_s": ((90, 20), {(90, 21)})}
+               "commit_round_trip_p50_s": ((90, 20), {(90, 21)}),
+               "channel_open_round_trip_p50_s": ((20, 10), {(20, 11)})}
 
 
 def run(*cmd) -> str:
@@ -57,6 +58,8 @@ def reference(path: Path) -> dict[int, dict]:
     for stream, c in counts.items():
         for col, method in COUNTED.items():
             out[stream][col] = c[method]
+        opens = sorted(f["t"] for f in frames if f["stream"] == stream and f["method"] == (20, 10))
+        out[stream]["channel_opens_per_s_peak"] = max((sum(1 for u in opens if t <= u < t + 1) for t in opens), default=0)
     for col, (request, replies) in ROUND_TRIPS.items():
         rtt: dict[int, list] = defaultdict(list)
         for (stream, _), fs in by_channel.items():
@@ -69,7 +72,7 @@ def reference(path: Path) -> dict[int, dict]:
 
 
 @pytest.mark.parametrize("name", ["polling.pcap", "transactions.pcap", "unroutable.pcap", "cancelled.pcap", "churn.pcap",
-                                  "publish-wait.pcap", "secrets.pcap",
+                                  "publish-wait.pcap", "channel-churn.pcap", "secrets.pcap",
                                   "confirms.pcap", "nack-requeue.pcap"])
 def test_the_clients_table_is_tsharks_count(name):
     table = clients(amqpcap.load(FIX / name)).tables["connections"].set_index("stream")
@@ -77,7 +80,7 @@ def test_the_clients_table_is_tsharks_count(name):
     assert sorted(table.index) == sorted(s for s in ref if "publishes" in ref[s])
     for stream, r in table.iterrows():
         want = ref[stream]
-        for col in COUNTED:
+        for col in (*COUNTED, "channel_opens_per_s_peak"):
             assert r[col] == want[col], (name, stream, col)
         duration = want["last"] - want["first"]
         assert r["duration_s"] == pytest.approx(duration, abs=2e-6)
@@ -251,3 +254,18 @@ def test_a_rate_limited_confirming_publisher_is_not_publish_and_wait():
     ch = r.tables["confirming"].iloc[0]
     assert ch["sequential_share"] >= 0.9 and ch["waiting_share"] < 0.1
     assert not [f for f in r.findings if f.id == "publish-and-wait"]
+
+
+def test_channel_churn_is_named_with_tsharks_numbers():
+    f = finding("channel-churn.pcap", "channel-churn")
+    ev = f.evidence
+    ref = reference(FIX / "channel-churn.pcap")[0]
+    # the scenario: 60 channels of one message each, plus one to declare and one to delete the queue
+    assert ref["channels_opened"] == 62 == ev["channels_opened"] and ref["publishes"] == 60
+    assert ev["messages_per_channel"] == pytest.approx(60 / 62)
+    assert ev["channel_opens_per_s_peak"] == ref["channel_opens_per_s_peak"]
+    assert ev["channel_open_round_trip_p50_s"] == pytest.approx(ref["channel_open_round_trip_p50_s"], abs=2e-6)
+    assert f.severity == "warning" and f.subjects[0]["connection"] == "amqpcap-audit-logger"
+    want = sorted({fr["packet"] for fr in tshark_methods(str(FIX / "channel-churn.pcap"))
+                   if fr["stream"] == 0 and fr["method"] in ((20, 10), (20, 11))})
+    assert packets_of(FIX / "channel-churn.pcap", ev["filter"]) == want

@@ -94,7 +94,8 @@ def test_every_finding_id_documented():
     for required in ("small-packets", "nagle-delayed-ack", "prefetch-one", "consumer-bound", "broker-slow-refill",
                      "redelivery-loop", "publisher-blocked", "receiver-window", "capture-gaps",
                      "polling-basic-get", "transactions", "unroutable-messages",
-                     "consumer-cancelled", "connection-churn", "publish-and-wait"):
+                     "consumer-cancelled", "connection-churn", "publish-and-wait",
+                     "channel-churn"):
         assert required in documented_ids
 
 
@@ -121,7 +122,7 @@ ANALYZER_FIXTURES = ("healthy.pcap", "slow-prefetch1.pcap", "confirms.pcap", "au
                      "nack-requeue.pcap", "rpc-nodelay.pcap", "nagle-write-write-read.pcap", "memory-alarm.pcap",
                      "kernel-drops.pcap", "zero-window.pcap", "polling.pcap", "transactions.pcap",
                      "unroutable.pcap", "cancelled.pcap", "churn.pcap",
-                     "publish-wait.pcap")
+                     "publish-wait.pcap", "channel-churn.pcap")
 
 
 @pytest.fixture(scope="module")

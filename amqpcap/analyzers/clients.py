@@ -2,7 +2,7 @@
 what rates, named as the operator knows it; and the client habits RabbitMQ's documentation
 warns about, named from the wire (issue 14): polling with basic.get, a transaction per message,
 mandatory publishes that no queue takes, consumers the broker cancels, a connection per few messages,
-a publisher that waits for each confirm before the next publish.
+a publisher that waits for each confirm before the next publish, a channel per message.
 
 Everything here is per connection, so the analyzer splits: a partition's step counts its own
 connections' methods, the merge joins the rows and derives the findings from them.
@@ -59,6 +59,14 @@ PUBLISH_WAIT_SEQUENTIAL = 0.9
 #: then set by the confirm round trip (a publisher rate-limited far below it waits little and is
 #: not told)
 PUBLISH_WAIT_SHARE = 0.5
+#: channel-churn: a connection that opens at least this many channels ...
+CHANNEL_CHURN_MIN = 20
+#: ... carrying this many messages or fewer each (published, delivered and got over channels
+#: opened: a channel per operation, each costing a channel.open round trip) ...
+CHANNEL_FEW_MESSAGES = 2
+#: ... or opening this many in some second (RabbitMQ's Channels guide: churn consistently above
+#: 100/s needs investigating)
+CHANNEL_WARN_OPENS_PER_S = 100
 #: example packets a finding cites per connection and method
 EXAMPLE_PACKETS = 5
 #: connections listed in summary.json (`clients.by_connection`), busiest first; the table has all
@@ -89,17 +97,19 @@ COUNTED = (
 )
 #: a synchronous request and its replies (AMQP 0-9-1 §2.3.4: at most one outstanding per channel)
 ROUND_TRIPS = {"get": ("basic.get", ("basic.get-ok", "basic.get-empty")),
-               "commit": ("tx.commit", ("tx.commit-ok",))}
+               "commit": ("tx.commit", ("tx.commit-ok",)),
+               "channel_open": ("channel.open", ("channel.open-ok",))}
 FILTER_GET = "amqp.method.class == 60 && amqp.method.method in {70, 71, 72}"
 FILTER_TX = "amqp.method.class == 90"
 FILTER_RETURN = "amqp.method.class == 60 && amqp.method.method == 50"
 FILTER_CANCEL = "amqp.method.class == 60 && amqp.method.method in {30, 31}"
 FILTER_OPEN = "amqp.method.class == 10 && amqp.method.method == 40"
 FILTER_CONFIRM = "amqp.method.class == 60 && amqp.method.method in {40, 80, 120}"
+FILTER_CHANNEL_OPEN = "amqp.method.class == 20 && amqp.method.method in {10, 11}"
 COLUMNS = ["connection", "stream", "application", "client", "user", "vhost", "first_ts", "duration_s",
            *(c for c, _, _ in COUNTED), "publishes_in_tx", "publish_rate_per_s", "delivery_rate_per_s",
            "get_rate_per_s", "get_empty_share", "get_round_trip_p50_s", "publishes_per_commit",
-           "commit_round_trip_p50_s"]
+           "commit_round_trip_p50_s", "channel_open_round_trip_p50_s", "channel_opens_per_s_peak"]
 
 
 def _answered(m: pd.DataFrame, request: str, replies) -> tuple[np.ndarray, np.ndarray]:
@@ -164,7 +174,12 @@ def clients_partial(cap: Capture, facts: CaptureFacts) -> dict[str, Any]:
     for name, (request, replies) in ROUND_TRIPS.items():
         rt = _round_trips(cap, m, request, replies)
         out[f"{name}_round_trip_p50_s"] = rt.groupby("stream")["round_trip_s"].median().reindex(stream).to_numpy()
+    opens = select(m, "channel.open", "c2s")
+    open_ts = pd.Series(cap.frames["ts"].array.asi8[m["order"].to_numpy()[opens]])
+    peak = open_ts.groupby(pos[opens]).agg(lambda t: _peak_per_s(t.to_numpy()))
+    out["channel_opens_per_s_peak"] = peak.reindex(range(len(stream)), fill_value=0).to_numpy(np.int64)
     examples = pd.concat([_examples(m, cap, "basic.get"), _examples(m, cap, "tx.commit"),
+                          _examples(m, cap, "channel.open"),
                           _examples(m, cap, "basic.return", "s2c")], ignore_index=True)
     return {"connections": out[COLUMNS], "examples": examples, "returns": _returns(cap, m),
             "cancels": _cancels(cap, m), "deletes": _queue_deletes(cap, m), "confirming": _confirming(cap)}
@@ -278,7 +293,8 @@ def clients_merge(partials: list[dict[str, Any]], records: None, facts: CaptureF
     confirming = merge_rows([p["confirming"] for p in partials], ["stream", "channel", "epoch"])
     findings = [f for f in (_polling_finding(cap, conns, examples), _transactions_finding(cap, conns, examples),
                             _unroutable_finding(cap, conns, returns, examples), _cancelled_finding(cap, cancels),
-                            _churn_finding(cap, conns), _publish_wait_finding(cap, confirming))
+                            _churn_finding(cap, conns), _publish_wait_finding(cap, confirming),
+                            _channel_churn_finding(cap, conns, examples))
                 if f is not None]
     summary = {"clients": {
         "connections": int(len(conns)),
@@ -592,3 +608,40 @@ def _publish_wait_finding(cap: Capture, confirming: pd.DataFrame) -> Finding | N
                "the batch's confirms. With one publish in flight the channel's rate is one message per confirm "
                "round trip; RabbitMQ's Publishers guide calls publish-and-wait an anti-pattern.",
         impact=float(c["waiting_share"].max()), subjects=subjects)
+
+
+def _channel_churn_finding(cap: Capture, conns: pd.DataFrame, examples: pd.DataFrame) -> Finding | None:
+    """channel-churn: connections opening a channel per operation (or 100 a second)."""
+    msgs = conns["publishes"] + conns["deliveries"] + conns["gets_ok"]
+    per = conns.assign(messages_per_channel=msgs / conns["channels_opened"].where(conns["channels_opened"] > 0, 1))
+    per = per[(per["channels_opened"] >= CHANNEL_CHURN_MIN)
+              & ((per["messages_per_channel"] <= CHANNEL_FEW_MESSAGES)
+                 | (per["channel_opens_per_s_peak"] >= CHANNEL_WARN_OPENS_PER_S))]
+    if len(per) == 0:
+        return None
+    per = per.sort_values(["channels_opened", "stream"], ascending=[False, True], kind="stable")
+    w, n = per.iloc[0], len(per)
+    rtt = w.channel_open_round_trip_p50_s
+    cost = "" if pd.isna(rtt) else f", each open a {rtt * 1e3:.2f} ms round trip"
+    numbers = (f"{int(w.channels_opened):,} channels opened ({int(w.channel_opens_per_s_peak)} in its busiest second), "
+               f"{w.messages_per_channel:.1f} messages per channel{cost}")
+    title = (f"{w.connection} opens a channel per operation: {numbers}" if n == 1 else
+             f"{n} connections open a channel per operation: worst {w.connection}, {numbers}")
+    subjects = [subject(cap, r.stream, channels_opened=int(r.channels_opened),
+                        channel_opens_per_s_peak=int(r.channel_opens_per_s_peak),
+                        messages_per_channel=float(r.messages_per_channel),
+                        channel_open_round_trip_p50_s=None if pd.isna(r.channel_open_round_trip_p50_s)
+                        else float(r.channel_open_round_trip_p50_s), severity="warning")
+                for r in per.itertuples()]
+    return Finding(
+        id="channel-churn", severity="warning", title=title,
+        evidence={
+            "channels_opened": int(w.channels_opened), "channel_opens_per_s_peak": int(w.channel_opens_per_s_peak),
+            "messages_per_channel": float(w.messages_per_channel),
+            "channel_open_round_trip_p50_s": None if pd.isna(rtt) else float(rtt),
+            **_where(per, examples, "channel.open", FILTER_CHANNEL_OPEN),
+        },
+        advice="Open channels once and reuse them (one per thread, kept for the connection's life) instead of a "
+               "channel per publish or per task: each channel.open is a round trip to the broker and a process "
+               "there. RabbitMQ's Channels guide asks to investigate channel churn consistently above 100/s.",
+        impact=float(1.0 / max(float(w.messages_per_channel), 1.0)), subjects=subjects)
