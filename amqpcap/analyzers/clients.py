@@ -175,9 +175,8 @@ def clients_partial(cap: Capture, facts: CaptureFacts) -> dict[str, Any]:
         rt = _round_trips(cap, m, request, replies)
         out[f"{name}_round_trip_p50_s"] = rt.groupby("stream")["round_trip_s"].median().reindex(stream).to_numpy()
     opens = select(m, "channel.open", "c2s")
-    open_ts = pd.Series(cap.frames["ts"].array.asi8[m["order"].to_numpy()[opens]])
-    peak = open_ts.groupby(pos[opens]).agg(lambda t: _peak_per_s(t.to_numpy()))
-    out["channel_opens_per_s_peak"] = peak.reindex(range(len(stream)), fill_value=0).to_numpy(np.int64)
+    out["channel_opens_per_s_peak"] = _peaks_per_s(pos[opens], cap.frames["ts"].array.asi8[m["order"].to_numpy()[opens]],
+                                                   len(stream))
     examples = pd.concat([_examples(m, cap, "basic.get"), _examples(m, cap, "tx.commit"),
                           _examples(m, cap, "channel.open"),
                           _examples(m, cap, "basic.return", "s2c")], ignore_index=True)
@@ -242,8 +241,8 @@ def _cancels(cap: Capture, m: pd.DataFrame) -> pd.DataFrame:
     queue_of = dict(zip(zip(stream[answer], text("consumer_tag", answer)), text("queue", asked)))
     out["queue"] = np.array([queue_of.get((s_, t)) for s_, t in zip(out["stream"], out["consumer_tag"])], dtype=object)
     consumes = np.flatnonzero(select(m, "basic.consume", "c2s"))
-    out["resubscribed"] = np.array([((stream[consumes] == s_) & (order[consumes] > o)).any()
-                                    for s_, o in zip(out["stream"], order[rows])], dtype=bool)
+    last_consume = pd.Series(order[consumes]).groupby(stream[consumes]).max()
+    out["resubscribed"] = (last_consume.reindex(out["stream"]).to_numpy(float, na_value=-1) > order[rows])
     return out[["stream", "channel", "consumer_tag", "queue", "packet", "ts", "resubscribed"]]
 
 
@@ -259,12 +258,15 @@ def _queue_deletes(cap: Capture, m: pd.DataFrame) -> pd.DataFrame:
 def _deleted_by(cancels: pd.DataFrame, deletes: pd.DataFrame) -> pd.DataFrame:
     """`cancels` with deleted_by: the stream of the last queue.delete of the cancelled consumer's
     queue before the cancel (packet numbers order frames of different connections), else missing."""
-    by = []
-    for q, p in zip(cancels["queue"], cancels["packet"]):
-        d = deletes[(deletes["queue"] == q) & (deletes["packet"] < p)] if q is not None else deletes.iloc[:0]
-        by.append(int(d["stream"].iloc[-1]) if len(d) else None)
-    out = cancels.assign(deleted_by=pd.array(by, dtype="Int64"))
-    return out[["stream", "channel", "consumer_tag", "queue", "packet", "ts", "deleted_by", "resubscribed"]]
+    cols = ["stream", "channel", "consumer_tag", "queue", "packet", "ts", "deleted_by", "resubscribed"]
+    left = cancels.assign(_row=np.arange(len(cancels)), queue=cancels["queue"].astype(object).fillna(""))
+    right = deletes.rename(columns={"stream": "deleted_by"}).astype({"queue": object, "packet": np.int64})
+    hit = pd.merge_asof(left.sort_values("packet"), right.sort_values("packet"), on="packet", by="queue",
+                        allow_exact_matches=False, direction="backward")
+    by = hit.set_index("_row")["deleted_by"].reindex(range(len(cancels)))
+    # (a consumer whose queue the capture does not name matches no delete)
+    by = by.where(left["queue"].to_numpy(object) != "")
+    return cancels.assign(deleted_by=pd.array(by.to_numpy(float, na_value=np.nan), dtype="Int64"))[cols]
 
 
 def _returns(cap: Capture, m: pd.DataFrame) -> pd.DataFrame:
@@ -510,18 +512,33 @@ def _cancelled_finding(cap: Capture, cancels: pd.DataFrame) -> Finding | None:
         impact=float(c["loud"].mean()), subjects=subjects)
 
 
+def _peaks_per_s(group: np.ndarray, ts_ns: np.ndarray, groups: int) -> np.ndarray:
+    """Per group 0..groups-1, the most of its timestamps in any one-second window (sliding,
+    starting at each of them); 0 for a group without any. Whole-column: (group, time) pairs as
+    complex numbers, which numpy sorts and searches lexicographically (real part first); the
+    times relative to the earliest, in ns, are exact in a float64 for captures up to 104 days."""
+    out = np.zeros(groups, dtype=np.int64)
+    if len(ts_ns) == 0:
+        return out
+    key = np.sort(group.astype(np.float64) + 1j * (ts_ns - ts_ns.min()).astype(np.float64))
+    in_window = np.searchsorted(key, key + 1e9j, side="left") - np.arange(len(key))
+    np.maximum.at(out, key.real.astype(np.int64), in_window)
+    return out
+
+
 def _peak_per_s(ts_ns: np.ndarray) -> int:
     """The most timestamps in any one-second window (sliding, starting at each of them)."""
-    t = np.sort(ts_ns)
-    return int((np.searchsorted(t, t + 1_000_000_000, side="left") - np.arange(len(t))).max()) if len(t) else 0
+    return int(_peaks_per_s(np.zeros(len(ts_ns), dtype=np.int64), ts_ns, 1)[0])
 
 
 def _churn_finding(cap: Capture, conns: pd.DataFrame) -> Finding | None:
     """connection-churn: applications opening and closing many short-lived connections."""
     whole = conns[(conns["connection_opens"] > 0) & (conns["connection_close_oks"] > 0)]
+    sizes = whole["application"].value_counts()
+    whole = whole[whole["application"].isin(sizes.index[sizes >= CHURN_MIN_CONNECTIONS])]  # (few groups left)
     rows = []
     for app, g in whole.groupby("application", sort=True):
-        if len(g) < CHURN_MIN_CONNECTIONS or g["duration_s"].median() > CHURN_MAX_LIFETIME_S:
+        if g["duration_s"].median() > CHURN_MAX_LIFETIME_S:
             continue
         opens = g["first_ts"].array.asi8
         span_s = (opens.max() - opens.min()) / 1e9
