@@ -59,6 +59,8 @@ KEY_COLUMNS: dict[str, tuple[list[str], tuple[str, bool] | None]] = {
     "clients/cancels": (["connection", "queue", "ts", "resubscribed", "deleted_by", "packet", "stream"], None),
     "clients/confirming": (["connection", "publishes", "sequential_share", "waiting_share", "confirm_latency_p50_s",
                             "publish_rate_per_s", "stream"], ("waiting_share", True)),
+    "heartbeats/connections": (["connection", "heartbeat_s", "problem", "c2s_longest_silence_s", "s2c_longest_silence_s",
+                                "ended_by", "silence_before_end_s", "stream"], ("silence_before_end_s", True)),
     "nagle/directions": (["connection", "direction", "data_segments", "small_share", "packets_saved", "stalls",
                           "median_stall_s", "stream"], ("data_segments", True)),
     "nagle/stalls": (["connection", "direction", "ts", "stall_s", "ack_delay_s", "payload_bytes", "packet", "stream"],

@@ -33,6 +33,7 @@ EXPECTED = {
     "churn.pcap": {"connection-churn"},
     "publish-wait.pcap": {"publish-and-wait"},
     "channel-churn.pcap": {"channel-churn"},
+    "heartbeats.pcap": {"heartbeat-problems"},
 }
 
 #: (fixture, finding) pairs that must appear at any severity: pika's RPC (rpc-nodelay) writes
@@ -147,6 +148,7 @@ SITUATIONS = {
     "churn.pcap": {"connection-churn"},  # 40 connections, one message each
     "publish-wait.pcap": {"publish-and-wait"},  # pika's BlockingChannel with confirms
     "channel-churn.pcap": {"channel-churn"},  # 60 channels, one message each
+    "heartbeats.pcap": {"heartbeat-problems"},  # a 2 s heartbeat client blocked 9 s: the broker resets it
 }
 ALL_FIXTURES = sorted(p.name for p in FIX.iterdir()
                       if p.suffix in (".pcap", ".pcapng", ".gz") and p.name != "tls.pcap")  # tls: below

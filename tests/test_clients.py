@@ -269,3 +269,77 @@ def test_channel_churn_is_named_with_tsharks_numbers():
     want = sorted({fr["packet"] for fr in tshark_methods(str(FIX / "channel-churn.pcap"))
                    if fr["stream"] == 0 and fr["method"] in ((20, 10), (20, 11))})
     assert packets_of(FIX / "channel-churn.pcap", ev["filter"]) == want
+
+
+def tshark_heartbeats(path: Path) -> dict[int, dict]:
+    """Per tcp.stream, from tshark alone: the heartbeat of connection.tune-ok (else tune), the
+    first FIN or RST (its frame number, time and sender), whether that sender sent
+    connection.close, and the other side's last payload before it."""
+    out: dict[int, dict] = defaultdict(lambda: {"payload": {}, "closed": set()})
+    fields = ["tcp.stream", "frame.number", "frame.time_epoch", "tcp.srcport", "tcp.len", "tcp.flags.fin",
+              "tcp.flags.reset", "amqp.method.class", "amqp.method.method", "amqp.method.arguments.heartbeat"]
+    lines = run("tshark", "-r", path, "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=,",
+                *[x for f in fields for x in ("-e", f)]).splitlines()
+    for line in lines:
+        stream, number, t, sport, length, fin, rst, cls, meth, hb = line.split("\t")
+        r = out[int(stream)]
+        side = "broker" if sport == "5672" else "client"
+        pairs = list(zip(cls.split(","), meth.split(","))) if cls else []
+        if ("10", "31") in pairs or (("10", "30") in pairs and "heartbeat_s" not in r):
+            r["heartbeat_s"] = int(hb.split(",")[-1])
+        if ("10", "50") in pairs:
+            r["closed"].add(side)
+        if "end" not in r and ("1" in (fin, rst) or "True" in (fin, rst)):
+            r["end"] = (int(number), float(t), side)
+        if "end" not in r and int(length or 0) > 0:
+            r["payload"][side] = float(t)
+    return out
+
+
+def test_heartbeat_problems_are_named_with_tsharks_numbers():
+    """heartbeats.pcap (record.sh stage 8): amqpcap-no-heartbeat asks for heartbeat 0;
+    amqpcap-blocked-worker negotiates 2 s, then blocks without I/O for 9 s and the broker resets
+    it: the finding's heartbeats, silence and end packet are tshark's."""
+    from amqpcap.analyzers.heartbeats import heartbeats
+    path = FIX / "heartbeats.pcap"
+    ref = tshark_heartbeats(path)
+    result = heartbeats(amqpcap.load(path))
+    t = result.tables["connections"].set_index("stream")
+    for stream, r in ref.items():
+        assert t.loc[stream, "heartbeat_s"] == r["heartbeat_s"]
+        number, end_t, ender = r["end"]
+        assert (t.loc[stream, "end_packet"], t.loc[stream, "ended_by"]) == (number, ender)
+        silent = "client" if ender == "broker" else "broker"
+        assert t.loc[stream, "silence_before_end_s"] == pytest.approx(end_t - r["payload"][silent], abs=2e-6)
+        assert t.loc[stream, "closed_with_amqp"] == (ender in r["closed"])
+    f = next(f for f in result.findings if f.id == "heartbeat-problems")
+    assert f.severity == "warning"
+    by_name = {s["connection"]: s for s in f.subjects}
+    worker = by_name["amqpcap-blocked-worker"]
+    stream = worker["stream"]
+    number, end_t, ender = ref[stream]["end"]
+    # the scenario's own numbers: a 2 s heartbeat, silent past two intervals, the broker ends it
+    assert (worker["problem"], worker["heartbeat_s"], ender, worker["end_packet"]) == \
+        ("missed-heartbeats", 2, "broker", number)
+    assert worker["silence_before_end_s"] >= 2 * 2
+    assert by_name["amqpcap-no-heartbeat"]["problem"] == "heartbeat-disabled"
+    assert ref[by_name["amqpcap-no-heartbeat"]["stream"]]["heartbeat_s"] == 0
+    assert f.subjects[0]["connection"] == "amqpcap-blocked-worker"
+    # the filter opens the dropped connection's heartbeats, tune and its end, nothing of the other
+    opened = packets_of(path, f.evidence["filter"])
+    assert number in opened
+    hb_frames = packets_of(path, f"tcp.stream eq {stream} && amqp.type == 8")
+    assert hb_frames and set(hb_frames) <= set(opened)
+    assert not set(opened) & set(packets_of(path, f"tcp.stream eq {by_name['amqpcap-no-heartbeat']['stream']}"))
+
+
+def test_a_low_heartbeat_without_a_drop_is_info():
+    """prefetch-consumers.pcap: PerfTest negotiated 1 s heartbeats (tshark's tune-ok), and every
+    connection ended with connection.close: told as info, never as a drop."""
+    from amqpcap.analyzers.heartbeats import heartbeats
+    path = FIX / "prefetch-consumers.pcap"
+    ref = tshark_heartbeats(path)
+    f = next(f for f in heartbeats(amqpcap.load(path)).findings if f.id == "heartbeat-problems")
+    assert f.severity == "info"
+    assert {s["stream"]: s["heartbeat_s"] for s in f.subjects} == {s: r["heartbeat_s"] for s, r in ref.items()}
+    assert {s["problem"] for s in f.subjects} == {"heartbeat-low"}

@@ -1,0 +1,226 @@
+"""heartbeats: the heartbeat timeout each connection negotiated, how long each side went silent,
+and connections dropped because a side missed its heartbeats (issue 14, `heartbeat-problems`).
+
+AMQP 0-9-1 §4.2.7: a peer that receives no octet for two heartbeat intervals may treat the
+connection as dead and close its socket without a connection.close. RabbitMQ does exactly that
+(its heartbeats guide: "after two missed heartbeats, the peer is considered to be unreachable")
+and sends its own heartbeat every half interval. So the signature on the wire is one side silent
+(no TCP payload at all: any frame resets the timer, not only heartbeat frames) for two intervals
+or more, then the other side ending the TCP connection (FIN or RST) without a connection.close.
+
+Everything is per connection, so the analyzer splits: a partition's step measures its own
+connections, the merge joins the rows and derives the finding.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..analysis import AnalyzerResult, Finding, analyzer, stream_filter
+from ..capture import Capture
+from ..derive.methods import methods, select
+from ..names import connection_names, subject
+from ..partition import CaptureFacts, Split, merge_rows, run_whole
+
+#: heartbeat-problems: a negotiated timeout below this is told (info): RabbitMQ's heartbeats
+#: guide: values below 5 seconds are fairly likely to cause false positives (network congestion,
+#: GC pauses); 5 to 20 seconds is the sane range it recommends
+HEARTBEAT_LOW_S = 5
+#: a side silent for this many negotiated intervals, then the connection ended by the other side
+#: without connection.close, was dropped for missed heartbeats (AMQP 0-9-1 §4.2.7; RabbitMQ
+#: closes after two missed): warning
+MISSED_INTERVALS = 2
+#: TCP flags (docs/tables.md, `flags`)
+FIN, RST = 0x01, 0x04
+#: what a subject's `problem` says, worst first
+PROBLEMS = ("missed-heartbeats", "heartbeat-low", "heartbeat-disabled")
+#: how a title counts each problem
+WORDS = dict(zip(PROBLEMS, ("dropped", "below 5 s", "disabled")))
+FILTER = "(amqp.type == 8 || tcp.flags.fin == 1 || tcp.flags.reset == 1 || " \
+         "(amqp.method.class == 10 && amqp.method.method in {30, 31, 50, 51}))"
+COLUMNS = ["stream", "connection", "heartbeat_s", "c2s_longest_silence_s", "s2c_longest_silence_s",
+           "ended_by", "end_packet", "end_ts", "closed_with_amqp", "silent_side", "silence_before_end_s",
+           "heartbeat_frames_c2s", "heartbeat_frames_s2c", "problem"]
+
+
+def _ends(p: pd.DataFrame, stream: np.ndarray) -> pd.DataFrame:
+    """Per connection (index: the sorted `stream`): the first FIN or RST of either side
+    (end_packet, end_ts in ns, ended_by 'client'/'broker'), missing when the capture has none."""
+    fin = (p["flags"].to_numpy(np.int64) & (FIN | RST)) != 0
+    rows = np.flatnonzero(fin)
+    s = p["stream"].to_numpy(np.int64)[rows]
+    first = rows[np.unique(s, return_index=True)[1]]  # packets are in packet order: the first per stream
+    df = pd.DataFrame({"end_packet": p["packet"].to_numpy(np.int64)[first],
+                       "end_ts": p["ts"].array.asi8[first],
+                       "ended_by": np.where(p["direction"].to_numpy(object)[first] == "c2s", "client", "broker")},
+                      index=p["stream"].to_numpy(np.int64)[first])
+    return df.reindex(stream)
+
+
+def _silences(p: pd.DataFrame, stream: np.ndarray, end_ns: np.ndarray) -> dict[str, np.ndarray]:
+    """Per connection and direction: the longest time without payload from the direction's first
+    payload to the connection's end (`end_ns`), and the last payload's time before the end."""
+    out = {}
+    st = p["stream"].to_numpy(np.int64)
+    ts = p["ts"].array.asi8
+    pos = np.searchsorted(stream, st)
+    for d in ("c2s", "s2c"):
+        keep = (p["payload_bytes"].to_numpy(np.int64) > 0) & (p["direction"] == d).to_numpy(dtype=bool) \
+            & (ts <= end_ns[pos])
+        g, t = pos[keep], ts[keep]
+        order = np.lexsort((t, g))
+        g, t = g[order], t[order]
+        gap = np.diff(t, prepend=t[:1])  # to the previous payload of the same connection, else 0
+        gap[np.r_[True, g[1:] != g[:-1]][:len(t)]] = 0
+        longest = np.zeros(len(stream), dtype=np.int64)
+        np.maximum.at(longest, g, gap)
+        last = np.full(len(stream), np.iinfo(np.int64).min, dtype=np.int64)
+        np.maximum.at(last, g, t)
+        seen = last != np.iinfo(np.int64).min
+        tail = np.where(seen, end_ns - last, 0)
+        out[f"{d}_longest_silence_s"] = np.where(seen, np.maximum(longest, tail) / 1e9, np.nan)
+        out[f"{d}_last_payload_ns"] = np.where(seen, last, np.iinfo(np.int64).min)
+    return out
+
+
+def heartbeats_partial(cap: Capture, facts: CaptureFacts) -> pd.DataFrame:
+    """A partition's connections: one row each (COLUMNS)."""
+    c = cap.connections
+    stream = c["stream"].to_numpy(np.int64)
+    names = connection_names(cap)
+    p = cap.packets
+    ends = _ends(p, stream)
+    end_ns = np.where(ends["end_ts"].notna(), ends["end_ts"].to_numpy(float, na_value=0).astype(np.int64),
+                      c["last_ts"].array.asi8)
+    sil = _silences(p, stream, end_ns)
+    m = methods(cap)
+    ms = m["stream"].to_numpy(np.int64)
+    out = pd.DataFrame({"stream": stream, "connection": names["connection"].reindex(stream).to_numpy(object),
+                        "heartbeat_s": c["heartbeat_s"].to_numpy(float, na_value=np.nan),
+                        "c2s_longest_silence_s": sil["c2s_longest_silence_s"],
+                        "s2c_longest_silence_s": sil["s2c_longest_silence_s"],
+                        "ended_by": ends["ended_by"].astype(object).where(ends["ended_by"].notna(), None).to_numpy(object),
+                        "end_packet": pd.array(ends["end_packet"].to_numpy(float, na_value=np.nan), dtype="Int64"),
+                        "end_ts": pd.to_datetime(ends["end_ts"].to_numpy(float, na_value=np.nan), utc=True)})
+    # did the side that ended the TCP connection first close it with AMQP (connection.close)?
+    closers = {d: np.isin(stream, ms[select(m, "connection.close", d)]) for d in ("c2s", "s2c")}
+    out["closed_with_amqp"] = np.where(out["ended_by"] == "client", closers["c2s"],
+                                       np.where(out["ended_by"] == "broker", closers["s2c"], False))
+    # the other side's silence up to that end
+    silent = np.where(out["ended_by"] == "broker", "client", np.where(out["ended_by"] == "client", "broker", None))
+    last = np.where(silent == "client", sil["c2s_last_payload_ns"], sil["s2c_last_payload_ns"])
+    has_end = ends["end_ts"].notna().to_numpy() & (last != np.iinfo(np.int64).min)
+    out["silent_side"] = np.where(has_end, silent, None)
+    out["silence_before_end_s"] = np.where(has_end, (end_ns - last) / 1e9, np.nan)
+    f = cap.frames
+    hb = (f["type"] == "heartbeat").to_numpy(dtype=bool, na_value=False)
+    fpos = np.searchsorted(stream, f["stream"].to_numpy(np.int64)[hb])
+    fdir = f["direction"].to_numpy(object)[hb]
+    for d in ("c2s", "s2c"):
+        out[f"heartbeat_frames_{d}"] = np.bincount(fpos[fdir == d], minlength=len(stream)).astype(np.int64)
+    out["problem"] = _problem(out)
+    return out[COLUMNS]
+
+
+def _problem(t: pd.DataFrame) -> np.ndarray:
+    """Each connection's heartbeat problem (PROBLEMS), or None."""
+    hb = t["heartbeat_s"].to_numpy(float)
+    missed = (hb > 0) & ~t["closed_with_amqp"].to_numpy(bool) \
+        & (t["silence_before_end_s"].to_numpy(float) >= MISSED_INTERVALS * hb)
+    problem = np.select([missed, (hb > 0) & (hb < HEARTBEAT_LOW_S), hb == 0], list(PROBLEMS), "")
+    return np.where(problem == "", None, problem).astype(object)
+
+
+def heartbeats_merge(partials: list[pd.DataFrame], records: None, facts: CaptureFacts,
+                     cap: Capture) -> AnalyzerResult:
+    conns = merge_rows(partials, ["stream"])
+    hb = conns["heartbeat_s"]
+    summary = {"heartbeats": {
+        "connections_negotiated": int(hb.notna().sum()),
+        "disabled": int((hb == 0).sum()),
+        "below_5_s": int(((hb > 0) & (hb < HEARTBEAT_LOW_S)).sum()),
+        "heartbeat_s_min": None if not (hb > 0).any() else int(hb[hb > 0].min()),
+        "dropped_for_missed_heartbeats": int((conns["problem"] == PROBLEMS[0]).sum()),
+    }}
+    finding = _finding(cap, conns)
+    return AnalyzerResult("heartbeats", tables={"connections": conns}, summary=summary,
+                          findings=[finding] if finding else [], plots=[])
+
+
+SPLIT = Split(partial=heartbeats_partial, merge=heartbeats_merge)
+
+
+@analyzer("heartbeats", split=SPLIT)
+def heartbeats(cap: Capture) -> AnalyzerResult:
+    """Negotiated heartbeats, each side's longest silence, connections dropped for missed heartbeats."""
+    return run_whole(SPLIT, cap)
+
+
+# -- the finding ------------------------------------------------------------------------------
+
+def _titles(w, n: int, counts: dict[str, int]) -> str:
+    if w.problem == PROBLEMS[0]:
+        closer = "broker" if w.silent_side == "client" else "client"
+        what = (f"{w.connection} was dropped for missed heartbeats: the {w.silent_side} sent nothing for "
+                f"{w.silence_before_end_s:.1f} s with a {int(w.heartbeat_s)} s heartbeat, then the {closer} "
+                f"ended the TCP connection without connection.close")
+    elif w.problem == PROBLEMS[1]:
+        what = f"{w.connection} negotiated a {int(w.heartbeat_s)} s heartbeat, below the 5 s RabbitMQ advises"
+    else:
+        what = f"{w.connection} runs with heartbeats disabled (heartbeat 0)"
+    others = n - 1
+    return what if others == 0 else f"{what}; {others} more connection{'s' if others > 1 else ''} with heartbeat " \
+        f"problems ({', '.join(f'{v} {WORDS[k]}' for k, v in counts.items() if v)})"
+
+
+ADVICE = {
+    PROBLEMS[0]: "A side that sends nothing for two heartbeat intervals is declared dead and its connection "
+                 "closed, with its unacked messages requeued. Usually the client's thread that drives the "
+                 "connection was busy (a long job in a message handler, a GC pause, a blocked event loop): "
+                 "keep the connection's I/O running during long work (pika: do the work in another thread and "
+                 "hand results back with add_callback_threadsafe), or raise the timeout; RabbitMQ's "
+                 "heartbeats guide recommends 5 to 20 seconds.",
+    PROBLEMS[1]: "Heartbeat timeouts below 5 seconds are likely to close healthy connections on a short network "
+                 "hiccup or GC pause (RabbitMQ's heartbeats guide); 5 to 20 seconds is the sane range.",
+    PROBLEMS[2]: "With heartbeats disabled, a peer that vanished without closing (a crashed host, a dropped "
+                 "NAT or firewall mapping) is noticed only by TCP keepalive, hours later, while the broker "
+                 "keeps its consumers and unacked messages. Enable heartbeats (RabbitMQ's default is 60 s) "
+                 "unless TCP keepalives are tuned for this.",
+}
+
+
+def _finding(cap: Capture, conns: pd.DataFrame) -> Finding | None:
+    """heartbeat-problems: one finding, its connections as subjects, dropped ones first."""
+    bad = conns[conns["problem"].notna()]
+    if len(bad) == 0:
+        return None
+    rank = bad["problem"].map({p: i for i, p in enumerate(PROBLEMS)})
+    bad = bad.assign(_rank=rank, _silence=bad["silence_before_end_s"].fillna(0.0)).sort_values(
+        ["_rank", "_silence", "stream"], ascending=[True, False, True], kind="stable")
+    w = bad.iloc[0]
+    counts = {p: int((bad["problem"] == p).sum()) for p in PROBLEMS}
+    severity = "warning" if counts[PROBLEMS[0]] else "info"
+    subjects = [subject(cap, r.stream, problem=r.problem, heartbeat_s=int(r.heartbeat_s),
+                        **({"silent_side": r.silent_side, "silence_before_end_s": float(r.silence_before_end_s),
+                            "ended_by": r.ended_by, "end_packet": int(r.end_packet)} if r.problem == PROBLEMS[0] else {}),
+                        severity="warning" if r.problem == PROBLEMS[0] else "info")
+                for r in bad.itertuples()]
+    loud = bad[bad["problem"] == w.problem]
+    evidence = {
+        "problem": w.problem, "heartbeat_s": int(w.heartbeat_s),
+        "silent_side": w.silent_side if w.problem == PROBLEMS[0] else None,
+        "silence_before_end_s": float(w.silence_before_end_s) if w.problem == PROBLEMS[0] else None,
+        "ended_by": w.ended_by if w.problem == PROBLEMS[0] else None,
+        "connections_dropped": counts[PROBLEMS[0]], "connections_heartbeat_low": counts[PROBLEMS[1]],
+        "connections_heartbeat_disabled": counts[PROBLEMS[2]],
+        "connections_with_this_finding": len(bad), "streams": sorted(int(s) for s in bad["stream"]),
+        "packets": [int(w.end_packet)] if w.problem == PROBLEMS[0] and not pd.isna(w.end_packet) else [],
+        "filter": f"{stream_filter(loud['stream'])} && {FILTER}",
+    }
+    advice = " ".join(ADVICE[p] for p in PROBLEMS if counts[p])
+    impact = 1.0 if counts[PROBLEMS[0]] else 0.2 if counts[PROBLEMS[1]] else 0.1
+    return Finding("heartbeat-problems", severity, _titles(w, len(bad), counts), evidence, advice,
+                   impact=impact, subjects=subjects)
