@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..analysis import SEVERITY_RANK, AnalyzerResult, Finding, Plot, analyzer
+from ..analysis import SEVERITY_RANK, AnalyzerResult, Finding, Plot, analyzer, stream_filter
 from ..capture import Capture
 from ..derive.backlog import backlog_with_codes
 from ..derive.columns import as_object, asof, codes
@@ -83,6 +83,15 @@ CONSUMER_DOMINANCE = 2.0
 #: in 3 s against 1,280 msg/s consumed, ratio 1.4; slow-prefetch1.pcap: 152 against 150 msg/s, 0.33)
 BACKLOG_GROWTH_MSGS = 100
 BACKLOG_GROWTH_RATIO = 0.1
+#: unlimited-prefetch: a consumer without a prefetch limit (basic.qos prefetch_count 0, or no
+#: basic.qos before its basic.consume: RabbitMQ's default; or no-ack) has fallen behind when its
+#: unacked messages reached this many: over three times the 100-300 RabbitMQ's "Consumer
+#: Prefetch" guide finds usually optimal, all held in the client's memory ...
+UNLIMITED_UNACKED = 1000
+#: ... or when its connection advertised a zero TCP receive window while it received deliveries
+#: (the broker had pushed more than the client read; for a no-ack consumer the only sign on the
+#: wire): TCP flag bits that make a zero window not a window (docs/tables.md, `flags`)
+NOT_A_WINDOW = 0x01 | 0x02 | 0x04  # FIN, SYN, RST
 #: findings need at least this many deliveries to the consumer (fewer is anecdotal)
 MIN_DELIVERIES = 50
 #: a finding's example packets (frames where a consumer reached its limit, 5 each) come from this
@@ -408,6 +417,88 @@ def _prefetch_one_finding(cap: Capture, g: pd.DataFrame) -> Finding:
         impact=float(g["impact"].max()), subjects=_subjects(cap, g))
 
 
+def _unlimited(cap: Capture, s: pd.DataFrame, d: pd.DataFrame) -> pd.DataFrame:
+    """The consumers without a prefetch limit (consumer_list: prefetch 0 and no global qos, or
+    no-ack; a consumer whose basic.consume is not in the capture is unknown, never unlimited)
+    with at least MIN_DELIVERIES deliveries: connection, stream, channel, consumer_tag, queue,
+    no_ack, deliveries, first and last delivery (ts_first, ts_last), max_unacked (acking ones),
+    deliver_to_ack_p50_s, zero_windows (packets of the consumer's connection advertising a zero
+    receive window between its first and last delivery) and zero_window_packet (the first)."""
+    c = consumer_list(cap)
+    unl = c["consume_seen"].to_numpy(bool) & (c["no_ack"].to_numpy(bool, na_value=False) | (
+        (c["prefetch"].to_numpy(float, na_value=-1) == 0) & (c["channel_prefetch"].fillna(0).to_numpy(float) == 0)))
+    c = as_object(c[unl], "consumer_tag")
+    key = ["stream", "channel", "consumer_tag"]
+    dd = as_object(d[key + ["ts", "latency_s"]], "consumer_tag")
+    g = dd.groupby(key, sort=False)
+    per = g.agg(deliveries=("ts", "size"), ts_first=("ts", "min"), ts_last=("ts", "max"),
+                deliver_to_ack_p50_s=("latency_s", "median")).reset_index()
+    c = c.merge(per, on=key, how="inner")
+    c = c[c["deliveries"] >= MIN_DELIVERIES]
+    acking = as_object(s[key + ["max_unacked"]], "consumer_tag").groupby(key)["max_unacked"].max().reset_index()
+    c = c.merge(acking, on=key, how="left").reset_index(drop=True)
+    p = cap.packets
+    zero = (p["direction"] == "c2s").to_numpy(bool) & (p["window"].to_numpy(np.int64) == 0) \
+        & ((p["flags"].to_numpy(np.int64) & NOT_A_WINDOW) == 0)
+    z = p.loc[zero, ["stream", "ts", "packet"]]
+    counts, firsts = [], []
+    for r in c.itertuples():  # few consumers; their connections' zero-window packets are fewer
+        w = z[(z["stream"] == r.stream) & (z["ts"] >= r.ts_first) & (z["ts"] <= r.ts_last)]
+        counts.append(len(w))
+        firsts.append(int(w["packet"].iloc[0]) if len(w) else None)
+    return c.assign(zero_windows=np.array(counts, dtype=np.int64), zero_window_packet=firsts)
+
+
+def _unlimited_finding(cap: Capture, s: pd.DataFrame, d: pd.DataFrame) -> Finding | None:
+    """unlimited-prefetch: consumers without a prefetch limit that fell behind (UNLIMITED_UNACKED
+    unacked, or a zero receive window), most unacked first."""
+    if not len(d):
+        return None
+    c = _unlimited(cap, s, d)
+    unacked = c["max_unacked"].astype("Float64").fillna(0).to_numpy(float)
+    c = c.assign(unacked_peak=unacked)[(unacked >= UNLIMITED_UNACKED) | (c["zero_windows"].to_numpy() > 0)]
+    if not len(c):
+        return None
+    c = c.sort_values(["unacked_peak", "zero_windows", "deliveries"], ascending=False, kind="stable")
+    w = c.iloc[0]
+    who = consumer_label(cap, w.stream, w.queue, w.consumer_tag)
+    how = "consumes with no-ack (auto-ack)" if w.no_ack else "has no prefetch limit (no basic.qos: unlimited)"
+    held = [] if w.no_ack else [f"the broker pushed {int(w.unacked_peak):,} unacknowledged messages at once"]
+    if w.zero_windows:
+        held.append(f"its connection's TCP receive window filled ({int(w.zero_windows)} zero-window packets)")
+    if not w.no_ack and pd.notna(w.deliver_to_ack_p50_s):
+        held.append(f"each message waited a median {w.deliver_to_ack_p50_s:.2f} s in the client before its ack")
+    title = f"{who} {how} and fell behind: " + "; ".join(held)
+    if len(c) > 1:
+        title += f" ({len(c) - 1} more such consumer{'s' if len(c) > 2 else ''})"
+    packets = sorted({int(x) for x in c["zero_window_packet"].dropna()})[:EXAMPLE_SUBJECTS]
+    flt = (channels_filter(c["stream"], c["channel"]) + " && amqp.method.class == 60 && amqp.method.method in "
+           "{10, 20, 60, 80}")
+    if c["zero_windows"].any():
+        flt = f"({flt}) || ({stream_filter(c.loc[c['zero_windows'] > 0, 'stream'])} && tcp.analysis.zero_window)"
+    evidence = {"streams": sorted({int(x) for x in c["stream"]}), "channel": int(w.channel),
+                "consumer_tag": str(w.consumer_tag), "queue": None if pd.isna(w.queue) else str(w.queue),
+                "no_ack": bool(w.no_ack), "prefetch_msgs": None if w.no_ack else 0, "deliveries": int(w.deliveries),
+                "max_unacked_msgs": None if w.no_ack else int(w.unacked_peak),
+                "deliver_to_ack_p50_s": None if w.no_ack else number(w.deliver_to_ack_p50_s),
+                "zero_window_packets": int(w.zero_windows), "consumers_with_this_finding": int(len(c)),
+                "packets": packets, "filter": flt}
+    subjects = [subject(cap, r.stream, channel=int(r.channel), queue=None if pd.isna(r.queue) else str(r.queue),
+                        consumer_tag=str(r.consumer_tag), no_ack=bool(r.no_ack), deliveries=int(r.deliveries),
+                        max_unacked_msgs=None if r.no_ack else int(r.unacked_peak),
+                        deliver_to_ack_p50_s=None if r.no_ack else number(r.deliver_to_ack_p50_s),
+                        zero_window_packets=int(r.zero_windows), severity="warning")
+                for r in c.itertuples()]
+    return Finding(
+        id="unlimited-prefetch", severity="warning", title=title, evidence=evidence,
+        advice="Set a prefetch limit (basic.qos prefetch_count; RabbitMQ's Consumer Prefetch guide finds 100-300 "
+               "usually optimal) and ack manually: without one the broker pushes the whole queue into the "
+               "client, whose memory grows with it, messages wait in the client instead of in the queue where "
+               "other consumers could take them, and a crash redelivers all of them at once. With no-ack there "
+               "is no limit at all: the client's TCP buffers are the only brake.",
+        impact=float(min(1.0, max(unacked.max(initial=0) / (10 * UNLIMITED_UNACKED), 0.5))), subjects=subjects)
+
+
 def _limit_packets(cap: Capture, g: pd.DataFrame) -> list[int]:
     """Example packets: the first 5 frames at which each consumer of ``g`` was at its limit (any
     epoch of its channel), found on the state rows' consumer codes (the few consumers' keys
@@ -451,8 +542,10 @@ def consumers(cap: Capture) -> AnalyzerResult:
     if len(st):
         plots.append(Plot("consumers-unacked-deficit", "Consumers at their prefetch limit, and their unacked messages",
                           lambda path: _plot_state(cap, st, path)))
+    findings = _findings(cap, s)
+    unlimited = _unlimited_finding(cap, s, d)
     return AnalyzerResult("consumers", tables={"consumers": s, "state": st}, summary={"consumers": rows},
-                          findings=_findings(cap, s), plots=plots)
+                          findings=findings + ([unlimited] if unlimited else []), plots=plots)
 
 
 def _plot_state(cap: Capture, st: pd.DataFrame, path) -> None:

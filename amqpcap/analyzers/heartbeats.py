@@ -137,6 +137,8 @@ def _problem(t: pd.DataFrame) -> np.ndarray:
 def heartbeats_merge(partials: list[pd.DataFrame], records: None, facts: CaptureFacts,
                      cap: Capture) -> AnalyzerResult:
     conns = merge_rows(partials, ["stream"])
+    for col in ("connection", "ended_by", "silent_side", "problem"):  # one dtype however many partitions
+        conns[col] = pd.Series(conns[col].to_numpy(object), dtype=object).where(conns[col].notna().to_numpy(), None)
     hb = conns["heartbeat_s"]
     summary = {"heartbeats": {
         "connections_negotiated": int(hb.notna().sum()),
