@@ -25,7 +25,8 @@ EXPECTED = {
     "nack-requeue.pcap": {"redelivery-loop"},
     "memory-alarm.pcap": {"publisher-blocked"},
     "kernel-drops.pcap": {"capture-gaps"},
-    "zero-window.pcap": {"receiver-window"},
+    # a no-ack consumer that stops reading: its window fills, nothing bounds what the broker sends
+    "zero-window.pcap": {"receiver-window", "unlimited-prefetch"},
     "polling.pcap": {"polling-basic-get"},
     "transactions.pcap": {"transactions"},
     "unroutable.pcap": {"unroutable-messages"},
@@ -34,6 +35,7 @@ EXPECTED = {
     "publish-wait.pcap": {"publish-and-wait"},
     "channel-churn.pcap": {"channel-churn"},
     "heartbeats.pcap": {"heartbeat-problems"},
+    "unlimited.pcap.gz": {"unlimited-prefetch"},
 }
 
 #: (fixture, finding) pairs that must appear at any severity: pika's RPC (rpc-nodelay) writes
@@ -140,7 +142,8 @@ SITUATIONS = {
     "nagle-write-write-read.pcap": {"nagle-delayed-ack", "publish-and-wait"},
     "slow-prefetch1.pcap": {"consumer-bound"},
     "ten-consumers.pcap": {"consumer-bound", "small-packets"},  # -q 1 -L 5000 for 10; -r 3000 -s 64
-    "zero-window.pcap": {"receiver-window"},
+    # a no-ack consumer that stops reading: its window fills, nothing bounds what the broker sends
+    "zero-window.pcap": {"receiver-window", "unlimited-prefetch"},
     "polling.pcap": {"polling-basic-get"},  # basic.get every 20 ms, one message every 100 ms
     "transactions.pcap": {"transactions"},  # tx.commit after every basic.publish
     "unroutable.pcap": {"unroutable-messages"},  # 30 mandatory publishes to amq.direct, no binding
@@ -149,6 +152,7 @@ SITUATIONS = {
     "publish-wait.pcap": {"publish-and-wait"},  # pika's BlockingChannel with confirms
     "channel-churn.pcap": {"channel-churn"},  # 60 channels, one message each
     "heartbeats.pcap": {"heartbeat-problems"},  # a 2 s heartbeat client blocked 9 s: the broker resets it
+    "unlimited.pcap.gz": {"unlimited-prefetch"},  # no basic.qos, 2,500 messages waiting, 4 ms of work each
 }
 ALL_FIXTURES = sorted(p.name for p in FIX.iterdir()
                       if p.suffix in (".pcap", ".pcapng", ".gz") and p.name != "tls.pcap")  # tls: below

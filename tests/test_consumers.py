@@ -151,3 +151,60 @@ def test_summary_is_json_ready():
     text = json.dumps(_jsonable(r.summary))
     assert len(json.loads(text)["consumers"]) == 3
     assert all(np.isfinite(c["mean_unacked"]) for c in r.summary["consumers"])
+
+
+def _tshark_unlimited(path: Path, consumer_stream: int) -> dict:
+    """From tshark alone, on the consumer's connection: basic.qos frames, deliveries, the most
+    deliveries outstanding (delivered, not yet acked: +1 per basic.deliver, -1 per tag an ack
+    settles), and zero-window packets (tcp.analysis.zero_window) between its first and last
+    delivery."""
+    import subprocess
+    import sys
+    sys.path.insert(0, str(ROOT / "tests"))
+    from tshark_reference import tshark_methods
+    frames = [f for f in tshark_methods(str(path)) if f["stream"] == consumer_stream]
+    outstanding: set = set()
+    peak = qos = n = 0
+    times = []
+    for f in frames:
+        if f["method"] == (60, 10):
+            qos += 1
+        elif f["method"] == (60, 60) and f["s2c"]:
+            n += 1
+            outstanding.add(f["tag"])
+            times.append(f["t"])
+        elif f["method"] == (60, 80) and not f["s2c"]:
+            outstanding -= {t for t in outstanding if t <= f["tag"]} if f.get("multiple") else {f["tag"]}
+        peak = max(peak, len(outstanding))
+    out = subprocess.run(["tshark", "-r", str(path), "-Y", f"tcp.stream eq {consumer_stream} && tcp.analysis.zero_window",
+                          "-T", "fields", "-e", "frame.time_epoch"], capture_output=True, text=True, check=True).stdout
+    zeros = [float(t) for t in out.split() if times and times[0] <= float(t) <= times[-1]]
+    return {"qos": qos, "deliveries": n, "peak_unacked": peak, "zero_windows": len(zeros)}
+
+
+@pytest.mark.skipif(not __import__("shutil").which("tshark"), reason="needs tshark")
+@pytest.mark.parametrize("name", ["unlimited.pcap.gz", "zero-window.pcap"])
+def test_an_unlimited_consumer_that_fell_behind_is_named_with_tsharks_numbers(name):
+    """unlimited.pcap.gz (record.sh stage 8): 2,500 messages waiting, then a pika consumer with
+    manual acks and no basic.qos working 4 ms on each; zero-window.pcap: a no-ack consumer that
+    stops reading. Both fell behind with no prefetch limit: the finding's numbers are tshark's."""
+    path = FIXTURES / name
+    f = [f for f in consumers(load(name)).findings if f.id == "unlimited-prefetch"]
+    assert len(f) == 1 and f[0].severity == "warning"
+    ev = f[0].evidence
+    ref = _tshark_unlimited(path, ev["streams"][0])
+    assert ref["qos"] == 0  # the scenario set no prefetch
+    assert ev["deliveries"] == ref["deliveries"]
+    assert ev["zero_window_packets"] == ref["zero_windows"] > 0
+    if ev["no_ack"]:
+        assert ev["max_unacked_msgs"] is None and name == "zero-window.pcap"
+    else:
+        assert ev["max_unacked_msgs"] == ref["peak_unacked"] >= 1000
+        assert f[0].subjects[0]["connection"] == "amqpcap-unlimited-consumer"
+
+
+def test_unlimited_consumers_that_keep_up_are_not_told():
+    """auto-ack.pcap: PerfTest's no-ack consumer at 150 msg/s keeps up (no zero window); the
+    consumers with a prefetch limit are never unlimited."""
+    for name in ("auto-ack.pcap", "healthy.pcap", "prefetch-consumers.pcap", "slow-prefetch1.pcap"):
+        assert "unlimited-prefetch" not in {f.id for f in consumers(load(name)).findings}, name
