@@ -36,6 +36,7 @@ EXPECTED = {
     "channel-churn.pcap": {"channel-churn"},
     "heartbeats.pcap": {"heartbeat-problems"},
     "unlimited.pcap.gz": {"unlimited-prefetch"},
+    "huge-messages.pcap.gz": {"large-messages"},
 }
 
 #: (fixture, finding) pairs that must appear at any severity: pika's RPC (rpc-nodelay) writes
@@ -153,6 +154,7 @@ SITUATIONS = {
     "channel-churn.pcap": {"channel-churn"},  # 60 channels, one message each
     "heartbeats.pcap": {"heartbeat-problems"},  # a 2 s heartbeat client blocked 9 s: the broker resets it
     "unlimited.pcap.gz": {"unlimited-prefetch"},  # no basic.qos, 2,500 messages waiting, 4 ms of work each
+    "huge-messages.pcap.gz": {"large-messages"},  # 900 kB bodies against a 1 MiB limit, then 1.5 MB refused
 }
 ALL_FIXTURES = sorted(p.name for p in FIX.iterdir()
                       if p.suffix in (".pcap", ".pcapng", ".gz") and p.name != "tls.pcap")  # tls: below

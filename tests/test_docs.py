@@ -122,7 +122,8 @@ ANALYZER_FIXTURES = ("healthy.pcap", "slow-prefetch1.pcap", "confirms.pcap", "au
                      "nack-requeue.pcap", "rpc-nodelay.pcap", "nagle-write-write-read.pcap", "memory-alarm.pcap",
                      "kernel-drops.pcap", "zero-window.pcap", "polling.pcap", "transactions.pcap",
                      "unroutable.pcap", "cancelled.pcap", "churn.pcap",
-                     "publish-wait.pcap", "channel-churn.pcap", "heartbeats.pcap", "unlimited.pcap.gz")
+                     "publish-wait.pcap", "channel-churn.pcap", "heartbeats.pcap", "unlimited.pcap.gz",
+                     "huge-messages.pcap.gz")
 
 
 @pytest.fixture(scope="module")
