@@ -362,3 +362,41 @@ def test_crafted_zero_window_during_a_block_is_the_alarm(tmp_path):
     assert "publisher-blocked" in ids and "broker-flow-control" not in ids
     st = r.tables["stalls"]
     assert st.loc[st["direction"] == "c2s", "cause"].astype(str).tolist() == ["broker-flow"]
+
+
+@pytest.mark.skipif(not __import__("shutil").which("tshark"), reason="needs tshark")
+def test_publisher_blocked_numbers_are_tsharks(results):
+    """memory-alarm.pcap: from tshark's fields alone, the block (connection.blocked to
+    connection.unblocked, its reason), the publishes and their body bytes the blocked client
+    wrote meanwhile, and the deliveries to anyone meanwhile."""
+    fields = ["tcp.stream", "frame.time_epoch", "tcp.srcport", "amqp.type", "amqp.method.class",
+              "amqp.method.method", "amqp.header.body-size", "amqp.method.arguments.reason"]
+    out = subprocess.run(["tshark", "-r", str(FIX / "memory-alarm.pcap"), "-Y", "amqp", "-T", "fields",
+                          "-E", "occurrence=a", "-E", "aggregator=|", *[x for f in fields for x in ("-e", f)]],
+                         capture_output=True, text=True, check=True).stdout
+    rows = []
+    for line in out.splitlines():
+        stream, t, sport, types, cls, meth, sizes, reason = line.split("\t")
+        methods, sizes_it = iter(zip(cls.split("|"), meth.split("|"))), iter(sizes.split("|"))
+        for ty in types.split("|"):
+            if ty == "1":
+                rows.append((int(stream), float(t), sport == "5672", "method", next(methods), reason))
+            elif ty == "2":
+                rows.append((int(stream), float(t), sport == "5672", "header", int(next(sizes_it)), reason))
+    blocked = [r for r in rows if r[3] == "method" and r[4] == ("10", "60") and r[2]]
+    unblocked = [r for r in rows if r[3] == "method" and r[4] == ("10", "61") and r[2]]
+    assert len(blocked) == len(unblocked) == 1
+    stream, start, end = blocked[0][0], blocked[0][1], unblocked[0][1]
+    inside = [r for r in rows if start < r[1] <= end]
+    publishes = [r for r in inside if r[0] == stream and not r[2] and r[3] == "method" and r[4] == ("60", "40")]
+    body = sum(r[4] for r in inside if r[0] == stream and not r[2] and r[3] == "header")
+    deliveries = [r for r in inside if r[2] and r[3] == "method" and r[4] == ("60", "60")]
+    _, r = results("memory-alarm.pcap")
+    f = finding(r, "publisher-blocked")
+    (s,) = f.subjects
+    assert s["connection"] == "perf-test-producer-0" and s["stream"] == stream
+    assert s["blocked_s"] == pytest.approx(end - start, abs=2e-6)
+    assert s["reason"] == blocked[0][5] == "low on memory"
+    assert s["publishes_while_blocked"] == f.evidence["publishes_while_blocked"] == len(publishes) > 0
+    assert s["publish_bytes_while_blocked"] == f.evidence["publish_bytes_while_blocked"] == body == 64 * len(publishes)
+    assert f.evidence["deliveries_while_blocked"] == len(deliveries) == 0  # PerfTest -s 64; the queue drained

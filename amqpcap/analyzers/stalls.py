@@ -855,19 +855,61 @@ def _broker_flow_control(cap: Capture, pk: dict, sides: pd.DataFrame, stalls_tbl
                    impact=min(float(g["window_limited_share"].max()), 1.0), subjects=subjects)
 
 
+def _while_blocked(blocked: pd.DataFrame, fr: pd.DataFrame, t0: pd.Timestamp,
+                   cap: Capture) -> tuple[pd.DataFrame, int]:
+    """`blocked` with, per block (start < t <= end): publishes (`basic.publish` the client still
+    wrote on the blocked connection: they wait in socket buffers) and publish_body_bytes (the body
+    sizes their content headers announce); and the `basic.deliver` frames to any connection while
+    any block held (consumers starve when an alarm stops the publishers)."""
+    pubs = fr[(fr["method"] == "basic.publish") & (fr["d"] == 0)]
+    iv = blocked.assign(d=0)[["stream", "d", "start", "end"]].reset_index(drop=True)
+    f = cap.frames
+    head = np.flatnonzero((f["type"] == "header").to_numpy(dtype=bool, na_value=False)
+                          & (f["direction"] == "c2s").to_numpy(dtype=bool, na_value=False))
+    heads = pd.DataFrame({"stream": f["stream"].to_numpy(np.int64)[head], "d": 0,
+                          "t": (f["ts"].take(head) - t0).dt.total_seconds().to_numpy(),
+                          "bytes": f["body_size"].to_numpy(float, na_value=0)[head]})
+    dlv = np.flatnonzero((f["method"] == "basic.deliver").to_numpy(dtype=bool, na_value=False))
+    dlv_t = np.sort((f["ts"].take(dlv) - t0).dt.total_seconds().to_numpy())
+    body = []
+    for r in iv.itertuples():  # blocks are few
+        h = heads[(heads["stream"] == r.stream) & (heads["t"] > r.start) & (heads["t"] <= r.end)]
+        body.append(int(h["bytes"].sum()))
+    # the union of the blocks' spans (several connections are blocked at once by one alarm)
+    spans = blocked[["start", "end"]].sort_values("start").to_numpy(float)
+    new = np.r_[True, spans[1:, 0] > np.maximum.accumulate(spans[:-1, 1])] if len(spans) else np.zeros(0, bool)
+    lo = spans[new, 0]
+    hi = np.maximum.reduceat(spans[:, 1], np.flatnonzero(new)) if len(spans) else np.zeros(0)
+    deliveries = int((np.searchsorted(dlv_t, hi, "right") - np.searchsorted(dlv_t, lo, "right")).sum())
+    return blocked.assign(publishes=_count_in(iv, pubs[["stream", "d", "t"]]),
+                          publish_body_bytes=np.array(body, dtype=np.int64)), deliveries
+
+
 def _publisher_blocked(blocked: pd.DataFrame, fr: pd.DataFrame, t0: pd.Timestamp, cap: Capture) -> Finding | None:
+    """publisher-blocked: one finding, every blocked connection a subject (longest block first),
+    with the alarm's reason, how long, and what was published and delivered meanwhile."""
     if blocked.empty:
         return None
-    dur = blocked["end"] - blocked["start"]
+    blocked, deliveries = _while_blocked(blocked, fr, t0, cap)
+    blocked = blocked.assign(dur=blocked["end"] - blocked["start"])
+    dur = blocked["dur"]
     total, longest = float(dur.sum()), float(dur.max())
     open_end = bool((~blocked["lifted"]).any())
     severity = "critical" if longest >= PUBLISHER_BLOCKED_CRITICAL_S or open_end else "warning"
     streams = sorted(blocked["stream"].unique().tolist())
     reasons = sorted({str(r) for r in blocked["reason"] if isinstance(r, str)})
-    # Publishes the clients still wrote while blocked: they pile up in socket buffers.
-    pubs = fr[(fr["method"] == "basic.publish") & (fr["d"] == 0)]
-    during = _count_in(blocked.assign(d=0)[["stream", "d", "start", "end"]].reset_index(drop=True),
-                       pubs[["stream", "d", "t"]]).sum()
+    per = blocked.groupby("stream").agg(blocked_s=("dur", "sum"), longest=("dur", "max"), blocks=("dur", "size"),
+                                        publishes=("publishes", "sum"), body=("publish_body_bytes", "sum"),
+                                        open_end=("lifted", lambda x: bool((~x).any())),
+                                        reason=("reason", lambda x: ", ".join(sorted({str(v) for v in x
+                                                                                      if isinstance(v, str)}))))
+    per = per.sort_values(["longest", "publishes"], ascending=False, kind="stable").reset_index()
+    subjects = [subject(cap, r.stream, blocks=int(r.blocks), blocked_s=float(r.blocked_s),
+                        longest_blocked_s=float(r.longest), reason=r.reason or None,
+                        still_blocked_at_end=bool(r.open_end), publishes_while_blocked=int(r.publishes),
+                        publish_bytes_while_blocked=int(r.body),
+                        severity="critical" if r.longest >= PUBLISHER_BLOCKED_CRITICAL_S or r.open_end else "warning")
+                for r in per.itertuples()]
     packets = blocked["blocked_packet"].tolist() + blocked["unblocked_packet"].dropna().astype(int).tolist()
     evidence = {
         "blocks": int(len(blocked)),
@@ -876,23 +918,35 @@ def _publisher_blocked(blocked: pd.DataFrame, fr: pd.DataFrame, t0: pd.Timestamp
         "first_blocked_at_s": float(blocked["start"].min()),
         "reasons": reasons,
         "still_blocked_at_end": open_end,
-        "publishes_while_blocked": int(during),
+        "publishes_while_blocked": int(blocked["publishes"].sum()),
+        "publish_bytes_while_blocked": int(blocked["publish_body_bytes"].sum()),
+        "deliveries_while_blocked": deliveries,
+        "connections_with_this_finding": len(per),
         "streams": streams,
         "packets": sorted(int(x) for x in packets)[:20],
         "filter": f"{stream_filter(streams)} && amqp.method.class == 10 && "
                   "(amqp.method.method == 60 || amqp.method.method == 61)",
     }
     what = ", ".join(reasons) if reasons else "no reason given"
-    title = (f"The broker blocked publishers for {longest:.2f} s (resource alarm: {what}) on "
-             f"{len(streams)} connection(s)")
+    w = subjects[0]
+    whom = w["connection"] if len(per) == 1 else f"{len(per)} publishing connections (longest: {w['connection']})"
+    title = (f"The broker blocked {whom} for {longest:.2f} s (resource alarm: {what})"
+             + ("" if not evidence["publishes_while_blocked"] else
+                f"; {evidence['publishes_while_blocked']:,} publishes "
+                f"({evidence['publish_bytes_while_blocked']:,} body bytes) were written into the blocked "
+                f"connection{'s' if len(per) > 1 else ''} meanwhile")
+             + ("; no consumer got a delivery meanwhile" if evidence["deliveries_while_blocked"] == 0 else
+                f"; consumers got {evidence['deliveries_while_blocked']:,} deliveries meanwhile"))
     advice = ("A broker resource alarm blocked every publishing connection ('low on memory': memory above "
               "vm_memory_high_watermark; 'low on disk': free disk below disk_free_limit). Find why the broker ran "
               "short: queues growing because consumers are slower than publishers (see the consumer findings), "
               "large messages or long queues held in memory (use lazy or quorum queues, set max-length), or "
               "too little RAM/disk for the load. Raise the limits only with the resources to back them. Make "
               "publishers handle connection.blocked (Java BlockedListener, pika "
-              "add_on_connection_blocked_callback) instead of timing out.")
-    return Finding("publisher-blocked", severity, title, evidence, advice, impact=min(total / 10.0, 1.0))
+              "add_on_connection_blocked_callback) instead of timing out: what they write while blocked waits "
+              "in socket buffers and client memory, unread by the broker.")
+    return Finding("publisher-blocked", severity, title, evidence, advice, impact=min(total / 10.0, 1.0),
+                   subjects=subjects)
 
 
 def _capture_gaps(gaps: pd.DataFrame, cap: Capture, stalls_tbl: pd.DataFrame) -> Finding | None:
