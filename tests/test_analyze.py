@@ -37,6 +37,7 @@ EXPECTED = {
     "heartbeats.pcap": {"heartbeat-problems"},
     "unlimited.pcap.gz": {"unlimited-prefetch"},
     "huge-messages.pcap.gz": {"large-messages"},
+    "channel-leak.pcap": {"channel-churn"},
 }
 
 #: (fixture, finding) pairs that must appear at any severity: pika's RPC (rpc-nodelay) writes
@@ -155,6 +156,7 @@ SITUATIONS = {
     "heartbeats.pcap": {"heartbeat-problems"},  # a 2 s heartbeat client blocked 9 s: the broker resets it
     "unlimited.pcap.gz": {"unlimited-prefetch"},  # no basic.qos, 2,500 messages waiting, 4 ms of work each
     "huge-messages.pcap.gz": {"large-messages"},  # 900 kB bodies against a 1 MiB limit, then 1.5 MB refused
+    "channel-leak.pcap": {"channel-churn"},  # 29 channels never closed, channel_max 32
 }
 ALL_FIXTURES = sorted(p.name for p in FIX.iterdir()
                       if p.suffix in (".pcap", ".pcapng", ".gz") and p.name != "tls.pcap")  # tls: below

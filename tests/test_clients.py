@@ -271,6 +271,27 @@ def test_channel_churn_is_named_with_tsharks_numbers():
     assert packets_of(FIX / "channel-churn.pcap", ev["filter"]) == want
 
 
+def test_a_channel_leak_is_named_with_tsharks_numbers():
+    """channel-leak.pcap (record.sh stage 8): pika with channel_max 32 opens a channel per task, 28
+    tasks of 5 messages, and never closes them: tshark's channel.open and channel.close-ok frames
+    give the open channels' peak, its tune-ok the channel_max."""
+    path = FIX / "channel-leak.pcap"
+    f = finding("channel-leak.pcap", "channel-churn")
+    frames = [fr for fr in tshark_methods(str(path)) if fr["stream"] == 0]
+    open_now = peak = 0
+    for fr in frames:
+        open_now += (fr["method"] == (20, 10) and not fr["s2c"]) - (fr["method"] == (20, 41))
+        peak = max(peak, open_now)
+    tune_ok = run("tshark", "-r", path, "-Y", "amqp.method.class == 10 && amqp.method.method == 31", "-T", "fields",
+                  "-e", "amqp.method.arguments.channel_max").split()
+    assert tune_ok == ["32"]  # the scenario's own channel_max
+    assert (f.evidence["channels_open_peak"], f.evidence["channel_max"]) == (peak, 32)
+    assert peak == 29  # a channel to declare the queue, 28 tasks: none closed
+    assert f.evidence["leak"] and f.severity == "warning"
+    assert f.evidence["messages_per_channel"] == pytest.approx(140 / 29)  # 5 per task: not a channel per operation
+    assert f.subjects[0]["connection"] == "amqpcap-task-runner" and "leaks channels" in f.title
+
+
 def tshark_heartbeats(path: Path) -> dict[int, dict]:
     """Per tcp.stream, from tshark alone: the heartbeat of connection.tune-ok (else tune), the
     first FIN or RST (its frame number, time and sender), whether that sender sent

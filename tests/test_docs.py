@@ -123,7 +123,7 @@ ANALYZER_FIXTURES = ("healthy.pcap", "slow-prefetch1.pcap", "confirms.pcap", "au
                      "kernel-drops.pcap", "zero-window.pcap", "polling.pcap", "transactions.pcap",
                      "unroutable.pcap", "cancelled.pcap", "churn.pcap",
                      "publish-wait.pcap", "channel-churn.pcap", "heartbeats.pcap", "unlimited.pcap.gz",
-                     "huge-messages.pcap.gz")
+                     "huge-messages.pcap.gz", "channel-leak.pcap")
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ import pandas as pd
 
 from ..analysis import AnalyzerResult, Finding, analyzer, stream_filter
 from ..capture import Capture
+from ..derive.columns import group_cumsum
 from ..derive.deliveries import confirms
 from ..derive.methods import chan_key, methods, select
 from ..names import connection_names, subject
@@ -67,6 +68,12 @@ CHANNEL_FEW_MESSAGES = 2
 #: ... or opening this many in some second (RabbitMQ's Channels guide: churn consistently above
 #: 100/s needs investigating)
 CHANNEL_WARN_OPENS_PER_S = 100
+#: ... or, a channel leak (channels opened and never closed), when its open channels reached this
+#: share of the negotiated channel_max: the next channel.open past it fails (RabbitMQ closes the
+#: connection: 530 NOT_ALLOWED). RabbitMQ's Channels guide names the leak; 2047 is its default
+CHANNEL_LEAK_SHARE = 0.8
+#: AMQP 0-9-1 §1.4.2.6 connection.tune: channel-max 0 means no limit but the 16-bit channel number
+NO_CHANNEL_MAX = 65535
 #: example packets a finding cites per connection and method
 EXAMPLE_PACKETS = 5
 #: connections listed in summary.json (`clients.by_connection`), busiest first; the table has all
@@ -109,7 +116,8 @@ FILTER_CHANNEL_OPEN = "amqp.method.class == 20 && amqp.method.method in {10, 11}
 COLUMNS = ["connection", "stream", "application", "client", "user", "vhost", "first_ts", "duration_s",
            *(c for c, _, _ in COUNTED), "publishes_in_tx", "publish_rate_per_s", "delivery_rate_per_s",
            "get_rate_per_s", "get_empty_share", "get_round_trip_p50_s", "publishes_per_commit",
-           "commit_round_trip_p50_s", "channel_open_round_trip_p50_s", "channel_opens_per_s_peak"]
+           "commit_round_trip_p50_s", "channel_open_round_trip_p50_s", "channel_opens_per_s_peak",
+           "channels_open_peak", "channel_max"]
 
 
 def _answered(m: pd.DataFrame, request: str, replies) -> tuple[np.ndarray, np.ndarray]:
@@ -177,11 +185,25 @@ def clients_partial(cap: Capture, facts: CaptureFacts) -> dict[str, Any]:
     opens = select(m, "channel.open", "c2s")
     out["channel_opens_per_s_peak"] = _peaks_per_s(pos[opens], cap.frames["ts"].array.asi8[m["order"].to_numpy()[opens]],
                                                    len(stream))
+    out["channels_open_peak"] = _open_channels_peak(m, pos, len(stream))
+    out["channel_max"] = pd.array(c["channel_max"].to_numpy(float, na_value=np.nan), dtype="Int64")
     examples = pd.concat([_examples(m, cap, "basic.get"), _examples(m, cap, "tx.commit"),
                           _examples(m, cap, "channel.open"),
                           _examples(m, cap, "basic.return", "s2c")], ignore_index=True)
     return {"connections": out[COLUMNS], "examples": examples, "returns": _returns(cap, m),
             "cancels": _cancels(cap, m), "deletes": _queue_deletes(cap, m), "confirming": _confirming(cap)}
+
+
+def _open_channels_peak(m: pd.DataFrame, pos: np.ndarray, n: int) -> np.ndarray:
+    """Per connection (`pos`: each method row's connection index), the most channels open at once:
+    +1 at each channel.open, −1 at each channel.close-ok (either side closes, the other confirms),
+    in frame order."""
+    step = select(m, "channel.open", "c2s").astype(np.int64) - select(m, "channel.close-ok").astype(np.int64)
+    rows = np.flatnonzero(step)
+    peak = np.zeros(n, dtype=np.int64)
+    if len(rows):
+        np.maximum.at(peak, pos[rows], group_cumsum(pos[rows], step[rows]))
+    return peak
 
 
 def _confirming(cap: Capture) -> pd.DataFrame:
@@ -631,24 +653,37 @@ def _channel_churn_finding(cap: Capture, conns: pd.DataFrame, examples: pd.DataF
     """channel-churn: connections opening a channel per operation (or 100 a second)."""
     msgs = conns["publishes"] + conns["deliveries"] + conns["gets_ok"]
     per = conns.assign(messages_per_channel=msgs / conns["channels_opened"].where(conns["channels_opened"] > 0, 1))
-    per = per[(per["channels_opened"] >= CHANNEL_CHURN_MIN)
-              & ((per["messages_per_channel"] <= CHANNEL_FEW_MESSAGES)
-                 | (per["channel_opens_per_s_peak"] >= CHANNEL_WARN_OPENS_PER_S))]
+    limit = per["channel_max"].astype("Float64").fillna(np.nan).to_numpy(float)
+    limit = np.where(limit == 0, NO_CHANNEL_MAX, limit)
+    per = per.assign(channel_max_share=per["channels_open_peak"] / limit)
+    leak = (per["channel_max_share"] >= CHANNEL_LEAK_SHARE).to_numpy(bool)
+    churn = ((per["channels_opened"] >= CHANNEL_CHURN_MIN)
+             & ((per["messages_per_channel"] <= CHANNEL_FEW_MESSAGES)
+                | (per["channel_opens_per_s_peak"] >= CHANNEL_WARN_OPENS_PER_S))).to_numpy(bool)
+    per = per.assign(leak=leak)[churn | leak]
     if len(per) == 0:
         return None
-    per = per.sort_values(["channels_opened", "stream"], ascending=[False, True], kind="stable")
+    per = per.sort_values(["leak", "channels_opened", "stream"], ascending=[False, False, True], kind="stable")
     w, n = per.iloc[0], len(per)
     rtt = w.channel_open_round_trip_p50_s
     cost = "" if pd.isna(rtt) else f", each open a {rtt * 1e3:.2f} ms round trip"
     numbers = (f"{int(w.channels_opened):,} channels opened ({int(w.channel_opens_per_s_peak)} in its busiest second), "
                f"{w.messages_per_channel:.1f} messages per channel{cost}")
-    title = (f"{w.connection} opens a channel per operation: {numbers}" if n == 1 else
-             f"{n} connections open a channel per operation: worst {w.connection}, {numbers}")
+    if w.leak:
+        numbers = (f"{int(w.channels_open_peak):,} channels open at once, {w.channel_max_share:.0%} of the negotiated "
+                   f"channel_max ({int(w.channel_max) or NO_CHANNEL_MAX:,}); "
+                   + numbers)
+    doing = "leaks channels (opens them and never closes them)" if w.leak else "opens a channel per operation"
+    title = (f"{w.connection} {doing}: {numbers}" if n == 1 else
+             f"{n} connections {'leak channels' if w.leak else 'open a channel per operation'}: worst "
+             f"{w.connection}, {numbers}")
     subjects = [subject(cap, r.stream, channels_opened=int(r.channels_opened),
                         channel_opens_per_s_peak=int(r.channel_opens_per_s_peak),
                         messages_per_channel=float(r.messages_per_channel),
                         channel_open_round_trip_p50_s=None if pd.isna(r.channel_open_round_trip_p50_s)
-                        else float(r.channel_open_round_trip_p50_s), severity="warning")
+                        else float(r.channel_open_round_trip_p50_s), channels_open_peak=int(r.channels_open_peak),
+                        channel_max=None if pd.isna(r.channel_max) else int(r.channel_max), leak=bool(r.leak),
+                        severity="warning")
                 for r in per.itertuples()]
     return Finding(
         id="channel-churn", severity="warning", title=title,
@@ -656,9 +691,15 @@ def _channel_churn_finding(cap: Capture, conns: pd.DataFrame, examples: pd.DataF
             "channels_opened": int(w.channels_opened), "channel_opens_per_s_peak": int(w.channel_opens_per_s_peak),
             "messages_per_channel": float(w.messages_per_channel),
             "channel_open_round_trip_p50_s": None if pd.isna(rtt) else float(rtt),
+            "channels_open_peak": int(w.channels_open_peak),
+            "channel_max": None if pd.isna(w.channel_max) else int(w.channel_max), "leak": bool(w.leak),
             **_where(per, examples, "channel.open", FILTER_CHANNEL_OPEN),
         },
         advice="Open channels once and reuse them (one per thread, kept for the connection's life) instead of a "
                "channel per publish or per task: each channel.open is a round trip to the broker and a process "
-               "there. RabbitMQ's Channels guide asks to investigate channel churn consistently above 100/s.",
+               "there. RabbitMQ's Channels guide asks to investigate channel churn consistently above 100/s."
+               + (" Channels opened and never closed leak: each holds a process and memory on the broker, and "
+                  "once channel_max are open the next channel.open fails and RabbitMQ closes the connection "
+                  "(530 NOT_ALLOWED). Close every channel you open (a with-block or finally), or reuse a fixed "
+                  "set." if per["leak"].any() else ""),
         impact=float(1.0 / max(float(w.messages_per_channel), 1.0)), subjects=subjects)
