@@ -1,12 +1,16 @@
 //! The ingestion pipeline: capture records → TCP conversations (numbered like Wireshark's
-//! tcp.stream) → per-direction reassembly → AMQP frames, written into column builders.
+//! tcp.stream) → per-direction reassembly → the direction's decoder. What the frames mean to
+//! the tables (frame rows, session facts, bodies) is the protocol's own module
+//! (`crate::amqp::session` for AMQP 0-9-1); TLS plaintext decrypted outside the core comes from
+//! `crate::tls`.
 
 use std::collections::HashMap;
 
 use ahash::RandomState;
 
-use crate::amqp::decoder::{Decoder, FrameEvent, FrameSink};
-use crate::amqp::parser::{decode_content_header, decode_method, FrameType, MethodArgs, PROTOCOL_HEADER_091};
+use crate::amqp::decoder::FrameSink;
+use crate::amqp::parser::PROTOCOL_HEADER_091;
+use crate::amqp::session::{apply_tune, new_decoder, on_chunk, Sink};
 use crate::anomaly::AnomalyKind;
 use crate::capture::link::{self, parse_options, LinkError, ACK, SYN};
 use crate::capture::merge::{read_captures, FileRead, Progress};
@@ -16,288 +20,15 @@ use crate::limits::Limits;
 use crate::partition::Partition;
 use crate::tables::{Column, RowOrigin, Table,
 };
-use crate::tcp::reassembly::{Chunk, GapCause, PacketRef};
+use crate::tcp::reassembly::PacketRef;
 use crate::tcp::{ConvKey, Endpoint};
 use crate::output::anomalies::{anomalies_table, AnomaliesBuilder};
-use crate::output::bodies::{bodies_table, BodiesBuilder, PendingBody};
-use crate::output::frames::{frame_type_code, frames_table, FramesBuilder};
-use crate::output::packets::{packets_table, PacketsBuilder};
+use crate::output::bodies::{bodies_table, BodiesBuilder};
+use crate::output::frames::{frames_table, FramesBuilder};
+use crate::output::packets::{packets_table, PacketsBuilder, Segment};
 use crate::output::connections::connections_table;
 use crate::flow::{ClientEvidence, ConnInfo, Dir, Kind, Stream, Streams};
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-/// Receives frames from one direction's decoder.
-struct Sink<'a> {
-    frames: &'a mut FramesBuilder,
-    anomalies: &'a mut AnomaliesBuilder,
-    packets: &'a mut PacketsBuilder,
-    bodies: Option<&'a mut BodiesBuilder>,
-    info: &'a mut ConnInfo,
-    origin: RowOrigin,
-    arrival_row: u32,
-    max_frames: u64,
-}
-
-impl FrameSink for Sink<'_> {
-    fn frame(&mut self, ev: FrameEvent<'_>) -> bool {
-        if self.bodies.is_some() {
-            self.body_frame(&ev);
-        }
-        if self.frames.rows() as u64 >= self.max_frames {
-            // The table is full: only what the connection's state depends on is still read.
-            if ev.header.frame_type == FrameType::Method && ev.header.channel == 0 {
-                if let Ok(a) = decode_method(ev.payload.unwrap_or(&[])) {
-                    self.connection_facts(&a);
-                }
-            }
-            return false;
-        }
-        let f = &mut *self.frames;
-        let row = f.packet.len();
-        self.info.frames += 1;
-        self.packets.frames_ended[self.arrival_row as usize] += 1;
-        f.packet.push(ev.packet as i32);
-        f.first_packet.push(ev.first_packet as i32);
-        f.stream.push(self.origin.stream as i32);
-        f.from_a.push(self.origin.from_a);
-        f.channel.push(ev.header.channel as i32);
-        f.frame_type.push(frame_type_code(ev.header.frame_type));
-        f.size_bytes.push(ev.header.size as i64);
-        let payload = ev.payload.unwrap_or(&[]);
-        match ev.header.frame_type {
-            FrameType::Method => {
-                let res = f.push_method(row, payload);
-                match res {
-                    Ok(a) => self.connection_facts(&a),
-                    Err((kind, detail)) => self.anomaly(kind, ev.packet, ev.header.size as u64, detail),
-                }
-            }
-            FrameType::Header => {
-                match decode_content_header(payload) {
-                    Ok(h) => {
-                        f.class_id.push(Some(h.class_id as i16));
-                        f.body_size.push(row, Some(h.body_size as i64));
-                        f.delivery_mode.push(row, h.delivery_mode.map(|v| v as i16));
-                        f.priority.push(row, h.priority.map(|v| v as i16));
-                        f.content_type.push(row, h.content_type);
-                        f.correlation_id.push(row, h.correlation_id);
-                        f.reply_to.push(row, h.reply_to);
-                        f.expiration.push(row, h.expiration);
-                        f.message_id.push(row, h.message_id);
-                        f.message_timestamp.push(row, h.timestamp.map(|s| (s as i64).saturating_mul(1_000_000_000)));
-                    }
-                    Err(e) => {
-                        f.class_id.push(payload.get(..2).map(|b| u16::from_be_bytes([b[0], b[1]]) as i16));
-                        self.anomaly(AnomalyKind::MalformedHeader, ev.packet, ev.header.size as u64, format!("{e:?}"));
-                    }
-                }
-                let f = &mut *self.frames;
-                f.method_id.push(None);
-                f.method.push(-1);
-            }
-            FrameType::Body | FrameType::Heartbeat => {
-                f.class_id.push(None);
-                f.method_id.push(None);
-                f.method.push(-1);
-            }
-        }
-        true
-    }
-
-    fn body(&mut self, channel: u16, bytes: &[u8]) {
-        let (Some(b), Some(pending)) =
-            (self.bodies.as_deref_mut(), self.info.bodies.as_deref_mut())
-        else {
-            return;
-        };
-        let from_a = self.origin.from_a;
-        let Some(p) = pending
-            .iter_mut()
-            .find(|p| p.from_a == from_a && p.channel == channel)
-        else {
-            return;
-        };
-        if p.broken {
-            return;
-        }
-        let want = (bytes.len() as u64).min(p.body_size.saturating_sub(p.data.len() as u64));
-        let take = want.min(b.budget);
-        p.data.extend_from_slice(&bytes[..take as usize]);
-        b.budget -= take;
-        if take < want {
-            b.not_kept += want - take;
-            p.broken = true;
-        }
-    }
-
-    fn protocol_header(&mut self, version: [u8; 4], _packet: u32) {
-        self.info.protocol_header_seen = true;
-        let _ = version;
-    }
-
-    fn anomaly(&mut self, kind: AnomalyKind, packet: u32, bytes: u64, detail: String) {
-        self.info.anomalies += 1;
-        self.anomalies.push(kind, Some(self.origin), Some(packet), bytes, detail);
-    }
-}
-
-impl Sink<'_> {
-    /// Bodies on: a content header opens a message on its channel, body frames complete it.
-    fn body_frame(&mut self, ev: &FrameEvent<'_>) {
-        let from_a = self.origin.from_a;
-        let channel = ev.header.channel;
-        let stream = self.origin.stream;
-        let Some(b) = self.bodies.as_deref_mut() else {
-            return;
-        };
-        let pending = self.info.bodies.get_or_insert_with(Default::default);
-        let at = pending
-            .iter()
-            .position(|p| p.from_a == from_a && p.channel == channel);
-        match ev.header.frame_type {
-            FrameType::Header => {
-                if let Some(i) = at {
-                    // The previous message on this channel never got all its body.
-                    let mut old = pending.swap_remove(i);
-                    old.broken = true;
-                    let last = old.packet;
-                    b.row(stream, old, last);
-                }
-                let Ok(h) = decode_content_header(ev.payload.unwrap_or(&[])) else {
-                    return;
-                };
-                let p = PendingBody {
-                    from_a,
-                    channel,
-                    packet: ev.packet,
-                    body_size: h.body_size,
-                    received: 0,
-                    data: Vec::new(),
-                    broken: false,
-                };
-                if h.body_size == 0 {
-                    b.row(stream, p, ev.packet);
-                } else {
-                    pending.push(p);
-                }
-            }
-            FrameType::Body => {
-                let Some(i) = at else { return };
-                let p = &mut pending[i];
-                p.received += ev.header.size as u64;
-                if p.received >= p.body_size {
-                    let p = pending.swap_remove(i);
-                    b.row(stream, p, ev.packet);
-                }
-            }
-            _ => {}
-        }
-    }
-
-    /// Bytes of this direction are missing: the messages in progress cannot be whole.
-    fn body_gap(&mut self) {
-        let from_a = self.origin.from_a;
-        if let Some(pending) = self.info.bodies.as_deref_mut() {
-            pending
-                .iter_mut()
-                .filter(|p| p.from_a == from_a)
-                .for_each(|p| p.broken = true);
-        }
-    }
-
-    /// Remember what a connection-level method says about the connection.
-    fn connection_facts(&mut self, a: &MethodArgs<'_>) {
-        let name = a.name();
-        if !matches!(
-            name,
-            "connection.start"
-                | "connection.start-ok"
-                | "connection.tune"
-                | "connection.tune-ok"
-                | "connection.open"
-        ) {
-            return;
-        }
-        let info = &mut *self.info;
-        let i = info.hs.get_or_insert_with(Default::default);
-        let s = |v: Option<&[u8]>| v.map(text);
-        match name {
-            "connection.start" => {
-                i.server_product = s(a.server_property(b"product"));
-                i.server_version = s(a.server_property(b"version"));
-            }
-            "connection.start-ok" => {
-                i.user = s(a.user());
-                i.mechanism = s(a.mechanism);
-                i.client_product = s(a.client_property(b"product"));
-                i.client_version = s(a.client_property(b"version"));
-                i.client_platform = s(a.client_property(b"platform"));
-                i.connection_name = s(a.client_property(b"connection_name"));
-            }
-            "connection.tune" | "connection.tune-ok" => {
-                let ok = name == "connection.tune-ok";
-                if ok || !i.tune_ok_seen {
-                    i.frame_max = a.frame_max;
-                    i.channel_max = a.channel_max;
-                    i.heartbeat = a.heartbeat;
-                    info.frame_max_changed = true;
-                }
-                i.tune_ok_seen |= ok;
-            }
-            "connection.open" => i.vhost = s(a.vhost),
-            _ => {}
-        }
-    }
-}
-
-/// Plaintext of TLS connections decrypted outside the core (tshark with a key log): for each
-/// packet, the application data of the TLS records that packet completed (tshark attributes a
-/// record spanning several segments to the segment that ends it). The streams listed are decoded
-/// from these bytes — already reassembled and in order — instead of their TCP payload; their
-/// packets still go through TCP reassembly, so the `packets` table and capture gaps describe
-/// the real (encrypted) segments.
-#[derive(Default)]
-pub struct Decrypted {
-    streams: ahash::AHashSet<u32>,
-    /// Ascending frame numbers, and the end of each one's plaintext in `data`.
-    packets: Vec<u32>,
-    ends: Vec<usize>,
-    data: Vec<u8>,
-    next: usize,
-}
-
-impl Decrypted {
-    pub fn new(streams: Vec<u32>, packets: Vec<u32>, ends: Vec<u64>, data: Vec<u8>) -> Result<Self, String> {
-        if packets.len() != ends.len() {
-            return Err("decrypted: packets and ends differ in length".into());
-        }
-        if packets.windows(2).any(|w| w[0] >= w[1]) {
-            return Err("decrypted: packet numbers must be strictly ascending".into());
-        }
-        if ends.windows(2).any(|w| w[0] > w[1]) || ends.last().is_some_and(|&e| e as usize > data.len()) {
-            return Err("decrypted: ends must ascend within the data".into());
-        }
-        let ends = ends.into_iter().map(|e| e as usize).collect();
-        Ok(Decrypted { streams: streams.into_iter().collect(), packets, ends, data, next: 0 })
-    }
-
-    /// The plaintext completed by frame `number` (frames come in ascending order).
-    fn take(&mut self, number: u32) -> Option<&[u8]> {
-        while self.next < self.packets.len() && self.packets[self.next] < number {
-            self.next += 1;
-        }
-        if self.packets.get(self.next) != Some(&number) {
-            return None;
-        }
-        let start = if self.next == 0 { 0 } else { self.ends[self.next - 1] };
-        let end = self.ends[self.next];
-        self.next += 1;
-        Some(&self.data[start..end])
-    }
-}
+use crate::tls::Decrypted;
 
 pub struct Ingest<'l> {
     limits: &'l Limits,
@@ -495,7 +226,7 @@ impl<'l> Ingest<'l> {
         if self.streams.len() as u64 >= self.limits.max_streams {
             return None;
         }
-        let decrypted = self.decrypted.streams.contains(&idx);
+        let decrypted = self.decrypted.decodes(idx);
         let (kind, a_is_client, evidence) = if self.ports.contains(&dst.port) {
             (Kind::Amqp, true, ClientEvidence::Port)
         } else if self.ports.contains(&src.port) {
@@ -597,22 +328,17 @@ impl<'l> Ingest<'l> {
             _ => tcp.window as i64,
         };
 
-        let row = packets.packet.len() as u32;
-        packets.packet.push(number as i32);
-        packets.stream.push(idx as i32);
-        packets.from_a.push(d == 0);
-        packets.frame_len.push(rec.origlen as i32);
-        packets.payload_bytes.push(tcp.payload_len as i32);
-        packets.seq.push(tcp.seq.wrapping_sub(dir.base_seq.unwrap_or(0)) as i64);
-        packets.ack.push(if has_ack { tcp.ack.wrapping_sub(other.base_seq.unwrap_or(0)) as i64 } else { 0 });
-        packets.flags.push(tcp.flags as i16);
-        packets.window.push(window);
-        packets.tsval.push(opts.timestamp.map(|t| t.0));
-        packets.tsecr.push(opts.timestamp.map(|t| t.1));
-        packets.sack_blocks.push(opts.sack_blocks as i8);
-        packets.frames_ended.push(0);
-        packets.retransmission.push(false);
-        packets.gap_before.push(0);
+        let row = packets.push_segment(Segment {
+            number,
+            stream: idx,
+            from_a: d == 0,
+            frame_len: rec.origlen,
+            tcp,
+            seq: tcp.seq.wrapping_sub(dir.base_seq.unwrap_or(0)),
+            ack: if has_ack { tcp.ack.wrapping_sub(other.base_seq.unwrap_or(0)) as i64 } else { 0 },
+            window,
+            opts: &opts,
+        });
 
         if tcp.payload_len > 0 && st.info.snaplen_gap[d] > 0 {
             packets.gap_before[row as usize] += std::mem::take(&mut st.info.snaplen_gap[d]) as i64;
@@ -692,15 +418,7 @@ impl<'l> Ingest<'l> {
                 dec.feed(plain, number, number, limits, &mut sink);
             }
         }
-        if st.info.frame_max_changed {
-            st.info.frame_max_changed = false;
-            let fm = st.info.frame_max().unwrap_or(0);
-            for dir in st.dirs.iter_mut() {
-                if let Some(dec) = dir.decoder.as_mut() {
-                    dec.set_frame_max(fm, limits);
-                }
-            }
-        }
+        apply_tune(&mut st.info, &mut st.dirs, limits);
     }
 
     pub fn finish(mut self, read: ReadSummary) -> Output {
@@ -710,63 +428,68 @@ impl<'l> Ingest<'l> {
             number: self.all_ts.len() as u32,
             row: self.packets.packet.len().saturating_sub(1) as u32,
         };
+        self.drain_streams(last);
+        let read = self.settle_anomalies(read, last);
+        self.into_output(read)
+    }
+
+    /// The end of the capture: each kept AMQP direction's reassembler hands out what it still
+    /// holds, its decoder completes or gives up what is buffered, and messages whose body never
+    /// completed get their row.
+    fn drain_streams(&mut self, last: PacketRef) {
         let limits = self.limits;
-        {
-            let Ingest {
-                streams,
-                packets,
-                frames,
-                anomalies,
-                bodies,
-                partition,
-                ..
-            } = &mut self;
-            for (idx, st) in streams.iter_mut().enumerate() {
-                if st.kind != Kind::Amqp || partition.as_ref().is_some_and(|p| !p.keeps(idx as u32)) {
-                    continue;
+        let Ingest { streams, packets, frames, anomalies, bodies, partition, .. } = self;
+        for (idx, st) in streams.iter_mut().enumerate() {
+            if st.kind != Kind::Amqp || partition.as_ref().is_some_and(|p| !p.keeps(idx as u32)) {
+                continue;
+            }
+            for d in 0..2 {
+                let origin = RowOrigin { stream: idx as u32, from_a: d == 0 };
+                let info = &mut st.info;
+                let dir = &mut st.dirs[d];
+                let Dir { reasm, decoder, .. } = dir;
+                let mut sink = Sink {
+                    frames,
+                    anomalies,
+                    packets,
+                    bodies: bodies.as_mut(),
+                    info,
+                    origin,
+                    arrival_row: last.row,
+                    max_frames: limits.max_frames,
+                };
+                let aligned = reasm.syn_seen;
+                let feed = !st.decrypted;
+                reasm.finish(last, &mut |c| on_chunk(c, decoder, aligned, feed, &mut sink, limits));
+                if let Some(mut dec) = decoder.take() {
+                    // What the decoder still completes or gives up at the end is in bytes
+                    // the direction's latest data packet handed out, not in the capture's
+                    // last packet (often of another stream).
+                    let here = reasm.last_arrival().unwrap_or(last);
+                    sink.arrival_row = here.row;
+                    dec.finish(here.number, limits, &mut sink);
+                    // Only the counts are needed from here on: free the buffers before the
+                    // tables are built.
+                    dir.bytes_decoded = dec.bytes_decoded;
+                    dir.bytes_skipped = dec.bytes_skipped;
+                    dir.encrypted = dec.encrypted();
                 }
-                for d in 0..2 {
-                    let origin = RowOrigin { stream: idx as u32, from_a: d == 0 };
-                    let info = &mut st.info;
-                    let dir = &mut st.dirs[d];
-                    let Dir { reasm, decoder, .. } = dir;
-                    let mut sink = Sink {
-                        frames,
-                        anomalies,
-                        packets,
-                        bodies: bodies.as_mut(),
-                        info,
-                        origin,
-                        arrival_row: last.row,
-                        max_frames: limits.max_frames,
-                    };
-                    let aligned = reasm.syn_seen;
-                    let feed = !st.decrypted;
-                    reasm.finish(last, &mut |c| on_chunk(c, decoder, aligned, feed, &mut sink, limits));
-                    if let Some(mut dec) = decoder.take() {
-                        // What the decoder still completes or gives up at the end is in bytes
-                        // the direction's latest data packet handed out, not in the capture's
-                        // last packet (often of another stream).
-                        let here = reasm.last_arrival().unwrap_or(last);
-                        sink.arrival_row = here.row;
-                        dec.finish(here.number, limits, &mut sink);
-                        // Only the counts are needed from here on: free the buffers before the
-                        // tables are built.
-                        dir.bytes_decoded = dec.bytes_decoded;
-                        dir.bytes_skipped = dec.bytes_skipped;
-                        dir.encrypted = dec.encrypted();
-                    }
-                }
-                // Messages whose body never completed.
-                if let (Some(b), Some(pending)) = (bodies.as_mut(), st.info.bodies.take()) {
-                    for mut p in *pending {
-                        p.broken = true;
-                        let last = p.packet;
-                        b.row(idx as u32, p, last);
-                    }
+            }
+            // Messages whose body never completed.
+            if let (Some(b), Some(pending)) = (bodies.as_mut(), st.info.bodies.take()) {
+                for mut p in *pending {
+                    p.broken = true;
+                    let last = p.packet;
+                    b.row(idx as u32, p, last);
                 }
             }
         }
+    }
+
+    /// The anomaly rows settled only at the end (their totals: packets over max_streams, records
+    /// of skipped link types, anomalies over the table's cap, a truncated file), and the
+    /// warnings they add to `read`.
+    fn settle_anomalies(&mut self, mut read: ReadSummary, last: PacketRef) -> ReadSummary {
         if let Some((n, bytes, Some(row))) = self.over_limit {
             self.anomalies.bytes[row] = bytes as i64;
             let detail = format!(
@@ -781,7 +504,6 @@ impl<'l> Ingest<'l> {
             let detail = format!("{}: {n} packets skipped", linktype_text(lt));
             self.anomalies.detail.set(row, detail.as_bytes());
         }
-        let mut read = read;
         let over: u64 = self.anomalies.over.iter().map(|o| o.1).sum();
         if over > 0 {
             read.warnings.push(format!(
@@ -794,6 +516,11 @@ impl<'l> Ingest<'l> {
             let detail = read.warnings.last().cloned().unwrap_or_default();
             self.file_anomaly(AnomalyKind::CaptureTruncated, last.number, 0, detail);
         }
+        read
+    }
+
+    /// The tables, built from the builders (directions settled: `a_is_client`).
+    fn into_output(mut self, mut read: ReadSummary) -> Output {
         let is_amqp: Vec<bool> = self.streams.iter().map(|s| s.kind == Kind::Amqp).collect();
         let a_is_client: Vec<bool> = self.streams.iter().map(|s| s.a_is_client).collect();
         let first_ts = self.all_ts.first().copied();
@@ -851,58 +578,6 @@ impl<'l> Ingest<'l> {
             files: Vec::new(),
         }
     }
-}
-
-/// One chunk of a direction's reassembled TCP stream. `feed`: its bytes go to the AMQP
-/// decoder; false for decrypted TLS streams, whose decoder gets plaintext instead (gaps are
-/// still recorded, on the ciphertext).
-fn on_chunk(c: Chunk<'_>, decoder: &mut Option<Box<Decoder>>, aligned: bool, feed: bool, sink: &mut Sink<'_>, limits: &Limits) {
-    match c {
-        Chunk::Data { bytes, from, arrival } => {
-            if feed {
-                sink.arrival_row = arrival.row;
-                new_decoder(decoder, aligned, sink, limits).feed(bytes, from.number, arrival.number, limits, sink);
-            }
-        }
-        Chunk::Gap { bytes, cause, next, arrival } => {
-            sink.arrival_row = arrival.row;
-            let (kind, packet, detail) = match cause {
-                GapCause::Dropped => {
-                    sink.packets.gap_before[next.row as usize] += bytes as i64;
-                    (AnomalyKind::CaptureGap, next.number, format!("{bytes} bytes missing from the capture"))
-                }
-                GapCause::Snaplen => {
-                    sink.info.snaplen_gap[!sink.origin.from_a as usize] += bytes;
-                    (AnomalyKind::TruncatedPacket, next.number, format!("{bytes} bytes cut by the capture's snaplen"))
-                }
-                GapCause::Tail => {
-                    // No packet of this direction follows the hole: no gap_before to add to.
-                    (AnomalyKind::CaptureGap, next.number, format!("{bytes} bytes acknowledged by the peer are missing from the capture's end"))
-                }
-                GapCause::Overflow => {
-                    sink.packets.gap_before[next.row as usize] += bytes as i64;
-                    (AnomalyKind::ReassemblyOverflow, next.number, format!("{bytes} bytes given up: out-of-order data over the reassembly cap"))
-                }
-            };
-            sink.anomaly(kind, packet, bytes, detail);
-            if feed {
-                sink.body_gap();
-                new_decoder(decoder, aligned, sink, limits).gap(bytes, arrival.number);
-            }
-        }
-    }
-}
-
-/// The direction's decoder, made on its first bytes (`aligned`: they start the AMQP stream).
-fn new_decoder<'d>(decoder: &'d mut Option<Box<Decoder>>, aligned: bool, sink: &Sink<'_>, limits: &Limits) -> &'d mut Decoder {
-    decoder.get_or_insert_with(|| {
-        let mut d = Box::new(Decoder::new(aligned, limits));
-        d.keep_bodies = sink.bodies.is_some();
-        if let Some(fm) = sink.info.frame_max() {
-            d.set_frame_max(fm, limits);
-        }
-        d
-    })
 }
 
 fn linktype_text(lt: u32) -> String {

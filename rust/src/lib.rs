@@ -16,6 +16,7 @@ pub mod output;
 pub mod partition;
 pub mod tables;
 pub mod tcp;
+pub mod tls;
 
 #[cfg(feature = "python")]
 mod python {
@@ -27,7 +28,8 @@ mod python {
     use crate::capture::link::linktype_name;
     use crate::capture::merge::{FileRead, Progress};
     use std::sync::atomic::Ordering;
-    use crate::ingest::{ingest, Decrypted};
+    use crate::ingest::ingest;
+    use crate::tls::Decrypted;
     use crate::limits::Limits;
     use crate::partition::Partition;
     use crate::tables::{Column, Table};

@@ -6,6 +6,7 @@ use crate::tables::{direction_codes, keep_rows, Column, OptCol, Table,
     DIRECTIONS,
 };
 use super::ts_of;
+use crate::capture::link::{TcpOptions, TcpPacket};
 
 #[derive(Default)]
 pub struct PacketsBuilder {
@@ -24,6 +25,45 @@ pub struct PacketsBuilder {
     pub(crate) frames_ended: Vec<i32>,
     pub(crate) retransmission: Vec<bool>,
     pub(crate) gap_before: Vec<i64>,
+}
+
+/// What a packets row is made of: one TCP segment of a kept connection, its sequence and
+/// acknowledgement numbers already relative (Wireshark's `tcp.seq`/`tcp.ack`) and its window
+/// already scaled.
+pub(crate) struct Segment<'a> {
+    pub number: u32,
+    pub stream: u32,
+    pub from_a: bool,
+    pub frame_len: u32,
+    pub tcp: &'a TcpPacket<'a>,
+    pub seq: u32,
+    pub ack: i64,
+    pub window: i64,
+    pub opts: &'a TcpOptions,
+}
+
+impl PacketsBuilder {
+    /// A row for the segment; its row index. What decoding it adds later (frames ended, the
+    /// retransmission flag, bytes missing before it) starts at zero.
+    pub(crate) fn push_segment(&mut self, s: Segment<'_>) -> u32 {
+        let row = self.packet.len() as u32;
+        self.packet.push(s.number as i32);
+        self.stream.push(s.stream as i32);
+        self.from_a.push(s.from_a);
+        self.frame_len.push(s.frame_len as i32);
+        self.payload_bytes.push(s.tcp.payload_len as i32);
+        self.seq.push(s.seq as i64);
+        self.ack.push(s.ack);
+        self.flags.push(s.tcp.flags as i16);
+        self.window.push(s.window);
+        self.tsval.push(s.opts.timestamp.map(|t| t.0));
+        self.tsecr.push(s.opts.timestamp.map(|t| t.1));
+        self.sack_blocks.push(s.opts.sack_blocks as i8);
+        self.frames_ended.push(0);
+        self.retransmission.push(false);
+        self.gap_before.push(0);
+        row
+    }
 }
 
 pub(crate) fn packets_table(mut p: PacketsBuilder, is_amqp: &[bool], a_is_client: &[bool], all_ts: &[i64]) -> Table {

@@ -1,0 +1,317 @@
+//! What the frames of one AMQP 0-9-1 connection direction mean to the tables: the frame rows
+//! (methods decoded into their columns, content headers into theirs), the connection's session
+//! facts (connection.start/-ok, tune/-ok, open: the handshake and the negotiated frame_max the
+//! decoder is held to), message bodies when asked for, and the reassembled chunks and capture
+//! gaps of the direction handed to its [`Decoder`].
+//!
+//! The pipeline (`crate::ingest`) owns the flow table, TCP metadata and reassembly; it builds a
+//! [`Sink`] per segment and passes the direction's chunks to [`on_chunk`]. Everything here is
+//! AMQP 0-9-1: a decoder for another protocol gets a sink of its own beside this one.
+
+use crate::amqp::decoder::{Decoder, FrameEvent, FrameSink};
+use crate::amqp::parser::{decode_content_header, decode_method, FrameType, MethodArgs};
+use crate::anomaly::AnomalyKind;
+use crate::flow::{ConnInfo, Dir};
+use crate::limits::Limits;
+use crate::output::anomalies::AnomaliesBuilder;
+use crate::output::bodies::{BodiesBuilder, PendingBody};
+use crate::output::frames::{frame_type_code, FramesBuilder};
+use crate::output::packets::PacketsBuilder;
+use crate::tables::RowOrigin;
+use crate::tcp::reassembly::{Chunk, GapCause};
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Receives frames from one direction's decoder.
+pub(crate) struct Sink<'a> {
+    pub(crate) frames: &'a mut FramesBuilder,
+    pub(crate) anomalies: &'a mut AnomaliesBuilder,
+    pub(crate) packets: &'a mut PacketsBuilder,
+    pub(crate) bodies: Option<&'a mut BodiesBuilder>,
+    pub(crate) info: &'a mut ConnInfo,
+    pub(crate) origin: RowOrigin,
+    /// Row in the packets table of the packet whose arrival completes what is being decoded.
+    pub(crate) arrival_row: u32,
+    pub(crate) max_frames: u64,
+}
+
+impl FrameSink for Sink<'_> {
+    fn frame(&mut self, ev: FrameEvent<'_>) -> bool {
+        if self.bodies.is_some() {
+            self.body_frame(&ev);
+        }
+        if self.frames.rows() as u64 >= self.max_frames {
+            // The table is full: only what the connection's state depends on is still read.
+            if ev.header.frame_type == FrameType::Method && ev.header.channel == 0 {
+                if let Ok(a) = decode_method(ev.payload.unwrap_or(&[])) {
+                    self.connection_facts(&a);
+                }
+            }
+            return false;
+        }
+        let f = &mut *self.frames;
+        let row = f.packet.len();
+        self.info.frames += 1;
+        self.packets.frames_ended[self.arrival_row as usize] += 1;
+        f.packet.push(ev.packet as i32);
+        f.first_packet.push(ev.first_packet as i32);
+        f.stream.push(self.origin.stream as i32);
+        f.from_a.push(self.origin.from_a);
+        f.channel.push(ev.header.channel as i32);
+        f.frame_type.push(frame_type_code(ev.header.frame_type));
+        f.size_bytes.push(ev.header.size as i64);
+        let payload = ev.payload.unwrap_or(&[]);
+        match ev.header.frame_type {
+            FrameType::Method => {
+                let res = f.push_method(row, payload);
+                match res {
+                    Ok(a) => self.connection_facts(&a),
+                    Err((kind, detail)) => self.anomaly(kind, ev.packet, ev.header.size as u64, detail),
+                }
+            }
+            FrameType::Header => {
+                match decode_content_header(payload) {
+                    Ok(h) => {
+                        f.class_id.push(Some(h.class_id as i16));
+                        f.body_size.push(row, Some(h.body_size as i64));
+                        f.delivery_mode.push(row, h.delivery_mode.map(|v| v as i16));
+                        f.priority.push(row, h.priority.map(|v| v as i16));
+                        f.content_type.push(row, h.content_type);
+                        f.correlation_id.push(row, h.correlation_id);
+                        f.reply_to.push(row, h.reply_to);
+                        f.expiration.push(row, h.expiration);
+                        f.message_id.push(row, h.message_id);
+                        f.message_timestamp.push(row, h.timestamp.map(|s| (s as i64).saturating_mul(1_000_000_000)));
+                    }
+                    Err(e) => {
+                        f.class_id.push(payload.get(..2).map(|b| u16::from_be_bytes([b[0], b[1]]) as i16));
+                        self.anomaly(AnomalyKind::MalformedHeader, ev.packet, ev.header.size as u64, format!("{e:?}"));
+                    }
+                }
+                let f = &mut *self.frames;
+                f.method_id.push(None);
+                f.method.push(-1);
+            }
+            FrameType::Body | FrameType::Heartbeat => {
+                f.class_id.push(None);
+                f.method_id.push(None);
+                f.method.push(-1);
+            }
+        }
+        true
+    }
+
+    fn body(&mut self, channel: u16, bytes: &[u8]) {
+        let (Some(b), Some(pending)) =
+            (self.bodies.as_deref_mut(), self.info.bodies.as_deref_mut())
+        else {
+            return;
+        };
+        let from_a = self.origin.from_a;
+        let Some(p) = pending
+            .iter_mut()
+            .find(|p| p.from_a == from_a && p.channel == channel)
+        else {
+            return;
+        };
+        if p.broken {
+            return;
+        }
+        let want = (bytes.len() as u64).min(p.body_size.saturating_sub(p.data.len() as u64));
+        let take = want.min(b.budget);
+        p.data.extend_from_slice(&bytes[..take as usize]);
+        b.budget -= take;
+        if take < want {
+            b.not_kept += want - take;
+            p.broken = true;
+        }
+    }
+
+    fn protocol_header(&mut self, version: [u8; 4], _packet: u32) {
+        self.info.protocol_header_seen = true;
+        let _ = version;
+    }
+
+    fn anomaly(&mut self, kind: AnomalyKind, packet: u32, bytes: u64, detail: String) {
+        self.info.anomalies += 1;
+        self.anomalies.push(kind, Some(self.origin), Some(packet), bytes, detail);
+    }
+}
+
+impl Sink<'_> {
+    /// Bodies on: a content header opens a message on its channel, body frames complete it.
+    fn body_frame(&mut self, ev: &FrameEvent<'_>) {
+        let from_a = self.origin.from_a;
+        let channel = ev.header.channel;
+        let stream = self.origin.stream;
+        let Some(b) = self.bodies.as_deref_mut() else {
+            return;
+        };
+        let pending = self.info.bodies.get_or_insert_with(Default::default);
+        let at = pending
+            .iter()
+            .position(|p| p.from_a == from_a && p.channel == channel);
+        match ev.header.frame_type {
+            FrameType::Header => {
+                if let Some(i) = at {
+                    // The previous message on this channel never got all its body.
+                    let mut old = pending.swap_remove(i);
+                    old.broken = true;
+                    let last = old.packet;
+                    b.row(stream, old, last);
+                }
+                let Ok(h) = decode_content_header(ev.payload.unwrap_or(&[])) else {
+                    return;
+                };
+                let p = PendingBody {
+                    from_a,
+                    channel,
+                    packet: ev.packet,
+                    body_size: h.body_size,
+                    received: 0,
+                    data: Vec::new(),
+                    broken: false,
+                };
+                if h.body_size == 0 {
+                    b.row(stream, p, ev.packet);
+                } else {
+                    pending.push(p);
+                }
+            }
+            FrameType::Body => {
+                let Some(i) = at else { return };
+                let p = &mut pending[i];
+                p.received += ev.header.size as u64;
+                if p.received >= p.body_size {
+                    let p = pending.swap_remove(i);
+                    b.row(stream, p, ev.packet);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Bytes of this direction are missing: the messages in progress cannot be whole.
+    fn body_gap(&mut self) {
+        let from_a = self.origin.from_a;
+        if let Some(pending) = self.info.bodies.as_deref_mut() {
+            pending
+                .iter_mut()
+                .filter(|p| p.from_a == from_a)
+                .for_each(|p| p.broken = true);
+        }
+    }
+
+    /// Remember what a connection-level method says about the connection.
+    fn connection_facts(&mut self, a: &MethodArgs<'_>) {
+        let name = a.name();
+        if !matches!(
+            name,
+            "connection.start"
+                | "connection.start-ok"
+                | "connection.tune"
+                | "connection.tune-ok"
+                | "connection.open"
+        ) {
+            return;
+        }
+        let info = &mut *self.info;
+        let i = info.hs.get_or_insert_with(Default::default);
+        let s = |v: Option<&[u8]>| v.map(text);
+        match name {
+            "connection.start" => {
+                i.server_product = s(a.server_property(b"product"));
+                i.server_version = s(a.server_property(b"version"));
+            }
+            "connection.start-ok" => {
+                i.user = s(a.user());
+                i.mechanism = s(a.mechanism);
+                i.client_product = s(a.client_property(b"product"));
+                i.client_version = s(a.client_property(b"version"));
+                i.client_platform = s(a.client_property(b"platform"));
+                i.connection_name = s(a.client_property(b"connection_name"));
+            }
+            "connection.tune" | "connection.tune-ok" => {
+                let ok = name == "connection.tune-ok";
+                if ok || !i.tune_ok_seen {
+                    i.frame_max = a.frame_max;
+                    i.channel_max = a.channel_max;
+                    i.heartbeat = a.heartbeat;
+                    info.frame_max_changed = true;
+                }
+                i.tune_ok_seen |= ok;
+            }
+            "connection.open" => i.vhost = s(a.vhost),
+            _ => {}
+        }
+    }
+}
+
+/// One chunk of a direction's reassembled TCP stream. `feed`: its bytes go to the AMQP
+/// decoder; false for decrypted TLS streams, whose decoder gets plaintext instead (gaps are
+/// still recorded, on the ciphertext).
+pub(crate) fn on_chunk(c: Chunk<'_>, decoder: &mut Option<Box<Decoder>>, aligned: bool, feed: bool, sink: &mut Sink<'_>, limits: &Limits) {
+    match c {
+        Chunk::Data { bytes, from, arrival } => {
+            if feed {
+                sink.arrival_row = arrival.row;
+                new_decoder(decoder, aligned, sink, limits).feed(bytes, from.number, arrival.number, limits, sink);
+            }
+        }
+        Chunk::Gap { bytes, cause, next, arrival } => {
+            sink.arrival_row = arrival.row;
+            let (kind, packet, detail) = match cause {
+                GapCause::Dropped => {
+                    sink.packets.gap_before[next.row as usize] += bytes as i64;
+                    (AnomalyKind::CaptureGap, next.number, format!("{bytes} bytes missing from the capture"))
+                }
+                GapCause::Snaplen => {
+                    sink.info.snaplen_gap[!sink.origin.from_a as usize] += bytes;
+                    (AnomalyKind::TruncatedPacket, next.number, format!("{bytes} bytes cut by the capture's snaplen"))
+                }
+                GapCause::Tail => {
+                    // No packet of this direction follows the hole: no gap_before to add to.
+                    (AnomalyKind::CaptureGap, next.number, format!("{bytes} bytes acknowledged by the peer are missing from the capture's end"))
+                }
+                GapCause::Overflow => {
+                    sink.packets.gap_before[next.row as usize] += bytes as i64;
+                    (AnomalyKind::ReassemblyOverflow, next.number, format!("{bytes} bytes given up: out-of-order data over the reassembly cap"))
+                }
+            };
+            sink.anomaly(kind, packet, bytes, detail);
+            if feed {
+                sink.body_gap();
+                new_decoder(decoder, aligned, sink, limits).gap(bytes, arrival.number);
+            }
+        }
+    }
+}
+
+/// The direction's decoder, made on its first bytes (`aligned`: they start the AMQP stream).
+pub(crate) fn new_decoder<'d>(decoder: &'d mut Option<Box<Decoder>>, aligned: bool, sink: &Sink<'_>, limits: &Limits) -> &'d mut Decoder {
+    decoder.get_or_insert_with(|| {
+        let mut d = Box::new(Decoder::new(aligned, limits));
+        d.keep_bodies = sink.bodies.is_some();
+        if let Some(fm) = sink.info.frame_max() {
+            d.set_frame_max(fm, limits);
+        }
+        d
+    })
+}
+
+/// A connection.tune/-ok just decoded: both directions' decoders are held to the negotiated
+/// frame_max from here on (AMQP 0-9-1 §4.2.3: a larger frame is a protocol error).
+pub(crate) fn apply_tune(info: &mut ConnInfo, dirs: &mut [Dir; 2], limits: &Limits) {
+    if !info.frame_max_changed {
+        return;
+    }
+    info.frame_max_changed = false;
+    let fm = info.frame_max().unwrap_or(0);
+    for dir in dirs.iter_mut() {
+        if let Some(dec) = dir.decoder.as_mut() {
+            dec.set_frame_max(fm, limits);
+        }
+    }
+}
