@@ -113,6 +113,10 @@ FILTER_CANCEL = "amqp.method.class == 60 && amqp.method.method in {30, 31}"
 FILTER_OPEN = "amqp.method.class == 10 && amqp.method.method == 40"
 FILTER_CONFIRM = "amqp.method.class == 60 && amqp.method.method in {40, 80, 120}"
 FILTER_CHANNEL_OPEN = "amqp.method.class == 20 && amqp.method.method in {10, 11}"
+#: the columns that name a connection (`amqpcap.names.connection_names`), added in the merge: a
+#: label shared by two connections is told apart by their stream numbers, which only the whole
+#: capture's connections show
+NAMED = ("connection", "application", "client", "user", "vhost")
 COLUMNS = ["connection", "stream", "application", "client", "user", "vhost", "first_ts", "duration_s",
            *(c for c, _, _ in COUNTED), "publishes_in_tx", "publish_rate_per_s", "delivery_rate_per_s",
            "get_rate_per_s", "get_empty_share", "get_round_trip_p50_s", "publishes_per_commit",
@@ -155,11 +159,8 @@ def clients_partial(cap: Capture, facts: CaptureFacts) -> dict[str, Any]:
     """A partition's connections: one row each, with its counts, rates and round trips."""
     m = methods(cap)
     c = cap.connections
-    names = connection_names(cap)
     stream = c["stream"].to_numpy(np.int64)
-    out = pd.DataFrame({"stream": stream})
-    for col in ("connection", "application", "client", "user", "vhost"):
-        out[col] = names[col].reindex(stream).to_numpy(object)
+    out = pd.DataFrame({"stream": stream})  # (named in the merge: labels depend on every connection)
     out["first_ts"] = c["first_ts"].to_numpy()
     out["duration_s"] = (c["last_ts"] - c["first_ts"]).dt.total_seconds().to_numpy()
     ms = m["stream"].to_numpy(np.int64)
@@ -190,7 +191,7 @@ def clients_partial(cap: Capture, facts: CaptureFacts) -> dict[str, Any]:
     examples = pd.concat([_examples(m, cap, "basic.get"), _examples(m, cap, "tx.commit"),
                           _examples(m, cap, "channel.open"),
                           _examples(m, cap, "basic.return", "s2c")], ignore_index=True)
-    return {"connections": out[COLUMNS], "examples": examples, "returns": _returns(cap, m),
+    return {"connections": out[[c_ for c_ in COLUMNS if c_ not in NAMED]], "examples": examples, "returns": _returns(cap, m),
             "cancels": _cancels(cap, m), "deletes": _queue_deletes(cap, m), "confirming": _confirming(cap)}
 
 
@@ -308,8 +309,12 @@ def _returns(cap: Capture, m: pd.DataFrame) -> pd.DataFrame:
 
 
 def clients_merge(partials: list[dict[str, Any]], records: None, facts: CaptureFacts, cap: Capture) -> AnalyzerResult:
-    """The connections of every partition; the findings and summary from them."""
+    """The connections of every partition, named; the findings and summary from them."""
     conns = merge_rows([p["connections"] for p in partials], ["stream"])
+    names = connection_names(cap)
+    for col in NAMED:
+        conns[col] = pd.Series(names[col].reindex(conns["stream"]).to_numpy(object), dtype=object)
+    conns = conns[COLUMNS]
     examples = merge_rows([p["examples"] for p in partials], ["stream", "method", "packet"])
     returns = merge_rows([p["returns"] for p in partials], ["stream", "exchange", "routing_key"])
     deletes = merge_rows([p["deletes"] for p in partials], ["packet", "stream"])

@@ -22,7 +22,8 @@ import pandas as pd
 from ..analysis import AnalyzerResult, Finding, analyzer, stream_filter
 from ..capture import Capture
 from ..derive.methods import methods, select
-from ..names import connection_names, subject
+from ..derive.labels import connection_labels
+from ..names import subject
 from ..partition import CaptureFacts, Split, merge_rows, run_whole
 
 #: heartbeat-problems: a negotiated timeout below this is told (info): RabbitMQ's heartbeats
@@ -90,7 +91,6 @@ def heartbeats_partial(cap: Capture, facts: CaptureFacts) -> pd.DataFrame:
     """A partition's connections: one row each (COLUMNS)."""
     c = cap.connections
     stream = c["stream"].to_numpy(np.int64)
-    names = connection_names(cap)
     p = cap.packets
     ends = _ends(p, stream)
     end_ns = np.where(ends["end_ts"].notna(), ends["end_ts"].to_numpy(float, na_value=0).astype(np.int64),
@@ -98,7 +98,7 @@ def heartbeats_partial(cap: Capture, facts: CaptureFacts) -> pd.DataFrame:
     sil = _silences(p, stream, end_ns)
     m = methods(cap)
     ms = m["stream"].to_numpy(np.int64)
-    out = pd.DataFrame({"stream": stream, "connection": names["connection"].reindex(stream).to_numpy(object),
+    out = pd.DataFrame({"stream": stream,  # (named in the merge: labels depend on every connection)
                         "heartbeat_s": c["heartbeat_s"].to_numpy(float, na_value=np.nan),
                         "c2s_longest_silence_s": sil["c2s_longest_silence_s"],
                         "s2c_longest_silence_s": sil["s2c_longest_silence_s"],
@@ -122,7 +122,7 @@ def heartbeats_partial(cap: Capture, facts: CaptureFacts) -> pd.DataFrame:
     for d in ("c2s", "s2c"):
         out[f"heartbeat_frames_{d}"] = np.bincount(fpos[fdir == d], minlength=len(stream)).astype(np.int64)
     out["problem"] = _problem(out)
-    return out[COLUMNS]
+    return out[[c_ for c_ in COLUMNS if c_ != "connection"]]
 
 
 def _problem(t: pd.DataFrame) -> np.ndarray:
@@ -137,6 +137,8 @@ def _problem(t: pd.DataFrame) -> np.ndarray:
 def heartbeats_merge(partials: list[pd.DataFrame], records: None, facts: CaptureFacts,
                      cap: Capture) -> AnalyzerResult:
     conns = merge_rows(partials, ["stream"])
+    conns["connection"] = connection_labels(cap, conns["stream"])
+    conns = conns[COLUMNS]
     for col in ("connection", "ended_by", "silent_side", "problem"):  # one dtype however many partitions
         conns[col] = pd.Series(conns[col].to_numpy(object), dtype=object).where(conns[col].notna().to_numpy(), None)
     hb = conns["heartbeat_s"]

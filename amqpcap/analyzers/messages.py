@@ -22,7 +22,8 @@ import pandas as pd
 from ..analysis import AnalyzerResult, Finding, analyzer, stream_filter
 from ..capture import Capture
 from ..derive.methods import methods, select
-from ..names import connection_names, subject
+from ..derive.labels import connection_labels
+from ..names import subject
 from ..partition import CaptureFacts, Split, merge_rows, run_whole
 
 #: a message is large when its body is this big or more (a RabbitMQ guide's rule of thumb: messages
@@ -138,15 +139,14 @@ def messages_partial(cap: Capture, facts: CaptureFacts) -> dict[str, pd.DataFram
         | refused
     large = msgs[big].assign(refused=refused[big], max_message_size=limit[big], max_message_size_source=source[big])
     large = _transfers(cap, large)
-    names = connection_names(cap)["connection"]
-    large.insert(1, "connection", names.reindex(large["stream"]).to_numpy(object))
     large["ts"] = pd.to_datetime(large["ts"], utc=True)
     large["max_message_size"] = pd.array(large["max_message_size"].to_numpy(float), dtype="Int64")
     large["body_size"] = large["body_size"].astype(np.int64)
     large = large.sort_values(["stream", "body_size", "order"], ascending=[True, False, True], kind="stable")
     large = large[large.groupby("stream").cumcount() < LARGE_ROWS_PER_CONNECTION].sort_values("order", kind="stable")
     conns = _per_connection(cap, msgs, big, refused)
-    return {"large": large[LARGE_COLUMNS].reset_index(drop=True), "connections": conns}
+    # (named in the merge: labels depend on every connection)
+    return {"large": large[[c for c in LARGE_COLUMNS if c != "connection"]].reset_index(drop=True), "connections": conns}
 
 
 def _transfers(cap: Capture, large: pd.DataFrame) -> pd.DataFrame:
@@ -189,7 +189,7 @@ def _per_connection(cap: Capture, msgs: pd.DataFrame, big: np.ndarray, refused: 
 def messages_merge(partials: list[dict[str, pd.DataFrame]], records: None, facts: CaptureFacts,
                    cap: Capture) -> AnalyzerResult:
     large = merge_rows([p["large"] for p in partials], ["ts", "stream", "channel"])
-    large["connection"] = pd.Series(large["connection"].to_numpy(object), dtype=object)
+    large.insert(1, "connection", pd.Series(connection_labels(cap, large["stream"]), dtype=object))
     large["direction"] = pd.Series(large["direction"].to_numpy(object), dtype=object)
     large["max_message_size_source"] = pd.Series(large["max_message_size_source"].to_numpy(object), dtype=object)
     conns = merge_rows([p["connections"] for p in partials], ["stream"])
