@@ -58,15 +58,15 @@ def _contents(cap: Capture) -> pd.DataFrame:
     cap.frames), body_size, body_frames (body frames after it on its channel, before the
     channel's next header) and last_order (its last body frame, else the header)."""
     f = cap.frames
-    typ = f["type"].to_numpy(object)
-    rows = np.flatnonzero((typ == "header") | (typ == "body"))
+    header = (f["type"] == "header").to_numpy(dtype=bool, na_value=False)  # (on the categorical's codes)
+    rows = np.flatnonzero(header | (f["type"] == "body").to_numpy(dtype=bool, na_value=False))
     stream = f["stream"].to_numpy(np.int64)[rows]
     chan = stream * 65536 + f["channel"].to_numpy(np.int64)[rows]
-    d = (f["direction"].to_numpy(object)[rows] == "s2c").astype(np.int64)
+    d = (f["direction"] == "s2c").to_numpy(dtype=bool, na_value=False)[rows].astype(np.int64)
     key = chan * 2 + d
     order = np.argsort(key, kind="stable")  # by channel and direction, frame order kept
     rows, key = rows[order], key[order]
-    is_header = typ[rows] == "header"
+    is_header = header[rows]
     message = np.cumsum(is_header) - 1  # the header each frame belongs to (frames before any: -1)
     # a body frame belongs to the header before it on the same channel and direction
     header_key = np.where(is_header)[0]
@@ -77,7 +77,8 @@ def _contents(cap: Capture) -> pd.DataFrame:
     last = rows[header_key].astype(np.int64)
     np.maximum.at(last, message[body], rows[body].astype(np.int64))
     h = rows[header_key]
-    return pd.DataFrame({"stream": f["stream"].to_numpy(np.int64)[h], "direction": f["direction"].to_numpy(object)[h],
+    return pd.DataFrame({"stream": f["stream"].to_numpy(np.int64)[h],
+                         "direction": np.asarray(f["direction"].array.take(h), dtype=object),
                          "channel": f["channel"].to_numpy(np.int64)[h], "packet": f["packet"].to_numpy(np.int64)[h],
                          "ts": f["ts"].array.asi8[h], "order": h.astype(np.int64),
                          "body_size": f["body_size"].to_numpy(float, na_value=np.nan)[h], "body_frames": frames,
