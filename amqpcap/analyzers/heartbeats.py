@@ -175,9 +175,10 @@ def _titles(w, n: int, counts: dict[str, int]) -> str:
         what = f"{w.connection} negotiated a {int(w.heartbeat_s)} s heartbeat, below the 5 s RabbitMQ advises"
     else:
         what = f"{w.connection} runs with heartbeats disabled (heartbeat 0)"
-    others = n - 1
-    return what if others == 0 else f"{what}; {others} more connection{'s' if others > 1 else ''} with heartbeat " \
-        f"problems ({', '.join(f'{v} {WORDS[k]}' for k, v in counts.items() if v)})"
+    others = dict(counts, **{w.problem: counts[w.problem] - 1})  # (the worst is told above)
+    n_others = n - 1
+    return what if n_others == 0 else f"{what}; {n_others} more connection{'s' if n_others > 1 else ''} with " \
+        f"heartbeat problems ({', '.join(f'{v} {WORDS[k]}' for k, v in others.items() if v)})"
 
 
 ADVICE = {

@@ -222,6 +222,11 @@ def _mb(n: float) -> str:
     return f"{n / 1e6:,.1f} MB" if n >= 1e5 else f"{n / 1e3:,.1f} kB"
 
 
+def _mib(n: float) -> str:
+    """A limit as RabbitMQ configures it (max_message_size = 16 MiB)."""
+    return f"{n / (1 << 20):,.4g} MiB"
+
+
 def _finding(cap: Capture, large: pd.DataFrame, conns: pd.DataFrame) -> Finding | None:
     """large-messages: one finding, the connections sending or receiving large messages as subjects."""
     if not len(large):
@@ -242,10 +247,10 @@ def _finding(cap: Capture, large: pd.DataFrame, conns: pd.DataFrame) -> Finding 
     who = w.connection
     if w.refused:
         head = (f"{who} sent a {_mb(w.body_size)} message the broker refused (over its max_message_size of "
-                f"{_mb(w.max_message_size)}): RabbitMQ closed the channel")
+                f"{_mib(w.max_message_size)}): RabbitMQ closed the channel")
     elif w.near:
         head = (f"{who} sends messages near the broker's max_message_size: {_mb(w.body_size)}, "
-                f"{w.share_of_max:.0%} of {_mb(w.max_message_size)} ({w.max_message_size_source})")
+                f"{w.share_of_max:.0%} of {_mib(w.max_message_size)} ({w.max_message_size_source})")
     else:
         head = f"{who} sends large messages: up to {_mb(w.body_size)} in {int(w.body_frames):,} frames"
     near_n = int(large["near"].sum())
