@@ -145,8 +145,8 @@ def heartbeats_merge(partials: list[pd.DataFrame], records: None, facts: Capture
     summary = {"heartbeats": {
         "connections_negotiated": int(hb.notna().sum()),
         "disabled": int((hb == 0).sum()),
-        "below_5_s": int(((hb > 0) & (hb < HEARTBEAT_LOW_S)).sum()),
-        "heartbeat_s_min": None if not (hb > 0).any() else int(hb[hb > 0].min()),
+        "below_5_seconds": int(((hb > 0) & (hb < HEARTBEAT_LOW_S)).sum()),
+        "heartbeat_min_s": None if not (hb > 0).any() else int(hb[hb > 0].min()),
         "dropped_for_missed_heartbeats": int((conns["problem"] == PROBLEMS[0]).sum()),
     }}
     finding = _finding(cap, conns)
