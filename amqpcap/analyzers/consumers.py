@@ -440,13 +440,21 @@ def _unlimited(cap: Capture, s: pd.DataFrame, d: pd.DataFrame) -> pd.DataFrame:
     p = cap.packets
     zero = (p["direction"] == "c2s").to_numpy(bool) & (p["window"].to_numpy(np.int64) == 0) \
         & ((p["flags"].to_numpy(np.int64) & NOT_A_WINDOW) == 0)
-    z = p.loc[zero, ["stream", "ts", "packet"]]
-    counts, firsts = [], []
-    for r in c.itertuples():  # few consumers; their connections' zero-window packets are fewer
-        w = z[(z["stream"] == r.stream) & (z["ts"] >= r.ts_first) & (z["ts"] <= r.ts_last)]
-        counts.append(len(w))
-        firsts.append(int(w["packet"].iloc[0]) if len(w) else None)
-    return c.assign(zero_windows=np.array(counts, dtype=np.int64), zero_window_packet=firsts)
+    # per consumer, its connection's zero windows between its first and last delivery: two
+    # binary searches of (connection, time) among the zero-window packets
+    zs, zt = p["stream"].to_numpy(np.int64)[zero], p["ts"].array.asi8[zero]
+    zp = p["packet"].to_numpy(np.int64)[zero]
+    by = np.lexsort((zt, zs))
+    zs, zt, zp = zs[by], zt[by], zp[by]
+    cs = c["stream"].to_numpy(np.int64)
+    first = np.searchsorted(zs, cs, "left")
+    end = np.searchsorted(zs, cs, "right")
+    lo = np.array([first[i] + np.searchsorted(zt[first[i]:end[i]], t, "left")
+                   for i, t in enumerate(pd.to_datetime(c["ts_first"], utc=True).array.asi8)], dtype=np.int64)
+    hi = np.array([first[i] + np.searchsorted(zt[first[i]:end[i]], t, "right")
+                   for i, t in enumerate(pd.to_datetime(c["ts_last"], utc=True).array.asi8)], dtype=np.int64)
+    n = hi - lo
+    return c.assign(zero_windows=n, zero_window_packet=[int(zp[i]) if k else None for i, k in zip(lo, n)])
 
 
 def _unlimited_finding(cap: Capture, s: pd.DataFrame, d: pd.DataFrame) -> Finding | None:
