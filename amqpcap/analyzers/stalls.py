@@ -866,15 +866,17 @@ def _while_blocked(blocked: pd.DataFrame, fr: pd.DataFrame, t0: pd.Timestamp,
     f = cap.frames
     head = np.flatnonzero((f["type"] == "header").to_numpy(dtype=bool, na_value=False)
                           & (f["direction"] == "c2s").to_numpy(dtype=bool, na_value=False))
-    heads = pd.DataFrame({"stream": f["stream"].to_numpy(np.int64)[head], "d": 0,
-                          "t": (f["ts"].take(head) - t0).dt.total_seconds().to_numpy(),
-                          "bytes": f["body_size"].to_numpy(float, na_value=0)[head]})
+    # body bytes per block: a running sum over the headers sorted by (stream, t), read at each
+    # block's bounds (one search for all blocks, not a pass over the headers per block)
+    h_stream, h_t = f["stream"].to_numpy(np.int64)[head], (f["ts"].take(head) - t0).dt.total_seconds().to_numpy()
+    by = np.lexsort((h_t, h_stream))
+    h_stream, h_t = h_stream[by], h_t[by]
+    run = np.r_[0.0, np.cumsum(f["body_size"].to_numpy(float, na_value=0)[head][by])]
+    qk = iv["stream"].to_numpy(np.int64)
+    body = run[_lex_count(h_stream, h_t, qk, iv["end"].to_numpy(float), "right")] \
+        - run[_lex_count(h_stream, h_t, qk, iv["start"].to_numpy(float), "right")]
     dlv = np.flatnonzero((f["method"] == "basic.deliver").to_numpy(dtype=bool, na_value=False))
     dlv_t = np.sort((f["ts"].take(dlv) - t0).dt.total_seconds().to_numpy())
-    body = []
-    for r in iv.itertuples():  # blocks are few
-        h = heads[(heads["stream"] == r.stream) & (heads["t"] > r.start) & (heads["t"] <= r.end)]
-        body.append(int(h["bytes"].sum()))
     # the union of the blocks' spans (several connections are blocked at once by one alarm)
     spans = blocked[["start", "end"]].sort_values("start").to_numpy(float)
     new = np.r_[True, spans[1:, 0] > np.maximum.accumulate(spans[:-1, 1])] if len(spans) else np.zeros(0, bool)
@@ -882,7 +884,7 @@ def _while_blocked(blocked: pd.DataFrame, fr: pd.DataFrame, t0: pd.Timestamp,
     hi = np.maximum.reduceat(spans[:, 1], np.flatnonzero(new)) if len(spans) else np.zeros(0)
     deliveries = int((np.searchsorted(dlv_t, hi, "right") - np.searchsorted(dlv_t, lo, "right")).sum())
     return blocked.assign(publishes=_count_in(iv, pubs[["stream", "d", "t"]]),
-                          publish_body_bytes=np.array(body, dtype=np.int64)), deliveries
+                          publish_body_bytes=np.rint(body).astype(np.int64)), deliveries
 
 
 def _publisher_blocked(blocked: pd.DataFrame, fr: pd.DataFrame, t0: pd.Timestamp, cap: Capture) -> Finding | None:
