@@ -22,6 +22,12 @@ METHOD_NAMES: list[str]
 
 MAX_FILES: int
 
+class ArrowBatch:
+    """One table as an Arrow record batch, given through the Arrow PyCapsule interface
+    (`pyarrow.record_batch(obj)` imports it without a copy). It can be taken once."""
+
+    def __arrow_c_array__(self, requested_schema: object | None = None) -> tuple[object, object]: ...
+
 class ReadProgress:
     """How far a running `decode` has read; pass it as `progress` and read it from another thread."""
 
@@ -42,6 +48,7 @@ def decode(
     strict: bool = False,
     progress: ReadProgress | None = None,
     partition: tuple[int, list[int], bool] | None = None,
+    arrow: bool = False,
 ) -> dict[str, Any]:
     """Decode a capture: one file, or a set read as one capture, merged by time as mergecap
     merges them (a file of a set that cannot be used is skipped with a warning unless
@@ -56,7 +63,10 @@ def decode(
 
     partition = (buckets, kept, capture_rows): output only the connections whose stream's
     `bucket_of(stream, buckets)` is in `kept`, and the rows of no connection (records,
-    anomalies of the file) only when `capture_rows`; streams are numbered as without it."""
+    anomalies of the file) only when `capture_rows`; streams are numbered as without it.
+
+    arrow: each table is an `ArrowBatch` instead of a column list (`pyarrow.record_batch(t)`),
+    in the types docs/dataset.md lists ("Arrow from the core")."""
 
 def bucket_of(streams: npt.NDArray[np.int64], buckets: int) -> npt.NDArray[np.int32]:
     """The bucket of each stream number (Fibonacci hashing: consecutive streams spread)."""

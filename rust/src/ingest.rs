@@ -18,7 +18,7 @@ use crate::capture::reader::{ReadSummary, Record};
 use crate::error::CaptureError;
 use crate::limits::Limits;
 use crate::partition::Partition;
-use crate::tables::{Column, RowOrigin, Table,
+use crate::tables::{sort_rows_by, Column, RowOrigin, Table,
 };
 use crate::tcp::reassembly::PacketRef;
 use crate::tcp::{ConvKey, Endpoint};
@@ -534,7 +534,8 @@ impl<'l> Ingest<'l> {
             &a_is_client,
             &self.all_ts,
         );
-        let frames = frames_table(std::mem::take(&mut self.frames), &a_is_client, &self.all_ts);
+        let mut frames = frames_table(std::mem::take(&mut self.frames), &a_is_client, &self.all_ts);
+        sort_rows_by(&mut frames, "packet");
         let anomalies = anomalies_table(
             std::mem::take(&mut self.anomalies),
             &a_is_client,
@@ -547,7 +548,9 @@ impl<'l> Ingest<'l> {
                     b.not_kept, self.limits.max_body_bytes
                 ));
             }
-            bodies_table(b, &a_is_client, &self.all_ts)
+            let mut t = bodies_table(b, &a_is_client, &self.all_ts);
+            sort_rows_by(&mut t, "last_packet");
+            t
         });
         let mut all_len = std::mem::take(&mut self.all_len);
         if !partition.as_ref().is_none_or(|p| p.capture_rows) {

@@ -4,6 +4,8 @@
 
 pub mod amqp;
 pub mod anomaly;
+#[cfg(feature = "arrow")]
+pub mod arrow_out;
 pub mod capture;
 pub mod detect;
 pub mod error;
@@ -23,7 +25,7 @@ mod python {
     use numpy::PyArray1;
     use pyo3::exceptions::PyException;
     use pyo3::prelude::*;
-    use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
+    use pyo3::types::{PyBytes, PyCapsule, PyDict, PyList, PyTuple};
 
     use crate::capture::link::linktype_name;
     use crate::capture::merge::{FileRead, Progress};
@@ -32,7 +34,7 @@ mod python {
     use crate::tls::Decrypted;
     use crate::limits::Limits;
     use crate::partition::Partition;
-    use crate::tables::{Column, Table};
+    use crate::tables::{CodeWidth, Column, Table};
 
     pyo3::create_exception!(_core, CoreCaptureError, PyException, "The capture cannot be used: args are (kind, message).");
 
@@ -50,12 +52,10 @@ mod python {
     /// Dictionary codes in the narrowest integer type pandas would pick itself, so that
     /// `Categorical.from_codes` keeps our array instead of copying it.
     fn codes<'py>(py: Python<'py>, codes: Vec<i32>, categories: usize) -> Bound<'py, PyAny> {
-        if categories < crate::tables::STR8_MAX_CATEGORIES {
-            arr(py, codes.into_iter().map(|c| c as i8).collect::<Vec<_>>()).into_any()
-        } else if categories < i16::MAX as usize {
-            arr(py, codes.into_iter().map(|c| c as i16).collect::<Vec<_>>()).into_any()
-        } else {
-            arr(py, codes).into_any()
+        match crate::tables::code_width(categories) {
+            CodeWidth::I8 => arr(py, codes.into_iter().map(|c| c as i8).collect::<Vec<_>>()).into_any(),
+            CodeWidth::I16 => arr(py, codes.into_iter().map(|c| c as i16).collect::<Vec<_>>()).into_any(),
+            CodeWidth::I32 => arr(py, codes).into_any(),
         }
     }
 
@@ -98,6 +98,41 @@ mod python {
             }
         };
         Ok(t)
+    }
+
+    /// A table as an Arrow record batch, handed over through the Arrow PyCapsule interface:
+    /// `pyarrow.record_batch(obj)` takes it without a copy (once: the batch moves out).
+    #[pyclass(frozen)]
+    struct ArrowBatch(std::sync::Mutex<Option<arrow_array::RecordBatch>>);
+
+    #[pymethods]
+    impl ArrowBatch {
+        #[pyo3(signature = (requested_schema=None))]
+        fn __arrow_c_array__<'py>(
+            &self,
+            py: Python<'py>,
+            requested_schema: Option<Bound<'py, PyAny>>,
+        ) -> PyResult<(Bound<'py, PyCapsule>, Bound<'py, PyCapsule>)> {
+            let _ = requested_schema; // the batch is given in its own types
+            let batch = self.0.lock().expect("not poisoned").take().ok_or_else(|| {
+                pyo3::exceptions::PyValueError::new_err("this Arrow batch was taken already")
+            })?;
+            let data = arrow_array::Array::to_data(&arrow_array::StructArray::from(batch));
+            let schema = arrow_schema::ffi::FFI_ArrowSchema::try_from(data.data_type())
+                .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
+            let array = arrow_data::ffi::FFI_ArrowArray::new(&data);
+            Ok((
+                PyCapsule::new_with_value(py, schema, c"arrow_schema")?,
+                PyCapsule::new_with_value(py, array, c"arrow_array")?,
+            ))
+        }
+    }
+
+    fn arrow_table<'py>(py: Python<'py>, t: Table) -> PyResult<Bound<'py, PyAny>> {
+        let batch = py
+            .detach(|| crate::arrow_out::record_batch(t))
+            .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
+        Ok(Bound::new(py, ArrowBatch(std::sync::Mutex::new(Some(batch))))?.into_any())
     }
 
     fn table<'py>(py: Python<'py>, t: Table) -> PyResult<Bound<'py, PyList>> {
@@ -193,7 +228,7 @@ mod python {
 
     /// Decode a capture (one file or a set merged by time) into column tables. See `amqpcap/_core.pyi`.
     #[pyfunction]
-    #[pyo3(signature = (paths, ports, limits=None, bodies=false, decrypted=None, strict=false, progress=None, partition=None))]
+    #[pyo3(signature = (paths, ports, limits=None, bodies=false, decrypted=None, strict=false, progress=None, partition=None, arrow=false))]
     #[allow(clippy::too_many_arguments)]
     fn decode<'py>(
         py: Python<'py>,
@@ -205,6 +240,7 @@ mod python {
         strict: bool,
         progress: Option<PyRef<'py, ReadProgress>>,
         partition: Option<(u32, Vec<u32>, bool)>,
+        arrow: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
         let limits = limits_from(limits)?;
         let partition = partition
@@ -217,13 +253,14 @@ mod python {
             .detach(|| ingest(&paths, &ports, &limits, bodies, decrypted, partition, strict, &progress))
             .map_err(|e| CoreCaptureError::new_err((e.kind(), e.message().to_string())))?;
         let d = PyDict::new(py);
-        d.set_item("records", table(py, out.records)?)?;
-        d.set_item("packets", table(py, out.packets)?)?;
-        d.set_item("frames", table(py, out.frames)?)?;
-        d.set_item("connections", table(py, out.connections)?)?;
-        d.set_item("anomalies", table(py, out.anomalies)?)?;
+        let hand = |t: Table| if arrow { arrow_table(py, t) } else { table(py, t).map(Bound::into_any) };
+        d.set_item("records", hand(out.records)?)?;
+        d.set_item("packets", hand(out.packets)?)?;
+        d.set_item("frames", hand(out.frames)?)?;
+        d.set_item("connections", hand(out.connections)?)?;
+        d.set_item("anomalies", hand(out.anomalies)?)?;
         match out.bodies {
-            Some(b) => d.set_item("bodies", table(py, b)?)?,
+            Some(b) => d.set_item("bodies", hand(b)?)?,
             None => d.set_item("bodies", py.None())?,
         }
         let s = PyDict::new(py);
@@ -257,6 +294,7 @@ mod python {
         m.add_function(wrap_pyfunction!(decode, m)?)?;
         m.add_function(wrap_pyfunction!(bucket_of, m)?)?;
         m.add_class::<ReadProgress>()?;
+        m.add_class::<ArrowBatch>()?;
         m.add("CoreCaptureError", m.py().get_type::<CoreCaptureError>())?;
         m.add("ANOMALY_KINDS", crate::anomaly::AnomalyKind::ALL.iter().map(|k| k.name()).collect::<Vec<_>>())?;
         m.add("MAX_FILES", crate::limits::MAX_FILES)?;

@@ -206,7 +206,60 @@ pub fn keep_rows<T: Copy>(v: &mut Vec<T>, keep: &[bool]) {
     });
 }
 
+/// Put the rows of `t` in order of its i32 column `key`, keeping tied rows in their order (a
+/// stable sort). Nothing is moved when they are in order already, the usual case: the frames
+/// (by `packet`) and bodies (by `last_packet`) tables are out of order only where a capture gap
+/// was given up and the frames after it were released in the packet that completed them,
+/// earlier than frames already emitted. Settled here, so that every consumer of the tables
+/// gets them in order.
+pub fn sort_rows_by(t: &mut Table, key: &str) {
+    let Some((_, Column::I32(k))) = t.iter().find(|(name, _)| *name == key) else {
+        panic!("the table has no i32 column {key}")
+    };
+    if k.is_sorted() {
+        return;
+    }
+    let mut order: Vec<u32> = (0..k.len() as u32).collect();
+    order.sort_by_key(|&i| k[i as usize]);
+    for (_, c) in t.iter_mut() {
+        c.take(&order);
+    }
+}
+
+fn take_vec<T: Copy>(v: &mut Vec<T>, order: &[u32]) {
+    *v = order.iter().map(|&i| v[i as usize]).collect();
+}
+
 impl Column {
+    /// Reorder the rows: row `i` becomes the old row `order[i]`.
+    pub fn take(&mut self, order: &[u32]) {
+        match self {
+            Column::I8(v) | Column::Cat(v, _) | Column::Str8(v, _) => take_vec(v, order),
+            Column::I16(v) => take_vec(v, order),
+            Column::I32(v) | Column::Str(v, _) | Column::Text(v, _) => take_vec(v, order),
+            Column::I64(v) | Column::Ts(v) => take_vec(v, order),
+            Column::Bool(v) => take_vec(v, order),
+            Column::NullI16(v, m) => (take_vec(v, order), take_vec(m, order)).1,
+            Column::NullI32(v, m) => (take_vec(v, order), take_vec(m, order)).1,
+            Column::NullU32(v, m) => (take_vec(v, order), take_vec(m, order)).1,
+            Column::NullI64(v, m) | Column::NullTs(v, m) => (take_vec(v, order), take_vec(m, order)).1,
+            Column::NullU64(v, m) => (take_vec(v, order), take_vec(m, order)).1,
+            Column::NullBool(v, m) => (take_vec(v, order), take_vec(m, order)).1,
+            Column::Bytes(data, ends) => {
+                let mut out = Vec::with_capacity(data.len());
+                let mut out_ends = Vec::with_capacity(ends.len());
+                for &i in order {
+                    let i = i as usize;
+                    let start = if i == 0 { 0 } else { ends[i - 1] };
+                    out.extend_from_slice(&data[start..ends[i]]);
+                    out_ends.push(out.len());
+                }
+                *data = out;
+                *ends = out_ends;
+            }
+        }
+    }
+
     /// Give back the spare capacity of the builders' vectors before handing them to numpy
     /// (a growing Vec holds up to twice what it uses).
     pub fn shrink(&mut self) {
@@ -284,6 +337,25 @@ sparse_finish!(bool, NullBool);
 /// pandas keeps a categorical's codes as int8 below this many categories (`coerce_indexer_dtype`).
 pub const STR8_MAX_CATEGORIES: usize = i8::MAX as usize;
 
+/// The integer width pandas keeps a categorical's codes in for `categories` categories (int8,
+/// int16 or int32), so that numpy codes and Arrow dictionary keys are handed over in it as they are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CodeWidth {
+    I8,
+    I16,
+    I32,
+}
+
+pub fn code_width(categories: usize) -> CodeWidth {
+    if categories < STR8_MAX_CATEGORIES {
+        CodeWidth::I8
+    } else if categories < i16::MAX as usize {
+        CodeWidth::I16
+    } else {
+        CodeWidth::I32
+    }
+}
+
 /// Dense codes of a small dictionary in the width of [`Column::Str8`].
 pub fn str_column(codes: Vec<i32>, dict: Vec<String>) -> Column {
     if dict.len() < STR8_MAX_CATEGORIES {
@@ -323,5 +395,24 @@ impl SparseStr {
             codes[r as usize] = c;
         }
         Column::Str(codes, self.dict.values)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_are_sorted_by_the_key_with_ties_kept_in_order() {
+        let mut t: Table = vec![
+            ("packet", Column::I32(vec![5, 3, 5, 1])),
+            ("size", Column::NullI64(vec![50, 30, 51, 10], vec![true, false, true, true])),
+            ("body", Column::Bytes(b"aaaaabbbcccccd".to_vec(), vec![5, 8, 13, 14])),
+        ];
+        sort_rows_by(&mut t, "packet");
+        let [(_, Column::I32(p)), (_, Column::NullI64(v, m)), (_, Column::Bytes(d, e))] = &t[..] else { panic!() };
+        assert_eq!(p, &[1, 3, 5, 5]);
+        assert_eq!((v.as_slice(), m.as_slice()), (&[10, 30, 50, 51][..], &[true, false, true, true][..]));
+        assert_eq!((d.as_slice(), e.as_slice()), (&b"dbbbaaaaaccccc"[..], &[1, 4, 9, 14][..]));
     }
 }
