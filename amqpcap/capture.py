@@ -220,12 +220,65 @@ def load(
     TLS connections, which need all of them (`tls_warnings`).
     """
     from .dataset import is_dataset
-    from .inputs import capture_files, describe, missing_ring_files
 
     if isinstance(path, (str, os.PathLike)) and is_dataset(path):
         from .dataset import read
 
         return read(path)  # stored by `amqpcap ingest` (amqpcap.dataset): decoded already
+    d = _decoded(path, ports, limits, tls_keylog, bodies, strict, progress, partition, arrow=False)
+    raw = d.tables
+    records = _frame(raw.pop("records"))
+    records["source_file"] = pd.Categorical.from_codes(records["source_file"].to_numpy(),
+                                                       categories=pd.Index(d.files, dtype=object))
+    body_rows = raw.pop("bodies")
+    return Capture(
+        path=d.summary["path"],
+        ports=d.ports,
+        frames=_frame(raw.pop("frames")),
+        packets=_frame(raw.pop("packets")),
+        connections=d.connections,
+        anomalies=_frame(raw.pop("anomalies")),
+        records=records,
+        bodies=_frame(body_rows) if body_rows is not None else None,
+        summary=d.summary,
+    )
+
+
+@dataclass
+class Decoded:
+    """A capture as the core decoded it, before its tables are made pandas frames: `tables` as
+    the core hands them (column lists, or with ``arrow`` pyarrow Tables, ``connections`` among
+    them; ``bodies`` None unless asked for), the summary `load` gives. `connections` is the
+    connections table as `load` gives it, or with ``arrow`` only its TLS columns (stream,
+    broker_port, tls, tls_decrypted)."""
+
+    tables: dict[str, Any]
+    connections: pd.DataFrame
+    summary: dict[str, Any]
+    ports: tuple[int, ...]
+    files: list[str]
+
+
+def decode_arrow(path, ports=DEFAULT_PORTS, limits: Limits | None = None, tls_keylog=None, bodies: bool = False,
+                 strict: bool = False, progress=None, partition=None) -> Decoded:
+    """What `load` decodes, with the tables as pyarrow Tables made by the core (no pandas in
+    between: `amqpcap.dataset.ingest` writes them to Parquet as they are). ``records.source_file``
+    is a dictionary of the file names, as `load` makes it."""
+    import pyarrow as pa
+
+    d = _decoded(path, ports, limits, tls_keylog, bodies, strict, progress, partition, arrow=True)
+    rec = d.tables["records"]
+    i = rec.schema.get_field_index("source_file")
+    files = pa.DictionaryArray.from_arrays(rec.column(i).combine_chunks(), pa.array(d.files, pa.string()))
+    d.tables["records"] = rec.set_column(i, pa.field("source_file", files.type), files)
+    return d
+
+
+def _decoded(path, ports, limits, tls_keylog, bodies, strict, progress, partition, arrow: bool) -> Decoded:
+    """The core's decode of the capture at `path` (see `load`) and its summary; with a key log,
+    decoded again with the plaintext of the TLS connections it decrypts."""
+    from .inputs import capture_files, describe, missing_ring_files
+
     files = capture_files(path)
     name = describe(path, files)
     port_list = _ports(ports)
@@ -237,12 +290,24 @@ def load(
             raise UsageError("a TLS key log is used with one capture file: merge the set with mergecap first")
         path = files[0]
     limit_dict = asdict(limits or Limits())
-    try:
-        raw = _decode(files, list(port_list), limit_dict, bool(bodies), None, bool(strict), progress, partition)
-    except _core.CoreCaptureError as e:
-        raise from_core(*e.args) from None
+
+    def decode(decrypted=None) -> tuple[dict, pd.DataFrame]:
+        try:
+            raw = _decode(files, list(port_list), limit_dict, bool(bodies), decrypted, bool(strict), progress, partition,
+                          arrow)
+        except _core.CoreCaptureError as e:
+            raise from_core(*e.args) from None
+        if not arrow:
+            return raw, _frame(raw.pop("connections"))
+        import pyarrow as pa
+
+        for table in ("records", "packets", "frames", "connections", "anomalies", "bodies"):
+            if raw[table] is not None:
+                raw[table] = pa.Table.from_batches([pa.record_batch(raw[table])])
+        return raw, _tls_columns(raw["connections"])
+
+    raw, connections = decode()
     decryption = None
-    connections = _frame(raw.pop("connections"))
     if tls_keylog is not None and connections["tls"].any():
         # The core found the TLS connections; tshark decrypts only those, then the capture is
         # decoded again with their plaintext (the core is fast next to tshark).
@@ -251,10 +316,8 @@ def load(
         tls = connections[connections["tls"]]
         decryption = decrypt(path, tls_keylog, tls["stream"].tolist(), tls["broker_port"].tolist())
         if decryption.streams:
-            raw = _decode(files, list(port_list), limit_dict, bool(bodies), decryption.core_argument(), bool(strict),
-                          progress, partition)
-            connections = _frame(raw.pop("connections"))
-    summary = dict(raw["summary"])
+            raw, connections = decode(decryption.core_argument())
+    summary = dict(raw.pop("summary"))
     summary["path"] = name
     summary["files"] = _files_summary(summary["files"])
     summary["file_bytes"] = sum(f["file_bytes"] or 0 for f in summary["files"])
@@ -265,29 +328,13 @@ def load(
     if partition is None:
         summary["warnings"] += tls_warnings(connections, tls_keylog, decryption)
     summary["tls_keylog"] = os.fspath(tls_keylog) if tls_keylog is not None else None
-    frames = _frame(raw.pop("frames"))
-    # Frames released when a capture gap was given up complete in the packet that holds them,
-    # which can be earlier than frames already emitted: restore packet order.
-    if not frames["packet"].is_monotonic_increasing:
-        frames = frames.sort_values("packet", kind="stable", ignore_index=True)
-    body_rows = raw.pop("bodies")
-    if body_rows is not None:
-        body_rows = _frame(body_rows)
-        if not body_rows["last_packet"].is_monotonic_increasing:
-            body_rows = body_rows.sort_values("last_packet", kind="stable", ignore_index=True)
-    records = _frame(raw.pop("records"))
-    records["source_file"] = pd.Categorical.from_codes(records["source_file"].to_numpy(), categories=pd.Index(files, dtype=object))
-    return Capture(
-        path=name,
-        ports=port_list,
-        frames=frames,
-        packets=_frame(raw.pop("packets")),
-        connections=connections,
-        anomalies=_frame(raw.pop("anomalies")),
-        records=records,
-        bodies=body_rows,
-        summary=summary,
-    )
+    return Decoded(raw, connections, summary, port_list, files)
+
+
+def _tls_columns(t) -> pd.DataFrame:
+    """Of the connections table in Arrow, what the TLS step and its warnings read (the whole
+    table is the caller's, still in Arrow)."""
+    return t.select(["stream", "broker_port", "tls", "tls_decrypted"]).to_pandas()
 
 
 #: seconds between two calls of a `load` progress callback
@@ -295,11 +342,11 @@ PROGRESS_INTERVAL_S = 0.25
 
 
 def _decode(files: list[str], ports: list[int], limits: dict, bodies: bool, decrypted, strict: bool,
-            progress: Callable[[int, int, int], None] | None, partition=None) -> dict:
+            progress: Callable[[int, int, int], None] | None, partition=None, arrow: bool = False) -> dict:
     """The core's decode; with `progress`, a thread reports how far it has read (the core runs
     without the GIL, counting into a `_core.ReadProgress`)."""
     if progress is None:
-        return _core.decode(files, ports, limits, bodies, decrypted, strict, partition=partition)
+        return _core.decode(files, ports, limits, bodies, decrypted, strict, partition=partition, arrow=arrow)
     counter = _core.ReadProgress()
     total = 0
     for f in files:
@@ -316,7 +363,7 @@ def _decode(files: list[str], ports: list[int], limits: dict, bodies: bool, decr
     reporter = threading.Thread(target=report, name="amqpcap-progress", daemon=True)
     reporter.start()
     try:
-        return _core.decode(files, ports, limits, bodies, decrypted, strict, counter, partition)
+        return _core.decode(files, ports, limits, bodies, decrypted, strict, counter, partition, arrow)
     finally:
         finished.set()
         reporter.join()

@@ -142,14 +142,28 @@ WorkersOpt = typer.Option(None, "--workers", min=1, max=256,
 
 
 def _load(capture: Path | List[Path], port: Optional[List[int]], limit: Optional[List[str]] = None, bodies: bool = False,
-          tls_keylog: Optional[Path] = None, add_port: Optional[List[int]] = None, strict: bool = False) -> Capture:
+          tls_keylog: Optional[Path] = None, add_port: Optional[List[int]] = None, strict: bool = False,
+          arrow: bool = False):
+    """The capture, loaded (a `Capture`), its warnings told; with ``arrow``, a capture file's
+    tables are left in Arrow as the core made them (`amqpcap.capture.decode_arrow`: a
+    `Decoded`), for a command that only writes them."""
+    from .dataset import is_dataset
+
     capture = _one_name(capture)
+    arrow = arrow and not (isinstance(capture, Path) and is_dataset(capture))
     with _reading_progress() as progress:
-        cap = load(capture, ports=ports_of(port, add_port), limits=parse_limits(limit), bodies=bodies,
-                   tls_keylog=tls_keylog, strict=strict, progress=progress)
-    for w in cap.warnings:
+        args = dict(ports=ports_of(port, add_port), limits=parse_limits(limit), bodies=bodies, tls_keylog=tls_keylog,
+                    strict=strict, progress=progress)
+        if arrow:
+            from .capture import decode_arrow
+
+            cap = decode_arrow(capture, **args)
+        else:
+            cap = load(capture, **args)
+    for w in cap.summary.get("warnings", []):
         _warn(w)
-    w = anomaly_warning(cap.anomalies)
+    anomalies = cap.tables["anomalies"].select(["kind", "stream", "bytes", "detail"]).to_pandas() if arrow else cap.anomalies
+    w = anomaly_warning(anomalies)
     if w:
         _warn(w)
     return cap
@@ -201,12 +215,14 @@ def _analyzing_progress(label: str = "analysing"):
         yield update
 
 
-def require_amqp(cap: Capture) -> None:
-    """A capture with no AMQP connection has nothing to analyse: say why in one line and exit
-    3 (NoAmqpError) instead of "No findings", which reads like a healthy capture."""
+def require_amqp(cap) -> None:
+    """A capture (a `Capture`, or a `Decoded` one) with no AMQP connection has nothing to
+    analyse: say why in one line and exit 3 (NoAmqpError) instead of "No findings", which reads
+    like a healthy capture."""
     if len(cap.connections):
         return
-    s, name = cap.summary, os.path.basename(cap.path)
+    s = cap.summary
+    name = os.path.basename(getattr(cap, "path", None) or s["path"])
     if not s["packets"]:
         raise NoAmqpError(f"no AMQP connection in {name}: it holds no packets")
     if not s["tcp_packets"]:
@@ -250,20 +266,26 @@ def frames(
     strict: bool = StrictOpt,
 ) -> None:
     """Write the frames table (one row per AMQP frame) to CSV or Parquet."""
-    from .report import check_format, check_out_file, write_table_file
+    from .report import check_format, check_out_file, write_arrow_file, write_table_file
 
     suffix = output.suffix.lower()
     if suffix not in (".csv", ".parquet"):
         raise UsageError(f"cannot write {output}: the output must end in .csv or .parquet")
     check_format(suffix[1:])
     check_out_file(output)
-    cap = _load(capture, port, limit, tls_keylog=tls_keylog, add_port=add_port, strict=strict)
+    # a capture file's frames go from the core's Arrow table to the file, without pandas
+    cap = _load(capture, port, limit, tls_keylog=tls_keylog, add_port=add_port, strict=strict, arrow=True)
     require_amqp(cap)
     try:
-        write_table_file(cap.frames, output, suffix[1:])
+        if isinstance(cap, Capture):  # a dataset, read back
+            rows = len(cap.frames)
+            write_table_file(cap.frames, output, suffix[1:])
+        else:
+            rows = cap.tables["frames"].num_rows
+            write_arrow_file(cap.tables["frames"], output, suffix[1:])
     except OSError as e:
         raise UsageError(f"cannot write {output}: {e.strerror or e}") from None
-    err.print(f"{counted(len(cap.frames), 'frame')} from {counted(len(cap.connections), 'connection')} written to {output}",
+    err.print(f"{counted(rows, 'frame')} from {counted(len(cap.connections), 'connection')} written to {output}",
               highlight=False)
 
 

@@ -123,27 +123,19 @@ def _write_arrow(t, path: Path) -> None:
     pq.write_table(t, path, write_statistics=parquet_statistics(t.column_names))
 
 
-def _write_parquet(df: pd.DataFrame, path: Path) -> None:
-    import pyarrow as pa
-
-    _write_arrow(pa.Table.from_pandas(df, preserve_index=False), path)
-
-
-def _write_buckets(df: pd.DataFrame, buckets: int, kept: list[int], root: Path, pool) -> list:
-    """Submit the writes of `df`'s rows of connections to `pool`, bucket by bucket for the `kept`
-    buckets (every bucket has every table, empty or not: a reader needs no listing). The table
-    is converted to Arrow once (immutable: the writing threads share it); each write selects its
-    bucket's rows itself, so only the buckets being written are copied at a time (ordering the
-    whole table by bucket first cost 50% more peak memory)."""
-    import pyarrow as pa
-
-    b = bucket_of(df["stream"].to_numpy(np.int64), buckets)
-    t = pa.Table.from_pandas(df, preserve_index=False)
+def _write_buckets(t, buckets: int, kept: list[int], root: Path, pool) -> list:
+    """Submit the writes of the Arrow table `t`'s rows of connections to `pool`, bucket by bucket
+    for the `kept` buckets (every bucket has every table, empty or not: a reader needs no
+    listing). The writing threads share `t` (immutable); each write selects its bucket's rows
+    itself, so only the buckets being written are copied at a time (ordering the whole table by
+    bucket first cost 50% more peak memory)."""
+    b = bucket_of(t.column("stream").to_numpy(), buckets)
     return [pool.submit(_write_bucket, t, b, k, root / f"bucket={k}" / "part-0.parquet") for k in kept]
 
 
 def _write_bucket(t, bucket: np.ndarray, k: int, path: Path) -> None:
-    _write_arrow(t.filter(bucket == k), path)
+    mine = bucket == k
+    _write_arrow(t if mine.all() else t.filter(mine), path)  # (one bucket: no copy)
 
 
 def _tables(cap: Capture) -> dict[str, pd.DataFrame]:
@@ -151,6 +143,12 @@ def _tables(cap: Capture) -> dict[str, pd.DataFrame]:
     if cap.bodies is not None:
         out["bodies"] = cap.bodies
     return out
+
+
+def _arrow(df: pd.DataFrame):
+    import pyarrow as pa
+
+    return pa.Table.from_pandas(df, preserve_index=False)
 
 
 def _new_directory(out: str | os.PathLike[str]) -> Path:
@@ -170,31 +168,38 @@ def _writing(out: Path):
                            f"no {MANIFEST})") from None
 
 
-def _write_connections(cap: Capture, out: Path, buckets: int, kept: list[int]) -> tuple[dict[str, int], dict]:
-    """Write the rows of `cap`'s connections into the `kept` buckets. Returns the rows written
-    per table and the rows of no connection per table (written once, by `_write_capture_rows`)."""
+def _write_connections(tables: dict, out: Path, buckets: int, kept: list[int]) -> tuple[dict[str, int], dict]:
+    """Write the rows of connections of the Arrow `tables` into the `kept` buckets. Returns the
+    rows written per table and the rows of no connection per table (written once, by
+    `_write_loose`)."""
+    import pyarrow.compute as pc
+
     rows: dict[str, int] = {}
-    loose: dict[str, pd.DataFrame] = {}
+    loose: dict = {}
     with ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="amqpcap-parquet") as pool:
-        for name, df in _tables(cap).items():
-            own = df["stream"].notna().to_numpy()
-            writes = _write_buckets(df if own.all() else df[own], buckets, kept, out / name, pool)
-            if not own.all():
-                loose[name] = df[~own]
-            for w in writes:  # a table at a time: one table's Arrow copy alive at once
+        for name in list(tables):
+            t = tables.pop(name)  # (released once written: one table's copies alive at once)
+            own = pc.is_valid(t.column("stream"))
+            n_own = pc.sum(own).as_py() or 0
+            if n_own < t.num_rows:
+                loose[name] = t.filter(pc.invert(own))
+                t = t.filter(own)
+            for w in _write_buckets(t, buckets, kept, out / name, pool):
                 w.result()  # (a write's error, a full disk, is raised here)
-            rows[name] = int(own.sum())
+            rows[name] = n_own
     return rows, loose
 
 
-def _write_loose(out: Path, loose: dict[str, list[pd.DataFrame]]) -> dict[str, int]:
+def _write_loose(out: Path, loose: dict[str, list]) -> dict[str, int]:
     """Write the rows of no connection of each table (`capture/<table>.parquet`), if any."""
+    import pyarrow as pa
+
     rows = {}
     for name, parts in loose.items():
-        df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-        if len(df):
-            _write_parquet(df, out / "capture" / f"{name}.parquet")
-            rows[name] = len(df)
+        t = pa.concat_tables(parts, promote_options="permissive") if len(parts) > 1 else parts[0]
+        if t.num_rows:
+            _write_arrow(t, out / "capture" / f"{name}.parquet")
+            rows[name] = t.num_rows
     return rows
 
 
@@ -219,8 +224,9 @@ def write(cap: Capture, out: str | os.PathLike[str], buckets: int | None = None)
         # capture/ first: from then on the directory is recognised as a dataset (`is_dataset`),
         # unfinished until the manifest is written
         (out / "capture").mkdir(parents=True)
-        _write_parquet(cap.records, out / "capture" / "records.parquet")
-        rows, loose = _write_connections(cap, out, buckets, list(range(buckets)))
+        _write_arrow(_arrow(cap.records), out / "capture" / "records.parquet")
+        rows, loose = _write_connections({name: _arrow(df) for name, df in _tables(cap).items()}, out, buckets,
+                                         list(range(buckets)))
         rows["records"] = len(cap.records)
         _add(rows, _write_loose(out, {name: [df] for name, df in loose.items()}))
         _write_manifest(out, buckets, cap.ports, rows, cap.summary)
@@ -244,8 +250,8 @@ class PassResult:
     """What one pass of `ingest` wrote and what the end of the ingest needs from it."""
 
     rows: dict[str, int]
-    #: its rows of no connection, per table (written once all passes are done)
-    loose: dict[str, pd.DataFrame]
+    #: its rows of no connection, per table, as Arrow tables (written once all passes are done)
+    loose: dict
     summary: dict
     ports: tuple[int, ...]
     #: its connections' `tls` and `tls_decrypted` (the TLS warnings count all connections)
@@ -258,17 +264,23 @@ def ingest_pass(capture, out: str | os.PathLike[str], buckets: int, passes: int,
                 progress: Callable[[int, int, int], None] | None = None) -> PassResult:
     """Pass `p` of `passes` of `ingest` (in this process or on a Dask worker): decode `capture`
     keeping the connections of `pass_buckets(buckets, passes, p)` and write their buckets into
-    `out`; the first pass also writes the `records`."""
-    from .capture import load
+    `out`; the first pass also writes the `records`. The core's tables are written as the Arrow
+    tables it makes (`amqpcap.capture.decode_arrow`), never through pandas."""
+    from .capture import decode_arrow
 
     out, kept = Path(out), pass_buckets(buckets, passes, p)
-    cap = load(capture, progress=progress, **load_args, partition=None if passes == 1 else (buckets, kept, p == 0))
-    rows, loose = _write_connections(cap, out, buckets, kept)
+    d = decode_arrow(capture, progress=progress, **load_args,
+                     partition=None if passes == 1 else (buckets, kept, p == 0))
+    records = d.tables.pop("records")
+    anomalies = d.tables["anomalies"].select(["kind", "stream", "bytes", "detail"]).to_pandas()
+    tables = {name: d.tables[name] for name in CONNECTION_TABLES if d.tables.get(name) is not None}
+    d.tables.clear()
+    rows, loose = _write_connections(tables, out, buckets, kept)
     if p == 0:
-        _write_parquet(cap.records, out / "capture" / "records.parquet")
-        rows["records"] = len(cap.records)
-    tls = cap.connections[[c for c in ("tls", "tls_decrypted") if c in cap.connections]]
-    return PassResult(rows, loose, cap.summary, cap.ports, tls, cap.anomalies[["kind", "stream", "bytes", "detail"]])
+        _write_arrow(records, out / "capture" / "records.parquet")
+        rows["records"] = records.num_rows
+    del records
+    return PassResult(rows, loose, d.summary, d.ports, d.connections[["tls", "tls_decrypted"]], anomalies)
 
 
 #: runs `ingest_pass` over a list of argument tuples, giving the results in any order
@@ -305,7 +317,7 @@ def ingest(capture, out: str | os.PathLike[str], *, buckets: int | None = None, 
             results = run_passes(ingest_pass, [(capture, out, buckets, passes, p, load_args) for p in range(passes)])
         first = next(r for r in results if "records" in r.rows)
         rows: dict[str, int] = {}
-        loose: dict[str, list[pd.DataFrame]] = {}
+        loose: dict[str, list] = {}
         warnings = list(first.summary["warnings"])
         for r in results:
             _add(rows, r.rows)
@@ -377,10 +389,32 @@ def _categories(s: pd.Series, fixed) -> pd.Series:
     return s.cat.set_categories(pd.Index(s.cat.categories.to_numpy(dtype=object)[used], dtype=object))
 
 
-def _read_parquet(path: Path) -> pd.DataFrame:
+def _read_parquet(path: Path, template: pd.DataFrame) -> pd.DataFrame:
     import pyarrow.parquet as pq
 
-    return pq.read_table(path, partitioning=None).to_pandas()
+    return _to_pandas(pq.read_table(path, partitioning=None), template)
+
+
+def _to_pandas(t, template: pd.DataFrame) -> pd.DataFrame:
+    """The Arrow table `t` as pandas, each column in `template`'s kind, whether or not the file
+    says so (a table written by the core carries no pandas metadata): a column nullable there
+    (pandas' nullable integers and booleans) is converted to that dtype directly (its integers
+    with nulls would otherwise become floats, inexact past 2**53), and text to str objects with
+    None for missing values, given to pandas as `load` gives them (its inference decides)."""
+    import pyarrow as pa
+
+    if t.schema.pandas_metadata is not None:
+        return t.to_pandas()
+    cols = {}
+    for name, col in zip(t.column_names, t.columns):
+        want = template[name].dtype if name in template else None
+        if isinstance(want, (pd.core.arrays.integer.IntegerDtype, pd.BooleanDtype)):
+            cols[name] = col.to_pandas(types_mapper=lambda _, want=want: want)
+        elif want == object and (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+            cols[name] = pd.array(col.to_numpy(zero_copy_only=False), dtype=object)  # as `load` makes it
+        else:
+            cols[name] = col.to_pandas()
+    return pd.DataFrame(cols)
 
 
 def _read_table(root: Path, name: str, buckets, template: pd.DataFrame, loose: bool = True) -> pd.DataFrame:
@@ -398,8 +432,9 @@ def _read_table(root: Path, name: str, buckets, template: pd.DataFrame, loose: b
         paths.append(loose)
     if not paths:
         return template.copy()
-    # (an empty bucket's text columns are of Arrow type null: "default" promotes them)
-    t = pa.concat_tables([pq.read_table(p, partitioning=None) for p in paths], promote_options="default")
+    # "permissive": a dictionary's keys are as wide as each pass's dictionary needed (int8 or
+    # int16), and a table written from pandas may have text columns of Arrow type null (empty)
+    t = pa.concat_tables([pq.read_table(p, partitioning=None) for p in paths], promote_options="permissive")
     # anomalies: the order of `load` is not kept (it is neither packet nor stream order);
     # rows come back by packet, file-wide rows (no packet) first (keys are >= 0: a missing one
     # sorts as -1). A stable sort: tied rows are of one connection, so of one bucket.
@@ -407,8 +442,7 @@ def _read_table(root: Path, name: str, buckets, template: pd.DataFrame, loose: b
     if len(paths) > 1 and t.num_rows:
         k = pc.fill_null(t.column(key).cast("int64"), -1).to_numpy()
         t = t.unify_dictionaries().combine_chunks().take(np.argsort(k, kind="stable"))
-    df = t.to_pandas()
-    return _restore(df, template)
+    return _restore(_to_pandas(t, template), template)
 
 
 def manifest(path: str | os.PathLike[str]) -> dict:
@@ -465,7 +499,7 @@ def read_records(path: str | os.PathLike[str]) -> pd.DataFrame:
 
 def _records(root: Path, summary: dict) -> pd.DataFrame:
     # source_file's categories are the capture's files, in the summary's order
-    return _restore(_read_parquet(root / "capture" / "records.parquet"), _template()["records"],
+    return _restore(_read_parquet(root / "capture" / "records.parquet", _template()["records"]), _template()["records"],
                     {"source_file": [f["name"] for f in summary["files"]]})
 
 

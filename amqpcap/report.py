@@ -267,27 +267,41 @@ def as_csv_columns(t):
 
 
 def write_table_file(df: pd.DataFrame, path: Path, fmt: str) -> Path:
-    """`df` into the file `path` straight from Arrow (pandas' writers are not used): Parquet
-    as it is, CSV through `as_csv_columns`, both in slices of `CSV_SLICE_ROWS` rows so the
-    text or batches made stay bounded whatever the table's length."""
+    """`df` into the file `path` straight from Arrow (pandas' writers are not used), converted
+    a slice of `CSV_SLICE_ROWS` rows at a time so the batches made stay bounded whatever the
+    table's length (`write_arrow_file`)."""
     import pyarrow as pa
+
+    # one schema for every slice, from the whole table (a slice of an object column may hold
+    # only missing values, from which no type can be told)
+    schema = pa.Schema.from_pandas(df, preserve_index=False)
+    slices = (arrow_table(df.iloc[start:start + CSV_SLICE_ROWS], schema)
+              for start in range(0, max(len(df), 1), CSV_SLICE_ROWS))
+    return _write_slices(slices, schema, path, fmt)
+
+
+def write_arrow_file(t, path: Path, fmt: str) -> Path:
+    """The Arrow table `t` (e.g. from the core: `amqpcap.capture.decode_arrow`) into the file
+    `path`, as `write_table_file` writes a pandas frame: Parquet as it is, CSV through
+    `as_csv_columns`, `CSV_SLICE_ROWS` rows at a time (slices of `t`, not copies)."""
+    return _write_slices((t.slice(start, CSV_SLICE_ROWS) for start in range(0, max(t.num_rows, 1), CSV_SLICE_ROWS)),
+                         t.schema, path, fmt)
+
+
+def _write_slices(slices, schema, path: Path, fmt: str) -> Path:
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
 
     if fmt not in FORMATS:
         raise UsageError(f"unknown table format {fmt!r}: use csv or parquet")
-    # one schema for every slice, from the whole table (a slice of an object column may hold
-    # only missing values, from which no type can be told)
-    schema = pa.Schema.from_pandas(df, preserve_index=False)
-    slices = range(0, max(len(df), 1), CSV_SLICE_ROWS)
     if fmt == "csv":
-        with pcsv.CSVWriter(path, as_csv_columns(arrow_table(df.iloc[:0], schema)).schema) as w:
-            for start in slices:
-                w.write_table(as_csv_columns(arrow_table(df.iloc[start:start + CSV_SLICE_ROWS], schema)))
+        with pcsv.CSVWriter(path, as_csv_columns(schema.empty_table()).schema) as w:
+            for t in slices:
+                w.write_table(as_csv_columns(t))
     else:
         with pq.ParquetWriter(path, schema, write_statistics=parquet_statistics(schema.names)) as w:
-            for start in slices:
-                w.write_table(arrow_table(df.iloc[start:start + CSV_SLICE_ROWS], schema))
+            for t in slices:
+                w.write_table(t)
     return path
 
 
