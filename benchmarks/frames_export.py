@@ -2,18 +2,20 @@
 """`amqpcap frames CAPTURE -o X.parquet` and `-o X.csv` against tshark exporting the same
 method fields, end to end as a user runs them (start-up, decoding and writing), in one run.
 
-    python3 benchmarks/frames_export.py CAPTURE [--repeat 3]
+    python3 benchmarks/frames_export.py CAPTURE [--repeat 3] [--baseline DIR]
 
 tshark:  tshark -r CAPTURE -Y amqp -T fields -e frame.number -e amqp.method.class
          -e amqp.method.method > file
 Prints the best of --repeat wall times of each, frames per packet, and tshark's time divided
-by each of amqpcap's (the issue's goal: 30x).
+by each of amqpcap's (the issue's goal: 30x). --baseline DIR also times the amqpcap package
+in DIR (an earlier commit with its core built, as for `benchmarks/scale.py --baseline`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -22,11 +24,11 @@ import time
 from pathlib import Path
 
 
-def best(cmd: list[str], repeat: int, stdout=subprocess.DEVNULL) -> float:
+def best(cmd: list[str], repeat: int, stdout=subprocess.DEVNULL, env: dict | None = None) -> float:
     times = []
     for _ in range(repeat):
         t = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=stdout, stderr=subprocess.DEVNULL)
+        subprocess.run(cmd, check=True, stdout=stdout, stderr=subprocess.DEVNULL, env=env)
         times.append(time.perf_counter() - t)
     return min(times)
 
@@ -35,6 +37,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("capture", type=Path)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--baseline", type=Path, help="also time the amqpcap package in this directory")
     args = ap.parse_args()
     if not shutil.which("tshark"):
         raise SystemExit("needs tshark (Debian: apt-get install tshark)")
@@ -46,6 +49,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as d:
         parquet = best([*amqpcap, f"{d}/frames.parquet"], args.repeat)
         csv = best([*amqpcap, f"{d}/frames.csv"], args.repeat)
+        if args.baseline:
+            env = {**os.environ, "PYTHONPATH": str(args.baseline)}
+            base = (best([*amqpcap, f"{d}/base.parquet"], args.repeat, env=env),
+                    best([*amqpcap, f"{d}/base.csv"], args.repeat, env=env))
         with open(f"{d}/tshark.txt", "w") as out:
             tshark = best(["tshark", "-r", str(args.capture), "-Y", "amqp", "-T", "fields", "-e", "frame.number",
                            "-e", "amqp.method.class", "-e", "amqp.method.method"], args.repeat, stdout=out)
@@ -54,6 +61,9 @@ def main() -> int:
     print(f"  tshark fields      {tshark:7.2f} s")
     print(f"  amqpcap -o parquet {parquet:7.2f} s   tshark / amqpcap = {tshark / parquet:5.1f}x")
     print(f"  amqpcap -o csv     {csv:7.2f} s   tshark / amqpcap = {tshark / csv:5.1f}x")
+    if args.baseline:
+        print(f"  baseline {args.baseline}: -o parquet {base[0]:.2f} s, -o csv {base[1]:.2f} s; this one takes "
+              f"{parquet / base[0]:.2f}x and {csv / base[1]:.2f}x their time")
     return 0
 
 

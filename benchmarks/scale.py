@@ -5,12 +5,18 @@ ingest with its passes on a local Dask cluster of --workers processes (wall time
 cluster's start, peak RSS of each worker).
 
     python3 benchmarks/scale.py CAPTURE --packets 2000000 10000000 [--file-packets 2000000] [--workers 2]
+                                [--baseline DIR]
 
 For each size: `make_large_capture.py` makes one capture of that many packets from CAPTURE
 (independent copies of its connections), `editcap -c` cuts it into a ring of --file-packets
 per file, then `amqpcap ingest RING --out DATASET` runs as its own process (peak RSS as
 /usr/bin/time measures it). Issue 13 asks for >= 1.5 M packets/s and <= 1 GB, flat from 10M to
 100M packets; the figures printed say how far the ingest in passes is from that.
+
+--baseline DIR runs the same ingest of each ring with another amqpcap too, the package in
+DIR (a checkout of an earlier commit whose core is built into DIR/amqpcap, e.g. `git worktree
+add /tmp/old COMMIT`, `cargo build --release` in its rust/, lib_core.so copied to
+amqpcap/_core.abi3.so), and prints this one's time and peak RSS against it.
 """
 
 from __future__ import annotations
@@ -43,12 +49,27 @@ def on_dask(ring: Path, dataset: Path, workers: int) -> tuple[float, list[float]
         return seconds, sorted(c.run(_worker_peak_rss_mib).values())
 
 
+def ingest_measured(ring: Path, dataset: Path, tmp: Path, baseline: Path | None = None) -> tuple[float, int]:
+    """`amqpcap ingest RING --out DATASET` as its own process (with `baseline`: the amqpcap
+    package in that directory): wall seconds and peak RSS (bytes)."""
+    env = {**os.environ, "PYTHONPATH": str(baseline)} if baseline else None
+    t = time.perf_counter()
+    with open(tmp / "out.txt", "wb") as out, open(tmp / "err.txt", "wb") as err:
+        code, rss = run_measured([sys.executable, "-m", "amqpcap", "ingest", str(ring), "--out", str(dataset)],
+                                 out, err, env=env)
+    seconds = time.perf_counter() - t
+    if code:
+        sys.exit((tmp / "err.txt").read_text(errors="replace"))
+    return seconds, rss
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("capture", type=Path)
     ap.add_argument("--packets", type=int, nargs="+", default=[2_000_000, 10_000_000])
     ap.add_argument("--file-packets", type=int, default=2_000_000)
     ap.add_argument("--workers", type=int, default=2, help="workers of the local Dask cluster (0: skip it)")
+    ap.add_argument("--baseline", type=Path, help="also ingest with the amqpcap package in this directory")
     args = ap.parse_args()
     rows = []
     for n in args.packets:
@@ -61,27 +82,24 @@ def main() -> int:
                            check=True)
             size = big.stat().st_size
             big.unlink()
-            t = time.perf_counter()
-            with open(Path(tmp) / "out.txt", "wb") as out, open(Path(tmp) / "err.txt", "wb") as err:
-                code, rss = run_measured([sys.executable, "-m", "amqpcap", "ingest", str(ring), "--out", str(dataset)],
-                                         out, err)
-            seconds = time.perf_counter() - t
-            if code:
-                print((Path(tmp) / "err.txt").read_text(errors="replace"), file=sys.stderr)
-                return 1
+            seconds, rss = ingest_measured(ring, dataset, Path(tmp))
+            base = ingest_measured(ring, Path(tmp) / "dataset-baseline", Path(tmp), args.baseline) if args.baseline else None
             files = len(list(ring.iterdir()))
             dask = on_dask(ring, Path(tmp) / "dataset-dask", args.workers) if args.workers else None
-            rows.append((n, files, size, seconds, rss, dask))
+            rows.append((n, files, size, seconds, rss, dask, base))
     print(f"amqpcap ingest of a ring made from {args.capture} ({args.file_packets:,} packets per file):")
-    for n, files, size, seconds, rss, dask in rows:
+    for n, files, size, seconds, rss, dask, base in rows:
         print(f"  {n:>12,} packets, {files:3d} files, {size / 1e9:5.2f} GB: {seconds:6.1f} s, "
               f"{n / seconds / 1e6:4.2f} M packets/s, peak RSS {rss / 2**30:5.2f} GiB")
+        if base:
+            print(f"  {'':>12}  baseline {args.baseline}: {base[0]:6.1f} s, peak RSS {base[1] / 2**30:5.2f} GiB; "
+                  f"this one takes {seconds / base[0]:.2f}x its time and {rss / base[1]:.2f}x its peak RSS")
         if dask:
             d_seconds, d_rss = dask
             print(f"  {'':>12}  on {args.workers} Dask workers: {d_seconds:6.1f} s, {n / d_seconds / 1e6:4.2f} M packets/s "
                   f"({seconds / d_seconds:.2f}x), peak RSS per worker " + ", ".join(f"{r / 1024:.2f} GiB" for r in d_rss))
     if len(rows) > 1:
-        (n0, *_, r0, _), (n1, *_, r1, _) = rows[0], rows[-1]
+        (n0, *_, r0, _, _), (n1, *_, r1, _, _) = rows[0], rows[-1]
         print(f"peak RSS grew {r1 / r0:.1f}x for {n1 / n0:.1f}x the packets")
     return 0
 
