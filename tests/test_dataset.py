@@ -138,3 +138,33 @@ def test_ingest_refuses_a_directory_in_use(tmp_path):
     (tmp_path / "ds" / "other").write_text("x")
     r = run_cli("ingest", FIX / "healthy.pcap", "--out", tmp_path / "ds")
     assert r.returncode == 64 and "is not an empty directory" in r.stderr
+
+
+@pytest.mark.parametrize("name", ["healthy.pcap", "kernel-drops.pcap", "huge-messages.pcap.gz", "midstream.pcap",
+                                  "churn.pcap"])
+def test_the_cores_arrow_tables_hold_the_values_load_gives(name):
+    """`decode_arrow` (what `ingest` and `frames -o` write) against `load()`, column by column:
+    the same values and missing values; integers and timestamps in the same Arrow types,
+    categoricals as dictionaries of strings, free text as strings."""
+    import pyarrow as pa
+
+    from amqpcap.capture import decode_arrow
+
+    direct = amqpcap.load(FIX / name, bodies=True)
+    arrow = decode_arrow(FIX / name, bodies=True).tables
+    for table, df in {**dataset._tables(direct), "records": direct.records}.items():
+        t = arrow[table]
+        assert t.column_names == list(df.columns), table
+        assert t.num_rows == len(df), table
+        for col in df.columns:
+            core = t.column(col).combine_chunks()
+            via_pandas = pa.Table.from_pandas(df[[col]], preserve_index=False).column(0).combine_chunks()
+            if isinstance(df[col].dtype, pd.CategoricalDtype):
+                assert pa.types.is_dictionary(core.type) and core.type.value_type == pa.string(), (table, col)
+                core, via_pandas = core.cast(pa.string()), via_pandas.cast(pa.string())
+            elif df[col].dtype == object or isinstance(df[col].dtype, pd.StringDtype):
+                assert core.type in (pa.string(), pa.binary()), (table, col, core.type)
+                via_pandas = via_pandas.cast(core.type)
+            else:
+                assert core.type == via_pandas.type, (table, col)
+            assert core.equals(via_pandas), (table, col)
