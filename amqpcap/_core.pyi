@@ -1,6 +1,6 @@
 """Native core (Rust, rust/src/lib.rs). Python code should use amqpcap.load instead."""
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import numpy.typing as npt
@@ -49,6 +49,8 @@ def decode(
     progress: ReadProgress | None = None,
     partition: tuple[int, list[int], bool] | None = None,
     arrow: bool = False,
+    records_sink: Callable[[ArrowBatch], None] | None = None,
+    records_batch_rows: int = 1 << 20,
 ) -> dict[str, Any]:
     """Decode a capture: one file, or a set read as one capture, merged by time as mergecap
     merges them (a file of a set that cannot be used is skipped with a warning unless
@@ -66,7 +68,12 @@ def decode(
     anomalies of the file) only when `capture_rows`; streams are numbered as without it.
 
     arrow: each table is an `ArrowBatch` instead of a column list (`pyarrow.record_batch(t)`),
-    in the types docs/dataset.md lists ("Arrow from the core")."""
+    in the types docs/dataset.md lists ("Arrow from the core").
+
+    records_sink: called with the `records` rows as an ArrowBatch each time `records_batch_rows`
+    are read, and with the last ones at the end, while the capture is read (with the GIL taken
+    for the call); the returned "records" table is then empty. Its first exception stops the
+    calls and is raised when the decode returns."""
 
 def bucket_of(streams: npt.NDArray[np.int64], buckets: int) -> npt.NDArray[np.int32]:
     """The bucket of each stream number (Fibonacci hashing: consecutive streams spread)."""

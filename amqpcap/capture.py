@@ -260,26 +260,52 @@ class Decoded:
 
 
 def decode_arrow(path, ports=DEFAULT_PORTS, limits: Limits | None = None, tls_keylog=None, bodies: bool = False,
-                 strict: bool = False, progress=None, partition=None) -> Decoded:
+                 strict: bool = False, progress=None, partition=None,
+                 records_sink: Callable[[Any], None] | None = None) -> Decoded:
     """What `load` decodes, with the tables as pyarrow Tables made by the core (no pandas in
     between: `amqpcap.dataset.ingest` writes them to Parquet as they are). ``records.source_file``
-    is a dictionary of the file names, as `load` makes it."""
+    is a dictionary of the file names, as `load` makes it.
+
+    With ``records_sink``, the `records` rows are not kept: they are given to it as pyarrow
+    RecordBatches of about `RECORDS_BATCH_ROWS` rows while the capture is read, the last ones
+    when it ends, and ``tables["records"]`` is empty. Not with a key log (the capture is decoded
+    twice then)."""
     import pyarrow as pa
 
-    d = _decoded(path, ports, limits, tls_keylog, bodies, strict, progress, partition, arrow=True)
-    rec = d.tables["records"]
-    i = rec.schema.get_field_index("source_file")
-    files = pa.DictionaryArray.from_arrays(rec.column(i).combine_chunks(), pa.array(d.files, pa.string()))
-    d.tables["records"] = rec.set_column(i, pa.field("source_file", files.type), files)
+    if records_sink is not None and tls_keylog is not None:
+        raise ValueError("records_sink is not used with a TLS key log")
+    from .inputs import capture_files
+
+    files = capture_files(path)
+
+    def named(batch):
+        """The core's records batch with `source_file` as a dictionary of the file names."""
+        i = batch.schema.get_field_index("source_file")
+        column = batch.column(i)
+        if isinstance(column, pa.ChunkedArray):
+            column = column.combine_chunks()
+        names = pa.DictionaryArray.from_arrays(column, pa.array(files, pa.string()))
+        return batch.set_column(i, pa.field("source_file", names.type), names)
+
+    sink = (lambda b: records_sink(named(pa.record_batch(b)))) if records_sink is not None else None
+    d = _decoded(path, ports, limits, tls_keylog, bodies, strict, progress, partition, arrow=True, records_sink=sink,
+                 files=files)
+    d.tables["records"] = named(d.tables["records"])
     return d
 
 
-def _decoded(path, ports, limits, tls_keylog, bodies, strict, progress, partition, arrow: bool) -> Decoded:
-    """The core's decode of the capture at `path` (see `load`) and its summary; with a key log,
-    decoded again with the plaintext of the TLS connections it decrypts."""
+#: rows of the `records` table in a batch that `decode_arrow` hands to its ``records_sink``
+RECORDS_BATCH_ROWS = 1 << 20
+
+
+def _decoded(path, ports, limits, tls_keylog, bodies, strict, progress, partition, arrow: bool,
+             records_sink=None, files: list[str] | None = None) -> Decoded:
+    """The core's decode of the capture at `path` (see `load`; `files`: its files, when known
+    already) and its summary; with a key log, decoded again with the plaintext of the TLS
+    connections it decrypts."""
     from .inputs import capture_files, describe, missing_ring_files
 
-    files = capture_files(path)
+    files = capture_files(path) if files is None else files
     name = describe(path, files)
     port_list = _ports(ports)
     if tls_keylog is not None:
@@ -294,7 +320,7 @@ def _decoded(path, ports, limits, tls_keylog, bodies, strict, progress, partitio
     def decode(decrypted=None) -> tuple[dict, pd.DataFrame]:
         try:
             raw = _decode(files, list(port_list), limit_dict, bool(bodies), decrypted, bool(strict), progress, partition,
-                          arrow)
+                          arrow, records_sink)
         except _core.CoreCaptureError as e:
             raise from_core(*e.args) from None
         if not arrow:
@@ -342,11 +368,13 @@ PROGRESS_INTERVAL_S = 0.25
 
 
 def _decode(files: list[str], ports: list[int], limits: dict, bodies: bool, decrypted, strict: bool,
-            progress: Callable[[int, int, int], None] | None, partition=None, arrow: bool = False) -> dict:
+            progress: Callable[[int, int, int], None] | None, partition=None, arrow: bool = False,
+            records_sink=None) -> dict:
     """The core's decode; with `progress`, a thread reports how far it has read (the core runs
     without the GIL, counting into a `_core.ReadProgress`)."""
     if progress is None:
-        return _core.decode(files, ports, limits, bodies, decrypted, strict, partition=partition, arrow=arrow)
+        return _core.decode(files, ports, limits, bodies, decrypted, strict, partition=partition, arrow=arrow,
+                            records_sink=records_sink, records_batch_rows=RECORDS_BATCH_ROWS)
     counter = _core.ReadProgress()
     total = 0
     for f in files:
@@ -363,7 +391,8 @@ def _decode(files: list[str], ports: list[int], limits: dict, bodies: bool, decr
     reporter = threading.Thread(target=report, name="amqpcap-progress", daemon=True)
     reporter.start()
     try:
-        return _core.decode(files, ports, limits, bodies, decrypted, strict, counter, partition, arrow)
+        return _core.decode(files, ports, limits, bodies, decrypted, strict, counter, partition, arrow, records_sink,
+                            RECORDS_BATCH_ROWS)
     finally:
         finished.set()
         reporter.join()

@@ -264,23 +264,54 @@ def ingest_pass(capture, out: str | os.PathLike[str], buckets: int, passes: int,
                 progress: Callable[[int, int, int], None] | None = None) -> PassResult:
     """Pass `p` of `passes` of `ingest` (in this process or on a Dask worker): decode `capture`
     keeping the connections of `pass_buckets(buckets, passes, p)` and write their buckets into
-    `out`; the first pass also writes the `records`. The core's tables are written as the Arrow
-    tables it makes (`amqpcap.capture.decode_arrow`), never through pandas."""
+    `out`; the first pass also writes the `records`, a batch at a time while the capture is
+    read (never all in memory). The core's tables are written as the Arrow tables it makes
+    (`amqpcap.capture.decode_arrow`), never through pandas."""
     from .capture import decode_arrow
 
     out, kept = Path(out), pass_buckets(buckets, passes, p)
-    d = decode_arrow(capture, progress=progress, **load_args,
-                     partition=None if passes == 1 else (buckets, kept, p == 0))
-    records = d.tables.pop("records")
+    records = _RecordsFile(out / "capture" / "records.parquet") if p == 0 else None
+    # (with a key log the capture is decoded twice: its records are written once, at the end)
+    streamed = records is not None and load_args.get("tls_keylog") is None
+    try:
+        d = decode_arrow(capture, progress=progress, **load_args, records_sink=records.write if streamed else None,
+                         partition=None if passes == 1 else (buckets, kept, p == 0))
+        rest = d.tables.pop("records")
+        if records is not None:
+            records.write(rest)
+    finally:
+        if records is not None:
+            records.close()
     anomalies = d.tables["anomalies"].select(["kind", "stream", "bytes", "detail"]).to_pandas()
     tables = {name: d.tables[name] for name in CONNECTION_TABLES if d.tables.get(name) is not None}
     d.tables.clear()
     rows, loose = _write_connections(tables, out, buckets, kept)
-    if p == 0:
-        _write_arrow(records, out / "capture" / "records.parquet")
-        rows["records"] = records.num_rows
-    del records
+    if records is not None:
+        rows["records"] = records.rows
     return PassResult(rows, loose, d.summary, d.ports, d.connections[["tls", "tls_decrypted"]], anomalies)
+
+
+class _RecordsFile:
+    """`capture/records.parquet` written a batch (a row group) at a time, as the core hands the
+    rows over (`decode_arrow`'s ``records_sink``)."""
+
+    def __init__(self, path: Path):
+        self.path, self.rows, self._writer = path, 0, None
+
+    def write(self, batch) -> None:
+        import pyarrow.parquet as pq
+
+        if self._writer is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._writer = pq.ParquetWriter(self.path, batch.schema,
+                                            write_statistics=parquet_statistics(batch.schema.names))
+        if batch.num_rows:
+            self._writer.write(batch)
+            self.rows += batch.num_rows
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
 
 
 #: runs `ingest_pass` over a list of argument tuples, giving the results in any order

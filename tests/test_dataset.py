@@ -168,3 +168,30 @@ def test_the_cores_arrow_tables_hold_the_values_load_gives(name):
             else:
                 assert core.type == via_pandas.type, (table, col)
             assert core.equals(via_pandas), (table, col)
+
+
+def test_records_leave_the_core_in_batches_while_the_capture_is_read():
+    """With a records sink the core hands the `records` rows over a batch at a time while it
+    reads (the first batch before the last packet is read) and keeps none for the end; the
+    batches together are `load()`'s records table."""
+    import pyarrow as pa
+
+    from amqpcap import _core
+
+    path = str(FIX / "healthy.pcap")
+    counter = _core.ReadProgress()
+    batches, read_when = [], []
+
+    def sink(batch):
+        read_when.append(counter.records)
+        batches.append(pa.record_batch(batch))
+
+    out = _core.decode([path], [5672], None, False, None, False, counter, None, True, sink, 500)
+    total = amqpcap.load(path).records
+    assert [b.num_rows for b in batches] == [500, 500, 500, len(total) - 1500]
+    assert read_when[0] == 500 < len(total) and read_when[-1] == len(total)
+    assert pa.record_batch(out["records"]).num_rows == 0
+    got = pa.Table.from_batches(batches).to_pandas()
+    for col in ("packet", "frame_len", "source_packet"):
+        assert got[col].tolist() == total[col].tolist(), col
+    assert (got["ts"] == total["ts"]).all()

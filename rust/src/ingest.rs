@@ -18,7 +18,7 @@ use crate::capture::reader::{ReadSummary, Record};
 use crate::error::CaptureError;
 use crate::limits::Limits;
 use crate::partition::Partition;
-use crate::tables::{sort_rows_by, Column, RowOrigin, Table,
+use crate::tables::{sort_rows_by, RowOrigin, Table,
 };
 use crate::tcp::reassembly::PacketRef;
 use crate::tcp::{ConvKey, Endpoint};
@@ -27,8 +27,13 @@ use crate::output::bodies::{bodies_table, BodiesBuilder};
 use crate::output::frames::{frames_table, FramesBuilder};
 use crate::output::packets::{packets_table, PacketsBuilder, Segment};
 use crate::output::connections::connections_table;
+use crate::output::records::RecordsBuilder;
+use crate::output::PacketTimes;
 use crate::flow::{ClientEvidence, ConnInfo, Dir, Kind, Stream, Streams};
 use crate::tls::Decrypted;
+
+/// Receives the `records` table's rows in batches while the capture is read.
+pub type RecordsSink<'a> = Box<dyn FnMut(Table) + 'a>;
 
 pub struct Ingest<'l> {
     limits: &'l Limits,
@@ -36,12 +41,10 @@ pub struct Ingest<'l> {
     ports: Vec<u16>,
     conversations: HashMap<ConvKey, u32, RandomState>,
     streams: Streams,
-    all_ts: Vec<i64>,
-    /// On-wire length of every record (the `records` table).
-    all_len: Vec<i32>,
-    /// Index in the set of files of every record (`records.source_file`); empty when the
-    /// capture is one file.
-    all_file: Vec<u16>,
+    records: RecordsBuilder,
+    /// Where `records` rows go, a batch at a time while the capture is read (see
+    /// [`Ingest::set_records_sink`]); without it they are output with the other tables.
+    records_sink: Option<(RecordsSink<'l>, usize)>,
     packets: PacketsBuilder,
     frames: FramesBuilder,
     anomalies: AnomaliesBuilder,
@@ -71,23 +74,6 @@ pub struct Output {
     pub files: Vec<FileRead>,
 }
 
-/// Per record: the index of its file in the set and its number in that file (1-based, as
-/// Wireshark numbers it when the file is opened alone). `files` is empty for one file.
-fn source_columns(files: Vec<u16>, records: usize) -> (Vec<i16>, Vec<i32>) {
-    if files.is_empty() {
-        return (vec![0; records], (1..=records as i32).collect());
-    }
-    let mut seen = vec![0i32; files.iter().max().map_or(0, |&m| m as usize + 1)];
-    let packet = files
-        .iter()
-        .map(|&f| {
-            seen[f as usize] += 1;
-            seen[f as usize]
-        })
-        .collect();
-    (files.into_iter().map(|f| f as i16).collect(), packet)
-}
-
 impl<'l> Ingest<'l> {
     pub fn new(ports: &[u16], limits: &'l Limits, bodies: bool) -> Self {
         Ingest {
@@ -95,9 +81,8 @@ impl<'l> Ingest<'l> {
             ports: ports.to_vec(),
             conversations: HashMap::default(),
             streams: Streams::default(),
-            all_ts: Vec::new(),
-            all_len: Vec::new(),
-            all_file: Vec::new(),
+            records: RecordsBuilder::new(true),
+            records_sink: None,
             packets: PacketsBuilder::default(),
             frames: FramesBuilder::default(),
             anomalies: AnomaliesBuilder { cap: limits.max_anomalies, ..Default::default() },
@@ -112,7 +97,15 @@ impl<'l> Ingest<'l> {
 
     /// Output only the connections `partition` keeps (see [`Partition`]).
     pub fn set_partition(&mut self, partition: Partition) {
+        self.records = RecordsBuilder::new(partition.capture_rows);
         self.partition = Some(partition);
+    }
+
+    /// Hand the `records` rows to `sink` in batches of `batch_rows` while the capture is read,
+    /// and the last ones at the end: the `records` table of the output is then empty, and the
+    /// rows never all in memory at once.
+    pub fn set_records_sink(&mut self, sink: RecordsSink<'l>, batch_rows: usize) {
+        self.records_sink = Some((sink, batch_rows.max(1)));
     }
 
     fn keeps(&self, stream: u32) -> bool {
@@ -129,17 +122,26 @@ impl<'l> Ingest<'l> {
         self.decrypted = decrypted;
     }
 
-    fn file_anomaly(&mut self, kind: AnomalyKind, packet: u32, bytes: u64, detail: String) {
+    fn file_anomaly(&mut self, kind: AnomalyKind, packet: u32, ts_ns: Option<i64>, bytes: u64, detail: String) {
         if !self.capture_rows() {
             return;
         }
-        self.anomalies.push(kind, None, Some(packet), bytes, detail);
+        self.anomalies.push(kind, None, Some(packet), ts_ns, bytes, detail);
     }
 
+    /// The next record of a capture of one file.
     pub fn record(&mut self, rec: Record<'_>) {
-        self.all_ts.push(rec.ts_ns);
-        self.all_len.push(rec.origlen as i32);
-        let number = self.all_ts.len() as u32;
+        self.record_from(rec, 0)
+    }
+
+    /// The next record of the capture, read from file `file` of the set.
+    pub fn record_from(&mut self, rec: Record<'_>, file: usize) {
+        let number = self.records.push(rec.ts_ns, rec.origlen, file);
+        if let Some((sink, batch_rows)) = self.records_sink.as_mut() {
+            if self.records.rows() >= *batch_rows {
+                sink(self.records.take_rows());
+            }
+        }
         if !link::linktype_supported(rec.linktype) {
             let bytes = rec.data.len() as u64;
             match self
@@ -153,7 +155,7 @@ impl<'l> Ingest<'l> {
                 }
                 None => {
                     // One row per link type; its count is filled in at the end.
-                    let row = self.summary_row(AnomalyKind::UnsupportedLinkType, number);
+                    let row = self.summary_row(AnomalyKind::UnsupportedLinkType, number, rec.ts_ns);
                     self.skipped_linktypes.push((rec.linktype, 1, bytes, row));
                 }
             }
@@ -163,11 +165,11 @@ impl<'l> Ingest<'l> {
             Ok(t) => t,
             Err(LinkError::NotTcp) => return,
             Err(LinkError::Fragment) => {
-                self.file_anomaly(AnomalyKind::IpFragment, number, rec.data.len() as u64, "fragmented IP packet (not reassembled)".into());
+                self.file_anomaly(AnomalyKind::IpFragment, number, Some(rec.ts_ns), rec.data.len() as u64, "fragmented IP packet (not reassembled)".into());
                 return;
             }
             Err(LinkError::Malformed) => {
-                self.file_anomaly(AnomalyKind::MalformedPacket, number, rec.data.len() as u64, "link, IP or TCP header does not parse".into());
+                self.file_anomaly(AnomalyKind::MalformedPacket, number, Some(rec.ts_ns), rec.data.len() as u64, "link, IP or TCP header does not parse".into());
                 return;
             }
         };
@@ -192,20 +194,20 @@ impl<'l> Ingest<'l> {
         };
         match idx {
             Some(idx) => self.tcp_segment(idx, &tcp, rec, number),
-            None => self.beyond_stream_limit(rec.data.len() as u64, number),
+            None => self.beyond_stream_limit(rec.data.len() as u64, number, rec.ts_ns),
         }
     }
 
     /// A packet of a conversation beyond `max_streams`: only counted (no state is kept for
     /// such conversations, so the cap bounds memory).
-    fn beyond_stream_limit(&mut self, bytes: u64, number: u32) {
+    fn beyond_stream_limit(&mut self, bytes: u64, number: u32, ts_ns: i64) {
         match self.over_limit.as_mut() {
             Some(o) => {
                 o.0 += 1;
                 o.1 += bytes;
             }
             None => {
-                let row = self.summary_row(AnomalyKind::StreamLimit, number);
+                let row = self.summary_row(AnomalyKind::StreamLimit, number, ts_ns);
                 self.over_limit = Some((1, bytes, row));
             }
         }
@@ -213,10 +215,10 @@ impl<'l> Ingest<'l> {
 
     /// A row of the file filled in at the end (whatever the anomaly cap), when this pass
     /// outputs the rows of the capture as a whole.
-    fn summary_row(&mut self, kind: AnomalyKind, number: u32) -> Option<usize> {
+    fn summary_row(&mut self, kind: AnomalyKind, number: u32, ts_ns: i64) -> Option<usize> {
         let row = self.anomalies.kind.len();
         self.capture_rows().then(|| {
-            self.anomalies.push_row(kind, None, Some(number), 0, String::new());
+            self.anomalies.push_row(kind, None, Some(number), Some(ts_ns), 0, String::new());
             row
         })
     }
@@ -330,6 +332,7 @@ impl<'l> Ingest<'l> {
 
         let row = packets.push_segment(Segment {
             number,
+            ts_ns: rec.ts_ns,
             stream: idx,
             from_a: d == 0,
             frame_len: rec.origlen,
@@ -425,7 +428,7 @@ impl<'l> Ingest<'l> {
         // Not needed any more; a million conversations make it large.
         self.conversations = HashMap::default();
         let last = PacketRef {
-            number: self.all_ts.len() as u32,
+            number: self.records.count(),
             row: self.packets.packet.len().saturating_sub(1) as u32,
         };
         self.drain_streams(last);
@@ -514,7 +517,8 @@ impl<'l> Ingest<'l> {
         self.anomalies.summarise_over_cap();
         if read.truncated {
             let detail = read.warnings.last().cloned().unwrap_or_default();
-            self.file_anomaly(AnomalyKind::CaptureTruncated, last.number, 0, detail);
+            let ts = self.records.last_ts;
+            self.file_anomaly(AnomalyKind::CaptureTruncated, last.number, ts, 0, detail);
         }
         read
     }
@@ -523,24 +527,16 @@ impl<'l> Ingest<'l> {
     fn into_output(mut self, mut read: ReadSummary) -> Output {
         let is_amqp: Vec<bool> = self.streams.iter().map(|s| s.kind == Kind::Amqp).collect();
         let a_is_client: Vec<bool> = self.streams.iter().map(|s| s.a_is_client).collect();
-        let first_ts = self.all_ts.first().copied();
-        let last_ts = self.all_ts.last().copied();
         let tcp_packets = self.tcp_packets;
         let partition = self.partition.take();
         let connections = connections_table(std::mem::take(&mut self.streams), |i| partition.as_ref().is_none_or(|p| p.keeps(i as u32)));
-        let packets = packets_table(
-            std::mem::take(&mut self.packets),
-            &is_amqp,
-            &a_is_client,
-            &self.all_ts,
-        );
-        let mut frames = frames_table(std::mem::take(&mut self.frames), &a_is_client, &self.all_ts);
+        // The other tables' times come from the packets table's (before it drops the rows of
+        // conversations that turned out not to be AMQP: none of them is named by another row).
+        let packets = std::mem::take(&mut self.packets);
+        let times = PacketTimes::new(&packets.packet, &packets.ts);
+        let mut frames = frames_table(std::mem::take(&mut self.frames), &a_is_client, &times);
         sort_rows_by(&mut frames, "packet");
-        let anomalies = anomalies_table(
-            std::mem::take(&mut self.anomalies),
-            &a_is_client,
-            &self.all_ts,
-        );
+        let anomalies = anomalies_table(std::mem::take(&mut self.anomalies), &a_is_client, &times);
         let bodies = self.bodies.take().map(|b| {
             if b.not_kept > 0 {
                 read.warnings.push(format!(
@@ -548,25 +544,16 @@ impl<'l> Ingest<'l> {
                     b.not_kept, self.limits.max_body_bytes
                 ));
             }
-            let mut t = bodies_table(b, &a_is_client, &self.all_ts);
+            let mut t = bodies_table(b, &a_is_client, &times);
             sort_rows_by(&mut t, "last_packet");
             t
         });
-        let mut all_len = std::mem::take(&mut self.all_len);
-        if !partition.as_ref().is_none_or(|p| p.capture_rows) {
-            // Another pass outputs them.
-            all_len.clear();
-            self.all_ts.clear();
-            self.all_file.clear();
+        let packets = packets_table(packets, &is_amqp, &a_is_client);
+        let mut records = self.records.take_rows();
+        if let Some((mut sink, _)) = self.records_sink.take() {
+            sink(records);
+            records = self.records.take_rows(); // (none: every row went to the sink)
         }
-        let (source_file, source_packet) = source_columns(std::mem::take(&mut self.all_file), all_len.len());
-        let records = vec![
-            ("packet", Column::I32((1..=all_len.len() as i32).collect())),
-            ("ts", Column::Ts(std::mem::take(&mut self.all_ts))),
-            ("frame_len", Column::I32(all_len)),
-            ("source_file", Column::I16(source_file)),
-            ("source_packet", Column::I32(source_packet)),
-        ];
         Output {
             records,
             packets,
@@ -576,8 +563,8 @@ impl<'l> Ingest<'l> {
             bodies,
             read,
             tcp_packets,
-            first_ts,
-            last_ts,
+            first_ts: self.records.first_ts,
+            last_ts: self.records.last_ts,
             files: Vec::new(),
         }
     }
@@ -625,6 +612,7 @@ pub fn ingest(
     partition: Option<Partition>,
     strict: bool,
     progress: &Progress,
+    records_sink: Option<(RecordsSink<'_>, usize)>,
 ) -> Result<Output, CaptureError> {
     if paths.len() > crate::limits::MAX_FILES {
         return Err(CaptureError::Unreadable(format!(
@@ -640,13 +628,11 @@ pub fn ingest(
     if let Some(p) = partition {
         ing.set_partition(p);
     }
+    if let Some((sink, batch_rows)) = records_sink {
+        ing.set_records_sink(sink, batch_rows);
+    }
     let several = paths.len() > 1;
-    let merged = read_captures(paths, limits.max_record_bytes, strict, progress, |rec, file| {
-        if several {
-            ing.all_file.push(file as u16);
-        }
-        ing.record(rec)
-    })?;
+    let merged = read_captures(paths, limits.max_record_bytes, strict, progress, |rec, file| ing.record_from(rec, file))?;
     if let Some(why) = ing.nothing_readable(merged.read.records) {
         let name = if several { format!("none of the {} files", paths.len()) } else { paths[0].clone() };
         return Err(CaptureError::Unsupported(format!("{name}: {why}")));
@@ -660,6 +646,7 @@ pub fn ingest(
 mod tests {
     use super::*;
     use crate::capture::link::{FIN, LINKTYPE_IPV4};
+    use crate::tables::Column;
 
     /// A raw IPv4/TCP packet (link type IPV4): 10.0.0.1:40000 is the client, 10.0.0.2:5672 the
     /// broker.

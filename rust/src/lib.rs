@@ -228,7 +228,7 @@ mod python {
 
     /// Decode a capture (one file or a set merged by time) into column tables. See `amqpcap/_core.pyi`.
     #[pyfunction]
-    #[pyo3(signature = (paths, ports, limits=None, bodies=false, decrypted=None, strict=false, progress=None, partition=None, arrow=false))]
+    #[pyo3(signature = (paths, ports, limits=None, bodies=false, decrypted=None, strict=false, progress=None, partition=None, arrow=false, records_sink=None, records_batch_rows=1 << 20))]
     #[allow(clippy::too_many_arguments)]
     fn decode<'py>(
         py: Python<'py>,
@@ -241,6 +241,8 @@ mod python {
         progress: Option<PyRef<'py, ReadProgress>>,
         partition: Option<(u32, Vec<u32>, bool)>,
         arrow: bool,
+        records_sink: Option<Bound<'py, PyAny>>,
+        records_batch_rows: usize,
     ) -> PyResult<Bound<'py, PyDict>> {
         let limits = limits_from(limits)?;
         let partition = partition
@@ -249,9 +251,30 @@ mod python {
             .map_err(pyo3::exceptions::PyValueError::new_err)?;
         let decrypted = decrypted.map(decrypted_from).transpose()?;
         let progress = progress.map(|p| p.0.clone()).unwrap_or_default();
-        let out = py
-            .detach(|| ingest(&paths, &ports, &limits, bodies, decrypted, partition, strict, &progress))
-            .map_err(|e| CoreCaptureError::new_err((e.kind(), e.message().to_string())))?;
+        // The records' batches go to `records_sink` as ArrowBatch objects while the capture is
+        // read (the GIL is taken for each call); its first error stops the calls and is raised
+        // once the decode returns.
+        let sink = records_sink.map(Bound::unbind);
+        let failed: std::sync::Mutex<Option<PyErr>> = std::sync::Mutex::new(None);
+        let out = py.detach(|| {
+            let records_sink = sink.as_ref().map(|obj| {
+                let call = |t: Table| {
+                    if failed.lock().expect("not poisoned").is_some() {
+                        return;
+                    }
+                    let res = Python::attach(|py| obj.call1(py, (arrow_table(py, t)?,)).map(drop));
+                    if let Err(e) = res {
+                        *failed.lock().expect("not poisoned") = Some(e);
+                    }
+                };
+                (Box::new(call) as crate::ingest::RecordsSink<'_>, records_batch_rows)
+            });
+            ingest(&paths, &ports, &limits, bodies, decrypted, partition, strict, &progress, records_sink)
+        });
+        if let Some(e) = failed.into_inner().expect("not poisoned") {
+            return Err(e);
+        }
+        let out = out.map_err(|e| CoreCaptureError::new_err((e.kind(), e.message().to_string())))?;
         let d = PyDict::new(py);
         let hand = |t: Table| if arrow { arrow_table(py, t) } else { table(py, t).map(Bound::into_any) };
         d.set_item("records", hand(out.records)?)?;

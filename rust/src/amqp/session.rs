@@ -136,7 +136,7 @@ impl FrameSink for Sink<'_> {
 
     fn anomaly(&mut self, kind: AnomalyKind, packet: u32, bytes: u64, detail: String) {
         self.info.anomalies += 1;
-        self.anomalies.push(kind, Some(self.origin), Some(packet), bytes, detail);
+        self.anomalies.push(kind, Some(self.origin), Some(packet), None, bytes, detail);
     }
 }
 

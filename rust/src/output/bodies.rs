@@ -4,7 +4,7 @@
 use crate::tables::{direction_codes, Column, Table,
     DIRECTIONS,
 };
-use super::ts_of;
+use super::PacketTimes;
 
 /// A message whose content header was decoded and whose body frames are still to come.
 pub(crate) struct PendingBody {
@@ -68,10 +68,10 @@ impl BodiesBuilder {
     }
 }
 
-pub(crate) fn bodies_table(b: BodiesBuilder, a_is_client: &[bool], all_ts: &[i64]) -> Table {
+pub(crate) fn bodies_table(b: BodiesBuilder, a_is_client: &[bool], times: &PacketTimes<'_>) -> Table {
     let stream_u32: Vec<u32> = b.stream.iter().map(|&s| s as u32).collect();
     let direction = direction_codes(&stream_u32, &b.from_a, a_is_client);
-    let ts = ts_of(&b.packet, all_ts);
+    let ts = times.of(&b.packet);
     vec![
         ("stream", Column::I32(b.stream)),
         ("direction", Column::Cat(direction, DIRECTIONS.to_vec())),

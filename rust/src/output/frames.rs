@@ -8,7 +8,7 @@ use crate::tables::{str_column,
     direction_codes, Column, OptCol, Sparse, SparseStr, Table,
     DIRECTIONS,
 };
-use super::ts_of;
+use super::PacketTimes;
 
 #[derive(Default)]
 pub struct FramesBuilder {
@@ -138,11 +138,11 @@ impl FramesBuilder {
     }
 }
 
-pub(crate) fn frames_table(f: FramesBuilder, a_is_client: &[bool], all_ts: &[i64]) -> Table {
+pub(crate) fn frames_table(f: FramesBuilder, a_is_client: &[bool], times: &PacketTimes<'_>) -> Table {
     let n = f.rows();
     let stream_u32: Vec<u32> = f.stream.iter().map(|&s| s as u32).collect();
     let direction = direction_codes(&stream_u32, &f.from_a, a_is_client);
-    let ts = ts_of(&f.packet, all_ts);
+    let ts = times.of(&f.packet);
     let method_names: Vec<String> = METHODS.iter().map(|m| m.name.to_string()).collect();
     debug_assert_eq!(method_names.len(), METHOD_COUNT);
     let (ts_values, ts_valid) = f.message_timestamp.dense(n);

@@ -5,12 +5,13 @@
 use crate::tables::{direction_codes, keep_rows, Column, OptCol, Table,
     DIRECTIONS,
 };
-use super::ts_of;
 use crate::capture::link::{TcpOptions, TcpPacket};
 
 #[derive(Default)]
 pub struct PacketsBuilder {
     pub(crate) packet: Vec<i32>,
+    /// Capture time (ns): also the time of the packets other tables' rows name (`PacketTimes`).
+    pub(crate) ts: Vec<i64>,
     pub(crate) stream: Vec<i32>,
     pub(crate) from_a: Vec<bool>,
     pub(crate) frame_len: Vec<i32>,
@@ -32,6 +33,7 @@ pub struct PacketsBuilder {
 /// already scaled.
 pub(crate) struct Segment<'a> {
     pub number: u32,
+    pub ts_ns: i64,
     pub stream: u32,
     pub from_a: bool,
     pub frame_len: u32,
@@ -48,6 +50,7 @@ impl PacketsBuilder {
     pub(crate) fn push_segment(&mut self, s: Segment<'_>) -> u32 {
         let row = self.packet.len() as u32;
         self.packet.push(s.number as i32);
+        self.ts.push(s.ts_ns);
         self.stream.push(s.stream as i32);
         self.from_a.push(s.from_a);
         self.frame_len.push(s.frame_len as i32);
@@ -66,10 +69,11 @@ impl PacketsBuilder {
     }
 }
 
-pub(crate) fn packets_table(mut p: PacketsBuilder, is_amqp: &[bool], a_is_client: &[bool], all_ts: &[i64]) -> Table {
+pub(crate) fn packets_table(mut p: PacketsBuilder, is_amqp: &[bool], a_is_client: &[bool]) -> Table {
     let keep: Vec<bool> = p.stream.iter().map(|&s| is_amqp[s as usize]).collect();
     if keep.iter().any(|k| !k) {
         keep_rows(&mut p.packet, &keep);
+        keep_rows(&mut p.ts, &keep);
         keep_rows(&mut p.stream, &keep);
         keep_rows(&mut p.from_a, &keep);
         keep_rows(&mut p.frame_len, &keep);
@@ -87,10 +91,9 @@ pub(crate) fn packets_table(mut p: PacketsBuilder, is_amqp: &[bool], a_is_client
     }
     let stream_u32: Vec<u32> = p.stream.iter().map(|&s| s as u32).collect();
     let direction = direction_codes(&stream_u32, &p.from_a, a_is_client);
-    let ts = ts_of(&p.packet, all_ts);
     vec![
         ("packet", Column::I32(p.packet)),
-        ("ts", Column::Ts(ts)),
+        ("ts", Column::Ts(p.ts)),
         ("stream", Column::I32(p.stream)),
         ("direction", Column::Cat(direction, DIRECTIONS.to_vec())),
         ("frame_len", Column::I32(p.frame_len)),
