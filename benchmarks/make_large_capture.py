@@ -3,7 +3,9 @@
 
 Each copy of the source capture gets its own client port (so it is a separate TCP connection,
 as many concurrent clients would be) and a time offset; the copies are merged in time order
-into one pcap. The AMQP bytes are the recorded ones, untouched.
+into one pcap. Past 60,000 connections the client's IPv4 address changes too (its second
+octet counts up), so there is no limit on the copies. The AMQP bytes are the recorded ones,
+untouched.
 
     python benchmarks/make_large_capture.py fixtures/rpc-nodelay.pcap /tmp/large.pcap --packets 1000000
 
@@ -20,6 +22,8 @@ import sys
 from pathlib import Path
 
 LINK_HEADER = {1: 14, 113: 16, 276: 20, 101: 0, 228: 0}
+#: client ports used per client address (2000 up to 62000)
+PORTS = 60000
 
 
 def read_pcap(path: Path):
@@ -47,14 +51,15 @@ def read_pcap(path: Path):
 
 
 def port_offsets(record: bytes, linktype: int):
-    """Offsets of the TCP source and destination ports, or None for non-IPv4-TCP packets."""
+    """Offsets of the TCP source and destination ports and of the IPv4 source and destination
+    addresses, or None for non-IPv4-TCP packets."""
     ip = LINK_HEADER[linktype]
     if linktype == 1 and record[12:14] == b"\x81\x00":
         ip += 4
     if len(record) < ip + 20 or record[ip] >> 4 != 4 or record[ip + 9] != 6:
         return None
     tcp = ip + (record[ip] & 0x0F) * 4
-    return tcp, tcp + 2
+    return tcp, tcp + 2, ip + 12, ip + 16
 
 
 def main() -> None:
@@ -78,19 +83,26 @@ def main() -> None:
     # Every client port of the source gets a fresh port in every copy, so each recorded
     # connection becomes `copies` distinct connections.
     client_ports = sorted({p for r, po in zip(records, ports) if po for p in struct.unpack(">HH", r[1][po[0] : po[0] + 4]) if p != args.broker_port})
-    if copies * len(client_ports) > 60000:
-        sys.exit(f"{copies} copies x {len(client_ports)} connections need more client ports than exist")
-    remap = [{p: 2000 + i * len(client_ports) + k for k, p in enumerate(client_ports)} for i in range(copies)]
+    if copies * len(client_ports) > 256 * PORTS:
+        sys.exit(f"{copies} copies x {len(client_ports)} connections: more than this generator numbers")
+
+    def client(i: int, port: int) -> tuple[int, int]:
+        """Copy `i`'s client port for recorded port `port`, and what its address's second octet gains."""
+        n = i * len(client_ports) + client_ports.index(port)
+        return 2000 + n % PORTS, n // PORTS
 
     def copy(i: int):
         shift = i * step
+        remap = {p: client(i, p) for p in client_ports}
         for (ts, rec, origlen), po in zip(records, ports):
             out = bytearray(rec)
             if po is not None:
-                for off in po:
-                    port = struct.unpack(">H", out[off : off + 2])[0]
+                for port_off, addr_off in ((po[0], po[2]), (po[1], po[3])):
+                    port = struct.unpack(">H", out[port_off : port_off + 2])[0]
                     if port != args.broker_port:
-                        out[off : off + 2] = struct.pack(">H", remap[i][port])
+                        new_port, net = remap[port]
+                        out[port_off : port_off + 2] = struct.pack(">H", new_port)
+                        out[addr_off + 1] = (out[addr_off + 1] + net) % 256
             yield ts + shift, i, out, origlen
 
     total = 0
