@@ -44,7 +44,8 @@ CaptureArg = typer.Argument(..., metavar="CAPTURE", help="pcap or pcapng file, o
 CapturesArg = typer.Argument(
     ..., metavar="CAPTURE...", show_default=False,
     help="pcap or pcapng files, optionally gzip-compressed; several files, a glob or a directory (a tcpdump ring) "
-         "are read as one capture, merged by time as mergecap merges them")
+         "are read as one capture, merged by time as mergecap merges them; or a dataset written by `amqpcap ingest` "
+         "(its directory, or an fsspec URL such as s3://bucket/ring.dataset)")
 StrictOpt = typer.Option(False, "--strict", help="stop at a file of the set that cannot be read (default: skip it with a warning)")
 PortOpt = typer.Option(
     None, "--port", "-p", metavar="PORT",
@@ -132,7 +133,7 @@ def ports_of(port: Optional[List[int]], add_port: Optional[List[int]] = None) ->
 SchedulerOpt = typer.Option(
     None, "--scheduler", metavar="ADDRESS",
     help="analyse a dataset on Dask: the scheduler's address (tcp://HOST:PORT; the workers must see the "
-         "dataset at the same path), or `local` for a cluster of this machine's cores")
+         "dataset at the same path, or read it from the same URL), or `local` for a cluster of this machine's cores")
 IngestSchedulerOpt = typer.Option(
     None, "--scheduler", metavar="ADDRESS",
     help="run the decoding passes on Dask: the scheduler's address (tcp://HOST:PORT; the workers must see the "
@@ -141,7 +142,7 @@ WorkersOpt = typer.Option(None, "--workers", min=1, max=256,
                           help="with --scheduler local: worker processes (default: one per core)")
 
 
-def _load(capture: Path | List[Path], port: Optional[List[int]], limit: Optional[List[str]] = None, bodies: bool = False,
+def _load(capture: List[str], port: Optional[List[int]], limit: Optional[List[str]] = None, bodies: bool = False,
           tls_keylog: Optional[Path] = None, add_port: Optional[List[int]] = None, strict: bool = False,
           arrow: bool = False):
     """The capture, loaded (a `Capture`), its warnings told; with ``arrow``, a capture file's
@@ -150,7 +151,7 @@ def _load(capture: Path | List[Path], port: Optional[List[int]], limit: Optional
     from .dataset import is_dataset
 
     capture = _one_name(capture)
-    arrow = arrow and not (isinstance(capture, Path) and is_dataset(capture))
+    arrow = arrow and not (not isinstance(capture, list) and is_dataset(capture))
     with _reading_progress() as progress:
         args = dict(ports=ports_of(port, add_port), limits=parse_limits(limit), bodies=bodies, tls_keylog=tls_keylog,
                     strict=strict, progress=progress)
@@ -169,9 +170,13 @@ def _load(capture: Path | List[Path], port: Optional[List[int]], limit: Optional
     return cap
 
 
-def _one_name(capture: Path | List[Path]) -> Path | List[Path]:
-    """One name (a file, a directory, a glob) names the capture; several are a set."""
-    return capture[0] if isinstance(capture, list) and len(capture) == 1 else capture
+def _one_name(capture: List[str]) -> Path | str | List[Path | str]:
+    """One name (a file, a directory, a glob, a dataset's path or URL) names the capture;
+    several are a set. Paths are Paths; a URL (a dataset read through fsspec) stays text."""
+    from .dataset import is_url
+
+    names = [c if is_url(c) else Path(c) for c in capture]
+    return names[0] if len(names) == 1 else names
 
 
 @contextmanager
@@ -257,7 +262,7 @@ def _capture_line(cap: Capture) -> str:
 
 @app.command()
 def frames(
-    capture: List[Path] = CapturesArg,
+    capture: List[str] = CapturesArg,
     output: Path = typer.Option(..., "--output", "-o", help="output file: .csv or .parquet"),
     port: Optional[List[int]] = PortOpt,
     add_port: Optional[List[int]] = AddPortOpt,
@@ -296,7 +301,7 @@ def _fmt_ts(ts) -> str:
 
 
 @app.command()
-def info(capture: List[Path] = CapturesArg, port: Optional[List[int]] = PortOpt, limit: Optional[List[str]] = LimitOpt,
+def info(capture: List[str] = CapturesArg, port: Optional[List[int]] = PortOpt, limit: Optional[List[str]] = LimitOpt,
          tls_keylog: Optional[Path] = KeylogOpt, all_connections: bool = AllConnectionsOpt,
          add_port: Optional[List[int]] = AddPortOpt, strict: bool = StrictOpt) -> None:
     """Print the capture summary, the AMQP connections (name, client, user@vhost, role) and the consumers in it."""
@@ -467,7 +472,7 @@ def _no_findings(cap: Capture, analyzer_names: list[str]) -> str:
 
 
 def _analyzer_command(name: str, fn, help_text: str):
-    def command(capture: List[Path] = CapturesArg, port: Optional[List[int]] = PortOpt,
+    def command(capture: List[str] = CapturesArg, port: Optional[List[int]] = PortOpt,
                 add_port: Optional[List[int]] = AddPortOpt, out_dir: Optional[Path] = OutOpt,
                 fmt: str = FormatOpt, plots: bool = PlotsOpt, rows: int = RowsOpt,
                 limit: Optional[List[str]] = LimitOpt, tls_keylog: Optional[Path] = KeylogOpt,
@@ -494,7 +499,7 @@ def _analyzer_command(name: str, fn, help_text: str):
 
 
 @app.command()
-def analyze(capture: List[Path] = CapturesArg, port: Optional[List[int]] = PortOpt,
+def analyze(capture: List[str] = CapturesArg, port: Optional[List[int]] = PortOpt,
             add_port: Optional[List[int]] = AddPortOpt, out_dir: Optional[Path] = OutOpt,
             fmt: str = FormatOpt, plots: bool = PlotsOpt, limit: Optional[List[str]] = LimitOpt,
             bodies: bool = BodiesOpt, tls_keylog: Optional[Path] = KeylogOpt, strict: bool = StrictOpt,
@@ -533,16 +538,17 @@ def analyze(capture: List[Path] = CapturesArg, port: Optional[List[int]] = PortO
         err.print(f"{len(written)} files written to {out_dir}", highlight=False, soft_wrap=True)
 
 
-def _dataset_for(capture: List[Path], scheduler: Optional[str]) -> Optional[Path]:
-    """The dataset to analyse on Dask when --scheduler is given, else None."""
+def _dataset_for(capture: List[str], scheduler: Optional[str]) -> Optional[Path | str]:
+    """The dataset (a path, or an fsspec URL) to analyse on Dask when --scheduler is given, else None."""
     if scheduler is None:
         return None
     from .dataset import is_dataset
 
-    if len(capture) != 1 or not is_dataset(capture[0]):
+    name = _one_name(capture)
+    if isinstance(name, list) or not is_dataset(name):
         raise UsageError("--scheduler analyses a dataset: write one first with "
                          "`amqpcap ingest CAPTURE... --out DATASET`, then `amqpcap analyze DATASET --scheduler ...`")
-    return capture[0]
+    return name
 
 
 @contextmanager
@@ -559,7 +565,7 @@ def _dask_client(scheduler: str, workers: Optional[int]):
 
 
 @app.command()
-def ingest(capture: List[Path] = CapturesArg,
+def ingest(capture: List[str] = CapturesArg,
            out_dir: Path = typer.Option(..., "--out", "-o", metavar="DATASET",
                                         help="the dataset directory to write (new, or empty)"),
            buckets: Optional[int] = typer.Option(

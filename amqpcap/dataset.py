@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import struct
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -80,10 +81,74 @@ def pass_buckets(buckets: int, passes: int, p: int) -> list[int]:
     return list(range(p, buckets, passes))
 
 
+def is_url(path: str | os.PathLike[str]) -> bool:
+    """`path` is a URL (``scheme://...``: an fsspec filesystem), not a local path."""
+    return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", os.fspath(path)) is not None
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a dataset is read from: a local (or mounted) directory, or an fsspec URL
+    (``s3://bucket/ring.dataset``, ``file:///shared/ring.dataset``, any filesystem fsspec has an
+    implementation of, installed), so that the workers of a cluster sharing no directory read
+    it there. Written datasets are local: `ingest` writes a directory (copy it up after)."""
+
+    #: the fsspec filesystem, None for a local path
+    fs: Any
+    root: str
+    #: how it was named (the URL or the path), for messages and for the workers
+    name: str
+
+    def path(self, *parts: str) -> str:
+        return "/".join([self.root.rstrip("/"), *parts]) if self.fs is not None else os.path.join(self.root, *parts)
+
+    def exists(self, *parts: str) -> bool:
+        return self.fs.exists(self.path(*parts)) if self.fs is not None else os.path.exists(self.path(*parts))
+
+    def is_dir(self, *parts: str) -> bool:
+        return self.fs.isdir(self.path(*parts)) if self.fs is not None else os.path.isdir(self.path(*parts))
+
+    def read_text(self, *parts: str) -> str:
+        if self.fs is None:
+            return Path(self.path(*parts)).read_text()
+        with self.fs.open(self.path(*parts), "rt") as f:
+            return f.read()
+
+    def read_parquet(self, *parts: str, columns: list[str] | None = None):
+        import pyarrow.parquet as pq
+
+        return pq.read_table(self.path(*parts), columns=columns, partitioning=None, filesystem=self.fs)
+
+    def stamp(self) -> str:
+        """What changes when the dataset is written again: its manifest's identity."""
+        if self.fs is None:
+            return str(os.stat(self.path(MANIFEST)).st_mtime_ns)
+        return str(self.fs.ukey(self.path(MANIFEST)))
+
+
+def location(path: str | os.PathLike[str] | Location) -> Location:
+    """The `Location` of a dataset named by a local path or an fsspec URL."""
+    if isinstance(path, Location):
+        return path
+    name = os.fspath(path)
+    if not is_url(name):
+        return Location(None, name, name)
+    try:
+        import fsspec
+
+        fs, root = fsspec.core.url_to_fs(name)
+    except (ImportError, ValueError) as e:  # no implementation of the scheme, a bad URL
+        raise DatasetError(f"cannot read {name}: {e}") from None
+    return Location(fs, root, name)
+
+
 def is_dataset(path: str | os.PathLike[str]) -> bool:
-    """A directory written by `write` (finished or not)."""
-    p = Path(path)
-    return p.is_dir() and ((p / MANIFEST).exists() or (p / "capture").is_dir())
+    """A directory (or URL) written by `write` or `ingest` (finished or not)."""
+    loc = location(path)
+    try:
+        return loc.is_dir() and (loc.exists(MANIFEST) or loc.is_dir("capture"))
+    except OSError:
+        return False
 
 
 # --- writing ---------------------------------------------------------------------------------
@@ -420,10 +485,6 @@ def _categories(s: pd.Series, fixed) -> pd.Series:
     return s.cat.set_categories(pd.Index(s.cat.categories.to_numpy(dtype=object)[used], dtype=object))
 
 
-def _read_parquet(path: Path, template: pd.DataFrame) -> pd.DataFrame:
-    import pyarrow.parquet as pq
-
-    return _to_pandas(pq.read_table(path, partitioning=None), template)
 
 
 def _to_pandas(t, template: pd.DataFrame) -> pd.DataFrame:
@@ -448,24 +509,22 @@ def _to_pandas(t, template: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(cols)
 
 
-def _read_table(root: Path, name: str, buckets, template: pd.DataFrame, loose: bool = True) -> pd.DataFrame:
+def _read_table(loc: Location, name: str, buckets, template: pd.DataFrame, loose: bool = True) -> pd.DataFrame:
     """The table's rows in `buckets` (and, with `loose`, its rows of no connection).
 
     The buckets are joined and sorted as Arrow tables, converted to pandas once: concatenating
     and sorting the pandas frames cost three times the Parquet read (2M packets)."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
-    paths = [root / name / f"bucket={k}" / "part-0.parquet" for k in buckets]
-    loose = root / "capture" / f"{name}.parquet" if loose else None
-    if loose is not None and loose.exists():
-        paths.append(loose)
+    paths = [(name, f"bucket={k}", "part-0.parquet") for k in buckets]
+    if loose and loc.exists("capture", f"{name}.parquet"):
+        paths.append(("capture", f"{name}.parquet"))
     if not paths:
         return template.copy()
     # "permissive": a dictionary's keys are as wide as each pass's dictionary needed (int8 or
     # int16), and a table written from pandas may have text columns of Arrow type null (empty)
-    t = pa.concat_tables([pq.read_table(p, partitioning=None) for p in paths], promote_options="permissive")
+    t = pa.concat_tables([loc.read_parquet(*p) for p in paths], promote_options="permissive")
     # anomalies: the order of `load` is not kept (it is neither packet nor stream order);
     # rows come back by packet, file-wide rows (no packet) first (keys are >= 0: a missing one
     # sorts as -1). A stable sort: tied rows are of one connection, so of one bucket.
@@ -476,69 +535,70 @@ def _read_table(root: Path, name: str, buckets, template: pd.DataFrame, loose: b
     return _restore(_to_pandas(t, template), template)
 
 
-def manifest(path: str | os.PathLike[str]) -> dict:
+def manifest(path: str | os.PathLike[str] | Location) -> dict:
     """The dataset's manifest; an incomplete or foreign directory raises `DatasetError`."""
-    root = Path(path)
+    loc = location(path)
     try:
-        m = json.loads((root / MANIFEST).read_text())
+        m = json.loads(loc.read_text(MANIFEST))
     except FileNotFoundError:
-        raise DatasetError(f"{root} is an incomplete amqpcap dataset (no {MANIFEST}: the ingest did not finish); "
+        raise DatasetError(f"{loc.name} is an incomplete amqpcap dataset (no {MANIFEST}: the ingest did not finish); "
                            "ingest the capture again") from None
     except (OSError, ValueError) as e:
-        raise DatasetError(f"cannot read {root / MANIFEST}: {e}") from None
+        raise DatasetError(f"cannot read {loc.path(MANIFEST)}: {e}") from None
     if m.get("format") != FORMAT or m.get("version") != VERSION:
-        raise DatasetError(f"{root} is not an amqpcap dataset of version {VERSION}")
+        raise DatasetError(f"{loc.name} is not an amqpcap dataset of version {VERSION}")
     return m
 
 
-def read(path: str | os.PathLike[str], buckets: list[int] | None = None) -> Capture:
+def read(path: str | os.PathLike[str] | Location, buckets: list[int] | None = None) -> Capture:
     """The capture stored at `path`, with the tables and summary `load` gave.
 
     With `buckets`, only those buckets' connections (a partition of whole connections,
     `amqpcap.partition`): their tables, no `records` and none of the file's own anomalies;
     the summary stays the whole capture's."""
-    root = Path(path)
-    m = manifest(root)
+    loc = location(path)
+    m = manifest(loc)
     t = _template()
     part = buckets is not None
-    tables = {name: _read_table(root, name, buckets if part else range(m["buckets"]), t[name], loose=not part)
+    tables = {name: _read_table(loc, name, buckets if part else range(m["buckets"]), t[name], loose=not part)
               for name in CONNECTION_TABLES if name in m["rows"]}
     for name, df in tables.items():
         if not part and len(df) != m["rows"][name]:
-            raise CaptureError(f"{root}: {name} has {len(df):,} rows, its manifest says {m['rows'][name]:,}")
+            raise CaptureError(f"{loc.name}: {name} has {len(df):,} rows, its manifest says {m['rows'][name]:,}")
     summary = _from_json(m["summary"])
-    records = t["records"].copy() if part else _records(root, summary)
+    records = t["records"].copy() if part else _records(loc, summary)
     return Capture(path=summary["path"], ports=tuple(m["ports"]), frames=tables["frames"], packets=tables["packets"],
                    connections=tables["connections"], anomalies=tables["anomalies"], records=records,
                    bodies=tables.get("bodies"), summary=summary)
 
 
-def read_outline(path: str | os.PathLike[str]) -> Capture:
+def read_outline(path: str | os.PathLike[str] | Location) -> Capture:
     """The capture's connections table and summary, without packets, frames, bodies or records:
     what a merge of partition steps needs to name connections (`amqpcap.partition`)."""
-    cap = read(path, [])
-    cap.connections = _read_table(Path(path), "connections", range(manifest(path)["buckets"]),
-                                  _template()["connections"], loose=False)
+    loc = location(path)
+    cap = read(loc, [])
+    cap.connections = _read_table(loc, "connections", range(manifest(loc)["buckets"]), _template()["connections"],
+                                  loose=False)
     return cap
 
 
-def read_records(path: str | os.PathLike[str]) -> pd.DataFrame:
+def read_records(path: str | os.PathLike[str] | Location) -> pd.DataFrame:
     """The dataset's `records` table (every packet of the file), as `load` gave it."""
-    root = Path(path)
-    return _records(root, _from_json(manifest(root)["summary"]))
+    loc = location(path)
+    return _records(loc, _from_json(manifest(loc)["summary"]))
 
 
-def _records(root: Path, summary: dict) -> pd.DataFrame:
+def _records(loc: Location, summary: dict) -> pd.DataFrame:
     # source_file's categories are the capture's files, in the summary's order
-    return _restore(_read_parquet(root / "capture" / "records.parquet", _template()["records"]), _template()["records"],
+    template = _template()["records"]
+    return _restore(_to_pandas(loc.read_parquet("capture", "records.parquet"), template), template,
                     {"source_file": [f["name"] for f in summary["files"]]})
 
 
-def facts(path: str | os.PathLike[str]) -> CaptureFacts:
+def facts(path: str | os.PathLike[str] | Location) -> CaptureFacts:
     """What every partition's step needs to know of the whole capture, read from the records'
     timestamp column alone (`amqpcap.partition.facts_of` for an in-memory capture)."""
-    import pyarrow.parquet as pq
-
-    manifest(path)
-    ts = pq.read_table(Path(path) / "capture" / "records.parquet", columns=["ts"], partitioning=None)["ts"]
+    loc = location(path)
+    manifest(loc)
+    ts = loc.read_parquet("capture", "records.parquet", columns=["ts"])["ts"]
     return facts_from_ts(ts.cast("int64").to_numpy())

@@ -46,12 +46,12 @@ class EngineError(AmqpcapError):
 
 def _seen_here(path: str) -> None:
     """A worker that does not see the dataset says so, naming itself (the workers of an
-    existing cluster must see it at the path the client was given)."""
-    if not (Path(path) / dataset.MANIFEST).is_file():
+    existing cluster must see it at the path or URL the client was given)."""
+    if not dataset.location(path).exists(dataset.MANIFEST):
         import socket
 
         raise EngineError(f"the Dask worker on {socket.gethostname()} does not see the dataset at {path}: "
-                          "every worker must see it at the same path (a shared filesystem)")
+                          "every worker must see it at the same path (a shared filesystem) or URL")
 
 
 def bucket_step(path: str, bucket: int, facts: CaptureFacts, names: list[str]) -> dict[str, Any]:
@@ -107,7 +107,7 @@ class Steps:
 def submit_steps(path: str | os.PathLike[str], c: Any) -> Steps:
     """Submit the split analyzers' steps over the dataset at `path` to the cluster of client `c`:
     a task per bucket, one over the records."""
-    root = str(Path(path).resolve())
+    root = os.fspath(path) if dataset.is_url(path) else str(Path(path).resolve())
     m = dataset.manifest(root)
     facts = dataset.facts(root)
     names, token = list(splits()), _token(root)
@@ -212,5 +212,5 @@ def _token(root: str) -> str:
     dataset is not served results of the old one."""
     import hashlib
 
-    stamp = os.stat(Path(root) / dataset.MANIFEST).st_mtime_ns
+    stamp = dataset.location(root).stamp()
     return hashlib.sha1(f"{root}\0{stamp}".encode()).hexdigest()[:12]

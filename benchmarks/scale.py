@@ -5,7 +5,7 @@ ingest with its passes on a local Dask cluster of --workers processes (wall time
 cluster's start, peak RSS of each worker).
 
     python3 benchmarks/scale.py CAPTURE --packets 2000000 10000000 [--file-packets 2000000] [--workers 2]
-                                [--baseline DIR]
+                                [--baseline DIR] [--tshark]
 
 For each size: `make_large_capture.py` makes one capture of that many packets from CAPTURE
 (independent copies of its connections), `editcap -c` cuts it into a ring of --file-packets
@@ -16,7 +16,9 @@ per file, then `amqpcap ingest RING --out DATASET` runs as its own process (peak
 --baseline DIR runs the same ingest of each ring with another amqpcap too, the package in
 DIR (a checkout of an earlier commit whose core is built into DIR/amqpcap, e.g. `git worktree
 add /tmp/old COMMIT`, `cargo build --release` in its rust/, lib_core.so copied to
-amqpcap/_core.abi3.so), and prints this one's time and peak RSS against it.
+amqpcap/_core.abi3.so), and prints this one's time and peak RSS against it. --tshark times
+tshark on the ring's first file, for contrast (the AMQP method fields of every frame, as
+`frames_export.py` asks it): packets/s and peak RSS.
 """
 
 from __future__ import annotations
@@ -63,6 +65,20 @@ def ingest_measured(ring: Path, dataset: Path, tmp: Path, baseline: Path | None 
     return seconds, rss
 
 
+def tshark_measured(capture: Path, tmp: Path) -> tuple[int, float, int]:
+    """tshark exporting the AMQP method fields of `capture` (as `frames_export.py`): its
+    packets, wall seconds and peak RSS (bytes)."""
+    packets = int(subprocess.run(["capinfos", "-c", "-M", "-T", str(capture)], check=True, capture_output=True,
+                                 text=True).stdout.split()[-1])
+    t = time.perf_counter()
+    with open(tmp / "tshark.txt", "wb") as out, open(tmp / "tshark-err.txt", "wb") as err:
+        code, rss = run_measured(["tshark", "-r", str(capture), "-Y", "amqp", "-T", "fields", "-e", "frame.number",
+                                  "-e", "amqp.method.class", "-e", "amqp.method.method"], out, err)
+    if code:
+        sys.exit((tmp / "tshark-err.txt").read_text(errors="replace"))
+    return packets, time.perf_counter() - t, rss
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("capture", type=Path)
@@ -70,8 +86,9 @@ def main() -> int:
     ap.add_argument("--file-packets", type=int, default=2_000_000)
     ap.add_argument("--workers", type=int, default=2, help="workers of the local Dask cluster (0: skip it)")
     ap.add_argument("--baseline", type=Path, help="also ingest with the amqpcap package in this directory")
+    ap.add_argument("--tshark", action="store_true", help="also time tshark on the ring's first file")
     args = ap.parse_args()
-    rows = []
+    rows, tshark = [], None
     for n in args.packets:
         with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR", "/var/tmp")) as tmp:
             big, ring, dataset = Path(tmp) / "big.pcap", Path(tmp) / "ring", Path(tmp) / "dataset"
@@ -85,6 +102,8 @@ def main() -> int:
             seconds, rss = ingest_measured(ring, dataset, Path(tmp))
             base = ingest_measured(ring, Path(tmp) / "dataset-baseline", Path(tmp), args.baseline) if args.baseline else None
             files = len(list(ring.iterdir()))
+            if args.tshark and n == args.packets[0]:
+                tshark = tshark_measured(sorted(ring.iterdir())[0], Path(tmp))
             dask = on_dask(ring, Path(tmp) / "dataset-dask", args.workers) if args.workers else None
             rows.append((n, files, size, seconds, rss, dask, base))
     print(f"amqpcap ingest of a ring made from {args.capture} ({args.file_packets:,} packets per file):")
@@ -98,6 +117,10 @@ def main() -> int:
             d_seconds, d_rss = dask
             print(f"  {'':>12}  on {args.workers} Dask workers: {d_seconds:6.1f} s, {n / d_seconds / 1e6:4.2f} M packets/s "
                   f"({seconds / d_seconds:.2f}x), peak RSS per worker " + ", ".join(f"{r / 1024:.2f} GiB" for r in d_rss))
+    if tshark:
+        packets, seconds, rss = tshark
+        print(f"tshark on one file of the ring ({packets:,} packets): {seconds:.1f} s, {packets / seconds / 1e3:.0f} k packets/s, "
+              f"peak RSS {rss / 2**30:.2f} GiB")
     if len(rows) > 1:
         (n0, *_, r0, _, _), (n1, *_, r1, _, _) = rows[0], rows[-1]
         print(f"peak RSS grew {r1 / r0:.1f}x for {n1 / n0:.1f}x the packets")

@@ -195,3 +195,14 @@ def test_records_leave_the_core_in_batches_while_the_capture_is_read():
     for col in ("packet", "frame_len", "source_packet"):
         assert got[col].tolist() == total[col].tolist(), col
     assert (got["ts"] == total["ts"]).all()
+
+
+def test_a_dataset_is_read_from_an_fsspec_url_as_from_its_path(tmp_path):
+    """`load("file:///…")` reads the dataset through fsspec (as it would s3://…): the same
+    capture as its path gives; a URL of nothing, or of a scheme fsspec does not know, is one
+    DatasetError line."""
+    done = dataset.ingest(FIX / "kernel-drops.pcap", tmp_path / "ds", buckets=3, bodies=True)
+    assert_same_capture(amqpcap.load(done.path), amqpcap.load(done.path.as_uri()))
+    assert not dataset.is_dataset((tmp_path / "nothing").as_uri())
+    with pytest.raises(dataset.DatasetError, match="cannot read nosuchscheme://x"):
+        dataset.manifest("nosuchscheme://x/ds")

@@ -87,6 +87,22 @@ def test_analyze_on_a_real_cluster_is_the_local_run(cluster, stored, tmp_path):
         assert got[k] == want[k], k
 
 
+def test_a_dataset_named_by_an_fsspec_url_gives_the_local_run(cluster, stored, tmp_path):
+    """`amqpcap analyze file:///…/ds --scheduler ADDRESS`: the client and the workers read the
+    dataset through fsspec (the way they read s3://… or gs://…), and the result is that of the
+    local path."""
+    local = subprocess.run([*AMQPCAP, "analyze", str(stored), "--out", str(tmp_path / "local"), "--no-plots"],
+                           capture_output=True, text=True)
+    assert local.returncode == 0, local.stderr
+    url = stored.as_uri()
+    assert url.startswith("file:///")
+    dist = subprocess.run([*AMQPCAP, "analyze", url, "--scheduler", cluster, "--out", str(tmp_path / "dist"),
+                           "--no-plots"], capture_output=True, text=True)
+    assert dist.returncode == 0, dist.stderr
+    assert dist.stdout == local.stdout
+    assert outputs(tmp_path / "dist") == outputs(tmp_path / "local")
+
+
 def test_a_worker_killed_mid_analysis_is_replaced_and_the_result_is_exact(cluster, stored):
     from distributed import Client
 
