@@ -151,7 +151,7 @@ def _load(capture: List[str], port: Optional[List[int]], limit: Optional[List[st
     from .dataset import is_dataset
 
     capture = _one_name(capture)
-    arrow = arrow and not (not isinstance(capture, list) and is_dataset(capture))
+    arrow = arrow and (isinstance(capture, list) or not is_dataset(capture))  # a dataset is read back whole
     with _reading_progress() as progress:
         args = dict(ports=ports_of(port, add_port), limits=parse_limits(limit), bodies=bodies, tls_keylog=tls_keylog,
                     strict=strict, progress=progress)
