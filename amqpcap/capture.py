@@ -258,6 +258,11 @@ class Decoded:
     ports: tuple[int, ...]
     files: list[str]
 
+    def anomaly_rows(self) -> pd.DataFrame:
+        """The anomalies' kind, stream, bytes and detail as pandas (what a command's one-line
+        account of them reads: `amqpcap.cli.anomaly_warning`), from the Arrow table."""
+        return self.tables["anomalies"].select(["kind", "stream", "bytes", "detail"]).to_pandas()
+
 
 def decode_arrow(path, ports=DEFAULT_PORTS, limits: Limits | None = None, tls_keylog=None, bodies: bool = False,
                  strict: bool = False, progress=None, partition=None,

@@ -163,7 +163,7 @@ def _load(capture: List[str], port: Optional[List[int]], limit: Optional[List[st
             cap = load(capture, **args)
     for w in cap.summary.get("warnings", []):
         _warn(w)
-    anomalies = cap.tables["anomalies"].select(["kind", "stream", "bytes", "detail"]).to_pandas() if arrow else cap.anomalies
+    anomalies = cap.anomaly_rows() if arrow else cap.anomalies
     w = anomaly_warning(anomalies)
     if w:
         _warn(w)

@@ -347,7 +347,7 @@ def ingest_pass(capture, out: str | os.PathLike[str], buckets: int, passes: int,
     finally:
         if records is not None:
             records.close()
-    anomalies = d.tables["anomalies"].select(["kind", "stream", "bytes", "detail"]).to_pandas()
+    anomalies = d.anomaly_rows()
     tables = {name: d.tables[name] for name in CONNECTION_TABLES if d.tables.get(name) is not None}
     d.tables.clear()
     rows, loose = _write_connections(tables, out, buckets, kept)

@@ -33,19 +33,19 @@ fn values<T: arrow_array::ArrowPrimitiveType>(v: Vec<T::Native>, valid: Option<V
 
 /// Dictionary keys of `codes` (-1 = missing) in the width pandas would keep them in.
 fn dictionary(codes: Vec<i32>, dict: Vec<String>) -> Result<ArrayRef, ArrowError> {
-    let missing: Vec<bool> = codes.iter().map(|&c| c >= 0).collect();
+    let valid: Vec<bool> = codes.iter().map(|&c| c >= 0).collect();
     let words: ArrayRef = Arc::new(StringArray::from(dict));
     Ok(match code_width(words.len()) {
         CodeWidth::I8 => {
-            let keys = values::<Int8Type>(codes.into_iter().map(|c| c.max(0) as i8).collect(), Some(missing));
+            let keys = values::<Int8Type>(codes.into_iter().map(|c| c.max(0) as i8).collect(), Some(valid));
             Arc::new(DictionaryArray::<Int8Type>::try_new(keys, words)?)
         }
         CodeWidth::I16 => {
-            let keys = values::<Int16Type>(codes.into_iter().map(|c| c.max(0) as i16).collect(), Some(missing));
+            let keys = values::<Int16Type>(codes.into_iter().map(|c| c.max(0) as i16).collect(), Some(valid));
             Arc::new(DictionaryArray::<Int16Type>::try_new(keys, words)?)
         }
         CodeWidth::I32 => {
-            let keys = values::<Int32Type>(codes.into_iter().map(|c| c.max(0)).collect(), Some(missing));
+            let keys = values::<Int32Type>(codes.into_iter().map(|c| c.max(0)).collect(), Some(valid));
             Arc::new(DictionaryArray::<Int32Type>::try_new(keys, words)?)
         }
     })
