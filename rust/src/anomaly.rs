@@ -24,10 +24,11 @@ pub enum AnomalyKind {
     RetransmissionMismatch,
     OutOfWindow,
     FrameLimit,
+    BadFrameHeader,
 }
 
 impl AnomalyKind {
-    pub const ALL: [AnomalyKind; 21] = [
+    pub const ALL: [AnomalyKind; 22] = [
         AnomalyKind::CaptureGap,
         AnomalyKind::TruncatedPacket,
         AnomalyKind::BadFrameEnd,
@@ -49,6 +50,7 @@ impl AnomalyKind {
         AnomalyKind::RetransmissionMismatch,
         AnomalyKind::OutOfWindow,
         AnomalyKind::FrameLimit,
+        AnomalyKind::BadFrameHeader,
     ];
 
     pub fn name(self) -> &'static str {
@@ -76,6 +78,8 @@ impl AnomalyKind {
             AnomalyKind::RetransmissionMismatch => "retransmission-mismatch",
             AnomalyKind::OutOfWindow => "out-of-window",
             AnomalyKind::FrameLimit => "frame-limit",
+            // AMQP 1.0 (Part 2 §2.3.1): a SIZE below 8, a DOFF below 2, or a body offset past SIZE.
+            AnomalyKind::BadFrameHeader => "bad-frame-header",
         }
     }
 }

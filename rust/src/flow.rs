@@ -3,7 +3,7 @@
 //! direction's reassembler and decoder, the handshake facts — in chunks that a million
 //! conversations can grow into without copying.
 
-use crate::amqp::decoder::Decoder;
+use crate::protocol::{Protocol, StreamDecoder};
 use crate::capture::link::TcpOptions;
 use crate::tcp::reassembly::Reassembler;
 use crate::tcp::Endpoint;
@@ -34,7 +34,7 @@ pub(crate) struct Dir {
     pub(crate) base_seq: Option<u32>,
     pub(crate) syn_options: Option<TcpOptions>,
     pub(crate) reasm: Reassembler,
-    pub(crate) decoder: Option<Box<Decoder>>,
+    pub(crate) decoder: Option<Box<StreamDecoder>>,
     pub(crate) packets: u64,
     pub(crate) payload_bytes: u64,
     /// The decoder's byte counts, kept when it is dropped at the end of the capture.
@@ -67,6 +67,8 @@ pub(crate) struct Handshake {
 #[derive(Default)]
 pub(crate) struct ConnInfo {
     pub(crate) protocol_header_seen: bool,
+    /// What a direction's first bytes chose (`crate::protocol`): AMQP 1.0 when either did.
+    pub(crate) protocol: Option<Protocol>,
     /// A tune-ok was decoded: the decoders' frame limit must follow it.
     pub(crate) frame_max_changed: bool,
     pub(crate) hs: Option<Box<Handshake>>,

@@ -9,6 +9,8 @@ use std::collections::HashMap;
 use arbitrary::{Arbitrary, Unstructured};
 
 use crate::amqp::decoder::{Decoder, FrameEvent, FrameSink};
+use crate::amqp10;
+use crate::protocol::DecodeSink;
 use crate::amqp::parser::{decode_content_header, decode_method, FrameType};
 use crate::anomaly::AnomalyKind;
 use crate::capture::link::{ACK, FIN, LINKTYPE_IPV4, RST, SYN};
@@ -878,6 +880,9 @@ impl FrameSink for Seen {
         self.events.push(format!("frame {:?} ch{} {}B {:?} {parsed}", h.frame_type, h.channel, h.size, ev.payload));
         true
     }
+}
+
+impl DecodeSink for Seen {
     fn protocol_header(&mut self, version: [u8; 4], packet: u32) {
         assert_eq!(packet, self.packet);
         self.events.push(format!("protocol header {version:?}"));
@@ -888,9 +893,65 @@ impl FrameSink for Seen {
     }
 }
 
-/// Run the decoder over the events; `merge` feeds runs of consecutive data chunks at once.
-fn decode(aligned: bool, limits: &Limits, frame_max: Option<u64>, stream: &[u8], events: &[Event], merge: bool) -> (Seen, [u64; 3]) {
-    let mut d = Decoder::new(aligned, limits);
+impl amqp10::decoder::FrameSink for Seen {
+    fn frame(&mut self, ev: amqp10::decoder::FrameEvent) {
+        assert_eq!(ev.packet, self.packet, "a frame completed by another packet than the one fed");
+        assert!(ev.first_packet >= 1 && ev.first_packet <= ev.packet, "frame starts in packet {} after {}", ev.first_packet, ev.packet);
+        let h = ev.header;
+        assert!(h.size >= 8 && h.body_offset >= 8 && h.body_offset <= h.size);
+        self.events.push(format!("frame {:?} ch{} {}B {}", h.kind, h.channel, h.size, amqp10::decoder::frame_name(&ev)));
+    }
+}
+
+/// A direction's decoder as the harness drives it: AMQP 0-9-1's or AMQP 1.0's.
+trait Fuzzed {
+    fn feed(&mut self, data: &[u8], packet: u32, limits: &Limits, seen: &mut Seen);
+    fn gap(&mut self, bytes: u64, packet: u32);
+    fn set_frame_max(&mut self, frame_max: u64, limits: &Limits);
+    fn finish(&mut self, packet: u32, limits: &Limits, seen: &mut Seen);
+    /// Bytes decoded, bytes skipped, frames.
+    fn counts(&self) -> [u64; 3];
+}
+
+impl Fuzzed for Decoder {
+    fn feed(&mut self, data: &[u8], packet: u32, limits: &Limits, seen: &mut Seen) {
+        Decoder::feed(self, data, packet, packet, limits, seen)
+    }
+    fn gap(&mut self, bytes: u64, packet: u32) {
+        Decoder::gap(self, bytes, packet)
+    }
+    fn set_frame_max(&mut self, frame_max: u64, limits: &Limits) {
+        Decoder::set_frame_max(self, frame_max, limits)
+    }
+    fn finish(&mut self, packet: u32, limits: &Limits, seen: &mut Seen) {
+        Decoder::finish(self, packet, limits, seen)
+    }
+    fn counts(&self) -> [u64; 3] {
+        [self.bytes_decoded, self.bytes_skipped, self.frames]
+    }
+}
+
+impl Fuzzed for amqp10::decoder::Decoder {
+    fn feed(&mut self, data: &[u8], packet: u32, _limits: &Limits, seen: &mut Seen) {
+        amqp10::decoder::Decoder::feed(self, data, packet, packet, seen)
+    }
+    fn gap(&mut self, bytes: u64, packet: u32) {
+        amqp10::decoder::Decoder::gap(self, bytes, packet)
+    }
+    /// AMQP 1.0's max-frame-size is not followed yet: the cap holds.
+    fn set_frame_max(&mut self, _frame_max: u64, _limits: &Limits) {}
+    fn finish(&mut self, packet: u32, _limits: &Limits, seen: &mut Seen) {
+        amqp10::decoder::Decoder::finish(self, packet, seen)
+    }
+    fn counts(&self) -> [u64; 3] {
+        [self.bytes_decoded, self.bytes_skipped, self.frames]
+    }
+}
+
+/// Run a decoder made by `new` over the events; `merge` feeds runs of consecutive data chunks
+/// at once.
+fn decode<D: Fuzzed>(new: impl Fn() -> D, limits: &Limits, frame_max: Option<u64>, stream: &[u8], events: &[Event], merge: bool) -> (Seen, [u64; 3]) {
+    let mut d = new();
     if let Some(fm) = frame_max {
         d.set_frame_max(fm, limits);
     }
@@ -908,7 +969,7 @@ fn decode(aligned: bool, limits: &Limits, frame_max: Option<u64>, stream: &[u8],
                     }
                 }
                 seen.packet += 1;
-                d.feed(&stream[pos..end], seen.packet, seen.packet, limits, &mut seen);
+                d.feed(&stream[pos..end], seen.packet, limits, &mut seen);
                 pos = end;
             }
             Event::Gap(n) => d.gap(n, seen.packet.max(1)),
@@ -919,30 +980,42 @@ fn decode(aligned: bool, limits: &Limits, frame_max: Option<u64>, stream: &[u8],
     assert_eq!(pos, stream.len());
     seen.packet = seen.packet.max(1);
     d.finish(seen.packet, limits, &mut seen);
-    let counts = [d.bytes_decoded, d.bytes_skipped, d.frames];
-    (seen, counts)
+    (seen, d.counts())
+}
+
+/// The stream decoded chunk by chunk and with consecutive chunks merged: the same frames,
+/// anomalies and byte counts, and every data byte decoded or skipped exactly once.
+fn same_however_cut<D: Fuzzed>(new: impl Fn() -> D, limits: &Limits, frame_max: Option<u64>, stream: &[u8], events: &[Event]) {
+    let (whole, whole_counts) = decode(&new, limits, frame_max, stream, events, true);
+    let (chunked, chunked_counts) = decode(&new, limits, frame_max, stream, events, false);
+    assert_eq!(whole.events, chunked.events, "decoding depends on segmentation");
+    assert_eq!(whole_counts, chunked_counts, "byte counts depend on segmentation");
+    let [decoded, skipped, _] = whole_counts;
+    assert_eq!(decoded + skipped, stream.len() as u64, "bytes decoded {decoded} + skipped {skipped} != bytes fed {}", stream.len());
 }
 
 /// `data` = flags, k, k control bytes, then the byte stream of one direction. Flags: bit 0 the
 /// stream starts at a frame boundary (SYN seen), bit 1 [`small_limits`] instead of the defaults,
-/// bits 2-3 an initial frame_max (none, 0, 131072, 4096). The control bytes cut the stream into
-/// chunks and place gaps and frame_max changes ([`plan`]). The stream is decoded twice, chunk by
-/// chunk and with consecutive chunks merged: frames, anomalies and byte counts must be the
-/// same (the decoder does not depend on segmentation), and every data byte is decoded or
-/// skipped exactly once.
+/// bits 2-3 an initial frame_max (none, 0, 131072, 4096), bit 4 the AMQP 1.0 decoder instead of
+/// AMQP 0-9-1's (the stream after an AMQP 1.0 protocol header, or the SASL one with bit 5). The
+/// control bytes cut the stream into chunks and place gaps and frame_max changes ([`plan`]). The
+/// stream is decoded twice, chunk by chunk and with consecutive chunks merged: frames,
+/// anomalies and byte counts must be the same (the decoder does not depend on segmentation),
+/// and every data byte is decoded or skipped exactly once.
 pub fn amqp_decoder(data: &[u8]) {
     let [flags, k, rest @ ..] = data else { return };
     let (ctrl, stream) = rest.split_at((*k as usize).min(rest.len()));
     let aligned = flags & 1 != 0;
     let limits = if flags & 2 != 0 { small_limits() } else { Limits::default() };
     let frame_max = [None, Some(0), Some(131072), Some(4096)][((flags >> 2) & 3) as usize];
+    if flags & 16 != 0 {
+        let mut s = if flags & 32 != 0 { b"AMQP\x03\x01\x00\x00".to_vec() } else { b"AMQP\x00\x01\x00\x00".to_vec() };
+        s.extend_from_slice(stream);
+        let events = plan(ctrl, s.len());
+        return same_however_cut(|| amqp10::decoder::Decoder::new(&limits), &limits, frame_max, &s, &events);
+    }
     let events = plan(ctrl, stream.len());
-    let (whole, whole_counts) = decode(aligned, &limits, frame_max, stream, &events, true);
-    let (chunked, chunked_counts) = decode(aligned, &limits, frame_max, stream, &events, false);
-    assert_eq!(whole.events, chunked.events, "decoding depends on segmentation");
-    assert_eq!(whole_counts, chunked_counts, "byte counts depend on segmentation");
-    let [decoded, skipped, _] = whole_counts;
-    assert_eq!(decoded + skipped, stream.len() as u64, "bytes decoded {decoded} + skipped {skipped} != bytes fed {}", stream.len());
+    same_however_cut(|| Decoder::new(aligned, &limits), &limits, frame_max, stream, &events);
 }
 
 #[cfg(test)]
@@ -981,7 +1054,7 @@ mod tests {
 
     #[test]
     fn harnesses_accept_trivial_inputs() {
-        for d in [&b""[..], b"\x01", b"\x01\x00AMQP\x00\x00\x09\x01", &[0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0]] {
+        for d in [&b""[..], b"\x01", b"\x01\x00AMQP\x00\x00\x09\x01", &[0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0], b"\x30\x00\x00\x00\x00\x08\x02\x01\x00\x00"] {
             capture_reader(d);
             tcp_reassembly(d);
             amqp_decoder(d);

@@ -1,16 +1,17 @@
 //! The ingestion pipeline: capture records → TCP conversations (numbered like Wireshark's
-//! tcp.stream) → per-direction reassembly → the direction's decoder. What the frames mean to
-//! the tables (frame rows, session facts, bodies) is the protocol's own module
-//! (`crate::amqp::session` for AMQP 0-9-1); TLS plaintext decrypted outside the core comes from
+//! tcp.stream) → per-direction reassembly → the decoder the direction's first bytes choose
+//! (`crate::protocol`: AMQP 0-9-1 or AMQP 1.0). What the frames mean to the tables (frame rows,
+//! session facts, bodies) is the protocol's own module (`crate::amqp::session` for AMQP 0-9-1,
+//! `crate::amqp10::session` for AMQP 1.0); TLS plaintext decrypted outside the core comes from
 //! `crate::tls`.
 
 use std::collections::HashMap;
 
 use ahash::RandomState;
 
-use crate::amqp::decoder::FrameSink;
 use crate::amqp::parser::PROTOCOL_HEADER_091;
-use crate::amqp::session::{apply_tune, new_decoder, on_chunk, Sink};
+use crate::amqp::session::apply_tune;
+use crate::protocol::{self, on_chunk, DecodeSink, Sink};
 use crate::anomaly::AnomalyKind;
 use crate::capture::link::{self, parse_options, LinkError, ACK, SYN};
 use crate::capture::merge::{read_captures, FileRead, Progress};
@@ -411,14 +412,12 @@ impl<'l> Ingest<'l> {
             if let Some(plain) = decrypted.take(number) {
                 // The first plaintext byte of a direction is where AMQP starts (tshark decrypts
                 // only connections whose handshake is in the capture).
-                let dec = new_decoder(decoder, true, &sink, limits);
-                let first = dec.bytes_decoded + dec.bytes_skipped == 0;
+                let first = decoder.as_deref().is_none_or(|d| d.untouched());
                 if first && plain.starts_with(&PROTOCOL_HEADER_091[..4]) && st.evidence < ClientEvidence::ProtocolHeader {
                     st.a_is_client = d == 0;
                     st.evidence = ClientEvidence::ProtocolHeader;
                 }
-                sink.arrival_row = row;
-                dec.feed(plain, number, number, limits, &mut sink);
+                protocol::feed(decoder, true, plain, number, pref, &mut sink, limits);
             }
         }
         apply_tune(&mut st.info, &mut st.dirs, limits);
@@ -470,12 +469,10 @@ impl<'l> Ingest<'l> {
                     // last packet (often of another stream).
                     let here = reasm.last_arrival().unwrap_or(last);
                     sink.arrival_row = here.row;
-                    dec.finish(here.number, limits, &mut sink);
+                    dec.finish(here.number, &mut sink, limits);
                     // Only the counts are needed from here on: free the buffers before the
                     // tables are built.
-                    dir.bytes_decoded = dec.bytes_decoded;
-                    dir.bytes_skipped = dec.bytes_skipped;
-                    dir.encrypted = dec.encrypted();
+                    (dir.bytes_decoded, dir.bytes_skipped, dir.encrypted) = dec.counts();
                 }
             }
             // Messages whose body never completed.
@@ -719,5 +716,44 @@ mod tests {
         ]);
         assert_eq!(i64s(&out.connections, "c2s_bytes_missing"), [20]);
         assert_eq!(i64s(&out.packets, "gap_before"), [0, 0, 0, 0, 20]);
+    }
+
+    fn texts<'t>(t: &'t Table, name: &str) -> Vec<Option<&'t str>> {
+        match &t.iter().find(|(n, _)| *n == name).unwrap().1 {
+            Column::Text(codes, dict) => codes.iter().map(|&c| (c >= 0).then(|| dict[c as usize].as_str())).collect(),
+            _ => panic!("{name} is not text"),
+        }
+    }
+
+    /// The client's first bytes choose its decoder however they are cut: an AMQP 1.0 header in
+    /// two packets waits for its rest, then AMQP 1.0's decoder frames the open that follows; the
+    /// 0-9-1 header cut the same way gives AMQP 0-9-1, as before.
+    #[test]
+    fn the_first_bytes_choose_the_decoder_however_they_are_cut() {
+        let (c, s) = (1000u32, 5000u32);
+        let open = [0, 0, 0, 12, 2, 0, 0, 0, 0x00, 0x53, 0x10, 0x45];
+        let out = run(&[
+            packet(true, c, None, SYN, &[]),
+            packet(false, s, Some(c + 1), SYN, &[]),
+            packet(true, c + 1, Some(s + 1), 0, b"AMQ"),
+            packet(true, c + 4, Some(s + 1), 0, b"P\x00\x01\x00\x00"),
+            packet(true, c + 9, Some(s + 1), FIN, &open),
+        ]);
+        assert_eq!(texts(&out.connections, "protocol"), [Some("1.0")]);
+        assert_eq!(i64s(&out.connections, "frames"), [1]);
+        assert_eq!(i64s(&out.connections, "c2s_bytes_decoded"), [8 + 12]);
+        assert_eq!(i64s(&out.connections, "anomalies"), [0]);
+        let hdr = PROTOCOL_HEADER_091;
+        let out = run(&[
+            packet(true, c, None, SYN, &[]),
+            packet(false, s, Some(c + 1), SYN, &[]),
+            packet(true, c + 1, Some(s + 1), 0, &hdr[..3]),
+            packet(true, c + 4, Some(s + 1), FIN, &hdr[3..]),
+        ]);
+        assert_eq!(texts(&out.connections, "protocol"), [Some("0-9-1")]);
+        assert_eq!(i64s(&out.connections, "c2s_bytes_decoded"), [8]);
+        // no byte of either direction: nothing told the protocol
+        let out = run(&[packet(true, c, None, SYN, &[]), packet(false, s, Some(c + 1), SYN, &[])]);
+        assert_eq!(texts(&out.connections, "protocol"), [None]);
     }
 }

@@ -3,6 +3,7 @@
 //! The stub `amqpcap/_core.pyi` documents what Python sees.
 
 pub mod amqp;
+pub mod amqp10;
 pub mod anomaly;
 #[cfg(feature = "arrow")]
 pub mod arrow_out;
@@ -16,6 +17,7 @@ pub mod ingest;
 pub mod limits;
 pub mod output;
 pub mod partition;
+pub mod protocol;
 pub mod tables;
 pub mod tcp;
 pub mod tls;

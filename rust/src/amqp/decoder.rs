@@ -14,6 +14,7 @@ use super::parser::{
 use crate::anomaly::AnomalyKind;
 use crate::detect::{detect, Detected};
 use crate::limits::Limits;
+use crate::protocol::{report_encrypted, DecodeSink};
 
 /// A complete frame. `payload` is `None` for body frames (bodies are never kept).
 pub struct FrameEvent<'a> {
@@ -27,15 +28,13 @@ pub struct FrameEvent<'a> {
 /// Payload bytes a resynchronisation may decode per byte it skips (see the `Resync` state).
 const RESYNC_WORK_PER_BYTE: u64 = 64;
 
-pub trait FrameSink {
+pub trait FrameSink: DecodeSink {
     /// A complete frame. Returns false when the frame was not kept (the frames table is full):
     /// its bytes then count as skipped.
     fn frame(&mut self, ev: FrameEvent<'_>) -> bool;
     /// Payload bytes of a body frame on `channel`, in order, when bodies are kept
     /// ([`Decoder::keep_bodies`]); called before the frame's [`FrameSink::frame`].
     fn body(&mut self, _channel: u16, _bytes: &[u8]) {}
-    fn protocol_header(&mut self, version: [u8; 4], packet: u32);
-    fn anomaly(&mut self, kind: AnomalyKind, packet: u32, bytes: u64, detail: String);
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -199,9 +198,7 @@ impl Decoder {
             self.state = State::Encrypted { packet };
         }
         if let State::Encrypted { packet: first } = self.state {
-            let n = self.bytes_encrypted;
-            sink.anomaly(AnomalyKind::TlsEncrypted, first, n, format!("TLS: {n} encrypted bytes skipped (decrypt with a TLS key log)"));
-            return;
+            return report_encrypted(sink, first, self.bytes_encrypted);
         }
         if self.state == State::Resync && !self.buf.is_empty() {
             // No more bytes will come: a candidate that needs more is no frame, and the frames
@@ -512,6 +509,8 @@ mod tests {
         fn body(&mut self, _: u16, bytes: &[u8]) {
             self.bodies.extend_from_slice(bytes);
         }
+    }
+    impl DecodeSink for Rec {
         fn protocol_header(&mut self, _: [u8; 4], _: u32) {}
         fn anomaly(&mut self, kind: AnomalyKind, _: u32, bytes: u64, _: String) {
             self.anomalies.push((kind, bytes));

@@ -1,40 +1,23 @@
 //! What the frames of one AMQP 0-9-1 connection direction mean to the tables: the frame rows
 //! (methods decoded into their columns, content headers into theirs), the connection's session
 //! facts (connection.start/-ok, tune/-ok, open: the handshake and the negotiated frame_max the
-//! decoder is held to), message bodies when asked for, and the reassembled chunks and capture
-//! gaps of the direction handed to its [`Decoder`].
+//! decoder is held to), and message bodies when asked for.
 //!
 //! The pipeline (`crate::ingest`) owns the flow table, TCP metadata and reassembly; it builds a
-//! [`Sink`] per segment and passes the direction's chunks to [`on_chunk`]. Everything here is
-//! AMQP 0-9-1: a decoder for another protocol gets a sink of its own beside this one.
+//! [`Sink`] per segment and `crate::protocol` hands the direction's chunks to the decoder its
+//! first bytes chose. Everything here is AMQP 0-9-1 (AMQP 1.0's is `crate::amqp10::session`).
 
-use crate::amqp::decoder::{Decoder, FrameEvent, FrameSink};
+use crate::amqp::decoder::{FrameEvent, FrameSink};
 use crate::amqp::parser::{decode_content_header, decode_method, FrameType, MethodArgs};
 use crate::anomaly::AnomalyKind;
 use crate::flow::{ConnInfo, Dir};
 use crate::limits::Limits;
-use crate::output::anomalies::AnomaliesBuilder;
-use crate::output::bodies::{BodiesBuilder, PendingBody};
-use crate::output::frames::{frame_type_code, FramesBuilder};
-use crate::output::packets::PacketsBuilder;
-use crate::tables::RowOrigin;
-use crate::tcp::reassembly::{Chunk, GapCause};
+use crate::output::bodies::PendingBody;
+use crate::output::frames::frame_type_code;
+use crate::protocol::{DecodeSink, Sink};
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
-}
-
-/// Receives frames from one direction's decoder.
-pub(crate) struct Sink<'a> {
-    pub(crate) frames: &'a mut FramesBuilder,
-    pub(crate) anomalies: &'a mut AnomaliesBuilder,
-    pub(crate) packets: &'a mut PacketsBuilder,
-    pub(crate) bodies: Option<&'a mut BodiesBuilder>,
-    pub(crate) info: &'a mut ConnInfo,
-    pub(crate) origin: RowOrigin,
-    /// Row in the packets table of the packet whose arrival completes what is being decoded.
-    pub(crate) arrival_row: u32,
-    pub(crate) max_frames: u64,
 }
 
 impl FrameSink for Sink<'_> {
@@ -128,16 +111,6 @@ impl FrameSink for Sink<'_> {
             p.broken = true;
         }
     }
-
-    fn protocol_header(&mut self, version: [u8; 4], _packet: u32) {
-        self.info.protocol_header_seen = true;
-        let _ = version;
-    }
-
-    fn anomaly(&mut self, kind: AnomalyKind, packet: u32, bytes: u64, detail: String) {
-        self.info.anomalies += 1;
-        self.anomalies.push(kind, Some(self.origin), Some(packet), None, bytes, detail);
-    }
 }
 
 impl Sink<'_> {
@@ -194,7 +167,7 @@ impl Sink<'_> {
     }
 
     /// Bytes of this direction are missing: the messages in progress cannot be whole.
-    fn body_gap(&mut self) {
+    pub(crate) fn body_gap(&mut self) {
         let from_a = self.origin.from_a;
         if let Some(pending) = self.info.bodies.as_deref_mut() {
             pending
@@ -249,58 +222,6 @@ impl Sink<'_> {
     }
 }
 
-/// One chunk of a direction's reassembled TCP stream. `feed`: its bytes go to the AMQP
-/// decoder; false for decrypted TLS streams, whose decoder gets plaintext instead (gaps are
-/// still recorded, on the ciphertext).
-pub(crate) fn on_chunk(c: Chunk<'_>, decoder: &mut Option<Box<Decoder>>, aligned: bool, feed: bool, sink: &mut Sink<'_>, limits: &Limits) {
-    match c {
-        Chunk::Data { bytes, from, arrival } => {
-            if feed {
-                sink.arrival_row = arrival.row;
-                new_decoder(decoder, aligned, sink, limits).feed(bytes, from.number, arrival.number, limits, sink);
-            }
-        }
-        Chunk::Gap { bytes, cause, next, arrival } => {
-            sink.arrival_row = arrival.row;
-            let (kind, packet, detail) = match cause {
-                GapCause::Dropped => {
-                    sink.packets.gap_before[next.row as usize] += bytes as i64;
-                    (AnomalyKind::CaptureGap, next.number, format!("{bytes} bytes missing from the capture"))
-                }
-                GapCause::Snaplen => {
-                    sink.info.snaplen_gap[!sink.origin.from_a as usize] += bytes;
-                    (AnomalyKind::TruncatedPacket, next.number, format!("{bytes} bytes cut by the capture's snaplen"))
-                }
-                GapCause::Tail => {
-                    // No packet of this direction follows the hole: no gap_before to add to.
-                    (AnomalyKind::CaptureGap, next.number, format!("{bytes} bytes acknowledged by the peer are missing from the capture's end"))
-                }
-                GapCause::Overflow => {
-                    sink.packets.gap_before[next.row as usize] += bytes as i64;
-                    (AnomalyKind::ReassemblyOverflow, next.number, format!("{bytes} bytes given up: out-of-order data over the reassembly cap"))
-                }
-            };
-            sink.anomaly(kind, packet, bytes, detail);
-            if feed {
-                sink.body_gap();
-                new_decoder(decoder, aligned, sink, limits).gap(bytes, arrival.number);
-            }
-        }
-    }
-}
-
-/// The direction's decoder, made on its first bytes (`aligned`: they start the AMQP stream).
-pub(crate) fn new_decoder<'d>(decoder: &'d mut Option<Box<Decoder>>, aligned: bool, sink: &Sink<'_>, limits: &Limits) -> &'d mut Decoder {
-    decoder.get_or_insert_with(|| {
-        let mut d = Box::new(Decoder::new(aligned, limits));
-        d.keep_bodies = sink.bodies.is_some();
-        if let Some(fm) = sink.info.frame_max() {
-            d.set_frame_max(fm, limits);
-        }
-        d
-    })
-}
-
 /// A connection.tune/-ok just decoded: both directions' decoders are held to the negotiated
 /// frame_max from here on (AMQP 0-9-1 §4.2.3: a larger frame is a protocol error).
 pub(crate) fn apply_tune(info: &mut ConnInfo, dirs: &mut [Dir; 2], limits: &Limits) {
@@ -310,7 +231,7 @@ pub(crate) fn apply_tune(info: &mut ConnInfo, dirs: &mut [Dir; 2], limits: &Limi
     info.frame_max_changed = false;
     let fm = info.frame_max().unwrap_or(0);
     for dir in dirs.iter_mut() {
-        if let Some(dec) = dir.decoder.as_mut() {
+        if let Some(dec) = dir.decoder.as_mut().and_then(|d| d.amqp091()) {
             dec.set_frame_max(fm, limits);
         }
     }

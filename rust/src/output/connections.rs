@@ -59,6 +59,7 @@ pub(crate) fn connections_table(streams: Streams, keep: impl Fn(usize) -> bool) 
             ("s2c_bytes", Get::I64(|s| broker(s).payload_bytes as i64)),
             ("handshake_seen", Get::Bool(|s| client(s).reasm.syn_seen)),
             ("protocol_header_seen", Get::Bool(|s| s.info.protocol_header_seen)),
+            ("protocol", Get::Text(|s| s.info.protocol.map(|p| p.name().to_string()))),
             ("tls", Get::Bool(|s| s.decrypted || s.dirs.iter().any(|d| d.encrypted))),
             ("tls_decrypted", Get::Bool(|s| s.decrypted)),
             ("frame_max", Get::Opt(|s| hs(s, |h| h.frame_max))),

@@ -1,0 +1,7 @@
+//! AMQP 1.0 (OASIS, 2012; RabbitMQ 4's native protocol): pure framing parsers, the
+//! per-direction frame decoder, and what its frames mean to the tables. Today a connection's
+//! AMQP 1.0 frames are counted and named (connections: `protocol`, `frames`), not yet rows of a
+//! table of their own.
+pub mod decoder;
+pub mod parser;
+pub(crate) mod session;
