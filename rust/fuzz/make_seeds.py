@@ -32,7 +32,8 @@ CAPTURE_BYTES = 12 << 10
 STREAM_BYTES = 8 << 10
 SEGMENTS = 160
 CONNECTIONS = 2
-QUICK = ["nack-requeue.pcap", "dumpcap.pcapng", "gzipped.pcap.gz", "midstream.pcap", "kernel-drops.pcap", "ipv6.pcap"]
+QUICK = ["nack-requeue.pcap", "dumpcap.pcapng", "gzipped.pcap.gz", "midstream.pcap", "kernel-drops.pcap", "ipv6.pcap",
+         "amqp10.pcap"]
 
 
 def write(out: Path, data: bytes) -> None:
@@ -128,7 +129,8 @@ def follow(fixture: Path, streams: list[int]) -> dict[int, tuple[bytes, bytes]]:
 # --- amqp_decoder ---------------------------------------------------------------------------
 
 # (flags, control bytes): flags bit 0 = starts at a frame boundary, bit 1 = small caps,
-# bits 2-3 = initial frame_max; control 0x00-0xDF = a chunk of c+1 bytes, first-round
+# bits 2-3 = initial frame_max, bit 4 = AMQP 1.0's decoder after an AMQP 1.0 header (bit 5: the
+# SASL one), which the harness puts first; control 0x00-0xDF = a chunk of c+1 bytes, first-round
 # 0xE0-0xEF = a frame_max change, 0xF0-0xFF = a gap of 2^(c&15) bytes (see plan() in fuzzing.rs).
 CHUNKINGS = [
     (0b0001, b""),
@@ -138,10 +140,19 @@ CHUNKINGS = [
 ]
 
 
+#: the AMQP 1.0 protocol headers the harness writes itself: flags bits 4 and 5 (fuzzing.rs)
+AMQP10_HEADERS = {b"AMQP\x00\x01\x00\x00": 0b010000, b"AMQP\x03\x01\x00\x00": 0b110000}
+
+
 def decoder_seeds(streams: dict[int, tuple[bytes, bytes]], out: Path) -> None:
     for client, server in streams.values():
         for data in (client, server):
             if not data:
+                continue
+            amqp10 = AMQP10_HEADERS.get(data[:8])
+            if amqp10 is not None:
+                for _, ctrl in CHUNKINGS:
+                    write(out, bytes([amqp10, len(ctrl)]) + ctrl + data[8:][:STREAM_BYTES])
                 continue
             for flags, ctrl in CHUNKINGS:
                 write(out, bytes([flags, len(ctrl)]) + ctrl + data[:STREAM_BYTES])
