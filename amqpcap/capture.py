@@ -357,15 +357,15 @@ def _decoded(path, ports, limits, tls_keylog, bodies, strict, progress, partitio
         summary[key] = _utc(ns)
     summary["warnings"] = list(summary["warnings"]) + missing_ring_files(files)
     if partition is None:
-        summary["warnings"] += tls_warnings(connections, tls_keylog, decryption)
+        summary["warnings"] += tls_warnings(connections, tls_keylog, decryption) + protocol_warnings(connections)
     summary["tls_keylog"] = os.fspath(tls_keylog) if tls_keylog is not None else None
     return Decoded(raw, connections, summary, port_list, files)
 
 
 def _tls_columns(t) -> pd.DataFrame:
-    """Of the connections table in Arrow, what the TLS step and its warnings read (the whole
-    table is the caller's, still in Arrow)."""
-    return t.select(["stream", "broker_port", "tls", "tls_decrypted"]).to_pandas()
+    """Of the connections table in Arrow, what the TLS step and the summary's warnings read (the
+    whole table is the caller's, still in Arrow)."""
+    return t.select(["stream", "broker_port", "tls", "tls_decrypted", "protocol"]).to_pandas()
 
 
 #: seconds between two calls of a `load` progress callback
@@ -420,6 +420,22 @@ def _files_summary(files: list[dict]) -> list[dict]:
         f["first_ts"], f["last_ts"] = _utc(f.pop("first_ts_ns")), _utc(f.pop("last_ts_ns"))
         out.append(f)
     return out
+
+
+#: streams a warning names at most (the rest are counted)
+NAMED_STREAMS = 10
+
+
+def protocol_warnings(connections: pd.DataFrame) -> list[str]:
+    """Say which connections speak AMQP 1.0: the core frames them (connections: `protocol`,
+    `frames`), but no analyzer reads them yet, so no finding speaks of them."""
+    amqp10 = connections.loc[connections["protocol"] == "1.0", "stream"].tolist()
+    if not amqp10:
+        return []
+    n = len(amqp10)
+    streams = " ".join(str(s) for s in amqp10[:NAMED_STREAMS]) + (" ..." if n > NAMED_STREAMS else "")
+    return [f"{'1 connection speaks' if n == 1 else f'{n:,} connections speak'} AMQP 1.0 (tcp.stream in {{{streams}}}): "
+            f"{'its' if n == 1 else 'their'} frames are decoded and counted, not analysed (amqpcap analyses AMQP 0-9-1)"]
 
 
 def tls_warnings(connections: pd.DataFrame, keylog, decryption) -> list[str]:

@@ -319,8 +319,9 @@ class PassResult:
     loose: dict
     summary: dict
     ports: tuple[int, ...]
-    #: its connections' `tls` and `tls_decrypted` (the TLS warnings count all connections)
-    tls: pd.DataFrame
+    #: its connections' `stream`, `tls`, `tls_decrypted` and `protocol` (the summary's warnings
+    #: about TLS and AMQP 1.0 count all connections)
+    connections: pd.DataFrame
     #: its anomalies' kind, stream, bytes and detail (for the command's one-line account)
     anomalies: pd.DataFrame
 
@@ -353,7 +354,7 @@ def ingest_pass(capture, out: str | os.PathLike[str], buckets: int, passes: int,
     rows, loose = _write_connections(tables, out, buckets, kept)
     if records is not None:
         rows["records"] = records.rows
-    return PassResult(rows, loose, d.summary, d.ports, d.connections[["tls", "tls_decrypted"]], anomalies)
+    return PassResult(rows, loose, d.summary, d.ports, d.connections[["stream", "tls", "tls_decrypted", "protocol"]], anomalies)
 
 
 class _RecordsFile:
@@ -395,7 +396,7 @@ def ingest(capture, out: str | os.PathLike[str], *, buckets: int | None = None, 
     The passes run one after the other here, or through `run_passes` (`amqpcap.engine` runs
     them as Dask tasks); `progress` is `load`'s, through all the passes, when they run here.
     """
-    from .capture import tls_warnings
+    from .capture import protocol_warnings, tls_warnings
     from .inputs import capture_files
 
     out = _new_directory(out)
@@ -423,7 +424,8 @@ def ingest(capture, out: str | os.PathLike[str], *, buckets: int | None = None, 
         _add(rows, _write_loose(out, loose))
         summary = first.summary
         if passes > 1:
-            summary["warnings"] = warnings + tls_warnings(pd.concat([r.tls for r in results], ignore_index=True), None, None)
+            connections = pd.concat([r.connections for r in results], ignore_index=True).sort_values("stream")
+            summary["warnings"] = warnings + tls_warnings(connections, None, None) + protocol_warnings(connections)
         _write_manifest(out, buckets, first.ports, rows, summary)
     return Ingested(out, summary, rows.get("connections", 0), pd.concat([r.anomalies for r in results], ignore_index=True),
                     passes)

@@ -108,8 +108,9 @@ CONSUMING = (("basic.deliver", "s2c"), ("basic.get", "c2s"), ("basic.get-ok", "s
 def connection_roles(cap: Capture) -> pd.Series:
     """What each connection did (index: stream), from its frames: ``publisher`` (the client sent
     basic.publish), ``consumer`` (the broker sent it basic.deliver, or it asked basic.get),
-    ``both``, or ``idle`` (neither: a connection that only declared things or sent heartbeats,
-    such as PerfTest's configuration connection)."""
+    ``both``, ``idle`` (neither: a connection that only declared things or sent heartbeats,
+    such as PerfTest's configuration connection), or ``amqp-1.0`` (its frames are AMQP 1.0's,
+    which no analyzer reads yet)."""
     f = cap.frames
     streams = cap.connections["stream"].to_numpy("int64")
 
@@ -122,4 +123,5 @@ def connection_roles(cap: Capture) -> pd.Series:
     pub, con = streams_with(PUBLISHING), streams_with(CONSUMING)
     role = pd.Series("idle", index=pd.Index(streams, name="stream"), dtype=object)
     role[pub & ~con], role[con & ~pub], role[pub & con] = "publisher", "consumer", "both"
+    role[(cap.connections["protocol"] == "1.0").to_numpy(bool, na_value=False)] = "amqp-1.0"
     return role

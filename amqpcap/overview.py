@@ -35,7 +35,7 @@ from .wording import counted
 #: rows of the per queue, per publish destination and per consumer lists (the busiest)
 MAX_ROWS = 10
 REPLY_TO = "amq.rabbitmq.reply-to"
-ROLES = ("publisher", "consumer", "both", "idle")
+ROLES = ("publisher", "consumer", "both", "idle", "amqp-1.0")
 
 
 def overview(cap: Capture, results: list[AnalyzerResult]) -> dict[str, Any]:
@@ -241,9 +241,10 @@ def _num(v: float | None) -> str:
 def story(o: dict[str, Any]) -> str:
     """The overview in a few sentences (report.html's first paragraph)."""
     c = o["connections"]
-    # "2 consumers", "1 idle", "3 publishing and consuming"
+    # "2 consumers", "1 idle", "3 publishing and consuming", "1 speaking AMQP 1.0"
+    said = {"both": "publishing and consuming", "amqp-1.0": "speaking AMQP 1.0"}
     who = ", ".join(counted(c[r], r) if r in ("publisher", "consumer") else
-                    f"{c[r]:,} {r if r != 'both' else 'publishing and consuming'}" for r in ROLES if c[r])
+                    f"{c[r]:,} {said.get(r, r)}" for r in ROLES if c[r])
     dur = f"{o['duration_s']:.1f} s" if o["duration_s"] >= 1 else f"{o['duration_s'] * 1e3:.0f} ms"
     text = [f"{dur}, {c['total']:,} connection{'s' if c['total'] != 1 else ''}"
             + (f" ({who})" if who else "") + "."]

@@ -28,6 +28,10 @@ from .errors import ToolError
 #: AMQP frame type octets (0-9-1 §2.3.5; RabbitMQ's heartbeat is 8) and amqpcap's names.
 FRAME_TYPES = {"1": "method", "2": "header", "3": "body", "8": "heartbeat"}
 TYPE_IDS = {v: k for k, v in FRAME_TYPES.items()}
+#: An AMQP 1.0 connection's frames are compared by their number (amqpcap counts them,
+#: connections.frames; Wireshark's have a data offset, amqp.doff): their type octets (0 AMQP,
+#: 1 SASL) are not 0-9-1's.
+AMQP10_ITEM = "AMQP 1.0 frames"
 #: Frames above this size confuse Wireshark's dissector: with tshark 4.0.17 a 900 kB body frame
 #: is decoded right, while after a 1.1 MB one the frame's own content is decoded again as
 #: thousands of "type 0" frames (tests/test_verify.py crafts it).
@@ -154,6 +158,9 @@ def _wireshark_items(path: str, plain_ports: list[int], tls_ports: list[int], ke
             layer = pkt.amqp
             for frame in [layer, *layer.duplicate_layers]:
                 f = frame._all_fields
+                if "amqp.doff" in f:
+                    counts[AMQP10_ITEM] += 1
+                    continue
                 t = f.get("amqp.type")
                 if t is None:  # the protocol header: shown as AMQP without frame fields
                     continue
@@ -182,6 +189,9 @@ def _amqpcap_items(cap: Capture) -> tuple[dict[int, Counter], dict[str, str]]:
     ids = m.groupby(["stream", "class_id", "method_id"], observed=True).size()
     for (s, c, i), n in ids.items():
         out.setdefault(int(s), Counter())[f"{int(c)}.{int(i)}"] += int(n)
+    c = cap.connections
+    for s, n in zip(c.loc[c["protocol"] == "1.0", "stream"], c.loc[c["protocol"] == "1.0", "frames"]):
+        out.setdefault(int(s), Counter())[AMQP10_ITEM] += int(n)
     names = m.drop_duplicates(["class_id", "method_id"])
     names = {f"{int(c)}.{int(i)}": str(n) for c, i, n in zip(names["class_id"], names["method_id"], names["method"]) if not pd.isna(n)}
     return out, names
@@ -214,6 +224,8 @@ def _cause(cap: Capture, stream: int) -> str | None:
 
 
 def _item_filter(stream: int, item: str) -> str:
+    if item == AMQP10_ITEM:
+        return f"tcp.stream eq {stream} && amqp.doff"
     if item.startswith("type "):
         t = item[5:]
         return f"tcp.stream eq {stream} && amqp.type == {TYPE_IDS.get(t, t)}"

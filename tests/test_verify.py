@@ -31,10 +31,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def wireshark_by_id(v: V.Verification, names_to_ids: dict[str, str]) -> tuple[dict, dict]:
-    """pyshark's counts as the facts files key them: methods by "class.method", types by octet."""
+    """pyshark's counts as the facts files key them: methods by "class.method", types by octet
+    (an AMQP 1.0 stream's frame count is `amqp10_streams`, compared on its own)."""
     methods, types = {}, {}
     for s in v.streams:
-        m = {names_to_ids.get(k, k): n for k, n in s.wireshark.items() if not k.startswith("type ") and n}
+        m = {names_to_ids.get(k, k): n for k, n in s.wireshark.items()
+             if not k.startswith("type ") and k != V.AMQP10_ITEM and n}
         t = {V.TYPE_IDS.get(k[5:], k[5:]): n for k, n in s.wireshark.items() if k.startswith("type ") and n}
         if m:
             methods[str(s.stream)] = m
@@ -62,6 +64,8 @@ def test_verify_agrees_on_every_real_capture(facts_path):
     assert methods == facts["streams"]
     if "stream_frame_types" in facts:
         assert types == facts["stream_frame_types"]
+    amqp10 = {str(s.stream): {"frames": s.wireshark[V.AMQP10_ITEM]} for s in v.streams if s.wireshark[V.AMQP10_ITEM]}
+    assert amqp10 == {k: {"frames": a["frames"]} for k, a in facts.get("amqp10_streams", {}).items()}
 
 
 def test_verify_decrypted_tls_agrees_with_wireshark_decrypting():

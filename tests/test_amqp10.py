@@ -1,0 +1,92 @@
+"""AMQP 1.0 beside AMQP 0-9-1 on one port (fixtures/amqp10.pcap: RabbitMQ's rabbitmq_amqp1_0
+plugin, a qpid-proton client that sends 20 messages and takes them back, and the pika workload
+at the same time; record.sh stage 9). Expected values come from tshark's AMQP 1.0 dissector
+(`amqp10_streams` of the facts file) and from the scenario.
+
+The core chooses each direction's decoder by its protocol header (`rust/src/protocol.rs`): the
+AMQP 1.0 connection is framed by AMQP 1.0's decoder, not resynchronised over as broken 0-9-1,
+and no analyzer speaks of it yet.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import amqpcap
+from amqpcap.analysis import run_all
+
+sys.path.insert(0, str(Path(__file__).parent))
+from accounting import assert_byte_accounting  # noqa: E402
+
+FIX = Path(__file__).resolve().parent.parent / "fixtures"
+CAPTURE = FIX / "amqp10.pcap"
+
+
+@pytest.fixture(scope="module")
+def cap():
+    return amqpcap.load(CAPTURE)
+
+
+@pytest.fixture(scope="module")
+def facts():
+    return json.loads((FIX / "amqp10.pcap.tshark.json").read_text())
+
+
+def test_the_amqp10_connection_has_tsharks_frames_and_nothing_skipped(cap, facts):
+    amqp10 = facts["amqp10_streams"]
+    assert list(amqp10) == ["1"], "the recording has one AMQP 1.0 connection"
+    # the scenario: SASL PLAIN (mechanisms, init, outcome), 20 transfers each way
+    assert amqp10["1"]["sasl"] == {"64": 1, "65": 1, "68": 1}
+    assert amqp10["1"]["performatives"]["20"] == 40
+    c = cap.connections.set_index("stream")
+    for stream, f in amqp10.items():
+        row = c.loc[int(stream)]
+        assert row["protocol"] == "1.0"
+        assert row["frames"] == f["frames"]
+        assert row["protocol_header_seen"]
+        for d in ("c2s", "s2c"):
+            assert row[f"{d}_bytes_skipped"] == 0
+            assert row[f"{d}_bytes_decoded"] == row[f"{d}_stream_bytes"] > 0
+    assert len(cap.anomalies) == 0
+    assert_byte_accounting(cap)
+
+
+def test_the_0_9_1_connection_beside_it_is_decoded_as_tshark_decodes_it(cap, facts):
+    c = cap.connections.set_index("stream")
+    assert c.loc[0, "protocol"] == "0-9-1"
+    assert c.loc[0, "connection_name"] == "amqpcap-workload"
+    # AMQP 1.0 frames are no rows of the 0-9-1 frames table
+    assert set(cap.frames["stream"]) == {0}
+    methods = cap.frames[cap.frames["type"] == "method"].groupby(["class_id", "method_id"]).size()
+    assert {f"{a}.{b}": int(n) for (a, b), n in methods.items()} == facts["streams"]["0"]
+
+
+def test_no_finding_speaks_of_the_amqp10_connection(cap):
+    for result in run_all(cap):
+        for f in result.findings:
+            assert 1 not in f.evidence.get("streams", []), (f.id, f.evidence)
+            assert all(s.get("stream") != 1 for s in f.subjects), f.id
+
+
+def test_the_user_is_told_once_which_connection_is_not_analysed():
+    r = subprocess.run([sys.executable, "-m", "amqpcap", "analyze", str(CAPTURE)], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    said = [line for line in (r.stdout + r.stderr).splitlines() if "AMQP 1.0" in line]
+    assert len(said) == 1, said
+    assert "tcp.stream in {1}" in said[0] and "not analysed" in said[0]
+    # no 0-9-1 decoding noise about it
+    assert "resync" not in r.stderr and "protocol-header" not in r.stderr
+
+
+def test_the_summary_counts_it_as_an_amqp10_connection(cap):
+    from amqpcap.overview import overview, story
+
+    o = overview(cap, run_all(cap))
+    assert o["connections"]["total"] == 2 and o["connections"]["amqp-1.0"] == 1
+    assert "1 speaking AMQP 1.0" in story(o)
