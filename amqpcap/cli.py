@@ -245,6 +245,9 @@ def undecoded_note(cap: Capture) -> Optional[str]:
     if len(cap.frames) or not len(cap.connections):
         return None
     c, n = cap.connections, len(cap.connections)
+    if (c["protocol"] == "1.0").all():
+        return (f"The {'connection speaks' if n == 1 else f'{n:,} connections speak'} AMQP 1.0, which amqpcap "
+                "frames but does not analyse yet, so only TCP was analysed.")
     encrypted = int((c["tls"] & ~c["tls_decrypted"]).sum()) if "tls" in c else 0
     why = (f"encrypted with TLS: --tls-keylog FILE decrypts {'it' if n == 1 else 'them'}" if encrypted == n
            else "see the warnings above")

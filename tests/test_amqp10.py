@@ -90,3 +90,22 @@ def test_the_summary_counts_it_as_an_amqp10_connection(cap):
     o = overview(cap, run_all(cap))
     assert o["connections"]["total"] == 2 and o["connections"]["amqp-1.0"] == 1
     assert "1 speaking AMQP 1.0" in story(o)
+
+
+def test_a_capture_of_amqp10_only_says_what_was_analysed(tmp_path):
+    """The AMQP 1.0 connection alone (tshark writes its packets to a file of their own): no
+    0-9-1 frame, and the note says why only TCP was analysed (not "no frame was decoded")."""
+    import shutil
+
+    if shutil.which("tshark") is None:
+        pytest.skip("tshark is installed by scripts/test.sh")
+    alone = tmp_path / "amqp10-only.pcap"
+    subprocess.run(["tshark", "-r", str(CAPTURE), "-Y", "tcp.stream == 1", "-F", "pcap", "-w", str(alone)], check=True,
+                   capture_output=True)
+    r = subprocess.run([sys.executable, "-m", "amqpcap", "analyze", str(alone)], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "The connection speaks AMQP 1.0, which amqpcap frames but does not analyse yet" in r.stdout
+    assert "No AMQP frame was decoded" not in r.stdout
+    c = amqpcap.load(alone).connections
+    assert c["protocol"].tolist() == ["1.0"] and c["frames"].tolist() == [84]
