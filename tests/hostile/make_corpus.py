@@ -594,6 +594,43 @@ def _other_protocol(path):
     return {"packets": len(recs)}
 
 
+#: AMQP 1.0 (Part 2 §2.3.1): the protocol header, and an open performative's frame (SIZE 12,
+#: DOFF 2, type 0 AMQP, channel 0; body: described type 0x00, smallulong 0x53 0x10 open, list0)
+AMQP10_HEADER = b"AMQP\x00\x01\x00\x00"
+AMQP10_OPEN = struct.pack(">IBBH", 12, 2, 0, 0) + b"\x00\x53\x10\x45"
+
+
+def _amqp10_then(bad: bytes):
+    """An AMQP 1.0 connection: both headers and opens, then `bad` bytes from the client."""
+    conv = c.TcpConversation().handshake()
+    conv.send("c2s", AMQP10_HEADER)
+    conv.send("s2c", AMQP10_HEADER)
+    conv.send("c2s", AMQP10_OPEN)
+    conv.send("s2c", AMQP10_OPEN)
+    conv.send("c2s", bad)
+    return conv.close()
+
+
+@case("amqp10-bad-frame.pcap", "an AMQP 1.0 connection whose client sends, after its open, a frame header of size 4 "
+      "(below the header's own 8 octets) and 100 bytes: AMQP 1.0 frames are not resynchronised, so the rest is skipped",
+      warning="bad-frame-header", kinds=["bad-frame-header", "resync-skipped"],
+      decode={"frames": 0, "connections": 1, "skipped_bytes": 108})
+def _amqp10_bad_frame(path):
+    recs = _amqp10_then(struct.pack(">IBBH", 4, 2, 0, 0) + b"z" * 100).timed()
+    write_pcap(path, recs)
+    return {"packets": len(recs)}
+
+
+@case("amqp10-claims-4gb.pcap", "an AMQP 1.0 frame header claiming 4 GiB (SIZE 0xFFFFFFFF) after the open, then 200 bytes: "
+      "over max_frame_bytes, nothing is buffered for it",
+      warning="oversized-frame", kinds=["oversized-frame", "resync-skipped"],
+      decode={"frames": 0, "connections": 1, "skipped_bytes": 208})
+def _amqp10_4gb(path):
+    recs = _amqp10_then(struct.pack(">IBBH", 0xFFFFFFFF, 2, 0, 0) + b"y" * 200).timed()
+    write_pcap(path, recs)
+    return {"packets": len(recs)}
+
+
 @case("garbage-midstream.pcap", "a port-5672 conversation seen from its middle: 20 KiB of random bytes, then frames",
       warning="resync-skipped", kinds=["resync-skipped"])
 def _garbage_midstream(path):
