@@ -22,8 +22,9 @@ import sys
 from pathlib import Path
 
 LINK_HEADER = {1: 14, 113: 16, 276: 20, 101: 0, 228: 0}
-#: client ports used per client address (2000 up to 62000)
-PORTS = 60000
+#: client ports used per client address: 2000 up to 62000, but never an AMQP port (a copy whose
+#: client port were the broker's would be a conversation between two equal endpoints)
+AMQP_PORTS = (5671, 5672)
 
 
 def read_pcap(path: Path):
@@ -83,13 +84,14 @@ def main() -> None:
     # Every client port of the source gets a fresh port in every copy, so each recorded
     # connection becomes `copies` distinct connections.
     client_ports = sorted({p for r, po in zip(records, ports) if po for p in struct.unpack(">HH", r[1][po[0] : po[0] + 4]) if p != args.broker_port})
-    if copies * len(client_ports) > 256 * PORTS:
+    free = [p for p in range(2000, 62000) if p not in AMQP_PORTS and p != args.broker_port]
+    if copies * len(client_ports) > 256 * len(free):
         sys.exit(f"{copies} copies x {len(client_ports)} connections: more than this generator numbers")
 
     def client(i: int, port: int) -> tuple[int, int]:
         """Copy `i`'s client port for recorded port `port`, and what its address's second octet gains."""
         n = i * len(client_ports) + client_ports.index(port)
-        return 2000 + n % PORTS, n // PORTS
+        return free[n % len(free)], n // len(free)
 
     def copy(i: int):
         shift = i * step
