@@ -141,9 +141,16 @@ def rank(findings: list[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda f: (-SEVERITY_RANK[f.severity], -f.impact, f.id))
 
 
-def stream_filter(streams) -> str:
-    """Wireshark display filter for a set of tcp.stream numbers."""
-    streams = sorted({int(s) for s in streams})
+#: streams a finding's display filter names at most: a finding over thousands of connections of a
+#: production capture would otherwise carry a filter of thousands of numbers (evidence.streams
+#: still lists them all)
+MAX_FILTER_STREAMS = 100
+
+
+def stream_filter(streams, limit: int = MAX_FILTER_STREAMS) -> str:
+    """Wireshark display filter for tcp.stream numbers: the first `limit` of them in the order
+    given (a finding's subjects come worst first), in increasing order."""
+    streams = sorted(list(dict.fromkeys(int(s) for s in streams))[:limit])
     if not streams:
         return ""
     if len(streams) == 1:
