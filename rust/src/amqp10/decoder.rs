@@ -260,7 +260,8 @@ impl Decoder {
     pub fn finish(&mut self, packet: u32, sink: &mut impl DecodeSink) {
         match self.state {
             State::Encrypted { packet: first } => return report_encrypted(sink, first, self.bytes_encrypted),
-            State::Lost { packet: since } => {
+            // (a header of another version followed by nothing lost no byte: no row)
+            State::Lost { packet: since } if self.lost_bytes > 0 => {
                 let n = self.lost_bytes;
                 sink.anomaly(
                     AnomalyKind::ResyncSkipped,
@@ -269,6 +270,7 @@ impl Decoder {
                     format!("{n} bytes of AMQP 1.0 after a capture gap or a bad frame not decoded (AMQP 1.0 frames are not resynchronised)"),
                 );
             }
+            State::Lost { .. } => {}
             _ => {
                 let n = self.unfinished();
                 if n > 0 {
@@ -438,7 +440,7 @@ mod tests {
         let (seen, _) = decode(&[b"AMQP\x00\x01\x00\x00\x00\x00\x00\x20\x02\x00\x00\x00\x00\x53"]);
         assert_eq!(seen.anomalies, [(AnomalyKind::IncompleteFrame, 10)]);
         let (seen, _) = decode(&[b"AMQP\x00\x00\x09\x01"]);
-        assert_eq!(seen.anomalies[0].0, AnomalyKind::ProtocolHeader);
+        assert_eq!(seen.anomalies, [(AnomalyKind::ProtocolHeader, 8)], "nothing lost after it: no resync-skipped row");
         let (seen, d) = decode(&[b"AMQP\x02\x01\x00\x00", &[22, 3, 3, 0, 5, 1, 2, 3, 4, 5]]);
         assert_eq!(seen.anomalies, [(AnomalyKind::TlsEncrypted, 10)]);
         assert!(d.encrypted());
