@@ -600,15 +600,18 @@ AMQP10_HEADER = b"AMQP\x00\x01\x00\x00"
 AMQP10_OPEN = struct.pack(">IBBH", 12, 2, 0, 0) + b"\x00\x53\x10\x45"
 
 
-def _amqp10_then(bad: bytes):
-    """An AMQP 1.0 connection: both headers and opens, then `bad` bytes from the client."""
+def _amqp10_then(path, bad: bytes) -> dict:
+    """Write an AMQP 1.0 connection to `path`: both headers and opens, then `bad` bytes from the
+    client; its facts."""
     conv = c.TcpConversation().handshake()
     conv.send("c2s", AMQP10_HEADER)
     conv.send("s2c", AMQP10_HEADER)
     conv.send("c2s", AMQP10_OPEN)
     conv.send("s2c", AMQP10_OPEN)
     conv.send("c2s", bad)
-    return conv.close()
+    recs = conv.close().timed()
+    write_pcap(path, recs)
+    return {"packets": len(recs)}
 
 
 @case("amqp10-bad-frame.pcap", "an AMQP 1.0 connection whose client sends, after its open, a frame header of size 4 "
@@ -616,9 +619,7 @@ def _amqp10_then(bad: bytes):
       warning="bad-frame-header", kinds=["bad-frame-header", "resync-skipped"],
       decode={"frames": 0, "connections": 1, "skipped_bytes": 108})
 def _amqp10_bad_frame(path):
-    recs = _amqp10_then(struct.pack(">IBBH", 4, 2, 0, 0) + b"z" * 100).timed()
-    write_pcap(path, recs)
-    return {"packets": len(recs)}
+    return _amqp10_then(path, struct.pack(">IBBH", 4, 2, 0, 0) + b"z" * 100)
 
 
 @case("amqp10-claims-4gb.pcap", "an AMQP 1.0 frame header claiming 4 GiB (SIZE 0xFFFFFFFF) after the open, then 200 bytes: "
@@ -626,9 +627,7 @@ def _amqp10_bad_frame(path):
       warning="oversized-frame", kinds=["oversized-frame", "resync-skipped"],
       decode={"frames": 0, "connections": 1, "skipped_bytes": 208})
 def _amqp10_4gb(path):
-    recs = _amqp10_then(struct.pack(">IBBH", 0xFFFFFFFF, 2, 0, 0) + b"y" * 200).timed()
-    write_pcap(path, recs)
-    return {"packets": len(recs)}
+    return _amqp10_then(path, struct.pack(">IBBH", 0xFFFFFFFF, 2, 0, 0) + b"y" * 200)
 
 
 @case("garbage-midstream.pcap", "a port-5672 conversation seen from its middle: 20 KiB of random bytes, then frames",
