@@ -316,12 +316,13 @@ pub fn check_output(out: &Output) {
 
     // connections
     let c = |name: &str| dense(&out.connections, name);
-    // an AMQP 1.0 connection's frames are counted, not rows of `frames` (docs/tables.md)
+    // an AMQP 1.0 connection's AMQP 1.0 frames are counted, not rows of `frames` (docs/tables.md);
+    // its other direction may still have started as 0-9-1 and have rows
     let Column::Text(protocol, names) = column(&out.connections, "protocol") else { panic!("protocol is not text") };
     let amqp10: Vec<bool> = protocol.iter().map(|&p| p >= 0 && names[p as usize] == "1.0").collect();
     for (i, &framed) in c("frames").iter().enumerate() {
         if amqp10[i] {
-            assert_eq!(frames_per_conn[i], 0, "an AMQP 1.0 connection with rows in frames");
+            assert!(frames_per_conn[i] <= framed, "an AMQP 1.0 connection with more frames rows than frames");
         } else {
             assert_eq!(framed, frames_per_conn[i], "connections.frames vs frames rows");
         }
