@@ -109,3 +109,11 @@ def test_a_capture_of_amqp10_only_says_what_was_analysed(tmp_path):
     assert "No AMQP frame was decoded" not in r.stdout
     c = amqpcap.load(alone).connections
     assert c["protocol"].tolist() == ["1.0"] and c["frames"].tolist() == [84]
+
+
+def test_info_lists_it_as_amqp10():
+    r = subprocess.run([sys.executable, "-m", "amqpcap", "info", str(CAPTURE)], capture_output=True, text=True,
+                       timeout=120, env={**__import__("os").environ, "COLUMNS": "200"})
+    assert r.returncode == 0, r.stderr
+    row = next(line for line in r.stdout.splitlines() if "127.0.0.1:" in line and "│      1 │" in line)
+    assert "(AMQP 1.0, not analysed)" in row and "amqp-1.0" in row
