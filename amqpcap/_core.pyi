@@ -47,10 +47,10 @@ def decode(
     decrypted: tuple[list[int], list[int], list[int], bytes] | None = None,
     strict: bool = False,
     progress: ReadProgress | None = None,
-    partition: tuple[int, list[int], bool] | None = None,
     arrow: bool = False,
     records_sink: Callable[[ArrowBatch], None] | None = None,
     records_batch_rows: int = 1 << 20,
+    spill: tuple[str, int] | None = None,
 ) -> dict[str, Any]:
     """Decode a capture: one file, or a set read as one capture, merged by time as mergecap
     merges them (a file of a set that cannot be used is skipped with a warning unless
@@ -63,9 +63,12 @@ def decode(
     payload; packet `packets[i]` (ascending frame numbers) completed the plaintext
     data[ends[i-1]:ends[i]] (ends[-1] = 0).
 
-    partition = (buckets, kept, capture_rows): output only the connections whose stream's
-    `bucket_of(stream, buckets)` is in `kept`, and the rows of no connection (records,
-    anomalies of the file) only when `capture_rows`; streams are numbered as without it.
+    spill = (directory, buckets): the first step of `amqpcap ingest` (rust/src/spill.rs). No
+    connection is decoded (their tables are empty); every TCP packet of a conversation that is
+    or may be AMQP goes to the spill file of its stream's bucket, `directory/bucket=K.arrow`,
+    with its packet and stream numbers; the rows of no connection (records, anomalies of the
+    file) and the summary are as without it. The result has "spilled": each bucket's
+    (packets, captured bytes). A write error of the spill raises OSError.
 
     arrow: each table is an `ArrowBatch` instead of a column list (`pyarrow.record_batch(t)`),
     in the types docs/dataset.md lists ("Arrow from the core").
@@ -74,6 +77,19 @@ def decode(
     are read, and with the last ones at the end, while the capture is read (with the GIL taken
     for the call); the returned "records" table is then empty. Its first exception stops the
     calls and is raised when the decode returns."""
+
+def decode_spilled(
+    path: str,
+    ports: list[int],
+    capture_records: int,
+    limits: dict[str, int] | None = None,
+    bodies: bool = False,
+    arrow: bool = True,
+) -> dict[str, Any]:
+    """Decode one bucket spilled by `decode(..., spill=...)` from its spill file: the tables of
+    its connections as a whole decode of the capture (`capture_records` records) gives them
+    (capture-wide packet and stream numbers), in `decode`'s dict (records empty; the summary's
+    only meaningful key is "warnings"). Raises OSError when the file cannot be read."""
 
 def bucket_of(streams: npt.NDArray[np.int64], buckets: int) -> npt.NDArray[np.int32]:
     """The bucket of each stream number (Fibonacci hashing: consecutive streams spread)."""

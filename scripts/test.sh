@@ -27,8 +27,8 @@ fi
 
 bash scripts/install.sh '.[test]'
 py=${AMQPCAP_VENV:-.venv}/bin/python
-# Core unit tests, and the saved fuzz inputs (rust/fuzz/regressions) replayed on stable.
-cargo test -q --manifest-path rust/Cargo.toml --no-default-features --features fuzzing
+# Core unit tests (with the Arrow output and spill files), and the saved fuzz inputs (rust/fuzz/regressions) replayed on stable.
+cargo test -q --manifest-path rust/Cargo.toml --no-default-features --features fuzzing,arrow
 "$py" -m pytest -q
 
 # Fuzzing smoke run (docs/fuzzing.md): each cargo-fuzz target for ~20 s, seeded from fixtures/.

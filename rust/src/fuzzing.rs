@@ -48,7 +48,8 @@ pub fn small_limits() -> Limits {
 /// `data` is a capture file (pcap, pcapng, gzip). It is decoded twice, on port 5672: with the
 /// default caps and a 64 KiB initial read buffer, and with [`small_limits`] and a 4 KiB buffer
 /// (so that records outgrow it); the tables must then hold [`check_output`]. With the default
-/// caps it is also decoded in two passes, which must split the rows ([`check_passes`]).
+/// caps it is also decoded as `amqpcap ingest` decodes it, split into two buckets and each
+/// bucket decoded from its spilled packets, which must split the rows ([`check_spilled`]).
 pub fn capture_reader(data: &[u8]) {
     for (limits, buffer) in [(Limits::default(), 64 << 10), (small_limits(), 4 << 10)] {
         let mut ing = Ingest::new(&[5672], &limits, false);
@@ -57,7 +58,7 @@ pub fn capture_reader(data: &[u8]) {
             Ok(out) => {
                 check_output(&out);
                 if buffer == 64 << 10 {
-                    check_passes(data, &limits, &out);
+                    check_spilled(data, &limits, &out);
                 }
             }
             Err(e) => {
@@ -69,21 +70,48 @@ pub fn capture_reader(data: &[u8]) {
     }
 }
 
-/// Decoded in two passes ([`Partition`]: bucket 0 of 2 with the rows of no connection, then
-/// bucket 1), the capture gives the whole decode's rows split by connection: each connection's
-/// rows in the pass of its bucket, in the whole decode's order, and the records once. (Under
-/// caps that no fuzz-sized input reaches: `max_frames`, `max_anomalies` count per pass.)
-fn check_passes(data: &[u8], limits: &Limits, whole: &Output) {
-    let parts: Vec<Output> = (0..2u32)
-        .map(|k| {
+/// A packet spilled by the first step: its packet and stream numbers, time, link type,
+/// on-wire length and bytes.
+type SpilledPacket = (u32, u32, i64, u32, u32, Vec<u8>);
+
+/// Decoded as `amqpcap ingest` decodes it (`crate::spill`, here in memory): a first step that
+/// keeps no connection ([`Partition`] of none of 2 buckets, with the rows of no connection)
+/// and spills each packet of a possible AMQP connection by bucket, then each bucket decoded
+/// from its packets alone. The whole decode's rows must come out split by connection: each
+/// connection's rows in its bucket's decode, in the whole decode's order, and the records and
+/// the file's anomalies in the first step. (Under caps that no fuzz-sized input reaches:
+/// `max_frames`, `max_anomalies` count per bucket.)
+fn check_spilled(data: &[u8], limits: &Limits, whole: &Output) {
+    let mut spilled: [Vec<SpilledPacket>; 2] = [Vec::new(), Vec::new()];
+    let first = {
+        let mut ing = Ingest::new(&[5672], limits, false);
+        ing.set_partition(Partition::new(2, &[], true).unwrap());
+        ing.set_spill(Box::new(|number, stream, rec: &Record<'_>| {
+            spilled[bucket_of(stream, 2) as usize].push((number, stream, rec.ts_ns, rec.linktype, rec.origlen, rec.data.to_vec()));
+        }));
+        let read = read_capture_buffered(data, "fuzz-input", limits.max_record_bytes, 64 << 10, |rec| ing.record(rec));
+        ing.finish(read.expect("the whole decode read it"))
+    };
+    assert_eq!(rows(&first.records), rows(&whole.records), "the first step has the records");
+    assert_eq!((rows(&first.connections), rows(&first.packets), rows(&first.frames)), (0, 0, 0), "the first step decodes no connection");
+    let no_stream = |o: &Output| ints(column(&o.anomalies, "stream")).iter().filter(|s| s.is_none()).count();
+    assert_eq!(rows(&first.anomalies), no_stream(whole), "the first step has the anomalies of the file");
+    let records = rows(&whole.records) as u32;
+    let parts: Vec<Output> = spilled
+        .iter()
+        .map(|packets| {
             let mut ing = Ingest::new(&[5672], limits, false);
-            ing.set_partition(Partition::new(2, &[k], k == 0).unwrap());
-            let read = read_capture_buffered(data, "fuzz-input", limits.max_record_bytes, 64 << 10, |rec| ing.record(rec));
-            ing.finish(read.expect("the whole decode read it"))
+            ing.set_spilled(records);
+            for (number, stream, ts_ns, linktype, origlen, bytes) in packets {
+                ing.spilled_record(*number, *stream, Record { ts_ns: *ts_ns, linktype: *linktype, origlen: *origlen, data: bytes });
+            }
+            ing.finish(ReadSummary::default())
         })
         .collect();
-    assert_eq!(rows(&parts[0].records), rows(&whole.records), "the first pass has the records");
-    assert_eq!(rows(&parts[1].records), 0, "only the first pass has the records");
+    for (k, part) in parts.iter().enumerate() {
+        assert_eq!(rows(&part.records), 0, "bucket {k} has no records");
+        assert_eq!(no_stream(part), 0, "bucket {k} has no anomaly of the file");
+    }
     let tables: [(&str, fn(&Output) -> &Table, &[&str]); 4] = [
         ("connections", |o| &o.connections, &["stream", "c2s_packets", "s2c_packets", "frames", "bytes_missing", "anomalies"]),
         ("packets", |o| &o.packets, &["stream", "packet", "direction", "seq", "ack", "window", "frames_ended", "retransmission", "gap_before"]),
@@ -97,12 +125,8 @@ fn check_passes(data: &[u8], limits: &Limits, whole: &Output) {
         };
         let all = tuples(table(whole));
         for (k, part) in parts.iter().enumerate() {
-            let want: Vec<_> = all
-                .iter()
-                .filter(|r| r[0].map_or(k == 0, |s| bucket_of(s as u32, 2) == k as u32))
-                .cloned()
-                .collect();
-            assert_eq!(tuples(table(part)), want, "{name} of pass {k}");
+            let want: Vec<_> = all.iter().filter(|r| r[0].is_some_and(|s| bucket_of(s as u32, 2) == k as u32)).cloned().collect();
+            assert_eq!(tuples(table(part)), want, "{name} of bucket {k}");
         }
     }
 }

@@ -19,8 +19,7 @@ use crate::capture::reader::{ReadSummary, Record};
 use crate::error::CaptureError;
 use crate::limits::Limits;
 use crate::partition::Partition;
-use crate::tables::{sort_rows_by, RowOrigin, Table,
-};
+use crate::tables::{sort_rows_by, Column, RowOrigin, Table};
 use crate::tcp::reassembly::PacketRef;
 use crate::tcp::{ConvKey, Endpoint};
 use crate::output::anomalies::{anomalies_table, AnomaliesBuilder};
@@ -35,6 +34,23 @@ use crate::tls::Decrypted;
 
 /// Receives the `records` table's rows in batches while the capture is read.
 pub type RecordsSink<'a> = Box<dyn FnMut(Table) + 'a>;
+
+/// Receives each TCP packet of a conversation that is (or may still turn out to be) AMQP, with
+/// its packet and stream numbers: the first step of a spilled ingest (`crate::spill`).
+pub type PacketSpill<'a> = Box<dyn FnMut(u32, u32, &Record<'_>) + 'a>;
+
+/// A decode of one bucket's spilled packets (`crate::spill`): their packet and stream numbers
+/// are the capture's, given with each packet. Streams are numbered here in the order they
+/// appear, which is the order of their capture-wide numbers: the tables are made with these
+/// local numbers and renumbered at the end.
+#[derive(Default)]
+struct Spilled {
+    /// The capture-wide number of each local stream.
+    global: Vec<u32>,
+    local: HashMap<u32, u32, RandomState>,
+    /// Records of the whole capture (the number of its last packet).
+    capture_records: u32,
+}
 
 pub struct Ingest<'l> {
     limits: &'l Limits,
@@ -57,6 +73,10 @@ pub struct Ingest<'l> {
     over_limit: Option<(u64, u64, Option<usize>)>,
     /// Only these connections (and maybe no rows of the capture as a whole) are output.
     partition: Option<Partition>,
+    /// Where the packets of AMQP conversations go (the first step of a spilled ingest).
+    spill: Option<PacketSpill<'l>>,
+    /// This decode reads one bucket's spilled packets.
+    spilled: Option<Spilled>,
 }
 
 pub struct Output {
@@ -93,7 +113,46 @@ impl<'l> Ingest<'l> {
             over_limit: None,
             decrypted: Decrypted::default(),
             partition: None,
+            spill: None,
+            spilled: None,
         }
+    }
+
+    /// Hand every TCP packet of a conversation that is or may be AMQP to `spill` (see
+    /// [`PacketSpill`]).
+    pub fn set_spill(&mut self, spill: PacketSpill<'l>) {
+        self.spill = Some(spill);
+    }
+
+    /// Read packets of one bucket spilled by the first step (`crate::spill`) through
+    /// [`Ingest::spilled_record`]; the capture has `capture_records` records in all.
+    pub fn set_spilled(&mut self, capture_records: u32) {
+        self.records = RecordsBuilder::new(false);
+        self.spilled = Some(Spilled { capture_records, ..Default::default() });
+    }
+
+    /// Packet `number` of stream `stream` (the capture's numbers), spilled by the first step:
+    /// decoded as a whole decode decodes it (its conversation was numbered there).
+    pub fn spilled_record(&mut self, number: u32, stream: u32, rec: Record<'_>) {
+        // (the first step spilled only TCP packets that decode)
+        let Ok(tcp) = link::decode(rec.linktype, rec.data) else { return };
+        self.tcp_packets += 1;
+        let Some(sp) = self.spilled.as_mut() else { return };
+        let idx = match sp.local.get(&stream) {
+            Some(&i) => i,
+            None => {
+                let src = Endpoint { addr: tcp.src, port: tcp.sport };
+                let dst = Endpoint { addr: tcp.dst, port: tcp.dport };
+                let i = sp.global.len() as u32;
+                sp.global.push(stream);
+                sp.local.insert(stream, i);
+                // (never over max_streams: the first step numbered fewer in all)
+                let Some(j) = self.new_stream(ConvKey::new(src, dst, tcp.v6), src, dst, tcp.v6) else { return };
+                debug_assert_eq!(i, j);
+                j
+            }
+        };
+        self.tcp_segment(idx, &tcp, rec, number);
     }
 
     /// Output only the connections `partition` keeps (see [`Partition`]).
@@ -194,7 +253,15 @@ impl<'l> Ingest<'l> {
             None => self.new_stream(key, src, dst, tcp.v6),
         };
         match idx {
-            Some(idx) => self.tcp_segment(idx, &tcp, rec, number),
+            Some(idx) => {
+                self.tcp_segment(idx, &tcp, rec, number);
+                if let Some(spill) = self.spill.as_mut() {
+                    // (a conversation that turned out not to be AMQP has no rows from here on)
+                    if self.streams[idx as usize].kind != Kind::Other {
+                        spill(number, idx, &rec);
+                    }
+                }
+            }
             None => self.beyond_stream_limit(rec.data.len() as u64, number, rec.ts_ns),
         }
     }
@@ -427,7 +494,7 @@ impl<'l> Ingest<'l> {
         // Not needed any more; a million conversations make it large.
         self.conversations = HashMap::default();
         let last = PacketRef {
-            number: self.records.count(),
+            number: self.spilled.as_ref().map_or(self.records.count(), |s| s.capture_records),
             row: self.packets.packet.len().saturating_sub(1) as u32,
         };
         self.drain_streams(last);
@@ -545,7 +612,16 @@ impl<'l> Ingest<'l> {
             sort_rows_by(&mut t, "last_packet");
             t
         });
-        let packets = packets_table(packets, &is_amqp, &a_is_client);
+        let mut packets = packets_table(packets, &is_amqp, &a_is_client);
+        let mut connections = connections;
+        let mut frames = frames;
+        let mut anomalies = anomalies;
+        let mut bodies = bodies;
+        if let Some(sp) = self.spilled.take() {
+            for t in [&mut connections, &mut packets, &mut frames, &mut anomalies].into_iter().chain(bodies.as_mut()) {
+                renumber_streams(t, &sp.global);
+            }
+        }
         let mut records = self.records.take_rows();
         if let Some((mut sink, _)) = self.records_sink.take() {
             sink(records);
@@ -563,6 +639,27 @@ impl<'l> Ingest<'l> {
             first_ts: self.records.first_ts,
             last_ts: self.records.last_ts,
             files: Vec::new(),
+        }
+    }
+}
+
+/// The `stream` column of a table made by a decode of spilled packets, from its local stream
+/// numbers to the capture's (`global[local]`).
+fn renumber_streams(t: &mut Table, global: &[u32]) {
+    for (name, col) in t.iter_mut() {
+        if *name != "stream" {
+            continue;
+        }
+        match col {
+            Column::I32(v) => v.iter_mut().for_each(|s| *s = global[*s as usize] as i32),
+            Column::NullI32(v, valid) => {
+                for (s, &ok) in v.iter_mut().zip(valid.iter()) {
+                    if ok {
+                        *s = global[*s as usize] as i32;
+                    }
+                }
+            }
+            _ => unreachable!("stream columns are int32"),
         }
     }
 }
@@ -610,6 +707,7 @@ pub fn ingest(
     strict: bool,
     progress: &Progress,
     records_sink: Option<(RecordsSink<'_>, usize)>,
+    spill: Option<PacketSpill<'_>>,
 ) -> Result<Output, CaptureError> {
     if paths.len() > crate::limits::MAX_FILES {
         return Err(CaptureError::Unreadable(format!(
@@ -627,6 +725,9 @@ pub fn ingest(
     }
     if let Some((sink, batch_rows)) = records_sink {
         ing.set_records_sink(sink, batch_rows);
+    }
+    if let Some(spill) = spill {
+        ing.set_spill(spill);
     }
     let several = paths.len() > 1;
     let merged = read_captures(paths, limits.max_record_bytes, strict, progress, |rec, file| ing.record_from(rec, file))?;

@@ -18,6 +18,8 @@ pub mod limits;
 pub mod output;
 pub mod partition;
 pub mod protocol;
+#[cfg(feature = "arrow")]
+pub mod spill;
 pub mod tables;
 pub mod tcp;
 pub mod tls;
@@ -230,7 +232,7 @@ mod python {
 
     /// Decode a capture (one file or a set merged by time) into column tables. See `amqpcap/_core.pyi`.
     #[pyfunction]
-    #[pyo3(signature = (paths, ports, limits=None, bodies=false, decrypted=None, strict=false, progress=None, partition=None, arrow=false, records_sink=None, records_batch_rows=1 << 20))]
+    #[pyo3(signature = (paths, ports, limits=None, bodies=false, decrypted=None, strict=false, progress=None, arrow=false, records_sink=None, records_batch_rows=1 << 20, spill=None))]
     #[allow(clippy::too_many_arguments)]
     fn decode<'py>(
         py: Python<'py>,
@@ -241,16 +243,18 @@ mod python {
         decrypted: Option<&Bound<'py, PyTuple>>,
         strict: bool,
         progress: Option<PyRef<'py, ReadProgress>>,
-        partition: Option<(u32, Vec<u32>, bool)>,
         arrow: bool,
         records_sink: Option<Bound<'py, PyAny>>,
         records_batch_rows: usize,
+        spill: Option<(String, u32)>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let limits = limits_from(limits)?;
-        let partition = partition
-            .map(|(buckets, kept, capture_rows)| Partition::new(buckets, &kept, capture_rows))
-            .transpose()
-            .map_err(pyo3::exceptions::PyValueError::new_err)?;
+        // The first step of a spilled ingest keeps no connection: it writes the rows of no
+        // connection and spills the packets of every connection into its bucket's file.
+        let partition = spill.as_ref().map(|(_, buckets)| Partition::new(*buckets, &[], true)).transpose().map_err(pyo3::exceptions::PyValueError::new_err)?;
+        let mut spill_writer = spill
+            .map(|(dir, buckets)| crate::spill::SpillWriter::create(std::path::Path::new(&dir), buckets))
+            .transpose()?;
         let decrypted = decrypted.map(decrypted_from).transpose()?;
         let progress = progress.map(|p| p.0.clone()).unwrap_or_default();
         // The records' batches go to `records_sink` as ArrowBatch objects while the capture is
@@ -271,12 +275,26 @@ mod python {
                 };
                 (Box::new(call) as crate::ingest::RecordsSink<'_>, records_batch_rows)
             });
-            ingest(&paths, &ports, &limits, bodies, decrypted, partition, strict, &progress, records_sink)
+            let spill = spill_writer.as_mut().map(|w| {
+                let buckets = w.buckets();
+                let push = move |number: u32, stream: u32, rec: &crate::capture::reader::Record<'_>| {
+                    w.push(crate::partition::bucket_of(stream, buckets), number, stream, rec)
+                };
+                Box::new(push) as crate::ingest::PacketSpill<'_>
+            });
+            ingest(&paths, &ports, &limits, bodies, decrypted, partition, strict, &progress, records_sink, spill)
         });
         if let Some(e) = failed.into_inner().expect("not poisoned") {
             return Err(e);
         }
         let out = out.map_err(|e| CoreCaptureError::new_err((e.kind(), e.message().to_string())))?;
+        // A write error of the spill (a full disk) is an OSError.
+        let spilled = spill_writer.map(|w| py.detach(|| w.finish())).transpose()?;
+        tables_dict(py, out, arrow, spilled)
+    }
+
+    /// The dict `decode` and `decode_spilled` return (see `amqpcap/_core.pyi`).
+    fn tables_dict<'py>(py: Python<'py>, out: crate::ingest::Output, arrow: bool, spilled: Option<Vec<crate::spill::Spilled>>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
         let hand = |t: Table| if arrow { arrow_table(py, t) } else { table(py, t).map(Bound::into_any) };
         d.set_item("records", hand(out.records)?)?;
@@ -300,7 +318,27 @@ mod python {
         s.set_item("link_types", out.read.linktypes.iter().map(|&l| linktype_name(l)).collect::<Vec<_>>())?;
         s.set_item("files", files(py, &out.files)?)?;
         d.set_item("summary", s)?;
+        if let Some(spilled) = spilled {
+            d.set_item("spilled", spilled.iter().map(|b| (b.packets, b.bytes)).collect::<Vec<_>>())?;
+        }
         Ok(d)
+    }
+
+    /// Decode one bucket of a spilled ingest from its spill file. See `amqpcap/_core.pyi`.
+    #[pyfunction]
+    #[pyo3(signature = (path, ports, capture_records, limits=None, bodies=false, arrow=true))]
+    fn decode_spilled<'py>(
+        py: Python<'py>,
+        path: String,
+        ports: Vec<u16>,
+        capture_records: u32,
+        limits: Option<&Bound<'py, PyDict>>,
+        bodies: bool,
+        arrow: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let limits = limits_from(limits)?;
+        let out = py.detach(|| crate::spill::decode_spilled(std::path::Path::new(&path), &ports, &limits, bodies, capture_records))?;
+        tables_dict(py, out, arrow, None)
     }
 
     /// The bucket of each stream number (`amqpcap.dataset.bucket_of`).
@@ -318,6 +356,7 @@ mod python {
     fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(wrap_pyfunction!(decode, m)?)?;
         m.add_function(wrap_pyfunction!(bucket_of, m)?)?;
+        m.add_function(wrap_pyfunction!(decode_spilled, m)?)?;
         m.add_class::<ReadProgress>()?;
         m.add_class::<ArrowBatch>()?;
         m.add("CoreCaptureError", m.py().get_type::<CoreCaptureError>())?;

@@ -1,0 +1,270 @@
+//! The capture spilled by bucket: how `amqpcap ingest` decodes a capture of any size in one
+//! read. The first step reads the capture once, numbers every record and every TCP conversation
+//! exactly as a whole decode does (Wireshark's frame numbers and tcp.stream, port reuse
+//! included), writes the rows of no connection (`records`, anomalies of the file), and appends
+//! each TCP packet of a possible AMQP connection to the spill file of its connection's bucket
+//! ([`SpillWriter`]). Each bucket is then decoded on its own from its spill file
+//! ([`read_spill`], `crate::ingest::decode_spilled`): its connections' packets in capture order,
+//! with their capture-wide packet and stream numbers, so its tables are those a whole decode
+//! gives for these connections. Reading is linear in the capture (each byte is read from the
+//! capture once and from a spill file once), and a bucket's decode holds one bucket's rows.
+//!
+//! A spill file is an Arrow IPC file (the Arrow columnar format on disk, arrow-rs'
+//! `arrow-ipc`), one per bucket, of the columns in [`spill_schema`]. It is a temporary file: the
+//! ingest deletes it once its bucket is written.
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow_array::{Array, BinaryArray, Int64Array, RecordBatch, UInt32Array};
+use arrow_buffer::{Buffer, OffsetBuffer, ScalarBuffer};
+use arrow_ipc::reader::FileReader;
+use arrow_ipc::writer::FileWriter;
+use arrow_schema::{ArrowError, DataType, Field, Schema};
+
+use crate::capture::reader::{ReadSummary, Record};
+use crate::ingest::{Ingest, Output};
+use crate::limits::Limits;
+
+/// Bytes a bucket's spill holds in memory before they are written as one Arrow record batch:
+/// the first step holds at most this much per bucket (a thousand buckets: 1 GiB at the most,
+/// the default of one bucket per 256 MB of capture far less).
+pub const SPILL_BATCH_BYTES: usize = 1 << 20;
+
+/// The spill file of bucket `bucket` in `dir`.
+pub fn spill_path(dir: &Path, bucket: u32) -> PathBuf {
+    dir.join(format!("bucket={bucket}.arrow"))
+}
+
+/// The columns of a spill file: one row per TCP packet, as the capture gave it.
+pub fn spill_schema() -> Arc<Schema> {
+    Arc::new(Schema::new(vec![
+        Field::new("packet", DataType::UInt32, false),
+        Field::new("stream", DataType::UInt32, false),
+        Field::new("ts", DataType::Int64, false),
+        Field::new("linktype", DataType::UInt32, false),
+        Field::new("origlen", DataType::UInt32, false),
+        Field::new("data", DataType::Binary, false),
+    ]))
+}
+
+/// Rows of one bucket not written yet.
+#[derive(Default)]
+struct Pending {
+    packet: Vec<u32>,
+    stream: Vec<u32>,
+    ts: Vec<i64>,
+    linktype: Vec<u32>,
+    origlen: Vec<u32>,
+    data: Vec<u8>,
+    ends: Vec<i32>,
+}
+
+/// Bytes of a row besides its captured bytes (the five fixed-width columns and an offset).
+const ROW_BYTES: usize = 4 + 4 + 8 + 4 + 4 + 4;
+
+impl Pending {
+    fn bytes(&self) -> usize {
+        self.data.len() + self.packet.len() * ROW_BYTES
+    }
+
+    fn take_batch(&mut self) -> Result<RecordBatch, ArrowError> {
+        let mut ends = std::mem::take(&mut self.ends);
+        ends.insert(0, 0);
+        let offsets = OffsetBuffer::new(ScalarBuffer::from(ends));
+        let data = BinaryArray::try_new(offsets, Buffer::from_vec(std::mem::take(&mut self.data)), None)?;
+        RecordBatch::try_new(
+            spill_schema(),
+            vec![
+                Arc::new(UInt32Array::from(std::mem::take(&mut self.packet))),
+                Arc::new(UInt32Array::from(std::mem::take(&mut self.stream))),
+                Arc::new(Int64Array::from(std::mem::take(&mut self.ts))),
+                Arc::new(UInt32Array::from(std::mem::take(&mut self.linktype))),
+                Arc::new(UInt32Array::from(std::mem::take(&mut self.origlen))),
+                Arc::new(data),
+            ],
+        )
+    }
+}
+
+/// What was spilled into one bucket's file.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Spilled {
+    pub packets: u64,
+    /// Captured bytes of its packets.
+    pub bytes: u64,
+}
+
+/// The spill files of a capture's buckets, being written. The first write error (a full
+/// disk) stops the writing and is returned by [`SpillWriter::finish`].
+pub struct SpillWriter {
+    writers: Vec<FileWriter<BufWriter<File>>>,
+    pending: Vec<Pending>,
+    spilled: Vec<Spilled>,
+    error: Option<std::io::Error>,
+}
+
+fn io_error(e: ArrowError) -> std::io::Error {
+    match e {
+        ArrowError::IoError(_, e) => e,
+        other => std::io::Error::other(other.to_string()),
+    }
+}
+
+impl SpillWriter {
+    /// Spill files for `buckets` buckets in the directory `dir` (created if need be).
+    pub fn create(dir: &Path, buckets: u32) -> std::io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let schema = spill_schema();
+        let writers = (0..buckets)
+            .map(|k| {
+                let file = BufWriter::with_capacity(1 << 16, File::create(spill_path(dir, k))?);
+                FileWriter::try_new(file, &schema).map_err(io_error)
+            })
+            .collect::<std::io::Result<Vec<_>>>()?;
+        let n = buckets as usize;
+        Ok(SpillWriter {
+            writers,
+            pending: (0..n).map(|_| Pending::default()).collect(),
+            spilled: vec![Spilled::default(); n],
+            error: None,
+        })
+    }
+
+    pub fn buckets(&self) -> u32 {
+        self.writers.len() as u32
+    }
+
+    /// Append packet `number` of conversation `stream` to the spill of `bucket`.
+    pub fn push(&mut self, bucket: u32, number: u32, stream: u32, rec: &Record<'_>) {
+        if self.error.is_some() {
+            return;
+        }
+        let k = bucket as usize;
+        let p = &mut self.pending[k];
+        p.packet.push(number);
+        p.stream.push(stream);
+        p.ts.push(rec.ts_ns);
+        p.linktype.push(rec.linktype);
+        p.origlen.push(rec.origlen);
+        p.data.extend_from_slice(rec.data);
+        p.ends.push(p.data.len() as i32);
+        self.spilled[k].packets += 1;
+        self.spilled[k].bytes += rec.data.len() as u64;
+        // (a record is at most max_record_bytes, far below the i32 offsets' 2 GiB)
+        if p.bytes() >= SPILL_BATCH_BYTES {
+            self.write(k);
+        }
+    }
+
+    fn write(&mut self, k: usize) {
+        let res = self.pending[k].take_batch().and_then(|b| self.writers[k].write(&b));
+        if let Err(e) = res {
+            self.error = Some(io_error(e));
+        }
+    }
+
+    /// Write what is pending and close every file; what each bucket got.
+    pub fn finish(mut self) -> std::io::Result<Vec<Spilled>> {
+        for k in 0..self.pending.len() {
+            if self.error.is_none() && !self.pending[k].packet.is_empty() {
+                self.write(k);
+            }
+        }
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        for w in &mut self.writers {
+            w.finish().map_err(io_error)?;
+        }
+        for w in self.writers.drain(..) {
+            use std::io::Write;
+            w.into_inner().map_err(io_error)?.flush()?;
+        }
+        Ok(self.spilled)
+    }
+}
+
+/// Hand each packet of the spill file at `path` to `f(number, stream, record)`, in the order
+/// they were spilled (capture order).
+pub fn read_spill(path: &Path, mut f: impl FnMut(u32, u32, Record<'_>)) -> std::io::Result<()> {
+    let file = BufReader::with_capacity(1 << 16, File::open(path)?);
+    let reader = FileReader::try_new(file, None).map_err(io_error)?;
+    if reader.schema() != spill_schema() {
+        return Err(std::io::Error::other(format!("{} is not an amqpcap spill file", path.display())));
+    }
+    for batch in reader {
+        let b = batch.map_err(io_error)?;
+        let col = |i: usize| b.column(i).as_any();
+        let (Some(packet), Some(stream), Some(ts), Some(linktype), Some(origlen), Some(data)) = (
+            col(0).downcast_ref::<UInt32Array>(),
+            col(1).downcast_ref::<UInt32Array>(),
+            col(2).downcast_ref::<Int64Array>(),
+            col(3).downcast_ref::<UInt32Array>(),
+            col(4).downcast_ref::<UInt32Array>(),
+            col(5).downcast_ref::<BinaryArray>(),
+        ) else {
+            return Err(std::io::Error::other(format!("{}: a batch of other column types", path.display())));
+        };
+        for i in 0..b.num_rows() {
+            let rec = Record { ts_ns: ts.value(i), linktype: linktype.value(i), origlen: origlen.value(i), data: data.value(i) };
+            f(packet.value(i), stream.value(i), rec);
+        }
+    }
+    Ok(())
+}
+
+/// Decode the bucket spilled into `path`: the tables of its connections, as a whole decode of
+/// the capture (`capture_records` records in all) gives them for these connections. Its rows
+/// of no connection are the anomalies past `max_anomalies`, summed per kind (caps count per
+/// bucket).
+pub fn decode_spilled(path: &Path, ports: &[u16], limits: &Limits, bodies: bool, capture_records: u32) -> std::io::Result<Output> {
+    let mut ing = Ingest::new(ports, limits, bodies);
+    ing.set_spilled(capture_records);
+    read_spill(path, |number, stream, rec| ing.spilled_record(number, stream, rec))?;
+    Ok(ing.finish(ReadSummary::default()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packets_come_back_per_bucket_in_the_order_spilled() {
+        let dir = std::env::temp_dir().join(format!("amqpcap-spill-test-{}", std::process::id()));
+        let mut w = SpillWriter::create(&dir, 3).unwrap();
+        let big = vec![7u8; SPILL_BATCH_BYTES]; // a batch of its own: the reader crosses batches
+        let sent: Vec<(u32, u32, u32, Vec<u8>)> = (1..=40u32)
+            .map(|n| (n % 3, n, n / 2, if n == 20 { big.clone() } else { vec![n as u8; n as usize] }))
+            .collect();
+        for (bucket, number, stream, data) in &sent {
+            let rec = Record { ts_ns: *number as i64 * 10, linktype: 1, origlen: data.len() as u32 + 4, data };
+            w.push(*bucket, *number, *stream, &rec);
+        }
+        let spilled = w.finish().unwrap();
+        assert_eq!(spilled.iter().map(|s| s.packets).sum::<u64>(), 40);
+        for k in 0..3 {
+            let mut got = Vec::new();
+            read_spill(&spill_path(&dir, k), |n, s, r| {
+                assert_eq!((r.ts_ns, r.linktype, r.origlen as usize), (n as i64 * 10, 1, r.data.len() + 4));
+                got.push((k, n, s, r.data.to_vec()));
+            })
+            .unwrap();
+            let want: Vec<_> = sent.iter().filter(|x| x.0 == k).cloned().collect();
+            assert_eq!(got, want);
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_bucket_without_packets_is_an_empty_spill() {
+        let dir = std::env::temp_dir().join(format!("amqpcap-spill-empty-{}", std::process::id()));
+        SpillWriter::create(&dir, 1).unwrap().finish().unwrap();
+        let mut n = 0;
+        read_spill(&spill_path(&dir, 0), |_, _, _| n += 1).unwrap();
+        assert_eq!(n, 0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
