@@ -183,7 +183,6 @@ def load(
     bodies: bool = False,
     strict: bool = False,
     progress: Callable[[int, int, int], None] | None = None,
-    partition: tuple[int, list[int], bool] | None = None,
 ) -> Capture:
     """Decode the capture at ``path`` (pcap, pcapng, optionally gzip-compressed).
 
@@ -213,11 +212,6 @@ def load(
     ``progress(bytes_read, bytes_total, packets)`` is called every `PROGRESS_INTERVAL_S` while
     the files are read (from another thread; bytes of the files as stored, so compressed bytes
     for gzip files), and once at the end.
-
-    ``partition = (buckets, kept, capture_rows)`` decodes one pass of `amqpcap.dataset.ingest`:
-    only the connections of the ``kept`` buckets (`amqpcap.dataset.bucket_of`), and the rows of
-    no connection only when ``capture_rows``; the summary then leaves out the warnings about
-    TLS connections, which need all of them (`tls_warnings`).
     """
     from .dataset import is_dataset
 
@@ -225,7 +219,7 @@ def load(
         from .dataset import read
 
         return read(path)  # stored by `amqpcap ingest` (amqpcap.dataset): decoded already
-    d = _decoded(path, ports, limits, tls_keylog, bodies, strict, progress, partition, arrow=False)
+    d = _decoded(path, ports, limits, tls_keylog, bodies, strict, progress, arrow=False)
     raw = d.tables
     records = _frame(raw.pop("records"))
     records["source_file"] = pd.Categorical.from_codes(records["source_file"].to_numpy(),
@@ -265,8 +259,8 @@ class Decoded:
 
 
 def decode_arrow(path, ports=DEFAULT_PORTS, limits: Limits | None = None, tls_keylog=None, bodies: bool = False,
-                 strict: bool = False, progress=None, partition=None,
-                 records_sink: Callable[[Any], None] | None = None) -> Decoded:
+                 strict: bool = False, progress=None,
+                 records_sink: Callable[[Any], None] | None = None, spill: tuple[str, int] | None = None) -> Decoded:
     """What `load` decodes, with the tables as pyarrow Tables made by the core (no pandas in
     between: `amqpcap.dataset.ingest` writes them to Parquet as they are). ``records.source_file``
     is a dictionary of the file names, as `load` makes it.
@@ -274,7 +268,12 @@ def decode_arrow(path, ports=DEFAULT_PORTS, limits: Limits | None = None, tls_ke
     With ``records_sink``, the `records` rows are not kept: they are given to it as pyarrow
     RecordBatches of about `RECORDS_BATCH_ROWS` rows while the capture is read, the last ones
     when it ends, and ``tables["records"]`` is empty. Not with a key log (the capture is decoded
-    twice then)."""
+    twice then).
+
+    With ``spill = (directory, buckets)``, the first step of `amqpcap.dataset.ingest`: no
+    connection is decoded; the packets of every connection are spilled into its bucket's file
+    in ``directory`` (`decode_spilled` decodes one), and ``tables["spilled"]`` lists each
+    bucket's (packets, captured bytes)."""
     import pyarrow as pa
 
     if records_sink is not None and tls_keylog is not None:
@@ -293,18 +292,42 @@ def decode_arrow(path, ports=DEFAULT_PORTS, limits: Limits | None = None, tls_ke
         return batch.set_column(i, pa.field("source_file", names.type), names)
 
     sink = (lambda b: records_sink(named(pa.record_batch(b)))) if records_sink is not None else None
-    d = _decoded(path, ports, limits, tls_keylog, bodies, strict, progress, partition, arrow=True, records_sink=sink,
-                 files=files)
+    d = _decoded(path, ports, limits, tls_keylog, bodies, strict, progress, arrow=True, records_sink=sink,
+                 files=files, spill=spill)
     d.tables["records"] = named(d.tables["records"])
     return d
+
+
+def decode_spilled(path: str | os.PathLike[str], capture_records: int, ports=DEFAULT_PORTS, limits: Limits | None = None,
+                   bodies: bool = False, **_whole_capture_args: Any) -> Decoded:
+    """One bucket of `amqpcap.dataset.ingest`, decoded from the spill file `decode_arrow`'s
+    ``spill`` wrote (`rust/src/spill.rs`): the tables of its connections (pyarrow Tables), as a
+    whole decode of the capture (of ``capture_records`` packets) gives them. The summary has
+    only the warnings of this decode; ``strict`` and ``tls_keylog`` concern the capture's files
+    and are not used here."""
+    port_list = _ports(ports)
+    raw = _core.decode_spilled(os.fspath(path), list(port_list), int(capture_records), asdict(limits or Limits()),
+                               bool(bodies), True)
+    _arrow_tables(raw)
+    summary = {"warnings": list(raw.pop("summary")["warnings"])}
+    return Decoded(raw, _tls_columns(raw["connections"]), summary, port_list, [])
+
+
+def _arrow_tables(raw: dict) -> None:
+    """The core's Arrow batches of a decode as pyarrow Tables, in place."""
+    import pyarrow as pa
+
+    for table in ("records", "packets", "frames", "connections", "anomalies", "bodies"):
+        if raw[table] is not None:
+            raw[table] = pa.Table.from_batches([pa.record_batch(raw[table])])
 
 
 #: rows of the `records` table in a batch that `decode_arrow` hands to its ``records_sink``
 RECORDS_BATCH_ROWS = 1 << 20
 
 
-def _decoded(path, ports, limits, tls_keylog, bodies, strict, progress, partition, arrow: bool,
-             records_sink=None, files: list[str] | None = None) -> Decoded:
+def _decoded(path, ports, limits, tls_keylog, bodies, strict, progress, arrow: bool,
+             records_sink=None, files: list[str] | None = None, spill=None) -> Decoded:
     """The core's decode of the capture at `path` (see `load`; `files`: its files, when known
     already) and its summary; with a key log, decoded again with the plaintext of the TLS
     connections it decrypts."""
@@ -324,17 +347,13 @@ def _decoded(path, ports, limits, tls_keylog, bodies, strict, progress, partitio
 
     def decode(decrypted=None) -> tuple[dict, pd.DataFrame]:
         try:
-            raw = _decode(files, list(port_list), limit_dict, bool(bodies), decrypted, bool(strict), progress, partition,
-                          arrow, records_sink)
+            raw = _decode(files, list(port_list), limit_dict, bool(bodies), decrypted, bool(strict), progress, arrow,
+                          records_sink, spill)
         except _core.CoreCaptureError as e:
             raise from_core(*e.args) from None
         if not arrow:
             return raw, _frame(raw.pop("connections"))
-        import pyarrow as pa
-
-        for table in ("records", "packets", "frames", "connections", "anomalies", "bodies"):
-            if raw[table] is not None:
-                raw[table] = pa.Table.from_batches([pa.record_batch(raw[table])])
+        _arrow_tables(raw)
         return raw, _tls_columns(raw["connections"])
 
     raw, connections = decode()
@@ -356,7 +375,7 @@ def _decoded(path, ports, limits, tls_keylog, bodies, strict, progress, partitio
         ns = summary.pop(f"{key}_ns")
         summary[key] = _utc(ns)
     summary["warnings"] = list(summary["warnings"]) + missing_ring_files(files)
-    if partition is None:
+    if spill is None:  # (else the connections are decoded bucket by bucket, from the spill)
         summary["warnings"] += tls_warnings(connections, tls_keylog, decryption) + protocol_warnings(connections)
     summary["tls_keylog"] = os.fspath(tls_keylog) if tls_keylog is not None else None
     return Decoded(raw, connections, summary, port_list, files)
@@ -373,13 +392,13 @@ PROGRESS_INTERVAL_S = 0.25
 
 
 def _decode(files: list[str], ports: list[int], limits: dict, bodies: bool, decrypted, strict: bool,
-            progress: Callable[[int, int, int], None] | None, partition=None, arrow: bool = False,
-            records_sink=None) -> dict:
+            progress: Callable[[int, int, int], None] | None, arrow: bool = False,
+            records_sink=None, spill=None) -> dict:
     """The core's decode; with `progress`, a thread reports how far it has read (the core runs
     without the GIL, counting into a `_core.ReadProgress`)."""
     if progress is None:
-        return _core.decode(files, ports, limits, bodies, decrypted, strict, partition=partition, arrow=arrow,
-                            records_sink=records_sink, records_batch_rows=RECORDS_BATCH_ROWS)
+        return _core.decode(files, ports, limits, bodies, decrypted, strict, arrow=arrow,
+                            records_sink=records_sink, records_batch_rows=RECORDS_BATCH_ROWS, spill=spill)
     counter = _core.ReadProgress()
     total = 0
     for f in files:
@@ -396,8 +415,8 @@ def _decode(files: list[str], ports: list[int], limits: dict, bodies: bool, decr
     reporter = threading.Thread(target=report, name="amqpcap-progress", daemon=True)
     reporter.start()
     try:
-        return _core.decode(files, ports, limits, bodies, decrypted, strict, counter, partition, arrow, records_sink,
-                            RECORDS_BATCH_ROWS)
+        return _core.decode(files, ports, limits, bodies, decrypted, strict, counter, arrow, records_sink,
+                            RECORDS_BATCH_ROWS, spill)
     finally:
         finished.set()
         reporter.join()

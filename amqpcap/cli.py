@@ -136,8 +136,8 @@ SchedulerOpt = typer.Option(
          "dataset at the same path, or read it from the same URL), or `local` for a cluster of this machine's cores")
 IngestSchedulerOpt = typer.Option(
     None, "--scheduler", metavar="ADDRESS",
-    help="run the decoding passes on Dask: the scheduler's address (tcp://HOST:PORT; the workers must see the "
-         "capture and the dataset at the same paths), or `local` for a cluster of this machine's cores")
+    help="decode the buckets on Dask: the scheduler's address (tcp://HOST:PORT; the workers must see the "
+         "dataset directory at the same path), or `local` for a cluster of this machine's cores")
 WorkersOpt = typer.Option(None, "--workers", min=1, max=256,
                           help="with --scheduler local: worker processes (default: one per core)")
 
@@ -575,24 +575,22 @@ def ingest(capture: List[str] = CapturesArg,
            buckets: Optional[int] = typer.Option(
                None, "--buckets", min=1, max=1024,
                help="connection buckets (partitions); default: one per 256 MB of capture"),
-           passes: Optional[int] = typer.Option(
-               None, "--passes", min=1, max=1024,
-               help="decoding passes, each keeping some buckets' connections (bounds memory); default: one per 256 MB of capture"),
            port: Optional[List[int]] = PortOpt, add_port: Optional[List[int]] = AddPortOpt,
            limit: Optional[List[str]] = LimitOpt, bodies: bool = BodiesOpt,
            tls_keylog: Optional[Path] = KeylogOpt, strict: bool = StrictOpt,
            scheduler: Optional[str] = IngestSchedulerOpt, workers: Optional[int] = WorkersOpt) -> None:
     """Decode a capture (one file or a set, e.g. a tcpdump ring) into a Parquet dataset partitioned by connection; every command reads it back.
 
-    A capture larger than a pass (256 MB of files) is decoded in passes, each keeping the
-    connections of some buckets, so that memory holds a pass's share, not the whole capture;
-    with --scheduler the passes run on Dask workers, side by side."""
+    The capture is read once: each connection's packets are spilled into its bucket's file
+    (inside DATASET while it runs), then each bucket is decoded on its own, so that memory
+    holds one bucket's share, not the whole capture; with --scheduler the buckets are decoded
+    on Dask workers, side by side."""
     from .dataset import ingest as ingest_dataset
 
     out_dir = Path(out_dir)
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise UsageError(f"cannot write the dataset into {out_dir}: it exists and is not an empty directory")
-    args = dict(buckets=buckets, passes=passes, ports=ports_of(port, add_port), limits=parse_limits(limit),
+    args = dict(buckets=buckets, ports=ports_of(port, add_port), limits=parse_limits(limit),
                 bodies=bodies, tls_keylog=tls_keylog, strict=strict)
     if scheduler is not None:
         from .engine import ingest as ingest_on_dask
@@ -607,9 +605,8 @@ def ingest(capture: List[str] = CapturesArg,
     w = anomaly_warning(done.anomalies)
     if w:
         _warn(w)
-    in_passes = f" in {done.passes} passes" if done.passes > 1 else ""
     err.print(f"{counted(done.summary['packets'], 'packet')} and {counted(done.connections, 'connection')} "
-              f"written to the dataset {done.path}{in_passes}", highlight=False, soft_wrap=True)
+              f"written to the dataset {done.path} in {counted(done.buckets, 'bucket')}", highlight=False, soft_wrap=True)
 
 
 @app.command()

@@ -41,11 +41,8 @@ CAPTURE_TABLES = ("records", "anomalies")
 #: a bucket holds about this much of the capture (file bytes), at most `MAX_BUCKETS` buckets
 BUCKET_TARGET_BYTES = 256 << 20
 MAX_BUCKETS = 1024
-#: `ingest` decodes a larger capture in passes, each holding the connections of some buckets:
-#: a pass covers about this much of the capture (file bytes). Measured on 2M packets of
-#: PerfTest (360 MB, 8 buckets): 1, 2, 4, 8 passes peaked at 1.18, 0.86, 0.67, 0.44 GB and
-#: took 4.9, 3.8, 4.5, 6.5 s (each pass reads the whole capture again, at ~7.7M packets/s)
-PASS_TARGET_BYTES = 256 << 20
+#: where `ingest` spills the capture's packets by bucket while it runs (removed at the end)
+SPILL_DIR = ".spill"
 #: how rows are put back in `load` order: the sort key, stable (ties stay in bucket order,
 #: and tied rows are of one connection, so of one bucket)
 ORDER = {"connections": "stream", "packets": "packet", "frames": "packet", "bodies": "last_packet"}
@@ -69,16 +66,6 @@ def bucket_of(stream: np.ndarray, buckets: int) -> np.ndarray:
     from . import _core
 
     return _core.bucket_of(np.ascontiguousarray(stream, dtype=np.int64), buckets)
-
-
-def default_passes(file_bytes: int, buckets: int) -> int:
-    """Decoding passes of `ingest`: one per `PASS_TARGET_BYTES` of capture, at most one per bucket."""
-    return max(1, min(buckets, math.ceil(file_bytes / PASS_TARGET_BYTES)))
-
-
-def pass_buckets(buckets: int, passes: int, p: int) -> list[int]:
-    """The buckets decoded by pass `p` of `passes`."""
-    return list(range(p, buckets, passes))
 
 
 def is_url(path: str | os.PathLike[str]) -> bool:
@@ -301,21 +288,22 @@ def write(cap: Capture, out: str | os.PathLike[str], buckets: int | None = None)
 @dataclass
 class Ingested:
     """What `ingest` wrote: the dataset, its summary (as `load` gives it), its connections'
-    count, the anomalies of every pass (kind, stream, bytes, detail) and the passes made."""
+    count, the anomalies of every step (kind, stream, bytes, detail) and its buckets."""
 
     path: Path
     summary: dict
     connections: int
     anomalies: pd.DataFrame
-    passes: int
+    buckets: int
 
 
 @dataclass
-class PassResult:
-    """What one pass of `ingest` wrote and what the end of the ingest needs from it."""
+class StepResult:
+    """What one step of `ingest` wrote (the split, or the decode of a bucket) and what the end
+    of the ingest needs from it."""
 
     rows: dict[str, int]
-    #: its rows of no connection, per table, as Arrow tables (written once all passes are done)
+    #: its rows of no connection, per table, as Arrow tables (written once all steps are done)
     loose: dict
     summary: dict
     ports: tuple[int, ...]
@@ -324,37 +312,72 @@ class PassResult:
     connections: pd.DataFrame
     #: its anomalies' kind, stream, bytes and detail (for the command's one-line account)
     anomalies: pd.DataFrame
+    #: the split only: each bucket's spilled (packets, captured bytes)
+    spilled: list[tuple[int, int]] | None = None
 
 
-def ingest_pass(capture, out: str | os.PathLike[str], buckets: int, passes: int, p: int, load_args: dict,
-                progress: Callable[[int, int, int], None] | None = None) -> PassResult:
-    """Pass `p` of `passes` of `ingest` (in this process or on a Dask worker): decode `capture`
-    keeping the connections of `pass_buckets(buckets, passes, p)` and write their buckets into
-    `out`; the first pass also writes the `records`, a batch at a time while the capture is
-    read (never all in memory). The core's tables are written as the Arrow tables it makes
-    (`amqpcap.capture.decode_arrow`), never through pandas."""
+def spill_path(out: str | os.PathLike[str], k: int) -> Path:
+    """The spill file of bucket `k` (the core's `spill_path`)."""
+    return Path(out) / SPILL_DIR / f"bucket={k}.arrow"
+
+
+def split(capture, out: str | os.PathLike[str], buckets: int, load_args: dict,
+          progress: Callable[[int, int, int], None] | None = None) -> StepResult:
+    """The first step of `ingest`: read the capture once, write the rows of no connection
+    (`capture/records.parquet` a batch at a time as the core reads, the file's anomalies kept
+    for the end), and spill every TCP packet of a possible AMQP connection into its bucket's
+    spill file (`rust/src/spill.rs`), numbered as a whole decode numbers packets and streams."""
     from .capture import decode_arrow
 
-    out, kept = Path(out), pass_buckets(buckets, passes, p)
-    records = _RecordsFile(out / "capture" / "records.parquet") if p == 0 else None
-    # (with a key log the capture is decoded twice: its records are written once, at the end)
-    streamed = records is not None and load_args.get("tls_keylog") is None
+    records = _RecordsFile(Path(out) / "capture" / "records.parquet")
     try:
-        d = decode_arrow(capture, progress=progress, **load_args, records_sink=records.write if streamed else None,
-                         partition=None if passes == 1 else (buckets, kept, p == 0))
-        rest = d.tables.pop("records")
-        if records is not None:
-            records.write(rest)
+        d = decode_arrow(capture, progress=progress, **load_args, records_sink=records.write,
+                         spill=(str(Path(out) / SPILL_DIR), buckets))
+        records.write(d.tables.pop("records"))
     finally:
-        if records is not None:
-            records.close()
+        records.close()
+    spilled = d.tables.pop("spilled")
+    tables = {name: d.tables[name] for name in CONNECTION_TABLES if d.tables.get(name) is not None}
+    rows, loose = _write_connections(tables, Path(out), buckets, [])
+    rows["records"] = records.rows
+    return StepResult(rows, loose, d.summary, d.ports, d.connections[["stream", "tls", "tls_decrypted", "protocol"]],
+                      d.anomaly_rows(), spilled)
+
+
+def ingest_bucket(out: str | os.PathLike[str], buckets: int, k: int, capture_records: int, load_args: dict) -> StepResult:
+    """Decode bucket `k` from its spill file (in this process or on a Dask worker) and write its
+    tables; the spill file is removed once they are written."""
+    from .capture import decode_spilled
+
+    path = spill_path(out, k)
+    d = decode_spilled(path, capture_records, **load_args)
     anomalies = d.anomaly_rows()
     tables = {name: d.tables[name] for name in CONNECTION_TABLES if d.tables.get(name) is not None}
     d.tables.clear()
-    rows, loose = _write_connections(tables, out, buckets, kept)
-    if records is not None:
-        rows["records"] = records.rows
-    return PassResult(rows, loose, d.summary, d.ports, d.connections[["stream", "tls", "tls_decrypted", "protocol"]], anomalies)
+    rows, loose = _write_connections(tables, Path(out), buckets, [k])
+    path.unlink()
+    return StepResult(rows, loose, d.summary, d.ports, d.connections[["stream", "tls", "tls_decrypted", "protocol"]],
+                      anomalies)
+
+
+def _ingest_whole(capture, out: Path, buckets: int, load_args: dict, progress) -> StepResult:
+    """`ingest` with a TLS key log: one decode of the whole capture (tshark decrypts the
+    connections of a decode, and the capture is decoded again with their plaintext)."""
+    from .capture import decode_arrow
+
+    d = decode_arrow(capture, progress=progress, **load_args)
+    records = _RecordsFile(out / "capture" / "records.parquet")
+    try:
+        records.write(d.tables.pop("records"))
+    finally:
+        records.close()
+    anomalies = d.anomaly_rows()
+    tables = {name: d.tables[name] for name in CONNECTION_TABLES if d.tables.get(name) is not None}
+    d.tables.clear()
+    rows, loose = _write_connections(tables, out, buckets, list(range(buckets)))
+    rows["records"] = records.rows
+    return StepResult(rows, loose, d.summary, d.ports, d.connections[["stream", "tls", "tls_decrypted", "protocol"]],
+                      anomalies)
 
 
 class _RecordsFile:
@@ -380,21 +403,23 @@ class _RecordsFile:
             self._writer.close()
 
 
-#: runs `ingest_pass` over a list of argument tuples, giving the results in any order
-PassRunner = Callable[[Callable[..., PassResult], list[tuple]], list[PassResult]]
+#: runs `ingest_bucket` over a list of argument tuples, giving the results in any order
+BucketRunner = Callable[[Callable[..., StepResult], list[tuple]], list[StepResult]]
 
 
-def ingest(capture, out: str | os.PathLike[str], *, buckets: int | None = None, passes: int | None = None,
-           progress: Callable[[int, int, int], None] | None = None, run_passes: PassRunner | None = None,
+def ingest(capture, out: str | os.PathLike[str], *, buckets: int | None = None,
+           progress: Callable[[int, int, int], None] | None = None, run_buckets: BucketRunner | None = None,
            **load_args: Any) -> Ingested:
-    """Decode `capture` (what `amqpcap.load` accepts) into a dataset at `out`, in `passes`
-    (default `default_passes`): each pass decodes the whole capture but keeps only the
-    connections of its buckets (`pass_buckets`), so memory holds one pass's share of the rows,
-    not the whole capture's. `load(out)` then gives the capture `load(capture)` gives. With a
-    TLS key log there is one pass (tshark decrypts per decode). `load_args` go to `load`.
+    """Decode `capture` (what `amqpcap.load` accepts) into a dataset at `out`, reading it once:
+    `split` numbers its packets and connections and spills each connection's packets into its
+    bucket's file, then each bucket is decoded on its own (`ingest_bucket`), so memory holds one
+    bucket's rows, not the whole capture's. `load(out)` then gives the capture `load(capture)`
+    gives. With a TLS key log the capture is decoded whole (tshark decrypts per decode).
+    `load_args` go to `load`.
 
-    The passes run one after the other here, or through `run_passes` (`amqpcap.engine` runs
-    them as Dask tasks); `progress` is `load`'s, through all the passes, when they run here.
+    The buckets are decoded one after the other here, or through `run_buckets` (`amqpcap.engine`
+    runs them as Dask tasks); `progress(done, total, packets)` is `load`'s, here counting the
+    bytes of the files read and then of the spill files decoded.
     """
     from .capture import protocol_warnings, tls_warnings
     from .inputs import capture_files
@@ -402,17 +427,22 @@ def ingest(capture, out: str | os.PathLike[str], *, buckets: int | None = None, 
     out = _new_directory(out)
     file_bytes = sum(_size(f) for f in capture_files(capture))
     buckets = buckets or default_buckets(file_bytes)
-    passes = 1 if load_args.get("tls_keylog") is not None else min(passes or default_passes(file_bytes, buckets), buckets)
     with _writing(out):
         # capture/ first: from then on the directory is recognised as a dataset (`is_dataset`),
         # unfinished until the manifest is written
         (out / "capture").mkdir(parents=True)
-        if run_passes is None:
-            results = [ingest_pass(capture, out, buckets, passes, p, load_args, _pass_progress(progress, p, passes))
-                       for p in range(passes)]
+        if load_args.get("tls_keylog") is not None:
+            first = _ingest_whole(capture, out, buckets, load_args, progress)
+            results = [first]
         else:
-            results = run_passes(ingest_pass, [(capture, out, buckets, passes, p, load_args) for p in range(passes)])
-        first = next(r for r in results if "records" in r.rows)
+            first = _split_with_progress(capture, out, buckets, load_args, progress)
+            args = [(out, buckets, k, first.summary["packets"], load_args) for k in range(buckets)]
+            if run_buckets is None:
+                done = _BucketProgress(progress, file_bytes, first)
+                results = [first] + [done(ingest_bucket(*a), a[2]) for a in args]
+            else:
+                results = [first] + run_buckets(ingest_bucket, args)
+            (out / SPILL_DIR).rmdir()
         rows: dict[str, int] = {}
         loose: dict[str, list] = {}
         warnings = list(first.summary["warnings"])
@@ -423,12 +453,39 @@ def ingest(capture, out: str | os.PathLike[str], *, buckets: int | None = None, 
             warnings += [w for w in r.summary["warnings"] if w not in warnings]
         _add(rows, _write_loose(out, loose))
         summary = first.summary
-        if passes > 1:
+        if len(results) > 1:
             connections = pd.concat([r.connections for r in results], ignore_index=True).sort_values("stream")
             summary["warnings"] = warnings + tls_warnings(connections, None, None) + protocol_warnings(connections)
         _write_manifest(out, buckets, first.ports, rows, summary)
     return Ingested(out, summary, rows.get("connections", 0), pd.concat([r.anomalies for r in results], ignore_index=True),
-                    passes)
+                    buckets)
+
+
+def _split_with_progress(capture, out: Path, buckets: int, load_args: dict, progress) -> StepResult:
+    """`split`, its progress counted as the first part of the ingest's: the files' bytes of a
+    total that adds the spill files' (known only once they are written: the files' size until then)."""
+    if progress is None:
+        return split(capture, out, buckets, load_args)
+    return split(capture, out, buckets, load_args, lambda done, total, packets: progress(done, 2 * total, packets))
+
+
+class _BucketProgress:
+    """The ingest's progress while the buckets are decoded one after another: the files' bytes
+    (read) and each decoded bucket's spilled bytes, of both."""
+
+    def __init__(self, progress, file_bytes: int, first: StepResult):
+        self.progress, self.file_bytes = progress, file_bytes
+        self.spilled = first.spilled or []
+        self.first_packets = first.summary["packets"]
+        self.total = file_bytes + sum(b for _, b in self.spilled)
+        self.done = file_bytes
+
+    def __call__(self, result: StepResult, k: int) -> StepResult:
+        if self.progress is not None:
+            self.done += self.spilled[k][1]
+            # (packets: the capture's, so that the rate is the whole ingest's so far)
+            self.progress(self.done, self.total, self.first_packets)
+        return result
 
 
 def _size(path: str) -> int:
@@ -436,13 +493,6 @@ def _size(path: str) -> int:
         return os.path.getsize(path)
     except OSError:
         return 0  # the core names the file and why
-
-
-def _pass_progress(progress, p: int, passes: int):
-    """`load`'s progress of pass `p`, as progress through all the passes."""
-    if progress is None:
-        return None
-    return lambda done, total, packets: progress(p * total + done, total * passes, packets)
 
 
 # --- reading ---------------------------------------------------------------------------------

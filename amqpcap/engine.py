@@ -1,7 +1,7 @@
 """A capture ingested, and a dataset analysed, on Dask (`dask.distributed`) (issue 13).
 
-`ingest` runs the decoding passes of `amqpcap.dataset.ingest` as tasks, each writing its
-buckets of the dataset.
+`ingest` decodes the buckets of `amqpcap.dataset.ingest` as tasks, each from its spill file,
+each writing its bucket of the dataset.
 
 Each analyzer that splits (`amqpcap.partition.Split`) runs its partition step on every bucket
 of the dataset, in a task of its own on a Dask worker, and its step over the capture's
@@ -160,51 +160,41 @@ def analyze(path: str | os.PathLike[str], cap: Capture, c: Any,
     return [results[name] for name in analyzers()]
 
 
-def _absolute(capture):
-    """The capture's names as absolute paths: the workers open the files, from another
-    working directory."""
-    if isinstance(capture, (str, os.PathLike)):
-        return os.path.abspath(capture)
-    return [os.path.abspath(c) for c in capture]
-
-
-def ingest_step(capture, out: str, buckets: int, passes: int, p: int, load_args: dict) -> dataset.PassResult:
-    """On a worker: pass `p` of the ingest (`amqpcap.dataset.ingest_pass`). A worker that does
-    not see the capture or the dataset directory says so, naming its host."""
+def ingest_step(out: str, buckets: int, k: int, capture_records: int, load_args: dict) -> dataset.StepResult:
+    """On a worker: decode bucket `k` of the ingest from its spill file
+    (`amqpcap.dataset.ingest_bucket`). A worker that does not see the dataset directory says
+    so, naming its host."""
     import socket
 
-    from .inputs import capture_files
-
-    missing = [f for f in capture_files(capture) if not os.path.isfile(f)]
-    if missing or not (Path(out) / "capture").is_dir():
-        what = f"the capture file {missing[0]}" if missing else f"the dataset directory {out}"
-        raise EngineError(f"the Dask worker on {socket.gethostname()} does not see {what}: every worker must see "
-                          "the capture and the dataset at the same paths (a shared filesystem)")
-    return dataset.ingest_pass(capture, out, buckets, passes, p, load_args)
+    if not dataset.spill_path(out, k).is_file():
+        raise EngineError(f"the Dask worker on {socket.gethostname()} does not see the dataset directory {out}: every "
+                          "worker must see it at the same path (a shared filesystem)")
+    return dataset.ingest_bucket(out, buckets, k, capture_records, load_args)
 
 
 def ingest(capture, out: str | os.PathLike[str], c: Any, progress: Callable[[str, int, int], None] | None = None,
            **kwargs: Any) -> dataset.Ingested:
-    """`amqpcap.dataset.ingest` with its passes as tasks on the cluster of client `c`, each
-    writing its buckets of the dataset (``progress(what, done, total)`` as each pass ends). The
-    capture's files are named by absolute path (the summary says so), for the workers to open."""
+    """`amqpcap.dataset.ingest` with its buckets decoded as tasks on the cluster of client `c`
+    (``progress(what, done, total)`` as each bucket is written). This process reads the capture
+    once and spills it by bucket into the dataset directory, which the workers must see at the
+    same path."""
     import uuid
 
     from distributed import as_completed
 
     run = uuid.uuid4().hex[:12]  # a rerun decodes again: nothing to reuse from a former one
 
-    def run_passes(_step, args: list[tuple]) -> list[dataset.PassResult]:
-        futures = {c.submit(ingest_step, *a, key=f"amqpcap-ingest-pass-{a[4]}-{run}"): a[4] for a in args}
+    def run_buckets(_step, args: list[tuple]) -> list[dataset.StepResult]:
+        futures = {c.submit(ingest_step, *a, key=f"amqpcap-ingest-bucket-{a[2]}-{run}"): a[2] for a in args}
         results = []
         for done, fut in enumerate(as_completed(futures), 1):
             results.append(fut.result())
             fut.release()
             if progress:
-                progress(f"pass {futures[fut]}", done, len(futures))
+                progress(f"bucket {futures[fut]}", done, len(futures))
         return results
 
-    return dataset.ingest(_absolute(capture), Path(out).resolve(), run_passes=run_passes, **kwargs)
+    return dataset.ingest(capture, Path(out).resolve(), run_buckets=run_buckets, **kwargs)
 
 
 def _token(root: str) -> str:

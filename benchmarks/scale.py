@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """`amqpcap ingest` on tcpdump rings of growing size, made from a real recording: packets/s
-and peak RSS at each size, in one run, to show how memory grows with the input; and the same
-ingest with its passes on a local Dask cluster of --workers processes (wall time without the
-cluster's start, peak RSS of each worker).
+and peak RSS at each size, in one run, to show how time and memory grow with the input; and the
+same ingest with its buckets decoded on a local Dask cluster of --workers processes (wall time
+without the cluster's start, peak RSS of each worker; this process reads the capture and
+spills it).
 
     python3 benchmarks/scale.py CAPTURE --packets 2000000 10000000 [--file-packets 2000000] [--workers 2]
                                 [--baseline DIR] [--tshark]
@@ -11,7 +12,7 @@ For each size: `make_large_capture.py` makes one capture of that many packets fr
 (independent copies of its connections), `editcap -c` cuts it into a ring of --file-packets
 per file, then `amqpcap ingest RING --out DATASET` runs as its own process (peak RSS as
 /usr/bin/time measures it). Issue 13 asks for >= 1.5 M packets/s and <= 1 GB, flat from 10M to
-100M packets; the figures printed say how far the ingest in passes is from that.
+100M packets; the figures printed say how far the ingest is from that.
 
 --baseline DIR runs the same ingest of each ring with another amqpcap too, the package in
 DIR (a checkout of an earlier commit whose core is built into DIR/amqpcap, e.g. `git worktree

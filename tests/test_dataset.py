@@ -48,27 +48,36 @@ def assert_same_capture(direct, stored) -> None:
 
 
 @pytest.mark.parametrize("name", FIXTURES)
-def test_a_fixture_ingested_in_passes_is_the_same_capture(name, tmp_path):
-    """Three passes over four buckets (the first pass keeps two): each pass decodes the whole
-    capture but keeps some connections; together they are the capture `load` gives."""
+def test_a_fixture_ingested_bucket_by_bucket_is_the_same_capture(name, tmp_path):
+    """Four buckets, each decoded from its spilled packets alone: together they are the capture
+    `load` gives (and the spill files are gone)."""
     direct = amqpcap.load(FIX / name, bodies=True)
-    done = dataset.ingest(FIX / name, tmp_path / "ds", buckets=4, passes=3, bodies=True)
-    assert done.passes == 3 and done.connections == len(direct.connections)
+    done = dataset.ingest(FIX / name, tmp_path / "ds", buckets=4, bodies=True)
+    assert done.buckets == 4 and done.connections == len(direct.connections)
+    assert not (tmp_path / "ds" / dataset.SPILL_DIR).exists()
     assert_same_capture(direct, amqpcap.load(tmp_path / "ds"))
 
 
-def test_a_pass_keeps_only_its_buckets_connections():
-    """The core's partition: streams are numbered as in a whole decode (port reuse included),
-    only the kept buckets' connections have rows, and only the first pass has the records."""
+def test_the_split_spills_each_connection_into_its_bucket(tmp_path):
+    """The first step of ingest: it decodes no connection but numbers streams as a whole
+    decode does (port reuse included), writes every record, and spills each connection's
+    packets into its bucket's file, from which that bucket's connections alone are decoded."""
+    from amqpcap.capture import decode_arrow, decode_spilled
+
     whole = amqpcap.load(FIX / "ten-consumers.pcap")
+    spill = tmp_path / "spill"
+    first = decode_arrow(FIX / "ten-consumers.pcap", spill=(str(spill), 3))
+    assert first.tables["connections"].num_rows == first.tables["packets"].num_rows == 0
+    assert first.tables["records"].num_rows == len(whole.records)
+    spilled = first.tables["spilled"]
+    assert sum(p for p, _ in spilled) == len(whole.packets)  # every packet of every AMQP connection, once
     buckets = dataset.bucket_of(whole.connections["stream"].to_numpy(), 3)
-    for kept, capture_rows in (([0], True), ([1, 2], False)):
-        part = amqpcap.load(FIX / "ten-consumers.pcap", partition=(3, kept, capture_rows))
-        mine = whole.connections["stream"][pd.Series(buckets).isin(kept).to_numpy()]
-        assert part.connections["stream"].tolist() == mine.tolist() and len(mine)
-        assert set(part.frames["stream"]) == set(mine)
-        assert len(part.records) == (len(whole.records) if capture_rows else 0)
-        assert part.summary["packets"] == whole.summary["packets"]
+    for k in range(3):
+        part = decode_spilled(spill / f"bucket={k}.arrow", first.summary["packets"])
+        mine = whole.connections["stream"][buckets == k]
+        assert part.tables["connections"].column("stream").to_pylist() == mine.tolist() and len(mine)
+        assert part.tables["packets"].num_rows == spilled[k][0]
+        assert set(part.tables["frames"].column("stream").to_pylist()) == set(mine)
 
 
 def test_the_layout_is_a_hive_dataset_with_whole_connections_per_bucket(tmp_path):
@@ -186,7 +195,7 @@ def test_records_leave_the_core_in_batches_while_the_capture_is_read():
         read_when.append(counter.records)
         batches.append(pa.record_batch(batch))
 
-    out = _core.decode([path], [5672], None, False, None, False, counter, None, True, sink, 500)
+    out = _core.decode([path], [5672], None, False, None, False, counter, True, sink, 500)
     total = amqpcap.load(path).records
     assert [b.num_rows for b in batches] == [500, 500, 500, len(total) - 1500]
     assert read_when[0] == 500 < len(total) and read_when[-1] == len(total)

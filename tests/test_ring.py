@@ -85,12 +85,12 @@ def test_the_ring_read_as_a_set_is_the_merged_file(merged):
         assert mine.tolist() == [int(n) for n in numbers], f
 
 
-def test_the_ring_ingested_in_passes_is_the_merged_file(merged, tmp_path):
-    """`amqpcap ingest RING` decoding the set in three passes (each keeping some buckets'
-    connections, each reading every file): the dataset holds the merged file's capture."""
+def test_the_ring_ingested_bucket_by_bucket_is_the_merged_file(merged, tmp_path):
+    """`amqpcap ingest RING` reading the set once, spilling it into five buckets and decoding
+    each alone: the dataset holds the merged file's capture."""
     r = subprocess.run([sys.executable, "-m", "amqpcap", "ingest", str(RING), "--out", str(tmp_path / "ds"),
-                        "--buckets", "5", "--passes", "3"], capture_output=True, text=True)
-    assert r.returncode == 0 and r.stderr.strip().endswith("in 3 passes"), r.stderr
+                        "--buckets", "5"], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stderr.strip().endswith("in 5 buckets"), r.stderr
     stored = amqpcap.load(tmp_path / "ds")
     # the anomalies' row order is not kept (docs/dataset.md)
     canonical = lambda c: dataclasses.replace(c, anomalies=c.anomalies.sort_values(  # noqa: E731
