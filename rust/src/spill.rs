@@ -21,7 +21,8 @@ use std::sync::Arc;
 use arrow_array::{Array, BinaryArray, Int64Array, RecordBatch, UInt32Array};
 use arrow_buffer::{Buffer, OffsetBuffer, ScalarBuffer};
 use arrow_ipc::reader::FileReader;
-use arrow_ipc::writer::FileWriter;
+use arrow_ipc::writer::{FileWriter, IpcWriteOptions};
+use arrow_ipc::CompressionType;
 use arrow_schema::{ArrowError, DataType, Field, Schema};
 
 use crate::capture::reader::{ReadSummary, Record};
@@ -50,8 +51,14 @@ pub fn spill_schema() -> Arc<Schema> {
     ]))
 }
 
+/// LZ4-compressed buffers (the IPC format's own compression): AMQP traffic compresses well,
+/// and writing the bytes dominates the split (1.64 GB of packets of a 10M-packet PerfTest
+/// capture: 4.4 s written plain on the 2-core dev machine; see docs/dataset.md).
+fn write_options() -> std::io::Result<IpcWriteOptions> {
+    IpcWriteOptions::default().try_with_compression(Some(CompressionType::LZ4_FRAME)).map_err(io_error)
+}
+
 /// Rows of one bucket not written yet.
-#[derive(Default)]
 struct Pending {
     packet: Vec<u32>,
     stream: Vec<u32>,
@@ -59,7 +66,14 @@ struct Pending {
     linktype: Vec<u32>,
     origlen: Vec<u32>,
     data: Vec<u8>,
+    /// The offsets of the `data` column: 0, then each row's end.
     ends: Vec<i32>,
+}
+
+impl Default for Pending {
+    fn default() -> Self {
+        Pending { packet: Vec::new(), stream: Vec::new(), ts: Vec::new(), linktype: Vec::new(), origlen: Vec::new(), data: Vec::new(), ends: vec![0] }
+    }
 }
 
 /// Bytes of a row besides its captured bytes (the five fixed-width columns and an offset).
@@ -70,19 +84,24 @@ impl Pending {
         self.data.len() + self.packet.len() * ROW_BYTES
     }
 
+    /// The rows as a record batch; the buffers start again at the size they reached, so that
+    /// filling the next batch does not grow (and copy) them again.
     fn take_batch(&mut self) -> Result<RecordBatch, ArrowError> {
-        let mut ends = std::mem::take(&mut self.ends);
-        ends.insert(0, 0);
-        let offsets = OffsetBuffer::new(ScalarBuffer::from(ends));
-        let data = BinaryArray::try_new(offsets, Buffer::from_vec(std::mem::take(&mut self.data)), None)?;
+        fn take<T>(v: &mut Vec<T>) -> Vec<T> {
+            let cap = v.capacity();
+            std::mem::replace(v, Vec::with_capacity(cap))
+        }
+        let offsets = OffsetBuffer::new(ScalarBuffer::from(take(&mut self.ends)));
+        self.ends.push(0);
+        let data = BinaryArray::try_new(offsets, Buffer::from_vec(take(&mut self.data)), None)?;
         RecordBatch::try_new(
             spill_schema(),
             vec![
-                Arc::new(UInt32Array::from(std::mem::take(&mut self.packet))),
-                Arc::new(UInt32Array::from(std::mem::take(&mut self.stream))),
-                Arc::new(Int64Array::from(std::mem::take(&mut self.ts))),
-                Arc::new(UInt32Array::from(std::mem::take(&mut self.linktype))),
-                Arc::new(UInt32Array::from(std::mem::take(&mut self.origlen))),
+                Arc::new(UInt32Array::from(take(&mut self.packet))),
+                Arc::new(UInt32Array::from(take(&mut self.stream))),
+                Arc::new(Int64Array::from(take(&mut self.ts))),
+                Arc::new(UInt32Array::from(take(&mut self.linktype))),
+                Arc::new(UInt32Array::from(take(&mut self.origlen))),
                 Arc::new(data),
             ],
         )
@@ -121,7 +140,7 @@ impl SpillWriter {
         let writers = (0..buckets)
             .map(|k| {
                 let file = BufWriter::with_capacity(1 << 16, File::create(spill_path(dir, k))?);
-                FileWriter::try_new(file, &schema).map_err(io_error)
+                FileWriter::try_new_with_options(file, &schema, write_options()?).map_err(io_error)
             })
             .collect::<std::io::Result<Vec<_>>>()?;
         let n = buckets as usize;
