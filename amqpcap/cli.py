@@ -574,7 +574,7 @@ def ingest(capture: List[str] = CapturesArg,
                                         help="the dataset directory to write (new, or empty)"),
            buckets: Optional[int] = typer.Option(
                None, "--buckets", min=1, max=1024,
-               help="connection buckets (partitions); default: one per 256 MB of capture"),
+               help="connection buckets (partitions); default: one per 128 MB of capture"),
            port: Optional[List[int]] = PortOpt, add_port: Optional[List[int]] = AddPortOpt,
            limit: Optional[List[str]] = LimitOpt, bodies: bool = BodiesOpt,
            tls_keylog: Optional[Path] = KeylogOpt, strict: bool = StrictOpt,
