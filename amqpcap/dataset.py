@@ -13,6 +13,7 @@ import json
 import math
 import os
 import re
+import shutil
 import struct
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -425,21 +426,29 @@ def ingest(capture, out: str | os.PathLike[str], *, buckets: int | None = None,
     """Decode `capture` (what `amqpcap.load` accepts) into a dataset at `out`, reading it once:
     `split` numbers its packets and connections and spills each connection's packets into its
     bucket's file, then each bucket is decoded on its own (`ingest_bucket`), so memory holds one
-    bucket's rows, not the whole capture's. `load(out)` then gives the capture `load(capture)`
-    gives.
-    A capture of one bucket, or with a TLS key log, is decoded whole, without a spill.
+    bucket's rows, not the whole capture's. A capture of one bucket, or with a TLS key log, is
+    decoded whole, without a spill. `load(out)` then gives the capture `load(capture)` gives.
     `load_args` go to `load`.
 
     The buckets are decoded one after the other here, or through `run_buckets` (`amqpcap.engine`
     runs them as Dask tasks); `progress(done, total, packets)` is `load`'s, here counting the
     bytes of the files read and then of the spill files decoded.
     """
-    from .capture import protocol_warnings, tls_warnings
     from .inputs import capture_files
 
     out = _new_directory(out)
     file_bytes = sum(_size(f) for f in capture_files(capture))
     buckets = buckets or default_buckets(file_bytes)
+    try:
+        return _ingest(capture, out, buckets, progress, run_buckets, load_args, file_bytes)
+    finally:
+        # (gone after a finished ingest; after a failed one, e.g. a full disk, not left behind)
+        shutil.rmtree(out / SPILL_DIR, ignore_errors=True)
+
+
+def _ingest(capture, out: Path, buckets: int, progress, run_buckets, load_args: dict, file_bytes: int) -> Ingested:
+    from .capture import protocol_warnings, tls_warnings
+
     with _writing(out):
         # capture/ first: from then on the directory is recognised as a dataset (`is_dataset`),
         # unfinished until the manifest is written
@@ -454,7 +463,6 @@ def ingest(capture, out: str | os.PathLike[str], *, buckets: int | None = None,
                 results = [first] + list(_buckets_in_turn(args, _BucketProgress(progress, file_bytes, first)))
             else:
                 results = [first] + run_buckets(ingest_bucket, args)
-            (out / SPILL_DIR).rmdir()
         rows: dict[str, int] = {}
         loose: dict[str, list] = {}
         warnings = list(first.summary["warnings"])
@@ -499,7 +507,7 @@ class _BucketProgress:
     (read) and each decoded bucket's spilled bytes, of both."""
 
     def __init__(self, progress, file_bytes: int, first: StepResult):
-        self.progress, self.file_bytes = progress, file_bytes
+        self.progress = progress
         self.spilled = first.spilled or []
         self.first_packets = first.summary["packets"]
         self.total = file_bytes + sum(b for _, b in self.spilled)

@@ -121,7 +121,7 @@ import resource, signal, sys
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
 resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))
 from amqpcap.cli import main
-sys.argv = ["amqpcap", "ingest", sys.argv[1], "--out", sys.argv[2]]
+sys.argv = ["amqpcap", "ingest", sys.argv[1], "--out", sys.argv[2], *sys.argv[3:]]
 main()
 """
 
@@ -140,6 +140,20 @@ def test_a_failed_write_is_one_line_and_leaves_no_manifest(tmp_path):
     assert dataset.is_dataset(out)
     with pytest.raises(dataset.DatasetError, match="incomplete"):
         amqpcap.load(out)
+
+
+def test_a_disk_that_fills_up_while_spilling_is_one_line_and_leaves_no_spill(tmp_path):
+    """The same in the split of a capture of several buckets: the spill files (written by the
+    core) outgrow the limit; one line, no manifest, and the spill is removed, not left to fill
+    the disk."""
+    out = tmp_path / "ds"
+    r = subprocess.run([sys.executable, "-c", WRITE_LIMITED, str(FIX / "ten-consumers.pcap"), str(out), "--buckets", "2"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"amqpcap: error: cannot write the dataset into {out}: ")
+    assert "File too large" in lines[0] and lines[0].endswith("(it is left incomplete: no manifest.json)")
+    assert not (out / "manifest.json").exists() and not (out / dataset.SPILL_DIR).exists()
 
 
 def test_ingest_refuses_a_directory_in_use(tmp_path):

@@ -137,19 +137,18 @@ impl<'l> Ingest<'l> {
         // (the first step spilled only TCP packets that decode)
         let Ok(tcp) = link::decode(rec.linktype, rec.data) else { return };
         self.tcp_packets += 1;
-        let Some(sp) = self.spilled.as_mut() else { return };
-        let idx = match sp.local.get(&stream) {
-            Some(&i) => i,
+        let known = self.spilled.as_ref().and_then(|sp| sp.local.get(&stream).copied());
+        let idx = match known {
+            Some(i) => i,
             None => {
                 let src = Endpoint { addr: tcp.src, port: tcp.sport };
                 let dst = Endpoint { addr: tcp.dst, port: tcp.dport };
-                let i = sp.global.len() as u32;
+                // (never over max_streams: the first step numbered at least as many)
+                let Some(i) = self.new_stream(ConvKey::new(src, dst, tcp.v6), src, dst, tcp.v6) else { return };
+                let Some(sp) = self.spilled.as_mut() else { return };
                 sp.global.push(stream);
                 sp.local.insert(stream, i);
-                // (never over max_streams: the first step numbered fewer in all)
-                let Some(j) = self.new_stream(ConvKey::new(src, dst, tcp.v6), src, dst, tcp.v6) else { return };
-                debug_assert_eq!(i, j);
-                j
+                i
             }
         };
         self.tcp_segment(idx, &tcp, rec, number);
@@ -593,15 +592,15 @@ impl<'l> Ingest<'l> {
         let a_is_client: Vec<bool> = self.streams.iter().map(|s| s.a_is_client).collect();
         let tcp_packets = self.tcp_packets;
         let partition = self.partition.take();
-        let connections = connections_table(std::mem::take(&mut self.streams), |i| partition.as_ref().is_none_or(|p| p.keeps(i as u32)));
+        let mut connections = connections_table(std::mem::take(&mut self.streams), |i| partition.as_ref().is_none_or(|p| p.keeps(i as u32)));
         // The other tables' times come from the packets table's (before it drops the rows of
         // conversations that turned out not to be AMQP: none of them is named by another row).
         let packets = std::mem::take(&mut self.packets);
         let times = PacketTimes::new(&packets.packet, &packets.ts);
         let mut frames = frames_table(std::mem::take(&mut self.frames), &a_is_client, &times);
         sort_rows_by(&mut frames, "packet");
-        let anomalies = anomalies_table(std::mem::take(&mut self.anomalies), &a_is_client, &times);
-        let bodies = self.bodies.take().map(|b| {
+        let mut anomalies = anomalies_table(std::mem::take(&mut self.anomalies), &a_is_client, &times);
+        let mut bodies = self.bodies.take().map(|b| {
             if b.not_kept > 0 {
                 read.warnings.push(format!(
                     "message bodies: {} bytes not kept, the max_body_bytes cap ({} bytes) was reached; those messages have complete=False",
@@ -613,10 +612,6 @@ impl<'l> Ingest<'l> {
             t
         });
         let mut packets = packets_table(packets, &is_amqp, &a_is_client);
-        let mut connections = connections;
-        let mut frames = frames;
-        let mut anomalies = anomalies;
-        let mut bodies = bodies;
         if let Some(sp) = self.spilled.take() {
             for t in [&mut connections, &mut packets, &mut frames, &mut anomalies].into_iter().chain(bodies.as_mut()) {
                 renumber_streams(t, &sp.global);
