@@ -1,5 +1,6 @@
 """Native core (Rust, rust/src/lib.rs). Python code should use amqpcap.load instead."""
 
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -90,6 +91,9 @@ def decode_spilled(
     its connections as a whole decode of the capture (`capture_records` records) gives them
     (capture-wide packet and stream numbers), in `decode`'s dict (records empty; the summary's
     only meaningful key is "warnings"). Raises OSError when the file cannot be read."""
+
+def spill_path(dir: str, bucket: int) -> Path:
+    """The spill file of `bucket` in the spill directory `dir` (`decode(..., spill=(dir, n))`)."""
 
 def bucket_of(streams: npt.NDArray[np.int64], buckets: int) -> npt.NDArray[np.int32]:
     """The bucket of each stream number (Fibonacci hashing: consecutive streams spread)."""

@@ -320,8 +320,11 @@ class StepResult:
 
 
 def spill_path(out: str | os.PathLike[str], k: int) -> Path:
-    """The spill file of bucket `k` (the core's `spill_path`)."""
-    return Path(out) / SPILL_DIR / f"bucket={k}.arrow"
+    """The spill file of bucket `k` of the dataset being written at `out` (named by the core,
+    which writes it)."""
+    from . import _core
+
+    return Path(_core.spill_path(str(Path(out) / SPILL_DIR), k))
 
 
 def split(capture, out: str | os.PathLike[str], buckets: int, load_args: dict,
@@ -330,21 +333,9 @@ def split(capture, out: str | os.PathLike[str], buckets: int, load_args: dict,
     (`capture/records.parquet` a batch at a time as the core reads, the file's anomalies kept
     for the end), and spill every TCP packet of a possible AMQP connection into its bucket's
     spill file (`rust/src/spill.rs`), numbered as a whole decode numbers packets and streams."""
-    from .capture import decode_arrow
-
-    records = _RecordsFile(Path(out) / "capture" / "records.parquet")
-    try:
-        d = decode_arrow(capture, progress=progress, **load_args, records_sink=records.write,
-                         spill=(str(Path(out) / SPILL_DIR), buckets))
-        records.write(d.tables.pop("records"))
-    finally:
-        records.close()
-    spilled = d.tables.pop("spilled")
-    tables = {name: d.tables[name] for name in CONNECTION_TABLES if d.tables.get(name) is not None}
-    rows, loose = _write_connections(tables, Path(out), buckets, [])
-    rows["records"] = records.rows
-    return StepResult(rows, loose, d.summary, d.ports, d.connections[["stream", "tls", "tls_decrypted", "protocol"]],
-                      d.anomaly_rows(), spilled)
+    d, records = _decode_writing_records(capture, Path(out), load_args, progress,
+                                         spill=(str(Path(out) / SPILL_DIR), buckets))
+    return _store(d, out, buckets, [], records)
 
 
 def ingest_bucket(out: str | os.PathLike[str], buckets: int, k: int, capture_records: int, load_args: dict) -> StepResult:
@@ -361,13 +352,9 @@ def _decode_bucket(out, buckets: int, k: int, capture_records: int, load_args: d
 
 def _store_bucket(d, out, buckets: int, k: int) -> StepResult:
     """Write the decoded bucket `k`'s tables and remove its spill file."""
-    anomalies = d.anomaly_rows()
-    tables = {name: d.tables[name] for name in CONNECTION_TABLES if d.tables.get(name) is not None}
-    d.tables.clear()
-    rows, loose = _write_connections(tables, Path(out), buckets, [k])
+    result = _store(d, out, buckets, [k])
     spill_path(out, k).unlink()
-    return StepResult(rows, loose, d.summary, d.ports, d.connections[["stream", "tls", "tls_decrypted", "protocol"]],
-                      anomalies)
+    return result
 
 
 def _ingest_whole(capture, out: Path, buckets: int, load_args: dict, progress) -> StepResult:
@@ -375,22 +362,39 @@ def _ingest_whole(capture, out: Path, buckets: int, load_args: dict, progress) -
     capture, nothing spilled (a spill would only be read back whole; with a key log, tshark
     decrypts the connections of a decode and the capture is decoded again with their plaintext,
     so its records are written at the end)."""
+    d, records = _decode_writing_records(capture, out, load_args, progress)
+    return _store(d, out, buckets, list(range(buckets)), records)
+
+
+def _decode_writing_records(capture, out: Path, load_args: dict, progress, **decode_args):
+    """`decode_arrow` of the capture, its `records` written to `capture/records.parquet` a batch
+    at a time while the core reads (with a key log, where the capture is decoded twice: at the
+    end). Returns the decode and the records file."""
     from .capture import decode_arrow
 
     records = _RecordsFile(out / "capture" / "records.parquet")
     streamed = load_args.get("tls_keylog") is None
     try:
-        d = decode_arrow(capture, progress=progress, **load_args, records_sink=records.write if streamed else None)
+        d = decode_arrow(capture, progress=progress, **load_args, records_sink=records.write if streamed else None,
+                         **decode_args)
         records.write(d.tables.pop("records"))
     finally:
         records.close()
+    return d, records
+
+
+def _store(d, out, buckets: int, kept: list[int], records: "_RecordsFile | None" = None) -> StepResult:
+    """Write the connections' tables of the decode `d` into the `kept` buckets of `out` (its rows
+    of no connection are kept for the end); what the end of the ingest needs of the step."""
     anomalies = d.anomaly_rows()
+    spilled = d.tables.pop("spilled", None)
     tables = {name: d.tables[name] for name in CONNECTION_TABLES if d.tables.get(name) is not None}
     d.tables.clear()
-    rows, loose = _write_connections(tables, out, buckets, list(range(buckets)))
-    rows["records"] = records.rows
+    rows, loose = _write_connections(tables, Path(out), buckets, kept)
+    if records is not None:
+        rows["records"] = records.rows
     return StepResult(rows, loose, d.summary, d.ports, d.connections[["stream", "tls", "tls_decrypted", "protocol"]],
-                      anomalies)
+                      anomalies, spilled)
 
 
 class _RecordsFile:

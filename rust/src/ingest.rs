@@ -44,7 +44,7 @@ pub type PacketSpill<'a> = Box<dyn FnMut(u32, u32, &Record<'_>) + 'a>;
 /// appear, which is the order of their capture-wide numbers: the tables are made with these
 /// local numbers and renumbered at the end.
 #[derive(Default)]
-struct Spilled {
+struct FromSpill {
     /// The capture-wide number of each local stream.
     global: Vec<u32>,
     local: HashMap<u32, u32, RandomState>,
@@ -76,7 +76,7 @@ pub struct Ingest<'l> {
     /// Where the packets of AMQP conversations go (the first step of a spilled ingest).
     spill: Option<PacketSpill<'l>>,
     /// This decode reads one bucket's spilled packets.
-    spilled: Option<Spilled>,
+    from_spill: Option<FromSpill>,
 }
 
 pub struct Output {
@@ -114,7 +114,7 @@ impl<'l> Ingest<'l> {
             decrypted: Decrypted::default(),
             partition: None,
             spill: None,
-            spilled: None,
+            from_spill: None,
         }
     }
 
@@ -128,7 +128,7 @@ impl<'l> Ingest<'l> {
     /// [`Ingest::spilled_record`]; the capture has `capture_records` records in all.
     pub fn set_spilled(&mut self, capture_records: u32) {
         self.records = RecordsBuilder::new(false);
-        self.spilled = Some(Spilled { capture_records, ..Default::default() });
+        self.from_spill = Some(FromSpill { capture_records, ..Default::default() });
     }
 
     /// Packet `number` of stream `stream` (the capture's numbers), spilled by the first step:
@@ -137,7 +137,7 @@ impl<'l> Ingest<'l> {
         // (the first step spilled only TCP packets that decode)
         let Ok(tcp) = link::decode(rec.linktype, rec.data) else { return };
         self.tcp_packets += 1;
-        let known = self.spilled.as_ref().and_then(|sp| sp.local.get(&stream).copied());
+        let known = self.from_spill.as_ref().and_then(|sp| sp.local.get(&stream).copied());
         let idx = match known {
             Some(i) => i,
             None => {
@@ -145,7 +145,7 @@ impl<'l> Ingest<'l> {
                 let dst = Endpoint { addr: tcp.dst, port: tcp.dport };
                 // (never over max_streams: the first step numbered at least as many)
                 let Some(i) = self.new_stream(ConvKey::new(src, dst, tcp.v6), src, dst, tcp.v6) else { return };
-                let Some(sp) = self.spilled.as_mut() else { return };
+                let Some(sp) = self.from_spill.as_mut() else { return };
                 sp.global.push(stream);
                 sp.local.insert(stream, i);
                 i
@@ -493,7 +493,7 @@ impl<'l> Ingest<'l> {
         // Not needed any more; a million conversations make it large.
         self.conversations = HashMap::default();
         let last = PacketRef {
-            number: self.spilled.as_ref().map_or(self.records.count(), |s| s.capture_records),
+            number: self.from_spill.as_ref().map_or(self.records.count(), |s| s.capture_records),
             row: self.packets.packet.len().saturating_sub(1) as u32,
         };
         self.drain_streams(last);
@@ -612,7 +612,7 @@ impl<'l> Ingest<'l> {
             t
         });
         let mut packets = packets_table(packets, &is_amqp, &a_is_client);
-        if let Some(sp) = self.spilled.take() {
+        if let Some(sp) = self.from_spill.take() {
             for t in [&mut connections, &mut packets, &mut frames, &mut anomalies].into_iter().chain(bodies.as_mut()) {
                 renumber_streams(t, &sp.global);
             }

@@ -276,10 +276,7 @@ mod python {
                 (Box::new(call) as crate::ingest::RecordsSink<'_>, records_batch_rows)
             });
             let spill = spill_writer.as_mut().map(|w| {
-                let buckets = w.buckets();
-                let push = move |number: u32, stream: u32, rec: &crate::capture::reader::Record<'_>| {
-                    w.push(crate::partition::bucket_of(stream, buckets), number, stream, rec)
-                };
+                let push = |number: u32, stream: u32, rec: &crate::capture::reader::Record<'_>| w.push(number, stream, rec);
                 Box::new(push) as crate::ingest::PacketSpill<'_>
             });
             ingest(&paths, &ports, &limits, bodies, decrypted, partition, strict, &progress, records_sink, spill)
@@ -341,6 +338,12 @@ mod python {
         tables_dict(py, out, arrow, None)
     }
 
+    /// The spill file of a bucket in a spill directory (`amqpcap.dataset.spill_path`).
+    #[pyfunction]
+    fn spill_path(dir: std::path::PathBuf, bucket: u32) -> std::path::PathBuf {
+        crate::spill::spill_path(&dir, bucket)
+    }
+
     /// The bucket of each stream number (`amqpcap.dataset.bucket_of`).
     #[pyfunction]
     fn bucket_of<'py>(py: Python<'py>, streams: numpy::PyReadonlyArray1<'py, i64>, buckets: u32) -> PyResult<Bound<'py, PyArray1<i32>>> {
@@ -357,6 +360,7 @@ mod python {
         m.add_function(wrap_pyfunction!(decode, m)?)?;
         m.add_function(wrap_pyfunction!(bucket_of, m)?)?;
         m.add_function(wrap_pyfunction!(decode_spilled, m)?)?;
+        m.add_function(wrap_pyfunction!(spill_path, m)?)?;
         m.add_class::<ReadProgress>()?;
         m.add_class::<ArrowBatch>()?;
         m.add("CoreCaptureError", m.py().get_type::<CoreCaptureError>())?;

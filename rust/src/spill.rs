@@ -4,7 +4,7 @@
 //! included), writes the rows of no connection (`records`, anomalies of the file), and appends
 //! each TCP packet of a possible AMQP connection to the spill file of its connection's bucket
 //! ([`SpillWriter`]). Each bucket is then decoded on its own from its spill file
-//! ([`read_spill`], `crate::ingest::decode_spilled`): its connections' packets in capture order,
+//! ([`decode_spilled`]): its connections' packets in capture order,
 //! with their capture-wide packet and stream numbers, so its tables are those a whole decode
 //! gives for these connections. Reading is linear in the capture (each byte is read from the
 //! capture once and from a spill file once), and a bucket's decode holds one bucket's rows.
@@ -28,10 +28,11 @@ use arrow_schema::{ArrowError, DataType, Field, Schema};
 use crate::capture::reader::{ReadSummary, Record};
 use crate::ingest::{Ingest, Output};
 use crate::limits::Limits;
+use crate::partition::bucket_of;
 
 /// Bytes a bucket's spill holds in memory before they are written as one Arrow record batch:
 /// the first step holds at most this much per bucket (a thousand buckets: 1 GiB at the most,
-/// the default of one bucket per 256 MB of capture far less).
+/// the default of one bucket per 128 MB of capture far less).
 pub const SPILL_BATCH_BYTES: usize = 1 << 20;
 
 /// The spill file of bucket `bucket` in `dir`.
@@ -156,12 +157,12 @@ impl SpillWriter {
         self.writers.len() as u32
     }
 
-    /// Append packet `number` of conversation `stream` to the spill of `bucket`.
-    pub fn push(&mut self, bucket: u32, number: u32, stream: u32, rec: &Record<'_>) {
+    /// Append packet `number` of conversation `stream` to the spill of the stream's bucket.
+    pub fn push(&mut self, number: u32, stream: u32, rec: &Record<'_>) {
         if self.error.is_some() {
             return;
         }
-        let k = bucket as usize;
+        let k = bucket_of(stream, self.buckets()) as usize;
         let p = &mut self.pending[k];
         p.packet.push(number);
         p.stream.push(stream);
@@ -195,11 +196,9 @@ impl SpillWriter {
         if let Some(e) = self.error.take() {
             return Err(e);
         }
-        for w in &mut self.writers {
-            w.finish().map_err(io_error)?;
-        }
-        for w in self.writers.drain(..) {
+        for mut w in self.writers.drain(..) {
             use std::io::Write;
+            w.finish().map_err(io_error)?;
             w.into_inner().map_err(io_error)?.flush()?;
         }
         Ok(self.spilled)
@@ -256,11 +255,11 @@ mod tests {
         let mut w = SpillWriter::create(&dir, 3).unwrap();
         let big = vec![7u8; SPILL_BATCH_BYTES]; // a batch of its own: the reader crosses batches
         let sent: Vec<(u32, u32, u32, Vec<u8>)> = (1..=40u32)
-            .map(|n| (n % 3, n, n / 2, if n == 20 { big.clone() } else { vec![n as u8; n as usize] }))
+            .map(|n| (bucket_of(n / 2, 3), n, n / 2, if n == 20 { big.clone() } else { vec![n as u8; n as usize] }))
             .collect();
-        for (bucket, number, stream, data) in &sent {
+        for (_, number, stream, data) in &sent {
             let rec = Record { ts_ns: *number as i64 * 10, linktype: 1, origlen: data.len() as u32 + 4, data };
-            w.push(*bucket, *number, *stream, &rec);
+            w.push(*number, *stream, &rec);
         }
         let spilled = w.finish().unwrap();
         assert_eq!(spilled.iter().map(|s| s.packets).sum::<u64>(), 40);
