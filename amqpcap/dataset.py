@@ -685,9 +685,15 @@ def _records(loc: Location, summary: dict) -> pd.DataFrame:
 
 
 def facts(path: str | os.PathLike[str] | Location) -> CaptureFacts:
-    """What every partition's step needs to know of the whole capture, read from the records'
-    timestamp column alone (`amqpcap.partition.facts_of` for an in-memory capture)."""
+    """What every partition's step needs to know of the whole capture, read from the records' and
+    the packets' timestamp columns alone (`amqpcap.partition.facts_of` for an in-memory capture)."""
+    import pyarrow.compute as pc
+
     loc = location(path)
-    manifest(loc)
+    m = manifest(loc)
     ts = loc.read_parquet("capture", "records.parquet", columns=["ts"])["ts"]
-    return facts_from_ts(ts.cast("int64").to_numpy())
+    # the packets' first time: each bucket's ts column read alone (8 bytes a packet, one bucket at a time)
+    firsts = [pc.min(loc.read_parquet("packets", f"bucket={k}", "part-0.parquet", columns=["ts"])["ts"].cast("int64"))
+              for k in range(m["buckets"])]
+    firsts = [v.as_py() for v in firsts if v.is_valid]
+    return facts_from_ts(ts.cast("int64").to_numpy(), min(firsts) if firsts else 0)

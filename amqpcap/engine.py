@@ -5,7 +5,9 @@ each writing its bucket of the dataset.
 
 Each analyzer that splits (`amqpcap.partition.Split`) runs its partition step on every bucket
 of the dataset, in a task of its own on a Dask worker, and its step over the capture's
-`records` in one more; this process merges the partials. Dask schedules the tasks, moves the
+`records` in one more; this process merges the partials. An analyzer with a context step gets
+its context from the first round of bucket tasks and its partials from a second round, each
+task given the contexts of every bucket joined here. Dask schedules the tasks, moves the
 partials and recomputes the tasks of a worker that dies; nothing here retries or schedules.
 
 The analyzers that do not split yet run in this process on the capture read whole, while the
@@ -54,12 +56,19 @@ def _seen_here(path: str) -> None:
                           "every worker must see it at the same path (a shared filesystem) or URL")
 
 
-def bucket_step(path: str, bucket: int, facts: CaptureFacts, names: list[str]) -> dict[str, Any]:
-    """On a worker: the partials of the analyzers `names` over one bucket's connections."""
+def bucket_step(path: str, bucket: int, facts: CaptureFacts, names: list[str],
+                contexts: dict[str, Any] | None = None) -> dict[str, Any]:
+    """On a worker: the analyzers `names` over one bucket's connections. Without `contexts`
+    (the first round): the partials of the analyzers without a context step, and the context of
+    those with one; with `contexts` (the second round, {analyzer: joined context}): the partials
+    of those analyzers."""
     _seen_here(path)
     part = dataset.read(path, [bucket])
     sp = splits()
-    return {name: sp[name].partial(part, facts) for name in names}
+    if contexts is not None:
+        return {name: sp[name].partial_with(part, facts, contexts[name]) for name in names}
+    return {name: sp[name].partial(part, facts) if sp[name].context is None else sp[name].context(part, facts)
+            for name in names}
 
 
 def records_step(path: str, facts: CaptureFacts, names: list[str]) -> dict[str, Any]:
@@ -99,14 +108,26 @@ def client(scheduler: str | None = None, workers: int | None = None) -> Iterator
 class Steps:
     """The partition and records steps of one dataset, submitted to a cluster."""
 
+    root: str
+    buckets: int
     facts: CaptureFacts
-    #: {future: its bucket, or None for the records step}
+    token: str
+    #: {future: its bucket, or None for the records step}: the first round
     futures: dict[Any, int | None]
+    #: the client they were submitted with (`merged` submits the second round with it)
+    client: Any
+
+    @property
+    def total(self) -> int:
+        """Tasks in all: the first round, and a second one per bucket when an analyzer has a
+        context step."""
+        return len(self.futures) + (self.buckets if any(s.context for s in splits().values()) else 0)
 
 
 def submit_steps(path: str | os.PathLike[str], c: Any) -> Steps:
     """Submit the split analyzers' steps over the dataset at `path` to the cluster of client `c`:
-    a task per bucket, one over the records."""
+    a task per bucket (each analyzer's partial, or its context when it has a context step), one
+    over the records. `merged` submits the second round."""
     root = os.fspath(path) if dataset.is_url(path) else str(Path(path).resolve())
     m = dataset.manifest(root)
     facts = dataset.facts(root)
@@ -114,31 +135,44 @@ def submit_steps(path: str | os.PathLike[str], c: Any) -> Steps:
     futures = {c.submit(bucket_step, root, k, facts, names, key=f"amqpcap-bucket-{k}-{token}"): k
                for k in range(m["buckets"])}
     futures[c.submit(records_step, root, facts, names, key=f"amqpcap-records-{token}")] = None
-    return Steps(facts, futures)
+    return Steps(root, m["buckets"], facts, token, futures, c)
 
 
 def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], None] | None = None,
            done: int = 0, total: int | None = None) -> dict[str, AnalyzerResult]:
     """The split analyzers' results: their steps gathered as they end (``progress(what, done,
     total)`` after each, counting on from `done`), merged with `whole` (the capture, or its
-    outline: `amqpcap.dataset.read_outline`)."""
+    outline: `amqpcap.dataset.read_outline`). The analyzers with a context step get a second
+    round of bucket tasks, given their contexts joined, once the first round is in."""
     from distributed import as_completed
 
-    total = total if total is not None else len(steps.futures)
+    total = total if total is not None else steps.total
+    sp = splits()
     partials: dict[int, dict[str, Any]] = {}
     records: dict[str, Any] = {}
-    for fut in as_completed(steps.futures):
-        k = steps.futures[fut]
-        if k is None:
-            records = fut.result()
-        else:
-            partials[k] = fut.result()
-        fut.release()
-        done += 1
-        if progress:
-            progress("records" if k is None else f"bucket {k}", done, total)
+
+    def gather(futures: dict[Any, int | None], what: str) -> None:
+        nonlocal done, records
+        for fut in as_completed(futures):
+            k = futures[fut]
+            if k is None:
+                records = fut.result()
+            else:
+                partials.setdefault(k, {}).update(fut.result())
+            fut.release()
+            done += 1
+            if progress:
+                progress("records" if k is None else f"{what} {k}", done, total)
+
+    gather(steps.futures, "bucket")
+    second = [name for name, split in sp.items() if split.context is not None]
+    if second:
+        contexts = {name: sp[name].join_context([partials[k][name] for k in sorted(partials)]) for name in second}
+        gather({steps.client.submit(bucket_step, steps.root, k, steps.facts, second, contexts,
+                                    key=f"amqpcap-bucket-context-{k}-{steps.token}"): k
+                for k in range(steps.buckets)}, "bucket (2nd round)")
     return {name: split.merge([partials[k][name] for k in sorted(partials)], records.get(name), steps.facts, whole)
-            for name, split in splits().items()}
+            for name, split in sp.items()}
 
 
 def analyze(path: str | os.PathLike[str], cap: Capture, c: Any,
@@ -149,7 +183,7 @@ def analyze(path: str | os.PathLike[str], cap: Capture, c: Any,
     or analyzer ends."""
     steps = submit_steps(path, c)
     whole = [name for name in analyzers() if name not in splits()]
-    total = len(steps.futures) + len(whole)
+    total = steps.total + len(whole)
     results: dict[str, AnalyzerResult] = {}
     # the analyzers that do not split, here, while the workers run the partition steps
     for done, name in enumerate(whole, 1):

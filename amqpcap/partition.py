@@ -14,6 +14,14 @@ An analyzer that splits registers a `Split` (``@analyzer(name, split=...)``):
   ``whole`` is the capture's own connections table and summary (one row per connection: what
   names a connection in a finding), never its packets or frames.
 
+An analyzer whose partition step needs something of the other partitions (a memory alarm on
+one connection explains another's silence) also has a first round:
+
+- ``context(part, facts)``: the little every other partition needs of this one (the blocks of
+  its connections), from a step of its own before any ``partial``;
+- ``join_context(contexts)``: those of every partition as one value, given to each
+  ``partial(part, facts, context)``.
+
 Run in one process, the analyzer is its own split over one partition (`run_whole`): there is one
 code path, so a dataset analysed in any number of partitions gives the in-memory result.
 `facts` are what every step needs to know about the whole capture before it starts (the time
@@ -39,22 +47,31 @@ class CaptureFacts:
     #: a file), 0 and 0 for a capture without records
     t0_ns: int
     t1_ns: int
+    #: earliest timestamp of the AMQP connections' packets (the `packets` table), 0 without
+    #: packets: the origin of the stalls analyzer's seconds, which every partition must share
+    #: for its float seconds to be the whole capture's
+    packets_t0_ns: int = 0
 
     @property
     def duration_s(self) -> float:
         return (self.t1_ns - self.t0_ns) / 1e9
 
 
-def facts_from_ts(ts_ns: np.ndarray) -> CaptureFacts:
+def facts_from_ts(ts_ns: np.ndarray, packets_t0_ns: int = 0) -> CaptureFacts:
     if not len(ts_ns):
-        return CaptureFacts(0, 0)
-    return CaptureFacts(int(ts_ns.min()), int(ts_ns.max()))
+        return CaptureFacts(0, 0, packets_t0_ns)
+    return CaptureFacts(int(ts_ns.min()), int(ts_ns.max()), packets_t0_ns)
+
+
+def ns_of(ts: pd.Series) -> np.ndarray:
+    """A timestamp column as int64 nanoseconds since the epoch."""
+    return np.asarray(ts.dt.as_unit("ns").array.asi8, dtype=np.int64)
 
 
 def facts_of(cap: Capture) -> CaptureFacts:
-    """The facts of an in-memory capture (its records' time span)."""
-    ts = cap.records["ts"]
-    return facts_from_ts(np.asarray(ts.dt.as_unit("ns").array.asi8, dtype=np.int64))
+    """The facts of an in-memory capture (its records' time span, its packets' first time)."""
+    p = ns_of(cap.packets["ts"])
+    return facts_from_ts(ns_of(cap.records["ts"]), int(p.min()) if len(p) else 0)
 
 
 Partial = Any
@@ -62,16 +79,35 @@ Partial = Any
 
 @dataclass(frozen=True)
 class Split:
-    partial: Callable[[Capture, CaptureFacts], Partial]
+    #: ``partial(part, facts)``, or ``partial(part, facts, context)`` with a `context` step
+    partial: Callable[..., Partial]
     merge: Callable[[list, Partial, CaptureFacts, Capture], Any]
     records: Callable[[pd.DataFrame, CaptureFacts], Partial] | None = None
+    context: Callable[[Capture, CaptureFacts], Any] | None = None
+    join_context: Callable[[list], Any] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.context is None) != (self.join_context is None):
+            raise TypeError("a Split has both context and join_context, or neither")
+
+    def partial_with(self, part: Capture, facts: CaptureFacts, context: Any = None) -> Partial:
+        """The partition step, given the joined context when the split has one."""
+        return self.partial(part, facts) if self.context is None else self.partial(part, facts, context)
+
+
+def partials_of(split: Split, parts: list[Capture], facts: CaptureFacts) -> list[Partial]:
+    """The partition steps of `split` over `parts` in this process: the context round first
+    (when the split has one), then a partial per partition (`amqpcap.engine` runs the same
+    rounds as Dask tasks)."""
+    ctx = split.join_context([split.context(p, facts) for p in parts]) if split.context else None
+    return [split.partial_with(p, facts, ctx) for p in parts]
 
 
 def run_whole(split: Split, cap: Capture) -> Any:
     """The analyzer on an in-memory capture: its split over the one partition that is all of it."""
     facts = facts_of(cap)
     rec = split.records(cap.records, facts) if split.records else None
-    return split.merge([split.partial(cap, facts)], rec, facts, cap)
+    return split.merge(partials_of(split, [cap], facts), rec, facts, cap)
 
 
 def merge_rows(parts: list[pd.DataFrame], key: list[str]) -> pd.DataFrame:

@@ -63,7 +63,8 @@ def main() -> None:
             run_whole(split, cap)
         best_whole = min(best_whole, time.perf_counter() - t)
     del cap
-    print(f"{'in one process':>16}: {read_s + best_whole:7.2f} s  (read {read_s:.2f} s + analyzers {best_whole:.2f} s)")
+    print(f"{'in one process':>16}: {read_s + best_whole:7.2f} s  (read {read_s:.2f} s + analyzers {best_whole:.2f} s)"
+          f"  peak RSS {_worker_peak_rss_mib():,.0f} MiB")
 
     times = {}
     for workers in (1, 2):

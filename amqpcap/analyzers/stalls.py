@@ -14,6 +14,7 @@ Method and limits: docs/analyzers/stalls.md.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -22,8 +23,9 @@ from ..analysis import AnalyzerResult, Finding, Plot, analyzer, packets_filter, 
 from ..capture import Capture
 from ..derive import consumers as credit
 from ..derive.labels import who
-from ..derive.stream_order import running_last, running_max_keyed, seconds, stream_order
+from ..derive.stream_order import ns, running_last, running_max_keyed, seconds, stream_order
 from ..names import subject
+from ..partition import CaptureFacts, Split, merge_rows, run_whole
 from ..wording import counted
 
 # --- stall detection thresholds -------------------------------------------------------------
@@ -198,6 +200,20 @@ def _count_in(stalls: pd.DataFrame, ev: pd.DataFrame, closed_end: bool = True) -
     return hi - lo
 
 
+def _sum_per_key(key: np.ndarray, values, keys: np.ndarray) -> np.ndarray:
+    """The sum of `values` per `key`, at `keys` (0 for a key without rows). Each key's values
+    are added in row order, one after the other (np.bincount): the sum of a connection
+    direction is the same whichever other rows are beside it, in a partition or in the whole
+    capture (pandas' grouped sum picks its algorithm by the whole column, so it is not).
+    Keys are non-negative."""
+    key = np.asarray(key, np.int64)
+    if not len(keys):
+        return np.zeros(0)
+    n = int(max(key.max(initial=-1), np.max(keys))) + 1
+    # (float even without rows: np.bincount of no rows is int64, weights or not)
+    return np.bincount(key, weights=np.asarray(values, float), minlength=n)[keys].astype(float)
+
+
 def _empty_iv(cols: list[str]) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=float if c in ("start", "end") else np.int64) for c in cols})
 
@@ -362,8 +378,8 @@ FRAME_METHODS = ["connection.blocked", "connection.unblocked", "channel.flow", "
                  "basic.ack", "basic.nack"]
 
 
-def _frames(cap: Capture, t0: pd.Timestamp) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray]:
-    """Frames of FRAME_METHODS (fr: packet, stream, d, t, channel, method) and, row for row, the
+def _frames(cap: Capture, t0: pd.Timestamp, methods=FRAME_METHODS) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray]:
+    """Frames of `methods` (fr: packet, stream, d, t, channel, method) and, row for row, the
     fields the cause states read (f); and the streams with a basic.deliver (sorted). Only those
     rows and columns are taken: the frames table is wide and long."""
     f = cap.frames
@@ -376,7 +392,7 @@ def _frames(cap: Capture, t0: pd.Timestamp) -> tuple[pd.DataFrame, pd.DataFrame,
     else:
         deliver_streams = np.zeros(0, np.int64)
     # (one gather from a per-category table; code -1, missing, reads the appended False)
-    keep = np.flatnonzero(np.r_[cats.isin(FRAME_METHODS), False][method.codes])
+    keep = np.flatnonzero(np.r_[cats.isin(methods), False][method.codes])
     fr = pd.DataFrame({  # rows taken first, then converted: only the kept rows are
         "packet": f["packet"].to_numpy()[keep].astype(np.int64),
         "stream": f["stream"].to_numpy()[keep].astype(np.int64),
@@ -481,19 +497,54 @@ def _prefetch_limited(cap: Capture, t0: pd.Timestamp) -> pd.DataFrame:
                          "end": end[at_limit]})
 
 
-# --- the analyzer -----------------------------------------------------------------------------
+# --- the analyzer: a context round, a step per partition of whole connections, a merge --------
 
 
-@analyzer("stalls")
-def stalls(cap: Capture) -> AnalyzerResult:
-    """Silent intervals per connection direction and their cause; RTT, retransmissions, windows."""
-    p = cap.packets
-    t0 = p["ts"].min() if len(p) else pd.Timestamp(0, tz="UTC")
-    pk = _packets(cap, t0.as_unit("ns").value)
+#: connection.blocked / unblocked: what the context round reads of each partition
+BLOCK_METHODS = ["connection.blocked", "connection.unblocked"]
+#: the window findings cite at most this many zero-window packets of the peer, and window-full
+#: segments of the held direction (the first ones, in stream order)
+ZERO_WINDOW_PACKETS = 10
+WINDOW_FULL_PACKETS = 5
+
+
+def _origin(facts: CaptureFacts) -> pd.Timestamp:
+    """Time zero of the analyzer's seconds: the capture's first AMQP packet, one for every
+    partition, so that their float seconds are those of the whole capture."""
+    return pd.Timestamp(facts.packets_t0_ns, unit="ns", tz="UTC")
+
+
+def _stream_ends(cap: Capture, t0_ns: int, streams: np.ndarray) -> pd.Series:
+    """Seconds of each stream's last packet in time (index: stream): the last row of the stream
+    in `_packets` (seconds grow with the nanoseconds they are made from)."""
+    s = cap.packets["stream"].to_numpy(np.int64)
+    mine = np.isin(s, streams)
+    last = pd.Series(ns(cap.packets["ts"])[mine]).groupby(s[mine]).max()
+    return pd.Series(seconds(last.to_numpy(np.int64) - t0_ns), index=last.index)
+
+
+def stalls_context(cap: Capture, facts: CaptureFacts) -> pd.DataFrame:
+    """What every partition needs of this one: its connections' connection.blocked intervals
+    (start, end: seconds from `_origin`). A resource alarm blocks the publishers, and starves
+    the consumers of every other connection."""
+    fr, f, _ = _frames(cap, _origin(facts), BLOCK_METHODS)
+    if fr.empty:
+        return _empty_iv(["start", "end"])
+    ends = _stream_ends(cap, facts.packets_t0_ns, fr["stream"].unique())
+    return _blocked(cap, fr, f, ends)[["start", "end"]]
+
+
+def stalls_join(blocks: list[pd.DataFrame]) -> pd.DataFrame:
+    """Every partition's blocks, as one table."""
+    blocks = [b for b in blocks if len(b)]
+    return pd.concat(blocks, ignore_index=True) if blocks else _empty_iv(["start", "end"])
+
+
+def _silences(pk: dict[str, np.ndarray], n_streams: int):
+    """RTT samples and statistics, and the silences long enough to be stalls (the table's
+    columns so far, rows in (stream, time) order). Returns (rtt, rtt_stats, path_rtt,
+    median_gap, st)."""
     stream, d, t = pk["stream"], pk["d"], pk["t"]
-    stream_end = pd.Series(t[pk["last"]], index=stream[pk["last"]])
-    n_streams = int(stream.max(initial=-1)) + 1
-
     # RTT per direction, and the path RTT: each direction's minimum segment→ACK time is the
     # part of the round trip on one side of the capture point; together they make one RTT.
     rtt = _rtt(pk)  # rows grouped by (d, stream): key d·2³² + stream increases, grouping is cheap
@@ -538,41 +589,19 @@ def stalls(cap: Capture) -> AnalyzerResult:
         "end_ts": pd.to_datetime(pk["ts"][last_row], unit="ns", utc=True).array,
     })
     st["duration_s"] = st["end"] - st["start"]
+    return rtt, rtt_stats, path_rtt, median_gap, st
 
-    # Evidence for each cause over each stall.
-    gaps = cap.anomalies[cap.anomalies["kind"] == "capture-gap"]
-    gap_ev = pd.DataFrame({"stream": gaps["stream"].to_numpy(np.int64),
-                           "t": (gaps["ts"] - t0).dt.total_seconds().to_numpy()})
-    # A gap in either direction hides what the window and ACKs did: both directions uncertain.
-    gap_ev = pd.concat([gap_ev.assign(d=0), gap_ev.assign(d=1)], ignore_index=True)
-    st["gaps_n"] = _count_in(st, gap_ev)
 
-    lim = []
-    for D in (0, 1):
-        on = pk[f"limited{D}"]
-        lim.append(pd.DataFrame({"stream": stream[on], "d": D, "start": t[on], "end": pk["next_t"][on]}))
-    lim = pd.concat(lim, ignore_index=True)  # disjoint per (stream, d): each row to the stream's next packet
-    st["window_s"] = _overlap_s(st, lim)
-    zw = pk["zero_window"]
-    st["zero_window_n"] = _count_in(st, pd.DataFrame({"stream": stream[zw], "d": 1 - d[zw], "t": t[zw]}))
-    st["retrans_n"] = _count_in(st, _real_retransmissions(pk), closed_end=False)
+def _limited(pk: dict[str, np.ndarray]) -> pd.DataFrame:
+    """Intervals (stream, d, start, end) where direction d could not send: each window-limited
+    row to the stream's next packet (disjoint per (stream, d))."""
+    lim = [pd.DataFrame({"stream": pk["stream"][on], "d": D, "start": pk["t"][on], "end": pk["next_t"][on]})
+           for D, on in ((D, pk[f"limited{D}"]) for D in (0, 1))]
+    return pd.concat(lim, ignore_index=True)
 
-    fr, f, consumers_streams = _frames(cap, t0)
-    blocked = _blocked(cap, fr, f, stream_end)
-    flow = pd.concat([blocked.assign(d=0)[["stream", "d", "start", "end"]],
-                      _channel_flow(fr, f, stream_end)], ignore_index=True)
-    st["flow_s"] = _overlap_s(st, flow)
-    # A memory/disk alarm blocks every publisher: consumers then get nothing new to deliver. A
-    # silent consumer direction during a block elsewhere is blamed on the alarm too.
-    if len(blocked) and len(consumers_streams):
-        xb = pd.concat([blocked[["start", "end"]].assign(stream=s, d=1) for s in consumers_streams],
-                       ignore_index=True)
-        st["flow_s"] = np.maximum(st["flow_s"].to_numpy(), _overlap_s(st, xb))
 
-    st["prefetch_s"] = _overlap_s(st, _prefetch_limited(cap, t0).assign(d=1))
-    conf = _confirm_outstanding(fr, f, stream_end)
-    st["confirm_s"] = _overlap_s(st, conf.assign(d=0)) if len(conf) else 0.0
-
+def _causes(st: pd.DataFrame) -> pd.DataFrame:
+    """Each stall's cause and detail from its evidence columns: the first of CAUSES that holds."""
     share = lambda col: st[col] >= CAUSE_SHARE * st["duration_s"]  # noqa: E731
     # A full broker window during connection.blocked / channel.flow on c2s is the block's doing
     # (the broker stops reading a blocked publisher): blamed on broker-flow, not the window.
@@ -592,8 +621,11 @@ def stalls(cap: Capture) -> AnalyzerResult:
         pd.Series("nothing held it back: the application sent nothing", index=st.index),
     ]
     st["detail"] = np.select(conds + [np.ones(len(st), bool)], details, default="") if len(st) else []
+    return st
 
-    stalls_tbl = pd.DataFrame({
+
+def _stalls_table(st: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame({
         "stream": st["stream"].astype(np.int32),
         "direction": pd.Categorical(DIRS[st["d"].to_numpy(int)], categories=list(DIRS)),
         "start_ts": st["start_ts"],
@@ -606,22 +638,93 @@ def stalls(cap: Capture) -> AnalyzerResult:
         "detail": st["detail"].astype(object),
     }, columns=STALL_COLUMNS).sort_values(["start_ts", "stream"], kind="mergesort").reset_index(drop=True)
 
+
+def stalls_partial(cap: Capture, facts: CaptureFacts, blocks: pd.DataFrame) -> dict[str, Any]:
+    """A partition's stalls with their causes, its tcp rows, RTT samples, window-held directions
+    (with the packets a finding cites and the plot's series), blocks and capture gaps. `blocks`:
+    every partition's connection.blocked intervals (the context round)."""
+    t0 = _origin(facts)
+    pk = _packets(cap, facts.packets_t0_ns)
+    stream, d, t = pk["stream"], pk["d"], pk["t"]
+    stream_end = pd.Series(t[pk["last"]], index=stream[pk["last"]])
+    rtt, rtt_stats, path_rtt, median_gap, st = _silences(pk, int(stream.max(initial=-1)) + 1)
+
+    # Evidence for each cause over each stall.
+    gaps = cap.anomalies[cap.anomalies["kind"] == "capture-gap"]
+    gap_ev = pd.DataFrame({"stream": gaps["stream"].to_numpy(np.int64),
+                           "t": (gaps["ts"] - t0).dt.total_seconds().to_numpy()})
+    # A gap in either direction hides what the window and ACKs did: both directions uncertain.
+    gap_ev = pd.concat([gap_ev.assign(d=0), gap_ev.assign(d=1)], ignore_index=True)
+    st["gaps_n"] = _count_in(st, gap_ev)
+    lim = _limited(pk)
+    st["window_s"] = _overlap_s(st, lim)
+    zw = pk["zero_window"]
+    st["zero_window_n"] = _count_in(st, pd.DataFrame({"stream": stream[zw], "d": 1 - d[zw], "t": t[zw]}))
+    st["retrans_n"] = _count_in(st, _real_retransmissions(pk), closed_end=False)
+
+    fr, f, consumers_streams = _frames(cap, t0)
+    blocked = _blocked(cap, fr, f, stream_end)
+    flow = pd.concat([blocked.assign(d=0)[["stream", "d", "start", "end"]],
+                      _channel_flow(fr, f, stream_end)], ignore_index=True)
+    st["flow_s"] = _overlap_s(st, flow)
+    # A memory/disk alarm blocks every publisher: consumers then get nothing new to deliver. A
+    # silent consumer direction during a block elsewhere (any partition's) is blamed on the
+    # alarm too.
+    silent = np.intersect1d(consumers_streams, st.loc[st["d"] == 1, "stream"].to_numpy(np.int64))
+    if len(blocks) and len(silent):
+        xb = pd.concat([blocks[["start", "end"]].assign(stream=s, d=1) for s in silent], ignore_index=True)
+        st["flow_s"] = np.maximum(st["flow_s"].to_numpy(), _overlap_s(st, xb))
+    st["prefetch_s"] = _overlap_s(st, _prefetch_limited(cap, t0).assign(d=1))
+    conf = _confirm_outstanding(fr, f, stream_end)
+    st["confirm_s"] = _overlap_s(st, conf.assign(d=0)) if len(conf) else 0.0
+    stalls_tbl = _stalls_table(_causes(st))
+
     tcp = _tcp_table(pk, rtt_stats, path_rtt, median_gap, st, lim)
-    summary = _summary(stalls_tbl, tcp, rtt)
     sides = _window_sides(cap, pk, tcp, stalls_tbl, lim, blocked, fr)
-    findings = [x for x in (_receiver_window(cap, pk, sides, stalls_tbl),
-                            _broker_flow_control(cap, pk, sides, stalls_tbl),
-                            _publisher_blocked(blocked, fr, t0, cap),
-                            _capture_gaps(gaps, cap, stalls_tbl)) if x is not None]
+    return {"stalls": stalls_tbl, "tcp": tcp,
+            "rtt": [rtt["rtt_s"].to_numpy()[rtt["d"].to_numpy() == D] for D in (0, 1)],
+            "sides": sides, "window_packets": _window_packets(pk, sides),
+            "blocked": _block_publishes(blocked, fr, t0, cap), "deliveries_while_blocked": _deliveries_in(blocks, cap, t0),
+            "gaps": gaps[["stream", "bytes", "packet"]],
+            "window_series": _window_series(pk, _window_directions(tcp, stalls_tbl).head(PLOT_MAX_DIRECTIONS))}
+
+
+def stalls_merge(partials: list[dict[str, Any]], records: None, facts: CaptureFacts, cap: Capture) -> AnalyzerResult:
+    """Every partition's stalls and directions; the summary, findings and plots from them."""
+    t0 = _origin(facts)
+    stalls_tbl = merge_rows([q["stalls"] for q in partials], ["start_ts", "stream", "end_ts", "last_packet"])
+    tcp = merge_rows([q["tcp"] for q in partials], ["stream", "direction"])
+    summary = _summary(stalls_tbl, tcp, [np.concatenate([q["rtt"][D] for q in partials]) for D in (0, 1)])
+    sides = pd.concat([q["sides"] for q in partials], ignore_index=True).sort_values(
+        ["window_limited_share", "window_limited_s", "stream", "d"], ascending=[False, False, True, True],
+        kind="stable", ignore_index=True)
+    wp = pd.concat([q["window_packets"] for q in partials], ignore_index=True)
+    blocked = pd.concat([q["blocked"] for q in partials], ignore_index=True).sort_values(
+        ["stream", "start", "blocked_packet"], kind="stable", ignore_index=True)
+    findings = [x for x in (_receiver_window(cap, wp, sides, stalls_tbl),
+                            _broker_flow_control(cap, wp, sides, stalls_tbl),
+                            _publisher_blocked(blocked, sum(q["deliveries_while_blocked"] for q in partials), cap),
+                            _capture_gaps(pd.concat([q["gaps"] for q in partials], ignore_index=True), cap, stalls_tbl))
+                if x is not None]
     plots = []  # only plots with something to show: held-back windows, stalls other than idle
     if len(_window_directions(tcp, stalls_tbl)):
+        series = {k: v for q in partials for k, v in q["window_series"].items()}
         plots.append(Plot("stalls-window", "Receiver windows that held senders back",
-                          lambda path: _plot_window(path, cap, pk, tcp, stalls_tbl, t0)))
+                          lambda path: _plot_window(path, cap, series, tcp, stalls_tbl, t0)))
     if (stalls_tbl["cause"] != "idle").any():
         plots.append(Plot("stalls-timeline", "Stalls by cause",
                           lambda path: _plot_timeline(path, cap, stalls_tbl, t0)))
     return AnalyzerResult("stalls", tables={"stalls": stalls_tbl, "tcp": tcp}, summary=summary, findings=findings,
                           plots=plots)
+
+
+SPLIT = Split(partial=stalls_partial, merge=stalls_merge, context=stalls_context, join_context=stalls_join)
+
+
+@analyzer("stalls", split=SPLIT)
+def stalls(cap: Capture) -> AnalyzerResult:
+    """Silent intervals per connection direction and their cause; RTT, retransmissions, windows."""
+    return run_whole(SPLIT, cap)
 
 
 def _tcp_table(pk, rtt_stats, path_rtt, median_gap, st, lim) -> pd.DataFrame:
@@ -664,16 +767,19 @@ def _tcp_table(pk, rtt_stats, path_rtt, median_gap, st, lim) -> pd.DataFrame:
         "path_rtt_s": path_rtt[keys // 2] if len(keys) else np.zeros(0),
         "median_gap_s": median_gap.reindex(keys).to_numpy(float),
         "stall_count": sg.size().reindex(keys, fill_value=0).to_numpy(np.int64),
-        "stall_total_s": sg.sum().reindex(keys, fill_value=0.0).to_numpy(float),
+        "stall_total_s": _sum_per_key(st["stream"].to_numpy(np.int64) * 2 + st["d"].to_numpy(np.int64),
+                                      st["duration_s"].to_numpy(float), keys),
     }, columns=TCP_COLUMNS)
     return out
 
 
-def _summary(stalls_tbl: pd.DataFrame, tcp: pd.DataFrame, rtt: pd.DataFrame) -> dict:
+def _summary(stalls_tbl: pd.DataFrame, tcp: pd.DataFrame, rtt: list[np.ndarray]) -> dict:
+    """summary.json's stalls; `rtt`: every segment→ACK sample of each direction (c2s, s2c), in
+    any order (their median and 90th percentile are exact, from all of them)."""
     by = stalls_tbl.groupby("cause", observed=False)["duration_s"]
     rtt_dir = {}
     for D, name in enumerate(DIRS):
-        r = rtt["rtt_s"].to_numpy()[rtt["d"].to_numpy() == D]
+        r = rtt[D]
         # numpy's median and percentile, as pandas' median and quantile(0.9) compute them
         # (the latter as np.percentile at 0.9 * 100.0), without the Series around them.
         rtt_dir[str(name)] = {"samples": int(len(r)), "p50_s": float(np.median(r)) if len(r) else None,
@@ -722,12 +828,13 @@ def _window_sides(cap: Capture, pk: dict, tcp: pd.DataFrame, stalls_tbl: pd.Data
     pubs = fr.loc[(fr["method"] == "basic.publish").to_numpy() & (fr["d"] == 0).to_numpy(), "stream"].value_counts()
     out = pd.DataFrame({
         "stream": key // 2, "d": key % 2,
-        "window_limited_s": pd.Series(dur).groupby(lk).sum().reindex(key, fill_value=0.0).to_numpy(),
+        "window_limited_s": _sum_per_key(lk, dur, key),
         "zero_window_ads": (t["zero_window_ads"].reindex(key ^ 1, fill_value=0).to_numpy()
                             - zw_in_block.reindex(key, fill_value=0).to_numpy()),
         "window_full_segments": t["window_full_segments"].to_numpy(),
         "stalls": rg.size().reindex(key, fill_value=0).to_numpy(),
-        "stalled_s": rg.sum().reindex(key, fill_value=0.0).to_numpy(),
+        "stalled_s": _sum_per_key(rw["stream"].to_numpy(np.int64) * 2 + (rw["direction"] == "s2c").to_numpy(),
+                                  rw["duration_s"].to_numpy(float), key),
         "longest_stall_s": rg.max().reindex(key, fill_value=0.0).to_numpy(),
         "peer_window_min_bytes": t["peer_window_min_bytes"].to_numpy(),
         "peer_window_max_bytes": t["peer_window_max_bytes"].to_numpy(),
@@ -746,7 +853,27 @@ def _duration(x: float) -> str:
     return f"{x:.2f} s" if x >= 0.1 else f"{x * 1e3:.1f} ms"
 
 
-def _window_finding_parts(cap: Capture, pk: dict, g: pd.DataFrame, stalls_tbl: pd.DataFrame, peer_filter: str):
+def _window_packets(pk: dict, sides: pd.DataFrame) -> pd.DataFrame:
+    """For each direction of `sides` (stream, held: the direction its peer's window held back),
+    the packets a window finding cites: the first ZERO_WINDOW_PACKETS zero windows its peer
+    advertised and the first WINDOW_FULL_PACKETS window-full segments it sent, in row order
+    (stream, time). Columns: stream, held, kind (`zero-window`, `window-full`), rank, packet."""
+    wanted = sides["stream"].to_numpy(np.int64) * 2 + sides["d"].to_numpy(np.int64)
+    out = []
+    for kind, rows, held, n in (("zero-window", pk["zero_window"], 1 - pk["d"], ZERO_WINDOW_PACKETS),
+                                ("window-full", pk["wfull"], pk["d"], WINDOW_FULL_PACKETS)):
+        r = np.flatnonzero(rows)
+        key = pk["stream"][r].astype(np.int64) * 2 + held[r]
+        r, key = r[np.isin(key, wanted)], key[np.isin(key, wanted)]
+        rank = pd.Series(key).groupby(key).cumcount().to_numpy()  # (rows stay in pk order)
+        keep = rank < n
+        out.append(pd.DataFrame({"stream": key[keep] // 2, "held": key[keep] % 2, "kind": kind, "rank": rank[keep],
+                                 "packet": pk["packet"][r[keep]].astype(np.int64)}))
+    return pd.concat(out, ignore_index=True)
+
+
+def _window_finding_parts(cap: Capture, wp: pd.DataFrame, g: pd.DataFrame, stalls_tbl: pd.DataFrame,
+                          peer_filter: str):
     """What receiver-window and broker-flow-control share: (severity, subjects, evidence) for the
     directions ``g`` (rows of _window_sides, worst first). Severity from the worst: critical when
     a connection spent RECEIVER_WINDOW_CRITICAL_SHARE of its time window-limited, warning from
@@ -764,13 +891,17 @@ def _window_finding_parts(cap: Capture, pk: dict, g: pd.DataFrame, stalls_tbl: p
     w = g.iloc[0]
     wmin, wmax = g["peer_window_min_bytes"].dropna(), g["peer_window_max_bytes"].dropna()
     held = int(g["d"].iloc[0])
-    mine = np.isin(pk["stream"], streams)
     # The way into Wireshark: the peer's zero windows, the held direction's window-full
-    # segments, and the bounds of its longest window stalls (a few of each).
+    # segments (the first of each, in stream order), and the bounds of its longest window
+    # stalls (a few of each).
     rw = stalls_tbl[(stalls_tbl["cause"] == "receiver-window") & stalls_tbl["stream"].isin(streams)
                     & (stalls_tbl["direction"] == DIRS[held])].nlargest(3, "duration_s")
-    packets = sorted(set(pk["packet"][pk["zero_window"] & mine & (pk["d"] == 1 - held)][:10].tolist()
-                         + pk["packet"][pk["wfull"] & mine & (pk["d"] == held)][:5].tolist()
+    mine = wp[wp["stream"].isin(streams) & (wp["held"] == held)].sort_values(["stream", "rank"], kind="stable")
+
+    def first(kind: str, n: int) -> list[int]:
+        return mine.loc[mine["kind"] == kind, "packet"].head(n).tolist()
+
+    packets = sorted(set(first("zero-window", ZERO_WINDOW_PACKETS) + first("window-full", WINDOW_FULL_PACKETS)
                          + rw["first_packet"].tolist() + rw["last_packet"].tolist()))
     evidence = {
         "connections": len(g),
@@ -796,7 +927,7 @@ def _port_match(cap: Capture, streams) -> str:
     return f"== {ports[0]}" if len(ports) == 1 else "in {" + ", ".join(map(str, ports)) + "}"
 
 
-def _receiver_window(cap: Capture, pk: dict, sides: pd.DataFrame, stalls_tbl: pd.DataFrame) -> Finding | None:
+def _receiver_window(cap: Capture, wp: pd.DataFrame, sides: pd.DataFrame, stalls_tbl: pd.DataFrame) -> Finding | None:
     """Clients that stopped reading: the broker's traffic to them (s2c) waited on their zero or
     full receive window. One finding, every such connection a subject, worst first."""
     g = sides[sides["d"] == 1]
@@ -804,7 +935,7 @@ def _receiver_window(cap: Capture, pk: dict, sides: pd.DataFrame, stalls_tbl: pd
         return None
     port = _port_match(cap, g["stream"])
     severity, subjects, ev = _window_finding_parts(
-        cap, pk, g, stalls_tbl, f"((tcp.analysis.zero_window && tcp.dstport {port}) || "
+        cap, wp, g, stalls_tbl, f"((tcp.analysis.zero_window && tcp.dstport {port}) || "
                                 f"(tcp.analysis.window_full && tcp.srcport {port}))")
     w = subjects[0]
     title = (f"{who([x['connection'] for x in subjects])} stopped reading: the broker's data waited on "
@@ -821,7 +952,7 @@ def _receiver_window(cap: Capture, pk: dict, sides: pd.DataFrame, stalls_tbl: pd
                    subjects=subjects)
 
 
-def _broker_flow_control(cap: Capture, pk: dict, sides: pd.DataFrame, stalls_tbl: pd.DataFrame) -> Finding | None:
+def _broker_flow_control(cap: Capture, wp: pd.DataFrame, sides: pd.DataFrame, stalls_tbl: pd.DataFrame) -> Finding | None:
     """The broker stopped reading clients: their traffic (c2s) waited on the broker's zero or full
     receive window, outside any connection.blocked (that is publisher-blocked's resource alarm).
     RabbitMQ does this to publishers under credit-based flow control. One finding, every such
@@ -831,7 +962,7 @@ def _broker_flow_control(cap: Capture, pk: dict, sides: pd.DataFrame, stalls_tbl
         return None
     port = _port_match(cap, g["stream"])
     severity, subjects, ev = _window_finding_parts(
-        cap, pk, g, stalls_tbl, f"((tcp.analysis.zero_window && tcp.srcport {port}) || "
+        cap, wp, g, stalls_tbl, f"((tcp.analysis.zero_window && tcp.srcport {port}) || "
                                 f"(tcp.analysis.window_full && tcp.dstport {port}))")
     ev["publishes"] = int(g["publishes"].sum())
     w = subjects[0]
@@ -855,17 +986,16 @@ def _broker_flow_control(cap: Capture, pk: dict, sides: pd.DataFrame, stalls_tbl
                    impact=min(float(g["window_limited_share"].max()), 1.0), subjects=subjects)
 
 
-def _while_blocked(blocked: pd.DataFrame, fr: pd.DataFrame, t0: pd.Timestamp,
-                   cap: Capture) -> tuple[pd.DataFrame, int]:
+def _block_publishes(blocked: pd.DataFrame, fr: pd.DataFrame, t0: pd.Timestamp, cap: Capture) -> pd.DataFrame:
     """`blocked` with, per block (start < t <= end): publishes (`basic.publish` the client still
     wrote on the blocked connection: they wait in socket buffers) and publish_body_bytes (the body
-    sizes their content headers announce); and the `basic.deliver` frames to any connection while
-    any block held (consumers starve when an alarm stops the publishers)."""
+    sizes their content headers announce)."""
     pubs = fr[(fr["method"] == "basic.publish") & (fr["d"] == 0)]
     iv = blocked.assign(d=0)[["stream", "d", "start", "end"]].reset_index(drop=True)
     f = cap.frames
     head = np.flatnonzero((f["type"] == "header").to_numpy(dtype=bool, na_value=False)
-                          & (f["direction"] == "c2s").to_numpy(dtype=bool, na_value=False))
+                          & (f["direction"] == "c2s").to_numpy(dtype=bool, na_value=False)
+                          & np.isin(f["stream"].to_numpy(np.int64), iv["stream"].to_numpy(np.int64)))
     # body bytes per block: a running sum over the headers sorted by (stream, t), read at each
     # block's bounds (one search for all blocks, not a pass over the headers per block)
     h_stream, h_t = f["stream"].to_numpy(np.int64)[head], (f["ts"].take(head) - t0).dt.total_seconds().to_numpy()
@@ -875,24 +1005,32 @@ def _while_blocked(blocked: pd.DataFrame, fr: pd.DataFrame, t0: pd.Timestamp,
     qk = iv["stream"].to_numpy(np.int64)
     body = run[_lex_count(h_stream, h_t, qk, iv["end"].to_numpy(float), "right")] \
         - run[_lex_count(h_stream, h_t, qk, iv["start"].to_numpy(float), "right")]
+    return blocked.assign(publishes=_count_in(iv, pubs[["stream", "d", "t"]]),
+                          publish_body_bytes=np.rint(body).astype(np.int64))
+
+
+def _deliveries_in(blocks: pd.DataFrame, cap: Capture, t0: pd.Timestamp) -> int:
+    """The `basic.deliver` frames of `cap` inside the union of the blocks' spans (any
+    partition's: one alarm blocks several connections at once, and consumers starve while it
+    holds)."""
+    if blocks.empty:
+        return 0
+    f = cap.frames
     dlv = np.flatnonzero((f["method"] == "basic.deliver").to_numpy(dtype=bool, na_value=False))
     dlv_t = np.sort((f["ts"].take(dlv) - t0).dt.total_seconds().to_numpy())
-    # the union of the blocks' spans (several connections are blocked at once by one alarm)
-    spans = blocked[["start", "end"]].sort_values("start").to_numpy(float)
-    new = np.r_[True, spans[1:, 0] > np.maximum.accumulate(spans[:-1, 1])] if len(spans) else np.zeros(0, bool)
+    spans = blocks[["start", "end"]].sort_values("start").to_numpy(float)
+    new = np.r_[True, spans[1:, 0] > np.maximum.accumulate(spans[:-1, 1])]
     lo = spans[new, 0]
-    hi = np.maximum.reduceat(spans[:, 1], np.flatnonzero(new)) if len(spans) else np.zeros(0)
-    deliveries = int((np.searchsorted(dlv_t, hi, "right") - np.searchsorted(dlv_t, lo, "right")).sum())
-    return blocked.assign(publishes=_count_in(iv, pubs[["stream", "d", "t"]]),
-                          publish_body_bytes=np.rint(body).astype(np.int64)), deliveries
+    hi = np.maximum.reduceat(spans[:, 1], np.flatnonzero(new))
+    return int((np.searchsorted(dlv_t, hi, "right") - np.searchsorted(dlv_t, lo, "right")).sum())
 
 
-def _publisher_blocked(blocked: pd.DataFrame, fr: pd.DataFrame, t0: pd.Timestamp, cap: Capture) -> Finding | None:
+def _publisher_blocked(blocked: pd.DataFrame, deliveries: int, cap: Capture) -> Finding | None:
     """publisher-blocked: one finding, every blocked connection a subject (longest block first),
-    with the alarm's reason, how long, and what was published and delivered meanwhile."""
+    with the alarm's reason, how long, and what was published (`_block_publishes`) and delivered
+    (`_deliveries_in`) meanwhile."""
     if blocked.empty:
         return None
-    blocked, deliveries = _while_blocked(blocked, fr, t0, cap)
     blocked = blocked.assign(dur=blocked["end"] - blocked["start"])
     dur = blocked["dur"]
     total, longest = float(dur.sum()), float(dur.max())
@@ -1026,12 +1164,30 @@ def _window_directions(tcp: pd.DataFrame, stalls_tbl: pd.DataFrame) -> pd.DataFr
     peer_zero = zw.reindex([(s, "s2c" if d == "c2s" else "c2s") for s, d in key]).fillna(0).to_numpy(np.int64)
     t = t.assign(rw=rw, peer_zero=peer_zero)
     held = (t["window_full_segments"] > 0) | (t["peer_zero"] > 0) | (t["rw"] > 0)
-    return t[held].sort_values(["rw", "peer_zero", "window_full_segments"], ascending=False)
+    # a total order (ties by stream, direction): the first PLOT_MAX_DIRECTIONS of the whole
+    # capture are among each partition's first ones
+    return t[held].sort_values(["rw", "peer_zero", "window_full_segments", "stream", "direction"],
+                               ascending=[False, False, False, True, True], kind="stable")
 
 
-def _plot_window(path: Path, cap: Capture, pk: dict, tcp: pd.DataFrame, stalls_tbl: pd.DataFrame, t0) -> None:
+def _window_series(pk: dict, cand: pd.DataFrame) -> dict[tuple[int, str], tuple[np.ndarray, ...]]:
+    """What the window plot draws of each direction of `cand` (rows of _window_directions):
+    {(stream, direction): (t, receiver's window, t, bytes in flight)}, binned (_binned)."""
+    out = {}
+    for stream, direction in zip(cand["stream"].astype(int), cand["direction"].astype(str)):
+        D = 0 if direction == "c2s" else 1
+        s = _stream_rows(pk, stream)
+        w = s[f"peer_win{D}"].notna()
+        m = (s["d"] == D) & s["data"]
+        out[(stream, direction)] = (*_binned(s["t"].to_numpy()[w], s[f"peer_win{D}"].to_numpy()[w], "min"),
+                                    *_binned(s["t"].to_numpy()[m], s[f"inflight{D}"].to_numpy()[m], "max"))
+    return out
+
+
+def _plot_window(path: Path, cap: Capture, series: dict, tcp: pd.DataFrame, stalls_tbl: pd.DataFrame, t0) -> None:
     """Small multiples, one per held-back direction in connection-label order: the peer's
-    advertised window and the bytes in flight (KiB), stalls other than idle shaded by cause."""
+    advertised window and the bytes in flight (KiB, `series`: _window_series), stalls other
+    than idle shaded by cause."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
@@ -1048,13 +1204,8 @@ def _plot_window(path: Path, cap: Capture, pk: dict, tcp: pd.DataFrame, stalls_t
     causes = set()
     for ax, i in zip(axes[:, 0], order):
         r = cand.iloc[i]
-        D = 0 if r["direction"] == "c2s" else 1
-        s = _stream_rows(pk, int(r["stream"]))
-        w = s[f"peer_win{D}"].notna()
-        tw, yw = _binned(s["t"].to_numpy()[w], s[f"peer_win{D}"].to_numpy()[w], "min")
+        tw, yw, ti, yi = series[(int(r["stream"]), str(r["direction"]))]
         ax.step(tw + off, yw / 1024, where="post", color="#2ca02c", lw=1, label="receiver's window")
-        m = (s["d"] == D) & s["data"]
-        ti, yi = _binned(s["t"].to_numpy()[m], s[f"inflight{D}"].to_numpy()[m], "max")
         ax.plot(ti + off, yi / 1024, ".", ms=2.5, color="#d62728", label="bytes in flight")
         mine = stalls_tbl[(stalls_tbl["stream"] == r["stream"]) & (stalls_tbl["direction"] == r["direction"])
                           & (stalls_tbl["cause"] != "idle")]
