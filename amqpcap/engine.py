@@ -169,8 +169,8 @@ def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], Non
     if second:
         contexts = {name: sp[name].join_context([partials[k][name] for k in sorted(partials)]) for name in second}
         gather({steps.client.submit(bucket_step, steps.root, k, steps.facts, second, contexts,
-                                    key=f"amqpcap-bucket-context-{k}-{steps.token}"): k
-                for k in range(steps.buckets)}, "bucket (2nd round)")
+                                    key=f"amqpcap-bucket-round2-{k}-{steps.token}"): k
+                for k in range(steps.buckets)}, "bucket (second round)")
     return {name: split.merge([partials[k][name] for k in sorted(partials)], records.get(name), steps.facts, whole)
             for name, split in sp.items()}
 
