@@ -123,3 +123,22 @@ def test_analyze_on_a_local_cluster_gives_the_in_process_files(tmp_path):
     assert runs["dask"][1].keys() == runs["local"][1].keys() and "sizes-throughput.csv" in runs["local"][1]
     for name, content in runs["local"][1].items():
         assert runs["dask"][1][name] == content, name
+
+
+@pytest.mark.parametrize("name", ["flow-control.pcap.gz", "ten-consumers.pcap", "nack-requeue.pcap",
+                                  "prefetch-consumers.pcap", "memory-alarm.pcap"])
+def test_queue_events_of_the_partitions_joined_are_the_whole_backlog(name, tmp_path):
+    """The queue backlog relates connections (publishes on one, deliveries on another): each
+    partition's queue events, keyed by frame (packet, rank) rather than by row position, joined
+    give the backlog of the whole capture, row for row."""
+    from amqpcap.derive.backlog import join_backlog, queue_events
+
+    cap = amqpcap.load(FIX / name)
+    whole = join_backlog([queue_events(cap)])
+    assert len(whole) and whole["backlog_min"].max() > 0  # (a backlog to compare)
+    root = dataset.write(cap, tmp_path / "ds", buckets=24)
+    parts = [dataset.read(root, [k]) for k in range(24)]
+    events = [queue_events(p) for p in parts]
+    # publishes and the deliveries they are counted against are in different partitions
+    assert any(bool(len(e.publishes)) != bool(len(e.takes)) for e in events)
+    pd.testing.assert_frame_equal(join_backlog(events[::-1]), whole, check_exact=True)

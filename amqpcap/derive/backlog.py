@@ -1,6 +1,18 @@
 """How many messages were known to wait in each consumed queue, over time: publishes routed to
 the queue against deliveries from it. A queue is shared by connections (one publishes, another
 consumes), so this relates connections to each other: scope CAPTURE.
+
+It is computed in two steps, so that a capture split into partitions of whole connections
+(`amqpcap.partition`) gives the whole capture's backlog:
+
+- `queue_events` (scope CONNECTION): what a partition holds of every queue's backlog: its
+  `queue.bind`s, its publishes and its deliveries and requeues, each at its frame's key;
+- `join_backlog`: the events of every partition as one backlog per consumed queue.
+
+A frame's key is the pair (packet, rank): its packet (the frame number of its last byte) and its
+position among that packet's frames. A whole decode orders frames by packet (docs/tables.md) and
+a packet's frames are all of one connection, so one partition, where a row position in
+`cap.frames` orders the frames of one partition only.
 """
 
 from __future__ import annotations
@@ -11,20 +23,108 @@ import numpy as np
 import pandas as pd
 
 from ..capture import Capture
-from .cache import CAPTURE, derivation
+from .cache import CAPTURE, CONNECTION, derivation
 from .columns import group_cumsum
 from .deliveries import deliveries_with_codes
 from .methods import methods, pick, select
 
-def _codes_in(cats: pd.Index, col: pd.Series, missing_as_empty: bool) -> np.ndarray:
-    """A categorical column's values as codes into ``cats`` (the categories of the same column of
-    cap.frames). The empty text has a code even when no frame has it (len(cats)); with
-    ``missing_as_empty`` a missing value counts as the empty text, otherwise it stays -1."""
-    empty = cats.get_loc("") if "" in cats else len(cats)
-    c = col.cat.codes.to_numpy().astype(np.int64) if len(col) else np.zeros(0, np.int64)
-    if missing_as_empty:
-        c[c < 0] = empty
-    return c
+
+@dataclass(frozen=True)
+class QueueEvents:
+    """A partition's share of the queues' backlogs (`queue_events`)."""
+
+    #: queue.bind frames: queue, exchange, routing_key (text; None where the frame had none)
+    binds: pd.DataFrame
+    #: client basic.publish frames: exchange, routing_key (text, "" where the frame had none),
+    #: packet, rank (the frame's key), ts (int64 ns)
+    publishes: pd.DataFrame
+    #: deliveries from a known queue (delta -1) and their requeues by nack/reject (+1, at the
+    #: settling frame): queue (text), packet, rank, ts (int64 ns), delta
+    takes: pd.DataFrame
+
+
+def frame_keys(cap: Capture, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The keys (packet, rank) of the frames at positions `order` of cap.frames (sorted by packet)."""
+    packet = cap.frames["packet"].to_numpy(np.int64)
+    p = packet[order]
+    return p, order - np.searchsorted(packet, p, side="left")
+
+
+def _text(col: pd.Series, missing) -> np.ndarray:
+    return col.astype(object).where(col.notna(), missing).to_numpy(object)
+
+
+@derivation(CONNECTION)
+def queue_events(cap: Capture) -> QueueEvents:
+    """The queue events of `cap`'s connections (see `QueueEvents`)."""
+    m = methods(cap)
+    dc = deliveries_with_codes(cap)
+    d = dc.table
+    ts = cap.frames["ts"].array.asi8
+    binds = pick(cap, m, select(m, "queue.bind"), ["queue", "exchange", "routing_key"])
+    pub = pick(cap, m, select(m, "basic.publish", "c2s"), ["order", "exchange", "routing_key"])
+    p_order = pub["order"].to_numpy(np.int64)
+    p_packet, p_rank = frame_keys(cap, p_order)
+    # events: deliveries from a queue −1, their requeues (nack/reject with requeue) +1
+    has = dc.queue_code >= 0
+    rq = has & d["settle_requeue"].fillna(False).to_numpy(bool)
+    order = np.r_[d["order"].to_numpy(np.int64)[has], d["settle_order"].to_numpy(np.int64, na_value=0)[rq]]
+    packet, rank = frame_keys(cap, order)
+    queue = _text(d["queue"], None)
+    return QueueEvents(
+        binds=pd.DataFrame({c: _text(binds[c], None) for c in ("queue", "exchange", "routing_key")}),
+        publishes=pd.DataFrame({"exchange": _text(pub["exchange"], ""), "routing_key": _text(pub["routing_key"], ""),
+                                "packet": p_packet, "rank": p_rank, "ts": ts[p_order]}),
+        takes=pd.DataFrame({"queue": np.r_[queue[has], queue[rq]], "packet": packet, "rank": rank, "ts": ts[order],
+                            "delta": np.r_[-np.ones(int(has.sum()), np.int64), np.ones(int(rq.sum()), np.int64)]}))
+
+
+def join_backlog(parts: list[QueueEvents]) -> pd.DataFrame:
+    """Lower bound of each consumed queue's backlog over time, from the queue events of every
+    partition of a capture.
+
+    A publish counts for queue Q when it goes to the default exchange with routing key Q, or to
+    an (exchange, routing key) that a queue.bind in the capture bound Q with (exact key: direct
+    exchanges; wildcards and fanout are not interpreted). Deliveries from Q subtract, nack/reject
+    with requeue add back. Messages already in Q when the capture started are unknown, so the
+    running sum is a lower bound of the backlog (never below 0). One row per (queue, frame) with
+    an event, by queue name then frame: queue, packet, rank (the frame's key), ts (int64 ns),
+    backlog_min (messages, after that frame)."""
+    takes = pd.concat([p.takes for p in parts], ignore_index=True)
+    if not len(takes):
+        return pd.DataFrame({"queue": pd.Series(dtype=object), "packet": pd.Series(dtype=np.int64),
+                             "rank": pd.Series(dtype=np.int64), "ts": pd.Series(dtype=np.int64),
+                             "backlog_min": pd.Series(dtype=np.int64)})
+    names = np.unique(takes["queue"].to_numpy(object).astype(str))  # the consumed queues, sorted
+    # routes (exchange, routing key) → queue to the consumed queues: the binds, and the default
+    # exchange's (routing key = queue name)
+    binds = pd.concat([p.binds for p in parts], ignore_index=True)
+    binds = binds[binds["queue"].isin(names) & binds["exchange"].notna() & binds["routing_key"].notna()]
+    routes = pd.concat([binds, pd.DataFrame({"queue": names, "exchange": "", "routing_key": names})],
+                       ignore_index=True).drop_duplicates()
+    routes["q"] = np.searchsorted(names, routes["queue"].to_numpy(object).astype(str))
+    # each publish joined with every route of its (exchange, routing key)
+    pubs = pd.concat([p.publishes for p in parts], ignore_index=True)
+    hits = pubs.merge(routes[["exchange", "routing_key", "q"]], on=["exchange", "routing_key"])
+    ev_q = np.r_[hits["q"].to_numpy(np.int64), np.searchsorted(names, takes["queue"].to_numpy(object).astype(str))]
+    ev = {c: np.r_[hits[c].to_numpy(np.int64), takes[c].to_numpy(np.int64)] for c in ("packet", "rank", "ts")}
+    delta = np.r_[np.ones(len(hits), np.int64), takes["delta"].to_numpy(np.int64)]
+    # summed per (queue, frame), in (queue, frame) order
+    by = np.lexsort((ev["rank"], ev["packet"], ev_q))
+    q, packet, rank = ev_q[by], ev["packet"][by], ev["rank"][by]
+    first = np.flatnonzero(np.r_[True, (q[1:] != q[:-1]) | (packet[1:] != packet[:-1]) | (rank[1:] != rank[:-1])])
+    delta = np.add.reduceat(delta[by], first)
+    q, packet, rank, ts = q[first], packet[first], rank[first], ev["ts"][by][first]
+    run = group_cumsum(q, delta)
+    # deliveries of messages older than the capture drive the sum negative; the true backlog is
+    # at least (published − delivered) since the lowest point of the running sum. A running
+    # minimum per queue in one pass: the queues are contiguous (sorted), and lowering each
+    # queue's values by (queue × more than the range of run) makes every queue start below all
+    # earlier ones, so the running minimum restarts at each queue
+    lift = q * (int(run.max()) - int(run.min()) + 1)
+    floor = np.minimum(np.minimum.accumulate(run - lift) + lift, 0)
+    return pd.DataFrame({"queue": names[q].astype(object), "packet": packet, "rank": rank, "ts": ts,
+                         "backlog_min": (run - floor).astype(np.int64)})
 
 
 @dataclass(frozen=True)
@@ -43,73 +143,14 @@ def queue_backlog(cap: Capture) -> pd.DataFrame:
 
 @derivation(CAPTURE)
 def backlog_with_codes(cap: Capture) -> Backlog:
-    """Lower bound of each consumed queue's backlog over time, from what the capture shows.
-
-    A publish counts for queue Q when it goes to the default exchange with routing key Q, or to
-    an (exchange, routing key) that a queue.bind in the capture bound Q with (exact key: direct
-    exchanges; wildcards and fanout are not interpreted). Deliveries from Q subtract, nack/reject
-    with requeue add back. Messages already in Q when the capture started are unknown, so the
-    running sum is a lower bound of the backlog (never below 0). Columns: queue, order, ts,
-    backlog_min (messages, after that frame).
-
-    Queues, exchanges and routing keys are matched as codes into the categories of cap.frames'
-    columns (a missing publish exchange or routing key counts as "", a missing one in a bind
-    matches nothing); the queues' text is made once, for the table."""
-    m = methods(cap)
-    dc = deliveries_with_codes(cap)
-    d, qc = dc.table, dc.queue_code
+    """Lower bound of each consumed queue's backlog over time (`join_backlog` of the capture's
+    queue events). Columns: queue, order (the frame's position in cap.frames), ts, backlog_min
+    (messages, after that frame)."""
+    b = join_backlog([queue_events(cap)])
     f = cap.frames
-    empty = pd.DataFrame({"queue": pd.Series(dtype=object), "order": pd.Series(dtype=np.int64),
-                          "ts": pd.Series(dtype=f["ts"].dtype), "backlog_min": pd.Series(dtype=np.int64)})
-    has = qc >= 0
-    if not has.any():
-        return Backlog(empty, np.zeros(0, dtype=np.int64))
-    qcats, ecats, rcats = (f[c].cat.categories for c in ("queue", "exchange", "routing_key"))
-    uq = np.unique(qc[has])  # the consumed queues
-    # routes (exchange, routing key, queue) to the consumed queues: the binds, and the default
-    # exchange's (routing key = queue name; a name that is no frame's routing key gets no publish)
-    binds = pick(cap, m, select(m, "queue.bind"), ["queue", "exchange", "routing_key"])
-    b_q = _codes_in(qcats, binds["queue"], False)
-    b_e, b_r = _codes_in(ecats, binds["exchange"], False), _codes_in(rcats, binds["routing_key"], False)
-    ok = np.isin(b_q, uq) & (b_e >= 0) & (b_r >= 0)
-    d_r = rcats.get_indexer(qcats[uq])
-    d_r[(d_r < 0) & (qcats[uq] == "")] = len(rcats)  # (the empty routing key's own code, see _codes_in)
-    r_e = np.r_[b_e[ok], np.full(len(uq), ecats.get_loc("") if "" in ecats else len(ecats))]
-    r_r, r_q = np.r_[b_r[ok], d_r], np.r_[b_q[ok], uq]
-    keep = r_r >= 0
-    nr = len(rcats) + 1
-    route = np.unique(np.c_[r_e[keep] * nr + r_r[keep], r_q[keep]], axis=0)  # sorted by (exchange, key), deduplicated
-    # each publish joined with every route of its (exchange, routing key)
-    pub = pick(cap, m, select(m, "basic.publish", "c2s"), ["order", "exchange", "routing_key"])
-    p_key = _codes_in(ecats, pub["exchange"], True) * nr + _codes_in(rcats, pub["routing_key"], True)
-    lo = np.searchsorted(route[:, 0], p_key, side="left")
-    n_hit = np.searchsorted(route[:, 0], p_key, side="right") - lo
-    hit_start = np.repeat(lo, n_hit)
-    within = np.arange(len(hit_start)) - np.repeat(np.cumsum(n_hit) - n_hit, n_hit)
-    p_q, p_order = route[hit_start + within, 1], np.repeat(pub["order"].to_numpy(np.int64), n_hit)
-    # events (queue code, frame order, delta): publishes +1, deliveries −1, requeues +1
-    rq = has & d["settle_requeue"].fillna(False).to_numpy(bool)
-    ev_q = np.r_[p_q, qc[has], qc[rq]]
-    ev_order = np.r_[p_order, d["order"].to_numpy(np.int64)[has], d["settle_order"].to_numpy(np.int64, na_value=0)[rq]]
-    ev_delta = np.r_[np.ones(len(p_q), np.int64), -np.ones(int(has.sum()), np.int64), np.ones(int(rq.sum()), np.int64)]
-    # queues numbered in the sorted order of their names (the table's order), summed per
-    # (queue, frame); the frame's ts is cap.frames' (every event of a frame has that ts)
-    by_name = uq[np.argsort(np.asarray(qcats[uq], dtype=object))]  # queue codes, by name
-    rank = np.full(len(qcats) + 1, -1, dtype=np.int64)
-    rank[by_name] = np.arange(len(uq))
-    span = int(ev_order.max()) + 1
-    key, inv = np.unique(rank[ev_q] * span + ev_order, return_inverse=True)
-    delta = np.bincount(inv.ravel(), weights=ev_delta, minlength=len(key)).astype(np.int64)
-    q, order = key // span, key % span
-    run = group_cumsum(q, delta)
-    # deliveries of messages older than the capture drive the sum negative; the true backlog is
-    # at least (published − delivered) since the lowest point of the running sum. A running
-    # minimum per queue in one pass: the queues are contiguous (sorted), and lowering each
-    # queue's values by (queue × more than the range of run) makes every queue start below all
-    # earlier ones, so the running minimum restarts at each queue
-    lift = q * (int(run.max()) - int(run.min()) + 1)
-    floor = np.minimum(np.minimum.accumulate(run - lift) + lift, 0)
-    out = pd.DataFrame({"queue": pd.Series(np.asarray(qcats, dtype=object)[by_name[q]], dtype=object),
-                        "order": order, "ts": f["ts"].array.take(order),
-                        "backlog_min": (run - floor).astype(np.int64)})
-    return Backlog(out, by_name[q])
+    order = np.searchsorted(f["packet"].to_numpy(np.int64), b["packet"].to_numpy(np.int64), side="left") \
+        + b["rank"].to_numpy(np.int64)
+    table = pd.DataFrame({"queue": b["queue"].astype(object), "order": order.astype(np.int64),
+                          "ts": f["ts"].array.take(order), "backlog_min": b["backlog_min"].to_numpy(np.int64)})
+    codes = f["queue"].cat.categories.get_indexer(b["queue"].to_numpy(object)) if len(b) else np.zeros(0, np.int64)
+    return Backlog(table, codes.astype(np.int64))
