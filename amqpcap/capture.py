@@ -69,6 +69,11 @@ class Capture:
     #: derivation under its own lock (`computed_once`), so analyzers running in threads compute a
     #: shared value once. Clear it after editing a table in place.
     derived: dict[Callable[..., Any], Any] = field(default_factory=dict, repr=False, compare=False)
+    #: for a partition of a capture (some of its connections, `amqpcap.partition`): what its
+    #: derivations need of the other partitions, joined by an analyzer's context round, e.g.
+    #: ``"backlog"``, every consumed queue's backlog (`amqpcap.derive.backlog`). Set before any
+    #: derivation reads it; empty for a whole capture, whose derivations compute it themselves
+    context: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     _derivation_locks: dict[str, threading.RLock] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def derivation_lock(self, name: str) -> threading.RLock:

@@ -183,11 +183,11 @@ def _backlog_growth(cap: Capture, cons: pd.DataFrame) -> pd.Series:
     ok = cons["queue"].notna().to_numpy()
     if len(b) == 0 or not ok.any():
         return res
-    # merge_asof by queue on ts, as queue code and ts rank with asof. The backlog rows in the
-    # order a sort on ts (quicksort, as sort_values) gives them: among rows of equal ts, the last
-    # in that order is the one taken
+    # merge_asof by queue on ts, as queue code and ts rank with asof. The backlog rows (by queue,
+    # then frame) sorted on ts, stably: among a queue's rows of equal ts, the last frame's is
+    # taken, whichever other queues' rows the table holds (a partition's holds its own queues)
     b_ts = b["ts"].array.asi8
-    by_ts = np.argsort(b_ts, kind="quicksort")
+    by_ts = np.argsort(b_ts, kind="stable")
     b_ts, b_q = b_ts[by_ts], bc.queue_code[by_ts]
     b_min = b["backlog_min"].to_numpy(np.int64)[by_ts]
     q = cap.frames["queue"].cat.categories.get_indexer(cons.loc[ok, "queue"].astype(object))

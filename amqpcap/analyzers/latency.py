@@ -8,18 +8,21 @@ interleaves deliveries and acks, a starved one shows long runs of acks with no d
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from ..analysis import SEVERITY_RANK, AnalyzerResult, Finding, Plot, analyzer
 from ..capture import Capture
+from ..derive.backlog import QueueEvents, join_backlog, queue_events
 from ..derive.columns import codes, stable_argsort
 from ..derive.deliveries import DELIVER_METHODS, SETTLE_METHODS, confirms, deliveries, tag_ranks
 from ..derive.labels import channels_filter, connection_labels
 from ..derive.methods import chan_key, methods, pick, select
-from ..derive.refills import ack_gaps, slow_refills, waiting
+from ..derive.refills import ack_gaps, slow_refills_of, waiting
 from ..names import connection_label, consumer_label, number, subject
+from ..partition import CaptureFacts, Split, merge_rows, run_whole
 
 #: broker-slow-refill (detected by amqpcap.derive.refills.slow_refills) is critical when the median
 #: ack→next-deliver is above this: a consumer at prefetch 1 then gets < 20 msg/s whatever it does
@@ -130,7 +133,8 @@ def interleaving(cap: Capture) -> pd.DataFrame:
 def consumer_latency(d: pd.DataFrame, gaps: pd.DataFrame, cap: Capture | None = None) -> pd.DataFrame:
     """Per consumer: its connection's label, deliveries, outcomes and deliver→ack /
     ack→next-deliver percentiles (``cap``: the capture of ``d``, whose names label the connections
-    and whose kept tag codes spare factorizing the tags' text)."""
+    and whose kept tag codes spare factorizing the tags' text; without it, connections are
+    `stream N`)."""
     cons = ["connection", "stream", "channel", "consumer_tag"]
     if len(d) == 0:
         return pd.DataFrame(columns=cons + ["deliveries"])
@@ -175,14 +179,29 @@ def consumer_latency(d: pd.DataFrame, gaps: pd.DataFrame, cap: Capture | None = 
     return out
 
 
-@analyzer("latency")
-def latency(cap: Capture) -> AnalyzerResult:
-    """Deliver→ack, ack→next-deliver and publish→confirm latencies; deliver/ack interleaving."""
-    d = deliveries(cap)
-    gaps = ack_gaps(cap)
-    conf = confirms(cap)
-    inter = interleaving(cap)
-    per_consumer = consumer_latency(d, gaps, cap)
+def latency_context(cap: Capture, facts: CaptureFacts) -> QueueEvents:
+    """What every partition needs of this one: its queue events (the backlog that tells a
+    broker's slow refill from an empty queue relates publishers and consumers)."""
+    return queue_events(cap)
+
+
+def latency_partial(cap: Capture, facts: CaptureFacts, backlog: pd.DataFrame) -> dict[str, Any]:
+    """A partition's deliveries, ack gaps (with the whole capture's `backlog` of their queues),
+    confirms, interleaving rows and the raster's data."""
+    cap.context["backlog"] = backlog
+    return {"deliveries": deliveries(cap), "gaps": ack_gaps(cap), "confirms": confirms(cap),
+            "interleaving": interleaving(cap), "raster": _raster_data(cap)}
+
+
+def latency_merge(partials: list[dict[str, Any]], records: None, facts: CaptureFacts, cap: Capture) -> AnalyzerResult:
+    """The partitions' rows in the whole capture's order (frame order: by packet, a packet's
+    frames being one partition's); the summary, findings and plots from them."""
+    d = merge_rows([q["deliveries"] for q in partials], ["packet"])
+    gaps = merge_rows([q["gaps"] for q in partials], ["packet"])
+    conf = merge_rows([q["confirms"] for q in partials], ["packet"])
+    inter = merge_rows([q["interleaving"] for q in partials], ["stream", "channel"])
+    per_consumer = consumer_latency(d, gaps)
+    per_consumer["connection"] = connection_labels(cap, per_consumer["stream"])
 
     acked = d[~d["no_ack"].to_numpy(bool)]
     dta = stats(acked["latency_s"])
@@ -206,12 +225,13 @@ def latency(cap: Capture) -> AnalyzerResult:
     summary = {"latency": {"deliver_to_ack": dta, "ack_to_next_deliver": a2d, "publish_to_confirm": p2c,
                            "interleaving": summary_inter,
                            "consumers": per_consumer.to_dict(orient="records")}}
-    findings = _refill_findings(cap, gaps) + _redelivery_findings(cap, d)
+    findings = _refill_findings(cap, gaps, slow_refills_of(d, gaps)) + _redelivery_findings(cap, d)
     tables = {
         "consumers": per_consumer,
         "deliveries": d.drop(columns=["order", "settle_order", "epoch"]),
         "ack-gaps": gaps.drop(columns=["order", "epoch"]),
-        "confirms": conf,
+        # (a frame's position in the frames table is a partition's own: the tables name frames by packet)
+        "confirms": conf.drop(columns=["order"]),
         "interleaving": inter,
     }
     plots = []
@@ -222,9 +242,19 @@ def latency(cap: Capture) -> AnalyzerResult:
         plots.append(Plot("latency-cdf", "latency CDF per consumer (deliver→ack), ack→next-deliver, publish→confirm",
                           lambda path: _plot_cdf(cap, acked, gaps, conf, path)))
     if len(inter):
+        raster = _raster_joined([q["raster"] for q in partials])
         plots.append(Plot("interleaving-raster", "deliveries and acks over time per channel",
-                          lambda path: _plot_raster(cap, path)))
+                          lambda path: _plot_raster(cap, raster, path)))
     return AnalyzerResult("latency", tables=tables, summary=summary, findings=findings, plots=plots)
+
+
+SPLIT = Split(partial=latency_partial, merge=latency_merge, context=latency_context, join_context=join_backlog)
+
+
+@analyzer("latency", split=SPLIT)
+def latency(cap: Capture) -> AnalyzerResult:
+    """Deliver→ack, ack→next-deliver and publish→confirm latencies; deliver/ack interleaving."""
+    return run_whole(SPLIT, cap)
 
 
 def _wmean(df, col):
@@ -266,9 +296,9 @@ def _first_queue(keys: np.ndarray, queue: pd.Series) -> pd.Series:
     return q.groupby(keys).first()
 
 
-def _refill_findings(cap: Capture, gaps: pd.DataFrame) -> list[Finding]:
-    """broker-slow-refill: one finding listing every channel of `slow_refills`, worst first."""
-    slow = slow_refills(cap)
+def _refill_findings(cap: Capture, gaps: pd.DataFrame, slow: pd.DataFrame) -> list[Finding]:
+    """broker-slow-refill: one finding listing every channel of `slow` (`slow_refills_of`),
+    worst first."""
     if len(slow) == 0:
         return []
     refills = waiting(gaps)
@@ -524,39 +554,63 @@ def _plot_cdf(cap: Capture, acked, gaps, conf, path: Path) -> None:
 RASTER_ROWS = 12
 
 
-def _plot_raster(cap: Capture, path: Path) -> None:
+def _raster_data(cap: Capture) -> dict[str, Any]:
+    """What the raster draws of `cap`: per channel its deliveries and acks (``counts``: stream,
+    channel, n) and, for its RASTER_ROWS busiest channels (the busiest of the whole capture are
+    among the partitions' busiest), their times (``times``: {(stream, channel): (deliveries' t,
+    acks' t)}, seconds since the capture's start)."""
+    m = methods(cap)
+    ev = pick(cap, m, select(m, DELIVER_METHODS, "s2c") | select(m, SETTLE_METHODS, "c2s"),
+              ["stream", "channel", "ts", "method"])
+    ev = ev.assign(t=(ev["ts"] - cap.summary["first_ts"]).dt.total_seconds(),
+                   is_deliver=ev["method"].isin(DELIVER_METHODS))
+    counts = ev.groupby(["stream", "channel"]).size().rename("n").reset_index()
+    times = {}
+    for stream, channel in _busiest(counts).itertuples(index=False):
+        g = ev[(ev["stream"] == stream) & (ev["channel"] == channel)]
+        times[(int(stream), int(channel))] = tuple(g.loc[g["is_deliver"] == kind, "t"].to_numpy() for kind in (True, False))
+    return {"counts": counts, "times": times}
+
+
+def _busiest(counts: pd.DataFrame) -> pd.DataFrame:
+    """The RASTER_ROWS channels with the most deliveries and acks (ties: the first (stream, channel)),
+    sorted by (stream, channel)."""
+    top = counts.sort_values(["n", "stream", "channel"], ascending=[False, True, True], kind="stable")
+    return top.head(RASTER_ROWS)[["stream", "channel"]].sort_values(["stream", "channel"])
+
+
+def _raster_joined(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"counts": pd.concat([p["counts"] for p in parts], ignore_index=True),
+            "times": {k: v for p in parts for k, v in p["times"].items()}}
+
+
+def _plot_raster(cap: Capture, raster: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     from ..names import connection_label
     from ..plotting import natural_order, short, shown_of
 
-    m = methods(cap)
-    ev = pick(cap, m, select(m, DELIVER_METHODS, "s2c") | select(m, SETTLE_METHODS, "c2s"),
-                ["stream", "channel", "ts", "method"])
-    t0 = cap.summary["first_ts"]
-    ev = ev.assign(t=(ev["ts"] - t0).dt.total_seconds(), is_deliver=ev["method"].isin(DELIVER_METHODS))
-    per = ev.groupby(["stream", "channel"]).size()
-    chans = sorted(per.sort_values(ascending=False).index[:RASTER_ROWS])
+    chans = [(int(s), int(c)) for s, c in _busiest(raster["counts"]).itertuples(index=False)]
     names = [f"{short(connection_label(cap, s), 40)} ch{c}" for s, c in chans]
     order = natural_order(names)
     chans, names = [chans[i] for i in order], [names[i] for i in order]
     fig, ax = plt.subplots(figsize=(11, 1.0 + 0.45 * len(chans)), layout="constrained")
-    tmax = (cap.summary["last_ts"] - t0).total_seconds() or 1.0
+    tmax = (cap.summary["last_ts"] - cap.summary["first_ts"]).total_seconds() or 1.0
     bins = np.linspace(0, tmax, 1000 + 1)
-    for row, (stream, channel) in enumerate(chans):
-        g = ev[(ev["stream"] == stream) & (ev["channel"] == channel)]
-        for kind, dy, color in ((True, -0.18, "tab:blue"), (False, 0.18, "tab:orange")):
-            t = g.loc[g["is_deliver"] == kind, "t"].to_numpy()
-            if len(g) <= MAX_POINTS:
+    for row, key in enumerate(chans):
+        delivered, acked = raster["times"][key]
+        for t, dy, color, cmap in ((delivered, -0.18, "tab:blue", "Blues"), (acked, 0.18, "tab:orange", "Oranges")):
+            if len(delivered) + len(acked) <= MAX_POINTS:
                 ax.vlines(t, row + dy - 0.14, row + dy + 0.14, color=color, lw=0.5)
             else:  # density per time bin: one image row instead of millions of marks
                 h, _ = np.histogram(t, bins)
                 ax.imshow(h[None, :], extent=(0, tmax, row + dy + 0.14, row + dy - 0.14), aspect="auto",
-                          cmap="Blues" if kind else "Oranges", interpolation="nearest")
+                          cmap=cmap, interpolation="nearest")
     ax.set_yticks(range(len(chans)), names, fontsize=8)
     ax.set_ylim(len(chans) - 0.5, -0.5)
     ax.set_xlim(0, tmax)
     ax.set_xlabel("seconds since capture start")
-    ax.set_title(f"deliveries (blue, upper) and acks (orange, lower): {shown_of(len(chans), len(per), 'channel')}"
-                 + (" (the busiest)" if len(chans) < len(per) else ""), fontsize=10, loc="left")
+    n = len(raster["counts"])
+    ax.set_title(f"deliveries (blue, upper) and acks (orange, lower): {shown_of(len(chans), n, 'channel')}"
+                 + (" (the busiest)" if len(chans) < n else ""), fontsize=10, loc="left")
     fig.savefig(path, dpi=100)

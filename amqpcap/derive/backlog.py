@@ -127,6 +127,18 @@ def join_backlog(parts: list[QueueEvents]) -> pd.DataFrame:
                          "backlog_min": (run - floor).astype(np.int64)})
 
 
+def frame_ranks(*keys: tuple[np.ndarray, np.ndarray]) -> list[np.ndarray]:
+    """Frame keys (packet, rank) of several arrays as one int64 per frame, dense and ordered as
+    the frames are (for `amqpcap.derive.columns.asof`, which packs its values with a key)."""
+    packet = np.concatenate([np.asarray(k[0], np.int64) for k in keys])
+    rank = np.concatenate([np.asarray(k[1], np.int64) for k in keys])
+    if not len(packet):
+        return [np.zeros(0, np.int64) for _ in keys]
+    packed = packet * (int(rank.max()) + 1) + rank  # (ranks count a packet's frames: small)
+    dense = np.unique(packed, return_inverse=True)[1].ravel().astype(np.int64)
+    return np.split(dense, np.cumsum([len(k[0]) for k in keys])[:-1])
+
+
 @dataclass(frozen=True)
 class Backlog:
     """:func:`queue_backlog`'s table with each row's queue as a code in the categories of
@@ -143,14 +155,20 @@ def queue_backlog(cap: Capture) -> pd.DataFrame:
 
 @derivation(CAPTURE)
 def backlog_with_codes(cap: Capture) -> Backlog:
-    """Lower bound of each consumed queue's backlog over time (`join_backlog` of the capture's
-    queue events). Columns: queue, order (the frame's position in cap.frames), ts, backlog_min
-    (messages, after that frame)."""
-    b = join_backlog([queue_events(cap)])
-    f = cap.frames
-    order = np.searchsorted(f["packet"].to_numpy(np.int64), b["packet"].to_numpy(np.int64), side="left") \
-        + b["rank"].to_numpy(np.int64)
-    table = pd.DataFrame({"queue": b["queue"].astype(object), "order": order.astype(np.int64),
-                          "ts": f["ts"].array.take(order), "backlog_min": b["backlog_min"].to_numpy(np.int64)})
-    codes = f["queue"].cat.categories.get_indexer(b["queue"].to_numpy(object)) if len(b) else np.zeros(0, np.int64)
-    return Backlog(table, codes.astype(np.int64))
+    """Lower bound of the backlog over time of each consumed queue that `cap`'s frames name:
+    `join_backlog` of the capture's queue events, or, for a partition, of every partition's
+    (``cap.context["backlog"]``, joined by an analyzer's context round). Columns: queue, packet,
+    rank (the frame's key, see the module doc; the frame may be another partition's), ts,
+    backlog_min (messages, after that frame)."""
+    b = cap.context.get("backlog")
+    if b is None:
+        b = join_backlog([queue_events(cap)])
+    code = cap.frames["queue"].cat.categories.get_indexer(b["queue"].to_numpy(object)) if len(b) else \
+        np.zeros(0, np.int64)
+    mine = code >= 0  # (another partition's queues: no consumer or ack here asks for them)
+    b = b[mine]
+    table = pd.DataFrame({"queue": b["queue"].to_numpy(object), "packet": b["packet"].to_numpy(np.int64),
+                          "rank": b["rank"].to_numpy(np.int64),
+                          "ts": pd.to_datetime(b["ts"].to_numpy(np.int64), unit="ns", utc=True).array,
+                          "backlog_min": b["backlog_min"].to_numpy(np.int64)})
+    return Backlog(table, code[mine].astype(np.int64))

@@ -27,15 +27,18 @@ SETTLE_METHODS = ("basic.ack", "basic.nack", "basic.reject")
 DELIVER_METHODS = ("basic.deliver", "basic.get-ok")
 
 
+#: the type of the text columns of the tables derived here
+TEXT = pd.StringDtype(na_value=np.nan)
+
+
 def _text(labels, code: np.ndarray):
-    """``labels[code]`` (code −1: missing) as the column pandas infers from that object array:
-    ``str`` when any value is present, else object (all missing). Taken from the few labels,
-    where pandas would convert and check every one of the rows."""
+    """``labels[code]`` (code −1: missing) as a ``str`` column (pandas' text), also when every
+    value is missing: the column's type does not depend on which rows a capture, or a partition
+    of it, holds. Taken from the few labels, where pandas would convert and check every one of
+    the rows."""
     code = np.asarray(code, dtype=np.int64)
-    if (code >= 0).any():
-        arr = pd.array(np.asarray(labels, dtype=object), dtype=pd.StringDtype(na_value=np.nan))
-        return arr.take(code, allow_fill=True)
-    return np.full(len(code), np.nan, dtype=object)
+    arr = pd.array(np.asarray(labels, dtype=object), dtype=TEXT)
+    return arr.take(code, allow_fill=True)
 
 
 def _tags(s: pd.Series) -> np.ndarray:

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..capture import Capture
-from .backlog import backlog_with_codes
+from .backlog import backlog_with_codes, frame_keys, frame_ranks
 from .cache import CAPTURE, derivation
 from .columns import asof, group_cumsum
 from .deliveries import GET_TAG, SETTLE_METHODS, deliveries, deliveries_with_codes
@@ -80,10 +80,7 @@ def ack_gaps(cap: Capture) -> pd.DataFrame:
     first_rows, first = np.unique(srow[with_q], return_index=True)
     q_row = np.full(len(s), -1, dtype=np.int64)  # the delivery giving each frame's queue
     q_row[first_rows] = with_q[first]
-    if isinstance(d["queue"].dtype, pd.StringDtype):
-        s["queue"] = d["queue"].array.take(q_row, allow_fill=True)
-    else:  # no delivery has a queue: the all-missing object column
-        s["queue"] = np.full(len(s), np.nan, dtype=object)
+    s["queue"] = d["queue"].array.take(q_row, allow_fill=True)
 
     # the next delivery on the same tag space (space codes of the deliveries by their frames'
     # rows in m, which is in frame order)
@@ -94,16 +91,19 @@ def ack_gaps(cap: Capture) -> pd.DataFrame:
     s["gap_s"] = (s["next_deliver_ts"] - s["ts"]).dt.total_seconds()
 
     # the queue's backlog right after the frame: the last backlog row of that queue before it
+    # (the backlog's rows may be other partitions' frames: frames compared by key, not position)
     bc = backlog_with_codes(cap)
     b = bc.table
     sq = np.where(q_row >= 0, qc[np.maximum(q_row, 0)], -1)
-    b_q, b_order = bc.queue_code, b["order"].to_numpy(np.int64)
-    hit = asof(sq, s_order, b_q, b_order)
+    nxt_order = np.where(nxt >= 0, d_order[np.maximum(nxt, 0)], 0)
+    s_key, nxt_key, b_key = frame_ranks(frame_keys(cap, s_order), frame_keys(cap, nxt_order),
+                                        (b["packet"].to_numpy(np.int64), b["rank"].to_numpy(np.int64)))
+    b_q = bc.queue_code
+    hit = asof(sq, s_key, b_q, b_key)
     s["backlog_min"] = pd.array(b["backlog_min"].to_numpy(np.int64), dtype="Int64").take(hit, allow_fill=True)
     # ... and its least value until the next delivery: the last backlog row before that frame
-    nxt_order = np.where(nxt >= 0, d_order[np.maximum(nxt, 0)], -1)
-    last = np.where(nxt >= 0, asof(sq, np.maximum(nxt_order, 0), b_q, b_order, allow_exact_matches=False), -1)
-    s["backlog_min_gap"] = _range_min(b["backlog_min"].to_numpy(np.int64), b_q, b_order, hit, last)
+    last = np.where(nxt >= 0, asof(sq, nxt_key, b_q, b_key, allow_exact_matches=False), -1)
+    s["backlog_min_gap"] = _range_min(b["backlog_min"].to_numpy(np.int64), b_q, b_key, hit, last)
     s["unacked_after"] = _unacked_after(d, d_space, s["space"].to_numpy(), s_order)
     return s[["stream", "channel", "epoch", "packet", "ts", "order", "method", "multiple", "settled", "unacked_after",
               "queue", "backlog_min", "backlog_min_gap", "next_deliver_packet", "next_deliver_ts",
@@ -153,7 +153,13 @@ def slow_refills(cap: Capture) -> pd.DataFrame:
     broker_share_of_cycle. The latency analyzer tells them (broker-slow-refill); the consumers
     analyzer reads it too (a prefetch-1 consumer on such a channel is told about in that finding,
     not in prefetch-one)."""
-    d, w = deliveries(cap), waiting(ack_gaps(cap))
+    return slow_refills_of(deliveries(cap), ack_gaps(cap))
+
+
+def slow_refills_of(d: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
+    """`slow_refills` from a capture's deliveries and ack gaps (its tables, or the rows of any
+    set of whole channels: every number is a channel's own)."""
+    w = waiting(gaps)
     lat = d["latency_s"].to_numpy(float)
     has = ~np.isnan(lat)
     dta = pd.Series(lat[has]).groupby(chan_key(d)[has]).median()
