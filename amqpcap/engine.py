@@ -10,8 +10,9 @@ its context from the first round of bucket tasks and its partials from a second 
 task given the contexts of every bucket joined here. Dask schedules the tasks, moves the
 partials and recomputes the tasks of a worker that dies; nothing here retries or schedules.
 
-The analyzers that do not split yet run in this process on the capture read whole, while the
-workers run the partition steps: their memory is not bounded by a partition yet.
+Every analyzer splits today; one that did not (`analysis.analyzer` without a split) would run in
+this process on the capture read whole while the workers run the partition steps. The
+overview and the report still read the capture whole here (docs/dataset.md).
 
 The cluster is either an existing one (``scheduler``: its address, ``tcp://host:port``; the
 workers must see the dataset at the same path) or a local one started for the run and stopped
@@ -82,10 +83,23 @@ def records_step(path: str, facts: CaptureFacts, names: list[str]) -> dict[str, 
     return {name: sp[name].records(records, facts) for name in wanted}
 
 
+def _no_offload_thread() -> None:
+    """Dask serialises a large message (a bucket's partial, the joined backlog) in a thread of
+    its own, which then stays for the life of the process; this process forks the report's
+    writers after the analysis only when it has no other thread (`amqpcap.report.can_fork`).
+    Serialising on the client's own loop costs nothing here: nothing else runs meanwhile. Dask
+    reads the setting when `distributed` is first imported: set before it (a process that
+    imported it already keeps its setting)."""
+    import dask
+
+    dask.config.set({"distributed.comm.offload": False})
+
+
 @contextmanager
 def client(scheduler: str | None = None, workers: int | None = None) -> Iterator[Any]:
     """A `distributed.Client` of the cluster at `scheduler`, or of a local cluster of `workers`
     processes started here (stopped on exit)."""
+    _no_offload_thread()
     try:
         from distributed import Client, LocalCluster
     except ImportError:  # pragma: no cover - a dependency
@@ -168,6 +182,9 @@ def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], Non
     second = [name for name, split in sp.items() if split.context is not None]
     if second:
         contexts = {name: sp[name].join_context([partials[k][name] for k in sorted(partials)]) for name in second}
+        # sent to the workers once, not with every task: a queue backlog has a row per message
+        # (broadcast: a copy on each worker, so that one dying does not lose it)
+        contexts = steps.client.scatter(contexts, broadcast=True, hash=False)
         gather({steps.client.submit(bucket_step, steps.root, k, steps.facts, second, contexts,
                                     key=f"amqpcap-bucket-round2-{k}-{steps.token}"): k
                 for k in range(steps.buckets)}, "bucket (second round)")

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The analyzers that split, run partition by partition on a local Dask cluster of 1 and of 2
-worker processes, against the same analyzers in one process, in one run.
+"""The analyzers (every one splits), run partition by partition on a local Dask cluster of 1 and
+of 2 worker processes, against the same analyzers in one process, in one run.
 
     python3 benchmarks/engine.py DATASET [--repeat 3]
 
@@ -9,8 +9,8 @@ make_large_capture.py). Prints, for each way, the best of --repeat wall times of
 analyzers (partition steps, records step and merge; reading the dataset included, starting
 the cluster not), the peak RSS of each worker process, and the speed-up of 2 workers over 1.
 
-What it does not time: the analyzers that do not split yet, the overview and the report, which
-`amqpcap analyze --scheduler` still runs in the calling process (docs/dataset.md).
+What it does not time: the overview and the report, which `amqpcap analyze --scheduler` still
+makes in the calling process from the dataset read whole (docs/dataset.md).
 """
 
 from __future__ import annotations

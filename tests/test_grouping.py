@@ -211,6 +211,13 @@ def sample():
     return cap, C.consumer_summary(cap)
 
 
+def consumer_findings_of(cap, s):
+    """The consumers analyzer's consumer-bound and prefetch-one findings for the rows `s`."""
+    from amqpcap.derive.refills import slow_refills
+
+    return C._findings(cap, s, slow_refills(cap).index.to_numpy(), C._limit_rows(cap))
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.floats(0.5, 1.0), st.integers(-50, 500)), min_size=1, max_size=3),
        st.integers(0, 2), st.floats(0, 0.5), st.integers(0, 400))
@@ -224,12 +231,12 @@ def test_raising_a_subjects_numbers_never_lowers_the_finding(sample, rows, which
     base["stream"] = np.arange(len(rows))  # streams 0, 1, 2: the sample's three connections
     base["share_at_limit"] = [r[0] for r in rows]
     base["backlog_growth_msgs"] = [r[1] for r in rows]
-    before = C._findings(cap, base)
+    before = consumer_findings_of(cap, base)
     i = which % len(rows)
     up = base.copy()
     up.loc[i, "share_at_limit"] = min(1.0, up.loc[i, "share_at_limit"] + more_share)
     up.loc[i, "backlog_growth_msgs"] += more_growth
-    after = C._findings(cap, up)
+    after = consumer_findings_of(cap, up)
     assert [f.id for f in before] == [f.id for f in after] == ["consumer-bound"]
     assert SEVERITY_RANK[after[0].severity] >= SEVERITY_RANK[before[0].severity]
     assert len(after[0].subjects) == len(before[0].subjects) == len(rows)

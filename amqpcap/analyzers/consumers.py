@@ -12,12 +12,14 @@ too); this module summarises it per consumer and tells the findings.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
 from ..analysis import SEVERITY_RANK, AnalyzerResult, Finding, Plot, analyzer, stream_filter
 from ..capture import Capture
-from ..derive.backlog import backlog_with_codes
+from ..derive.backlog import QueueEvents, backlog_with_codes, join_backlog, queue_events
 from ..derive.columns import as_object, asof, codes
 from ..derive.consumers import (CONSUMER, acked_deliveries, code_of, consumer_rows, consumer_state,
                                 consumer_state_with_codes, with_prefetch)
@@ -26,6 +28,7 @@ from ..derive.labels import channels_filter, connection_labels
 from ..derive.methods import KEY, chan_key, methods, pick, select
 from ..derive.refills import ack_gaps, slow_refills
 from ..names import connection_label, consumer_label, number, subject
+from ..partition import CaptureFacts, Split, merge_rows, run_whole
 
 
 def consumer_list(cap: Capture) -> pd.DataFrame:
@@ -170,7 +173,7 @@ def consumer_summary(cap: Capture) -> pd.DataFrame:
     span = (out["end_ts"] - out["start_ts"]).dt.total_seconds()
     out["rate_per_s"] = out["deliveries"] / span.where(span > 0)
     out["backlog_growth_msgs"] = _backlog_growth(cap, out)
-    out = out.sort_values(["stream", "channel", "start_ts"]).reset_index(drop=True)
+    out = out.sort_values(["stream", "channel", "start_ts"], kind="stable").reset_index(drop=True)
     out["connection"] = connection_labels(cap, out["stream"])
     return out[cols]
 
@@ -236,7 +239,7 @@ def prefetch_one_severity(share) -> np.ndarray:
     return np.where(np.asarray(share, dtype=float) >= PREFETCH_ONE_WARNING_SHARE_AT_LIMIT, 1, 0)
 
 
-def _flags(cap: Capture, s: pd.DataFrame) -> pd.DataFrame:
+def _flags(s: pd.DataFrame, slow: np.ndarray) -> pd.DataFrame:
     """Per consumer (the rows of consumer_summary), on whole columns: whether it is a subject of
     consumer-bound (``bound``) or prefetch-one (``one``), with its severity rank and impact there.
 
@@ -245,8 +248,9 @@ def _flags(cap: Capture, s: pd.DataFrame) -> pd.DataFrame:
       least twice the refill, so the round trip prefetch 1 adds is the smaller part of each cycle;
       consumer-bound's advice says how much a larger prefetch would gain (``one_ack`` marks the
       consumers at prefetch 1 with one ack per message).
-    - prefetch-one gives way to latency's broker-slow-refill on the same channel: the broker's
-      refill is then the slow part (its advice says a larger prefetch hides it)."""
+    - prefetch-one gives way to latency's broker-slow-refill on the same channel (`slow`: the
+      channels of `slow_refills`, as `chan_key`): the broker's refill is then the slow part (its
+      advice says a larger prefetch hides it)."""
     share = s["share_at_limit"].astype(float).fillna(0).to_numpy()
     dta = s["deliver_to_ack_p50_s"].astype(float).to_numpy()
     a2d = s["ack_to_next_deliver_p50_s"].astype(float).to_numpy()
@@ -271,7 +275,7 @@ def _flags(cap: Capture, s: pd.DataFrame) -> pd.DataFrame:
     # (deliver→ack) must be the larger part of each deliver→ack→deliver cycle
     dominant = (prefetch > 1) | (~np.isnan(dta) & (np.isnan(a2d) | (dta >= CONSUMER_DOMINANCE * a2d)))
     bound = enough & (share >= CONSUMER_BOUND_SHARE) & dominant & (prefetch > 0)
-    refill = np.isin(chan_key(s), slow_refills(cap).index.to_numpy())
+    refill = np.isin(chan_key(s), slow)
     one = enough & one_ack & (rate >= PREFETCH_ONE_MIN_RATE_PER_S) & ~bound & ~refill
     return pd.DataFrame({"bound": bound, "one": one, "one_ack": one_ack,
                          "bound_rank": consumer_bound_severity(growth, ratio, estimated),
@@ -280,12 +284,12 @@ def _flags(cap: Capture, s: pd.DataFrame) -> pd.DataFrame:
                          "one_impact": np.minimum(1.0, share + rate / 10_000)}, index=s.index)
 
 
-def _findings(cap: Capture, s: pd.DataFrame) -> list[Finding]:
+def _findings(cap: Capture, s: pd.DataFrame, slow: np.ndarray, limits: pd.DataFrame) -> list[Finding]:
     """One consumer-bound and one prefetch-one finding at most, each listing its consumers as
-    subjects, worst first (severity, then impact)."""
+    subjects, worst first (severity, then impact). `slow`: see `_flags`; `limits`: `_limit_rows`."""
     if len(s) == 0:
         return []
-    fl = _flags(cap, s)
+    fl = _flags(s, slow)
     out = []
     for fid, build in (("bound", _bound_finding), ("one", _prefetch_one_finding)):
         sel = fl[fid].to_numpy(bool)
@@ -294,7 +298,7 @@ def _findings(cap: Capture, s: pd.DataFrame) -> list[Finding]:
             g = s.loc[sel].assign(sev_rank=fl.loc[sel, f"{fid}_rank"], impact=fl.loc[sel, f"{fid}_impact"],
                                   one_ack=fl.loc[sel, "one_ack"], growth_ratio=fl.loc[sel, "growth_ratio"])
             g = g.sort_values(["sev_rank", "impact"], ascending=False, kind="stable")
-            out.append(build(cap, g))
+            out.append(build(cap, g, limits))
     return out
 
 
@@ -327,7 +331,7 @@ def _who(cap: Capture, g: pd.DataFrame) -> tuple[str, str]:
     return f"{len(g)} consumers{where}", worst
 
 
-def _common_evidence(cap: Capture, g: pd.DataFrame, methods: str) -> dict:
+def _common_evidence(cap: Capture, g: pd.DataFrame, methods: str, limits: pd.DataFrame) -> dict:
     """Evidence every consumer finding carries: the worst consumer's numbers (the first subject),
     totals over all subjects, the streams, example packets and the filter."""
     w = g.iloc[0]
@@ -341,7 +345,7 @@ def _common_evidence(cap: Capture, g: pd.DataFrame, methods: str) -> dict:
             "queues": sorted({str(q) for q in g["queue"].dropna()}),
             "deliveries_total": int(g["deliveries"].sum()),
             "rate_msgs_per_s_total": float(g["rate_per_s"].astype(float).fillna(0).sum()),
-            "packets": _limit_packets(cap, g.head(EXAMPLE_SUBJECTS)),
+            "packets": _limit_packets(limits, g.head(EXAMPLE_SUBJECTS)),
             "filter": channels_filter(g["stream"], g["channel"])
                       + f" && amqp.method.class == 60 && amqp.method.method in {methods}"}
 
@@ -350,7 +354,7 @@ def _ms(v) -> str:
     return "?" if v is None or pd.isna(v) else f"{float(v) * 1e3:.1f} ms"
 
 
-def _bound_finding(cap: Capture, g: pd.DataFrame) -> Finding:
+def _bound_finding(cap: Capture, g: pd.DataFrame, limits: pd.DataFrame) -> Finding:
     w = g.iloc[0]
     who, worst = _who(cap, g)
     growth = g["backlog_growth_msgs"].astype("Float64").max()  # (a lower bound per consumer's life)
@@ -386,7 +390,7 @@ def _bound_finding(cap: Capture, g: pd.DataFrame) -> Finding:
                    f"trip and the broker's refill ({_ms(a50)} of each {_ms(d50 + a50)} cycle): a larger prefetch "
                    f"(e.g. 50–300) with multiple=true acks saves that, at most {a50 / d50:.0%} more messages per "
                    "second; the consumer's own work is the larger part.")
-    ev = _common_evidence(cap, g, "{60, 80, 90, 120}")
+    ev = _common_evidence(cap, g, "{60, 80, 90, 120}", limits)
     ev.update(mean_unacked_msgs=number(w.mean_unacked), utilisation=number(w.utilisation),
               backlog_growth_msgs=None if pd.isna(w.backlog_growth_msgs) else int(w.backlog_growth_msgs),
               backlog_growth_ratio=number(w.growth_ratio), prefetch_one_consumers=n_one)
@@ -394,7 +398,7 @@ def _bound_finding(cap: Capture, g: pd.DataFrame) -> Finding:
                    advice=advice, impact=float(g["impact"].max()), subjects=_subjects(cap, g))
 
 
-def _prefetch_one_finding(cap: Capture, g: pd.DataFrame) -> Finding:
+def _prefetch_one_finding(cap: Capture, g: pd.DataFrame, limits: pd.DataFrame) -> Finding:
     w = g.iloc[0]
     who, worst = _who(cap, g)
     d50, a50 = number(w.deliver_to_ack_p50_s), number(w.ack_to_next_deliver_p50_s)
@@ -406,7 +410,7 @@ def _prefetch_one_finding(cap: Capture, g: pd.DataFrame) -> Finding:
         title = (f"Prefetch 1 with one ack per message: {who} get their messages one at a time, each waiting "
                  f"for the previous ack (worst: {worst}, {w.rate_per_s:.0f} msg/s, {w.share_at_limit:.0%} of its "
                  f"time at the limit)")
-    ev = _common_evidence(cap, g, "{10, 60, 80}")
+    ev = _common_evidence(cap, g, "{10, 60, 80}", limits)
     ev.update(acks=int(w.acks), messages_per_ack=number(w.messages_per_ack), cycle_s=cycle,
               max_rate_msgs_per_s=(1 / cycle) if cycle > 0 else None)
     return Finding(
@@ -457,12 +461,12 @@ def _unlimited(cap: Capture, s: pd.DataFrame, d: pd.DataFrame) -> pd.DataFrame:
     return c.assign(zero_windows=n, zero_window_packet=[int(zp[i]) if k else None for i, k in zip(lo, n)])
 
 
-def _unlimited_finding(cap: Capture, s: pd.DataFrame, d: pd.DataFrame) -> Finding | None:
+def _unlimited_finding(cap: Capture, c: pd.DataFrame) -> Finding | None:
     """unlimited-prefetch: consumers without a prefetch limit that fell behind (UNLIMITED_UNACKED
-    unacked, or a zero receive window), most unacked first."""
-    if not len(d):
+    unacked, or a zero receive window), most unacked first. `c`: `_unlimited`'s rows, in
+    `consumer_list` order."""
+    if not len(c):
         return None
-    c = _unlimited(cap, s, d)
     unacked = c["max_unacked"].astype("Float64").fillna(0).to_numpy(float)
     c = c.assign(unacked_peak=unacked)[(unacked >= UNLIMITED_UNACKED) | (c["zero_windows"].to_numpy() > 0)]
     if not len(c):
@@ -507,56 +511,103 @@ def _unlimited_finding(cap: Capture, s: pd.DataFrame, d: pd.DataFrame) -> Findin
         impact=float(min(1.0, max(unacked.max(initial=0) / (10 * UNLIMITED_UNACKED), 0.5))), subjects=subjects)
 
 
-def _limit_packets(cap: Capture, g: pd.DataFrame) -> list[int]:
-    """Example packets: the first 5 frames at which each consumer of ``g`` was at its limit (any
-    epoch of its channel), found on the state rows' consumer codes (the few consumers' keys
-    matched as text, not the rows')."""
+def _limit_rows(cap: Capture) -> pd.DataFrame:
+    """Example packets of every consumer: the first 5 frames at which it was at its limit (any
+    epoch of its channel), found on the state rows' consumer codes. Columns: stream, channel,
+    consumer_tag, packet."""
     sc = consumer_state_with_codes(cap)
     st, st_code = sc.table, sc.code
     keys = acked_deliveries(cap).keys
     key = ["stream", "channel", "consumer_tag"]
     k3 = as_object(keys[key], "consumer_tag")
     k3_code = codes(*(k3[k].to_numpy() for k in key))  # (equal across epochs)
-    wanted = pd.MultiIndex.from_frame(k3).isin(pd.MultiIndex.from_frame(as_object(g[key], "consumer_tag")))
-    rows = np.flatnonzero(st["at_limit"].to_numpy(bool) & wanted[st_code])
+    rows = np.flatnonzero(st["at_limit"].to_numpy(bool))
     c = k3_code[st_code[rows]]
     rows = rows[pd.Series(c).groupby(c).cumcount().to_numpy() < 5]
-    return sorted(int(p) for p in st["packet"].to_numpy(np.int64)[rows])
+    return as_object(st[key].iloc[rows], "consumer_tag").assign(packet=st["packet"].to_numpy(np.int64)[rows])
 
 
-@analyzer("consumers")
-def consumers(cap: Capture) -> AnalyzerResult:
-    """Per consumer: unacked messages, prefetch, deficit (unused credit), utilisation, time at the limit."""
-    s = consumer_summary(cap)
-    st = consumer_state(cap)
-    d = deliveries(cap)
-    rows = s.drop(columns=["start_ts", "end_ts"]).to_dict(orient="records")
-    # no-ack consumers: deliveries counted per (stream, channel, tag) code (sorted as the keys,
-    # as a groupby on them would list them) by bincount; one summary row per consumer
+def _limit_packets(limits: pd.DataFrame, g: pd.DataFrame) -> list[int]:
+    """The example packets (`_limit_rows`) of the consumers of ``g``."""
+    key = ["stream", "channel", "consumer_tag"]
+    wanted = pd.MultiIndex.from_frame(limits[key]).isin(pd.MultiIndex.from_frame(as_object(g[key], "consumer_tag")))
+    return sorted(int(p) for p in limits["packet"].to_numpy(np.int64)[wanted])
+
+
+def _no_ack_rows(cap: Capture, d: pd.DataFrame) -> list[dict[str, Any]]:
+    """summary.json's row of each no-ack consumer: deliveries counted per (stream, channel, tag)
+    code (sorted as the keys) by bincount; its connection named in the merge."""
     na = np.flatnonzero(d["no_ack"].to_numpy(bool))
-    if len(na):
-        stream, channel = d["stream"].to_numpy(np.int64)[na], d["channel"].to_numpy(np.int64)[na]
-        code = codes(stream, channel, tag_ranks(cap, d)[na])
-        first = np.unique(code, return_index=True)[1]
-        tags = d["consumer_tag"].array.take(na[first])
-        labels = connection_labels(cap, stream[first])
-        for who, st_, ch_, tag, n in zip(labels, stream[first].tolist(), channel[first].tolist(), tags,
-                                         np.bincount(code).tolist()):
-            rows.append({"connection": who, "stream": st_, "channel": ch_, "consumer_tag": tag, "no_ack": True,
-                         "deliveries": n})
+    if not len(na):
+        return []
+    stream, channel = d["stream"].to_numpy(np.int64)[na], d["channel"].to_numpy(np.int64)[na]
+    code = codes(stream, channel, tag_ranks(cap, d)[na])
+    first = np.unique(code, return_index=True)[1]
+    tags = d["consumer_tag"].array.take(na[first])
+    return [{"stream": st_, "channel": ch_, "consumer_tag": tag, "no_ack": True, "deliveries": n}
+            for st_, ch_, tag, n in zip(stream[first].tolist(), channel[first].tolist(), tags,
+                                        np.bincount(code).tolist())]
+
+
+def consumers_context(cap: Capture, facts: CaptureFacts) -> QueueEvents:
+    """What every partition needs of this one: its queue events (a consumer's queue grows with
+    the publishes of other connections)."""
+    return queue_events(cap)
+
+
+def consumers_partial(cap: Capture, facts: CaptureFacts, backlog: pd.DataFrame) -> dict[str, Any]:
+    """A partition's consumers (summary rows, credit series, no-ack consumers, the unlimited
+    ones that fell behind, their example packets and queues) and its slowly refilled channels,
+    with the whole capture's `backlog` of their queues."""
+    cap.context["backlog"] = backlog
+    s = consumer_summary(cap)
+    d = deliveries(cap)
+    return {"summary": s, "state": consumer_state(cap), "no_ack": _no_ack_rows(cap, d),
+            "slow": slow_refills(cap).index.to_numpy(), "limits": _limit_rows(cap),
+            "unlimited": _unlimited(cap, s, d) if len(d) else None,
+            "queues": consumer_rows(cap).drop_duplicates(CONSUMER)[CONSUMER + ["queue"]]}
+
+
+def consumers_merge(partials: list[dict[str, Any]], records: None, facts: CaptureFacts, cap: Capture) -> AnalyzerResult:
+    """Every partition's consumers, in the whole capture's order (by stream and channel, a
+    channel's consumers being one partition's); the findings and the plot from them."""
+    s = merge_rows([q["summary"] for q in partials], ["stream", "channel"])
+    s["connection"] = connection_labels(cap, s["stream"])
+    st = merge_rows([q["state"] for q in partials], ["stream", "channel", "epoch", "consumer_tag"])
+    rows = s.drop(columns=["start_ts", "end_ts"]).to_dict(orient="records")
+    no_ack = sorted((r for q in partials for r in q["no_ack"]), key=lambda r: (r["stream"], r["channel"], r["consumer_tag"]))
+    for r, who in zip(no_ack, connection_labels(cap, [r["stream"] for r in no_ack])):
+        rows.append({"connection": who, **r})
     for r in rows:
         r.setdefault("no_ack", False)
     plots = []
     if len(st):
+        queues = pd.concat([q["queues"] for q in partials], ignore_index=True)
         plots.append(Plot("consumers-unacked-deficit", "Consumers at their prefetch limit, and their unacked messages",
-                          lambda path: _plot_state(cap, st, path)))
-    findings = _findings(cap, s)
-    unlimited = _unlimited_finding(cap, s, d)
+                          lambda path: _plot_state(cap, st, queues, path)))
+    slow = np.concatenate([q["slow"] for q in partials])
+    limits = pd.concat([q["limits"] for q in partials], ignore_index=True)
+    findings = _findings(cap, s, slow, limits)
+    unlimited = [q["unlimited"] for q in partials if q["unlimited"] is not None and len(q["unlimited"])]
+    if unlimited:  # in consumer_list's order (by queue, connection, channel), the connections named here
+        c = pd.concat(unlimited, ignore_index=True)
+        c["connection"] = connection_labels(cap, c["stream"])
+        unlimited = _unlimited_finding(cap, c.sort_values(["queue", "connection", "channel"], na_position="last",
+                                                          kind="stable"))
     return AnalyzerResult("consumers", tables={"consumers": s, "state": st}, summary={"consumers": rows},
                           findings=findings + ([unlimited] if unlimited else []), plots=plots)
 
 
-def _plot_state(cap: Capture, st: pd.DataFrame, path) -> None:
+SPLIT = Split(partial=consumers_partial, merge=consumers_merge, context=consumers_context, join_context=join_backlog)
+
+
+@analyzer("consumers", split=SPLIT)
+def consumers(cap: Capture) -> AnalyzerResult:
+    """Per consumer: unacked messages, prefetch, deficit (unused credit), utilisation, time at the limit."""
+    return run_whole(SPLIT, cap)
+
+
+def _plot_state(cap: Capture, st: pd.DataFrame, queues: pd.DataFrame, path) -> None:
     """Top: per consumer, the share of each time bin it spent at its prefetch limit (a heatmap:
     one row per consumer, any number of them; at prefetch 1 a step plot would be a solid block).
     Bottom: unacked messages (time-weighted mean per bin) against the prefetch: each consumer's
@@ -571,7 +622,7 @@ def _plot_state(cap: Capture, st: pd.DataFrame, path) -> None:
     code = st.groupby(CONSUMER, sort=True, observed=True).ngroup().to_numpy()
     keys = st[CONSUMER].drop_duplicates().sort_values(CONSUMER).reset_index(drop=True)
     n = len(keys)
-    queues = consumer_rows(cap).drop_duplicates(CONSUMER).set_index(CONSUMER)["queue"]
+    queues = queues.drop_duplicates(CONSUMER).set_index(CONSUMER)["queue"]
     labels, queue = consumer_labels(cap, keys["stream"], keys["channel"],
                                     queues.reindex(pd.MultiIndex.from_frame(keys)).to_numpy(object),
                                     keys["consumer_tag"].astype(str).tolist())

@@ -562,6 +562,9 @@ def _raster_data(cap: Capture) -> dict[str, Any]:
     m = methods(cap)
     ev = pick(cap, m, select(m, DELIVER_METHODS, "s2c") | select(m, SETTLE_METHODS, "c2s"),
               ["stream", "channel", "ts", "method"])
+    if not len(ev):  # (nothing to draw; a capture without packets has no start either)
+        return {"counts": pd.DataFrame({"stream": pd.Series(dtype=np.int64), "channel": pd.Series(dtype=np.int64),
+                                        "n": pd.Series(dtype=np.int64)}), "times": {}}
     ev = ev.assign(t=(ev["ts"] - cap.summary["first_ts"]).dt.total_seconds(),
                    is_deliver=ev["method"].isin(DELIVER_METHODS))
     counts = ev.groupby(["stream", "channel"]).size().rename("n").reset_index()
