@@ -88,11 +88,11 @@ def join_backlog(parts: list[QueueEvents]) -> pd.DataFrame:
     exchanges; wildcards and fanout are not interpreted). Deliveries from Q subtract, nack/reject
     with requeue add back. Messages already in Q when the capture started are unknown, so the
     running sum is a lower bound of the backlog (never below 0). One row per (queue, frame) with
-    an event, by queue name then frame: queue, packet, rank (the frame's key), ts (int64 ns),
-    backlog_min (messages, after that frame)."""
+    an event, by queue name then frame: queue (categorical: a row per message of a busy queue),
+    packet, rank (the frame's key), ts (int64 ns), backlog_min (messages, after that frame)."""
     takes = pd.concat([p.takes for p in parts], ignore_index=True)
     if not len(takes):
-        return pd.DataFrame({"queue": pd.Series(dtype=object), "packet": pd.Series(dtype=np.int64),
+        return pd.DataFrame({"queue": pd.Categorical([]), "packet": pd.Series(dtype=np.int64),
                              "rank": pd.Series(dtype=np.int64), "ts": pd.Series(dtype=np.int64),
                              "backlog_min": pd.Series(dtype=np.int64)})
     names = np.unique(takes["queue"].to_numpy(object).astype(str))  # the consumed queues, sorted
@@ -123,7 +123,7 @@ def join_backlog(parts: list[QueueEvents]) -> pd.DataFrame:
     # earlier ones, so the running minimum restarts at each queue
     lift = q * (int(run.max()) - int(run.min()) + 1)
     floor = np.minimum(np.minimum.accumulate(run - lift) + lift, 0)
-    return pd.DataFrame({"queue": names[q].astype(object), "packet": packet, "rank": rank, "ts": ts,
+    return pd.DataFrame({"queue": pd.Categorical.from_codes(q, names), "packet": packet, "rank": rank, "ts": ts,
                          "backlog_min": (run - floor).astype(np.int64)})
 
 
@@ -157,17 +157,20 @@ def queue_backlog(cap: Capture) -> pd.DataFrame:
 def backlog_with_codes(cap: Capture) -> Backlog:
     """Lower bound of the backlog over time of each consumed queue that `cap`'s frames name:
     `join_backlog` of the capture's queue events, or, for a partition, of every partition's
-    (``cap.context["backlog"]``, joined by an analyzer's context round). Columns: queue, packet,
+    (``cap.context["backlog"]``, joined by an analyzer's context round). Columns: queue
+    (categorical), packet,
     rank (the frame's key, see the module doc; the frame may be another partition's), ts,
     backlog_min (messages, after that frame)."""
     b = cap.context.get("backlog")
     if b is None:
         b = join_backlog([queue_events(cap)])
-    code = cap.frames["queue"].cat.categories.get_indexer(b["queue"].to_numpy(object)) if len(b) else \
-        np.zeros(0, np.int64)
-    mine = code >= 0  # (another partition's queues: no consumer or ack here asks for them)
+    queue = b["queue"].array
+    # the queues as codes into cap.frames' (another partition's queues: -1, no consumer or ack
+    # here asks for them), mapped through the few categories, not the rows
+    code = np.r_[cap.frames["queue"].cat.categories.get_indexer(queue.categories), -1][queue.codes]
+    mine = code >= 0
     b = b[mine]
-    table = pd.DataFrame({"queue": b["queue"].to_numpy(object), "packet": b["packet"].to_numpy(np.int64),
+    table = pd.DataFrame({"queue": b["queue"].array, "packet": b["packet"].to_numpy(np.int64),
                           "rank": b["rank"].to_numpy(np.int64),
                           "ts": pd.to_datetime(b["ts"].to_numpy(np.int64), unit="ns", utc=True).array,
                           "backlog_min": b["backlog_min"].to_numpy(np.int64)})
