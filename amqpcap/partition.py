@@ -8,7 +8,8 @@ analyzer that needs them has a separate step over them.
 An analyzer that splits registers a `Split` (``@analyzer(name, split=...)``):
 
 - ``partial(part, facts)``: what the partition contributes (counts, histograms, the rows of its
-  own connections), small and picklable: it travels from a worker to the merge;
+  own connections: for the per-message tables, every row), picklable: it travels from a worker
+  to the merge;
 - ``records(records, facts)`` (optional): the same over the capture's `records`;
 - ``merge(partials, records_partial, facts, whole)``: the `AnalyzerResult`, from the partials;
   ``whole`` is the capture's own connections table and summary (one row per connection: what
@@ -17,10 +18,12 @@ An analyzer that splits registers a `Split` (``@analyzer(name, split=...)``):
 An analyzer whose partition step needs something of the other partitions (a memory alarm on
 one connection explains another's silence) also has a first round:
 
-- ``context(part, facts)``: the little every other partition needs of this one (the blocks of
-  its connections), from a step of its own before any ``partial``;
+- ``context(part, facts)``: what every other partition needs of this one (the blocks of its
+  connections; its queue events, for the queue backlogs), from a step of its own before any
+  ``partial``;
 - ``join_context(contexts)``: those of every partition as one value, given to each
-  ``partial(part, facts, context)``.
+  ``partial(part, facts, context)``. A step that puts it on ``part.context`` for the
+  derivations does so before any derivation reads it (`amqpcap.capture.Capture.context`).
 
 Run in one process, the analyzer is its own split over one partition (`run_whole`): there is one
 code path, so a dataset analysed in any number of partitions gives the in-memory result.
