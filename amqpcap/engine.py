@@ -33,7 +33,7 @@ from . import dataset
 from .analysis import AnalyzerResult, analyzers, splits
 from .capture import Capture
 from .errors import AmqpcapError
-from .partition import CaptureFacts
+from .partition import CaptureFacts, joined_once
 
 #: a local cluster's workers at most (one per core below that)
 LOCAL_MAX_WORKERS = 8
@@ -181,10 +181,12 @@ def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], Non
     gather(steps.futures, "bucket")
     second = [name for name, split in sp.items() if split.context is not None]
     if second:
-        contexts = {name: sp[name].join_context([partials[k][name] for k in sorted(partials)]) for name in second}
-        # sent to the workers once, not with every task: a queue backlog has a row per message
-        # (broadcast: a copy on each worker, so that one dying does not lose it)
-        contexts = steps.client.scatter(contexts, broadcast=True, hash=False)
+        joined = joined_once(sp, {name: [partials[k][name] for k in sorted(partials)] for name in second})
+        # each distinct value sent to the workers once, not with every task: a queue backlog has
+        # a row per message (broadcast: a copy on each worker, so that one dying does not lose it)
+        values = list({id(v): v for v in joined.values()}.values())
+        sent = dict(zip(map(id, values), steps.client.scatter(values, broadcast=True, hash=False)))
+        contexts = {name: sent[id(v)] for name, v in joined.items()}
         gather({steps.client.submit(bucket_step, steps.root, k, steps.facts, second, contexts,
                                     key=f"amqpcap-bucket-round2-{k}-{steps.token}"): k
                 for k in range(steps.buckets)}, "bucket (second round)")

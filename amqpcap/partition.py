@@ -40,6 +40,8 @@ import numpy as np
 import pandas as pd
 
 from .capture import Capture
+from .derive.cache import CAPTURE, derivation
+from .derive.stream_order import ns
 
 
 @dataclass(frozen=True)
@@ -66,15 +68,10 @@ def facts_from_ts(ts_ns: np.ndarray, packets_t0_ns: int = 0) -> CaptureFacts:
     return CaptureFacts(int(ts_ns.min()), int(ts_ns.max()), packets_t0_ns)
 
 
-def ns_of(ts: pd.Series) -> np.ndarray:
-    """A timestamp column as int64 nanoseconds since the epoch."""
-    return np.asarray(ts.dt.as_unit("ns").array.asi8, dtype=np.int64)
-
-
 def facts_of(cap: Capture) -> CaptureFacts:
     """The facts of an in-memory capture (its records' time span, its packets' first time)."""
-    p = ns_of(cap.packets["ts"])
-    return facts_from_ts(ns_of(cap.records["ts"]), int(p.min()) if len(p) else 0)
+    p = ns(cap.packets["ts"])
+    return facts_from_ts(ns(cap.records["ts"]), int(p.min()) if len(p) else 0)
 
 
 Partial = Any
@@ -107,10 +104,39 @@ def partials_of(split: Split, parts: list[Capture], facts: CaptureFacts) -> list
 
 
 def run_whole(split: Split, cap: Capture) -> Any:
-    """The analyzer on an in-memory capture: its split over the one partition that is all of it."""
+    """The analyzer on an in-memory capture: its split over the one partition that is all of it
+    (the context round too, its joined value shared: `_joined_contexts`)."""
     facts = facts_of(cap)
     rec = split.records(cap.records, facts) if split.records else None
-    return split.merge(partials_of(split, [cap], facts), rec, facts, cap)
+    ctx = None
+    if split.context is not None:
+        kept, key = _joined_contexts(cap), (split.context, split.join_context)
+        if key not in kept:
+            kept[key] = split.join_context([split.context(cap, facts)])
+        ctx = kept[key]
+    return split.merge([split.partial_with(cap, facts, ctx)], rec, facts, cap)
+
+
+@derivation(CAPTURE)
+def _joined_contexts(cap: Capture) -> dict:
+    """The joined contexts of the capture as one partition, by (context, join_context): two
+    analyzers with the same context round (consumers and latency: the queue backlog) join it
+    once. Kept by the derivation cache, so that it goes with the tables it came from."""
+    return {}
+
+
+def joined_once(splits: dict[str, Split], contexts: dict[str, list]) -> dict[str, Any]:
+    """{analyzer: its joined context} from {analyzer: every partition's context}, each
+    (context, join_context) pair joined once: analyzers sharing a context round share the value
+    (`amqpcap.engine` sends each distinct one to the workers once)."""
+    joined: dict[tuple, Any] = {}
+    out = {}
+    for name, parts in contexts.items():
+        key = (splits[name].context, splits[name].join_context)
+        if key not in joined:
+            joined[key] = splits[name].join_context(parts)
+        out[name] = joined[key]
+    return out
 
 
 def merge_rows(parts: list[pd.DataFrame], key: list[str]) -> pd.DataFrame:

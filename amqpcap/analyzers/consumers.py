@@ -19,7 +19,7 @@ import pandas as pd
 
 from ..analysis import SEVERITY_RANK, AnalyzerResult, Finding, Plot, analyzer, stream_filter
 from ..capture import Capture
-from ..derive.backlog import QueueEvents, backlog_with_codes, join_backlog, queue_events
+from ..derive.backlog import backlog_context, backlog_with_codes, join_backlog
 from ..derive.columns import as_object, asof, codes
 from ..derive.consumers import (CONSUMER, acked_deliveries, code_of, consumer_rows, consumer_state,
                                 consumer_state_with_codes, with_prefetch)
@@ -549,12 +549,6 @@ def _no_ack_rows(cap: Capture, d: pd.DataFrame) -> list[dict[str, Any]]:
                                         np.bincount(code).tolist())]
 
 
-def consumers_context(cap: Capture, facts: CaptureFacts) -> QueueEvents:
-    """What every partition needs of this one: its queue events (a consumer's queue grows with
-    the publishes of other connections)."""
-    return queue_events(cap)
-
-
 def consumers_partial(cap: Capture, facts: CaptureFacts, backlog: pd.DataFrame) -> dict[str, Any]:
     """A partition's consumers (summary rows, credit series, no-ack consumers, the unlimited
     ones that fell behind, their example packets and queues) and its slowly refilled channels,
@@ -588,17 +582,18 @@ def consumers_merge(partials: list[dict[str, Any]], records: None, facts: Captur
     slow = np.concatenate([q["slow"] for q in partials])
     limits = pd.concat([q["limits"] for q in partials], ignore_index=True)
     findings = _findings(cap, s, slow, limits)
-    unlimited = [q["unlimited"] for q in partials if q["unlimited"] is not None and len(q["unlimited"])]
-    if unlimited:  # in consumer_list's order (by queue, connection, channel), the connections named here
-        c = pd.concat(unlimited, ignore_index=True)
+    behind = [q["unlimited"] for q in partials if q["unlimited"] is not None and len(q["unlimited"])]
+    if behind:  # in consumer_list's order (by queue, connection, channel), the connections named here
+        c = pd.concat(behind, ignore_index=True)
         c["connection"] = connection_labels(cap, c["stream"])
         unlimited = _unlimited_finding(cap, c.sort_values(["queue", "connection", "channel"], na_position="last",
                                                           kind="stable"))
+        findings += [unlimited] if unlimited else []
     return AnalyzerResult("consumers", tables={"consumers": s, "state": st}, summary={"consumers": rows},
-                          findings=findings + ([unlimited] if unlimited else []), plots=plots)
+                          findings=findings, plots=plots)
 
 
-SPLIT = Split(partial=consumers_partial, merge=consumers_merge, context=consumers_context, join_context=join_backlog)
+SPLIT = Split(partial=consumers_partial, merge=consumers_merge, context=backlog_context, join_context=join_backlog)
 
 
 @analyzer("consumers", split=SPLIT)

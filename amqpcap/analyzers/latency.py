@@ -15,7 +15,7 @@ import pandas as pd
 
 from ..analysis import SEVERITY_RANK, AnalyzerResult, Finding, Plot, analyzer
 from ..capture import Capture
-from ..derive.backlog import QueueEvents, join_backlog, queue_events
+from ..derive.backlog import backlog_context, join_backlog
 from ..derive.columns import codes, stable_argsort
 from ..derive.deliveries import DELIVER_METHODS, SETTLE_METHODS, confirms, deliveries, tag_ranks
 from ..derive.labels import channels_filter, connection_labels
@@ -179,12 +179,6 @@ def consumer_latency(d: pd.DataFrame, gaps: pd.DataFrame, cap: Capture | None = 
     return out
 
 
-def latency_context(cap: Capture, facts: CaptureFacts) -> QueueEvents:
-    """What every partition needs of this one: its queue events (the backlog that tells a
-    broker's slow refill from an empty queue relates publishers and consumers)."""
-    return queue_events(cap)
-
-
 def latency_partial(cap: Capture, facts: CaptureFacts, backlog: pd.DataFrame) -> dict[str, Any]:
     """A partition's deliveries, ack gaps (with the whole capture's `backlog` of their queues),
     confirms, interleaving rows and the raster's data."""
@@ -248,7 +242,7 @@ def latency_merge(partials: list[dict[str, Any]], records: None, facts: CaptureF
     return AnalyzerResult("latency", tables=tables, summary=summary, findings=findings, plots=plots)
 
 
-SPLIT = Split(partial=latency_partial, merge=latency_merge, context=latency_context, join_context=join_backlog)
+SPLIT = Split(partial=latency_partial, merge=latency_merge, context=backlog_context, join_context=join_backlog)
 
 
 @analyzer("latency", split=SPLIT)

@@ -79,6 +79,13 @@ def queue_events(cap: Capture) -> QueueEvents:
                             "delta": np.r_[-np.ones(int(has.sum()), np.int64), np.ones(int(rq.sum()), np.int64)]}))
 
 
+def backlog_context(cap: Capture, facts) -> QueueEvents:
+    """The context step (`amqpcap.partition.Split.context`) of the analyzers that read the
+    queue backlog (consumers, latency): a partition's queue events, which `join_backlog` joins.
+    One function for both, so that the backlog is joined once for them."""
+    return queue_events(cap)
+
+
 def join_backlog(parts: list[QueueEvents]) -> pd.DataFrame:
     """Lower bound of each consumed queue's backlog over time, from the queue events of every
     partition of a capture.
