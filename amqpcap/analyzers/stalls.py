@@ -595,8 +595,10 @@ def _silences(pk: dict[str, np.ndarray], n_streams: int):
 def _limited(pk: dict[str, np.ndarray]) -> pd.DataFrame:
     """Intervals (stream, d, start, end) where direction d could not send: each window-limited
     row to the stream's next packet (disjoint per (stream, d))."""
-    lim = [pd.DataFrame({"stream": pk["stream"][on], "d": D, "start": pk["t"][on], "end": pk["next_t"][on]})
-           for D, on in ((D, pk[f"limited{D}"]) for D in (0, 1))]
+    lim = []
+    for D in (0, 1):
+        on = pk[f"limited{D}"]
+        lim.append(pd.DataFrame({"stream": pk["stream"][on], "d": D, "start": pk["t"][on], "end": pk["next_t"][on]}))
     return pd.concat(lim, ignore_index=True)
 
 
