@@ -242,7 +242,9 @@ def require_amqp(cap) -> None:
 def undecoded_note(cap: Capture) -> Optional[str]:
     """When AMQP connections were found but no frame was decoded in any (all encrypted, cut by
     the snaplen, another protocol), only TCP was analysed: say so next to the findings."""
-    if len(cap.frames) or not len(cap.connections):
+    from .tally import frame_count
+
+    if frame_count(cap) or not len(cap.connections):
         return None
     c, n = cap.connections, len(cap.connections)
     if (c["protocol"] == "1.0").all():
@@ -472,7 +474,9 @@ class _Writing:
 
 
 def _no_findings(cap: Capture, analyzer_names: list[str]) -> str:
-    return no_findings_line(len(cap.connections), len(cap.packets), analyzer_names)
+    from .tally import packet_count
+
+    return no_findings_line(len(cap.connections), packet_count(cap), analyzer_names)
 
 
 def _analyzer_command(name: str, fn, help_text: str):

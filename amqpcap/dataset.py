@@ -662,12 +662,16 @@ def read(path: str | os.PathLike[str] | Location, buckets: list[int] | None = No
 
 
 def read_outline(path: str | os.PathLike[str] | Location) -> Capture:
-    """The capture's connections table and summary, without packets, frames, bodies or records:
-    what a merge of partition steps needs to name connections (`amqpcap.partition`)."""
+    """The capture's connections and anomalies tables and its summary, without packets, frames,
+    bodies or records: what a merge of partition steps needs to name connections
+    (`amqpcap.partition`), and what `amqpcap analyze` shows of a dataset besides the merged
+    results and the buckets' tally (`amqpcap.tally`). An anomaly is a row per malformed thing,
+    at most `max_anomalies` per bucket."""
     loc = location(path)
     cap = read(loc, [])
-    cap.connections = _read_table(loc, "connections", range(manifest(loc)["buckets"]), _template()["connections"],
-                                  loose=False)
+    everything = range(manifest(loc)["buckets"])
+    cap.connections = _read_table(loc, "connections", everything, _template()["connections"], loose=False)
+    cap.anomalies = _read_table(loc, "anomalies", everything, _template()["anomalies"])
     return cap
 
 

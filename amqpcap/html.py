@@ -19,8 +19,9 @@ import pandas as pd
 
 from .analysis import AnalyzerResult, analyzers
 from .capture import Capture
-from .names import connection_names, connection_roles
+from .names import connection_names
 from .overview import rates_png
+from .tally import capture_tally
 from .plotting import consumer_labels
 from .report import iso_utc
 from .wording import counted
@@ -232,7 +233,7 @@ def _connections_table(cap: Capture) -> pd.DataFrame:
     who = np.where((user != "") & (vhost != ""), user + "@" + vhost, user + vhost)
     return pd.DataFrame({
         "connection": names["connection"].to_numpy(object), "client": names["client"].to_numpy(object),
-        "user@vhost": who, "role": connection_roles(cap).reindex(c["stream"].to_numpy()).to_numpy(object),
+        "user@vhost": who, "role": capture_tally(cap).roles.reindex(c["stream"].to_numpy()).to_numpy(object),
         "stream": c["stream"].to_numpy(), "client_endpoint": names["client_endpoint"].to_numpy(object),
         "packets": (c["c2s_packets"] + c["s2c_packets"]).to_numpy(), "frames": c["frames"].to_numpy(),
         "duration_s": (c["last_ts"] - c["first_ts"]).dt.total_seconds().to_numpy(),

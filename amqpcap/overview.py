@@ -28,8 +28,8 @@ import pandas as pd
 
 from .analysis import AnalyzerResult, rank
 from .capture import Capture
-from .derive import deliveries as D
-from .names import connection_roles, consumer_label
+from .names import consumer_label
+from .tally import Tally, capture_tally, frame_count, lossy_streams, rate_edges
 from .wording import counted
 
 #: rows of the per queue, per publish destination and per consumer lists (the busiest)
@@ -39,27 +39,28 @@ ROLES = ("publisher", "consumer", "both", "idle", "amqp-1.0")
 
 
 def overview(cap: Capture, results: list[AnalyzerResult]) -> dict[str, Any]:
-    """JSON-ready overview of the capture (see the module doc and docs/summary.md)."""
+    """JSON-ready overview of the capture (see the module doc and docs/summary.md), from its
+    tally (`amqpcap.tally`: counted per partition and added)."""
     s = cap.summary
     duration = (s["last_ts"] - s["first_ts"]).total_seconds() if s["first_ts"] is not None else 0.0
     rate = _rate(duration)
-    d = D.deliveries(cap)
-    pubs = _publishes(cap)
-    routed = _routed(pubs, _routes(cap))
-    acked = d["settle_method"].eq("basic.ack").to_numpy(bool, na_value=False)
-    roles = connection_roles(cap).value_counts()
+    t = capture_tally(cap)
+    pubs = t.publishes
+    routed = _routed(pubs, _routes(t))
+    lossy = lossy_streams(cap)
+    roles = t.roles.value_counts()
     out: dict[str, Any] = {
         "duration_s": duration,
         "connections": {"total": int(len(cap.connections)), **{r: int(roles.get(r, 0)) for r in ROLES}},
         "published": int(pubs["published"].sum()), "published_msgs_s": rate(pubs["published"].sum()),
-        "delivered": int(len(d)), "delivered_msgs_s": rate(len(d)),
-        "acked": int(acked.sum()), "acked_msgs_s": rate(acked.sum()),
-        "no_ack_delivered": int(d["no_ack"].to_numpy(bool, na_value=False).sum()),
-        "queues": _queues(d, acked, routed, _held_back(cap), _lossy(cap), rate),
-        "connections_with_lost_bytes": int(len(_lossy(cap))),
+        "delivered": t.delivered, "delivered_msgs_s": rate(t.delivered),
+        "acked": t.acked, "acked_msgs_s": rate(t.acked),
+        "no_ack_delivered": t.no_ack_delivered,
+        "queues": _queues(t, routed, lossy, rate),
+        "connections_with_lost_bytes": int(len(lossy)),
     }
     out["publish_destinations"], out["publishes"] = _destinations(pubs, routed, rate)
-    out["consumers_total"], out["consumers"] = _consumers(cap, d, acked, results, rate)
+    out["consumers_total"], out["consumers"] = _consumers(cap, t.consumers, results, rate)
     out["verdict"] = _verdict(results, out)
     out["story"] = story(out)
     return out
@@ -69,52 +70,12 @@ def _rate(duration: float):
     return lambda n: float(n) / duration if duration > 0 else None
 
 
-def _publishes(cap: Capture) -> pd.DataFrame:
-    """basic.publish per (stream, exchange, routing key): published, and returned (basic.return:
-    the broker could not route a mandatory publish)."""
-    f = cap.frames
-    cols = ["stream", "exchange", "routing_key"]
-
-    def count(method: str, direction: str, name: str) -> pd.Series:
-        rows = f.loc[(f["method"] == method).to_numpy(bool) & (f["direction"] == direction).to_numpy(bool), cols]
-        rows = rows.astype({"exchange": object, "routing_key": object}).fillna("")  # missing: the default exchange
-        return rows.groupby(cols).size().rename(name)
-
-    pub, ret = count("basic.publish", "c2s", "published"), count("basic.return", "s2c", "returned")
-    out = pd.concat([pub, ret.reindex(pub.index, fill_value=0)], axis=1).reset_index()
-    return out.astype({"stream": np.int64, "published": np.int64, "returned": np.int64})
-
-
-def _lossy(cap: Capture) -> np.ndarray:
-    """Streams with bytes missing from the capture (gaps, truncation): their counts are lower bounds."""
-    c = cap.connections
-    return c.loc[c["bytes_missing"].to_numpy() > 0, "stream"].to_numpy(np.int64)
-
-
-def _held_back(cap: Capture) -> np.ndarray:
-    """Streams whose publishes the broker may not have read by the end of the capture: it
-    advertised a zero window to the client (Wireshark's tcp.analysis.zero_window: window 0 on a
-    segment without SYN, FIN or RST) or sent connection.blocked. Bytes TCP delivered wait in the
-    broker's socket buffer until it reads them, so they are not in a queue yet."""
-    p, f = cap.packets, cap.frames
-    zero = ((p["direction"] == "s2c").to_numpy(bool) & (p["window"].to_numpy() == 0)
-            & ((p["flags"].to_numpy() & 0x07) == 0))
-    blocked = (f["method"] == "connection.blocked").to_numpy(bool)
-    return np.union1d(p["stream"].to_numpy()[zero], f["stream"].to_numpy()[blocked])
-
-
-def _routes(cap: Capture) -> pd.DataFrame:
+def _routes(t: Tally) -> pd.DataFrame:
     """(exchange, routing key, queue, routed_by) for the binds the capture shows (see module doc),
     less any unbound in it; the default exchange and direct reply-to are added per publish."""
-    f = cap.frames
     cols = ["exchange", "routing_key", "queue"]
-
-    def rows(method: str) -> pd.DataFrame:
-        return f.loc[(f["method"] == method).to_numpy(bool), cols].astype(object).dropna()
-
-    b, u = rows("queue.bind"), rows("queue.unbind")
-    b = b[~b["routing_key"].str.contains(r"[*#]", regex=True)].drop_duplicates()
-    b = b.merge(u.drop_duplicates(), how="left", indicator=True)
+    b = t.binds[~t.binds["routing_key"].str.contains(r"[*#]", regex=True)].drop_duplicates()
+    b = b.merge(t.unbinds.drop_duplicates(), how="left", indicator=True)
     return b[b["_merge"] == "left_only"][cols].assign(routed_by="queue.bind")
 
 
@@ -128,24 +89,16 @@ def _routed(pubs: pd.DataFrame, binds: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([by_name, bound], ignore_index=True)
 
 
-def _queues(d: pd.DataFrame, acked: np.ndarray, routed: pd.DataFrame, held: np.ndarray, lossy: np.ndarray,
-            rate) -> list[dict[str, Any]]:
+def _queues(t: Tally, routed: pd.DataFrame, lossy: np.ndarray, rate) -> list[dict[str, Any]]:
     """Per queue: publishes routed to it, deliveries and acks from it, and its growth."""
-    q = d["queue"].astype(object)
-    known = q.notna().to_numpy()
-    requeued = d["settle_requeue"].to_numpy(bool, na_value=False)
-    out = pd.DataFrame({"delivered": q[known].value_counts(),
-                        "acked": q[known & acked].value_counts(),
-                        "requeued": q[known & requeued].value_counts(),
-                        "lossy_out": q[known & d["stream"].isin(lossy).to_numpy()].value_counts()})
-    into = routed.assign(n=routed["published"] - routed["returned"], held=routed["stream"].isin(held),
+    into = routed.assign(n=routed["published"] - routed["returned"], held=routed["stream"].isin(t.held_back),
                          lossy_in=routed["stream"].isin(lossy)).groupby("queue")
-    out = out.join(pd.DataFrame({"published": into["n"].sum(), "held": into["held"].sum(),
-                                 "lossy_in": into["lossy_in"].sum()}), how="outer")
+    out = t.queues.join(pd.DataFrame({"published": into["n"].sum(), "held": into["held"].sum(),
+                                      "lossy_in": into["lossy_in"].sum()}), how="outer")
     out = out.fillna(0).astype(np.int64)
     out["routed_by"] = into["routed_by"].agg(lambda x: " and ".join(sorted(set(x))))  # per queue: few
     out = out.sort_values(["published", "delivered"], ascending=False, kind="stable")
-    unattributed = int((~known).sum())
+    unattributed = t.unattributed
     rows = []
     for name, r in out.head(MAX_ROWS).iterrows():  # at most MAX_ROWS queues
         growth, basis = _growth(str(name), r, unattributed)
@@ -190,16 +143,14 @@ def _destinations(pubs: pd.DataFrame, routed: pd.DataFrame, rate) -> tuple[int, 
         for e, k, n, ret in top[key + ["published", "returned"]].itertuples(index=False)]
 
 
-def _consumers(cap: Capture, d: pd.DataFrame, acked: np.ndarray, results: list[AnalyzerResult],
+def _consumers(cap: Capture, per_consumer: pd.DataFrame, results: list[AnalyzerResult],
                rate) -> tuple[int, list[dict[str, Any]]]:
     """(consumers in all, the busiest MAX_ROWS): deliveries/s, acks/s and prefetch each, named as
     names.consumer_label names them. A consumer is (stream, channel, consumer tag); basic.get
     deliveries count as one consumer per channel."""
     key = ["stream", "channel", "consumer_tag"]
-    g = d.assign(acked=acked, consumer_tag=d["consumer_tag"].astype(object)).groupby(key, sort=False)
-    c = g.agg(delivered=("acked", "size"), acked=("acked", "sum"), no_ack=("no_ack", "any"),
-              queue=("queue", "first")).reset_index()
-    c = c.merge(_prefetch(results), on=key, how="left").sort_values(["delivered", "stream"], ascending=[False, True])
+    c = per_consumer.merge(_prefetch(results), on=key, how="left").sort_values(["delivered", "stream"],
+                                                                                ascending=[False, True])
     rows = [{"consumer": consumer_label(cap, s, q, t), "stream": int(s), "channel": int(ch), "consumer_tag": t, "queue": q,
              "delivered": int(n), "delivered_msgs_s": rate(n), "acked": int(a), "acked_msgs_s": rate(a),
              "no_ack": bool(na), "prefetch": None if na or pd.isna(p) else int(p)}
@@ -267,21 +218,13 @@ def rates_png(cap: Capture) -> bytes | None:
     """A small plot for the top of the report: messages published, delivered and acked per second
     over the capture (per time bin), and published minus delivered so far (what went in and has
     not come out: a queue growing shows as a rising line). None without publishes or deliveries."""
-    from .plotting import plain_axis, time_edges
+    from .plotting import plain_axis
 
-    f, s = cap.frames, cap.summary
-    t0 = s["first_ts"]
-    if t0 is None or not len(f):  # no packets, or no AMQP frame
+    edges = rate_edges(cap)
+    if edges is None or not frame_count(cap):  # no packets, or no AMQP frame
         return None
-    edges = time_edges((s["last_ts"] - t0).total_seconds())
     width = edges[1] - edges[0]
-    t = (f["ts"] - t0).dt.total_seconds().to_numpy()
-    d = D.deliveries(cap)
-    kinds = {"published": (f["method"] == "basic.publish").to_numpy(bool) & (f["direction"] == "c2s").to_numpy(bool),
-             "delivered": (f["method"].isin(D.DELIVER_METHODS)).to_numpy(bool) & (f["direction"] == "s2c").to_numpy(bool)}
-    counts = {k: np.histogram(t[m], edges)[0] for k, m in kinds.items()}
-    acked = d["settle_method"].eq("basic.ack").to_numpy(bool, na_value=False)
-    counts["acked"] = np.histogram((d.loc[acked, "settle_ts"] - t0).dt.total_seconds().to_numpy(), edges)[0]
+    counts = capture_tally(cap).rates
     if not (counts["published"].any() or counts["delivered"].any()):
         return None
     import io

@@ -22,6 +22,7 @@ import pandas as pd
 from .analysis import AnalyzerResult, Finding, Plot, rank
 from .capture import Capture
 from .errors import UsageError
+from .tally import capture_tally, frame_count, method_counts
 
 FORMATS = ("csv", "parquet")
 
@@ -466,7 +467,7 @@ def capture_summary(cap: Capture) -> dict[str, Any]:
         "duration_s": (s["last_ts"] - s["first_ts"]).total_seconds() if s["first_ts"] is not None else 0.0,
         "link_types": s["link_types"],
         "connections": len(cap.connections),
-        "frames": len(cap.frames),
+        "frames": frame_count(cap),
         "anomalies": {str(k): int(n) for k, n in cap.anomalies["kind"].value_counts().items() if n},
         "warnings": s["warnings"],
         "tls": _tls_summary(cap),
@@ -489,18 +490,15 @@ def _tls_summary(cap: Capture) -> dict[str, Any]:
 def redaction_summary(cap: Capture) -> dict[str, Any]:
     """What the outputs leave out on purpose: SASL responses and challenges (passwords),
     connection.update-secret secrets, and message bodies unless asked for (docs/summary.md)."""
-    counts = cap.frames["method"].value_counts()
-    n = lambda *methods: int(sum(counts.get(m, 0) for m in methods))  # noqa: E731
-    body = cap.frames["type"] == "body"
-    seen = int(cap.frames.loc[body, "size_bytes"].sum())
-    kept = 0 if cap.bodies is None else int(cap.bodies["body"].map(len).sum())
+    t = capture_tally(cap)
+    n = lambda *methods: int(sum(t.methods.get(m, 0) for m in methods))  # noqa: E731
     return {
         "sasl_responses": n("connection.start-ok", "connection.secure-ok"),
         "sasl_challenges": n("connection.secure"),
         "update_secrets": n("connection.update-secret"),
         "bodies_kept": cap.bodies is not None,
-        "body_bytes_seen": seen,
-        "body_bytes_kept": kept,
+        "body_bytes_seen": t.body_bytes_seen,
+        "body_bytes_kept": t.body_bytes_kept,
     }
 
 
@@ -509,11 +507,6 @@ def bodies_for_csv(bodies: pd.DataFrame) -> pd.DataFrame:
     out = bodies.copy(deep=False)
     out["body"] = [b.decode("utf-8", "backslashreplace") for b in bodies["body"]]
     return out
-
-
-def method_counts(cap: Capture) -> dict[str, int]:
-    counts = cap.frames["method"].value_counts()
-    return {str(k): int(n) for k, n in counts.items() if n}
 
 
 def build_summary(cap: Capture, results: list[AnalyzerResult]) -> dict[str, Any]:

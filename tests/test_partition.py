@@ -15,7 +15,10 @@ import pytest
 import amqpcap
 from amqpcap import dataset
 from amqpcap.analysis import analyzers, splits
+from amqpcap.overview import rates_png
 from amqpcap.partition import facts_of, partials_of
+from amqpcap.report import build_summary
+from amqpcap.tally import Tally, tally_of
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 FIXTURES = sorted(p.name for p in FIX.iterdir() if p.name.endswith((".pcap", ".pcapng", ".pcap.gz")))
@@ -54,8 +57,17 @@ def merged_on(root: Path, parts: list) -> dict:
 
 def assert_buckets_merged_are_the_whole(cap, root: Path, buckets: int) -> list:
     parts = [dataset.read(root, [k]) for k in range(buckets)]
-    for an, got in merged_on(root, parts).items():
-        assert_same_result(got, analyzers()[an][0](cap))
+    merged = merged_on(root, parts)
+    whole = {an: fn(cap) for an, (fn, _) in analyzers().items()}
+    for an, got in merged.items():
+        assert_same_result(got, whole[an])
+    # summary.json and the report's rates plot from the outline and the buckets' tallies added
+    outline = dataset.read_outline(root)
+    assert len(outline.frames) == 0 and len(outline.packets) == 0
+    outline.context["tally"] = Tally.joined([tally_of(p) for p in parts])
+    results = [merged[an] for an in analyzers()]
+    assert as_json(build_summary(outline, results)) == as_json(build_summary(cap, list(whole.values())))
+    assert rates_png(outline) == rates_png(cap)
     return parts
 
 

@@ -1,0 +1,220 @@
+"""What summary.json, the overview and the report count of a capture, partition by partition.
+
+The analyzers split (`amqpcap.partition`); so does what is not an analyzer: the method and frame
+counts, the redaction counts, each connection's role, and the overview's sums (publishes per
+destination, deliveries and acks per queue and per consumer, messages per second over time).
+`tally_of` counts one partition of whole connections; `Tally.joined` adds partitions up. Every
+count is a sum over rows or a set of rows of one connection, so the joined tally of any split
+of the capture is the tally of the capture read whole (tests/test_partition.py).
+
+`capture_tally(cap)` is the one way to read it: a capture read whole counts itself; the outline
+of a dataset analysed on Dask (`amqpcap.dataset.read_outline`: its connections, no frames) is
+given the joined tally of its buckets (``cap.context["tally"]``, `amqpcap.engine`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .capture import Capture
+from .derive import CAPTURE, derivation
+from .derive import deliveries as D
+from .names import connection_roles
+from .plotting import time_edges
+
+#: the rates plot's series (report.html's top): what each counts
+RATE_SERIES = ("published", "delivered", "acked")
+PUBLISH_KEY = ["stream", "exchange", "routing_key"]
+CONSUMER_KEY = ["stream", "channel", "consumer_tag"]
+
+
+@dataclass
+class Tally:
+    #: rows of the packets and frames tables
+    packets: int
+    frames: int
+    #: method frames per method (`method` of the frames table)
+    methods: pd.Series
+    #: bytes of body frames' payload, and of the bodies kept (``--bodies``)
+    body_bytes_seen: int
+    body_bytes_kept: int
+    #: each connection's role (index: stream; `amqpcap.names.connection_roles`)
+    roles: pd.Series
+    #: basic.publish (c2s) and basic.return (s2c) per (stream, exchange, routing key)
+    publishes: pd.DataFrame
+    #: queue.bind and queue.unbind rows (exchange, routing_key, queue), each distinct once
+    binds: pd.DataFrame
+    unbinds: pd.DataFrame
+    #: per queue named by its deliveries: delivered, acked, requeued, lossy_out (deliveries on
+    #: connections that lost bytes)
+    queues: pd.DataFrame
+    #: deliveries whose queue the capture does not name
+    unattributed: int
+    #: per consumer (CONSUMER_KEY): delivered, acked, no_ack (any), queue
+    consumers: pd.DataFrame
+    #: deliveries in all, acked, no-ack
+    delivered: int
+    acked: int
+    no_ack_delivered: int
+    #: streams whose publishes the broker may have held back (`held_back_streams`)
+    held_back: np.ndarray
+    #: {series: count per time bin of `rate_edges`} over the capture (RATE_SERIES)
+    rates: dict[str, np.ndarray]
+
+    @staticmethod
+    def joined(parts: list[Tally]) -> Tally:
+        """The tally of the partitions' connections together (each connection in one of them)."""
+        if len(parts) == 1:
+            return parts[0]
+
+        def concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+            return pd.concat(frames, ignore_index=True)
+
+        # what load() orders by key, re-ordered so (a stable sort: a key's rows are one partition's)
+        publishes = concat([p.publishes for p in parts]).sort_values(PUBLISH_KEY, kind="stable", ignore_index=True)
+        roles = pd.concat([p.roles for p in parts]).sort_index(kind="stable")
+        queues = pd.concat([p.queues for p in parts]).groupby(level=0, sort=False).sum()
+        return Tally(
+            packets=sum(p.packets for p in parts), frames=sum(p.frames for p in parts),
+            methods=_added([p.methods for p in parts]),
+            body_bytes_seen=sum(p.body_bytes_seen for p in parts), body_bytes_kept=sum(p.body_bytes_kept for p in parts),
+            roles=roles, publishes=publishes,
+            binds=concat([p.binds for p in parts]).drop_duplicates(ignore_index=True),
+            unbinds=concat([p.unbinds for p in parts]).drop_duplicates(ignore_index=True),
+            queues=queues, unattributed=sum(p.unattributed for p in parts),
+            consumers=concat([p.consumers for p in parts]),
+            delivered=sum(p.delivered for p in parts), acked=sum(p.acked for p in parts),
+            no_ack_delivered=sum(p.no_ack_delivered for p in parts),
+            held_back=np.unique(np.concatenate([p.held_back for p in parts])),
+            rates={k: sum(p.rates[k] for p in parts) for k in parts[0].rates})
+
+
+def _added(counts: list[pd.Series]) -> pd.Series:
+    """Value counts added, largest first (ties in order of first appearance, as value_counts)."""
+    s = pd.concat(counts).groupby(level=0, sort=False).sum()
+    return s[s > 0].sort_values(ascending=False, kind="stable")
+
+
+def rate_edges(cap: Capture) -> np.ndarray | None:
+    """The rates plot's time bins (seconds since the capture's first record); None without records."""
+    s = cap.summary
+    if s.get("first_ts") is None:
+        return None
+    return time_edges((s["last_ts"] - s["first_ts"]).total_seconds())
+
+
+def tally_of(part: Capture) -> Tally:
+    """The counts of one partition (some connections whole, or the capture)."""
+    f = part.frames
+    d = D.deliveries(part)
+    acked = d["settle_method"].eq("basic.ack").to_numpy(bool, na_value=False)
+    body = (f["type"] == "body").to_numpy(bool)
+    return Tally(
+        packets=len(part.packets), frames=len(f), methods=f["method"].value_counts(),
+        body_bytes_seen=int(f.loc[body, "size_bytes"].sum()),
+        body_bytes_kept=0 if part.bodies is None else int(part.bodies["body"].map(len).sum()),
+        roles=connection_roles(part), publishes=_publishes(f),
+        binds=_bind_rows(f, "queue.bind"), unbinds=_bind_rows(f, "queue.unbind"),
+        queues=_queue_counts(part, d, acked), unattributed=int(d["queue"].isna().sum()),
+        consumers=_consumer_counts(d, acked),
+        delivered=len(d), acked=int(acked.sum()), no_ack_delivered=int(d["no_ack"].to_numpy(bool, na_value=False).sum()),
+        held_back=held_back_streams(part), rates=_rate_counts(part, d, acked))
+
+
+@derivation(CAPTURE)
+def capture_tally(cap: Capture) -> Tally:
+    """The capture's tally: given (a dataset's outline, `amqpcap.engine`) or counted here."""
+    given = cap.context.get("tally")
+    return given if given is not None else tally_of(cap)
+
+
+def _publishes(f: pd.DataFrame) -> pd.DataFrame:
+    """basic.publish per (stream, exchange, routing key): published, and returned (basic.return:
+    the broker could not route a mandatory publish)."""
+    def count(method: str, direction: str, name: str) -> pd.Series:
+        rows = f.loc[(f["method"] == method).to_numpy(bool) & (f["direction"] == direction).to_numpy(bool), PUBLISH_KEY]
+        rows = rows.astype({"exchange": object, "routing_key": object}).fillna("")  # missing: the default exchange
+        return rows.groupby(PUBLISH_KEY).size().rename(name)
+
+    pub, ret = count("basic.publish", "c2s", "published"), count("basic.return", "s2c", "returned")
+    out = pd.concat([pub, ret.reindex(pub.index, fill_value=0)], axis=1).reset_index()
+    return out.astype({"stream": np.int64, "published": np.int64, "returned": np.int64})
+
+
+def _bind_rows(f: pd.DataFrame, method: str) -> pd.DataFrame:
+    cols = ["exchange", "routing_key", "queue"]
+    return f.loc[(f["method"] == method).to_numpy(bool), cols].astype(object).dropna().drop_duplicates(ignore_index=True)
+
+
+def _queue_counts(part: Capture, d: pd.DataFrame, acked: np.ndarray) -> pd.DataFrame:
+    """Per queue named by deliveries: delivered, acked, requeued, lossy_out."""
+    q = d["queue"].astype(object)
+    known = q.notna().to_numpy()
+    requeued = d["settle_requeue"].to_numpy(bool, na_value=False)
+    lossy = d["stream"].isin(lossy_streams(part)).to_numpy()
+    out = pd.DataFrame({"delivered": q[known].value_counts(), "acked": q[known & acked].value_counts(),
+                        "requeued": q[known & requeued].value_counts(), "lossy_out": q[known & lossy].value_counts()})
+    return out.fillna(0).astype(np.int64)
+
+
+def _consumer_counts(d: pd.DataFrame, acked: np.ndarray) -> pd.DataFrame:
+    """Per consumer (CONSUMER_KEY; basic.get deliveries: one per channel), in order of first delivery."""
+    g = d.assign(acked=acked, consumer_tag=d["consumer_tag"].astype(object)).groupby(CONSUMER_KEY, sort=False)
+    return g.agg(delivered=("acked", "size"), acked=("acked", "sum"), no_ack=("no_ack", "any"),
+                 queue=("queue", "first")).reset_index()
+
+
+def lossy_streams(cap: Capture) -> np.ndarray:
+    """Streams with bytes missing from the capture (gaps, truncation): their counts are lower bounds."""
+    c = cap.connections
+    return c.loc[c["bytes_missing"].to_numpy() > 0, "stream"].to_numpy(np.int64)
+
+
+def held_back_streams(cap: Capture) -> np.ndarray:
+    """Streams whose publishes the broker may not have read by the end of the capture: it
+    advertised a zero window to the client (Wireshark's tcp.analysis.zero_window: window 0 on a
+    segment without SYN, FIN or RST) or sent connection.blocked. Bytes TCP delivered wait in the
+    broker's socket buffer until it reads them, so they are not in a queue yet."""
+    p, f = cap.packets, cap.frames
+    zero = ((p["direction"] == "s2c").to_numpy(bool) & (p["window"].to_numpy() == 0)
+            & ((p["flags"].to_numpy() & 0x07) == 0))
+    blocked = (f["method"] == "connection.blocked").to_numpy(bool)
+    return np.union1d(p["stream"].to_numpy()[zero], f["stream"].to_numpy()[blocked]).astype(np.int64)
+
+
+def _rate_counts(part: Capture, d: pd.DataFrame, acked: np.ndarray) -> dict[str, np.ndarray]:
+    """Messages published, delivered and acked per time bin (`rate_edges`)."""
+    edges = rate_edges(part)
+    if edges is None:
+        return {k: np.zeros(0, np.int64) for k in RATE_SERIES}
+    f, t0 = part.frames, part.summary["first_ts"]
+    t = (f["ts"] - t0).dt.total_seconds().to_numpy()
+    c2s, s2c = (f["direction"] == "c2s").to_numpy(bool), (f["direction"] == "s2c").to_numpy(bool)
+    kinds = {"published": (f["method"] == "basic.publish").to_numpy(bool) & c2s,
+             "delivered": f["method"].isin(D.DELIVER_METHODS).to_numpy(bool) & s2c}
+    counts = {k: np.histogram(t[m], edges)[0] for k, m in kinds.items()}
+    counts["acked"] = np.histogram((d.loc[acked, "settle_ts"] - t0).dt.total_seconds().to_numpy(), edges)[0]
+    return counts
+
+
+def frame_count(cap: Capture) -> int:
+    """Rows of the capture's frames table (an outline holds none: its tally counts them)."""
+    given = cap.context.get("tally")
+    return given.frames if given is not None else len(cap.frames)
+
+
+def packet_count(cap: Capture) -> int:
+    """Rows of the capture's packets table (an outline holds none: its tally counts them)."""
+    given = cap.context.get("tally")
+    return given.packets if given is not None else len(cap.packets)
+
+
+def method_counts(cap: Capture) -> dict[str, int]:
+    """Method frames per method, most first (ties by name)."""
+    m = capture_tally(cap).methods
+    m = m[m > 0]
+    order = sorted(range(len(m)), key=lambda i: (-int(m.iloc[i]), str(m.index[i])))
+    return {str(m.index[i]): int(m.iloc[i]) for i in order}
