@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional
 
@@ -21,6 +21,7 @@ from . import __version__
 from .analysis import analyzers, rank, run_all
 from .capture import DEFAULT_PORTS, Capture, Limits, load
 from .errors import AmqpcapError, NoAmqpError, UsageError
+from .inputs import IN_MEMORY_MAX_BYTES
 from .render import findings_table, no_findings_line, print_result
 from .sample import sample_path
 from .wording import counted
@@ -132,8 +133,9 @@ def ports_of(port: Optional[List[int]], add_port: Optional[List[int]] = None) ->
 
 SchedulerOpt = typer.Option(
     None, "--scheduler", metavar="ADDRESS",
-    help="analyse a dataset on Dask: the scheduler's address (tcp://HOST:PORT; the workers must see the "
-         "dataset at the same path, or read it from the same URL), or `local` for a cluster of this machine's cores")
+    help="analyse on Dask: the scheduler's address (tcp://HOST:PORT; for a dataset, which the workers must see at "
+         "the same path or read from the same URL), or `local` for a cluster of this machine's cores (a capture "
+         "file goes through a temporary dataset)")
 IngestSchedulerOpt = typer.Option(
     None, "--scheduler", metavar="ADDRESS",
     help="decode the buckets on Dask: the scheduler's address (tcp://HOST:PORT; the workers must see the "
@@ -165,6 +167,20 @@ def _load(capture: List[str], port: Optional[List[int]], limit: Optional[List[st
         _warn(w)
     anomalies = cap.anomaly_rows() if arrow else cap.anomalies
     w = anomaly_warning(anomalies)
+    if w:
+        _warn(w)
+    return cap
+
+
+def _load_outline(path: Path | str):
+    """A dataset's outline (`amqpcap.dataset.read_outline`: its connections, anomalies and
+    summary), its warnings told as `_load` tells them."""
+    from .dataset import read_outline
+
+    cap = read_outline(path)
+    for w in cap.summary.get("warnings", []):
+        _warn(w)
+    w = anomaly_warning(cap.anomalies)
     if w:
         _warn(w)
     return cap
@@ -506,30 +522,71 @@ def _analyzer_command(name: str, fn, help_text: str):
     return command
 
 
+InMemoryOpt = typer.Option(False, "--in-memory",
+                           help="decode the capture in this process whatever its size (by default one larger than "
+                                f"{IN_MEMORY_MAX_BYTES >> 20} MB goes through a temporary dataset on a local Dask cluster)")
+
+
 @app.command()
 def analyze(capture: List[str] = CapturesArg, port: Optional[List[int]] = PortOpt,
             add_port: Optional[List[int]] = AddPortOpt, out_dir: Optional[Path] = OutOpt,
             fmt: str = FormatOpt, plots: bool = PlotsOpt, limit: Optional[List[str]] = LimitOpt,
             bodies: bool = BodiesOpt, tls_keylog: Optional[Path] = KeylogOpt, strict: bool = StrictOpt,
-            scheduler: Optional[str] = SchedulerOpt, workers: Optional[int] = WorkersOpt) -> None:
-    """Run every analyzer: findings first (who is to blame, with evidence), then the numbers."""
-    from .report import build_summary, write_outputs
+            scheduler: Optional[str] = SchedulerOpt, workers: Optional[int] = WorkersOpt,
+            in_memory: bool = InMemoryOpt) -> None:
+    """Run every analyzer: findings first (who is to blame, with evidence), then the numbers.
 
+    A capture larger than the in-memory size (--in-memory to decode it in this process anyway)
+    is decoded into a temporary dataset and analysed on a local Dask cluster, so that no
+    process holds the whole capture; so is a dataset (`amqpcap ingest`) of such a capture,
+    without the temporary copy. With --scheduler, on the cluster given."""
     if bodies and out_dir is None:
         raise UsageError("--bodies needs --out DIR: the bodies are written there, never printed")
     _check_outputs(fmt, out_dir)
+    if in_memory and scheduler is not None:
+        raise UsageError("--in-memory and --scheduler exclude each other")
     dataset_path = _dataset_for(capture, scheduler)
-    # the cluster first: an address that does not answer fails before the capture is read
-    with _dask_client(scheduler, workers) if dataset_path is not None else nullcontext() as client:
+    if dataset_path is None and scheduler is None and not in_memory:
+        dataset_path = _large_dataset(capture)
+        scheduler = "local" if dataset_path is not None else None
+    if dataset_path is not None:
+        _analyze_dataset(dataset_path, scheduler, workers, out_dir, fmt, plots)
+    elif scheduler is not None or (not in_memory and _is_large(capture)):
+        why = ("" if scheduler is not None else
+               f"the capture is larger than {IN_MEMORY_MAX_BYTES >> 20} MB (--in-memory: decode it here): ")
+        with _temporary_dataset(capture, why, ports_of(port, add_port), parse_limits(limit), bodies, tls_keylog,
+                                strict) as path:
+            _analyze_dataset(path, scheduler or "local", workers, out_dir, fmt, plots)
+    else:
         cap = _load(capture, port, limit, bodies=bodies, tls_keylog=tls_keylog, add_port=add_port, strict=strict)
         require_amqp(cap)
         with _analyzing_progress() as progress:
-            if client is not None:
-                from .engine import analyze as analyze_on_dask
+            results = run_all(cap, progress=progress)
+        _tell_analysis(cap, results, out_dir, fmt, plots)
 
-                results = analyze_on_dask(dataset_path, cap, client, progress=progress)
-            else:
-                results = run_all(cap, progress=progress)
+
+def _analyze_dataset(path: Path | str, scheduler: str, workers: Optional[int], out_dir: Optional[Path], fmt: str,
+                     plots: bool) -> None:
+    """`analyze` of a dataset on Dask: its outline here (`amqpcap.dataset.read_outline`), its
+    buckets on the cluster, the capture's own tables written from the dataset bucket by bucket."""
+    from .engine import analyze as analyze_on_dask
+    from .stored_tables import stored_tables
+
+    # the cluster first: an address that does not answer fails before the dataset is read
+    with _dask_client(scheduler, workers) as client:
+        cap = _load_outline(path)
+        require_amqp(cap)
+        with _analyzing_progress() as progress:
+            results = analyze_on_dask(path, cap, client, progress=progress)
+    base = {"connections": cap.connections, **stored_tables(str(path), ("frames", "packets")),
+            "anomalies": cap.anomalies, **stored_tables(str(path), ("records", "bodies"))}
+    _tell_analysis(cap, results, out_dir, fmt, plots, base)
+
+
+def _tell_analysis(cap: Capture, results, out_dir: Optional[Path], fmt: str, plots: bool, base=None) -> None:
+    """The findings on stdout, and with --out every output (`amqpcap.report.write_outputs`)."""
+    from .report import build_summary, write_outputs
+
     summary = build_summary(cap, results)
     findings = rank([f for r in results for f in r.findings])
     out.print(_capture_line(cap), highlight=False)
@@ -542,21 +599,64 @@ def analyze(capture: List[str] = CapturesArg, port: Optional[List[int]] = PortOp
         out.print(note, highlight=False)
     if out_dir is not None:
         with _Writing(out_dir):
-            written = write_outputs(cap, results, summary, out_dir, fmt, plots)
+            written = write_outputs(cap, results, summary, out_dir, fmt, plots, base=base)
         err.print(f"{len(written)} files written to {out_dir}", highlight=False, soft_wrap=True)
 
 
+def _large_dataset(capture: List[str]) -> Optional[Path | str]:
+    """The dataset named, when its capture was larger than the in-memory size: analysed on a
+    local cluster, as that capture would be."""
+    from .dataset import is_dataset, manifest
+
+    name = _one_name(capture)
+    if isinstance(name, list) or not is_dataset(name):
+        return None
+    return name if manifest(name)["summary"]["file_bytes"] > IN_MEMORY_MAX_BYTES else None
+
+
+def _is_large(capture: List[str]) -> bool:
+    from .dataset import is_dataset
+    from .inputs import is_large
+
+    name = _one_name(capture)
+    return not (isinstance(name, (str, Path)) and is_dataset(name)) and is_large(name)
+
+
+@contextmanager
+def _temporary_dataset(capture: List[str], why: str, ports, limits, bodies: bool, tls_keylog: Optional[Path],
+                       strict: bool):
+    """The capture ingested into a dataset in a temporary directory (removed after; $TMPDIR
+    chooses where), for `analyze` on a local cluster. Its warnings are told once, from the
+    dataset's outline."""
+    import tempfile
+
+    from .dataset import ingest as ingest_dataset
+
+    name = _one_name(capture)
+    with tempfile.TemporaryDirectory(prefix="amqpcap-") as tmp:
+        err.print(f"{why}decoding it into a temporary dataset in {tmp}, then analysing it on a local Dask cluster",
+                  highlight=False, soft_wrap=True)
+        with _reading_progress() as progress:
+            ingest_dataset(name, Path(tmp) / "dataset", ports=ports, limits=limits, bodies=bodies,
+                           tls_keylog=tls_keylog, strict=strict, progress=progress)
+        yield Path(tmp) / "dataset"
+
+
 def _dataset_for(capture: List[str], scheduler: Optional[str]) -> Optional[Path | str]:
-    """The dataset (a path, or an fsspec URL) to analyse on Dask when --scheduler is given, else None."""
+    """The dataset (a path, or an fsspec URL) to analyse on Dask when --scheduler is given and
+    names one; None for a capture (with --scheduler local: through a temporary dataset)."""
     if scheduler is None:
         return None
     from .dataset import is_dataset
 
     name = _one_name(capture)
-    if isinstance(name, list) or not is_dataset(name):
-        raise UsageError("--scheduler analyses a dataset: write one first with "
-                         "`amqpcap ingest CAPTURE... --out DATASET`, then `amqpcap analyze DATASET --scheduler ...`")
-    return name
+    if not isinstance(name, list) and is_dataset(name):
+        return name
+    if scheduler != "local":
+        raise UsageError("--scheduler ADDRESS analyses a dataset its workers can read: write one first with "
+                         "`amqpcap ingest CAPTURE... --out DATASET`, then `amqpcap analyze DATASET --scheduler ...` "
+                         "(`--scheduler local` takes a capture through a temporary dataset)")
+    return None
 
 
 @contextmanager

@@ -11,8 +11,10 @@ task given the contexts of every bucket joined here. Dask schedules the tasks, m
 partials and recomputes the tasks of a worker that dies; nothing here retries or schedules.
 
 Every analyzer splits today; one that did not (`analysis.analyzer` without a split) would run in
-this process on the capture read whole while the workers run the partition steps. The
-overview and the report still read the capture whole here (docs/dataset.md).
+this process on the capture read whole. What summary.json and the report count of the capture
+(`amqpcap.tally`) is one more partition step; this process holds the dataset's outline
+(connections, anomalies, summary) and the merged results, and the capture's own tables are
+written from the dataset bucket by bucket (`amqpcap.stored_tables`).
 
 The cluster is either an existing one (``scheduler``: its address, ``tcp://host:port``; the
 workers must see the dataset at the same path) or a local one started for the run and stopped
@@ -33,7 +35,7 @@ from . import dataset
 from .analysis import AnalyzerResult, analyzers, splits
 from .capture import Capture
 from .errors import AmqpcapError
-from .partition import CaptureFacts, joined_once
+from .partition import CaptureFacts, Split, joined_once
 
 #: a local cluster's workers at most (one per core below that)
 LOCAL_MAX_WORKERS = 8
@@ -65,16 +67,28 @@ def bucket_step(path: str, bucket: int, facts: CaptureFacts, names: list[str],
     of those analyzers."""
     _seen_here(path)
     part = dataset.read(path, [bucket])
-    sp = splits()
+    sp = _steps()
     if contexts is not None:
         return {name: sp[name].partial_with(part, facts, contexts[name]) for name in names}
     return {name: sp[name].partial(part, facts) if sp[name].context is None else sp[name].context(part, facts)
             for name in names}
 
 
+#: the name of the tally's steps beside the analyzers' (`amqpcap.tally`: what summary.json and the
+#: report count), which no analyzer can have
+TALLY = "(tally)"
+
+
+def _steps() -> dict[str, Split]:
+    """What runs per bucket: every split analyzer, and the tally."""
+    from . import tally
+
+    return {**splits(), TALLY: tally.SPLIT}
+
+
 def records_step(path: str, facts: CaptureFacts, names: list[str]) -> dict[str, Any]:
     """On a worker: the analyzers' steps over the capture's records (every packet of the file)."""
-    sp = splits()
+    sp = _steps()
     wanted = [n for n in names if sp[n].records is not None]
     if not wanted:
         return {}
@@ -145,7 +159,7 @@ def submit_steps(path: str | os.PathLike[str], c: Any) -> Steps:
     root = os.fspath(path) if dataset.is_url(path) else str(Path(path).resolve())
     m = dataset.manifest(root)
     facts = dataset.facts(root)
-    names, token = list(splits()), _token(root)
+    names, token = list(_steps()), _token(root)
     futures = {c.submit(bucket_step, root, k, facts, names, key=f"amqpcap-bucket-{k}-{token}"): k
                for k in range(m["buckets"])}
     futures[c.submit(records_step, root, facts, names, key=f"amqpcap-records-{token}")] = None
@@ -154,14 +168,15 @@ def submit_steps(path: str | os.PathLike[str], c: Any) -> Steps:
 
 def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], None] | None = None,
            done: int = 0, total: int | None = None) -> dict[str, AnalyzerResult]:
-    """The split analyzers' results: their steps gathered as they end (``progress(what, done,
-    total)`` after each, counting on from `done`), merged with `whole` (the capture, or its
-    outline: `amqpcap.dataset.read_outline`). The analyzers with a context step get a second
-    round of bucket tasks, given their contexts joined, once the first round is in."""
+    """The split analyzers' results, and the tally under `TALLY`: their steps gathered as they
+    end (``progress(what, done, total)`` after each, counting on from `done`), merged with
+    `whole` (the capture, or its outline: `amqpcap.dataset.read_outline`). The analyzers with a
+    context step get a second round of bucket tasks, given their contexts joined, once the
+    first round is in."""
     from distributed import as_completed
 
     total = total if total is not None else steps.total
-    sp = splits()
+    sp = _steps()
     partials: dict[int, dict[str, Any]] = {}
     records: dict[str, Any] = {}
 
@@ -187,29 +202,52 @@ def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], Non
         values = list({id(v): v for v in joined.values()}.values())
         sent = dict(zip(map(id, values), steps.client.scatter(values, broadcast=True, hash=False)))
         contexts = {name: sent[id(v)] for name, v in joined.items()}
+        del joined, values  # on the workers now: not held here through the merge
         gather({steps.client.submit(bucket_step, steps.root, k, steps.facts, second, contexts,
                                     key=f"amqpcap-bucket-round2-{k}-{steps.token}"): k
                 for k in range(steps.buckets)}, "bucket (second round)")
-    return {name: split.merge([partials[k][name] for k in sorted(partials)], records.get(name), steps.facts, whole)
-            for name, split in sp.items()}
+    out = {}
+    for name, split in sp.items():  # each analyzer's partials dropped once merged (`partition.taken`)
+        mine = [partials[k].pop(name) for k in sorted(partials)]
+        out[name] = split.merge(mine, records.pop(name, None), steps.facts, whole)
+        del mine
+        _return_freed_memory()
+    return out
 
 
-def analyze(path: str | os.PathLike[str], cap: Capture, c: Any,
+def _return_freed_memory() -> None:
+    """Give the memory freed by a merge back to the system (glibc's malloc_trim): the allocator
+    otherwise keeps it for this process, whose resident size then counts the partials merged
+    as well as the merged tables while the outputs are written. Nothing where there is no glibc."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def analyze(path: str | os.PathLike[str], outline: Capture, c: Any,
             progress: Callable[[str, int, int], None] | None = None) -> list[AnalyzerResult]:
-    """Every analyzer on the dataset at `path` (`cap`: it read whole, for the analyzers that do
-    not split), the partition steps on the cluster of client `c`; results in `analyzers` order,
-    equal to `amqpcap.analysis.run_all` on `cap`. ``progress(what, done, total)`` as each task
-    or analyzer ends."""
+    """Every analyzer on the dataset at `path`, the partition steps on the cluster of client `c`;
+    results in `analyzers` order, equal to `amqpcap.analysis.run_all` on the dataset read whole.
+    `outline` (`amqpcap.dataset.read_outline`) is given the buckets' tally (`amqpcap.tally`), so
+    that summary.json and the report are made from it as from the capture read whole.
+    ``progress(what, done, total)`` as each task or analyzer ends."""
     steps = submit_steps(path, c)
     whole = [name for name in analyzers() if name not in splits()]
     total = steps.total + len(whole)
-    results: dict[str, AnalyzerResult] = {}
-    # the analyzers that do not split, here, while the workers run the partition steps
-    for done, name in enumerate(whole, 1):
-        results[name] = analyzers()[name][0](cap)
-        if progress:
-            progress(name, done, total)
-    results.update(merged(steps, cap, progress, len(whole), total))
+    results: dict[str, Any] = {}
+    if whole:  # an analyzer that does not split, here, on the capture read whole
+        cap = dataset.read(path)
+        for done, name in enumerate(whole, 1):
+            results[name] = analyzers()[name][0](cap)
+            if progress:
+                progress(name, done, total)
+        del cap
+    results.update(merged(steps, outline, progress, len(whole), total))
+    outline.context["tally"] = results.pop(TALLY)
     return [results[name] for name in analyzers()]
 
 

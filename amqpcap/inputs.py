@@ -104,3 +104,31 @@ def missing_ring_files(files: list[str]) -> list[str]:
             out.append(f"ring {Path(base).name}N: file number {shown} of {lo}-{hi} is missing; "
                        "connections that crossed it have a capture gap there")
     return out
+
+
+#: `amqpcap analyze CAPTURE` decodes a capture up to this size in memory, where its tables take
+#: about 5 times its size (measured: 8.7 GB for the 1.8 GB capture of issue 13); a larger one
+#: goes through a temporary dataset on a local Dask cluster (`amqpcap.cli.analyze`). Bytes on disk, a
+#: gzip file's counted GZIP_RATIO times (what pcap typically shrinks by: 3-5x)
+IN_MEMORY_MAX_BYTES = 512 << 20
+GZIP_RATIO = 4
+
+
+def capture_bytes(capture) -> int:
+    """What a capture (anything `amqpcap.load` reads but a dataset) weighs for
+    IN_MEMORY_MAX_BYTES: its files' bytes, gzip ones GZIP_RATIO times; 0 for a file that cannot
+    be read (the decode says why)."""
+    total = 0
+    for f in capture_files(capture):
+        try:
+            with open(f, "rb") as fh:
+                gz = fh.read(2) == b"\x1f\x8b"
+            total += os.path.getsize(f) * (GZIP_RATIO if gz else 1)
+        except OSError:
+            pass
+    return total
+
+
+def is_large(capture) -> bool:
+    """Whether `amqpcap analyze` takes `capture` through a temporary dataset (IN_MEMORY_MAX_BYTES)."""
+    return capture_bytes(capture) > IN_MEMORY_MAX_BYTES

@@ -326,12 +326,16 @@ def base_tables(cap: Capture) -> dict[str, pd.DataFrame]:
 
 
 def write_outputs(cap: Capture, results: list[AnalyzerResult], summary: dict[str, Any], out: Path,
-                  fmt: str = "csv", plots: bool = True) -> list[Path]:
+                  fmt: str = "csv", plots: bool = True, base: dict[str, Any] | None = None) -> list[Path]:
     """What `amqpcap analyze --out DIR` writes: summary.json, the capture's tables
     (`BASE_TABLES`), every analyzer's tables and plots (and the bodies, when the capture kept
-    them), and report.html when the plots are drawn."""
+    them), and report.html when the plots are drawn. ``base``: the capture's tables and bodies
+    when `cap` does not hold them (a dataset's outline: `amqpcap.stored_tables`)."""
     written = [write_summary(summary, out)]
-    written += write_results(results, out, fmt, plots=plots, bodies=cap.bodies, base=base_tables(cap))
+    if base is None:
+        written += write_results(results, out, fmt, plots=plots, bodies=cap.bodies, base=base_tables(cap))
+    else:
+        written += write_results(results, out, fmt, plots=plots, base=base)
     if plots:
         from .html import write_report  # it embeds the PNGs written above
 
@@ -346,15 +350,17 @@ def write_result(result: AnalyzerResult, out: Path, fmt: str = "csv", plots: boo
 
 def write_results(results: list[AnalyzerResult], out: Path, fmt: str = "csv", plots: bool = True,
                   bodies: pd.DataFrame | None = None, workers: int | None = None,
-                  base: dict[str, pd.DataFrame] | None = None) -> list[Path]:
-    """Every result's tables and plots (and the `base` tables and the bodies table when given)
+                  base: dict[str, Any] | None = None) -> list[Path]:
+    """Every result's tables and plots (and the `base` tables, DataFrames or tables a dataset
+    writes itself (`amqpcap.stored_tables.StoredTable`), and the bodies table when given)
     into `out`, in `workers` processes (default: one per core, at most WRITE_WORKERS_MAX).
     Returns the paths in a fixed order: the base tables, then the results in order, each its
     tables then its plots, then the bodies."""
     if fmt not in FORMATS:
         raise UsageError(f"unknown table format {fmt!r}: use csv or parquet")
     out.mkdir(parents=True, exist_ok=True)
-    jobs = [_Job(df.size, partial(write_table, df, out / name, fmt)) for name, df in (base or {}).items()]
+    jobs = [_Job(df.size, partial(write_table, df, out / name, fmt) if isinstance(df, pd.DataFrame)
+                 else partial(df.write, out / name, fmt)) for name, df in (base or {}).items()]
     for r in results:
         for name, df in r.tables.items():
             jobs.append(_Job(df.size, partial(write_table, df, out / f"{r.name}-{name}", fmt)))
@@ -505,8 +511,13 @@ def redaction_summary(cap: Capture) -> dict[str, Any]:
 def bodies_for_csv(bodies: pd.DataFrame) -> pd.DataFrame:
     """CSV holds text: bodies as UTF-8, other bytes escaped (\\xNN). Parquet keeps the bytes."""
     out = bodies.copy(deep=False)
-    out["body"] = [b.decode("utf-8", "backslashreplace") for b in bodies["body"]]
+    out["body"] = body_text(bodies["body"])
     return out
+
+
+def body_text(bodies) -> list[str]:
+    """Message bodies (bytes) as CSV writes them: UTF-8, other bytes escaped (\\xNN)."""
+    return [b.decode("utf-8", "backslashreplace") for b in bodies]
 
 
 def build_summary(cap: Capture, results: list[AnalyzerResult]) -> dict[str, Any]:

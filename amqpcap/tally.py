@@ -23,6 +23,7 @@ from .capture import Capture
 from .derive import CAPTURE, derivation
 from .derive import deliveries as D
 from .names import connection_roles
+from .partition import CaptureFacts, Split
 from .plotting import time_edges
 
 #: the rates plot's series (report.html's top): what each counts
@@ -218,3 +219,15 @@ def method_counts(cap: Capture) -> dict[str, int]:
     m = m[m > 0]
     order = sorted(range(len(m)), key=lambda i: (-int(m.iloc[i]), str(m.index[i])))
     return {str(m.index[i]): int(m.iloc[i]) for i in order}
+
+
+def _partial(part: Capture, facts: CaptureFacts) -> Tally:
+    return tally_of(part)
+
+
+def _merge(partials: list[Tally], records: None, facts: CaptureFacts, whole: Capture) -> Tally:
+    return Tally.joined(partials)
+
+
+#: the tally as partition steps (`amqpcap.engine` runs it beside the analyzers' steps)
+SPLIT = Split(partial=_partial, merge=_merge)

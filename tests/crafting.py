@@ -36,7 +36,7 @@ from __future__ import annotations
 import copy
 import gzip
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pandas as pd
 

@@ -18,7 +18,6 @@ import pandas as pd
 import pytest
 
 import amqpcap
-from amqpcap import dataset
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 BIN = Path(sys.executable).parent
@@ -111,7 +110,6 @@ def test_a_worker_killed_mid_analysis_is_replaced_and_the_result_is_exact(cluste
 
     cap = amqpcap.load(stored)
     want = run_all(cap)
-    buckets = dataset.manifest(stored)["buckets"]
     killed: dict = {}
     with Client(cluster, timeout=60) as c:
         pids = c.run(os.getpid)  # {worker address: its process (the nanny's child)}
@@ -177,7 +175,7 @@ def test_a_scheduler_that_cannot_be_reached_is_one_line(stored, address):
 
 
 def test_scheduler_needs_a_dataset():
-    r = subprocess.run([*AMQPCAP, "analyze", str(FIX / "healthy.pcap"), "--scheduler", "local"],
+    r = subprocess.run([*AMQPCAP, "analyze", str(FIX / "healthy.pcap"), "--scheduler", "tcp://127.0.0.1:1"],
                        capture_output=True, text=True)
     assert r.returncode != 0 and "amqpcap ingest" in r.stderr and "Traceback" not in r.stderr
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from collections import defaultdict
 from pathlib import Path
 
 import pytest

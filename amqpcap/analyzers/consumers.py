@@ -28,7 +28,7 @@ from ..derive.labels import channels_filter, connection_labels
 from ..derive.methods import KEY, chan_key, methods, pick, select
 from ..derive.refills import ack_gaps, slow_refills
 from ..names import connection_label, consumer_label, number, subject
-from ..partition import CaptureFacts, Split, merge_rows, run_whole
+from ..partition import CaptureFacts, Split, merge_rows, run_whole, taken
 
 
 def consumer_list(cap: Capture) -> pd.DataFrame:
@@ -565,9 +565,9 @@ def consumers_partial(cap: Capture, facts: CaptureFacts, backlog: pd.DataFrame) 
 def consumers_merge(partials: list[dict[str, Any]], records: None, facts: CaptureFacts, cap: Capture) -> AnalyzerResult:
     """Every partition's consumers, in the whole capture's order (by stream and channel, a
     channel's consumers being one partition's); the findings and the plot from them."""
-    s = merge_rows([q["summary"] for q in partials], ["stream", "channel"])
+    s = merge_rows(taken(partials, "summary"), ["stream", "channel"])
     s["connection"] = connection_labels(cap, s["stream"])
-    st = merge_rows([q["state"] for q in partials], ["stream", "channel", "epoch", "consumer_tag"])
+    st = merge_rows(taken(partials, "state"), ["stream", "channel", "epoch", "consumer_tag"])
     rows = s.drop(columns=["start_ts", "end_ts"]).to_dict(orient="records")
     no_ack = sorted((r for q in partials for r in q["no_ack"]), key=lambda r: (r["stream"], r["channel"], r["consumer_tag"]))
     for r, who in zip(no_ack, connection_labels(cap, [r["stream"] for r in no_ack])):

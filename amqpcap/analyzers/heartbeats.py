@@ -14,7 +14,6 @@ connections, the merge joins the rows and derives the finding.
 
 from __future__ import annotations
 
-from typing import Any
 
 import numpy as np
 import pandas as pd

@@ -22,7 +22,7 @@ from ..derive.labels import channels_filter, connection_labels
 from ..derive.methods import chan_key, methods, pick, select
 from ..derive.refills import ack_gaps, slow_refills_of, waiting
 from ..names import connection_label, consumer_label, number, subject
-from ..partition import CaptureFacts, Split, merge_rows, run_whole
+from ..partition import CaptureFacts, Split, merge_rows, run_whole, taken
 
 #: broker-slow-refill (detected by amqpcap.derive.refills.slow_refills) is critical when the median
 #: ack→next-deliver is above this: a consumer at prefetch 1 then gets < 20 msg/s whatever it does
@@ -190,15 +190,18 @@ def latency_partial(cap: Capture, facts: CaptureFacts, backlog: pd.DataFrame) ->
 def latency_merge(partials: list[dict[str, Any]], records: None, facts: CaptureFacts, cap: Capture) -> AnalyzerResult:
     """The partitions' rows in the whole capture's order (frame order: by packet, a packet's
     frames being one partition's); the summary, findings and plots from them."""
-    d = merge_rows([q["deliveries"] for q in partials], ["packet"])
-    gaps = merge_rows([q["gaps"] for q in partials], ["packet"])
-    conf = merge_rows([q["confirms"] for q in partials], ["packet"])
-    inter = merge_rows([q["interleaving"] for q in partials], ["stream", "channel"])
+    d = merge_rows(taken(partials, "deliveries"), ["packet"])
+    gaps = merge_rows(taken(partials, "gaps"), ["packet"])
+    conf = merge_rows(taken(partials, "confirms"), ["packet"])
+    inter = merge_rows(taken(partials, "interleaving"), ["stream", "channel"])
     per_consumer = consumer_latency(d, gaps)
     per_consumer["connection"] = connection_labels(cap, per_consumer["stream"])
 
-    acked = d[~d["no_ack"].to_numpy(bool)]
-    dta = stats(acked["latency_s"])
+    # the acknowledged deliveries: a mask, the rows taken only when a plot is drawn (a copy of
+    # the deliveries of a large capture would take as much memory again)
+    ack_mask = ~d["no_ack"].to_numpy(bool)
+    acked_latency = d["latency_s"].to_numpy(float)[ack_mask]
+    dta = stats(acked_latency)
     dta.update(unsettled_at_end=int((d["outcome"] == "unsettled").sum()),
                unsettled_at_close=int((d["outcome"] == "closed").sum()),
                no_ack_excluded=int(d["no_ack"].sum()), deliveries=int(len(d)))
@@ -229,12 +232,13 @@ def latency_merge(partials: list[dict[str, Any]], records: None, facts: CaptureF
         "interleaving": inter,
     }
     plots = []
-    if len(acked) and acked["latency_s"].notna().any():
+    measured = bool((~np.isnan(acked_latency)).any())
+    if measured:
         plots.append(Plot("latency-over-time", "deliver→ack latency over time per consumer",
-                          lambda path: _plot_over_time(cap, acked, path)))
-    if (len(acked) and acked["latency_s"].notna().any()) or len(conf) or gaps["gap_s"].notna().any():
+                          lambda path: _plot_over_time(cap, d[ack_mask], path)))
+    if measured or len(conf) or gaps["gap_s"].notna().any():
         plots.append(Plot("latency-cdf", "latency CDF per consumer (deliver→ack), ack→next-deliver, publish→confirm",
-                          lambda path: _plot_cdf(cap, acked, gaps, conf, path)))
+                          lambda path: _plot_cdf(cap, d[ack_mask], gaps, conf, path)))
     if len(inter):
         raster = _raster_joined([q["raster"] for q in partials])
         plots.append(Plot("interleaving-raster", "deliveries and acks over time per channel",

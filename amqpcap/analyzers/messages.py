@@ -14,7 +14,6 @@ messages and counts the rest, the merge joins them and derives the finding.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import numpy as np
 import pandas as pd

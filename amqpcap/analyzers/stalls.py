@@ -19,13 +19,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..analysis import AnalyzerResult, Finding, Plot, analyzer, packets_filter, stream_filter
+from ..analysis import AnalyzerResult, Finding, Plot, analyzer, stream_filter
 from ..capture import Capture
 from ..derive import consumers as credit
 from ..derive.labels import who
 from ..derive.stream_order import ns, running_last, running_max_keyed, seconds, stream_order
 from ..names import subject
-from ..partition import CaptureFacts, Split, merge_rows, run_whole
+from ..partition import CaptureFacts, Split, merge_rows, run_whole, taken
 from ..wording import counted
 
 # --- stall detection thresholds -------------------------------------------------------------
@@ -344,7 +344,7 @@ def _rtt(pk: dict[str, np.ndarray]) -> pd.DataFrame:
     covers its last byte (retransmitted segments excluded, Karn). Rows by (d, stream, segment)."""
     stream, t, d = pk["stream"], pk["t"], pk["d"]
     ackf = (pk["flags"] & ACK) != 0
-    hi, keyed_ack, keyed_end = pk["hi"], pk["keyed_ack"], pk["keyed_end"]  # stream in the high bits
+    keyed_ack, keyed_end = pk["keyed_ack"], pk["keyed_end"]  # stream in the high bits
     out_s, out_d, out_r = [], [], []
     for D in (0, 1):
         seg = np.flatnonzero(pk["new_data"] & (d == D))
@@ -694,8 +694,8 @@ def stalls_partial(cap: Capture, facts: CaptureFacts, blocks: pd.DataFrame) -> d
 def stalls_merge(partials: list[dict[str, Any]], records: None, facts: CaptureFacts, cap: Capture) -> AnalyzerResult:
     """Every partition's stalls and directions; the summary, findings and plots from them."""
     t0 = _origin(facts)
-    stalls_tbl = merge_rows([q["stalls"] for q in partials], ["start_ts", "stream", "end_ts", "last_packet"])
-    tcp = merge_rows([q["tcp"] for q in partials], ["stream", "direction"])
+    stalls_tbl = merge_rows(taken(partials, "stalls"), ["start_ts", "stream", "end_ts", "last_packet"])
+    tcp = merge_rows(taken(partials, "tcp"), ["stream", "direction"])
     summary = _summary(stalls_tbl, tcp, [np.concatenate([q["rtt"][D] for q in partials]) for D in (0, 1)])
     sides = pd.concat([q["sides"] for q in partials], ignore_index=True).sort_values(
         ["window_limited_share", "window_limited_s", "stream", "d"], ascending=[False, False, True, True],

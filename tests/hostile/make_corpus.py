@@ -295,7 +295,7 @@ def _zero_length(path):
     conv = opened()
     publish(conv, 5)
     recs = encode(conv.timed())
-    out, t = [], recs[0].time_ns
+    out = []
     for i, r in enumerate(recs):
         out.append(pcap_record(r.frame_bytes(), r.time_ns))
         if i % 4 == 1:
