@@ -554,9 +554,10 @@ def analyze(capture: List[str] = CapturesArg, port: Optional[List[int]] = PortOp
     elif scheduler is not None or (not in_memory and _is_large(capture)):
         why = ("" if scheduler is not None else
                f"the capture is larger than {IN_MEMORY_MAX_BYTES >> 20} MB (--in-memory: decode it here): ")
-        with _temporary_dataset(capture, why, ports_of(port, add_port), parse_limits(limit), bodies, tls_keylog,
-                                strict) as path:
-            _analyze_dataset(path, scheduler or "local", workers, out_dir, fmt, plots)
+        ingest_args = dict(ports=ports_of(port, add_port), limits=parse_limits(limit), bodies=bodies,
+                           tls_keylog=tls_keylog, strict=strict)
+        with _temporary_directory(why) as tmp:
+            _analyze_dataset(tmp / "dataset", "local", workers, out_dir, fmt, plots, ingest=(capture, ingest_args))
     else:
         cap = _load(capture, port, limit, bodies=bodies, tls_keylog=tls_keylog, add_port=add_port, strict=strict)
         require_amqp(cap)
@@ -566,14 +567,21 @@ def analyze(capture: List[str] = CapturesArg, port: Optional[List[int]] = PortOp
 
 
 def _analyze_dataset(path: Path | str, scheduler: str, workers: Optional[int], out_dir: Optional[Path], fmt: str,
-                     plots: bool) -> None:
+                     plots: bool, ingest: Optional[tuple] = None) -> None:
     """`analyze` of a dataset on Dask: its outline here (`amqpcap.dataset.read_outline`), its
-    buckets on the cluster, the capture's own tables written from the dataset bucket by bucket."""
+    buckets on the cluster, the capture's own tables written from the dataset bucket by bucket.
+    With `ingest` (capture, ingest arguments), the capture is first ingested into `path` on the
+    same cluster: this process reads the capture once and spills it, the workers decode it."""
     from .engine import analyze as analyze_on_dask
     from .stored_tables import stored_tables
 
     # the cluster first: an address that does not answer fails before the dataset is read
     with _dask_client(scheduler, workers) as client:
+        if ingest is not None:
+            from .engine import ingest as ingest_on_dask
+
+            with _analyzing_progress("decoding") as progress:
+                ingest_on_dask(_one_name(ingest[0]), path, client, progress=progress, **ingest[1])
         cap = _load_outline(path)
         require_amqp(cap)
         with _analyzing_progress() as progress:
@@ -607,11 +615,12 @@ def _large_dataset(capture: List[str]) -> Optional[Path | str]:
     """The dataset named, when its capture was larger than the in-memory size: analysed on a
     local cluster, as that capture would be."""
     from .dataset import is_dataset, manifest
+    from .inputs import too_large_for_memory
 
     name = _one_name(capture)
     if isinstance(name, list) or not is_dataset(name):
         return None
-    return name if manifest(name)["summary"]["file_bytes"] > IN_MEMORY_MAX_BYTES else None
+    return name if too_large_for_memory(manifest(name)["summary"]["file_bytes"]) else None
 
 
 def _is_large(capture: List[str]) -> bool:
@@ -623,23 +632,15 @@ def _is_large(capture: List[str]) -> bool:
 
 
 @contextmanager
-def _temporary_dataset(capture: List[str], why: str, ports, limits, bodies: bool, tls_keylog: Optional[Path],
-                       strict: bool):
-    """The capture ingested into a dataset in a temporary directory (removed after; $TMPDIR
-    chooses where), for `analyze` on a local cluster. Its warnings are told once, from the
-    dataset's outline."""
+def _temporary_directory(why: str):
+    """A temporary directory for a capture's dataset (removed after; $TMPDIR chooses where),
+    for `analyze` on a local cluster. The dataset's warnings are told once, from its outline."""
     import tempfile
 
-    from .dataset import ingest as ingest_dataset
-
-    name = _one_name(capture)
     with tempfile.TemporaryDirectory(prefix="amqpcap-") as tmp:
         err.print(f"{why}decoding it into a temporary dataset in {tmp}, then analysing it on a local Dask cluster",
                   highlight=False, soft_wrap=True)
-        with _reading_progress() as progress:
-            ingest_dataset(name, Path(tmp) / "dataset", ports=ports, limits=limits, bodies=bodies,
-                           tls_keylog=tls_keylog, strict=strict, progress=progress)
-        yield Path(tmp) / "dataset"
+        yield Path(tmp)
 
 
 def _dataset_for(capture: List[str], scheduler: Optional[str]) -> Optional[Path | str]:

@@ -35,7 +35,7 @@ from . import dataset
 from .analysis import AnalyzerResult, analyzers, splits
 from .capture import Capture
 from .errors import AmqpcapError
-from .partition import CaptureFacts, Split, joined_once
+from .partition import CaptureFacts, Split, joined_once, release_freed_memory
 
 #: a local cluster's workers at most (one per core below that)
 LOCAL_MAX_WORKERS = 8
@@ -127,9 +127,29 @@ def client(scheduler: str | None = None, workers: int | None = None) -> Iterator
             yield c
         return
     n = workers or min(os.cpu_count() or 1, LOCAL_MAX_WORKERS)
-    with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      silence_logs=logging.ERROR) as cluster, Client(cluster) as c:
-        yield c
+    try:
+        with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0",
+                          silence_logs=logging.ERROR) as cluster, Client(cluster) as c:
+            yield c
+    finally:
+        _end_scheduler_thread()
+
+
+def _end_scheduler_thread() -> None:
+    """A local cluster's scheduler runs in this process, and runs graph work in Dask's offload
+    thread pool (`distributed.utils.offload`), whose thread then stays for the life of the
+    process, so that the report's writers could not be forked (`amqpcap.report.can_fork`).
+    Once the cluster has stopped the pool is shut down and replaced by a fresh one, which starts
+    no thread until it is used. (A private name of distributed: if it is gone, nothing is done
+    and the writers run in this process.)"""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from distributed import utils
+
+    pool = getattr(utils, "_offload_executor", None)
+    if isinstance(pool, ThreadPoolExecutor):
+        pool.shutdown(wait=True)
+        utils._offload_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="Dask-Offload")
 
 
 @dataclass
@@ -211,21 +231,8 @@ def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], Non
         mine = [partials[k].pop(name) for k in sorted(partials)]
         out[name] = split.merge(mine, records.pop(name, None), steps.facts, whole)
         del mine
-        _return_freed_memory()
+        release_freed_memory()
     return out
-
-
-def _return_freed_memory() -> None:
-    """Give the memory freed by a merge back to the system (glibc's malloc_trim): the allocator
-    otherwise keeps it for this process, whose resident size then counts the partials merged
-    as well as the merged tables while the outputs are written. Nothing where there is no glibc."""
-    import ctypes
-    import ctypes.util
-
-    try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 def analyze(path: str | os.PathLike[str], outline: Capture, c: Any,

@@ -131,4 +131,9 @@ def capture_bytes(capture) -> int:
 
 def is_large(capture) -> bool:
     """Whether `amqpcap analyze` takes `capture` through a temporary dataset (IN_MEMORY_MAX_BYTES)."""
-    return capture_bytes(capture) > IN_MEMORY_MAX_BYTES
+    return too_large_for_memory(capture_bytes(capture))
+
+
+def too_large_for_memory(capture_bytes: int) -> bool:
+    """Whether a capture of that many bytes is analysed on a local cluster (IN_MEMORY_MAX_BYTES)."""
+    return capture_bytes > IN_MEMORY_MAX_BYTES

@@ -156,12 +156,32 @@ def merge_rows(parts: list[pd.DataFrame], key: list[str]) -> pd.DataFrame:
         order = keys.sort_values(key, kind="stable").index.to_numpy()
         del keys
         columns = {}
-        for c in kept[0].columns:
+        for c in list(kept[0].columns):
             if not c.startswith("_"):
                 columns[c] = pd.concat([p[c] for p in kept], ignore_index=True).take(order).reset_index(drop=True)
+            for p in kept:  # each part's column goes as soon as it is merged
+                del p[c]
         del kept
+        release_freed_memory()
         return pd.DataFrame(columns, copy=False)
     return out.drop(columns=[c for c in out.columns if c.startswith("_")])
+
+
+def release_freed_memory() -> None:
+    """Give the memory freed by a merge back to the system: Arrow's pool (text columns are Arrow
+    arrays) and glibc's heap (`malloc_trim`) otherwise keep it for this process, whose resident
+    size then counts the partials merged as well as the merged tables. Nothing where there is no
+    glibc."""
+    import ctypes
+    import ctypes.util
+
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def taken(partials: list[dict], name: str) -> list[pd.DataFrame]:

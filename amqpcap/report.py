@@ -359,8 +359,8 @@ def write_results(results: list[AnalyzerResult], out: Path, fmt: str = "csv", pl
     if fmt not in FORMATS:
         raise UsageError(f"unknown table format {fmt!r}: use csv or parquet")
     out.mkdir(parents=True, exist_ok=True)
-    jobs = [_Job(df.size, partial(write_table, df, out / name, fmt) if isinstance(df, pd.DataFrame)
-                 else partial(df.write, out / name, fmt)) for name, df in (base or {}).items()]
+    jobs = [_Job(df.size, partial(write_table, df, out / name, fmt)) if isinstance(df, pd.DataFrame)
+            else _Job(df.size, partial(df.write, out / name, fmt), fresh=True) for name, df in (base or {}).items()]
     for r in results:
         for name, df in r.tables.items():
             jobs.append(_Job(df.size, partial(write_table, df, out / f"{r.name}-{name}", fmt)))
@@ -389,6 +389,9 @@ PLOT_COST_CELLS = 800_000
 class _Job:
     cost_cells: int
     write: Callable[[], Path]
+    #: the job reads what it writes itself (a dataset's table: `amqpcap.stored_tables`), so it
+    #: runs in a fresh process (spawned, not forked: it needs none of this process's memory)
+    fresh: bool = False
 
 
 _FORKED_JOBS: list[_Job] = []  # what forked writers run, by index: inherited, never pickled
@@ -423,6 +426,29 @@ def _balance(costs: list[int], bins: int) -> list[list[int]]:
 
 
 def _run_jobs(jobs: list[_Job], workers: int) -> list[Path]:
+    fresh = [i for i, j in enumerate(jobs) if j.fresh]
+    if workers < 2 or not fresh:
+        return _run_here_or_forked(jobs, workers)
+    return _run_beside_fresh(jobs, fresh, workers)
+
+
+def _run_beside_fresh(jobs: list[_Job], fresh: list[int], workers: int) -> list[Path]:
+    """The fresh jobs in `workers` - 1 spawned processes, the others meanwhile in this one (not
+    forked: this process holds a large analysis' merged tables, which every forked writer's
+    resident size would count again)."""
+    written: dict[int, Path] = {}
+    with ProcessPoolExecutor(max_workers=min(len(fresh), workers - 1), mp_context=mp.get_context("spawn")) as pool:
+        spawned = {i: pool.submit(jobs[i].write) for i in fresh}
+        written.update((i, jobs[i].write()) for i in range(len(jobs)) if i not in spawned)
+        for i, future in spawned.items():
+            try:
+                written[i] = future.result()
+            except BrokenProcessPool:  # a writer died (killed, out of memory): write it here
+                written[i] = jobs[i].write()
+    return [written[i] for i in range(len(jobs))]
+
+
+def _run_here_or_forked(jobs: list[_Job], workers: int) -> list[Path]:
     global _FORKED_JOBS
     costs = [j.cost_cells for j in jobs]
     if workers < 2 or sum(costs) < PARALLEL_MIN_CELLS or not can_fork():

@@ -80,7 +80,7 @@ def _parquet(loc: dataset.Location, *parts: str):
     import pyarrow.parquet as pq
 
     path = loc.path(*parts)
-    return pq.ParquetFile(path if loc.fs is None else loc.fs.open(path, "rb"))
+    return pq.ParquetFile(path if loc.fs is None else loc.fs.open(path, "rb"), pre_buffer=False)
 
 
 def _as_table(batch):

@@ -61,6 +61,14 @@ def test_a_capture_over_the_in_memory_size_goes_through_a_dataset(tmp_path, monk
     assert here.exit_code == 0 and "temporary dataset" not in here.output
     # the findings printed are the same
     assert here.stdout.strip().splitlines()[-3:] == auto.stdout.strip().splitlines()[-3:]
+    # a dataset of a capture over the size is analysed on a local cluster too
+    root = dataset.write(amqpcap.load(FIX / "healthy.pcap"), tmp_path / "ds", buckets=2)
+    stored = runner.invoke(app, ["analyze", str(root), "--workers", "1"])
+    assert stored.exit_code == 0, stored.output
+    assert "Dask dashboard" in stored.output and "temporary dataset" not in stored.output
+    assert stored.stdout.strip().splitlines()[-3:] == here.stdout.strip().splitlines()[-3:]
+    whole = runner.invoke(app, ["analyze", str(root), "--in-memory"])
+    assert whole.exit_code == 0 and "Dask dashboard" not in whole.output
 
 
 def test_a_gzip_capture_weighs_its_likely_decompressed_size(tmp_path):
