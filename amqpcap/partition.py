@@ -159,8 +159,9 @@ def merge_rows(parts: list[pd.DataFrame], key: list[str]) -> pd.DataFrame:
         for c in list(kept[0].columns):
             if not c.startswith("_"):
                 columns[c] = pd.concat([p[c] for p in kept], ignore_index=True).take(order).reset_index(drop=True)
-            for p in kept:  # each part's column goes as soon as it is merged
-                del p[c]
+            # each part's column let go as soon as it is merged (new frames without it: a part may
+            # be a derivation's table, kept by its capture, which must stay whole)
+            kept = [p.drop(columns=c) for p in kept]
         del kept
         release_freed_memory()
         return pd.DataFrame(columns, copy=False)
