@@ -126,7 +126,9 @@ class _Cursor:
         return pc.fill_null(self.rows.column(self.key).cast("int64"), -1).to_numpy()
 
     def last_key(self) -> int:
-        return int(self.keys()[-1])
+        """The key of the last row read (one value, not the column)."""
+        v = self.rows.column(self.key)[-1].as_py()
+        return -1 if v is None else int(v)
 
     def take_below(self, bound: float):
         """The rows whose key is below `bound` (a prefix: a bucket's rows are in key order)."""

@@ -92,7 +92,7 @@ def _role(cmd: str) -> str:
     if "amqpcap" in cmd and ("analyze" in cmd):
         return "amqpcap analyze"
     if "spawn_main" in cmd or "multiprocessing" in cmd:
-        return "worker/scheduler process"
+        return "spawned process (a Dask worker, or the writer of the capture's tables)"
     return cmd[:60]
 
 
