@@ -131,3 +131,30 @@ def test_stalls_without_consumers_checks_every_cause():
     assert not (cap.frames["method"] == "basic.deliver").any()
     s = stalls(cap).summary["stalls"]
     assert s["causes_skipped"] == {} and s["by_cause"]["consumer-prefetch"]["count"] == 0
+
+
+@pytest.mark.parametrize("keys, low, high", [
+    (3, 1_700_000_000_000_000_000, 1_700_000_100_000_000_000),  # nanoseconds: packed from their least
+    (40, -2**62, 2**62),  # keys × range past an int64: packed as ranks
+])
+@pytest.mark.parametrize("direction", ["backward", "forward"])
+@pytest.mark.parametrize("exact", [True, False])
+def test_asof_is_merge_asof(keys, low, high, direction, exact):
+    """`columns.asof` gives the rows pandas' merge_asof matches (by key, on int64 values of any
+    range), as positions in the right arrays; -1 for none and for a negative key."""
+    import numpy as np
+    import pandas as pd
+
+    from amqpcap.derive.columns import asof
+
+    rng = np.random.default_rng(keys)
+    n = 2_000
+    pool = rng.integers(low, high, 300, dtype=np.int64)  # (few values: many exact ties)
+    left = pd.DataFrame({"key": rng.integers(-1, keys, n), "on": rng.choice(pool, n)})
+    right = pd.DataFrame({"key": rng.integers(-1, keys, n), "on": rng.choice(pool, n), "row": np.arange(n)})
+    got = asof(left["key"].to_numpy(), left["on"].to_numpy(), right["key"].to_numpy(), right["on"].to_numpy(),
+               direction=direction, allow_exact_matches=exact)
+    m = pd.merge_asof(left.reset_index().sort_values("on", kind="stable"), right.sort_values("on", kind="stable"),
+                      on="on", by="key", direction=direction, allow_exact_matches=exact).set_index("index").sort_index()
+    want = np.where(left["key"].to_numpy() >= 0, m["row"].fillna(-1).to_numpy(np.int64), -1)
+    assert (got == want).all()

@@ -186,7 +186,7 @@ def _backlog_growth(cap: Capture, cons: pd.DataFrame) -> pd.Series:
     ok = cons["queue"].notna().to_numpy()
     if len(b) == 0 or not ok.any():
         return res
-    # merge_asof by queue on ts, as queue code and ts rank with asof. The backlog rows (by queue,
+    # merge_asof by queue on ts, as queue code and ts with asof. The backlog rows (by queue,
     # then frame) sorted on ts, stably: among a queue's rows of equal ts, the last frame's is
     # taken, whichever other queues' rows the table holds (a partition's holds its own queues)
     b_ts = b["ts"].array.asi8
@@ -195,11 +195,8 @@ def _backlog_growth(cap: Capture, cons: pd.DataFrame) -> pd.Series:
     b_min = b["backlog_min"].to_numpy(np.int64)[by_ts]
     q = cap.frames["queue"].cat.categories.get_indexer(cons.loc[ok, "queue"].astype(object))
     n = len(q)
-    # the times as ranks among all of them (small non-negative ints, as asof packs them)
-    rank = np.unique(np.r_[cons.loc[ok, "start_ts"].array.asi8, cons.loc[ok, "end_ts"].array.asi8, b_ts],
-                     return_inverse=True)[1].ravel()
     # starts and ends in one search (the backlog rows sorted once)
-    hit = asof(np.r_[q, q], rank[:2 * n], b_q, rank[2 * n:])
+    hit = asof(np.r_[q, q], np.r_[cons.loc[ok, "start_ts"].array.asi8, cons.loc[ok, "end_ts"].array.asi8], b_q, b_ts)
     val = np.where(hit >= 0, b_min[hit], 0)
     res.loc[cons.index[ok]] = val[n:] - val[:n]
     return res

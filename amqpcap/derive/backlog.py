@@ -135,15 +135,12 @@ def join_backlog(parts: list[QueueEvents]) -> pd.DataFrame:
 
 
 def frame_ranks(*keys: tuple[np.ndarray, np.ndarray]) -> list[np.ndarray]:
-    """Frame keys (packet, rank) of several arrays as one int64 per frame, dense and ordered as
-    the frames are (for `amqpcap.derive.columns.asof`, which packs its values with a key)."""
-    packet = np.concatenate([np.asarray(k[0], np.int64) for k in keys])
-    rank = np.concatenate([np.asarray(k[1], np.int64) for k in keys])
-    if not len(packet):
-        return [np.zeros(0, np.int64) for _ in keys]
-    packed = packet * (int(rank.max()) + 1) + rank  # (ranks count a packet's frames: small)
-    dense = np.unique(packed, return_inverse=True)[1].ravel().astype(np.int64)
-    return np.split(dense, np.cumsum([len(k[0]) for k in keys])[:-1])
+    """Frame keys (packet, rank) of several arrays as one int64 per frame, ordered as the
+    frames are (for `amqpcap.derive.columns.asof`): packet × (largest rank + 1) + rank. Ranks
+    count a packet's frames and packets a capture's, so this is far from overflowing."""
+    ranks = [np.asarray(k[1], np.int64) for k in keys]
+    width = max((int(r.max()) for r in ranks if len(r)), default=0) + 1
+    return [np.asarray(k[0], np.int64) * width + r for k, r in zip(keys, ranks)]
 
 
 @dataclass(frozen=True)

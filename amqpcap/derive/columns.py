@@ -79,20 +79,24 @@ def asof(left_key: np.ndarray, left_on: np.ndarray, right_key: np.ndarray, right
     ``left_on`` (backward) or the first with ``right_on`` ≥ ``left_on`` (forward; strict
     inequalities without exact matches); -1 when there is none, or when the key is < 0.
 
-    Keys are small dense codes (see :func:`codes`) and ``on`` values non-negative ints (frame
-    orders, or ranks), so (key, on) packs into one sortable int64 and the match is a
-    ``searchsorted``; this avoids the merge's copies of both frames and its hashing of the keys."""
+    Keys are small codes (see :func:`codes`) and ``on`` values ints (frame orders, frame keys,
+    nanoseconds), so (key, on) packs into one sortable int64 and the match is a
+    ``searchsorted``; this avoids the merge's copies of both frames and its hashing of the keys.
+    The ``on`` values are packed relative to their least; only when keys × their range would
+    not fit in an int64 are they replaced by their ranks (a sort of both sides)."""
     n, nr = len(left_key), len(right_key)
     out = np.full(n, -1, dtype=np.int64)
     if n == 0 or nr == 0:
         return out
+    left_on, right_on = _packable(np.asarray(left_on, np.int64), np.asarray(right_on, np.int64),
+                                  max(int(np.abs(left_key).max()), int(np.abs(right_key).max())) + 1)
     span = int(max(left_on.max(), right_on.max())) + 1
     rk = right_key.astype(np.int64)
-    r = rk * span + right_on.astype(np.int64)
+    r = rk * span + right_on
     ridx = np.argsort(r, kind="stable")  # among equal (key, on): right order, as merge_asof
     r = r[ridx]
     lk = left_key.astype(np.int64)
-    q = lk * span + left_on.astype(np.int64)
+    q = lk * span + left_on
     if direction == "backward":
         j = np.searchsorted(r, q, side="right" if allow_exact_matches else "left") - 1
     else:
@@ -102,6 +106,18 @@ def asof(left_key: np.ndarray, left_on: np.ndarray, right_key: np.ndarray, right
     ok &= rk[ridx[j]] == lk
     out[ok] = ridx[j[ok]]
     return out
+
+
+def _packable(left_on: np.ndarray, right_on: np.ndarray, keys: int) -> tuple[np.ndarray, np.ndarray]:
+    """`asof`'s ``on`` values from 0 up, ordered as given, small enough that ``keys`` of them
+    side by side (with one key's room for the negative codes) fit in an int64: shifted to start
+    at 0, or, when their range is too wide for that, their ranks among both sides."""
+    lo = min(int(left_on.min()), int(right_on.min()))
+    span = max(int(left_on.max()), int(right_on.max())) - lo + 1
+    if (2 * keys + 1) * span < 2**63:
+        return left_on - lo, right_on - lo
+    rank = np.unique(np.r_[left_on, right_on], return_inverse=True)[1].ravel().astype(np.int64)
+    return rank[:len(left_on)], rank[len(left_on):]
 
 
 def text_ranks(labels, code: np.ndarray) -> np.ndarray:
