@@ -35,7 +35,7 @@ from . import dataset
 from .analysis import AnalyzerResult, analyzers, splits
 from .capture import Capture
 from .errors import AmqpcapError
-from .partition import CaptureFacts, Split, joined_once, release_freed_memory
+from .partition import CaptureFacts, PerPartition, Split, context_for, joined_once, release_freed_memory
 
 #: a local cluster's workers at most (one per core below that)
 LOCAL_MAX_WORKERS = 8
@@ -216,16 +216,23 @@ def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], Non
     gather(steps.futures, "bucket")
     second = [name for name, split in sp.items() if split.context is not None]
     if second:
-        joined = joined_once(sp, {name: [partials[k][name] for k in sorted(partials)] for name in second})
-        # each distinct value sent to the workers once, not with every task: a queue backlog has
-        # a row per message (broadcast: a copy on each worker, so that one dying does not lose it)
-        values = list({id(v): v for v in joined.values()}.values())
-        sent = dict(zip(map(id, values), steps.client.scatter(values, broadcast=True, hash=False)))
-        contexts = {name: sent[id(v)] for name, v in joined.items()}
-        del joined, values  # on the workers now: not held here through the merge
-        gather({steps.client.submit(bucket_step, steps.root, k, steps.facts, second, contexts,
-                                    key=f"amqpcap-bucket-round2-{k}-{steps.token}"): k
-                for k in range(steps.buckets)}, "bucket (second round)")
+        buckets = sorted(partials)
+        joined = joined_once(sp, {name: [partials[k][name] for k in buckets] for name in second})
+        # a value for every bucket sent to the workers once, not with every task (broadcast: a
+        # copy on each worker, so that one dying does not lose it); a value per bucket
+        # (`PerPartition`) goes with that bucket's task, as its argument (kept by the scheduler
+        # for a retry)
+        shared = list({id(v): v for v in joined.values() if not isinstance(v, PerPartition)}.values())
+        sent = dict(zip(map(id, shared), steps.client.scatter(shared, broadcast=True, hash=False)))
+
+        def contexts(i: int) -> dict[str, Any]:
+            return {name: context_for(v, i) if isinstance(v, PerPartition) else sent[id(v)] for name, v in joined.items()}
+
+        futures = {steps.client.submit(bucket_step, steps.root, k, steps.facts, second, contexts(i),
+                                       key=f"amqpcap-bucket-round2-{k}-{steps.token}"): k
+                   for i, k in enumerate(buckets)}
+        del joined, shared  # on the workers now: not held here through the merge
+        gather(futures, "bucket (second round)")
     out = {}
     for name, split in sp.items():  # each analyzer's partials dropped once merged (`partition.taken`)
         mine = [partials[k].pop(name) for k in sorted(partials)]

@@ -22,7 +22,8 @@ one connection explains another's silence) also has a first round:
   connections; its queue events, for the queue backlogs), from a step of its own before any
   ``partial``;
 - ``join_context(contexts)``: those of every partition as one value, given to each
-  ``partial(part, facts, context)``. A step that puts it on ``part.context`` for the
+  ``partial(part, facts, context)``; or as a `PerPartition`, a value for each partition (the
+  queue backlog read at that partition's acks), given to that partition's step alone. A step that puts it on ``part.context`` for the
   derivations does so before any derivation reads it (`amqpcap.capture.Capture.context`).
 
 Run in one process, the analyzer is its own split over one partition (`run_whole`): there is one
@@ -78,6 +79,20 @@ Partial = Any
 
 
 @dataclass(frozen=True)
+class PerPartition:
+    """A joined context that is a value per partition, in the order of the contexts joined:
+    each partition's step is given its own (`amqpcap.engine` sends each with its bucket's task
+    alone, where a joined context of one value goes to every worker)."""
+
+    values: list
+
+
+def context_for(joined: Any, i: int) -> Any:
+    """What the step of the `i`-th partition (in the order of the contexts joined) is given."""
+    return joined.values[i] if isinstance(joined, PerPartition) else joined
+
+
+@dataclass(frozen=True)
 class Split:
     #: ``partial(part, facts)``, or ``partial(part, facts, context)`` with a `context` step
     partial: Callable[..., Partial]
@@ -100,7 +115,7 @@ def partials_of(split: Split, parts: list[Capture], facts: CaptureFacts) -> list
     (when the split has one), then a partial per partition (`amqpcap.engine` runs the same
     rounds as Dask tasks)."""
     ctx = split.join_context([split.context(p, facts) for p in parts]) if split.context else None
-    return [split.partial_with(p, facts, ctx) for p in parts]
+    return [split.partial_with(p, facts, context_for(ctx, i)) for i, p in enumerate(parts)]
 
 
 def run_whole(split: Split, cap: Capture) -> Any:
@@ -113,7 +128,7 @@ def run_whole(split: Split, cap: Capture) -> Any:
         kept, key = _joined_contexts(cap), (split.context, split.join_context)
         if key not in kept:
             kept[key] = split.join_context([split.context(cap, facts)])
-        ctx = kept[key]
+        ctx = context_for(kept[key], 0)
     return split.merge([split.partial_with(cap, facts, ctx)], rec, facts, cap)
 
 

@@ -19,14 +19,14 @@ import pandas as pd
 
 from ..analysis import SEVERITY_RANK, AnalyzerResult, Finding, Plot, analyzer, stream_filter
 from ..capture import Capture
-from ..derive.backlog import backlog_context, backlog_with_codes, join_backlog
-from ..derive.columns import as_object, asof, codes
+from ..derive.backlog import BacklogAnswers
+from ..derive.columns import as_object, codes
 from ..derive.consumers import (CONSUMER, acked_deliveries, code_of, consumer_rows, consumer_state,
                                 consumer_state_with_codes, with_prefetch)
 from ..derive.deliveries import consumes, deliveries, tag_ranks
 from ..derive.labels import channels_filter, connection_labels
 from ..derive.methods import KEY, chan_key, methods, pick, select
-from ..derive.refills import ack_gaps, slow_refills
+from ..derive.refills import ack_gaps, backlog_answers, backlog_context, join_backlog_context, slow_refills
 from ..names import connection_label, consumer_label, number, subject
 from ..partition import CaptureFacts, Split, merge_rows, run_whole, taken
 
@@ -172,34 +172,11 @@ def consumer_summary(cap: Capture) -> pd.DataFrame:
     out["ack_to_next_deliver_p50_s"] = a2d.reindex(kc[ng:]).to_numpy(float)
     span = (out["end_ts"] - out["start_ts"]).dt.total_seconds()
     out["rate_per_s"] = out["deliveries"] / span.where(span > 0)
-    out["backlog_growth_msgs"] = _backlog_growth(cap, out)
+    # growth of the consumer's queue backlog (lower bound) from its start to its end, in messages
+    out["backlog_growth_msgs"] = backlog_answers(cap).growth_msgs[keep]
     out = out.sort_values(["stream", "channel", "start_ts"], kind="stable").reset_index(drop=True)
     out["connection"] = connection_labels(cap, out["stream"])
     return out[cols]
-
-
-def _backlog_growth(cap: Capture, cons: pd.DataFrame) -> pd.Series:
-    """Growth of the consumer's queue backlog (lower bound) from its start to its end, in messages."""
-    bc = backlog_with_codes(cap)
-    b = bc.table
-    res = pd.Series(pd.array(np.full(len(cons), pd.NA), dtype="Int64"), index=cons.index)
-    ok = cons["queue"].notna().to_numpy()
-    if len(b) == 0 or not ok.any():
-        return res
-    # merge_asof by queue on ts, as queue code and ts with asof. The backlog rows (by queue,
-    # then frame) sorted on ts, stably: among a queue's rows of equal ts, the last frame's is
-    # taken, whichever other queues' rows the table holds (a partition's holds its own queues)
-    b_ts = b["ts"].array.asi8
-    by_ts = np.argsort(b_ts, kind="stable")
-    b_ts, b_q = b_ts[by_ts], bc.queue_code[by_ts]
-    b_min = b["backlog_min"].to_numpy(np.int64)[by_ts]
-    q = cap.frames["queue"].cat.categories.get_indexer(cons.loc[ok, "queue"].astype(object))
-    n = len(q)
-    # starts and ends in one search (the backlog rows sorted once)
-    hit = asof(np.r_[q, q], np.r_[cons.loc[ok, "start_ts"].array.asi8, cons.loc[ok, "end_ts"].array.asi8], b_q, b_ts)
-    val = np.where(hit >= 0, b_min[hit], 0)
-    res.loc[cons.index[ok]] = val[n:] - val[:n]
-    return res
 
 
 #: severity by its rank (analysis.SEVERITY_RANK: info 0, warning 1, critical 2)
@@ -546,10 +523,10 @@ def _no_ack_rows(cap: Capture, d: pd.DataFrame) -> list[dict[str, Any]]:
                                         np.bincount(code).tolist())]
 
 
-def consumers_partial(cap: Capture, facts: CaptureFacts, backlog: pd.DataFrame) -> dict[str, Any]:
+def consumers_partial(cap: Capture, facts: CaptureFacts, backlog: BacklogAnswers) -> dict[str, Any]:
     """A partition's consumers (summary rows, credit series, no-ack consumers, the unlimited
     ones that fell behind, their example packets and queues) and its slowly refilled channels,
-    with the whole capture's `backlog` of their queues."""
+    with the whole capture's `backlog` read at its acks and consumers."""
     cap.context["backlog"] = backlog
     s = consumer_summary(cap)
     d = deliveries(cap)
@@ -590,7 +567,7 @@ def consumers_merge(partials: list[dict[str, Any]], records: None, facts: Captur
                           findings=findings, plots=plots)
 
 
-SPLIT = Split(partial=consumers_partial, merge=consumers_merge, context=backlog_context, join_context=join_backlog)
+SPLIT = Split(partial=consumers_partial, merge=consumers_merge, context=backlog_context, join_context=join_backlog_context)
 
 
 @analyzer("consumers", split=SPLIT)

@@ -15,12 +15,12 @@ import pandas as pd
 
 from ..analysis import SEVERITY_RANK, AnalyzerResult, Finding, Plot, analyzer
 from ..capture import Capture
-from ..derive.backlog import backlog_context, join_backlog
+from ..derive.backlog import BacklogAnswers
 from ..derive.columns import codes, stable_argsort
 from ..derive.deliveries import DELIVER_METHODS, SETTLE_METHODS, confirms, deliveries, tag_ranks
 from ..derive.labels import channels_filter, connection_labels
 from ..derive.methods import chan_key, methods, pick, select
-from ..derive.refills import ack_gaps, slow_refills_of, waiting
+from ..derive.refills import ack_gaps, backlog_context, join_backlog_context, slow_refills_of, waiting
 from ..names import connection_label, consumer_label, number, subject
 from ..partition import CaptureFacts, Split, merge_rows, run_whole, taken
 
@@ -179,8 +179,8 @@ def consumer_latency(d: pd.DataFrame, gaps: pd.DataFrame, cap: Capture | None = 
     return out
 
 
-def latency_partial(cap: Capture, facts: CaptureFacts, backlog: pd.DataFrame) -> dict[str, Any]:
-    """A partition's deliveries, ack gaps (with the whole capture's `backlog` of their queues),
+def latency_partial(cap: Capture, facts: CaptureFacts, backlog: BacklogAnswers) -> dict[str, Any]:
+    """A partition's deliveries, ack gaps (with the whole capture's backlog read at them),
     confirms, interleaving rows and the raster's data."""
     cap.context["backlog"] = backlog
     return {"deliveries": deliveries(cap), "gaps": ack_gaps(cap), "confirms": confirms(cap),
@@ -246,7 +246,7 @@ def latency_merge(partials: list[dict[str, Any]], records: None, facts: CaptureF
     return AnalyzerResult("latency", tables=tables, summary=summary, findings=findings, plots=plots)
 
 
-SPLIT = Split(partial=latency_partial, merge=latency_merge, context=backlog_context, join_context=join_backlog)
+SPLIT = Split(partial=latency_partial, merge=latency_merge, context=backlog_context, join_context=join_backlog_context)
 
 
 @analyzer("latency", split=SPLIT)

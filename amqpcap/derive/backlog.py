@@ -7,7 +7,11 @@ It is computed in two steps, so that a capture split into partitions of whole co
 
 - `queue_events` (scope CONNECTION): what a partition holds of every queue's backlog: its
   `queue.bind`s, its publishes and its deliveries and requeues, each at its frame's key;
-- `join_backlog`: the events of every partition as one backlog per consumed queue.
+- `join_backlog`: the events of every partition as one backlog per consumed queue;
+- `answer_backlog`: that backlog read at the points every partition asks about (its acks, its
+  consumers' start and end), all partitions' points in one search, so that no partition needs
+  the whole backlog (one busy queue shared by every partition would otherwise be searched once
+  per partition).
 
 A frame's key is the pair (packet, rank): its packet (the frame number of its last byte) and its
 position among that packet's frames. A whole decode orders frames by packet (docs/tables.md) and
@@ -23,8 +27,8 @@ import numpy as np
 import pandas as pd
 
 from ..capture import Capture
-from .cache import CAPTURE, CONNECTION, derivation
-from .columns import group_cumsum
+from .cache import CONNECTION, derivation
+from .columns import asof, group_cumsum
 from .deliveries import deliveries_with_codes
 from .methods import methods, pick, select
 
@@ -77,13 +81,6 @@ def queue_events(cap: Capture) -> QueueEvents:
                                 "packet": p_packet, "rank": p_rank, "ts": ts[p_order]}),
         takes=pd.DataFrame({"queue": np.r_[queue[has], queue[rq]], "packet": packet, "rank": rank, "ts": ts[order],
                             "delta": np.r_[-np.ones(int(has.sum()), np.int64), np.ones(int(rq.sum()), np.int64)]}))
-
-
-def backlog_context(cap: Capture, facts) -> QueueEvents:
-    """The context step (`amqpcap.partition.Split.context`) of the analyzers that read the
-    queue backlog (consumers, latency): a partition's queue events, which `join_backlog` joins.
-    One function for both, so that the backlog is joined once for them."""
-    return queue_events(cap)
 
 
 def join_backlog(parts: list[QueueEvents]) -> pd.DataFrame:
@@ -144,38 +141,108 @@ def frame_ranks(*keys: tuple[np.ndarray, np.ndarray]) -> list[np.ndarray]:
 
 
 @dataclass(frozen=True)
-class Backlog:
-    """:func:`queue_backlog`'s table with each row's queue as a code in the categories of
-    cap.frames' queue column (the code the acks are matched to their queue's backlog on)."""
+class BacklogQuestions:
+    """What a partition adds to the queues' backlogs and what it asks of them: its queue events,
+    and the points where its acks and consumers read their queue's backlog (a partition's
+    context step: `amqpcap.derive.refills.backlog_context`)."""
 
-    table: pd.DataFrame
-    queue_code: np.ndarray
+    events: QueueEvents
+    #: per client ack/nack/reject, in `ack_gaps`' row order: queue (text; None: unknown),
+    #: packet, rank (the ack's frame key), next_packet, next_rank (the frame key of the next
+    #: delivery on its channel; -1 and 0 when there is none)
+    acks: pd.DataFrame
+    #: per acknowledging consumer, in `consumer_rows`' order: queue (text; None: unknown),
+    #: start_ts, end_ts (int64 ns)
+    consumers: pd.DataFrame
 
 
-def queue_backlog(cap: Capture) -> pd.DataFrame:
-    """Lower bound of each consumed queue's backlog over time (see :func:`backlog_with_codes`)."""
-    return backlog_with_codes(cap).table
+@dataclass(frozen=True)
+class BacklogAnswers:
+    """The backlog read at one partition's points (`BacklogQuestions`), row for row."""
+
+    #: per ack: the least number of messages known to wait in its queue right after it, and
+    #: until the next delivery (Int64; <NA> without a queue or a backlog row before)
+    backlog_min: pd.api.extensions.ExtensionArray
+    backlog_min_gap: pd.api.extensions.ExtensionArray
+    #: per consumer: growth of its queue's backlog from its start to its end, in messages
+    #: (Int64; <NA> without a known queue, or when no queue has a backlog)
+    growth_msgs: pd.api.extensions.ExtensionArray
 
 
-@derivation(CAPTURE)
-def backlog_with_codes(cap: Capture) -> Backlog:
-    """Lower bound of the backlog over time of each consumed queue that `cap`'s frames name:
-    `join_backlog` of the capture's queue events, or, for a partition, of every partition's
-    (``cap.context["backlog"]``, joined by an analyzer's context round). Columns: queue
-    (categorical), packet,
-    rank (the frame's key, see the module doc; the frame may be another partition's), ts,
-    backlog_min (messages, after that frame)."""
-    b = cap.context.get("backlog")
-    if b is None:
-        b = join_backlog([queue_events(cap)])
-    queue = b["queue"].array
-    # the queues as codes into cap.frames' (another partition's queues: -1, no consumer or ack
-    # here asks for them), mapped through the few categories, not the rows
-    code = np.r_[cap.frames["queue"].cat.categories.get_indexer(queue.categories), -1][queue.codes]
-    mine = code >= 0
-    b = b[mine]
-    table = pd.DataFrame({"queue": b["queue"].array, "packet": b["packet"].to_numpy(np.int64),
-                          "rank": b["rank"].to_numpy(np.int64),
-                          "ts": pd.to_datetime(b["ts"].to_numpy(np.int64), unit="ns", utc=True).array,
-                          "backlog_min": b["backlog_min"].to_numpy(np.int64)})
-    return Backlog(table, code[mine].astype(np.int64))
+def answer_backlog(parts: list[BacklogQuestions]) -> list[BacklogAnswers]:
+    """Every partition's questions answered from the backlog their events make together
+    (`join_backlog`), in one pass over it: the partitions' points are searched together, so the
+    backlog is sorted once, however many partitions read a busy shared queue."""
+    b = join_backlog([p.events for p in parts])
+    names = b["queue"].array.categories
+    b_q = b["queue"].array.codes.astype(np.int64)
+    b_min = b["backlog_min"].to_numpy(np.int64)
+    acks = pd.concat([p.acks for p in parts], ignore_index=True)
+    cons = pd.concat([p.consumers for p in parts], ignore_index=True)
+    at, gap = _at_acks(b, names, b_q, b_min, acks)
+    growth = _growth(b, names, b_q, b_min, cons)
+    out, i, j = [], 0, 0
+    for p in parts:
+        n, m = len(p.acks), len(p.consumers)
+        out.append(BacklogAnswers(at[i:i + n], gap[i:i + n], growth[j:j + m]))
+        i, j = i + n, j + m
+    return out
+
+
+def _queue_codes(names: pd.Index, queue: pd.Series) -> np.ndarray:
+    """Each row's queue as a code into the backlog's queues (-1: unknown, or not consumed)."""
+    return names.get_indexer(queue.astype(object).where(queue.notna(), None)).astype(np.int64)
+
+
+def _at_acks(b, names, b_q, b_min, acks) -> tuple:
+    """The backlog right after each ack (the last row of its queue at or before the ack's frame)
+    and its least value until the next delivery (up to the last row before that frame)."""
+    q = _queue_codes(names, acks["queue"])
+    s_key, nxt_key, b_key = frame_ranks((acks["packet"].to_numpy(np.int64), acks["rank"].to_numpy(np.int64)),
+                                        (acks["next_packet"].to_numpy(np.int64), acks["next_rank"].to_numpy(np.int64)),
+                                        (b["packet"].to_numpy(np.int64), b["rank"].to_numpy(np.int64)))
+    hit = asof(q, s_key, b_q, b_key)
+    at = pd.array(b_min, dtype="Int64").take(hit, allow_fill=True) if len(b) else pd.array([pd.NA] * len(q), "Int64")
+    has_next = acks["next_packet"].to_numpy(np.int64) >= 0
+    last = np.where(has_next, asof(q, nxt_key, b_q, b_key, allow_exact_matches=False), -1)
+    return at, _range_min(b_min, b_q, b_key, hit, last)
+
+
+def _growth(b, names, b_q, b_min, cons) -> pd.api.extensions.ExtensionArray:
+    """merge_asof by queue on ts of each consumer's start and end against the backlog's rows,
+    sorted on ts stably: among a queue's rows of equal ts, the last frame's is taken."""
+    res = pd.array(np.full(len(cons), pd.NA), dtype="Int64")
+    ok = cons["queue"].notna().to_numpy()
+    if len(b) == 0 or not ok.any():
+        return res
+    b_ts = b["ts"].to_numpy(np.int64)
+    by_ts = np.argsort(b_ts, kind="stable")
+    q = _queue_codes(names, cons["queue"])[ok]
+    n = len(q)
+    # starts and ends in one search (the backlog rows sorted once)
+    hit = asof(np.r_[q, q], np.r_[cons["start_ts"].to_numpy(np.int64)[ok], cons["end_ts"].to_numpy(np.int64)[ok]],
+               b_q[by_ts], b_ts[by_ts])
+    val = np.where(hit >= 0, b_min[by_ts][np.maximum(hit, 0)], 0)
+    res[ok] = val[n:] - val[:n]
+    return res
+
+
+def _range_min(values: np.ndarray, key: np.ndarray, order: np.ndarray, first: np.ndarray, last: np.ndarray):
+    """Per query, the least of ``values`` over the rows ``first``..``last`` (row positions, -1:
+    none) of one key, those rows taken in (key, order) order; <NA> where either end is missing.
+    One `minimum.reduceat` over the rows sorted by (key, order), no loop."""
+    out = pd.array(np.zeros(len(first), np.int64), dtype="Int64")
+    ok = (first >= 0) & (last >= 0)
+    out[~ok] = pd.NA
+    if not ok.any():
+        return out
+    by = np.lexsort((order, key))
+    rank = np.empty_like(by)
+    rank[by] = np.arange(len(by))
+    lo, hi = rank[first[ok]], rank[last[ok]]
+    hi = np.maximum(hi, lo)  # (the same key: last comes at or after first)
+    bounds = np.empty(2 * len(lo), np.int64)
+    bounds[0::2], bounds[1::2] = lo, hi + 1
+    sorted_values = np.append(values[by], 0)  # a sentinel: hi + 1 may be one past the end
+    out[ok] = np.minimum.reduceat(sorted_values, bounds)[0::2]
+    return out

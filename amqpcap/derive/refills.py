@@ -11,12 +11,17 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from dataclasses import dataclass
+
 from ..capture import Capture
-from .backlog import backlog_with_codes, frame_keys, frame_ranks
-from .cache import CAPTURE, derivation
+from ..partition import PerPartition
+from .backlog import BacklogAnswers, BacklogQuestions, answer_backlog, frame_keys, queue_events
+from .cache import CAPTURE, CONNECTION, derivation
 from .columns import asof, group_cumsum
+from .consumers import consumer_rows
 from .deliveries import GET_TAG, SETTLE_METHODS, deliveries, deliveries_with_codes
 from .methods import chan_key, methods, pick, select
+from .stream_order import ns
 
 
 #: broker-slow-refill: median ack→next-deliver (with messages known to be waiting) above this is
@@ -30,35 +35,20 @@ REFILL_RATIO = 1.0
 MIN_REFILLS = 20
 
 
-def _range_min(values: np.ndarray, key: np.ndarray, order: np.ndarray, first: np.ndarray, last: np.ndarray):
-    """Per query, the least of ``values`` over the rows ``first``..``last`` (row positions, -1:
-    none) of one key, those rows taken in (key, order) order; <NA> where either end is missing.
-    One `minimum.reduceat` over the rows sorted by (key, order), no loop."""
-    out = pd.array(np.zeros(len(first), np.int64), dtype="Int64")
-    ok = (first >= 0) & (last >= 0)
-    out[~ok] = pd.NA
-    if not ok.any():
-        return out
-    by = np.lexsort((order, key))
-    rank = np.empty_like(by)
-    rank[by] = np.arange(len(by))
-    lo, hi = rank[first[ok]], rank[last[ok]]
-    hi = np.maximum(hi, lo)  # (the same key: last comes at or after first)
-    bounds = np.empty(2 * len(lo), np.int64)
-    bounds[0::2], bounds[1::2] = lo, hi + 1
-    sorted_values = np.append(values[by], 0)  # a sentinel: hi + 1 may be one past the end
-    out[ok] = np.minimum.reduceat(sorted_values, bounds)[0::2]
-    return out
+@dataclass(frozen=True)
+class AckRows:
+    """`ack_gaps`' rows before the backlog is read at them, and where to read it."""
+
+    #: ack_gaps' columns but backlog_min and backlog_min_gap
+    table: pd.DataFrame
+    #: the points where the acks read their queue's backlog (`BacklogQuestions.acks`)
+    questions: pd.DataFrame
 
 
-@derivation(CAPTURE)
-def ack_gaps(cap: Capture) -> pd.DataFrame:
-    """One row per client ack/nack/reject: the next delivery on its channel and the gap.
-
-    Columns: stream, channel, epoch, packet, ts, order, method, multiple, settled (deliveries it
-    settled), queue, backlog_min (messages known to be waiting in that queue right after the ack,
-    see amqpcap.derive.backlog), backlog_min_gap (the least of it until the next delivery),
-    next_deliver_packet, next_deliver_ts, gap_s."""
+@derivation(CONNECTION)
+def ack_rows(cap: Capture) -> AckRows:
+    """One row per client ack/nack/reject with the next delivery on its channel (see
+    `ack_gaps`), and the backlog's questions at them: a partition's own."""
     m = methods(cap)
     s = pick(cap, m, select(m, SETTLE_METHODS, "c2s"), ["stream", "channel", "epoch", "space", "packet", "ts",
                                                                "order", "method", "multiple"])
@@ -89,22 +79,60 @@ def ack_gaps(cap: Capture) -> pd.DataFrame:
     s["next_deliver_packet"] = pd.array(d["packet"].to_numpy(np.int64), dtype="Int64").take(nxt, allow_fill=True)
     s["next_deliver_ts"] = d["ts"].array.take(nxt, allow_fill=True)
     s["gap_s"] = (s["next_deliver_ts"] - s["ts"]).dt.total_seconds()
-
-    # the queue's backlog right after the frame: the last backlog row of that queue before it
-    # (the backlog's rows may be other partitions' frames: frames compared by key, not position)
-    bc = backlog_with_codes(cap)
-    b = bc.table
-    sq = np.where(q_row >= 0, qc[np.maximum(q_row, 0)], -1)
-    nxt_order = np.where(nxt >= 0, d_order[np.maximum(nxt, 0)], 0)
-    s_key, nxt_key, b_key = frame_ranks(frame_keys(cap, s_order), frame_keys(cap, nxt_order),
-                                        (b["packet"].to_numpy(np.int64), b["rank"].to_numpy(np.int64)))
-    b_q = bc.queue_code
-    hit = asof(sq, s_key, b_q, b_key)
-    s["backlog_min"] = pd.array(b["backlog_min"].to_numpy(np.int64), dtype="Int64").take(hit, allow_fill=True)
-    # ... and its least value until the next delivery: the last backlog row before that frame
-    last = np.where(nxt >= 0, asof(sq, nxt_key, b_q, b_key, allow_exact_matches=False), -1)
-    s["backlog_min_gap"] = _range_min(b["backlog_min"].to_numpy(np.int64), b_q, b_key, hit, last)
     s["unacked_after"] = _unacked_after(d, d_space, s["space"].to_numpy(), s_order)
+
+    # the queue's backlog is read right after the ack's frame and until the next delivery's
+    # (frames named by key: the backlog's rows are of every partition's frames)
+    s_packet, s_rank = frame_keys(cap, s_order)
+    n_packet, n_rank = frame_keys(cap, np.where(nxt >= 0, d_order[np.maximum(nxt, 0)], 0))
+    questions = pd.DataFrame({"queue": _text_or_none(s["queue"]), "packet": s_packet, "rank": s_rank,
+                              "next_packet": np.where(nxt >= 0, n_packet, -1), "next_rank": np.where(nxt >= 0, n_rank, 0)})
+    return AckRows(s, questions)
+
+
+def _text_or_none(col: pd.Series) -> np.ndarray:
+    return col.astype(object).where(col.notna(), None).to_numpy(object)
+
+
+def backlog_context(cap: Capture, facts) -> BacklogQuestions:
+    """The context step (`amqpcap.partition.Split.context`) of the analyzers that read the
+    queue backlog (consumers, latency): a partition's queue events, and where its acks and
+    consumers read the backlog. One function for both, so that it is joined once for them."""
+    c = consumer_rows(cap)
+    return BacklogQuestions(queue_events(cap), ack_rows(cap).questions,
+                            pd.DataFrame({"queue": _text_or_none(c["queue"]), "start_ts": ns(c["start_ts"]),
+                                          "end_ts": ns(c["end_ts"])}))
+
+
+def join_backlog_context(parts: list[BacklogQuestions]) -> PerPartition:
+    """The contexts joined (`amqpcap.partition.Split.join_context`): each partition's questions
+    answered, given to that partition alone."""
+    return PerPartition(answer_backlog(parts))
+
+
+@derivation(CAPTURE)
+def backlog_answers(cap: Capture) -> BacklogAnswers:
+    """The backlog read at `cap`'s acks and consumers (`BacklogAnswers`): a partition's, given by
+    the context round (``cap.context["backlog"]``), or those of the capture as one partition."""
+    got = cap.context.get("backlog")
+    if got is None:
+        got = answer_backlog([backlog_context(cap, None)])[0]
+    return got
+
+
+@derivation(CAPTURE)
+def ack_gaps(cap: Capture) -> pd.DataFrame:
+    """One row per client ack/nack/reject: the next delivery on its channel and the gap.
+
+    Columns: stream, channel, epoch, packet, ts, order, method, multiple, settled (deliveries it
+    settled), queue, backlog_min (messages known to be waiting in that queue right after the ack,
+    see amqpcap.derive.backlog), backlog_min_gap (the least of it until the next delivery),
+    next_deliver_packet, next_deliver_ts, gap_s."""
+    rows = ack_rows(cap)
+    a = backlog_answers(cap)
+    if len(a.backlog_min) != len(rows.table):
+        raise ValueError(f"the backlog was read at {len(a.backlog_min):,} acks, the partition has {len(rows.table):,}")
+    s = rows.table.assign(backlog_min=a.backlog_min, backlog_min_gap=a.backlog_min_gap)
     return s[["stream", "channel", "epoch", "packet", "ts", "order", "method", "multiple", "settled", "unacked_after",
               "queue", "backlog_min", "backlog_min_gap", "next_deliver_packet", "next_deliver_ts",
               "gap_s"]].reset_index(drop=True)
