@@ -8,10 +8,10 @@ relates publishing and consuming connections: scope CAPTURE.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
-
-from dataclasses import dataclass
 
 from ..capture import Capture
 from ..partition import PerPartition
