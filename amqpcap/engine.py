@@ -217,7 +217,7 @@ def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], Non
     second = [name for name, split in sp.items() if split.context is not None]
     if second:
         buckets = sorted(partials)
-        joined = joined_once(sp, {name: [partials[k][name] for k in buckets] for name in second})
+        joined = joined_once(sp, {name: [partials[k].pop(name) for k in buckets] for name in second})
         # a value for every bucket sent to the workers once, not with every task (broadcast: a
         # copy on each worker, so that one dying does not lose it); a value per bucket
         # (`PerPartition`) goes with that bucket's task, as its argument (kept by the scheduler

@@ -2,15 +2,16 @@
 """The analyzers (every one splits), run partition by partition on a local Dask cluster of 1 and
 of 2 worker processes, against the same analyzers in one process, in one run.
 
-    python3 benchmarks/engine.py DATASET [--repeat 3]
+    python3 benchmarks/engine.py DATASET [--repeat 3] [--no-whole]
 
 DATASET: written by `amqpcap ingest CAPTURE --out DATASET --buckets N` (e.g. a capture made by
 make_large_capture.py). Prints, for each way, the best of --repeat wall times of the split
 analyzers (partition steps, records step and merge; reading the dataset included, starting
 the cluster not), the peak RSS of each worker process, and the speed-up of 2 workers over 1.
 
-What it does not time: the overview and the report, which `amqpcap analyze --scheduler` still
-makes in the calling process from the dataset read whole (docs/dataset.md).
+What it does not time: writing the overview, report and tables (`benchmarks/analyze_large.py`
+times `amqpcap analyze` whole). --no-whole skips the run in one process, for a dataset too
+large to read whole in this process.
 """
 
 from __future__ import annotations
@@ -45,26 +46,31 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dataset", type=Path)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--no-whole", action="store_true",
+                    help="skip the run in one process (a dataset too large to read whole here)")
     a = ap.parse_args()
     root = a.dataset.resolve()
     m = dataset.manifest(root)
     print(f"dataset {root}: {m['summary']['packets']:,} packets, {m['rows']['connections']:,} connections, "
           f"{m['buckets']} buckets; split analyzers: {', '.join(splits())}")
 
-    # in one process: the capture read whole, each split analyzer as run_whole (what `analyze` does)
-    t = time.perf_counter()
-    cap = amqpcap.load(root)
-    read_s = time.perf_counter() - t
-    best_whole = float("inf")
-    for _ in range(a.repeat):
-        cap.derived.clear()
+    whole_s = None
+    if not a.no_whole:
+        # in one process: the capture read whole, each split analyzer as run_whole (what `analyze` does)
         t = time.perf_counter()
-        for split in splits().values():
-            run_whole(split, cap)
-        best_whole = min(best_whole, time.perf_counter() - t)
-    del cap
-    print(f"{'in one process':>16}: {read_s + best_whole:7.2f} s  (read {read_s:.2f} s + analyzers {best_whole:.2f} s)"
-          f"  peak RSS {_worker_peak_rss_mib():,.0f} MiB")
+        cap = amqpcap.load(root)
+        read_s = time.perf_counter() - t
+        best_whole = float("inf")
+        for _ in range(a.repeat):
+            cap.derived.clear()
+            t = time.perf_counter()
+            for split in splits().values():
+                run_whole(split, cap)
+            best_whole = min(best_whole, time.perf_counter() - t)
+        del cap
+        whole_s = read_s + best_whole
+        print(f"{'in one process':>16}: {read_s + best_whole:7.2f} s  (read {read_s:.2f} s + analyzers {best_whole:.2f} s)"
+              f"  peak RSS {_worker_peak_rss_mib():,.0f} MiB")
 
     times = {}
     for workers in (1, 2):
@@ -78,8 +84,9 @@ def main() -> None:
         times[workers] = best
         print(f"{f'{workers} worker' + 's' * (workers > 1):>16}: {best:7.2f} s  peak RSS per worker "
               + ", ".join(f"{r:,.0f} MiB" for r in rss))
-    print(f"speed-up, 2 workers over 1: {times[1] / times[2]:.2f}x; 2 workers against one process: "
-          f"{(read_s + best_whole) / times[2]:.2f}x")
+    print(f"speed-up, 2 workers over 1: {times[1] / times[2]:.2f}x"
+          + (f"; 2 workers against one process: {whole_s / times[2]:.2f}x" if whole_s else ""))
+    print(f"this process ({'the run in one process and ' if whole_s else ''}the merges): peak RSS {_worker_peak_rss_mib():,.0f} MiB")
 
 
 if __name__ == "__main__":
