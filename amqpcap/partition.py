@@ -23,8 +23,9 @@ one connection explains another's silence) also has a first round:
   ``partial``;
 - ``join_context(contexts)``: those of every partition as one value, given to each
   ``partial(part, facts, context)``; or as a `PerPartition`, a value for each partition (the
-  queue backlog read at that partition's acks), given to that partition's step alone. A step that puts it on ``part.context`` for the
-  derivations does so before any derivation reads it (`amqpcap.capture.Capture.context`).
+  queue backlog read at that partition's acks), given to that partition's step alone. A step
+  that puts it on ``part.context`` for the derivations does so before any derivation reads it
+  (`amqpcap.capture.Capture.context`).
 
 Run in one process, the analyzer is its own split over one partition (`run_whole`): there is one
 code path, so a dataset analysed in any number of partitions gives the in-memory result.
