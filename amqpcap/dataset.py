@@ -29,7 +29,7 @@ import pandas as pd
 from . import __version__
 from .capture import Capture
 from .errors import AmqpcapError, CaptureError
-from .partition import CaptureFacts, facts_from_ts
+from .partition import CaptureFacts, facts_from_ts, release_freed_memory
 from .report import parquet_statistics
 
 FORMAT = "amqpcap-dataset"
@@ -354,6 +354,10 @@ def _store_bucket(d, out, buckets: int, k: int) -> StepResult:
     """Write the decoded bucket `k`'s tables and remove its spill file."""
     result = _store(d, out, buckets, [k])
     spill_path(out, k).unlink()
+    # the tables were allocated by a decoding thread and freed after the writers' threads were
+    # done with them: glibc keeps such memory in its per-thread arenas (measured: the ingest of
+    # a 135-bucket ring grew by about 3.7 MB a bucket, to 1.5 GiB, without this)
+    release_freed_memory()
     return result
 
 
