@@ -15,7 +15,7 @@ import pandas as pd
 
 from ..capture import Capture
 from ..partition import PerPartition
-from .backlog import BacklogAnswers, BacklogQuestions, answer_backlog, frame_keys, queue_events
+from .backlog import BacklogAnswers, BacklogQuestions, answer_backlog, frame_keys, queue_events, text_codes
 from .cache import CAPTURE, CONNECTION, derivation
 from .columns import asof, group_cumsum
 from .consumers import consumer_rows
@@ -85,13 +85,9 @@ def ack_rows(cap: Capture) -> AckRows:
     # (frames named by key: the backlog's rows are of every partition's frames)
     s_packet, s_rank = frame_keys(cap, s_order)
     n_packet, n_rank = frame_keys(cap, np.where(nxt >= 0, d_order[np.maximum(nxt, 0)], 0))
-    questions = pd.DataFrame({"queue": _text_or_none(s["queue"]), "packet": s_packet, "rank": s_rank,
+    questions = pd.DataFrame({"queue": text_codes(s["queue"]), "packet": s_packet, "rank": s_rank,
                               "next_packet": np.where(nxt >= 0, n_packet, -1), "next_rank": np.where(nxt >= 0, n_rank, 0)})
     return AckRows(s, questions)
-
-
-def _text_or_none(col: pd.Series) -> np.ndarray:
-    return col.astype(object).where(col.notna(), None).to_numpy(object)
 
 
 def backlog_context(cap: Capture, facts) -> BacklogQuestions:
@@ -100,7 +96,7 @@ def backlog_context(cap: Capture, facts) -> BacklogQuestions:
     consumers read the backlog. One function for both, so that it is joined once for them."""
     c = consumer_rows(cap)
     return BacklogQuestions(queue_events(cap), ack_rows(cap).questions,
-                            pd.DataFrame({"queue": _text_or_none(c["queue"]), "start_ts": ns(c["start_ts"]),
+                            pd.DataFrame({"queue": text_codes(c["queue"]), "start_ts": ns(c["start_ts"]),
                                           "end_ts": ns(c["end_ts"])}))
 
 
