@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional
 
@@ -573,10 +573,13 @@ def _analyze_dataset(path: Path | str, scheduler: str, workers: Optional[int], o
     With `ingest` (capture, ingest arguments), the capture is first ingested into `path` on the
     same cluster: this process reads the capture once and spills it, the workers decode it."""
     from .engine import analyze as analyze_on_dask
+    from .kept_rows import store
     from .stored_tables import stored_tables
 
-    # the cluster first: an address that does not answer fails before the dataset is read
-    with _dask_client(scheduler, workers) as client:
+    # the per-message tables stay where the workers made them (`kept`) until they are written,
+    # after the cluster is let go; the cluster first: an address that does not answer fails
+    # before the dataset is read
+    with ExitStack() as stack, _dask_client(scheduler, workers) as client:
         if ingest is not None:
             from .engine import ingest as ingest_on_dask
 
@@ -584,11 +587,14 @@ def _analyze_dataset(path: Path | str, scheduler: str, workers: Optional[int], o
                 ingest_on_dask(_one_name(ingest[0]), path, client, progress=progress, **ingest[1])
         cap = _load_outline(path)
         require_amqp(cap)
+        rows_at = stack.enter_context(store(path))
         with _analyzing_progress() as progress:
-            results = analyze_on_dask(path, cap, client, progress=progress)
-    base = {"connections": cap.connections, **stored_tables(str(path), ("frames", "packets")),
-            "anomalies": cap.anomalies, **stored_tables(str(path), ("records", "bodies"))}
-    _tell_analysis(cap, results, out_dir, fmt, plots, base)
+            results = analyze_on_dask(path, cap, client, progress=progress, store=rows_at)
+        kept = stack.pop_all()  # (removed after the writing, below)
+    with kept:
+        base = {"connections": cap.connections, **stored_tables(str(path), ("frames", "packets")),
+                "anomalies": cap.anomalies, **stored_tables(str(path), ("records", "bodies"))}
+        _tell_analysis(cap, results, out_dir, fmt, plots, base)
 
 
 def _tell_analysis(cap: Capture, results, out_dir: Optional[Path], fmt: str, plots: bool, base=None) -> None:

@@ -35,6 +35,7 @@ from . import dataset
 from .analysis import AnalyzerResult, analyzers, splits
 from .capture import Capture
 from .errors import AmqpcapError
+from .kept_rows import keeping_in
 from .partition import CaptureFacts, PerPartition, Split, context_for, joined_once, release_freed_memory
 
 #: a local cluster's workers at most (one per core below that)
@@ -60,18 +61,19 @@ def _seen_here(path: str) -> None:
 
 
 def bucket_step(path: str, bucket: int, facts: CaptureFacts, names: list[str],
-                contexts: dict[str, Any] | None = None) -> dict[str, Any]:
+                contexts: dict[str, Any] | None = None, store: str | None = None) -> dict[str, Any]:
     """On a worker: the analyzers `names` over one bucket's connections. Without `contexts`
     (the first round): the partials of the analyzers without a context step, and the context of
     those with one; with `contexts` (the second round, {analyzer: joined context}): the partials
-    of those analyzers."""
+    of those analyzers. Per-message tables are kept in `store` when given (`amqpcap.kept_rows`)."""
     _seen_here(path)
     part = dataset.read(path, [bucket])
     sp = _steps()
-    if contexts is not None:
-        return {name: sp[name].partial_with(part, facts, contexts[name]) for name in names}
-    return {name: sp[name].partial(part, facts) if sp[name].context is None else sp[name].context(part, facts)
-            for name in names}
+    with keeping_in(store, bucket):
+        if contexts is not None:
+            return {name: sp[name].partial_with(part, facts, contexts[name]) for name in names}
+        return {name: sp[name].partial(part, facts) if sp[name].context is None else sp[name].context(part, facts)
+                for name in names}
 
 
 #: the name of the tally's steps beside the analyzers' (`amqpcap.tally`: what summary.json and the
@@ -164,6 +166,8 @@ class Steps:
     futures: dict[Any, int | None]
     #: the client they were submitted with (`merged` submits the second round with it)
     client: Any
+    #: where the bucket steps keep their per-message tables (`amqpcap.kept_rows`), None: sent back
+    store: str | None = None
 
     @property
     def total(self) -> int:
@@ -172,18 +176,19 @@ class Steps:
         return len(self.futures) + (self.buckets if any(s.context for s in splits().values()) else 0)
 
 
-def submit_steps(path: str | os.PathLike[str], c: Any) -> Steps:
+def submit_steps(path: str | os.PathLike[str], c: Any, store: str | None = None) -> Steps:
     """Submit the split analyzers' steps over the dataset at `path` to the cluster of client `c`:
     a task per bucket (each analyzer's partial, or its context when it has a context step), one
-    over the records. `merged` submits the second round."""
+    over the records; per-message tables kept in `store` (`amqpcap.kept_rows.store`) when given.
+    `merged` submits the second round."""
     root = os.fspath(path) if dataset.is_url(path) else str(Path(path).resolve())
     m = dataset.manifest(root)
     facts = dataset.facts(root)
-    names, token = list(_steps()), _token(root)
-    futures = {c.submit(bucket_step, root, k, facts, names, key=f"amqpcap-bucket-{k}-{token}"): k
+    names, token = list(_steps()), _token(root, store)
+    futures = {c.submit(bucket_step, root, k, facts, names, store=store, key=f"amqpcap-bucket-{k}-{token}"): k
                for k in range(m["buckets"])}
     futures[c.submit(records_step, root, facts, names, key=f"amqpcap-records-{token}")] = None
-    return Steps(root, m["buckets"], facts, token, futures, c)
+    return Steps(root, m["buckets"], facts, token, futures, c, store)
 
 
 def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], None] | None = None,
@@ -228,7 +233,7 @@ def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], Non
         def contexts(i: int) -> dict[str, Any]:
             return {name: context_for(v, i) if isinstance(v, PerPartition) else sent[id(v)] for name, v in joined.items()}
 
-        futures = {steps.client.submit(bucket_step, steps.root, k, steps.facts, second, contexts(i),
+        futures = {steps.client.submit(bucket_step, steps.root, k, steps.facts, second, contexts(i), steps.store,
                                        key=f"amqpcap-bucket-round2-{k}-{steps.token}"): k
                    for i, k in enumerate(buckets)}
         del joined, shared  # on the workers now: not held here through the merge
@@ -243,13 +248,15 @@ def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], Non
 
 
 def analyze(path: str | os.PathLike[str], outline: Capture, c: Any,
-            progress: Callable[[str, int, int], None] | None = None) -> list[AnalyzerResult]:
+            progress: Callable[[str, int, int], None] | None = None, store: str | None = None) -> list[AnalyzerResult]:
     """Every analyzer on the dataset at `path`, the partition steps on the cluster of client `c`;
-    results in `analyzers` order, equal to `amqpcap.analysis.run_all` on the dataset read whole.
+    results in `analyzers` order, equal to `amqpcap.analysis.run_all` on the dataset read whole
+    (the per-message tables kept in `store` when given: `amqpcap.kept_rows`; then read them
+    before the store is removed).
     `outline` (`amqpcap.dataset.read_outline`) is given the buckets' tally (`amqpcap.tally`), so
     that summary.json and the report are made from it as from the capture read whole.
     ``progress(what, done, total)`` as each task or analyzer ends."""
-    steps = submit_steps(path, c)
+    steps = submit_steps(path, c, store)
     whole = [name for name in analyzers() if name not in splits()]
     total = steps.total + len(whole)
     results: dict[str, Any] = {}
@@ -302,10 +309,11 @@ def ingest(capture, out: str | os.PathLike[str], c: Any, progress: Callable[[str
     return dataset.ingest(capture, Path(out).resolve(), run_buckets=run_buckets, **kwargs)
 
 
-def _token(root: str) -> str:
+def _token(root: str, store: str | None = None) -> str:
     """Task keys of one dataset's run: its path and manifest time, so that a rewritten
-    dataset is not served results of the old one."""
+    dataset is not served results of the old one, and the store its rows are kept in (a
+    result naming a store removed since is not served either)."""
     import hashlib
 
     stamp = dataset.location(root).stamp()
-    return hashlib.sha1(f"{root}\0{stamp}".encode()).hexdigest()[:12]
+    return hashlib.sha1(f"{root}\0{stamp}\0{store}".encode()).hexdigest()[:12]

@@ -19,6 +19,7 @@ import pandas as pd
 
 from .analysis import AnalyzerResult, analyzers
 from .capture import Capture
+from .kept_rows import top_rows
 from .names import connection_names
 from .overview import rates_png
 from .tally import capture_tally
@@ -201,14 +202,15 @@ def _file_link(out: Path, stem: str) -> str:
     return ""
 
 
-def _table(cap: Capture, key: str, df: pd.DataFrame, link: str) -> str:
-    """A few rows (MAX_ROWS) of the key columns, and what was left out with the file holding it."""
+def _table(cap: Capture, key: str, df, link: str) -> str:
+    """A few rows (MAX_ROWS) of the key columns, and what was left out with the file holding it
+    (`df`: a DataFrame, or rows kept on the workers: `amqpcap.kept_rows`)."""
     order = KEY_COLUMNS.get(key, ([], None))[1]
     if order and order[0] in df.columns and len(df) > MAX_ROWS:
-        rows = df.nlargest(MAX_ROWS, order[0]) if order[1] else df.nsmallest(MAX_ROWS, order[0])
+        rows = top_rows(df, MAX_ROWS, order[0], largest=order[1])
         which = f"the {MAX_ROWS} with the {'largest' if order[1] else 'smallest'} {order[0]}"
     else:
-        rows, which = df.head(MAX_ROWS), f"the first {MAX_ROWS}"
+        rows, which = top_rows(df, MAX_ROWS), f"the first {MAX_ROWS}"
     rows = _with_connection(cap, rows)
     cols = _key_columns(key, rows)
     shown = [f"{which} of {len(df):,} rows"] if len(df) > MAX_ROWS else []

@@ -111,12 +111,19 @@ class Split:
         return self.partial(part, facts) if self.context is None else self.partial(part, facts, context)
 
 
-def partials_of(split: Split, parts: list[Capture], facts: CaptureFacts) -> list[Partial]:
+def partials_of(split: Split, parts: list[Capture], facts: CaptureFacts, store: str | None = None) -> list[Partial]:
     """The partition steps of `split` over `parts` in this process: the context round first
     (when the split has one), then a partial per partition (`amqpcap.engine` runs the same
-    rounds as Dask tasks)."""
+    rounds as Dask tasks), its per-message tables kept in `store` as bucket i's when given
+    (`amqpcap.kept_rows`, as on a worker)."""
+    from .kept_rows import keeping_in
+
     ctx = split.join_context([split.context(p, facts) for p in parts]) if split.context else None
-    return [split.partial_with(p, facts, context_for(ctx, i)) for i, p in enumerate(parts)]
+    out = []
+    for i, p in enumerate(parts):
+        with keeping_in(store, i):
+            out.append(split.partial_with(p, facts, context_for(ctx, i)))
+    return out
 
 
 def run_whole(split: Split, cap: Capture) -> Any:

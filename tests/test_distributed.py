@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import pandas as pd
@@ -105,13 +106,13 @@ def test_a_dataset_named_by_an_fsspec_url_gives_the_local_run(cluster, stored, t
 def test_a_worker_killed_mid_analysis_is_replaced_and_the_result_is_exact(cluster, stored):
     from distributed import Client
 
-    from amqpcap import engine
+    from amqpcap import engine, kept_rows
     from amqpcap.analysis import run_all
 
     cap = amqpcap.load(stored)
     want = run_all(cap)
     killed: dict = {}
-    with Client(cluster, timeout=60) as c:
+    with ExitStack() as stack, Client(cluster, timeout=60) as c:
         pids = c.run(os.getpid)  # {worker address: its process (the nanny's child)}
 
         def progress(what: str, done: int, total: int) -> None:
@@ -127,8 +128,12 @@ def test_a_worker_killed_mid_analysis_is_replaced_and_the_result_is_exact(cluste
 
         from distributed import get_task_stream
 
+        # the per-message tables kept on the workers, as `amqpcap analyze` keeps them: a killed
+        # worker's bucket files are written again by the task run elsewhere
+        kept = stack.enter_context(kept_rows.store(stored))
+        assert kept is not None
         with get_task_stream(client=c) as stream:
-            got = engine.analyze(stored, cap, c, progress=progress)
+            got = engine.analyze(stored, cap, c, progress=progress, store=kept)
         # the killed worker held partition work, and every piece of it was done again elsewhere
         assert killed and killed["keys"], killed
         elsewhere = {str(t["key"]) for t in stream.data if t["worker"] != killed["address"]}
@@ -139,10 +144,11 @@ def test_a_worker_killed_mid_analysis_is_replaced_and_the_result_is_exact(cluste
         while killed["pid"] in c.run(os.getpid).values() and time.monotonic() < deadline:
             time.sleep(0.5)
         assert killed["pid"] not in c.run(os.getpid).values()
-    for g, w in zip(got, want):
-        assert g.summary == w.summary, g.name
-        for t in w.tables:
-            assert g.tables[t].equals(w.tables[t]), (g.name, t)
+        for g, w in zip(got, want):
+            assert g.summary == w.summary, g.name
+            for t in w.tables:
+                assert kept_rows.frame(g.tables[t]).equals(w.tables[t]), (g.name, t)
+        assert any(isinstance(t, kept_rows.KeptRows) for g in got for t in g.tables.values())
 
 
 def test_ingest_on_a_real_cluster_is_the_capture(cluster, tmp_path):

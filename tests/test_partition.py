@@ -14,13 +14,19 @@ import pytest
 import amqpcap
 from amqpcap import dataset
 from amqpcap.analysis import analyzers, splits
+from amqpcap.kept_rows import KeptRows, frame
 from amqpcap.overview import rates_png
 from amqpcap.partition import facts_of, partials_of
+from amqpcap.report import _draw_plot as draw_plot
 from amqpcap.report import build_summary
 from amqpcap.tally import Tally, tally_of
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 FIXTURES = sorted(p.name for p in FIX.iterdir() if p.name.endswith((".pcap", ".pcapng", ".pcap.gz")))
+
+
+#: the tables each analyzer keeps on the workers (`amqpcap.kept_rows`)
+KEEPING = {"latency": ("deliveries", "ack-gaps", "confirms"), "consumers": ("state",)}
 
 
 def test_some_analyzer_splits():
@@ -37,29 +43,44 @@ def assert_same_result(got, want):
     assert as_json(got.summary) == as_json(want.summary)
     assert list(got.tables) == list(want.tables)
     for name in want.tables:
-        pd.testing.assert_frame_equal(got.tables[name], want.tables[name], check_exact=True, obj=name)
+        pd.testing.assert_frame_equal(frame(got.tables[name]), want.tables[name], check_exact=True, obj=name)
     assert [p.name for p in got.plots] == [p.name for p in want.plots]
     assert [f.to_json() for f in got.findings] == [f.to_json() for f in want.findings]
     assert [f.impact for f in got.findings] == [f.impact for f in want.findings]
 
 
-def merged_on(root: Path, parts: list) -> dict:
+def merged_on(root: Path, parts: list, store: Path | None = None) -> dict:
     """Every split analyzer's steps over `parts` (buckets of the dataset at `root`), merged with
-    the dataset's outline alone (connections table, summary): what names connections."""
+    the dataset's outline alone (connections table, summary): what names connections. With a
+    `store`, per-message tables are kept there, as the engine's workers keep them."""
     facts = dataset.facts(root)
     merged = {}
     for an, split in splits().items():
         rec = split.records(dataset.read_records(root), facts) if split.records else None
-        merged[an] = split.merge(partials_of(split, parts, facts), rec, facts, dataset.read_outline(root))
+        kept = partials_of(split, parts, facts, None if store is None else str(store))
+        merged[an] = split.merge(kept, rec, facts, dataset.read_outline(root))
     return merged
 
 
-def assert_buckets_merged_are_the_whole(cap, root: Path, buckets: int) -> list:
+def assert_same_plots(got, want, tmp: Path) -> None:
+    """The plots drawn from the merged result are the whole capture's, pixel for pixel."""
+    for g, w in zip(got.plots, want.plots):
+        drawn = draw_plot(g, tmp / f"got-{g.name}.png").read_bytes()
+        assert drawn == draw_plot(w, tmp / f"want-{w.name}.png").read_bytes(), g.name
+
+
+def assert_buckets_merged_are_the_whole(cap, root: Path, buckets: int, kept: bool = False) -> list:
+    """`kept`: per-message tables kept in files, as on workers (`amqpcap.kept_rows`), the plots
+    drawn from them compared too."""
     parts = [dataset.read(root, [k]) for k in range(buckets)]
-    merged = merged_on(root, parts)
+    merged = merged_on(root, parts, root.parent / "kept" if kept else None)
     whole = {an: fn(cap) for an, (fn, _) in analyzers().items()}
     for an, got in merged.items():
         assert_same_result(got, whole[an])
+        if kept and an in KEEPING:
+            assert any(isinstance(t, KeptRows) for t in got.tables.values()) == any(
+                len(t) for name, t in whole[an].tables.items() if name in KEEPING[an])
+            assert_same_plots(got, whole[an], root.parent)
     # summary.json and the report's rates plot from the outline and the buckets' tallies added
     outline = dataset.read_outline(root)
     assert len(outline.frames) == 0 and len(outline.packets) == 0
@@ -75,7 +96,7 @@ def test_partitions_merged_are_the_whole_capture(name, tmp_path):
     cap = amqpcap.load(FIX / name)
     root = dataset.write(cap, tmp_path / "ds", buckets=4)
     assert dataset.facts(root) == facts_of(cap)
-    parts = assert_buckets_merged_are_the_whole(cap, root, 4)
+    parts = assert_buckets_merged_are_the_whole(cap, root, 4, kept=True)
     # the partitions hold every connection once
     assert sorted(s for p in parts for s in p.connections["stream"]) == sorted(cap.connections["stream"])
 

@@ -28,6 +28,8 @@ from ..derive.labels import channels_filter, connection_labels
 from ..derive.methods import KEY, chan_key, methods, pick, select
 from ..derive.refills import ack_gaps, backlog_answers, backlog_context, join_backlog_context, slow_refills
 from ..names import connection_label, consumer_label, number, subject
+from ..kept_rows import columns as kept_columns
+from ..kept_rows import keep, rows_table
 from ..partition import CaptureFacts, Split, merge_rows, run_whole, taken
 
 
@@ -530,7 +532,8 @@ def consumers_partial(cap: Capture, facts: CaptureFacts, backlog: BacklogAnswers
     cap.context["backlog"] = backlog
     s = consumer_summary(cap)
     d = deliveries(cap)
-    return {"summary": s, "state": consumer_state(cap), "no_ack": _no_ack_rows(cap, d),
+    return {"summary": s, "state": keep(consumer_state(cap), "consumers-state", "stream"),
+            "no_ack": _no_ack_rows(cap, d),
             "slow": slow_refills(cap).index.to_numpy(), "limits": _limit_rows(cap),
             "unlimited": _unlimited(cap, s, d) if len(d) else None,
             "queues": consumer_rows(cap).drop_duplicates(CONSUMER)[CONSUMER + ["queue"]]}
@@ -541,7 +544,9 @@ def consumers_merge(partials: list[dict[str, Any]], records: None, facts: Captur
     channel's consumers being one partition's); the findings and the plot from them."""
     s = merge_rows(taken(partials, "summary"), ["stream", "channel"])
     s["connection"] = connection_labels(cap, s["stream"])
-    st = merge_rows(taken(partials, "state"), ["stream", "channel", "epoch", "consumer_tag"])
+    # (a consumer's state rows are its channel's, of one partition: merged by stream; read
+    # for the plot alone, from the workers' files when kept there)
+    st = rows_table(taken(partials, "state"), ["stream", "channel", "epoch", "consumer_tag"])
     rows = s.drop(columns=["start_ts", "end_ts"]).to_dict(orient="records")
     no_ack = sorted((r for q in partials for r in q["no_ack"]), key=lambda r: (r["stream"], r["channel"], r["consumer_tag"]))
     for r, who in zip(no_ack, connection_labels(cap, [r["stream"] for r in no_ack])):
@@ -552,7 +557,7 @@ def consumers_merge(partials: list[dict[str, Any]], records: None, facts: Captur
     if len(st):
         queues = pd.concat([q["queues"] for q in partials], ignore_index=True)
         plots.append(Plot("consumers-unacked-deficit", "Consumers at their prefetch limit, and their unacked messages",
-                          lambda path: _plot_state(cap, st, queues, path)))
+                          lambda path: _plot_state(cap, kept_columns(st, STATE_PLOTTED), queues, path)))
     slow = np.concatenate([q["slow"] for q in partials])
     limits = pd.concat([q["limits"] for q in partials], ignore_index=True)
     findings = _findings(cap, s, slow, limits)
@@ -574,6 +579,10 @@ SPLIT = Split(partial=consumers_partial, merge=consumers_merge, context=backlog_
 def consumers(cap: Capture) -> AnalyzerResult:
     """Per consumer: unacked messages, prefetch, deficit (unused credit), utilisation, time at the limit."""
     return run_whole(SPLIT, cap)
+
+
+#: the state table's columns its plot draws
+STATE_PLOTTED = [*CONSUMER, "ts", "until_ts", "unacked", "prefetch", "deficit", "at_limit"]
 
 
 def _plot_state(cap: Capture, st: pd.DataFrame, queues: pd.DataFrame, path) -> None:

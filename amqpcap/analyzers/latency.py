@@ -22,6 +22,8 @@ from ..derive.labels import channels_filter, connection_labels
 from ..derive.methods import chan_key, methods, pick, select
 from ..derive.refills import ack_gaps, backlog_context, join_backlog_context, slow_refills_of, waiting
 from ..names import connection_label, consumer_label, number, subject
+from ..kept_rows import columns as kept_columns
+from ..kept_rows import keep, rows_table
 from ..partition import CaptureFacts, Split, merge_rows, run_whole, taken
 
 #: broker-slow-refill (detected by amqpcap.derive.refills.slow_refills) is critical when the median
@@ -180,36 +182,56 @@ def consumer_latency(d: pd.DataFrame, gaps: pd.DataFrame, cap: Capture | None = 
 
 
 def latency_partial(cap: Capture, facts: CaptureFacts, backlog: BacklogAnswers) -> dict[str, Any]:
-    """A partition's deliveries, ack gaps (with the whole capture's backlog read at them),
-    confirms, interleaving rows and the raster's data."""
+    """A partition's deliveries, ack gaps (with the whole capture's backlog read at them) and
+    confirms, kept where they were made (`amqpcap.kept_rows`); what the merge needs of them,
+    each number a consumer's or a channel's own (its consumers, its channels' slow refills and
+    bouncing messages, its counts); its interleaving rows and the raster's data."""
     cap.context["backlog"] = backlog
-    return {"deliveries": deliveries(cap), "gaps": ack_gaps(cap), "confirms": confirms(cap),
+    d, gaps, conf = deliveries(cap), ack_gaps(cap), confirms(cap)
+    counts = {"unsettled_at_end": int((d["outcome"] == "unsettled").sum()),
+              "unsettled_at_close": int((d["outcome"] == "closed").sum()),
+              "no_ack_excluded": int(d["no_ack"].sum()), "deliveries": int(len(d)), "publishes": int(len(conf)),
+              "nacked": int((conf["outcome"] == "nack").sum()),
+              "unconfirmed_at_end": int((conf["outcome"] == "unconfirmed").sum()),
+              "unconfirmed_at_close": int((conf["outcome"] == "closed").sum())}
+    # (a frame's position in the frames table is a partition's own: the tables name frames by packet)
+    return {"deliveries": keep(d.drop(columns=["order", "settle_order", "epoch"]), "latency-deliveries", "packet"),
+            "gaps": keep(gaps.drop(columns=["order", "epoch"]), "latency-ack-gaps", "packet"),
+            "confirms": keep(conf.drop(columns=["order"]), "latency-confirms", "packet"),
+            "consumers": consumer_latency(d, gaps, cap), "counts": counts,
+            "refills": _refill_rows(gaps, slow_refills_of(d, gaps)), "redeliveries": _redelivery_rows(d),
             "interleaving": interleaving(cap), "raster": _raster_data(cap)}
+
+
+#: what summary.json counts of the deliveries (deliver_to_ack) and of the confirms (publish_to_confirm)
+DELIVERY_COUNTS = ("unsettled_at_end", "unsettled_at_close", "no_ack_excluded", "deliveries")
+CONFIRM_COUNTS = ("publishes", "nacked", "unconfirmed_at_end", "unconfirmed_at_close")
 
 
 def latency_merge(partials: list[dict[str, Any]], records: None, facts: CaptureFacts, cap: Capture) -> AnalyzerResult:
     """The partitions' rows in the whole capture's order (frame order: by packet, a packet's
-    frames being one partition's); the summary, findings and plots from them."""
-    d = merge_rows(taken(partials, "deliveries"), ["packet"])
-    gaps = merge_rows(taken(partials, "gaps"), ["packet"])
-    conf = merge_rows(taken(partials, "confirms"), ["packet"])
+    frames being one partition's); the summary, findings and plots from them: the percentiles
+    from the latency columns alone, read whole (exact), the rest from the partitions' own
+    numbers."""
+    d = rows_table(taken(partials, "deliveries"), ["packet"])
+    gaps = rows_table(taken(partials, "gaps"), ["packet"])
+    conf = rows_table(taken(partials, "confirms"), ["packet"])
     inter = merge_rows(taken(partials, "interleaving"), ["stream", "channel"])
-    per_consumer = consumer_latency(d, gaps)
-    per_consumer["connection"] = connection_labels(cap, per_consumer["stream"])
+    # a consumer's rows are its channel's, of one partition: in the whole's order by stream
+    per_consumer = merge_rows(taken(partials, "consumers"), ["stream"])
+    if len(per_consumer):
+        per_consumer["connection"] = connection_labels(cap, per_consumer["stream"])
+    counts = {k: sum(q["counts"][k] for q in partials) for k in DELIVERY_COUNTS + CONFIRM_COUNTS}
 
-    # the acknowledged deliveries: a mask, the rows taken only when a plot is drawn (a copy of
-    # the deliveries of a large capture would take as much memory again)
-    ack_mask = ~d["no_ack"].to_numpy(bool)
-    acked_latency = d["latency_s"].to_numpy(float)[ack_mask]
+    lat = kept_columns(d, ["latency_s", "no_ack"])
+    acked_latency = lat["latency_s"].to_numpy(float)[~lat["no_ack"].to_numpy(bool)]
+    del lat
     dta = stats(acked_latency)
-    dta.update(unsettled_at_end=int((d["outcome"] == "unsettled").sum()),
-               unsettled_at_close=int((d["outcome"] == "closed").sum()),
-               no_ack_excluded=int(d["no_ack"].sum()), deliveries=int(len(d)))
-    a2d = stats(gaps["gap_s"])
-    p2c = stats(conf["latency_s"])
-    p2c.update(publishes=int(len(conf)), nacked=int((conf["outcome"] == "nack").sum()),
-               unconfirmed_at_end=int((conf["outcome"] == "unconfirmed").sum()),
-               unconfirmed_at_close=int((conf["outcome"] == "closed").sum()))
+    dta.update({k: counts[k] for k in DELIVERY_COUNTS})
+    gap_s = kept_columns(gaps, ["gap_s"])["gap_s"].to_numpy(float)
+    a2d = stats(gap_s)
+    p2c = stats(kept_columns(conf, ["latency_s"])["latency_s"])
+    p2c.update({k: counts[k] for k in CONFIRM_COUNTS})
     summary_inter = {
         "channels": int(len(inter)),
         "mean_deliver_run": _wmean(inter, "mean_deliver_run"), "max_deliver_run": _imax(inter, "max_deliver_run"),
@@ -222,28 +244,41 @@ def latency_merge(partials: list[dict[str, Any]], records: None, facts: CaptureF
     summary = {"latency": {"deliver_to_ack": dta, "ack_to_next_deliver": a2d, "publish_to_confirm": p2c,
                            "interleaving": summary_inter,
                            "consumers": per_consumer.to_dict(orient="records")}}
-    findings = _refill_findings(cap, gaps, slow_refills_of(d, gaps)) + _redelivery_findings(cap, d)
-    tables = {
-        "consumers": per_consumer,
-        "deliveries": d.drop(columns=["order", "settle_order", "epoch"]),
-        "ack-gaps": gaps.drop(columns=["order", "epoch"]),
-        # (a frame's position in the frames table is a partition's own: the tables name frames by packet)
-        "confirms": conf.drop(columns=["order"]),
-        "interleaving": inter,
-    }
+    findings = (_refill_findings(cap, _by_channel([q["refills"] for q in partials]))
+                + _redelivery_findings(cap, _by_channel([q["redeliveries"] for q in partials])))
+    tables = {"consumers": per_consumer, "deliveries": d, "ack-gaps": gaps, "confirms": conf, "interleaving": inter}
     plots = []
     measured = bool((~np.isnan(acked_latency)).any())
     if measured:
         plots.append(Plot("latency-over-time", "deliver→ack latency over time per consumer",
-                          lambda path: _plot_over_time(cap, d[ack_mask], path)))
-    if measured or len(conf) or gaps["gap_s"].notna().any():
+                          lambda path: _plot_over_time(cap, _acked(d), path)))
+    if measured or counts["publishes"] or (~np.isnan(gap_s)).any():
         plots.append(Plot("latency-cdf", "latency CDF per consumer (deliver→ack), ack→next-deliver, publish→confirm",
-                          lambda path: _plot_cdf(cap, d[ack_mask], gaps, conf, path)))
+                          lambda path: _plot_cdf(cap, _acked(d), kept_columns(gaps, ["gap_s"]),
+                                                 kept_columns(conf, ["latency_s"]), path)))
     if len(inter):
         raster = _raster_joined([q["raster"] for q in partials])
         plots.append(Plot("interleaving-raster", "deliveries and acks over time per channel",
                           lambda path: _plot_raster(cap, raster, path)))
     return AnalyzerResult("latency", tables=tables, summary=summary, findings=findings, plots=plots)
+
+
+#: the deliveries' columns the plots draw
+PLOTTED = ["stream", "channel", "consumer_tag", "queue", "ts", "latency_s", "no_ack"]
+
+
+def _acked(d) -> pd.DataFrame:
+    """The acknowledged deliveries' plotted columns (read from the workers' files when kept there)."""
+    a = kept_columns(d, PLOTTED)
+    return a[~a["no_ack"].to_numpy(bool)]
+
+
+def _by_channel(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """The partitions' per-channel rows (index: `chan_key`) in the whole capture's channel order."""
+    kept = [p for p in parts if len(p)]
+    if not kept:
+        return parts[0]
+    return pd.concat(kept).sort_index(kind="stable")
 
 
 SPLIT = Split(partial=latency_partial, merge=latency_merge, context=backlog_context, join_context=join_backlog_context)
@@ -294,25 +329,39 @@ def _first_queue(keys: np.ndarray, queue: pd.Series) -> pd.Series:
     return q.groupby(keys).first()
 
 
-def _refill_findings(cap: Capture, gaps: pd.DataFrame, slow: pd.DataFrame) -> list[Finding]:
-    """broker-slow-refill: one finding listing every channel of `slow` (`slow_refills_of`),
-    worst first."""
+def _refill_rows(gaps: pd.DataFrame, slow: pd.DataFrame) -> pd.DataFrame:
+    """broker-slow-refill's row per channel of `slow` (`slow_refills_of`; index: `chan_key`):
+    its numbers, its queue, its severity and the packets of its 5 longest refills (and of the
+    deliveries that ended them)."""
     if len(slow) == 0:
-        return []
+        return slow.assign(stream=pd.Series(dtype=np.int64), channel=pd.Series(dtype=np.int64))
     refills = waiting(gaps)
     key = chan_key(refills)
     sel = np.isin(key, slow.index.to_numpy())
     g, key = refills[sel], key[sel]
     gap = g["gap_s"].groupby(key)
-    per = slow.assign(
+    # each channel's 5 longest gaps (ties: the earlier ack, as nlargest takes them), by one sort
+    # (every channel of a large capture may be slow)
+    by = np.lexsort((np.arange(len(g)), -g["gap_s"].to_numpy(float), key))
+    top = by[_first_of_each(key[by], 5)]
+    packets = np.r_[g["packet"].to_numpy(np.int64)[top], g["next_deliver_packet"].to_numpy(np.int64, na_value=0)[top]]
+    worst = _sets_by(np.r_[key[top], key[top]], packets, slow.index)
+    return slow.assign(
         stream=slow.index.to_numpy() // 65536, channel=slow.index.to_numpy() % 65536,
         ack_to_next_deliver_p90_s=gap.quantile(0.9), ack_to_next_deliver_max_s=gap.max(),
         backlog_min_median_msgs=g["backlog_min"].astype(float).groupby(key).median(),
         queue=_first_queue(key, g["queue"]),
-        sev_rank=refill_severity(slow["ack_to_next_deliver_p50_s"]))
+        sev_rank=refill_severity(slow["ack_to_next_deliver_p50_s"]),
+        worst_packets=pd.Series(worst, index=slow.index, dtype=object))
+
+
+def _refill_findings(cap: Capture, per: pd.DataFrame) -> list[Finding]:
+    """broker-slow-refill: one finding listing every channel of `per` (`_refill_rows` of the
+    whole capture), worst first."""
+    if len(per) == 0:
+        return []
     per = per.sort_values(["sev_rank", "broker_share_of_cycle"], ascending=False, kind="stable")
     w = per.iloc[0]
-    worst = g[key == per.index[0]].nlargest(5, "gap_s")
     where, n = _place(cap, w.stream, w.channel, w.queue), len(per)
     own = "" if pd.isna(w.deliver_to_ack_p50_s) else \
         f" (the consumer's own deliver→ack median is {w.deliver_to_ack_p50_s * 1e3:.1f} ms)"
@@ -338,8 +387,7 @@ def _refill_findings(cap: Capture, gaps: pd.DataFrame, slow: pd.DataFrame) -> li
             "backlog_min_median_msgs": float(w.backlog_min_median_msgs),
             "channels_with_this_finding": n, "queues": sorted({str(q) for q in per["queue"].dropna()}),
             "streams": sorted({int(s) for s in per["stream"]}), "channel": int(w.channel),
-            "packets": sorted({int(x) for x in worst["packet"]}
-                              | {int(x) for x in worst["next_deliver_packet"].dropna()}),
+            "packets": list(w.worst_packets),
             "filter": channels_filter(per["stream"], per["channel"])
                       + " && amqp.method.class == 60 && amqp.method.method in {60, 80, 90, 120}",
         },
@@ -361,11 +409,16 @@ def _queues_text(queues: pd.Series) -> str:
     return f" of queue {q[0]}" if len(q) == 1 else f" of {len(q)} queues" if len(q) else ""
 
 
-def _redelivery_findings(cap: Capture, d: pd.DataFrame) -> list[Finding]:
-    """redelivery-loop: one finding listing every channel with many redelivered deliveries or
-    requeueing nack/reject, worst first."""
+REDELIVERY_COLUMNS = ["stream", "channel", "deliveries", "redelivered", "requeued", "requeued_by_nack",
+                      "requeued_by_reject", "dropped", "share", "queue", "sev_rank", "example_packets"]
+
+
+def _redelivery_rows(d: pd.DataFrame) -> pd.DataFrame:
+    """redelivery-loop's row per channel with many redelivered deliveries or requeueing
+    nack/reject (index: `chan_key`): its counts, queue, severity and example packets (its first
+    5 redeliveries and first 5 requeueing settlements)."""
     if len(d) == 0:
-        return []
+        return pd.DataFrame(columns=REDELIVERY_COLUMNS)
     # (compared on the text column itself, not on an object copy of it)
     by_nack, by_reject = ((d["outcome"] == v).to_numpy(bool, na_value=False) for v in ("nack", "reject"))
     requeue = d["settle_requeue"].to_numpy(bool, na_value=False)
@@ -387,15 +440,46 @@ def _redelivery_findings(cap: Capture, d: pd.DataFrame) -> list[Finding]:
     per["share"] = worst_count / per["deliveries"]
     per = per[(worst_count >= REDELIVERY_MIN) & (per["share"] >= REDELIVERY_SHARE)]
     if len(per) == 0:
-        return []
+        return pd.DataFrame(columns=REDELIVERY_COLUMNS)
     rows = np.isin(key, per.index.to_numpy())
     per["queue"] = _first_queue(key[rows], d.loc[rows, "queue"]).reindex(per.index)
     per["sev_rank"] = redelivery_severity(per["share"])
+    # each channel's first 5 redeliveries and first 5 requeueing settlements (rows of `key` are
+    # in frame order; a stable sort by channel keeps it within each)
+    told = np.isin(key, per.index.to_numpy())
+    ex_key, ex_packet = [], []
+    for rows, packets in ((np.flatnonzero(told & red), d["packet"].to_numpy(np.int64)),
+                          (np.flatnonzero(told & requeued), d["settle_packet"].to_numpy(np.int64, na_value=0))):
+        rows = rows[np.argsort(key[rows], kind="stable")]
+        rows = rows[_first_of_each(key[rows], 5)]
+        ex_key.append(key[rows])
+        ex_packet.append(packets[rows])
+    examples = _sets_by(np.concatenate(ex_key), np.concatenate(ex_packet), per.index)
+    return per.assign(example_packets=examples)
+
+
+def _first_of_each(sorted_keys: np.ndarray, n: int) -> np.ndarray:
+    """Positions of the first `n` rows of each run of equal `sorted_keys`."""
+    if not len(sorted_keys):
+        return np.zeros(0, dtype=np.int64)
+    start = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
+    rank = np.arange(len(sorted_keys)) - np.repeat(start, np.diff(np.r_[start, len(sorted_keys)]))
+    return np.flatnonzero(rank < n)
+
+
+def _sets_by(keys: np.ndarray, packets: np.ndarray, index: pd.Index) -> pd.Series:
+    """Per key of `index`, the sorted distinct positive `packets` of its rows (a list)."""
+    got = pd.Series(packets).groupby(keys).agg(lambda v: sorted({int(x) for x in v if x > 0}))
+    return pd.Series([got.get(k, []) for k in index], index=index, dtype=object)
+
+
+def _redelivery_findings(cap: Capture, per: pd.DataFrame) -> list[Finding]:
+    """redelivery-loop: one finding listing every channel of `per` (`_redelivery_rows` of the
+    whole capture), worst first."""
+    if len(per) == 0:
+        return []
     per = per.sort_values(["sev_rank", "share"], ascending=False, kind="stable")
     w, n = per.iloc[0], len(per)
-    mine = key == per.index[0]
-    ex = np.r_[d["packet"].to_numpy(np.int64)[mine & red][:5],
-               d["settle_packet"].to_numpy(np.int64, na_value=0)[mine & requeued][:5]]
     where = _place(cap, w.stream, w.channel, w.queue)
     numbers = (f"{w.redelivered} of {w.deliveries} deliveries are redeliveries and {w.requeued} were requeued by "
                "nack/reject")
@@ -416,7 +500,7 @@ def _redelivery_findings(cap: Capture, d: pd.DataFrame) -> list[Finding]:
             "channels_with_this_finding": n, "queues": sorted({str(q) for q in per["queue"].dropna()}),
             "deliveries_total": int(per["deliveries"].sum()), "redelivered_total": int(per["redelivered"].sum()),
             "streams": sorted({int(s) for s in per["stream"]}), "channel": int(w.channel),
-            "packets": sorted({int(x) for x in ex if x > 0}),
+            "packets": list(w.example_packets),
             "filter": channels_filter(per["stream"], per["channel"])
                       + " && (amqp.method.arguments.redelivered == 1 || (amqp.method.class == 60 && "
                         "amqp.method.method in {90, 120} && amqp.method.arguments.requeue == 1))",

@@ -1,0 +1,218 @@
+"""Per-message tables kept where they were made: on the worker that analysed a bucket (issue 13).
+
+An analyzer's partition step makes tables of a row per message (deliveries, ack gaps, consumer
+state), which its merge used to gather from every bucket into the calling process: about 100 MB
+per 740k-packet bucket, 20 GB for a 100M-packet dataset. Instead, the step `keep`s such a table:
+
+- in one process (`amqpcap.partition.run_whole`, tests, notebooks) it stays the DataFrame;
+- in a bucket task on a Dask worker that was given a store (`keeping_in`), it is written to
+  ``STORE/<table>/bucket=<k>.parquet`` and the partial carries a `KeptPart` (its path and row
+  count) instead.
+
+The merge joins the parts with `rows_table`: a DataFrame (`amqpcap.partition.merge_rows`) when
+they are frames, else a `KeptRows`, which reads only the columns asked of it (`columns`, in the
+whole capture's row order) and writes itself bucket by bucket (`write`, the capture's own tables'
+k-way merge: `amqpcap.stored_tables`), so that no process holds the whole table.
+
+The store is a directory beside the dataset's buckets (``DATASET/_kept-<run>``: the leading
+underscore makes Arrow, Spark and DuckDB dataset readers skip it), made and removed by the caller
+of the analysis (`store`), visible to the workers as the dataset is.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Union
+
+import numpy as np
+import pandas as pd
+
+#: (store directory, bucket) of the bucket step running in this worker thread, None elsewhere
+_STORE: ContextVar[tuple[str, int] | None] = ContextVar("amqpcap_kept_store", default=None)
+
+
+@dataclass(frozen=True)
+class KeptPart:
+    """One bucket's rows of a kept table, in its Parquet file."""
+
+    path: str
+    rows: int
+    #: the column that orders the buckets' rows into the whole table's (`rows_table`)
+    key: str
+    columns: tuple[str, ...]
+    #: the text columns held as Python str objects in the frame (read back as such: `_frame_of`)
+    object_columns: tuple[str, ...] = ()
+
+
+@contextmanager
+def keeping_in(store: str | None, bucket: int) -> Iterator[None]:
+    """Within it, `keep` writes to `store` as bucket `bucket`'s (nothing is kept with no store)."""
+    token = _STORE.set(None if store is None else (store, bucket))
+    try:
+        yield
+    finally:
+        _STORE.reset(token)
+
+
+def keep(df: pd.DataFrame, table: str, key: str) -> Union[pd.DataFrame, KeptPart]:
+    """`df` (a partition's rows of a per-message table, in the whole table's order within the
+    partition; `key`: the column ordering the partitions' rows between them, one value belonging
+    to one partition) kept where it was made: written to the store as its bucket's part, or the
+    frame itself where there is no store or no row."""
+    where = _STORE.get()
+    if where is None or not len(df):
+        return df
+    from .report import arrow_table
+
+    import pyarrow.parquet as pq
+
+    store, bucket = where
+    df = df.drop(columns=[c for c in df.columns if c.startswith("_")])  # helpers of `merge_rows`' key
+    folder = os.path.join(store, table)
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"bucket={bucket}.parquet")
+    # written through the report's own conversion, so that the part reads back as the frame
+    # would have been written (categoricals as dictionaries, tz-aware timestamps, nullable ints);
+    # under another name first, so that a task run again after its worker died replaces a
+    # whole file, never a half-written one
+    partial = f"{path}.{uuid.uuid4().hex[:8]}.partial"
+    pq.write_table(arrow_table(df), partial)
+    os.replace(partial, path)
+    return KeptPart(path, len(df), key, tuple(df.columns),
+                    tuple(c for c in df.columns if df[c].dtype == object))
+
+
+def rows_table(parts: list, key: list[str]) -> Union[pd.DataFrame, "KeptRows"]:
+    """The partitions' rows of one table as the whole capture's: a DataFrame when no part was
+    kept on a worker (`merge_rows` by `key`), else the `KeptRows` of the parts (those kept on
+    workers, merged by the first column of `key`; a partition's empty frame holds no row)."""
+    from .partition import merge_rows
+
+    kept = [p for p in parts if isinstance(p, KeptPart)]
+    if not kept:
+        return merge_rows(parts, key)
+    if any(isinstance(p, pd.DataFrame) and len(p) for p in parts):  # `keep` keeps every non-empty one
+        raise ValueError("a table's rows are both kept on the workers and held here")
+    return KeptRows(kept)
+
+
+@dataclass(frozen=True)
+class KeptRows:
+    """A per-message table whose rows stay in the buckets' files (`keep`)."""
+
+    parts: list[KeptPart]
+
+    def __len__(self) -> int:
+        return sum(p.rows for p in self.parts)
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self.parts[0].columns)
+
+    @property
+    def size(self) -> int:
+        """Cells, what a writer job is weighed by (`amqpcap.report`)."""
+        return len(self) * len(self.parts[0].columns)
+
+    def read(self, columns: list[str] | None = None) -> pd.DataFrame:
+        """The table (or only `columns` of it) as the whole capture's, in its row order."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        from .stored_tables import _common_schema
+
+        key = self.parts[0].key
+        wanted = list(self.parts[0].columns) if columns is None else list(columns)
+        read = wanted if key in wanted else [*wanted, key]
+        tables = [pq.read_table(p.path, columns=read) for p in self.parts]
+        # (pandas' metadata kept: it gives back the frame's nullable integers)
+        schema = _common_schema([x.schema for x in tables]).with_metadata(tables[0].schema.metadata)
+        t = pa.concat_tables([x.cast(schema) for x in tables])
+        del tables
+        order = np.argsort(pc.fill_null(t.column(key).cast("int64"), -1).to_numpy(), kind="stable")
+        return _frame_of(t.take(order).select(wanted), self.parts[0].object_columns)
+
+    def write(self, path_no_ext: Path, fmt: str) -> Path:
+        """As `amqpcap.report.write_table` writes the table held in memory (same text, same
+        values), a batch per bucket in memory at a time."""
+        import pyarrow.parquet as pq
+
+        from .report import _write_slices
+        from .stored_tables import _common_schema, _merged
+
+        files = [pq.ParquetFile(p.path, pre_buffer=False) for p in self.parts]
+        # (pandas' metadata kept, as the frame written from memory has it: readers get back its
+        # nullable integers)
+        schema = _common_schema([f.schema_arrow for f in files]).with_metadata(files[0].schema_arrow.metadata)
+        return _write_slices(_merged(files, self.parts[0].key, schema), schema, path_no_ext.with_suffix("." + fmt), fmt)
+
+
+def _frame_of(t, object_columns: tuple[str, ...]) -> pd.DataFrame:
+    """Kept rows read back (an Arrow table) as the frame they were kept from: its pandas
+    metadata gives back nullable integers, categoricals and time zones, and the text columns
+    held as str objects are made so again (pandas would make them its own string dtype)."""
+    df = t.to_pandas()
+    if not any(c in df.columns for c in object_columns):
+        return df
+    # (a frame made anew: assigning an object column to a frame lets pandas make it its str dtype)
+    return pd.DataFrame({c: pd.Series(t.column(c).to_numpy(zero_copy_only=False), dtype=object, index=df.index)
+                         if c in object_columns else df[c] for c in df.columns}, index=df.index)
+
+
+def top_rows(table: Union[pd.DataFrame, KeptRows], n: int, by: str | None = None, largest: bool = True) -> pd.DataFrame:
+    """The first `n` rows of a merged table, or the `n` with the largest (smallest) `by` (ties:
+    the earlier row), as pandas' head / nlargest / nsmallest give them on the whole table. Of
+    kept rows, each bucket's own `n` are the candidates (a row among the whole's first `n` is
+    among its bucket's), read a bucket at a time."""
+    def pick(df: pd.DataFrame) -> pd.DataFrame:
+        if by is None:
+            return df.head(n)
+        return df.nlargest(n, by) if largest else df.nsmallest(n, by)
+
+    if isinstance(table, pd.DataFrame):
+        return pick(table)
+    import pyarrow.parquet as pq
+
+    key = table.parts[0].key
+    found = pd.concat([pick(_frame_of(pq.read_table(p.path), p.object_columns)) for p in table.parts],
+                      ignore_index=True)
+    return pick(found.sort_values(key, kind="stable").reset_index(drop=True))
+
+
+def columns(table: Union[pd.DataFrame, KeptRows], names: list[str]) -> pd.DataFrame:
+    """`names` of a merged table (`rows_table`), whether held here or kept on the workers."""
+    return table[names] if isinstance(table, pd.DataFrame) else table.read(names)
+
+
+def frame(table: Union[pd.DataFrame, KeptRows]) -> pd.DataFrame:
+    """The whole table as a DataFrame (what a notebook or a test reads)."""
+    return table if isinstance(table, pd.DataFrame) else table.read()
+
+
+@contextmanager
+def store(dataset_path: str | os.PathLike[str]) -> Iterator[str | None]:
+    """A store for the kept rows of one analysis of the dataset at `dataset_path`, removed on
+    exit; None (rows come back to the merge, as in one process) when the dataset is not a local
+    directory this process can write into (an fsspec URL, a read-only directory)."""
+    from .dataset import is_url
+
+    if is_url(dataset_path):
+        yield None
+        return
+    path = Path(dataset_path).resolve() / f"_kept-{uuid.uuid4().hex[:12]}"
+    try:
+        path.mkdir()
+    except OSError:
+        yield None
+        return
+    try:
+        yield str(path)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
