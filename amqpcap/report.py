@@ -362,8 +362,10 @@ def write_results(results: list[AnalyzerResult], out: Path, fmt: str = "csv", pl
     jobs = [_Job(df.size, partial(write_table, df, out / name, fmt)) if isinstance(df, pd.DataFrame)
             else _Job(df.size, partial(df.write, out / name, fmt), fresh=True) for name, df in (base or {}).items()]
     for r in results:
-        for name, df in r.tables.items():
-            jobs.append(_Job(df.size, partial(write_table, df, out / f"{r.name}-{name}", fmt)))
+        for name, df in r.tables.items():  # (rows kept on the workers write themselves: `amqpcap.kept_rows`)
+            path = out / f"{r.name}-{name}"
+            jobs.append(_Job(df.size, partial(write_table, df, path, fmt)) if isinstance(df, pd.DataFrame)
+                        else _Job(df.size, partial(df.write, path, fmt), fresh=True))
         if plots:
             jobs += [_Job(PLOT_COST_CELLS, partial(_draw_plot, p, out / f"{p.name}.png")) for p in r.plots]
     if bodies is not None:
@@ -433,19 +435,41 @@ def _run_jobs(jobs: list[_Job], workers: int) -> list[Path]:
 
 
 def _run_beside_fresh(jobs: list[_Job], fresh: list[int], workers: int) -> list[Path]:
-    """The fresh jobs in `workers` - 1 spawned processes, the others meanwhile in this one (not
-    forked: this process holds a large analysis' merged tables, which every forked writer's
-    resident size would count again)."""
+    """The jobs shared between this process and `workers` - 1 spawned ones: the others here
+    (not forked: this process may hold a large analysis' merged tables, which every forked
+    writer's resident size would count again), the fresh ones wherever the load is lightest,
+    here included (`_share_fresh`)."""
+    groups = _share_fresh(jobs, fresh, workers)
     written: dict[int, Path] = {}
-    with ProcessPoolExecutor(max_workers=min(len(fresh), workers - 1), mp_context=mp.get_context("spawn")) as pool:
-        spawned = {i: pool.submit(jobs[i].write) for i in fresh}
-        written.update((i, jobs[i].write()) for i in range(len(jobs)) if i not in spawned)
-        for i, future in spawned.items():
+    away = [g for g in groups[1:] if g]
+    with ProcessPoolExecutor(max_workers=max(len(away), 1), mp_context=mp.get_context("spawn")) as pool:
+        spawned = [(g, pool.submit(_run_writes, [jobs[i].write for i in g])) for g in away]
+        written.update((i, jobs[i].write()) for i in range(len(jobs)) if i in groups[0] or not jobs[i].fresh)
+        for g, future in spawned:
             try:
-                written[i] = future.result()
-            except BrokenProcessPool:  # a writer died (killed, out of memory): write it here
-                written[i] = jobs[i].write()
+                written.update(zip(g, future.result()))
+            except BrokenProcessPool:  # a writer died (killed, out of memory): write its share here
+                written.update((i, jobs[i].write()) for i in g)
     return [written[i] for i in range(len(jobs))]
+
+
+def _share_fresh(jobs: list[_Job], fresh: list[int], workers: int) -> list[list[int]]:
+    """The fresh jobs in `workers` groups of near-equal load, the first this process's, which
+    also runs every job that is not fresh: the largest job first into the lightest group
+    (`_balance`'s rule). The tables kept by a dataset's workers (`amqpcap.kept_rows`) are fresh
+    and this process holds little, so it takes its share of them."""
+    groups: list[list[int]] = [[] for _ in range(workers)]
+    load = [sum(j.cost_cells for j in jobs if not j.fresh)] + [0] * (workers - 1)
+    for i in sorted(fresh, key=lambda i: -jobs[i].cost_cells):
+        lightest = load.index(min(load))
+        groups[lightest].append(i)
+        load[lightest] += jobs[i].cost_cells
+    return groups
+
+
+def _run_writes(writes: list[Callable[[], Path]]) -> list[Path]:
+    """In a spawned writer: its jobs, one after the other."""
+    return [w() for w in writes]
 
 
 def _run_here_or_forked(jobs: list[_Job], workers: int) -> list[Path]:

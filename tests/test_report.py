@@ -53,6 +53,18 @@ def written_bytes(out: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.skipif("fork" not in __import__("multiprocessing").get_all_start_methods(), reason="needs fork")
+def test_fresh_jobs_go_where_the_load_is_lightest_and_the_others_stay_here():
+    def job(cost, fresh):
+        return report._Job(cost, lambda: None, fresh=fresh)
+
+    # here: 10 of jobs that cannot leave; fresh 100, 60, 50, 5 over this process and one spawned
+    jobs = [job(10, False), job(100, True), job(60, True), job(5, True), job(50, True)]
+    groups = report._share_fresh(jobs, [1, 2, 3, 4], 2)
+    # largest first into the lighter: 100 away (0), 60 here (10), 50 here (70 < 100), 5 away
+    assert groups == [[2, 4], [1, 3]]
+    assert sorted(i for g in groups for i in g) == [1, 2, 3, 4]
+
+
 def test_forked_writers_write_the_same_files_as_one_process(tmp_path, monkeypatch):
     assert report.can_fork(), "a thread left running by an earlier test: the writers would not fork"
     cap = amqpcap.load(FIX / "prefetch-consumers.pcap", bodies=True)
