@@ -100,13 +100,18 @@ def join_backlog(parts: list[QueueEvents]) -> pd.DataFrame:
     running sum is a lower bound of the backlog (never below 0). One row per (queue, frame) with
     an event, by queue name then frame: queue (categorical: a row per message of a busy queue),
     packet, rank (the frame's key), ts (int64 ns), backlog_min (messages, after that frame)."""
-    # (the partitions' text columns are categoricals of their own categories: joined as text)
-    takes = _as_text(pd.concat([p.takes for p in parts], ignore_index=True))
-    if not len(takes):
+    # the partitions' text columns are categoricals of their own categories: joined as codes
+    # into their categories together (a queue name per message of a 100M-packet capture, made
+    # text objects, took gigabytes here)
+    take_code, take_names = _joined_codes([p.takes["queue"] for p in parts])
+    if not len(take_code):
         return pd.DataFrame({"queue": pd.Categorical([]), "packet": pd.Series(dtype=np.int64),
                              "rank": pd.Series(dtype=np.int64), "ts": pd.Series(dtype=np.int64),
                              "backlog_min": pd.Series(dtype=np.int64)})
-    names = np.unique(takes["queue"].to_numpy(object).astype(str))  # the consumed queues, sorted
+    used = np.unique(take_code[take_code >= 0])
+    names = np.unique(take_names[used].astype(str))  # the consumed queues, sorted
+    to_q = np.full(len(take_names), -1, np.int64)
+    to_q[used] = np.searchsorted(names, take_names[used].astype(str))
     # routes (exchange, routing key) → queue to the consumed queues: the binds, and the default
     # exchange's (routing key = queue name)
     binds = _as_text(pd.concat([p.binds for p in parts], ignore_index=True))
@@ -114,12 +119,21 @@ def join_backlog(parts: list[QueueEvents]) -> pd.DataFrame:
     routes = pd.concat([binds, pd.DataFrame({"queue": names, "exchange": "", "routing_key": names})],
                        ignore_index=True).drop_duplicates()
     routes["q"] = np.searchsorted(names, routes["queue"].to_numpy(object).astype(str))
-    # each publish joined with every route of its (exchange, routing key)
-    pubs = _as_text(pd.concat([p.publishes for p in parts], ignore_index=True))
-    hits = pubs.merge(routes[["exchange", "routing_key", "q"]], on=["exchange", "routing_key"])
-    ev_q = np.r_[hits["q"].to_numpy(np.int64), np.searchsorted(names, takes["queue"].to_numpy(object).astype(str))]
-    ev = {c: np.r_[hits[c].to_numpy(np.int64), takes[c].to_numpy(np.int64)] for c in ("packet", "rank", "ts")}
-    delta = np.r_[np.ones(len(hits), np.int64), takes["delta"].to_numpy(np.int64)]
+    # each publish joined with every route of its (exchange, routing key), on the pair's codes
+    ex_code, ex_names = _joined_codes([p.publishes["exchange"] for p in parts])
+    rk_code, rk_names = _joined_codes([p.publishes["routing_key"] for p in parts])
+    r_ex = pd.Index(ex_names).get_indexer(routes["exchange"].to_numpy(object))
+    r_rk = pd.Index(rk_names).get_indexer(routes["routing_key"].to_numpy(object))
+    seen = (r_ex >= 0) & (r_rk >= 0)  # (a route no publish took)
+    width = len(rk_names) + 1
+    hits = pd.DataFrame({"pair": ex_code * width + rk_code, "row": np.arange(len(ex_code))}).merge(
+        pd.DataFrame({"pair": r_ex[seen] * width + r_rk[seen], "q": routes["q"].to_numpy(np.int64)[seen]}), on="pair")
+    hit_row = hits["row"].to_numpy(np.int64)
+    ev_q = np.r_[hits["q"].to_numpy(np.int64), to_q[take_code]]
+    ev = {c: np.r_[np.concatenate([p.publishes[c].to_numpy(np.int64) for p in parts])[hit_row],
+                   np.concatenate([p.takes[c].to_numpy(np.int64) for p in parts])] for c in ("packet", "rank", "ts")}
+    delta = np.r_[np.ones(len(hits), np.int64), np.concatenate([p.takes["delta"].to_numpy(np.int64) for p in parts])]
+    del hits, hit_row
     # summed per (queue, frame), in (queue, frame) order
     by = np.lexsort((ev["rank"], ev["packet"], ev_q))
     q, packet, rank = ev_q[by], ev["packet"][by], ev["rank"][by]
@@ -136,6 +150,19 @@ def join_backlog(parts: list[QueueEvents]) -> pd.DataFrame:
     floor = np.minimum(np.minimum.accumulate(run - lift) + lift, 0)
     return pd.DataFrame({"queue": pd.Categorical.from_codes(q, names), "packet": packet, "rank": rank, "ts": ts,
                          "backlog_min": (run - floor).astype(np.int64)})
+
+
+def _joined_codes(columns: list) -> tuple[np.ndarray, np.ndarray]:
+    """Categorical columns of several partitions as one: each row's code (-1: missing) into
+    the returned categories (text objects), those of every partition; no row made text."""
+    names = pd.Index(pd.unique(np.concatenate([np.asarray(c.cat.categories, dtype=object) for c in columns]
+                                              or [np.zeros(0, object)])))
+    codes = []
+    for c in columns:
+        to_joined = names.get_indexer(np.asarray(c.cat.categories, dtype=object)).astype(np.int64)
+        own = c.cat.codes.to_numpy(np.int64)
+        codes.append(np.where(own >= 0, to_joined[np.maximum(own, 0)] if len(to_joined) else -1, -1))
+    return (np.concatenate(codes) if codes else np.zeros(0, np.int64)), np.asarray(names, dtype=object)
 
 
 def _as_text(df: pd.DataFrame) -> pd.DataFrame:
@@ -190,9 +217,13 @@ def answer_backlog(parts: list[BacklogQuestions]) -> list[BacklogAnswers]:
     names = b["queue"].array.categories
     b_q = b["queue"].array.codes.astype(np.int64)
     b_min = b["backlog_min"].to_numpy(np.int64)
-    acks = pd.concat([p.acks for p in parts], ignore_index=True)
+    # the partitions' rows joined column by column, each queue as a code into the backlog's
+    # (a row per ack: no text made)
+    acks = {c: np.concatenate([p.acks[c].to_numpy(np.int64) for p in parts])
+            for c in ("packet", "rank", "next_packet", "next_rank")}
+    acks["q"] = np.concatenate([_queue_codes(names, p.acks["queue"]) for p in parts])
     cons = pd.concat([p.consumers for p in parts], ignore_index=True)
-    at, gap = _at_acks(b, names, b_q, b_min, acks)
+    at, gap = _at_acks(b, b_q, b_min, acks)
     growth = _growth(b, names, b_q, b_min, cons)
     out, i, j = [], 0, 0
     for p in parts:
@@ -203,20 +234,25 @@ def answer_backlog(parts: list[BacklogQuestions]) -> list[BacklogAnswers]:
 
 
 def _queue_codes(names: pd.Index, queue: pd.Series) -> np.ndarray:
-    """Each row's queue as a code into the backlog's queues (-1: unknown, or not consumed)."""
+    """Each row's queue as a code into the backlog's queues (-1: unknown, or not consumed):
+    a categorical's categories are looked up, not its rows."""
+    if isinstance(queue.dtype, pd.CategoricalDtype):
+        to_names = names.get_indexer(np.asarray(queue.cat.categories, dtype=object)).astype(np.int64)
+        own = queue.cat.codes.to_numpy(np.int64)
+        return np.where(own >= 0, to_names[np.maximum(own, 0)] if len(to_names) else -1, -1)
     return names.get_indexer(queue.astype(object).where(queue.notna(), None)).astype(np.int64)
 
 
-def _at_acks(b, names, b_q, b_min, acks) -> tuple:
+def _at_acks(b, b_q, b_min, acks: dict[str, np.ndarray]) -> tuple:
     """The backlog right after each ack (the last row of its queue at or before the ack's frame)
-    and its least value until the next delivery (up to the last row before that frame)."""
-    q = _queue_codes(names, acks["queue"])
-    s_key, nxt_key, b_key = frame_ranks((acks["packet"].to_numpy(np.int64), acks["rank"].to_numpy(np.int64)),
-                                        (acks["next_packet"].to_numpy(np.int64), acks["next_rank"].to_numpy(np.int64)),
+    and its least value until the next delivery (up to the last row before that frame). `acks`:
+    the columns of `BacklogQuestions.acks`, the queue as a code into the backlog's (``q``)."""
+    q = acks["q"]
+    s_key, nxt_key, b_key = frame_ranks((acks["packet"], acks["rank"]), (acks["next_packet"], acks["next_rank"]),
                                         (b["packet"].to_numpy(np.int64), b["rank"].to_numpy(np.int64)))
     hit = asof(q, s_key, b_q, b_key)
     at = pd.array(b_min, dtype="Int64").take(hit, allow_fill=True) if len(b) else pd.array([pd.NA] * len(q), "Int64")
-    has_next = acks["next_packet"].to_numpy(np.int64) >= 0
+    has_next = acks["next_packet"] >= 0
     last = np.where(has_next, asof(q, nxt_key, b_q, b_key, allow_exact_matches=False), -1)
     return at, _range_min(b_min, b_q, b_key, hit, last)
 
