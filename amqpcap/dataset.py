@@ -679,16 +679,19 @@ def read_outline(path: str | os.PathLike[str] | Location) -> Capture:
     return cap
 
 
-def read_records(path: str | os.PathLike[str] | Location) -> pd.DataFrame:
-    """The dataset's `records` table (every packet of the file), as `load` gave it."""
+def read_records(path: str | os.PathLike[str] | Location, columns: list[str] | None = None) -> pd.DataFrame:
+    """The dataset's `records` table (every packet of the file), as `load` gave it; only
+    `columns` of it when given (a row per packet: all of them take gigabytes at 100M packets)."""
     loc = location(path)
-    return _records(loc, _from_json(manifest(loc)["summary"]))
+    return _records(loc, _from_json(manifest(loc)["summary"]), columns)
 
 
-def _records(loc: Location, summary: dict) -> pd.DataFrame:
+def _records(loc: Location, summary: dict, columns: list[str] | None = None) -> pd.DataFrame:
     # source_file's categories are the capture's files, in the summary's order
     template = _template()["records"]
-    return _restore(_to_pandas(loc.read_parquet("capture", "records.parquet"), template), template,
+    if columns is not None:
+        template = template[list(columns)]
+    return _restore(_to_pandas(loc.read_parquet("capture", "records.parquet", columns=columns), template), template,
                     {"source_file": [f["name"] for f in summary["files"]]})
 
 

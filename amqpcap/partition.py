@@ -10,7 +10,8 @@ An analyzer that splits registers a `Split` (``@analyzer(name, split=...)``):
 - ``partial(part, facts)``: what the partition contributes (counts, histograms, the rows of its
   own connections: for the per-message tables, every row), picklable: it travels from a worker
   to the merge;
-- ``records(records, facts)`` (optional): the same over the capture's `records`;
+- ``records(records, facts)`` (optional): the same over the capture's `records` (only its
+  ``records_columns`` when the split names them);
 - ``merge(partials, records_partial, facts, whole)``: the `AnalyzerResult`, from the partials;
   ``whole`` is the capture's own connections table and summary (one row per connection: what
   names a connection in a finding), never its packets or frames.
@@ -101,6 +102,9 @@ class Split:
     records: Callable[[pd.DataFrame, CaptureFacts], Partial] | None = None
     context: Callable[[Capture, CaptureFacts], Any] | None = None
     join_context: Callable[[list], Any] | None = None
+    #: the columns of the records that ``records`` reads (a dataset's step reads those alone:
+    #: a row per packet of the file); None: every column
+    records_columns: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if (self.context is None) != (self.join_context is None):

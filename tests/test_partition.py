@@ -49,6 +49,15 @@ def assert_same_result(got, want):
     assert [f.impact for f in got.findings] == [f.impact for f in want.findings]
 
 
+def records_step(root: Path, split, facts):
+    """The split's records step over the dataset's records, the columns it names alone (as a
+    worker reads them)."""
+    if split.records is None:
+        return None
+    cols = split.records_columns
+    return split.records(dataset.read_records(root, None if cols is None else list(cols)), facts)
+
+
 def merged_on(root: Path, parts: list, store: Path | None = None) -> dict:
     """Every split analyzer's steps over `parts` (buckets of the dataset at `root`), merged with
     the dataset's outline alone (connections table, summary): what names connections. With a
@@ -56,7 +65,7 @@ def merged_on(root: Path, parts: list, store: Path | None = None) -> dict:
     facts = dataset.facts(root)
     merged = {}
     for an, split in splits().items():
-        rec = split.records(dataset.read_records(root), facts) if split.records else None
+        rec = records_step(root, split, facts)
         kept = partials_of(split, parts, facts, None if store is None else str(store))
         merged[an] = split.merge(kept, rec, facts, dataset.read_outline(root))
     return merged
@@ -127,7 +136,7 @@ def test_a_partition_order_does_not_matter(name, tmp_path):
     facts = dataset.facts(root)
     parts = [dataset.read(root, [k]) for k in range(5)]
     for an, split in splits().items():
-        rec = split.records(dataset.read_records(root), facts) if split.records else None
+        rec = records_step(root, split, facts)
         forward = split.merge(partials_of(split, parts, facts), rec, facts, cap)
         backward = split.merge(partials_of(split, parts[::-1], facts), rec, facts, cap)
         assert_same_result(backward, forward)

@@ -566,7 +566,7 @@ def sizes_merge(partials: list[dict[str, Any]], whole: np.ndarray, facts: Captur
     return AnalyzerResult("sizes", tables=tables, summary=summary, findings=[], plots=plots)
 
 
-SPLIT = Split(partial=sizes_partial, merge=sizes_merge, records=sizes_records)
+SPLIT = Split(partial=sizes_partial, merge=sizes_merge, records=sizes_records, records_columns=("frame_len",))
 
 
 @analyzer("sizes", split=SPLIT)
