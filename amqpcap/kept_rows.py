@@ -68,9 +68,9 @@ def keep(df: pd.DataFrame, table: str, key: str) -> Union[pd.DataFrame, KeptPart
     where = _STORE.get()
     if where is None or not len(df):
         return df
-    from .report import arrow_table
-
     import pyarrow.parquet as pq
+
+    from .report import arrow_table
 
     store, bucket = where
     df = df.drop(columns=[c for c in df.columns if c.startswith("_")])  # helpers of `merge_rows`' key
@@ -90,8 +90,8 @@ def keep(df: pd.DataFrame, table: str, key: str) -> Union[pd.DataFrame, KeptPart
 
 def rows_table(parts: list, key: list[str]) -> Union[pd.DataFrame, "KeptRows"]:
     """The partitions' rows of one table as the whole capture's: a DataFrame when no part was
-    kept on a worker (`merge_rows` by `key`), else the `KeptRows` of the parts (those kept on
-    workers, merged by the first column of `key`; a partition's empty frame holds no row)."""
+    kept on a worker (`merge_rows` by `key`), else the `KeptRows` of the parts (merged by the
+    column each was kept with, `keep`'s `key`; a partition's empty frame holds no row)."""
     from .partition import merge_rows
 
     kept = [p for p in parts if isinstance(p, KeptPart)]
