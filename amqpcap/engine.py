@@ -254,7 +254,7 @@ def analyze(path: str | os.PathLike[str], outline: Capture, c: Any,
             progress: Callable[[str, int, int], None] | None = None, store: str | None = None) -> list[AnalyzerResult]:
     """Every analyzer on the dataset at `path`, the partition steps on the cluster of client `c`;
     results in `analyzers` order, equal to `amqpcap.analysis.run_all` on the dataset read whole
-    (the per-message tables kept in `store` when given: `amqpcap.kept_rows`; then read them
+    (the per-message tables kept in `store` when given, `amqpcap.kept_rows`: read or write them
     before the store is removed).
     `outline` (`amqpcap.dataset.read_outline`) is given the buckets' tally (`amqpcap.tally`), so
     that summary.json and the report are made from it as from the capture read whole.

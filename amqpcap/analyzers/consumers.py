@@ -27,9 +27,9 @@ from ..derive.deliveries import consumes, deliveries, tag_ranks
 from ..derive.labels import channels_filter, connection_labels
 from ..derive.methods import KEY, chan_key, methods, pick, select
 from ..derive.refills import ack_gaps, backlog_answers, backlog_context, join_backlog_context, slow_refills
-from ..names import connection_label, consumer_label, number, subject
 from ..kept_rows import columns as kept_columns
 from ..kept_rows import keep, rows_table
+from ..names import connection_label, consumer_label, number, subject
 from ..partition import CaptureFacts, Split, merge_rows, run_whole, taken
 
 

@@ -21,9 +21,9 @@ from ..derive.deliveries import DELIVER_METHODS, SETTLE_METHODS, confirms, deliv
 from ..derive.labels import channels_filter, connection_labels
 from ..derive.methods import chan_key, methods, pick, select
 from ..derive.refills import ack_gaps, backlog_context, join_backlog_context, slow_refills_of, waiting
-from ..names import connection_label, consumer_label, number, subject
 from ..kept_rows import columns as kept_columns
 from ..kept_rows import keep, rows_table
+from ..names import connection_label, consumer_label, number, subject
 from ..partition import CaptureFacts, Split, merge_rows, run_whole, taken
 
 #: broker-slow-refill (detected by amqpcap.derive.refills.slow_refills) is critical when the median
