@@ -157,12 +157,16 @@ def _joined_codes(columns: list) -> tuple[np.ndarray, np.ndarray]:
     the returned categories (text objects), those of every partition; no row made text."""
     names = pd.Index(pd.unique(np.concatenate([np.asarray(c.cat.categories, dtype=object) for c in columns]
                                               or [np.zeros(0, object)])))
-    codes = []
-    for c in columns:
-        to_joined = names.get_indexer(np.asarray(c.cat.categories, dtype=object)).astype(np.int64)
-        own = c.cat.codes.to_numpy(np.int64)
-        codes.append(np.where(own >= 0, to_joined[np.maximum(own, 0)] if len(to_joined) else -1, -1))
+    codes = [_codes_into(names, c) for c in columns]
     return (np.concatenate(codes) if codes else np.zeros(0, np.int64)), np.asarray(names, dtype=object)
+
+
+def _codes_into(names: pd.Index, col: pd.Series) -> np.ndarray:
+    """A categorical column's rows as codes into `names` (-1: missing, or not among them): its
+    categories are looked up, not its rows."""
+    to_names = names.get_indexer(np.asarray(col.cat.categories, dtype=object)).astype(np.int64)
+    own = col.cat.codes.to_numpy(np.int64)
+    return np.where(own >= 0, to_names[np.maximum(own, 0)] if len(to_names) else -1, -1)
 
 
 def _as_text(df: pd.DataFrame) -> pd.DataFrame:
@@ -237,9 +241,7 @@ def _queue_codes(names: pd.Index, queue: pd.Series) -> np.ndarray:
     """Each row's queue as a code into the backlog's queues (-1: unknown, or not consumed):
     a categorical's categories are looked up, not its rows."""
     if isinstance(queue.dtype, pd.CategoricalDtype):
-        to_names = names.get_indexer(np.asarray(queue.cat.categories, dtype=object)).astype(np.int64)
-        own = queue.cat.codes.to_numpy(np.int64)
-        return np.where(own >= 0, to_names[np.maximum(own, 0)] if len(to_names) else -1, -1)
+        return _codes_into(names, queue)
     return names.get_indexer(queue.astype(object).where(queue.notna(), None)).astype(np.int64)
 
 
