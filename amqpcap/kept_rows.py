@@ -60,10 +60,11 @@ def keeping_in(store: str | None, bucket: int) -> Iterator[None]:
         _STORE.reset(token)
 
 
-def keep(df: pd.DataFrame, table: str, key: str) -> Union[pd.DataFrame, KeptPart]:
+def keep(df: pd.DataFrame, table: str, key: str, bucket: int | None = None) -> Union[pd.DataFrame, KeptPart]:
     """`df` (a partition's rows of a per-message table, in the whole table's order within the
     partition; `key`: the column ordering the partitions' rows between them, one value belonging
-    to one partition) kept where it was made: written to the store as its bucket's part, or the
+    to one partition) kept where it was made: written to the store as its bucket's part (or as
+    `bucket`'s, for a step that makes rows of several buckets: the backlog's cells), or the
     frame itself where there is no store or no row."""
     where = _STORE.get()
     if where is None or not len(df):
@@ -72,7 +73,8 @@ def keep(df: pd.DataFrame, table: str, key: str) -> Union[pd.DataFrame, KeptPart
 
     from .report import arrow_table
 
-    store, bucket = where
+    store, own = where
+    bucket = own if bucket is None else bucket
     df = df.drop(columns=[c for c in df.columns if c.startswith("_")])  # helpers of `merge_rows`' key
     folder = os.path.join(store, table)
     os.makedirs(folder, exist_ok=True)
@@ -154,6 +156,15 @@ class KeptRows:
         return _write_slices(_merged(files, self.parts[0].key, schema), schema, path_no_ext.with_suffix("." + fmt), fmt)
 
 
+def part_frame(part: Union[pd.DataFrame, KeptPart]) -> pd.DataFrame:
+    """One part as it was kept (`keep`): the frame itself, or its file read back."""
+    if isinstance(part, pd.DataFrame):
+        return part
+    import pyarrow.parquet as pq
+
+    return _frame_of(pq.read_table(part.path), part.object_columns)
+
+
 def _frame_of(t, object_columns: tuple[str, ...]) -> pd.DataFrame:
     """Kept rows read back (an Arrow table) as the frame they were kept from: its pandas
     metadata gives back nullable integers, categoricals and time zones, and the text columns
@@ -178,11 +189,8 @@ def top_rows(table: Union[pd.DataFrame, KeptRows], n: int, by: str | None = None
 
     if isinstance(table, pd.DataFrame):
         return pick(table)
-    import pyarrow.parquet as pq
-
     key = table.parts[0].key
-    found = pd.concat([pick(_frame_of(pq.read_table(p.path), p.object_columns)) for p in table.parts],
-                      ignore_index=True)
+    found = pd.concat([pick(part_frame(p)) for p in table.parts], ignore_index=True)
     return pick(found.sort_values(key, kind="stable").reset_index(drop=True))
 
 

@@ -59,6 +59,9 @@ class CaptureFacts:
     #: packets: the origin of the stalls analyzer's seconds, which every partition must share
     #: for its float seconds to be the whole capture's
     packets_t0_ns: int = 0
+    #: records of the file (the largest packet number), 0 when unknown: where the queue backlogs'
+    #: cells of packets are cut (`amqpcap.derive.backlog_join`)
+    records: int = 0
 
     @property
     def duration_s(self) -> float:
@@ -66,9 +69,10 @@ class CaptureFacts:
 
 
 def facts_from_ts(ts_ns: np.ndarray, packets_t0_ns: int = 0) -> CaptureFacts:
+    """The facts of a capture whose records' timestamps are `ts_ns` (every record's, in order)."""
     if not len(ts_ns):
         return CaptureFacts(0, 0, packets_t0_ns)
-    return CaptureFacts(int(ts_ns.min()), int(ts_ns.max()), packets_t0_ns)
+    return CaptureFacts(int(ts_ns.min()), int(ts_ns.max()), packets_t0_ns, len(ts_ns))
 
 
 def facts_of(cap: Capture) -> CaptureFacts:
@@ -87,6 +91,34 @@ class PerPartition:
     alone, where a joined context of one value goes to every worker)."""
 
     values: list
+
+
+@dataclass(frozen=True)
+class CellJoin:
+    """A `Split.join_context` computed in cells, one after the other, so that no process holds
+    every partition's context at once (the queue backlogs: `amqpcap.derive.backlog_join`):
+
+    - ``plan(contexts)``: what every cell needs of all partitions (small), the first carry, and
+      each cell's inputs (a share of every partition's context, in partition order);
+    - ``cell(plan, carry, inputs, r)``: cell `r` given what the cells before it left: the carry
+      for the next cell, and a piece for each partition;
+    - ``context(plan, i, pieces)``: partition `i`'s joined context from its pieces, in cell order.
+
+    Called, it runs the cells here; `amqpcap.engine` runs them as a chain of tasks on the
+    workers, where the partitions' shares were kept (`amqpcap.kept_rows`)."""
+
+    plan: Callable[[list], tuple[Any, Any, list[list]]]
+    cell: Callable[[Any, Any, list, int], tuple[Any, list]]
+    context: Callable[[Any, int, list], Any]
+
+    def __call__(self, contexts: list) -> PerPartition:
+        plan, carry, inputs = self.plan(contexts)
+        pieces: list[list] = [[] for _ in contexts]
+        for r, cell_inputs in enumerate(inputs):
+            carry, out = self.cell(plan, carry, cell_inputs, r)
+            for mine, piece in zip(pieces, out):
+                mine.append(piece)
+        return PerPartition([self.context(plan, i, p) for i, p in enumerate(pieces)])
 
 
 def context_for(joined: Any, i: int) -> Any:
@@ -122,7 +154,14 @@ def partials_of(split: Split, parts: list[Capture], facts: CaptureFacts, store: 
     (`amqpcap.kept_rows`, as on a worker)."""
     from .kept_rows import keeping_in
 
-    ctx = split.join_context([split.context(p, facts) for p in parts]) if split.context else None
+    ctx = None
+    if split.context:
+        contexts = []
+        for i, p in enumerate(parts):
+            with keeping_in(store, i):
+                contexts.append(split.context(p, facts))
+        with keeping_in(store, -1):  # (a cell join keeps its pieces as each partition's)
+            ctx = split.join_context(contexts)
     out = []
     for i, p in enumerate(parts):
         with keeping_in(store, i):
@@ -152,16 +191,19 @@ def _joined_contexts(cap: Capture) -> dict:
     return {}
 
 
-def joined_once(splits: dict[str, Split], contexts: dict[str, list]) -> dict[str, Any]:
+def joined_once(splits: dict[str, Split], contexts: dict[str, list],
+                cells: Callable[[CellJoin, list], Any] | None = None) -> dict[str, Any]:
     """{analyzer: its joined context} from {analyzer: every partition's context}, each
     (context, join_context) pair joined once: analyzers sharing a context round share the value
-    (`amqpcap.engine` sends each distinct one to the workers once)."""
+    (`amqpcap.engine` sends each distinct one to the workers once). A `CellJoin` is run by
+    ``cells(join, contexts)`` when given (`amqpcap.engine`: on the workers)."""
     joined: dict[tuple, Any] = {}
     out = {}
     for name, parts in contexts.items():
-        key = (splits[name].context, splits[name].join_context)
+        join = splits[name].join_context
+        key = (splits[name].context, join)
         if key not in joined:
-            joined[key] = splits[name].join_context(parts)
+            joined[key] = cells(join, parts) if cells is not None and isinstance(join, CellJoin) else join(parts)
         out[name] = joined[key]
     return out
 

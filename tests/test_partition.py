@@ -172,20 +172,54 @@ def test_analyze_on_a_local_cluster_gives_the_in_process_files(tmp_path):
         assert runs["dask"][1][name] == content, name
 
 
-@pytest.mark.parametrize("name", ["flow-control.pcap.gz", "ten-consumers.pcap", "nack-requeue.pcap",
-                                  "prefetch-consumers.pcap", "memory-alarm.pcap"])
-def test_queue_events_of_the_partitions_joined_are_the_whole_backlog(name, tmp_path):
-    """The queue backlog relates connections (publishes on one, deliveries on another): each
-    partition's queue events, keyed by frame (packet, rank) rather than by row position, joined
-    give the backlog of the whole capture, row for row."""
-    from amqpcap.derive.backlog import join_backlog, queue_events
+@pytest.mark.parametrize("name", ["any-sll.pcap", "flow-control.pcap.gz", "ten-consumers.pcap", "nack-requeue.pcap",
+                                  "prefetch-consumers.pcap"])
+def test_queue_backlogs_read_in_cells_of_a_few_packets_are_the_whole_captures(name, tmp_path, monkeypatch):
+    """The backlog join cut into cells of a thirtieth of the capture each (an ack's next delivery in
+    a later cell, a consumer's start and end in different ones), over buckets kept in files as on
+    workers, gives the consumers and latency results of the capture read whole in one cell."""
+    from amqpcap.derive import backlog_join
+    from amqpcap.derive.refills import ack_gaps
 
     cap = amqpcap.load(FIX / name)
-    whole = join_backlog([queue_events(cap)])
+    records = facts_of(cap).records
+    assert backlog_join.cells_for(records) == 1
+    whole = {an: analyzers()[an][0](cap) for an in ("consumers", "latency")}
+    monkeypatch.setattr(backlog_join, "CELL_PACKETS", max(1, records // 30))
+    gaps = ack_gaps(cap).dropna(subset=["backlog_min_gap"])
+    cell = [backlog_join.cell_of(gaps[c].to_numpy("int64"), backlog_join.cells_for(records), records)
+            for c in ("packet", "next_deliver_packet")]
+    assert (cell[0] != cell[1]).any()  # (acks answered in a later cell than their own)
+    root = dataset.write(cap, tmp_path / "ds", buckets=3)
+    parts = [dataset.read(root, [k]) for k in range(3)]
+    facts = dataset.facts(root)
+    for an, want in whole.items():
+        split = splits()[an]
+        kept = partials_of(split, parts, facts, str(tmp_path / "kept"))
+        assert_same_result(split.merge(kept, records_step(root, split, facts), facts, dataset.read_outline(root)), want)
+
+
+@pytest.mark.parametrize("name", ["flow-control.pcap.gz", "ten-consumers.pcap", "nack-requeue.pcap",
+                                  "prefetch-consumers.pcap", "memory-alarm.pcap"])
+def test_queue_events_of_the_partitions_joined_are_the_whole_backlog(name, tmp_path, monkeypatch):
+    """The queue backlog relates connections (publishes on one, deliveries on another): each
+    partition's queue events, keyed by frame (packet, rank) rather than by row position, joined
+    give the backlog of the whole capture, row for row; so do they cut into cells of a few
+    packets each, joined one cell after the other (`amqpcap.derive.backlog_join`)."""
+    from amqpcap.derive import backlog_join
+    from amqpcap.derive.backlog import queue_events
+    from amqpcap.derive.refills import backlog_context
+
+    cap = amqpcap.load(FIX / name)
+    whole = backlog_join.backlog_rows([backlog_context(cap, None)])
     assert len(whole) and whole["backlog_min"].max() > 0  # (a backlog to compare)
     root = dataset.write(cap, tmp_path / "ds", buckets=24)
     parts = [dataset.read(root, [k]) for k in range(24)]
-    events = [queue_events(p) for p in parts]
+    facts = facts_of(cap)
+    monkeypatch.setattr(backlog_join, "CELL_PACKETS", max(1, facts.records // 7))
+    shares = [backlog_context(p, facts) for p in parts]
+    assert len(shares[0].cells) >= 7
     # publishes and the deliveries they are counted against are in different partitions
+    events = [queue_events(p) for p in parts]
     assert any(bool(len(e.publishes)) != bool(len(e.takes)) for e in events)
-    pd.testing.assert_frame_equal(join_backlog(events[::-1]), whole, check_exact=True)
+    pd.testing.assert_frame_equal(backlog_join.backlog_rows(shares[::-1]), whole, check_exact=True)

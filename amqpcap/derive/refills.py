@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 
 from ..capture import Capture
-from ..partition import PerPartition
-from .backlog import BacklogAnswers, BacklogQuestions, answer_backlog, frame_keys, queue_events, text_codes
+from .backlog import BacklogAnswers, BacklogQuestions, frame_keys, queue_events, text_codes
+from .backlog_join import BACKLOG_JOIN, BacklogShares, answers_of, shares_of
 from .cache import CAPTURE, CONNECTION, derivation
 from .columns import asof, group_cumsum
 from .consumers import consumer_rows
@@ -90,20 +90,21 @@ def ack_rows(cap: Capture) -> AckRows:
     return AckRows(s, questions)
 
 
-def backlog_context(cap: Capture, facts) -> BacklogQuestions:
+def backlog_context(cap: Capture, facts) -> BacklogShares:
     """The context step (`amqpcap.partition.Split.context`) of the analyzers that read the
     queue backlog (consumers, latency): a partition's queue events, and where its acks and
-    consumers read the backlog. One function for both, so that it is joined once for them."""
+    consumers read the backlog, cut into the capture's cells (`amqpcap.derive.backlog_join`;
+    one cell without `facts`). One function for both, so that it is joined once for them."""
     c = consumer_rows(cap)
-    return BacklogQuestions(queue_events(cap), ack_rows(cap).questions,
-                            pd.DataFrame({"queue": text_codes(c["queue"]), "start_ts": ns(c["start_ts"]),
-                                          "end_ts": ns(c["end_ts"])}))
+    questions = BacklogQuestions(queue_events(cap), ack_rows(cap).questions,
+                                 pd.DataFrame({"queue": text_codes(c["queue"]), "start_ts": ns(c["start_ts"]),
+                                               "end_ts": ns(c["end_ts"])}))
+    return shares_of(questions, facts.records if facts is not None else 0)
 
 
-def join_backlog_context(parts: list[BacklogQuestions]) -> PerPartition:
-    """The contexts joined (`amqpcap.partition.Split.join_context`): each partition's questions
-    answered, given to that partition alone."""
-    return PerPartition(answer_backlog(parts))
+#: the contexts joined (`amqpcap.partition.Split.join_context`): the backlog joined in cells, each
+#: partition given its answers alone
+join_backlog_context = BACKLOG_JOIN
 
 
 @derivation(CAPTURE)
@@ -112,8 +113,8 @@ def backlog_answers(cap: Capture) -> BacklogAnswers:
     the context round (``cap.context["backlog"]``), or those of the capture as one partition."""
     got = cap.context.get("backlog")
     if got is None:
-        got = answer_backlog([backlog_context(cap, None)])[0]
-    return got
+        got = BACKLOG_JOIN([backlog_context(cap, None)]).values[0]
+    return answers_of(got)
 
 
 @derivation(CAPTURE)
