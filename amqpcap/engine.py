@@ -25,6 +25,7 @@ as the machine has cores, at most `LOCAL_MAX_WORKERS`.
 from __future__ import annotations
 
 import logging
+import operator
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ from .analysis import AnalyzerResult, analyzers, splits
 from .capture import Capture
 from .errors import AmqpcapError
 from .kept_rows import keeping_in
-from .partition import CaptureFacts, PerPartition, Split, context_for, joined_once, release_freed_memory
+from .partition import CaptureFacts, CellJoin, PerPartition, Split, context_for, joined_once, release_freed_memory
 
 #: a local cluster's workers at most (one per core below that)
 LOCAL_MAX_WORKERS = 8
@@ -74,6 +75,13 @@ def bucket_step(path: str, bucket: int, facts: CaptureFacts, names: list[str],
             return {name: sp[name].partial_with(part, facts, contexts[name]) for name in names}
         return {name: sp[name].partial(part, facts) if sp[name].context is None else sp[name].context(part, facts)
                 for name in names}
+
+
+def cell_step(join: CellJoin, plan: Any, carry: Any, inputs: list, r: int, store: str | None) -> tuple[Any, list]:
+    """On a worker: cell `r` of a join in cells (`amqpcap.partition.CellJoin`), given the carry
+    of the cell before it; the partitions' pieces kept in `store` when given."""
+    with keeping_in(store, -1):
+        return join.cell(plan, carry, inputs, r)
 
 
 #: the name of the tally's steps beside the analyzers' (`amqpcap.tally`: what summary.json and the
@@ -222,10 +230,32 @@ def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], Non
                 progress("records" if k is None else f"{what} {k}", done, total)
 
     gather(steps.futures, "bucket")
+    def in_cells(join: CellJoin, contexts: list) -> PerPartition:
+        """The cells of `join` as a chain of tasks, each given the carry of the one before
+        (a future: it stays on the workers); their pieces gathered as they end."""
+        nonlocal done, total
+        plan, carry, inputs = join.plan(contexts)
+        [plan_f] = steps.client.scatter([plan], broadcast=True, hash=False)
+        total += len(inputs)
+        pieces = []
+        for r, cell_inputs in enumerate(inputs):
+            both = steps.client.submit(cell_step, join, plan_f, carry, cell_inputs, r, steps.store,
+                                       key=f"amqpcap-cell-{r}-{steps.token}")
+            carry = steps.client.submit(operator.getitem, both, 0, key=f"amqpcap-cell-carry-{r}-{steps.token}")
+            pieces.append(steps.client.submit(operator.getitem, both, 1, key=f"amqpcap-cell-pieces-{r}-{steps.token}"))
+        del both, carry, plan_f
+        for r, fut in enumerate(pieces):
+            pieces[r] = fut.result()
+            fut.release()
+            done += 1
+            if progress:
+                progress(f"queue backlogs, cell {r}", done, total)
+        return PerPartition([join.context(plan, i, [p[i] for p in pieces]) for i in range(len(contexts))])
+
     second = [name for name, split in sp.items() if split.context is not None]
     if second:
         buckets = sorted(partials)
-        joined = joined_once(sp, {name: [partials[k].pop(name) for k in buckets] for name in second})
+        joined = joined_once(sp, {name: [partials[k].pop(name) for k in buckets] for name in second}, in_cells)
         # a value for every bucket sent to the workers once, not with every task (broadcast: a
         # copy on each worker, so that one dying does not lose it); a value per bucket
         # (`PerPartition`) goes with that bucket's task, as its argument (kept by the scheduler
