@@ -7,7 +7,9 @@ Each analyzer that splits (`amqpcap.partition.Split`) runs its partition step on
 of the dataset, in a task of its own on a Dask worker, and its step over the capture's
 `records` in one more; this process merges the partials. An analyzer with a context step gets
 its context from the first round of bucket tasks and its partials from a second round, each
-task given the contexts of every bucket joined here. Dask schedules the tasks, moves the
+task given the contexts of every bucket joined here; a join in cells (`partition.CellJoin`: the
+queue backlogs) runs as a chain of tasks on the workers, this process making its plan and
+gathering each bucket's pieces. Dask schedules the tasks, moves the
 partials and recomputes the tasks of a worker that dies; nothing here retries or schedules.
 
 Every analyzer splits today; one that did not (`analysis.analyzer` without a split) would run in
@@ -73,8 +75,14 @@ def bucket_step(path: str, bucket: int, facts: CaptureFacts, names: list[str],
     with keeping_in(store, bucket):
         if contexts is not None:
             return {name: sp[name].partial_with(part, facts, contexts[name]) for name in names}
-        return {name: sp[name].partial(part, facts) if sp[name].context is None else sp[name].context(part, facts)
-                for name in names}
+        made: dict[Any, Any] = {}  # a context step shared by analyzers (the queue backlog's) runs once
+
+        def context(split: Split) -> Any:
+            if split.context not in made:
+                made[split.context] = split.context(part, facts)
+            return made[split.context]
+
+        return {name: sp[name].partial(part, facts) if sp[name].context is None else context(sp[name]) for name in names}
 
 
 def cell_step(join: CellJoin, plan: Any, carry: Any, inputs: list, r: int, store: str | None) -> tuple[Any, list]:
@@ -236,6 +244,7 @@ def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], Non
         nonlocal done, total
         plan, carry, inputs = join.plan(contexts)
         [plan_f] = steps.client.scatter([plan], broadcast=True, hash=False)
+        [carry] = steps.client.scatter([carry], hash=False)  # (the consumers' points: MBs, not in the graph)
         total += len(inputs)
         pieces = []
         for r, cell_inputs in enumerate(inputs):
