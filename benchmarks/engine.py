@@ -36,12 +36,34 @@ def _worker_peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def split_results_on(c, root: Path) -> None:
+class Phases:
+    """When each phase of a run on the cluster ended, from the engine's progress: the first
+    round of bucket tasks (and the records step), the queue backlogs' cells, the second round,
+    and the merges after the last task."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.ends: dict[str, float] = {}
+
+    def __call__(self, what: str, done: int, total: int) -> None:
+        phase = ("cells" if what.startswith("queue backlogs") else "second round" if "second round" in what
+                 else "first round")
+        self.ends[phase] = time.perf_counter() - self.start
+
+    def line(self, total_s: float) -> str:
+        marks, last = [], 0.0
+        for phase, end in self.ends.items():
+            marks.append(f"{phase} {end - last:.1f} s")
+            last = end
+        return ", ".join([*marks, f"merges {total_s - last:.1f} s"])
+
+
+def split_results_on(c, root: Path, phases: Phases | None = None) -> None:
     """engine.analyze's split part: the partition and records steps on the cluster, the merge
     here with the dataset's outline; the per-message tables kept by the workers beside the
     dataset, as `amqpcap analyze` keeps them (`amqpcap.kept_rows`)."""
     with kept_rows.store(root) as store:
-        engine.merged(engine.submit_steps(root, c, store), dataset.read_outline(root))
+        engine.merged(engine.submit_steps(root, c, store), dataset.read_outline(root), phases)
 
 
 def main() -> None:
@@ -79,15 +101,17 @@ def main() -> None:
     times = {}
     for workers in a.workers:
         with engine.client(workers=workers) as c:
-            best = float("inf")
+            best, best_phases = float("inf"), ""
             for _ in range(a.repeat):
-                t = time.perf_counter()
-                split_results_on(c, root)
-                best = min(best, time.perf_counter() - t)
+                t, phases = time.perf_counter(), Phases()
+                split_results_on(c, root, phases)
+                took = time.perf_counter() - t
+                if took < best:
+                    best, best_phases = took, phases.line(took)
             rss = sorted(c.run(_worker_peak_rss_mib).values())
         times[workers] = best
         print(f"{f'{workers} worker' + 's' * (workers > 1):>16}: {best:7.2f} s  peak RSS per worker "
-              + ", ".join(f"{r:,.0f} MiB" for r in rss))
+              + ", ".join(f"{r:,.0f} MiB" for r in rss) + f"\n{'':>18}({best_phases})")
     if {1, 2} <= times.keys():
         print(f"speed-up, 2 workers over 1: {times[1] / times[2]:.2f}x"
               + (f"; 2 workers against one process: {whole_s / times[2]:.2f}x" if whole_s else ""))
