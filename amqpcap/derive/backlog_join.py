@@ -97,7 +97,7 @@ def shares_of(q: BacklogQuestions, records: int) -> BacklogShares:
 
 
 def _cut(df: pd.DataFrame, cell: np.ndarray, n: int) -> list[pd.DataFrame]:
-    """`df`'s rows of each of `n` cells (`cell`: each row's), in their order."""
+    """`df`'s rows of each of `n` cells (`cell`: each row's, 0 to n − 1), in their order."""
     if n == 1:
         return [df]
     order = np.argsort(cell, kind="stable")
@@ -260,21 +260,29 @@ def cell(p: BacklogPlan, carry: Carry, inputs: list, r: int) -> tuple[Carry, lis
     answered = pd.concat([done, finished], ignore_index=True)
     pending = pd.concat([still, waiting], ignore_index=True)
     consumers = _latest_rows(carry.consumers, rows)
+    final = r == p.cells - 1
+    if final and len(pending):
+        raise ValueError(f"{len(pending):,} acks wait for a delivery after the last cell")
+    n = len(p.sizes)
+    growth = _by_part(_growth(p, consumers), n) if final else [None] * n
+    pieces = [(keep(mine, f"backlog/cell={r}/answers", "row", bucket=i),
+               None if grown is None else keep(grown, "backlog/growth", "row", bucket=i))
+              for i, (mine, grown) in enumerate(zip(_by_part(answered, n), growth))]
+    return _carried(carry, rows, pending, consumers), pieces
+
+
+def _carried(carry: Carry, rows: CellRows, pending: pd.DataFrame, consumers: pd.DataFrame) -> Carry:
+    """The carry after a cell: each queue's sums and backlog after its last row there."""
     ends = np.flatnonzero(np.r_[rows.q[1:] != rows.q[:-1], True]) if len(rows.q) else np.zeros(0, np.int64)
     qe = rows.q[ends]
     run_end, run_low, last, seen = carry.run_end.copy(), carry.run_low.copy(), carry.last.copy(), carry.seen.copy()
     run_end[qe], run_low[qe], last[qe], seen[qe] = rows.run[ends], rows.low[ends], rows.backlog_min[ends], True
-    final = r == p.cells - 1
-    growth = _growth(p, consumers) if final else None
-    pieces = []
-    for i in range(len(p.sizes)):
-        mine = answered[answered["part"].to_numpy() == i].drop(columns="part").reset_index(drop=True)
-        grown = None if growth is None else growth[growth["part"].to_numpy() == i].drop(columns="part").reset_index(drop=True)
-        pieces.append((keep(mine, f"backlog/cell={r}/answers", "row", bucket=i),
-                       None if grown is None else keep(grown, "backlog/growth", "row", bucket=i)))
-    if final and len(pending):
-        raise ValueError(f"{len(pending):,} acks wait for a delivery after the last cell")
-    return Carry(run_end, run_low, last, seen, pending, consumers), pieces
+    return Carry(run_end, run_low, last, seen, pending, consumers)
+
+
+def _by_part(df: pd.DataFrame, n: int) -> list[pd.DataFrame]:
+    """`df`'s rows of each of `n` partitions (its ``part`` column, dropped), in their order."""
+    return _cut(df.drop(columns="part"), df["part"].to_numpy(np.int64), n)
 
 
 def _acks(p: BacklogPlan, inputs: list) -> pd.DataFrame:
