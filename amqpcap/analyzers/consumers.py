@@ -12,6 +12,7 @@ too); this module summarises it per consumer and tells the findings.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -27,7 +28,6 @@ from ..derive.deliveries import consumes, deliveries, tag_ranks
 from ..derive.labels import channels_filter, connection_labels
 from ..derive.methods import KEY, chan_key, methods, pick, select
 from ..derive.refills import ack_gaps, backlog_answers, backlog_context, join_backlog_context, slow_refills
-from ..kept_rows import columns as kept_columns
 from ..kept_rows import keep, rows_table
 from ..names import connection_label, consumer_label, number, subject
 from ..partition import CaptureFacts, Split, merge_rows, run_whole, taken
@@ -532,7 +532,8 @@ def consumers_partial(cap: Capture, facts: CaptureFacts, backlog: BacklogAnswers
     cap.context["backlog"] = backlog
     s = consumer_summary(cap)
     d = deliveries(cap)
-    return {"summary": s, "state": keep(consumer_state(cap), "consumers-state", "stream"),
+    st = consumer_state(cap)
+    return {"summary": s, "state": keep(st, "consumers-state", "stream"), "plotted": state_bins(cap, st) if len(st) else None,
             "no_ack": _no_ack_rows(cap, d),
             "slow": slow_refills(cap).index.to_numpy(), "limits": _limit_rows(cap),
             "unlimited": _unlimited(cap, s, d) if len(d) else None,
@@ -544,8 +545,8 @@ def consumers_merge(partials: list[dict[str, Any]], records: None, facts: Captur
     channel's consumers being one partition's); the findings and the plot from them."""
     s = merge_rows(taken(partials, "summary"), ["stream", "channel"])
     s["connection"] = connection_labels(cap, s["stream"])
-    # (a consumer's state rows are its channel's, of one partition: merged by stream; read
-    # for the plot alone, from the workers' files when kept there)
+    # (a consumer's state rows are its channel's, of one partition: merged by stream; the plot
+    # is drawn from each partition's numbers per consumer and time bin, `StateBins`)
     st = rows_table(taken(partials, "state"), ["stream", "channel", "epoch", "consumer_tag"])
     rows = s.drop(columns=["start_ts", "end_ts"]).to_dict(orient="records")
     no_ack = sorted((r for q in partials for r in q["no_ack"]), key=lambda r: (r["stream"], r["channel"], r["consumer_tag"]))
@@ -556,8 +557,9 @@ def consumers_merge(partials: list[dict[str, Any]], records: None, facts: Captur
     plots = []
     if len(st):
         queues = pd.concat([q["queues"] for q in partials], ignore_index=True)
+        bins = merged_bins([q["plotted"] for q in partials if q["plotted"] is not None])
         plots.append(Plot("consumers-unacked-deficit", "Consumers at their prefetch limit, and their unacked messages",
-                          lambda path: _plot_state(cap, kept_columns(st, STATE_PLOTTED), queues, path)))
+                          lambda path: _plot_state(cap, bins, queues, path)))
     slow = np.concatenate([q["slow"] for q in partials])
     limits = pd.concat([q["limits"] for q in partials], ignore_index=True)
     findings = _findings(cap, s, slow, limits)
@@ -581,11 +583,56 @@ def consumers(cap: Capture) -> AnalyzerResult:
     return run_whole(SPLIT, cap)
 
 
-#: the state table's columns its plot draws
-STATE_PLOTTED = [*CONSUMER, "ts", "until_ts", "unacked", "prefetch", "deficit", "at_limit"]
+@dataclass(frozen=True)
+class StateBins:
+    """What the consumers plot draws, per consumer (a row: the consumer's state rows, which are
+    one partition's) and time bin of the capture (`amqpcap.plotting.time_edges`): computed by
+    each partition, so that the merge never reads the credit series (a row per message)."""
+
+    #: the consumers (CONSUMER columns), sorted
+    keys: pd.DataFrame
+    #: seconds with a state, seconds at the prefetch limit (of the rows with a limit), unacked
+    #: messages × seconds: (consumers, bins) arrays
+    covered: np.ndarray
+    at: np.ndarray
+    unacked_s: np.ndarray
+    #: per consumer: its last prefetch (NaN: none), whether any row had a limit
+    prefetch: np.ndarray
+    has_limit: np.ndarray
 
 
-def _plot_state(cap: Capture, st: pd.DataFrame, queues: pd.DataFrame, path) -> None:
+def state_bins(cap: Capture, st: pd.DataFrame) -> StateBins:
+    """The consumers plot's numbers of the state rows `st` (`consumer_state`'s columns)."""
+    from ..plotting import time_edges, time_per_bin
+
+    t0 = cap.summary["first_ts"]
+    edges = time_edges((cap.summary["last_ts"] - t0).total_seconds())
+    code = st.groupby(CONSUMER, sort=True, observed=True).ngroup().to_numpy()
+    keys = st[CONSUMER].drop_duplicates().sort_values(CONSUMER).reset_index(drop=True)
+    n = len(keys)
+    start = (st["ts"] - t0).dt.total_seconds().to_numpy()
+    end = (st["until_ts"] - t0).dt.total_seconds().to_numpy()
+    limited = st["deficit"].notna().to_numpy()
+    return StateBins(keys, time_per_bin(code, start, end, edges, n),
+                     time_per_bin(code[limited], start[limited], end[limited], edges, n,
+                                  st["at_limit"].to_numpy(bool)[limited].astype(float)),
+                     time_per_bin(code, start, end, edges, n, st["unacked"].to_numpy(float)),
+                     st.groupby(code)["prefetch"].last().to_numpy(float),
+                     np.bincount(code[limited], minlength=n) > 0)
+
+
+def merged_bins(parts: list[StateBins]) -> StateBins:
+    """The partitions' consumers in the whole capture's order (their keys sorted as one)."""
+    if len(parts) == 1:
+        return parts[0]
+    keys = pd.concat([b.keys for b in parts], ignore_index=True)
+    order = keys.sort_values(CONSUMER, kind="stable").index.to_numpy()
+    arrays = {f: np.concatenate([getattr(b, f) for b in parts])[order]
+              for f in ("covered", "at", "unacked_s", "prefetch", "has_limit")}
+    return StateBins(keys.take(order).reset_index(drop=True), **arrays)
+
+
+def _plot_state(cap: Capture, b: StateBins, queues: pd.DataFrame, path) -> None:
     """Top: per consumer, the share of each time bin it spent at its prefetch limit (a heatmap:
     one row per consumer, any number of them; at prefetch 1 a step plot would be a solid block).
     Bottom: unacked messages (time-weighted mean per bin) against the prefetch: each consumer's
@@ -593,30 +640,20 @@ def _plot_state(cap: Capture, st: pd.DataFrame, queues: pd.DataFrame, path) -> N
     import matplotlib.pyplot as plt
 
     from ..plotting import (MAX_NAMED, consumer_labels, nan_stats, natural_order, percent_axis, plain, plain_axis,
-                            short, time_edges, time_per_bin)
+                            short, time_edges)
 
     t0 = cap.summary["first_ts"]
     edges = time_edges((cap.summary["last_ts"] - t0).total_seconds())
-    code = st.groupby(CONSUMER, sort=True, observed=True).ngroup().to_numpy()
-    keys = st[CONSUMER].drop_duplicates().sort_values(CONSUMER).reset_index(drop=True)
+    keys, covered, at, has_limit, prefetch = b.keys, b.covered, b.at, b.has_limit, b.prefetch
     n = len(keys)
     queues = queues.drop_duplicates(CONSUMER).set_index(CONSUMER)["queue"]
     labels, queue = consumer_labels(cap, keys["stream"], keys["channel"],
                                     queues.reindex(pd.MultiIndex.from_frame(keys)).to_numpy(object),
                                     keys["consumer_tag"].astype(str).tolist())
-    start = (st["ts"] - t0).dt.total_seconds().to_numpy()
-    end = (st["until_ts"] - t0).dt.total_seconds().to_numpy()
-    covered = time_per_bin(code, start, end, edges, n)
-    limited = st["deficit"].notna().to_numpy()
-    at = time_per_bin(code[limited], start[limited], end[limited], edges, n,
-                      st["at_limit"].to_numpy(bool)[limited].astype(float))
-    has_limit = np.bincount(code[limited], minlength=n) > 0
     with np.errstate(invalid="ignore", divide="ignore"):
         share = np.where((covered > 0) & has_limit[:, None], at / covered, np.nan)
         overall = np.where(has_limit, at.sum(1) / covered.sum(1), np.nan)
-        unacked = np.where(covered > 0, time_per_bin(code, start, end, edges, n, st["unacked"].to_numpy(float))
-                           / covered, np.nan)
-    prefetch = st.groupby(code)["prefetch"].last().to_numpy(float)
+        unacked = np.where(covered > 0, b.unacked_s / covered, np.nan)
     named = n <= 30  # rows labelled one by one, in label order; beyond, one thin row each, worst first
     order = (natural_order(labels) if named
              else np.argsort(-np.nan_to_num(overall, nan=-1), kind="stable"))
