@@ -238,6 +238,7 @@ def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], Non
                 progress("records" if k is None else f"{what} {k}", done, total)
 
     gather(steps.futures, "bucket")
+
     def in_cells(join: CellJoin, contexts: list) -> PerPartition:
         """The cells of `join` as a chain of tasks, each given the carry of the one before
         (a future: it stays on the workers); their pieces gathered as they end."""
