@@ -467,10 +467,10 @@ def backlog_rows(contexts: list[BacklogShares]) -> pd.DataFrame:
     frame: queue (categorical), packet, rank (the frame's key), ts (int64 ns), backlog_min."""
     p, carry, inputs = plan(contexts)
     parts = []
-    for r, cell_inputs in enumerate(inputs):
+    for cell_inputs in inputs:
         rows = cell_rows(p, carry, cell_inputs)
         parts.append(rows)
-        carry, _ = cell(p, carry, cell_inputs, r)
+        carry = _carried(carry, rows, carry.pending, carry.consumers)  # (the sums alone: no ack is answered)
     q = np.concatenate([x.q for x in parts])
     key = np.concatenate([x.key for x in parts])
     by = np.lexsort((key, q))  # (each cell's rows are by queue: the cells' together, by queue again)
