@@ -125,11 +125,10 @@ class Carry:
     """What the cells before one leave it."""
 
     #: per queue (a code): running sum after its last row so far, least running sum so far
-    #: (`_NO_ROW` before any row), backlog after its last row so far, whether it had a row
+    #: (`_NO_ROW` before any row: `seen`), backlog after its last row so far
     run_end: np.ndarray
     run_low: np.ndarray
     last: np.ndarray
-    seen: np.ndarray
     #: acks whose next delivery is in a later cell: part, row, q, next_key, next_cell, at (their
     #: backlog, known), low (the least backlog since, so far)
     pending: pd.DataFrame
@@ -137,6 +136,11 @@ class Carry:
     #: ts (int64 ns), and the latest backlog row so far with ts ≤ it (by ts, then frame):
     #: best_ts, best_key (-1: none), best_value
     consumers: pd.DataFrame
+
+    @property
+    def seen(self) -> np.ndarray:
+        """Per queue: whether an earlier cell had a row of it."""
+        return self.run_low != _NO_ROW
 
 
 def plan(contexts: list[BacklogShares]) -> tuple[BacklogPlan, Carry, list[list]]:
@@ -158,26 +162,24 @@ def plan(contexts: list[BacklogShares]) -> tuple[BacklogPlan, Carry, list[list]]
                     [(s.acks, len(s.consumers)) for s in contexts])
     Q = len(names)
     pending = pd.DataFrame({c: np.zeros(0, np.int64) for c in ("part", "row", "q", "next_key", "next_cell", "at", "low")})
-    first = Carry(np.zeros(Q, np.int64), np.full(Q, _NO_ROW, np.int64), np.zeros(Q, np.int64), np.zeros(Q, bool),
+    first = Carry(np.zeros(Q, np.int64), np.full(Q, _NO_ROW, np.int64), np.zeros(Q, np.int64),
                   pending, _consumer_queries(names, contexts))
     return p, first, [[s.cells[r] for s in contexts] for r in range(p.cells)]
 
 
 def _consumer_queries(names: np.ndarray, contexts: list[BacklogShares]) -> pd.DataFrame:
-    """Each consumer with a queue, twice: at its start and at its end."""
+    """Each consumer with a queue, twice: at its start and at its end (its queue a categorical:
+    `BacklogQuestions.consumers`)."""
     out = []
     index = pd.Index(names)
     for i, s in enumerate(contexts):
         c = s.consumers
         ok = np.flatnonzero(c["queue"].notna().to_numpy())
-        q = _codes_into(index, c["queue"])[ok] if isinstance(c["queue"].dtype, pd.CategoricalDtype) else \
-            index.get_indexer(c["queue"].astype(object).to_numpy()[ok]).astype(np.int64)
+        q = _codes_into(index, c["queue"])[ok]
         for end, col in ((False, "start_ts"), (True, "end_ts")):
             out.append(pd.DataFrame({"part": i, "row": ok, "end": end, "q": q,
                                      "ts": c[col].to_numpy(np.int64)[ok]}))
-    df = pd.concat(out, ignore_index=True) if out else pd.DataFrame(
-        {"part": [], "row": [], "end": [], "q": [], "ts": []}).astype({"end": bool, "part": np.int64, "row": np.int64,
-                                                                      "q": np.int64, "ts": np.int64})
+    df = pd.concat(out, ignore_index=True)  # (two frames a partition, maybe empty: never none)
     return df.assign(best_ts=np.iinfo(np.int64).min, best_key=np.int64(-1), best_value=np.int64(0))
 
 
@@ -275,9 +277,9 @@ def _carried(carry: Carry, rows: CellRows, pending: pd.DataFrame, consumers: pd.
     """The carry after a cell: each queue's sums and backlog after its last row there."""
     ends = np.flatnonzero(np.r_[rows.q[1:] != rows.q[:-1], True]) if len(rows.q) else np.zeros(0, np.int64)
     qe = rows.q[ends]
-    run_end, run_low, last, seen = carry.run_end.copy(), carry.run_low.copy(), carry.last.copy(), carry.seen.copy()
-    run_end[qe], run_low[qe], last[qe], seen[qe] = rows.run[ends], rows.low[ends], rows.backlog_min[ends], True
-    return Carry(run_end, run_low, last, seen, pending, consumers)
+    run_end, run_low, last = carry.run_end.copy(), carry.run_low.copy(), carry.last.copy()
+    run_end[qe], run_low[qe], last[qe] = rows.run[ends], rows.low[ends], rows.backlog_min[ends]
+    return Carry(run_end, run_low, last, pending, consumers)
 
 
 def _by_part(df: pd.DataFrame, n: int) -> list[pd.DataFrame]:
