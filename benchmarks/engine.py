@@ -2,7 +2,7 @@
 """The analyzers (every one splits), run partition by partition on a local Dask cluster of 1 and
 of 2 worker processes, against the same analyzers in one process, in one run.
 
-    python3 benchmarks/engine.py DATASET [--repeat 3] [--no-whole] [--workers 1 2]
+    python3 benchmarks/engine.py DATASET [--repeat 3] [--no-whole] [--workers 1 2] [--baseline DIR]
 
 DATASET: written by `amqpcap ingest CAPTURE --out DATASET --buckets N` (e.g. a capture made by
 make_large_capture.py). Prints, for each way, the best of --repeat wall times of the split
@@ -11,13 +11,20 @@ the cluster not), the peak RSS of each worker process, and the speed-up of 2 wor
 
 What it does not time: writing the overview, report and tables (`benchmarks/analyze_large.py`
 times `amqpcap analyze` whole). --no-whole skips the run in one process, for a dataset too
-large to read whole in this process.
+large to read whole in this process. --baseline DIR times the clusters with the amqpcap package in
+DIR too (an earlier commit with its core built), in the same run, and prints this one's speed-up
+over it.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import resource
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -74,6 +81,8 @@ def main() -> None:
                     help="skip the run in one process (a dataset too large to read whole here)")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2],
                     help="the local clusters' sizes to time (default: 1 and 2; the speed-up needs both)")
+    ap.add_argument("--baseline", type=Path, help="also time the clusters with the amqpcap package in this directory")
+    ap.add_argument("--times-to", type=Path, help=argparse.SUPPRESS)  # (the baseline's run writes its times here)
     a = ap.parse_args()
     root = a.dataset.resolve()
     m = dataset.manifest(root)
@@ -112,10 +121,29 @@ def main() -> None:
         times[workers] = best
         print(f"{f'{workers} worker' + 's' * (workers > 1):>16}: {best:7.2f} s  peak RSS per worker "
               + ", ".join(f"{r:,.0f} MiB" for r in rss) + f"\n{'':>18}({best_phases})")
+    if a.times_to:
+        a.times_to.write_text(json.dumps(times))
+    if a.baseline:
+        base = baseline_times(a)
+        for workers, took in times.items():
+            print(f"{f'{workers} worker' + 's' * (workers > 1):>16}: baseline {a.baseline}: {base[str(workers)]:7.2f} s, "
+                  f"this one {base[str(workers)] / took:.2f}x as fast")
     if {1, 2} <= times.keys():
         print(f"speed-up, 2 workers over 1: {times[1] / times[2]:.2f}x"
               + (f"; 2 workers against one process: {whole_s / times[2]:.2f}x" if whole_s else ""))
     print(f"this process ({'the run in one process and ' if whole_s else ''}the merges): peak RSS {_worker_peak_rss_mib():,.0f} MiB")
+
+
+def baseline_times(a: argparse.Namespace) -> dict[str, float]:
+    """The same clusters' times with the amqpcap package in `a.baseline`, this script run again
+    as its own process (its output shown as it goes)."""
+    with tempfile.TemporaryDirectory() as d:
+        out = Path(d) / "times.json"
+        print(f"baseline {a.baseline}:", flush=True)
+        subprocess.run([sys.executable, __file__, str(a.dataset), "--no-whole", "--repeat", str(a.repeat),
+                        "--workers", *map(str, a.workers), "--times-to", str(out)],
+                       env={**os.environ, "PYTHONPATH": str(a.baseline)}, check=True)
+        return json.loads(out.read_text())
 
 
 if __name__ == "__main__":
