@@ -158,3 +158,19 @@ def test_asof_is_merge_asof(keys, low, high, direction, exact):
                       on="on", by="key", direction=direction, allow_exact_matches=exact).set_index("index").sort_index()
     want = np.where(left["key"].to_numpy() >= 0, m["row"].fillna(-1).to_numpy(np.int64), -1)
     assert (got == want).all()
+
+
+@pytest.mark.parametrize("n", [1, 63, 64, 65, 1_000, 20_000])
+def test_range_min_is_the_least_of_each_slice(n):
+    """`columns.range_min` gives ``values[lo:hi].min()`` of every query, `empty` for an empty
+    range: ranges within a block, across blocks, from the start, to the end, empty and reversed."""
+    import numpy as np
+
+    from amqpcap.derive.columns import range_min
+
+    rng = np.random.default_rng(n)
+    values = rng.integers(-2**62, 2**62, n)
+    lo, hi = rng.integers(0, n + 1, 3_000), rng.integers(0, n + 1, 3_000)
+    lo[:3], hi[:3] = [0, 0, n], [n, 1, n]
+    want = np.array([values[a:b].min() if b > a else 7 for a, b in zip(lo, hi)], np.int64)
+    assert (range_min(values, lo, hi, 7) == want).all()

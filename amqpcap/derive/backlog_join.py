@@ -33,7 +33,7 @@ import pandas as pd
 from ..kept_rows import keep, part_frame
 from ..partition import CellJoin
 from .backlog import BacklogAnswers, BacklogQuestions
-from .columns import asof, group_cumsum
+from .columns import asof, group_cumsum, range_min
 
 #: packets of the capture per cell of the backlog join: what a cell task holds is the queue
 #: events and acks of this many packets (about 1 GB at 4M packets of one message each)
@@ -317,7 +317,7 @@ def _answer_acks(p: BacklogPlan, carry: Carry, rows: CellRows, acks: pd.DataFram
     next_cell = acks["next_cell"].to_numpy(np.int64)
     here = next_cell == r
     hi = np.where(here, _before(rows, q, acks["next_key"].to_numpy(np.int64), start), end)
-    low = np.minimum(at, _range_min(rows.backlog_min, lo, hi))
+    low = np.minimum(at, range_min(rows.backlog_min, lo, hi, _NO_ROW))
     has_next = next_cell >= 0
     answered = ~at_ok | ~has_next | here
     done = pd.DataFrame({"part": acks["part"].to_numpy(np.int64), "row": acks["row"].to_numpy(np.int64),
@@ -335,7 +335,7 @@ def _answer_pending(p: BacklogPlan, pending: pd.DataFrame, rows: CellRows, r: in
     start, end = _queue_bounds(rows, q)
     here = pending["next_cell"].to_numpy(np.int64) == r
     hi = np.where(here, _before(rows, q, pending["next_key"].to_numpy(np.int64), start), end)
-    low = np.minimum(pending["low"].to_numpy(np.int64), _range_min(rows.backlog_min, start, hi))
+    low = np.minimum(pending["low"].to_numpy(np.int64), range_min(rows.backlog_min, start, hi, _NO_ROW))
     done = pd.DataFrame({"part": pending["part"].to_numpy(np.int64), "row": pending["row"].to_numpy(np.int64),
                          "at": pending["at"].to_numpy(np.int64), "at_ok": True, "gap": low, "gap_ok": True})[here]
     return done, pending.assign(low=low)[~here]
@@ -351,18 +351,6 @@ def _before(rows: CellRows, q: np.ndarray, key: np.ndarray, start: np.ndarray) -
     """One past the last row of each query's queue before frame `key` (`start` when none)."""
     last = asof(q, key, rows.q, rows.key, allow_exact_matches=False)
     return np.where(last >= 0, last + 1, start)
-
-
-def _range_min(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """The least of ``values[lo:hi]`` per query (`_NO_ROW` for an empty range): one
-    `minimum.reduceat`, no loop."""
-    out = np.full(len(lo), _NO_ROW, np.int64)
-    ok = hi > lo
-    if ok.any():
-        bounds = np.empty(2 * int(ok.sum()), np.int64)
-        bounds[0::2], bounds[1::2] = lo[ok], hi[ok]
-        out[ok] = np.minimum.reduceat(np.append(values, 0), bounds)[0::2]  # (hi may be one past the end)
-    return out
 
 
 def _latest_rows(consumers: pd.DataFrame, rows: CellRows) -> pd.DataFrame:

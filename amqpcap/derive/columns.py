@@ -1,5 +1,6 @@
 """Whole-column tools the derivations and analyzers group, match and count with: dense codes
-for tuples of columns, grouped running sums, an as-of match on one int64 key. numpy and pandas
+for tuples of columns, grouped running sums, an as-of match on one int64 key, the least value
+of many ranges of a column. numpy and pandas
 kernels only, no loop over rows; nothing here knows a Capture.
 """
 
@@ -133,3 +134,61 @@ def text_ranks(labels, code: np.ndarray) -> np.ndarray:
 def as_object(df: pd.DataFrame, *cols: str) -> pd.DataFrame:
     """Text merge keys as object dtype on both sides (pandas 3 infers `str` from arrays)."""
     return df.assign(**{c: df[c].astype(object) for c in cols})
+
+
+#: `range_min`'s block: a query's ends are read within their blocks, the blocks between them
+#: from a table of block minima
+_RANGE_BLOCK = 64
+
+
+def range_min(values: np.ndarray, lo: np.ndarray, hi: np.ndarray, empty: int) -> np.ndarray:
+    """The least of ``values[lo:hi]`` for each query (`empty` for an empty range), int64.
+
+    Each query costs the same however long its range (a busy queue's range between an ack and
+    its channel's next delivery can hold every other consumer's rows: `minimum.reduceat` over
+    the ranges took time in their summed length). Values are cut in blocks of `_RANGE_BLOCK`: a
+    range spanning blocks is the least of its first block's suffix, its last block's prefix and
+    the blocks between (a sparse table of block minima, two lookups); a range within one block
+    is reduced directly (at most a block's length each)."""
+    values = np.asarray(values, np.int64)
+    lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
+    out = np.full(len(lo), empty, np.int64)
+    ok = np.flatnonzero(hi > lo)
+    if not len(ok):
+        return out
+    n, width = len(values), _RANGE_BLOCK
+    blocks = np.full(-(-n // width) * width, np.iinfo(np.int64).max, np.int64)
+    blocks[:n] = values
+    blocks = blocks.reshape(-1, width)
+    prefix = np.minimum.accumulate(blocks, axis=1).ravel()
+    suffix = np.minimum.accumulate(blocks[:, ::-1], axis=1)[:, ::-1].ravel()
+    table = [blocks.min(axis=1)]  # table[k][b]: the least of blocks b .. b + 2**k - 1
+    while 2 ** len(table) <= len(table[0]):
+        half = 2 ** (len(table) - 1)
+        table.append(np.minimum(table[-1][:-half], table[-1][half:]))
+
+    first, last = lo[ok], hi[ok] - 1
+    first_block, last_block = first // width, last // width
+    within = first_block == last_block
+    res = np.empty(len(ok), np.int64)
+    # within one block: reduced in order of their starts, so that `reduceat`'s in-between
+    # segments (from one query's end to the next one's start) cover each value at most once
+    w = np.flatnonzero(within)
+    w = w[np.argsort(first[w], kind="stable")]
+    bounds = np.empty(2 * len(w), np.int64)
+    bounds[0::2], bounds[1::2] = first[w], last[w] + 1
+    if len(w):
+        res[w] = np.minimum.reduceat(np.append(values, 0), bounds)[0::2]  # (an end may be one past the last value)
+    # across blocks: the ends' partial blocks, and the whole blocks between them
+    x = np.flatnonzero(~within)
+    res[x] = np.minimum(suffix[first[x]], prefix[last[x]])
+    inner, count = first_block[x] + 1, last_block[x] - first_block[x] - 1
+    level = np.zeros(len(x), np.int64)
+    has = count > 0
+    level[has] = np.floor(np.log2(count[has])).astype(np.int64)
+    for k in np.unique(level[has]):
+        at = np.flatnonzero(has & (level == k))
+        t = table[k]
+        res[x[at]] = np.minimum(res[x[at]], np.minimum(t[inner[at]], t[inner[at] + count[at] - 2 ** k]))
+    out[ok] = res
+    return out
