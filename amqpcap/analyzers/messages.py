@@ -21,7 +21,7 @@ import pandas as pd
 from ..analysis import AnalyzerResult, Finding, analyzer, stream_filter
 from ..capture import Capture
 from ..derive.methods import methods, select
-from ..derive.columns import codes
+from ..derive.columns import codes, stable_argsort
 from ..derive.labels import connection_labels
 from ..names import subject
 from ..partition import CaptureFacts, Split, merge_rows, run_whole
@@ -170,16 +170,22 @@ def _transfers(cap: Capture, large: pd.DataFrame) -> pd.DataFrame:
     lo, hi = large["order"].to_numpy(np.int64), large["last_order"].to_numpy(np.int64)
     span = int(order.max(initial=0)) + 2
 
-    def count(group: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        keys = np.sort(group[:n_f] * span + order[:n_f])
+    def sorted_pairs(group: np.ndarray) -> np.ndarray:
+        # the frames' orders increase: sorted by group alone (stably), the pairs are sorted
+        return (group[:n_f] * span + order[:n_f])[stable_argsort(group[:n_f])]
+
+    def count(pairs: np.ndarray, group: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         q = group[n_f:] * span
-        return np.searchsorted(keys, q + hi, "right") - np.searchsorted(keys, q + lo, "left")
+        return np.searchsorted(pairs, q + hi, "right") - np.searchsorted(pairs, q + lo, "left")
 
     conn, own = codes(stream, s2c), codes(stream, s2c, chan)
+    conn_pairs, own_pairs = sorted_pairs(conn), sorted_pairs(own)
     everything = (np.zeros(len(large), np.int64), np.full(len(large), span - 1, np.int64))
     return large.assign(transfer_s=(ts[hi] - large["ts"].to_numpy()) / 1e9,
-                        other_channel_frames_during=(count(conn, lo, hi) - count(own, lo, hi)).astype(np.int64),
-                        other_channels_active=(count(conn, *everything) - count(own, *everything)) > 0)
+                        other_channel_frames_during=(count(conn_pairs, conn, lo, hi)
+                                                     - count(own_pairs, own, lo, hi)).astype(np.int64),
+                        other_channels_active=(count(conn_pairs, conn, *everything)
+                                               - count(own_pairs, own, *everything)) > 0)
 
 
 def _per_connection(cap: Capture, msgs: pd.DataFrame, big: np.ndarray, refused: np.ndarray) -> pd.DataFrame:
