@@ -223,15 +223,20 @@ def _in(col: pd.Series, values) -> np.ndarray:
 def carried(cap: Capture, packets: np.ndarray, frames_ended: np.ndarray) -> np.ndarray:
     """What each of these data segments carries (an index into CARRIES), from the frames each
     completes: counts per packet number of heartbeats, acks, content methods, headers and
-    bodies (one bincount each over the frames table), read at the segments' packets."""
+    bodies, read at the segments' packets (each frame's segment found once, by binary search:
+    a partition's packets are spread over the whole capture's numbers, and a count per number
+    would be as long as the capture)."""
     f = cap.frames
-    fp = f["packet"].to_numpy()
     if not len(packets):
         return np.zeros(0, np.int8)
-    n = int(max(fp.max(initial=0), packets.max())) + 1
+    by = np.argsort(packets, kind="stable")
+    fp = f["packet"].to_numpy(np.int64)
+    seg = np.minimum(np.searchsorted(packets[by], fp), len(packets) - 1)
+    at = np.flatnonzero(packets[by][seg] == fp)  # (the frames completed by these segments)
+    seg = by[seg[at]]
 
     def count(mask):
-        return np.bincount(fp[mask], minlength=n)[packets]
+        return np.bincount(seg[mask[at]], minlength=len(packets))
 
     hb = count(_in(f["type"], ["heartbeat"]))
     ack = count(_in(f["method"], ACK_METHODS))

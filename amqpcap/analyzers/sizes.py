@@ -202,15 +202,18 @@ def packets_per_frame(frames: pd.DataFrame, gk: np.ndarray, pkt: np.ndarray) -> 
     """For each frame, the data packets of its stream direction from `first_packet` to `packet`.
 
     Both ends are data packets of the frame's own stream direction, so the span is the
-    difference of their running counts within that direction (a dense packet-number → count
-    lookup; packet numbers are unique across the file)."""
+    difference of their running counts within that direction, found by binary search in the
+    data packets' numbers (unique across the file, in order; a lookup indexed by packet number
+    would be as long as the whole capture for a partition's few)."""
     if not len(frames):
         return np.zeros(0, np.int64)
     # data is in packet order, so a running count per group is each packet's rank in its group.
     rank = _rank_in_group(gk)
-    lookup = np.zeros(int(pkt.max()) + 1, np.int64)
-    lookup[pkt] = rank
-    return lookup[frames["packet"].to_numpy(np.int64)] - lookup[frames["first_packet"].to_numpy(np.int64)] + 1
+
+    def rank_of(packets: np.ndarray) -> np.ndarray:
+        return rank[np.searchsorted(pkt, packets)]
+
+    return rank_of(frames["packet"].to_numpy(np.int64)) - rank_of(frames["first_packet"].to_numpy(np.int64)) + 1
 
 
 def packets_per_frame_table(frames: pd.DataFrame, span: np.ndarray) -> pd.DataFrame:
