@@ -200,6 +200,12 @@ def _count_in(stalls: pd.DataFrame, ev: pd.DataFrame, closed_end: bool = True) -
     return hi - lo
 
 
+def _direction_key(rows: pd.DataFrame) -> np.ndarray:
+    """A connection direction's key, stream·2 + d (d: 1 for s2c), of rows with stream and
+    direction columns: one int64 to group, count and look up by (the peer's: key ^ 1)."""
+    return rows["stream"].to_numpy(np.int64) * 2 + (rows["direction"] == "s2c").to_numpy(dtype=np.int64)
+
+
 def _sum_per_key(key: np.ndarray, values, keys: np.ndarray) -> np.ndarray:
     """The sum of `values` per `key`, at `keys` (0 for a key without rows). Each key's values
     are added in row order, one after the other (np.bincount): the sum of a connection
@@ -820,11 +826,11 @@ def _window_sides(cap: Capture, pk: dict, tcp: pd.DataFrame, stalls_tbl: pd.Data
         biv = blocked.assign(d=0)[["stream", "d", "start", "end"]].reset_index(drop=True)
         dur = np.maximum(dur - _overlap_s(lim, biv), 0.0)
         zw_in_block = pd.Series(_count_in(biv, zw_ev), index=biv["stream"].to_numpy() * 2).groupby(level=0).sum()
-    key = tcp["stream"].to_numpy(np.int64) * 2 + (tcp["direction"] == "s2c").to_numpy()
+    key = _direction_key(tcp)
     t = tcp.set_index(key)
     lk = lim["stream"].to_numpy(np.int64) * 2 + lim["d"].to_numpy(np.int64)
     rw = stalls_tbl[stalls_tbl["cause"] == "receiver-window"]
-    rg = rw["duration_s"].groupby(rw["stream"].to_numpy(np.int64) * 2 + (rw["direction"] == "s2c").to_numpy())
+    rg = rw["duration_s"].groupby(_direction_key(rw))
     c = cap.connections.set_index("stream")
     conn_s = (c["last_ts"] - c["first_ts"]).dt.total_seconds()
     pubs = fr.loc[(fr["method"] == "basic.publish").to_numpy() & (fr["d"] == 0).to_numpy(), "stream"].value_counts()
@@ -835,8 +841,7 @@ def _window_sides(cap: Capture, pk: dict, tcp: pd.DataFrame, stalls_tbl: pd.Data
                             - zw_in_block.reindex(key, fill_value=0).to_numpy()),
         "window_full_segments": t["window_full_segments"].to_numpy(),
         "stalls": rg.size().reindex(key, fill_value=0).to_numpy(),
-        "stalled_s": _sum_per_key(rw["stream"].to_numpy(np.int64) * 2 + (rw["direction"] == "s2c").to_numpy(),
-                                  rw["duration_s"].to_numpy(float), key),
+        "stalled_s": _sum_per_key(_direction_key(rw), rw["duration_s"].to_numpy(float), key),
         "longest_stall_s": rg.max().reindex(key, fill_value=0.0).to_numpy(),
         "peer_window_min_bytes": t["peer_window_min_bytes"].to_numpy(),
         "peer_window_max_bytes": t["peer_window_max_bytes"].to_numpy(),
@@ -1159,12 +1164,11 @@ def _window_directions(tcp: pd.DataFrame, stalls_tbl: pd.DataFrame) -> pd.DataFr
     t = tcp.dropna(subset=["bytes_in_flight_max"])
     if t.empty:
         return t.assign(rw=pd.Series(dtype=np.int64), peer_zero=pd.Series(dtype=np.int64))
-    rw = stalls_tbl[stalls_tbl["cause"] == "receiver-window"].groupby(["stream", "direction"], observed=True).size()
-    key = list(zip(t["stream"], t["direction"].astype(str)))
-    rw = np.array([int(rw.get(k, 0)) for k in key], dtype=np.int64)  # one lookup per direction
-    zw = tcp.set_index(["stream", tcp["direction"].astype(str)])["zero_window_ads"]
-    peer_zero = zw.reindex([(s, "s2c" if d == "c2s" else "c2s") for s, d in key]).fillna(0).to_numpy(np.int64)
-    t = t.assign(rw=rw, peer_zero=peer_zero)
+    key = _direction_key(t)
+    rw = _direction_key(stalls_tbl[stalls_tbl["cause"] == "receiver-window"])
+    zw = pd.Series(tcp["zero_window_ads"].to_numpy(), index=_direction_key(tcp))
+    t = t.assign(rw=np.bincount(rw, minlength=int(key.max()) + 1)[key].astype(np.int64),
+                 peer_zero=zw.reindex(key ^ 1).fillna(0).to_numpy(np.int64))
     held = (t["window_full_segments"] > 0) | (t["peer_zero"] > 0) | (t["rw"] > 0)
     # a total order (ties by stream, direction): the first PLOT_MAX_DIRECTIONS of the whole
     # capture are among each partition's first ones
