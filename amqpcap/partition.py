@@ -224,14 +224,20 @@ def merge_rows(parts: list[pd.DataFrame], key: list[str]) -> pd.DataFrame:
         keys = pd.concat([p[key] for p in kept], ignore_index=True)
         order = keys.sort_values(key, kind="stable").index.to_numpy()
         del keys
+        names = [c for c in kept[0].columns if not c.startswith("_")]
+        # each part as columns of its own (one copy of each, a part at a time; the part itself
+        # is not changed: it may be a derivation's table, kept by its capture), so that each
+        # part's column can be let go as soon as it is merged (dropping it from the part's frame
+        # instead copied the part's other columns at every column)
+        pieces = []
+        while kept:
+            part = kept.pop(0)
+            pieces.append({c: part[c].copy() for c in names})
+            del part
         columns = {}
-        for c in list(kept[0].columns):
-            if not c.startswith("_"):
-                columns[c] = pd.concat([p[c] for p in kept], ignore_index=True).take(order).reset_index(drop=True)
-            # each part's column let go as soon as it is merged (new frames without it: a part may
-            # be a derivation's table, kept by its capture, which must stay whole)
-            kept = [p.drop(columns=c) for p in kept]
-        del kept
+        for c in names:
+            columns[c] = pd.concat([p.pop(c) for p in pieces], ignore_index=True).take(order).reset_index(drop=True)
+        del pieces
         release_freed_memory()
         return pd.DataFrame(columns, copy=False)
     return out.drop(columns=[c for c in out.columns if c.startswith("_")])
