@@ -20,7 +20,7 @@ from ..capture import Capture
 from ..derive.columns import group_cumsum
 from ..derive.deliveries import confirms
 from ..derive.methods import chan_key, methods, select
-from ..names import connection_names, subject
+from ..names import connection_names, subject, subject_namer
 from ..partition import CaptureFacts, Split, merge_rows, run_whole
 
 #: polling-basic-get: a connection that sends at least this many basic.get polls in a loop
@@ -396,10 +396,12 @@ def _polling_finding(cap: Capture, conns: pd.DataFrame, examples: pd.DataFrame) 
                f"empty{cap_note}")
     title = (f"{w.connection} polls with basic.get: {numbers}" if n == 1 else
              f"{n} connections poll with basic.get: worst {w.connection}, {numbers}")
-    subjects = [subject(cap, r.stream, gets=int(r.gets), gets_ok=int(r.gets_ok), gets_empty=int(r.gets_empty),
-                        get_empty_share=float(r.empty_part), get_rate_per_s=float(r.get_rate_per_s),
-                        get_round_trip_p50_s=None if pd.isna(r.get_round_trip_p50_s) else float(r.get_round_trip_p50_s),
-                        severity="warning" if r.loud else "info")
+    subject_of = subject_namer(cap)
+    subjects = [subject_of(r.stream, gets=int(r.gets), gets_ok=int(r.gets_ok), gets_empty=int(r.gets_empty),
+                           get_empty_share=float(r.empty_part), get_rate_per_s=float(r.get_rate_per_s),
+                           get_round_trip_p50_s=None if pd.isna(r.get_round_trip_p50_s)
+                                                else float(r.get_round_trip_p50_s),
+                           severity="warning" if r.loud else "info")
                 for r in poll.itertuples()]
     return Finding(
         id="polling-basic-get", severity="warning" if poll["loud"].any() else "info", title=title,
@@ -432,11 +434,12 @@ def _transactions_finding(cap: Capture, conns: pd.DataFrame, examples: pd.DataFr
     numbers = f"{int(w.tx_commits):,} tx.commit, {w.per_tx:.1f} publishes per transaction{rate}"
     title = (f"{w.connection} publishes in transactions: {numbers}" if n == 1 else
              f"{n} connections publish in transactions: worst {w.connection}, {numbers}")
-    subjects = [subject(cap, r.stream, tx_commits=int(r.tx_commits), tx_rollbacks=int(r.tx_rollbacks),
-                        publishes_in_tx=int(r.publishes_in_tx), publishes_per_commit=float(r.per_tx),
-                        commit_round_trip_p50_s=None if pd.isna(r.commit_round_trip_p50_s)
-                        else float(r.commit_round_trip_p50_s),
-                        severity="warning" if r.loud else "info")
+    subject_of = subject_namer(cap)
+    subjects = [subject_of(r.stream, tx_commits=int(r.tx_commits), tx_rollbacks=int(r.tx_rollbacks),
+                           publishes_in_tx=int(r.publishes_in_tx), publishes_per_commit=float(r.per_tx),
+                           commit_round_trip_p50_s=None if pd.isna(r.commit_round_trip_p50_s)
+                           else float(r.commit_round_trip_p50_s),
+                           severity="warning" if r.loud else "info")
                 for r in tx.itertuples()]
     return Finding(
         id="transactions", severity="warning" if tx["loud"].any() else "info", title=title,
@@ -473,8 +476,9 @@ def _unroutable_finding(cap: Capture, conns: pd.DataFrame, returns: pd.DataFrame
              f"{n} connections publish messages no queue takes: worst {w.connection}, {numbers}")
     dest = returns.groupby(["exchange", "routing_key"], sort=True)[["returns", "publishes"]].sum()
     dest = dest.sort_values("returns", ascending=False, kind="stable").reset_index()
-    subjects = [subject(cap, r.stream, returns=int(r.returns), publishes=int(r.publishes),
-                        returned_share=float(r.returned_share), severity="warning" if r.loud else "info")
+    subject_of = subject_namer(cap)
+    subjects = [subject_of(r.stream, returns=int(r.returns), publishes=int(r.publishes),
+                           returned_share=float(r.returned_share), severity="warning" if r.loud else "info")
                 for r in per.itertuples()]
     return Finding(
         id="unroutable-messages", severity="warning" if per["loud"].any() else "info", title=title,
@@ -514,10 +518,12 @@ def _cancelled_finding(cap: Capture, cancels: pd.DataFrame) -> Finding | None:
              f"The broker cancelled {n} consumers, {int(c['loud'].sum())} never subscribed again: first "
              f"{queue} on {subject(cap, w.stream)['connection']}{why}")
     t0 = cap.summary.get("first_ts")
-    subjects = [subject(cap, r.stream, channel=int(r.channel), consumer_tag=str(r.consumer_tag),
-                        queue=None if r.queue is None else str(r.queue),
-                        deleted_by_stream=None if r.deleted_by is None or pd.isna(r.deleted_by) else int(r.deleted_by),
-                        resubscribed=bool(r.resubscribed), severity="warning" if r.loud else "info")
+    subject_of = subject_namer(cap)
+    subjects = [subject_of(r.stream, channel=int(r.channel), consumer_tag=str(r.consumer_tag),
+                           queue=None if r.queue is None else str(r.queue),
+                           deleted_by_stream=None if r.deleted_by is None or pd.isna(r.deleted_by)
+                                             else int(r.deleted_by),
+                           resubscribed=bool(r.resubscribed), severity="warning" if r.loud else "info")
                 for r in c.itertuples()]
     return Finding(
         id="consumer-cancelled", severity="warning" if c["loud"].any() else "info", title=title,
@@ -589,9 +595,10 @@ def _churn_finding(cap: Capture, conns: pd.DataFrame) -> Finding | None:
              f"{n} applications churn connections: worst {w['application']}, {numbers}")
     streams = sorted(int(s) for r in rows for s in r["members"]["stream"])
     # every churned connection a subject, application by application (worst first), in open order
-    subjects = [subject(cap, c.stream, application=r["application"], lifetime_s=float(c.duration_s),
-                        messages=int(c.publishes + c.deliveries + c.gets_ok),
-                        severity="warning" if r["loud"] else "info")
+    subject_of = subject_namer(cap)
+    subjects = [subject_of(c.stream, application=r["application"], lifetime_s=float(c.duration_s),
+                           messages=int(c.publishes + c.deliveries + c.gets_ok),
+                           severity="warning" if r["loud"] else "info")
                 for r in rows for c in r["members"].itertuples()]
     applications = [{k: r[k] for k in ("application", "connections", "opens_per_s", "opens_per_s_peak", "lifetime_p50_s",
                                        "messages_per_connection_p50")} | {"severity": "warning" if r["loud"] else "info"}
@@ -630,11 +637,12 @@ def _publish_wait_finding(cap: Capture, confirming: pd.DataFrame) -> Finding | N
                f"{limit}")
     title = (f"{subject(cap, w.stream)['connection']} publishes and waits for each confirm: {numbers}" if n == 1 else
              f"{n} channels publish and wait for each confirm: worst {subject(cap, w.stream)['connection']}, {numbers}")
-    subjects = [subject(cap, r.stream, channel=int(r.channel), publishes=int(r.publishes),
-                        sequential_share=float(r.sequential_share), waiting_share=float(r.waiting_share),
-                        confirm_latency_p50_s=float(r.confirm_latency_p50_s),
-                        publish_rate_per_s=None if pd.isna(r.publish_rate_per_s) else float(r.publish_rate_per_s),
-                        severity="warning")
+    subject_of = subject_namer(cap)
+    subjects = [subject_of(r.stream, channel=int(r.channel), publishes=int(r.publishes),
+                           sequential_share=float(r.sequential_share), waiting_share=float(r.waiting_share),
+                           confirm_latency_p50_s=float(r.confirm_latency_p50_s),
+                           publish_rate_per_s=None if pd.isna(r.publish_rate_per_s) else float(r.publish_rate_per_s),
+                           severity="warning")
                 for r in c.itertuples()]
     return Finding(
         id="publish-and-wait", severity="warning", title=title,
@@ -682,13 +690,14 @@ def _channel_churn_finding(cap: Capture, conns: pd.DataFrame, examples: pd.DataF
     title = (f"{w.connection} {doing}: {numbers}" if n == 1 else
              f"{n} connections {'leak channels' if w.leak else 'open a channel per operation'}: worst "
              f"{w.connection}, {numbers}")
-    subjects = [subject(cap, r.stream, channels_opened=int(r.channels_opened),
-                        channel_opens_per_s_peak=int(r.channel_opens_per_s_peak),
-                        messages_per_channel=float(r.messages_per_channel),
-                        channel_open_round_trip_p50_s=None if pd.isna(r.channel_open_round_trip_p50_s)
-                        else float(r.channel_open_round_trip_p50_s), channels_open_peak=int(r.channels_open_peak),
-                        channel_max=None if pd.isna(r.channel_max) else int(r.channel_max), leak=bool(r.leak),
-                        severity="warning")
+    subject_of = subject_namer(cap)
+    subjects = [subject_of(r.stream, channels_opened=int(r.channels_opened),
+                           channel_opens_per_s_peak=int(r.channel_opens_per_s_peak),
+                           messages_per_channel=float(r.messages_per_channel),
+                           channel_open_round_trip_p50_s=None if pd.isna(r.channel_open_round_trip_p50_s)
+                           else float(r.channel_open_round_trip_p50_s), channels_open_peak=int(r.channels_open_peak),
+                           channel_max=None if pd.isna(r.channel_max) else int(r.channel_max), leak=bool(r.leak),
+                           severity="warning")
                 for r in per.itertuples()]
     return Finding(
         id="channel-churn", severity="warning", title=title,

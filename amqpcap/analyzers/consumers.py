@@ -29,7 +29,7 @@ from ..derive.labels import channels_filter, connection_labels
 from ..derive.methods import KEY, chan_key, methods, pick, select
 from ..derive.refills import ack_gaps, backlog_answers, backlog_context, join_backlog_context, slow_refills
 from ..kept_rows import keep, rows_table
-from ..names import connection_label, consumer_label, number, subject
+from ..names import connection_label, consumer_label, number, subject_namer
 from ..partition import CaptureFacts, Split, merge_rows, run_whole, taken
 
 
@@ -281,15 +281,16 @@ def _findings(cap: Capture, s: pd.DataFrame, slow: np.ndarray, limits: pd.DataFr
 def _subjects(cap: Capture, g: pd.DataFrame) -> list[dict]:
     """One subject per consumer of ``g`` (flagged rows of consumer_summary, worst first): its
     connection, channel, queue and consumer tag, then its own numbers."""
-    return [subject(cap, r.stream, channel=int(r.channel), queue=None if pd.isna(r.queue) else str(r.queue),
-                    consumer_tag=str(r.consumer_tag), prefetch_msgs=int(r.prefetch),
-                    prefetch_estimated=bool(r.prefetch_estimated), deliveries=int(r.deliveries),
-                    rate_msgs_per_s=number(r.rate_per_s), share_at_limit=number(r.share_at_limit),
-                    deliver_to_ack_p50_s=number(r.deliver_to_ack_p50_s),
-                    ack_to_next_deliver_p50_s=number(r.ack_to_next_deliver_p50_s),
-                    messages_per_ack=number(r.messages_per_ack),
-                    backlog_growth_msgs=None if pd.isna(r.backlog_growth_msgs) else int(r.backlog_growth_msgs),
-                    backlog_growth_ratio=number(r.growth_ratio), severity=SEVERITIES[int(r.sev_rank)])
+    subject_of = subject_namer(cap)
+    return [subject_of(r.stream, channel=int(r.channel), queue=None if pd.isna(r.queue) else str(r.queue),
+                       consumer_tag=str(r.consumer_tag), prefetch_msgs=int(r.prefetch),
+                       prefetch_estimated=bool(r.prefetch_estimated), deliveries=int(r.deliveries),
+                       rate_msgs_per_s=number(r.rate_per_s), share_at_limit=number(r.share_at_limit),
+                       deliver_to_ack_p50_s=number(r.deliver_to_ack_p50_s),
+                       ack_to_next_deliver_p50_s=number(r.ack_to_next_deliver_p50_s),
+                       messages_per_ack=number(r.messages_per_ack),
+                       backlog_growth_msgs=None if pd.isna(r.backlog_growth_msgs) else int(r.backlog_growth_msgs),
+                       backlog_growth_ratio=number(r.growth_ratio), severity=SEVERITIES[int(r.sev_rank)])
             for r in g.itertuples(index=False)]
 
 
@@ -471,11 +472,12 @@ def _unlimited_finding(cap: Capture, c: pd.DataFrame) -> Finding | None:
                 "deliver_to_ack_p50_s": None if w.no_ack else number(w.deliver_to_ack_p50_s),
                 "zero_window_packets": int(w.zero_windows), "consumers_with_this_finding": int(len(c)),
                 "packets": packets, "filter": flt}
-    subjects = [subject(cap, r.stream, channel=int(r.channel), queue=None if pd.isna(r.queue) else str(r.queue),
-                        consumer_tag=str(r.consumer_tag), no_ack=bool(r.no_ack), deliveries=int(r.deliveries),
-                        max_unacked_msgs=None if r.no_ack else int(r.unacked_peak),
-                        deliver_to_ack_p50_s=None if r.no_ack else number(r.deliver_to_ack_p50_s),
-                        zero_window_packets=int(r.zero_windows), severity="warning")
+    subject_of = subject_namer(cap)
+    subjects = [subject_of(r.stream, channel=int(r.channel), queue=None if pd.isna(r.queue) else str(r.queue),
+                           consumer_tag=str(r.consumer_tag), no_ack=bool(r.no_ack), deliveries=int(r.deliveries),
+                           max_unacked_msgs=None if r.no_ack else int(r.unacked_peak),
+                           deliver_to_ack_p50_s=None if r.no_ack else number(r.deliver_to_ack_p50_s),
+                           zero_window_packets=int(r.zero_windows), severity="warning")
                 for r in c.itertuples()]
     return Finding(
         id="unlimited-prefetch", severity="warning", title=title, evidence=evidence,

@@ -22,7 +22,7 @@ from ..analysis import AnalyzerResult, Finding, analyzer, stream_filter
 from ..capture import Capture
 from ..derive.methods import methods, select
 from ..derive.labels import connection_labels
-from ..names import subject
+from ..names import subject_namer
 from ..partition import CaptureFacts, Split, merge_rows, run_whole
 
 #: heartbeat-problems: a negotiated timeout below this is told (info): RabbitMQ's heartbeats
@@ -207,10 +207,12 @@ def _finding(cap: Capture, conns: pd.DataFrame) -> Finding | None:
     w = bad.iloc[0]
     counts = {p: int((bad["problem"] == p).sum()) for p in PROBLEMS}
     severity = "warning" if counts[PROBLEMS[0]] else "info"
-    subjects = [subject(cap, r.stream, problem=r.problem, heartbeat_s=int(r.heartbeat_s),
-                        **({"silent_side": r.silent_side, "silence_before_end_s": float(r.silence_before_end_s),
-                            "ended_by": r.ended_by, "end_packet": int(r.end_packet)} if r.problem == PROBLEMS[0] else {}),
-                        severity="warning" if r.problem == PROBLEMS[0] else "info")
+    subject_of = subject_namer(cap)
+    subjects = [subject_of(r.stream, problem=r.problem, heartbeat_s=int(r.heartbeat_s),
+                           **({"silent_side": r.silent_side, "silence_before_end_s": float(r.silence_before_end_s),
+                               "ended_by": r.ended_by, "end_packet": int(r.end_packet)}
+                               if r.problem == PROBLEMS[0] else {}),
+                           severity="warning" if r.problem == PROBLEMS[0] else "info")
                 for r in bad.itertuples()]
     loud = bad[bad["problem"] == w.problem]
     evidence = {

@@ -23,7 +23,7 @@ from ..derive.methods import chan_key, methods, pick, select
 from ..derive.refills import ack_gaps, backlog_context, join_backlog_context, slow_refills_of, waiting
 from ..kept_rows import columns as kept_columns
 from ..kept_rows import keep, rows_table
-from ..names import connection_label, consumer_label, number, subject
+from ..names import connection_label, consumer_label, number, subject_namer
 from ..partition import CaptureFacts, Split, merge_rows, run_whole, taken
 
 #: broker-slow-refill (detected by amqpcap.derive.refills.slow_refills) is critical when the median
@@ -369,12 +369,14 @@ def _refill_findings(cap: Capture, per: pd.DataFrame) -> list[Finding]:
                f"messages were waiting{own}")
     title = (f"Broker slow to refill on {where}: {numbers}" if n == 1 else
              f"Broker slow to refill on {n} channels{_queues_text(per['queue'])}: worst {where}, {numbers}")
-    subjects = [subject(cap, r.stream, channel=int(r.channel), queue=_text(r.queue), refills=int(r.refills),
-                        ack_to_next_deliver_p50_s=float(r.ack_to_next_deliver_p50_s),
-                        ack_to_next_deliver_p90_s=float(r.ack_to_next_deliver_p90_s),
-                        deliver_to_ack_p50_s=number(r.deliver_to_ack_p50_s),
-                        broker_share_of_cycle=float(r.broker_share_of_cycle),
-                        backlog_min_median_msgs=float(r.backlog_min_median_msgs), severity=SEVERITIES[int(r.sev_rank)])
+    subject_of = subject_namer(cap)
+    subjects = [subject_of(r.stream, channel=int(r.channel), queue=_text(r.queue), refills=int(r.refills),
+                           ack_to_next_deliver_p50_s=float(r.ack_to_next_deliver_p50_s),
+                           ack_to_next_deliver_p90_s=float(r.ack_to_next_deliver_p90_s),
+                           deliver_to_ack_p50_s=number(r.deliver_to_ack_p50_s),
+                           broker_share_of_cycle=float(r.broker_share_of_cycle),
+                           backlog_min_median_msgs=float(r.backlog_min_median_msgs),
+                                                   severity=SEVERITIES[int(r.sev_rank)])
                 for r in per.itertuples()]
     return [Finding(
         id="broker-slow-refill", severity=SEVERITIES[int(per["sev_rank"].max())], title=title,
@@ -485,10 +487,11 @@ def _redelivery_findings(cap: Capture, per: pd.DataFrame) -> list[Finding]:
                "nack/reject")
     title = (f"Messages bouncing on {where}: {numbers}" if n == 1 else
              f"Messages bouncing on {n} channels{_queues_text(per['queue'])}: worst {where}, {numbers}")
-    subjects = [subject(cap, r.stream, channel=int(r.channel), queue=_text(r.queue), deliveries=int(r.deliveries),
-                        redelivered=int(r.redelivered), requeued_by_nack=int(r.requeued_by_nack),
-                        requeued_by_reject=int(r.requeued_by_reject), dropped_by_nack_or_reject=int(r.dropped),
-                        bouncing_share=float(r.share), severity=SEVERITIES[int(r.sev_rank)])
+    subject_of = subject_namer(cap)
+    subjects = [subject_of(r.stream, channel=int(r.channel), queue=_text(r.queue), deliveries=int(r.deliveries),
+                           redelivered=int(r.redelivered), requeued_by_nack=int(r.requeued_by_nack),
+                           requeued_by_reject=int(r.requeued_by_reject), dropped_by_nack_or_reject=int(r.dropped),
+                           bouncing_share=float(r.share), severity=SEVERITIES[int(r.sev_rank)])
                 for r in per.itertuples()]
     return [Finding(
         id="redelivery-loop", severity=SEVERITIES[int(per["sev_rank"].max())], title=title,

@@ -23,7 +23,7 @@ from ..capture import Capture
 from ..derive.methods import methods, select
 from ..derive.columns import codes, stable_argsort
 from ..derive.labels import connection_labels
-from ..names import subject
+from ..names import subject_namer
 from ..partition import CaptureFacts, Split, merge_rows, run_whole
 
 #: a message is large when its body is this big or more (a RabbitMQ guide's rule of thumb: messages
@@ -278,9 +278,10 @@ def _finding(cap: Capture, large: pd.DataFrame, conns: pd.DataFrame) -> Finding 
     if len(per) > 1:
         tail += f", on {len(per)} connections"
     examples = large.sort_values(["rank", "body_size"], ascending=False, kind="stable").head(5)
-    subjects = [subject(cap, r.stream, large_messages=int(r.count), body_bytes_max=int(r.largest),
-                        body_frames_max=int(r.frames), near_max=int(r.near), refused=int(r.refused),
-                        transfer_s_max=float(r.transfer), severity=("info", "warning", "critical")[int(r.rank)])
+    subject_of = subject_namer(cap)
+    subjects = [subject_of(r.stream, large_messages=int(r.count), body_bytes_max=int(r.largest),
+                           body_frames_max=int(r.frames), near_max=int(r.near), refused=int(r.refused),
+                           transfer_s_max=float(r.transfer), severity=("info", "warning", "critical")[int(r.rank)])
                 for r in per.itertuples()]
     held = w.other_channels_active and w.other_channel_frames_during == 0
     evidence = {

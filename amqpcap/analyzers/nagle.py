@@ -16,7 +16,7 @@ import pandas as pd
 
 from ..analysis import AnalyzerResult, Finding, Plot, analyzer
 from ..capture import Capture
-from ..names import subject
+from ..names import subject_namer
 from ..derive.labels import who
 from ..derive.stream_order import HI_SHIFT as _HI_SHIFT
 from ..derive.stream_order import running_last as _running_last
@@ -442,11 +442,12 @@ def small_packets_finding(cap: Capture, seg: dict[str, np.ndarray], d: pd.DataFr
     examples = seg["packet"][seg["in_run"] & np.isin(seg["g"], hit_g)][:EXAMPLE_PACKETS].tolist()
     clauses = [_dir_clause(int(r.stream), r.direction, int(r.broker_port), f" && tcp.len > 0 && tcp.len < {int(r.small_limit_bytes)}")
                for r in hit.head(10).itertuples()]
-    subjects = [subject(cap, int(r.stream), direction=r.direction, carries=r.carries,
-                        carries_share=round(float(r.carries_share), 3), data_segments=int(r.data_segments),
-                        small_segments=int(r.small_segments), small_while_unacked=int(r.small_while_unacked),
-                        packets_saved=int(r.packets_saved), packets_saved_s=round(float(r.packets_saved_s), 1),
-                        small_limit_bytes=int(r.small_limit_bytes))
+    subject_of = subject_namer(cap)
+    subjects = [subject_of(int(r.stream), direction=r.direction, carries=r.carries,
+                           carries_share=round(float(r.carries_share), 3), data_segments=int(r.data_segments),
+                           small_segments=int(r.small_segments), small_while_unacked=int(r.small_while_unacked),
+                           packets_saved=int(r.packets_saved), packets_saved_s=round(float(r.packets_saved_s), 1),
+                           small_limit_bytes=int(r.small_limit_bytes))
                 for r in hit.itertuples()]
     kinds = list(dict.fromkeys(hit["carries"]))  # worst subject's kind first
     n_data, saved = int(hit["data_segments"].sum()), int(hit["packets_saved"].sum())
@@ -494,9 +495,10 @@ def nagle_finding(cap: Capture, d: pd.DataFrame, stalls: pd.DataFrame) -> Findin
     severity = "critical" if worst >= STALL_SHARE_CRITICAL else "warning"
     key = stalls["stream"].astype(np.int64) * 2 + (stalls["direction"] == "s2c")
     st = stalls[key.isin(hit["stream"].to_numpy(np.int64) * 2 + (hit["direction"] == "s2c").to_numpy())]
-    subjects = [subject(cap, int(r.stream), direction=r.direction, stalls=int(r.stalls),
-                        median_stall_s=float(r.median_stall_s), stall_time_s=float(r.stall_time_s),
-                        stall_share=round(float(r.stall_share), 4), connection_s=float(r.connection_s))
+    subject_of = subject_namer(cap)
+    subjects = [subject_of(int(r.stream), direction=r.direction, stalls=int(r.stalls),
+                           median_stall_s=float(r.median_stall_s), stall_time_s=float(r.stall_time_s),
+                           stall_share=round(float(r.stall_share), 4), connection_s=float(r.connection_s))
                 for r in hit.itertuples()]
     writer = {"c2s": "the client's", "s2c": "the broker's"}[w["direction"]] if hit["direction"].nunique() == 1 else "the"
     peer = {"c2s": "the broker's", "s2c": "the client's"}[w["direction"]] if hit["direction"].nunique() == 1 else "the peer's"

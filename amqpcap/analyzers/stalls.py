@@ -24,7 +24,7 @@ from ..capture import Capture
 from ..derive import consumers as credit
 from ..derive.labels import who
 from ..derive.stream_order import ns, running_last, running_max_keyed, seconds, stream_order
-from ..names import subject
+from ..names import subject_namer
 from ..partition import CaptureFacts, Split, merge_rows, run_whole, taken
 from ..wording import counted
 
@@ -888,11 +888,13 @@ def _window_finding_parts(cap: Capture, wp: pd.DataFrame, g: pd.DataFrame, stall
     share, limited = float(g["window_limited_share"].max()), float(g["window_limited_s"].max())
     severity = ("critical" if share >= RECEIVER_WINDOW_CRITICAL_SHARE
                 else "warning" if limited >= RECEIVER_WINDOW_WARNING_S else "info")
-    subjects = [subject(cap, int(r.stream), direction=str(DIRS[r.d]), window_limited_s=round(float(r.window_limited_s), 6),
-                        window_limited_share=round(float(r.window_limited_share), 4),
-                        zero_window_ads=int(r.zero_window_ads), window_full_segments=int(r.window_full_segments),
-                        stalls=int(r.stalls), stalled_s=round(float(r.stalled_s), 6),
-                        **({"publishes": int(r.publishes)} if r.d == 0 else {}))
+    subject_of = subject_namer(cap)
+    subjects = [subject_of(int(r.stream), direction=str(DIRS[r.d]),
+                           window_limited_s=round(float(r.window_limited_s), 6),
+                           window_limited_share=round(float(r.window_limited_share), 4),
+                           zero_window_ads=int(r.zero_window_ads), window_full_segments=int(r.window_full_segments),
+                           stalls=int(r.stalls), stalled_s=round(float(r.stalled_s), 6),
+                           **({"publishes": int(r.publishes)} if r.d == 0 else {}))
                 for r in g.itertuples()]
     streams = sorted(int(x) for x in g["stream"])
     w = g.iloc[0]
@@ -1051,11 +1053,13 @@ def _publisher_blocked(blocked: pd.DataFrame, deliveries: int, cap: Capture) -> 
                                         reason=("reason", lambda x: ", ".join(sorted({str(v) for v in x
                                                                                       if isinstance(v, str)}))))
     per = per.sort_values(["longest", "publishes"], ascending=False, kind="stable").reset_index()
-    subjects = [subject(cap, r.stream, blocks=int(r.blocks), blocked_s=float(r.blocked_s),
-                        longest_blocked_s=float(r.longest), reason=r.reason or None,
-                        still_blocked_at_end=bool(r.open_end), publishes_while_blocked=int(r.publishes),
-                        publish_bytes_while_blocked=int(r.body),
-                        severity="critical" if r.longest >= PUBLISHER_BLOCKED_CRITICAL_S or r.open_end else "warning")
+    subject_of = subject_namer(cap)
+    subjects = [subject_of(r.stream, blocks=int(r.blocks), blocked_s=float(r.blocked_s),
+                           longest_blocked_s=float(r.longest), reason=r.reason or None,
+                           still_blocked_at_end=bool(r.open_end), publishes_while_blocked=int(r.publishes),
+                           publish_bytes_while_blocked=int(r.body),
+                           severity="critical" if r.longest >= PUBLISHER_BLOCKED_CRITICAL_S or r.open_end
+                                    else "warning")
                 for r in per.itertuples()]
     packets = blocked["blocked_packet"].tolist() + blocked["unblocked_packet"].dropna().astype(int).tolist()
     evidence = {
