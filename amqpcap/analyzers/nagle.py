@@ -222,10 +222,10 @@ def _in(col: pd.Series, values) -> np.ndarray:
 
 def carried(cap: Capture, packets: np.ndarray, frames_ended: np.ndarray) -> np.ndarray:
     """What each of these data segments carries (an index into CARRIES), from the frames each
-    completes: counts per packet number of heartbeats, acks, content methods, headers and
-    bodies, read at the segments' packets (each frame's segment found once, by binary search:
-    a partition's packets are spread over the whole capture's numbers, and a count per number
-    would be as long as the capture)."""
+    completes: counts per segment of heartbeats, acks, content methods, headers and bodies,
+    each frame's segment found once by binary search on the packet numbers (a partition's
+    packets are spread over the whole capture's numbers: a count per packet number would be as
+    long as the capture)."""
     f = cap.frames
     if not len(packets):
         return np.zeros(0, np.int8)
