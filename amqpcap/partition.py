@@ -100,22 +100,25 @@ class CellJoin:
 
     - ``plan(contexts)``: what every cell needs of all partitions (small), the first carry, and
       each cell's inputs (a share of every partition's context, in partition order);
-    - ``cell(plan, carry, inputs, r)``: cell `r` given what the cells before it left: the carry
-      for the next cell, and a piece for each partition;
+    - ``prepare(plan, inputs, r)``: cell `r`'s inputs read, without the carry (so, in a chain
+      of tasks, while the cells before it run);
+    - ``cell(plan, carry, prepared, r)``: cell `r` given what the cells before it left and its
+      prepared inputs: the carry for the next cell, and a piece for each partition;
     - ``context(plan, i, pieces)``: partition `i`'s joined context from its pieces, in cell order.
 
     Called, it runs the cells here; `amqpcap.engine` runs them as a chain of tasks on the
     workers, where the partitions' shares were kept (`amqpcap.kept_rows`)."""
 
     plan: Callable[[list], tuple[Any, Any, list[list]]]
-    cell: Callable[[Any, Any, list, int], tuple[Any, list]]
+    prepare: Callable[[Any, list, int], Any]
+    cell: Callable[[Any, Any, Any, int], tuple[Any, list]]
     context: Callable[[Any, int, list], Any]
 
     def __call__(self, contexts: list) -> PerPartition:
         plan, carry, inputs = self.plan(contexts)
         pieces: list[list] = [[] for _ in contexts]
         for r, cell_inputs in enumerate(inputs):
-            carry, out = self.cell(plan, carry, cell_inputs, r)
+            carry, out = self.cell(plan, carry, self.prepare(plan, cell_inputs, r), r)
             for mine, piece in zip(pieces, out):
                 mine.append(piece)
         return PerPartition([self.context(plan, i, p) for i, p in enumerate(pieces)])

@@ -11,15 +11,17 @@ is known before any step: `amqpcap.partition.CaptureFacts.records`):
   worker they are kept in the store, `amqpcap.kept_rows`, and only their paths travel);
 - `plan`: what every cell needs of all partitions, all small: the routes (the queue.binds and
   the consumed queues), the consumers' start and end;
-- `cell`: one cell's shares of every partition, given what the cells before it left (`Carry`:
-  each queue's running sum, its least value so far and its last backlog; the acks whose next
-  delivery lies in a later cell; each consumer's latest row so far). It answers the acks it
-  can, each as its partition's piece;
+- `prepare`: one cell's shares of every partition read (`CellInput`: its queue events and its
+  acks), which needs nothing of the cells before it;
+- `cell`: one cell's input, given what the cells before it left (`Carry`: each queue's running
+  sum, its least value so far and its last backlog; the acks whose next delivery lies in a
+  later cell; each consumer's latest row so far). It answers the acks it can, each as its
+  partition's piece;
 - `answers_of`: a partition's pieces as its `BacklogAnswers`.
 
 A cell needs the cells before it, so they run in order (`BACKLOG_JOIN`, a
-`amqpcap.partition.CellJoin`: here, or as a chain of tasks on the Dask workers); what one holds
-is a cell's events. Every answer is the one the whole backlog in one piece gives (tests compare
+`amqpcap.partition.CellJoin`: here, or as a chain of tasks on the Dask workers, where the next
+cell's input is read while a cell runs); what one holds is a cell's events. Every answer is the one the whole backlog in one piece gives (tests compare
 one cell with many).
 """
 
@@ -197,8 +199,24 @@ class CellRows:
     low: np.ndarray
 
 
-def cell_rows(p: BacklogPlan, carry: Carry, inputs: list) -> CellRows:
-    """A cell's backlog rows from its shares of every partition, continuing the carry's sums.
+@dataclass(frozen=True)
+class CellInput:
+    """A cell's shares of every partition, read (`prepare`)."""
+
+    #: its queue events: queue (code), frame key, ts, delta (`_cell_events`)
+    events: tuple[np.ndarray, ...]
+    #: its acks (`_acks`)
+    acks: pd.DataFrame
+
+
+def prepare(p: BacklogPlan, inputs: list, r: int) -> CellInput:
+    """Cell `r`'s shares of every partition read (`CellJoin.prepare`): nothing of the cells before
+    it is needed, so it may be read while they run."""
+    return CellInput(_cell_events(p, inputs), _acks(p, inputs))
+
+
+def cell_rows(p: BacklogPlan, carry: Carry, events: tuple[np.ndarray, ...]) -> CellRows:
+    """A cell's backlog rows from its queue events (`_cell_events`), continuing the carry's sums.
 
     A publish counts for queue Q when it goes to the default exchange with routing key Q, or to
     an (exchange, routing key) that a queue.bind in the capture bound Q with (exact key: direct
@@ -206,7 +224,7 @@ def cell_rows(p: BacklogPlan, carry: Carry, inputs: list) -> CellRows:
     with requeue add back. Messages already in Q when the capture started are unknown, so the
     running sum is a lower bound of the backlog: the backlog is at least (published − delivered)
     since the lowest point of the running sum, and never below 0."""
-    q, key, ts, delta = _cell_events(p, inputs)
+    q, key, ts, delta = events
     # summed per (queue, frame), in (queue, frame) order
     by = np.lexsort((key, q))
     q, key, ts, delta = q[by], key[by], ts[by], delta[by]
@@ -251,13 +269,12 @@ def _cell_events(p: BacklogPlan, inputs: list) -> tuple[np.ndarray, ...]:
     return q[ok], key[ok], ts[ok], delta[ok]
 
 
-def cell(p: BacklogPlan, carry: Carry, inputs: list, r: int) -> tuple[Carry, list]:
-    """Cell `r` (`CellJoin.cell`): its rows, the acks answered in it as each partition's piece
-    (``(acks, consumers)``: frames or `KeptPart`s, the consumers' in the last cell only), and
-    the carry for the next cell."""
-    rows = cell_rows(p, carry, inputs)
-    acks = _acks(p, inputs)
-    done, waiting = _answer_acks(p, carry, rows, acks, r)
+def cell(p: BacklogPlan, carry: Carry, given: CellInput, r: int) -> tuple[Carry, list]:
+    """Cell `r` (`CellJoin.cell`) from its input (`prepare`): its rows, the acks answered in it as
+    each partition's piece (``(acks, consumers)``: frames or `KeptPart`s, the consumers' in the
+    last cell only), and the carry for the next cell."""
+    rows = cell_rows(p, carry, given.events)
+    done, waiting = _answer_acks(p, carry, rows, given.acks, r)
     finished, still = _answer_pending(p, carry.pending, rows, r)
     answered = pd.concat([done, finished], ignore_index=True)
     pending = pd.concat([still, waiting], ignore_index=True)
@@ -448,7 +465,7 @@ class _Filled:
 
 #: the backlog joined in cells (`amqpcap.partition.CellJoin`): the consumers and latency
 #: analyzers' `join_context`
-BACKLOG_JOIN = CellJoin(plan=plan, cell=cell, context=pieces_of)
+BACKLOG_JOIN = CellJoin(plan=plan, prepare=prepare, cell=cell, context=pieces_of)
 
 
 def backlog_rows(contexts: list[BacklogShares]) -> pd.DataFrame:
@@ -458,7 +475,7 @@ def backlog_rows(contexts: list[BacklogShares]) -> pd.DataFrame:
     p, carry, inputs = plan(contexts)
     parts = []
     for cell_inputs in inputs:
-        rows = cell_rows(p, carry, cell_inputs)
+        rows = cell_rows(p, carry, _cell_events(p, cell_inputs))
         parts.append(rows)
         carry = _carried(carry, rows, carry.pending, carry.consumers)  # (the sums alone: no ack is answered)
     q = np.concatenate([x.q for x in parts])
