@@ -6,8 +6,13 @@ per 740k-packet bucket, 20 GB for a 100M-packet dataset. Instead, the step `keep
 
 - in one process (`amqpcap.partition.run_whole`, tests, notebooks) it stays the DataFrame;
 - in a bucket task on a Dask worker that was given a store (`keeping_in`), it is written to
-  ``STORE/<table>/bucket=<k>.parquet`` and the partial carries a `KeptPart` (its path and row
+  ``STORE/<table>/bucket=<k>.arrow`` and the partial carries a `KeptPart` (its path and row
   count) instead.
+
+The parts are Arrow IPC files (LZ4-compressed buffers, `KEPT_BATCH_ROWS` rows per batch): they
+live only as long as one analysis, and are written and read back once or twice each. Against
+Parquet on one 100M-packet bucket's parts (104 files): written in 0.16 s instead of 0.38 s and
+read back into frames in 0.17 s instead of 0.23 s, at the same size (32 MB).
 
 The merge joins the parts with `rows_table`: a DataFrame (`amqpcap.partition.merge_rows`) when
 they are frames, else a `KeptRows`, which reads only the columns asked of it (`columns`, in the
@@ -39,7 +44,7 @@ _STORE: ContextVar[tuple[str, int] | None] = ContextVar("amqpcap_kept_store", de
 
 @dataclass(frozen=True)
 class KeptPart:
-    """One bucket's rows of a kept table, in its Parquet file."""
+    """One bucket's rows of a kept table, in its Arrow IPC file."""
 
     path: str
     rows: int
@@ -69,8 +74,6 @@ def keep(df: pd.DataFrame, table: str, key: str, bucket: int | None = None) -> U
     where = _STORE.get()
     if where is None or not len(df):
         return df
-    import pyarrow.parquet as pq
-
     from .report import arrow_table
 
     store, own = where
@@ -78,13 +81,13 @@ def keep(df: pd.DataFrame, table: str, key: str, bucket: int | None = None) -> U
     df = df.drop(columns=[c for c in df.columns if c.startswith("_")])  # helpers of `merge_rows`' key
     folder = os.path.join(store, table)
     os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, f"bucket={bucket}.parquet")
+    path = os.path.join(folder, f"bucket={bucket}.arrow")
     # written through the report's own conversion, so that the part reads back as the frame
     # would have been written (categoricals as dictionaries, tz-aware timestamps, nullable ints);
     # under another name first, so that a task run again after its worker died replaces a
     # whole file, never a half-written one
     partial = f"{path}.{uuid.uuid4().hex[:8]}.partial"
-    pq.write_table(arrow_table(df), partial)
+    _write_part(arrow_table(df), partial)
     os.replace(partial, path)
     return KeptPart(path, len(df), key, tuple(df.columns),
                     tuple(c for c in df.columns if df[c].dtype == object))
@@ -143,12 +146,10 @@ class KeptRows:
     def write(self, path_no_ext: Path, fmt: str) -> Path:
         """As `amqpcap.report.write_table` writes the table held in memory (same text, same
         values), a batch per bucket in memory at a time."""
-        import pyarrow.parquet as pq
-
         from .report import _write_slices
         from .stored_tables import _common_schema, _merged
 
-        files = [pq.ParquetFile(p.path, pre_buffer=False) for p in self.parts]
+        files = [_PartFile(p.path) for p in self.parts]
         # (pandas' metadata kept, as the frame written from memory has it: readers get back its
         # nullable integers)
         schema = _common_schema([f.schema_arrow for f in files]).with_metadata(files[0].schema_arrow.metadata)
@@ -162,13 +163,43 @@ def part_frame(part: Union[pd.DataFrame, KeptPart]) -> pd.DataFrame:
     return _frame_of(_read_part(part.path), part.object_columns)
 
 
-def _read_part(path: str, columns: list[str] | None = None):
-    """A kept part's file as an Arrow table. (`ParquetFile.read`, not `pq.read_table`, which
-    goes through pyarrow's datasets: half the time per file, and a cell of the queue backlogs
-    reads three files of every bucket.)"""
-    import pyarrow.parquet as pq
+#: rows per record batch of a kept part's file: what `KeptRows.write` reads of a bucket at a time
+#: (`amqpcap.stored_tables.BATCH_ROWS`, the capture's own tables' batches)
+KEPT_BATCH_ROWS = 65_536
 
-    return pq.ParquetFile(path).read(columns=columns)
+
+def _write_part(t, path: str) -> None:
+    """The Arrow table `t` as a kept part's file (Arrow IPC, LZ4-compressed buffers)."""
+    import pyarrow as pa
+
+    options = pa.ipc.IpcWriteOptions(compression="lz4")
+    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, t.schema, options=options) as writer:
+        writer.write_table(t, max_chunksize=KEPT_BATCH_ROWS)
+
+
+class _PartFile:
+    """A kept part's file read a batch at a time, as `amqpcap.stored_tables` reads a bucket's
+    Parquet file (``schema_arrow``, ``iter_batches``)."""
+
+    def __init__(self, path: str) -> None:
+        import pyarrow as pa
+
+        self._reader = pa.ipc.open_file(pa.memory_map(path))
+        self.schema_arrow = self._reader.schema
+
+    def iter_batches(self, rows: int) -> Iterator:
+        for i in range(self._reader.num_record_batches):
+            batch = self._reader.get_batch(i)
+            for start in range(0, batch.num_rows, rows):
+                yield batch.slice(start, rows)
+
+
+def _read_part(path: str, columns: list[str] | None = None):
+    """A kept part's file as an Arrow table (only `columns` of it when given)."""
+    import pyarrow as pa
+
+    t = pa.ipc.open_file(pa.memory_map(path)).read_all()
+    return t if columns is None else t.select(columns)
 
 
 def _frame_of(t, object_columns: tuple[str, ...]) -> pd.DataFrame:
