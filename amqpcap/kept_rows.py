@@ -76,21 +76,63 @@ def keep(df: pd.DataFrame, table: str, key: str, bucket: int | None = None) -> U
         return df
     from .report import arrow_table
 
-    store, own = where
-    bucket = own if bucket is None else bucket
-    df = df.drop(columns=[c for c in df.columns if c.startswith("_")])  # helpers of `merge_rows`' key
+    df = _without_helpers(df)
+    return _kept(arrow_table(df), _Columns.of(df), table, key, where[1] if bucket is None else bucket)
+
+
+def keep_each(df: pd.DataFrame, part: np.ndarray, n: int, table: str, key: str) -> list:
+    """`df`'s rows of each of `n` partitions (`part`: each row's, 0 to n − 1), in their order,
+    each kept as that partition's (`keep` with its ``bucket``). The rows are made an Arrow table
+    once and cut: a cell of the queue backlogs keeps its answers as every bucket's, and making
+    each bucket's rows a table of its own was half of a cell's time (40 buckets of the
+    100M-packet dataset: 2.2 s of 26 cells' 4.7 s)."""
+    order = np.argsort(part, kind="stable")
+    bounds = np.searchsorted(part[order], np.arange(n + 1))
+    df = df.iloc[order].reset_index(drop=True)
+    where = _STORE.get()
+    if where is None:
+        return [df.iloc[lo:hi].reset_index(drop=True) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    from .report import arrow_table
+
+    empty = df.iloc[:0]
+    df = _without_helpers(df)
+    t, columns = arrow_table(df), _Columns.of(df)
+    return [_kept(t.slice(lo, hi - lo), columns, table, key, i) if hi > lo else empty
+            for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:]))]
+
+
+def _without_helpers(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` without the helper columns of `merge_rows`' key (named ``_…``): not kept."""
+    helpers = [c for c in df.columns if c.startswith("_")]
+    return df.drop(columns=helpers) if helpers else df
+
+
+@dataclass(frozen=True)
+class _Columns:
+    """A kept frame's columns, and those of them that hold text as str objects."""
+
+    names: tuple[str, ...]
+    objects: tuple[str, ...]
+
+    @staticmethod
+    def of(df: pd.DataFrame) -> "_Columns":
+        return _Columns(tuple(df.columns), tuple(c for c in df.columns if df[c].dtype == object))
+
+
+def _kept(t, columns: _Columns, table: str, key: str, bucket: int) -> KeptPart:
+    """The Arrow table `t` (rows of a frame of `columns`, made by the report's own conversion, so
+    that the part reads back as the frame would have been written: categoricals as dictionaries,
+    tz-aware timestamps, nullable ints) written to the store as `bucket`'s part of `table`."""
+    store, _ = _STORE.get()
     folder = os.path.join(store, table)
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"bucket={bucket}.arrow")
-    # written through the report's own conversion, so that the part reads back as the frame
-    # would have been written (categoricals as dictionaries, tz-aware timestamps, nullable ints);
     # under another name first, so that a task run again after its worker died replaces a
     # whole file, never a half-written one
     partial = f"{path}.{uuid.uuid4().hex[:8]}.partial"
-    _write_part(arrow_table(df), partial)
+    _write_part(t, partial)
     os.replace(partial, path)
-    return KeptPart(path, len(df), key, tuple(df.columns),
-                    tuple(c for c in df.columns if df[c].dtype == object))
+    return KeptPart(path, t.num_rows, key, columns.names, columns.objects)
 
 
 def rows_table(parts: list, key: list[str]) -> Union[pd.DataFrame, "KeptRows"]:
@@ -192,6 +234,29 @@ class _PartFile:
             batch = self._reader.get_batch(i)
             for start in range(0, batch.num_rows, rows):
                 yield batch.slice(start, rows)
+
+
+def parts_together(parts: list) -> tuple[pd.DataFrame, np.ndarray]:
+    """Several partitions' parts of one kept table (each a frame or a `KeptPart`, in partition
+    order) as one frame, their rows in that order, a categorical over every part's categories;
+    and each part's row count. The parts are joined as Arrow tables and made a frame once: a cell
+    of the queue backlogs reads three parts of every bucket, and making each its own frame took
+    0.9 ms (half of the cells' reading, on 40 buckets of the 100M-packet dataset)."""
+    import pyarrow as pa
+
+    from .report import arrow_table
+
+    rows = np.array([len(p) if isinstance(p, pd.DataFrame) else p.rows for p in parts], np.int64)
+    full = [p for p, n in zip(parts, rows) if n]
+    if not full:  # (only an empty frame: `keep` writes no file of no row)
+        return parts[0], rows
+    if len(full) == 1 and isinstance(full[0], pd.DataFrame):
+        return full[0].reset_index(drop=True), rows
+    tables = [arrow_table(p) if isinstance(p, pd.DataFrame) else _read_part(p.path) for p in full]
+    # "permissive": a part's dictionary keys are as wide as its own categories needed
+    t = pa.concat_tables(tables, promote_options="permissive").unify_dictionaries().combine_chunks()
+    first = full[0]
+    return _frame_of(t, _Columns.of(first).objects if isinstance(first, pd.DataFrame) else first.object_columns), rows
 
 
 def _read_part(path: str, columns: list[str] | None = None):

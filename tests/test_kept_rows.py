@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from amqpcap.kept_rows import KeptRows, columns, frame, keep, keeping_in, rows_table, store, top_rows
+from amqpcap.kept_rows import (KeptRows, columns, frame, keep, keep_each, keeping_in, part_frame, parts_together,
+                               rows_table, store, top_rows)
 from amqpcap.report import write_table
 
 
@@ -80,3 +81,43 @@ def test_the_store_is_removed_after_the_run(tmp_path):
     assert list(tmp_path.iterdir()) == []
     with store("file:///nowhere/ds") as where:  # not a directory this process writes: rows come back
         assert where is None
+
+
+def by_bucket(df: pd.DataFrame, buckets: int) -> list[pd.DataFrame]:
+    """`df`'s rows of each bucket (stream % buckets), in their order, as the frames `keep` is given."""
+    return [df[df["stream"] % buckets == k].reset_index(drop=True) for k in range(buckets)]
+
+
+@pytest.mark.parametrize("in_store", [True, False])
+def test_parts_together_are_the_parts_one_after_the_other(tmp_path, in_store):
+    # four buckets, one without a row (an empty frame, never a file), categories differing by part
+    df = whole_table()
+    df = df[df["stream"] % 4 != 2].reset_index(drop=True)
+    df["outcome"] = df["outcome"].astype(object).where(df["stream"] % 4 != 1, "requeued").astype("category")
+    mine = by_bucket(df, 4)
+    parts = []
+    for k, d in enumerate(mine):
+        with keeping_in(str(tmp_path) if in_store else None, k):
+            parts.append(keep(d, "t", "packet"))
+    got, rows = parts_together(parts)
+    assert rows.tolist() == [len(d) for d in mine] and rows[2] == 0
+    want = pd.concat(mine, ignore_index=True)
+    assert sorted(got["outcome"].cat.categories) == sorted(set(want["outcome"].astype(str)))
+    pd.testing.assert_frame_equal(got.assign(outcome=got["outcome"].astype(object)),
+                                  want.assign(outcome=want["outcome"].astype(object)), check_exact=True)
+
+
+@pytest.mark.parametrize("in_store", [True, False])
+def test_keep_each_keeps_each_partitions_rows_as_its_own(tmp_path, in_store):
+    df = whole_table()
+    buckets = 5
+    part = np.array(df["stream"] % buckets, dtype=np.int64)
+    part[part == 3] = 1  # (bucket 3 has no row)
+    with keeping_in(str(tmp_path) if in_store else None, -1):
+        kept = keep_each(df, part, buckets, "t", "packet")
+    assert len(kept) == buckets
+    for k, piece in enumerate(kept):
+        want = df[part == k].reset_index(drop=True)
+        if in_store and len(want):
+            assert not isinstance(piece, pd.DataFrame) and piece.path.endswith(f"t/bucket={k}.arrow")
+        pd.testing.assert_frame_equal(part_frame(piece), want, check_exact=True)

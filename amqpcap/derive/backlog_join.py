@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..kept_rows import keep, part_frame
+from ..kept_rows import keep, keep_each, part_frame, parts_together
 from ..partition import CellJoin
 from .backlog import BacklogAnswers, BacklogQuestions
 from .columns import asof, group_cumsum, range_min
@@ -240,10 +240,10 @@ def cell_rows(p: BacklogPlan, carry: Carry, events: tuple[np.ndarray, ...]) -> C
 def _cell_events(p: BacklogPlan, inputs: list) -> tuple[np.ndarray, ...]:
     """The events of a cell's shares: queue (code), frame key, ts, delta; publishes joined with
     every route of their (exchange, routing key), on the pair's codes (no text per row)."""
-    pubs = [part_frame(x[0]) for x in inputs]
-    takes = [part_frame(x[1]) for x in inputs]
-    ex_code, ex_names = _joined_codes([d["exchange"] for d in pubs])
-    rk_code, rk_names = _joined_codes([d["routing_key"] for d in pubs])
+    pubs = parts_together([x[0] for x in inputs])[0]
+    takes = parts_together([x[1] for x in inputs])[0]
+    ex_code, ex_names = _joined_codes([pubs["exchange"]])
+    rk_code, rk_names = _joined_codes([pubs["routing_key"]])
     r_ex = pd.Index(ex_names).get_indexer(p.routes["exchange"].to_numpy(object))
     r_rk = pd.Index(rk_names).get_indexer(p.routes["routing_key"].to_numpy(object))
     seen = (r_ex >= 0) & (r_rk >= 0)  # (a route no publish took)
@@ -251,15 +251,15 @@ def _cell_events(p: BacklogPlan, inputs: list) -> tuple[np.ndarray, ...]:
     hits = pd.DataFrame({"pair": ex_code * width + rk_code, "row": np.arange(len(ex_code))}).merge(
         pd.DataFrame({"pair": r_ex[seen] * width + r_rk[seen], "q": p.routes["q"].to_numpy(np.int64)[seen]}), on="pair")
     hit_row = hits["row"].to_numpy(np.int64)
-    take_code, take_names = _joined_codes([d["queue"] for d in takes])
+    take_code, take_names = _joined_codes([takes["queue"]])
     to_q = pd.Index(p.names).get_indexer(take_names.astype(str)) if len(take_names) else np.zeros(0, np.int64)
     take_q = np.where(take_code >= 0, to_q[np.maximum(take_code, 0)] if len(to_q) else -1, -1).astype(np.int64)
 
-    def col(frames: list[pd.DataFrame], c: str) -> np.ndarray:
-        return np.concatenate([d[c].to_numpy(np.int64) for d in frames] or [np.zeros(0, np.int64)])
+    def col(d: pd.DataFrame, c: str) -> np.ndarray:
+        return d[c].to_numpy(np.int64)
 
-    def keys(frames: list[pd.DataFrame]) -> np.ndarray:
-        return col(frames, "packet") * p.width + col(frames, "rank")
+    def keys(d: pd.DataFrame) -> np.ndarray:
+        return col(d, "packet") * p.width + col(d, "rank")
 
     q = np.r_[hits["q"].to_numpy(np.int64), take_q]
     key = np.r_[keys(pubs)[hit_row], keys(takes)]
@@ -283,10 +283,8 @@ def cell(p: BacklogPlan, carry: Carry, given: CellInput, r: int) -> tuple[Carry,
     if final and len(pending):
         raise ValueError(f"{len(pending):,} acks wait for a delivery after the last cell")
     n = len(p.sizes)
-    growth = _by_part(_growth(p, consumers), n) if final else [None] * n
-    pieces = [(keep(mine, f"backlog/cell={r}/answers", "row", bucket=i),
-               None if grown is None else keep(grown, "backlog/growth", "row", bucket=i))
-              for i, (mine, grown) in enumerate(zip(_by_part(answered, n), growth))]
+    growth = _each_part(_growth(p, consumers), n, "backlog/growth") if final else [None] * n
+    pieces = list(zip(_each_part(answered, n, f"backlog/cell={r}/answers"), growth))
     return _carried(carry, rows, pending, consumers), pieces
 
 
@@ -299,25 +297,23 @@ def _carried(carry: Carry, rows: CellRows, pending: pd.DataFrame, consumers: pd.
     return Carry(run_end, run_low, last, pending, consumers)
 
 
-def _by_part(df: pd.DataFrame, n: int) -> list[pd.DataFrame]:
-    """`df`'s rows of each of `n` partitions (its ``part`` column, dropped), in their order."""
-    return _cut(df.drop(columns="part"), df["part"].to_numpy(np.int64), n)
+def _each_part(df: pd.DataFrame, n: int, table: str) -> list:
+    """`df`'s rows of each of `n` partitions (its ``part`` column, dropped), in their order, each
+    kept as that partition's piece of `table` (by ``row``)."""
+    return keep_each(df.drop(columns="part"), df["part"].to_numpy(np.int64), n, table, "row")
 
 
 def _acks(p: BacklogPlan, inputs: list) -> pd.DataFrame:
     """A cell's acks of every partition: part, row, q (-1: not a consumed queue), key,
     next_key, next_cell (-1: no next delivery)."""
-    index = pd.Index(p.names)
-    out = []
-    for i, x in enumerate(inputs):
-        a = part_frame(x[2])
-        nxt = a["next_packet"].to_numpy(np.int64)
-        out.append(pd.DataFrame({
-            "part": i, "row": a["row"].to_numpy(np.int64), "q": _codes_into(index, a["queue"]),
-            "key": a["packet"].to_numpy(np.int64) * p.width + a["rank"].to_numpy(np.int64),
-            "next_key": np.where(nxt >= 0, nxt * p.width + a["next_rank"].to_numpy(np.int64), -1),
-            "next_cell": np.where(nxt >= 0, cell_of(np.maximum(nxt, 1), p.cells, p.records), -1)}))
-    a = pd.concat(out, ignore_index=True)
+    a, rows = parts_together([x[2] for x in inputs])
+    nxt = a["next_packet"].to_numpy(np.int64)
+    a = pd.DataFrame({
+        "part": np.repeat(np.arange(len(inputs), dtype=np.int64), rows), "row": a["row"].to_numpy(np.int64),
+        "q": _codes_into(pd.Index(p.names), a["queue"]),
+        "key": a["packet"].to_numpy(np.int64) * p.width + a["rank"].to_numpy(np.int64),
+        "next_key": np.where(nxt >= 0, nxt * p.width + a["next_rank"].to_numpy(np.int64), -1),
+        "next_cell": np.where(nxt >= 0, cell_of(np.maximum(nxt, 1), p.cells, p.records), -1)})
     return a[a["q"].to_numpy() >= 0]
 
 
