@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Union
+from typing import Callable, Iterator, Union
 
 import numpy as np
 import pandas as pd
@@ -80,12 +80,17 @@ def keep(df: pd.DataFrame, table: str, key: str, bucket: int | None = None) -> U
     return _kept(arrow_table(df), _Columns.of(df), table, key, where[1] if bucket is None else bucket)
 
 
-def keep_each(df: pd.DataFrame, part: np.ndarray, n: int, table: str, key: str) -> list:
-    """`df`'s rows of each of `n` partitions (`part`: each row's, 0 to n − 1), in their order,
-    each kept as that partition's (`keep` with its ``bucket``). The rows are made an Arrow table
-    once and cut: a cell of the queue backlogs keeps its answers as every bucket's, and making
-    each bucket's rows a table of its own was half of a cell's time (40 buckets of the
-    100M-packet dataset: 2.2 s of 26 cells' 4.7 s)."""
+def keep_each(df: pd.DataFrame, part: np.ndarray, n: int, key: str,
+              place: Callable[[int], tuple[str, int | None]]) -> list:
+    """`df`'s rows of each of `n` pieces (`part`: each row's, 0 to n − 1), in their order, piece
+    `i` kept as `keep(rows, *place(i))` keeps it: ``place(i)`` is its (table, bucket), the bucket
+    None for this step's own. The rows are made an Arrow table once and cut: a cell of the queue
+    backlogs keeps its answers as every bucket's, and making each bucket's rows a table of its
+    own was half of a cell's time (40 buckets of the 100M-packet dataset: 2.2 s of 26 cells'
+    4.7 s); a bucket's context step keeps its events as every cell's."""
+    if n == 1:
+        table, bucket = place(0)
+        return [keep(df, table, key, bucket)]
     order = np.argsort(part, kind="stable")
     bounds = np.searchsorted(part[order], np.arange(n + 1))
     df = df.iloc[order].reset_index(drop=True)
@@ -97,8 +102,12 @@ def keep_each(df: pd.DataFrame, part: np.ndarray, n: int, table: str, key: str) 
     empty = df.iloc[:0]
     df = _without_helpers(df)
     t, columns = arrow_table(df), _Columns.of(df)
-    return [_kept(t.slice(lo, hi - lo), columns, table, key, i) if hi > lo else empty
-            for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:]))]
+
+    def kept(i: int, lo: int, hi: int) -> KeptPart:
+        table, bucket = place(i)
+        return _kept(t.slice(lo, hi - lo), columns, table, key, where[1] if bucket is None else bucket)
+
+    return [kept(i, lo, hi) if hi > lo else empty for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:]))]
 
 
 def _without_helpers(df: pd.DataFrame) -> pd.DataFrame:

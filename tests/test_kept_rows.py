@@ -114,7 +114,7 @@ def test_keep_each_keeps_each_partitions_rows_as_its_own(tmp_path, in_store):
     part = np.array(df["stream"] % buckets, dtype=np.int64)
     part[part == 3] = 1  # (bucket 3 has no row)
     with keeping_in(str(tmp_path) if in_store else None, -1):
-        kept = keep_each(df, part, buckets, "t", "packet")
+        kept = keep_each(df, part, buckets, "packet", lambda i: ("t", i))
     assert len(kept) == buckets
     for k, piece in enumerate(kept):
         want = df[part == k].reset_index(drop=True)

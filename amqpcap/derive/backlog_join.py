@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..kept_rows import keep, keep_each, part_frame, parts_together
+from ..kept_rows import keep_each, part_frame, parts_together
 from ..partition import CellJoin
 from .backlog import BacklogAnswers, BacklogQuestions
 from .columns import asof, group_cumsum, range_min
@@ -87,7 +87,9 @@ def shares_of(q: BacklogQuestions, records: int) -> BacklogShares:
     acks = q.acks.assign(row=np.arange(len(q.acks), dtype=np.int64))
     acks = acks[acks["queue"].notna().to_numpy()]  # (the others are not answered: <NA>)
     tables = {"publishes": ev.publishes, "takes": ev.takes, "acks": acks}
-    cut = {name: _cut(t, cell_of(t["packet"].to_numpy(np.int64), n, records), n) for name, t in tables.items()}
+    cut = {name: keep_each(t, cell_of(t["packet"].to_numpy(np.int64), n, records), n, "packet",
+                           lambda r, name=name: (f"backlog/cell={r}/{name}", None))
+           for name, t in tables.items()}
     takes = ev.takes["queue"].array
     used = np.unique(takes.codes[takes.codes >= 0])
     ranks = [ev.publishes["rank"], ev.takes["rank"], q.acks["rank"], q.acks["next_rank"]]
@@ -95,16 +97,7 @@ def shares_of(q: BacklogQuestions, records: int) -> BacklogShares:
         binds=ev.binds, consumed=np.asarray(takes.categories, dtype=object)[used],
         width=max((int(r.max()) for r in ranks if len(r)), default=0) + 1, records=records, acks=len(q.acks),
         consumers=q.consumers,
-        cells=[tuple(keep(cut[name][r], f"backlog/cell={r}/{name}", "packet") for name in tables) for r in range(n)])
-
-
-def _cut(df: pd.DataFrame, cell: np.ndarray, n: int) -> list[pd.DataFrame]:
-    """`df`'s rows of each of `n` cells (`cell`: each row's, 0 to n − 1), in their order."""
-    if n == 1:
-        return [df]
-    order = np.argsort(cell, kind="stable")
-    bounds = np.searchsorted(cell[order], np.arange(n + 1))
-    return [df.iloc[order[bounds[r]:bounds[r + 1]]].reset_index(drop=True) for r in range(n)]
+        cells=[tuple(cut[name][r] for name in tables) for r in range(n)])
 
 
 @dataclass(frozen=True)
@@ -300,7 +293,7 @@ def _carried(carry: Carry, rows: CellRows, pending: pd.DataFrame, consumers: pd.
 def _each_part(df: pd.DataFrame, n: int, table: str) -> list:
     """`df`'s rows of each of `n` partitions (its ``part`` column, dropped), in their order, each
     kept as that partition's piece of `table` (by ``row``)."""
-    return keep_each(df.drop(columns="part"), df["part"].to_numpy(np.int64), n, table, "row")
+    return keep_each(df.drop(columns="part"), df["part"].to_numpy(np.int64), n, "row", lambda i: (table, i))
 
 
 def _acks(p: BacklogPlan, inputs: list) -> pd.DataFrame:
