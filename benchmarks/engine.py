@@ -3,6 +3,7 @@
 of 2 worker processes, against the same analyzers in one process, in one run.
 
     python3 benchmarks/engine.py DATASET [--repeat 3] [--no-whole] [--workers 1 2] [--baseline DIR]
+                                 [--ingest CAPTURE]
 
 DATASET: written by `amqpcap ingest CAPTURE --out DATASET --buckets N` (e.g. a capture made by
 make_large_capture.py). Prints, for each way, the best of --repeat wall times of the split
@@ -13,7 +14,9 @@ What it does not time: writing the overview, report and tables (`benchmarks/anal
 times `amqpcap analyze` whole). --no-whole skips the run in one process, for a dataset too
 large to read whole in this process. --baseline DIR times the clusters with the amqpcap package in
 DIR too (an earlier commit with its core built), in the same run, and prints this one's speed-up
-over it.
+over it. --ingest CAPTURE first makes DATASET (a new directory) from CAPTURE (a file or a
+ring) as `amqpcap ingest` does, timed as its own process (`scale.py`'s measure), and prints each
+cluster's time against the ingest's (issue 13: the analysis within 2 times the ingest).
 """
 
 from __future__ import annotations
@@ -83,7 +86,10 @@ def main() -> None:
                     help="the local clusters' sizes to time (default: 1 and 2; the speed-up needs both)")
     ap.add_argument("--baseline", type=Path, help="also time the clusters with the amqpcap package in this directory")
     ap.add_argument("--times-to", type=Path, help=argparse.SUPPRESS)  # (the baseline's run writes its times here)
+    ap.add_argument("--ingest", type=Path, metavar="CAPTURE",
+                    help="first ingest CAPTURE into DATASET (a new directory), timed, and compare the analysis with it")
     a = ap.parse_args()
+    ingest_s = ingest_first(a.ingest, a.dataset) if a.ingest else None
     root = a.dataset.resolve()
     m = dataset.manifest(root)
     print(f"dataset {root}: {m['summary']['packets']:,} packets, {m['rows']['connections']:,} connections, "
@@ -128,10 +134,27 @@ def main() -> None:
         for workers, took in times.items():
             print(f"{f'{workers} worker' + 's' * (workers > 1):>16}: baseline {a.baseline}: {base[str(workers)]:7.2f} s, "
                   f"this one {base[str(workers)] / took:.2f}x as fast")
+    if ingest_s:
+        for workers, took in times.items():
+            print(f"{f'{workers} worker' + 's' * (workers > 1):>16}: the analysis took {took / ingest_s:.2f}x the "
+                  f"ingest's {ingest_s:.1f} s")
     if {1, 2} <= times.keys():
         print(f"speed-up, 2 workers over 1: {times[1] / times[2]:.2f}x"
               + (f"; 2 workers against one process: {whole_s / times[2]:.2f}x" if whole_s else ""))
     print(f"this process ({'the run in one process and ' if whole_s else ''}the merges): peak RSS {_worker_peak_rss_mib():,.0f} MiB")
+
+
+def ingest_first(capture: Path, out: Path) -> float:
+    """`amqpcap ingest CAPTURE --out OUT` as its own process (`scale.ingest_measured`); its wall
+    seconds, printed with its rate and peak RSS."""
+    from scale import ingest_measured
+
+    with tempfile.TemporaryDirectory() as d:
+        seconds, rss = ingest_measured(capture, out, Path(d))
+    packets = dataset.manifest(out)["summary"]["packets"]
+    print(f"ingest {capture}: {seconds:.1f} s, {packets / seconds / 1e6:.2f} M packets/s, peak RSS {rss / 2**30:.2f} GiB",
+          flush=True)
+    return seconds
 
 
 def baseline_times(a: argparse.Namespace) -> dict[str, float]:
