@@ -152,8 +152,8 @@ def ingest_first(capture: Path, out: Path) -> float:
     with tempfile.TemporaryDirectory() as d:
         seconds, rss = ingest_measured(capture, out, Path(d))
     packets = dataset.manifest(out)["summary"]["packets"]
-    print(f"ingest {capture}: {seconds:.1f} s, {packets / seconds / 1e6:.2f} M packets/s, peak RSS {rss / 2**30:.2f} GiB",
-          flush=True)
+    print(f"ingest {capture}: {seconds:.1f} s, {packets / seconds / 1e6:.2f} M packets/s, "
+          f"peak RSS {rss / 2**30:.2f} GiB", flush=True)
     return seconds
 
 

@@ -21,8 +21,8 @@ is known before any step: `amqpcap.partition.CaptureFacts.records`):
 
 A cell needs the cells before it, so they run in order (`BACKLOG_JOIN`, a
 `amqpcap.partition.CellJoin`: here, or as a chain of tasks on the Dask workers, where the next
-cell's input is read while a cell runs); what one holds is a cell's events. Every answer is the one the whole backlog in one piece gives (tests compare
-one cell with many).
+cell's input is read while a cell runs); what one holds is a cell's events. Every answer is the
+one the whole backlog in one piece gives (tests compare one cell with many).
 """
 
 from __future__ import annotations
