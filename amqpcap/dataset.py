@@ -30,7 +30,7 @@ from . import __version__
 from .capture import Capture
 from .errors import AmqpcapError, CaptureError
 from .partition import CaptureFacts, facts_from_ts, release_freed_memory
-from .report import parquet_statistics
+from .report import parquet_options
 
 FORMAT = "amqpcap-dataset"
 VERSION = 1
@@ -175,7 +175,7 @@ def _write_arrow(t, path: Path) -> None:
     import pyarrow.parquet as pq
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(t, path, write_statistics=parquet_statistics(t.column_names))
+    pq.write_table(t, path, **parquet_options(t.schema))
 
 
 def _write_buckets(t, buckets: int, kept: list[int], root: Path, pool) -> list:
@@ -413,8 +413,7 @@ class _RecordsFile:
 
         if self._writer is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._writer = pq.ParquetWriter(self.path, batch.schema,
-                                            write_statistics=parquet_statistics(batch.schema.names))
+            self._writer = pq.ParquetWriter(self.path, batch.schema, **parquet_options(batch.schema))
         if batch.num_rows:
             self._writer.write(batch)
             self.rows += batch.num_rows
