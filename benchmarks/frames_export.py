@@ -24,11 +24,13 @@ import time
 from pathlib import Path
 
 
-def best(cmd: list[str], repeat: int, stdout=subprocess.DEVNULL, env: dict | None = None) -> float:
+def best(cmd: list[str], repeat: int, cwd: str, stdout=subprocess.DEVNULL, env: dict | None = None) -> float:
+    """The best wall time of `cmd` run in `cwd`: not the repository's root, whose amqpcap/
+    `python -m` would import before the one of PYTHONPATH (the baseline)."""
     times = []
     for _ in range(repeat):
         t = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=stdout, stderr=subprocess.DEVNULL, env=env)
+        subprocess.run(cmd, check=True, stdout=stdout, stderr=subprocess.DEVNULL, env=env, cwd=cwd)
         times.append(time.perf_counter() - t)
     return min(times)
 
@@ -39,6 +41,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--baseline", type=Path, help="also time the amqpcap package in this directory")
     args = ap.parse_args()
+    args.capture = args.capture.resolve()  # (the commands run in a temporary directory)
     if not shutil.which("tshark"):
         raise SystemExit("needs tshark (Debian: apt-get install tshark)")
     counts = json.loads(subprocess.run(
@@ -47,15 +50,15 @@ def main() -> int:
         check=True, capture_output=True, text=True).stdout)
     amqpcap = [sys.executable, "-m", "amqpcap", "frames", str(args.capture), "-o"]
     with tempfile.TemporaryDirectory() as d:
-        parquet = best([*amqpcap, f"{d}/frames.parquet"], args.repeat)
-        csv = best([*amqpcap, f"{d}/frames.csv"], args.repeat)
+        parquet = best([*amqpcap, f"{d}/frames.parquet"], args.repeat, d)
+        csv = best([*amqpcap, f"{d}/frames.csv"], args.repeat, d)
         if args.baseline:
             env = {**os.environ, "PYTHONPATH": str(args.baseline)}
-            base = (best([*amqpcap, f"{d}/base.parquet"], args.repeat, env=env),
-                    best([*amqpcap, f"{d}/base.csv"], args.repeat, env=env))
+            base = (best([*amqpcap, f"{d}/base.parquet"], args.repeat, d, env=env),
+                    best([*amqpcap, f"{d}/base.csv"], args.repeat, d, env=env))
         with open(f"{d}/tshark.txt", "w") as out:
             tshark = best(["tshark", "-r", str(args.capture), "-Y", "amqp", "-T", "fields", "-e", "frame.number",
-                           "-e", "amqp.method.class", "-e", "amqp.method.method"], args.repeat, stdout=out)
+                           "-e", "amqp.method.class", "-e", "amqp.method.method"], args.repeat, d, stdout=out)
     packets, frames = counts
     print(f"{args.capture}: {packets:,} packets, {frames:,} frames ({frames / packets:.2f} per packet)")
     print(f"  tshark fields      {tshark:7.2f} s")

@@ -65,9 +65,10 @@ def ingest_measured(ring: Path, dataset: Path, tmp: Path, baseline: Path | None 
     env = {**os.environ, "PYTHONPATH": str(baseline)} if baseline else None
     t = time.perf_counter()
     with open(tmp / "out.txt", "wb") as out, open(tmp / "err.txt", "wb") as err:
-        code, rss = run_measured([sys.executable, "-m", "amqpcap", "ingest", str(ring), "--out", str(dataset),
+        code, rss = run_measured([sys.executable, "-m", "amqpcap", "ingest", str(ring.resolve()),
+                                  "--out", str(dataset.resolve()),
                                   "--limit", f"max_streams={MAX_STREAMS}"],
-                                 out, err, env=env)
+                                 out, err, env=env, cwd=tmp)  # (not the repository's root: see frames_export)
     seconds = time.perf_counter() - t
     if code:
         sys.exit((tmp / "err.txt").read_text(errors="replace"))

@@ -31,13 +31,14 @@ sys.exit(os.waitstatus_to_exitcode(status) % 256)
 """
 
 
-def run_measured(cmd: list[str], stdout, stderr, env: dict | None = None, timeout_s: float | None = None) -> tuple[int, int]:
-    """Run `cmd` with stdout/stderr going to the given files; return (exit code, peak RSS in
-    bytes). A command still running after `timeout_s` is killed (exit code -9)."""
+def run_measured(cmd: list[str], stdout, stderr, env: dict | None = None, timeout_s: float | None = None,
+                 cwd: str | None = None) -> tuple[int, int]:
+    """Run `cmd` (in `cwd`) with stdout/stderr going to the given files; return (exit code, peak
+    RSS in bytes). A command still running after `timeout_s` is killed (exit code -9)."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "maxrss"
         p = subprocess.Popen([sys.executable, "-S", "-c", LAUNCHER, str(report), *cmd], stdout=stdout, stderr=stderr,
-                             env=env, start_new_session=True)
+                             env=env, start_new_session=True, cwd=cwd)
         timer = threading.Timer(timeout_s, lambda: os.killpg(p.pid, 9)) if timeout_s else None
         if timer:
             timer.start()
