@@ -561,7 +561,8 @@ def _restore(df: pd.DataFrame, template: pd.DataFrame, categories: dict[str, lis
             df[col] = _categories(df[col], categories[col] if categories and col in categories else want.categories)
         elif want != object and df[col].dtype != want:  # object: text, whose dtype pandas infers
             df[col] = df[col].astype(want)
-    return df[list(template.columns)]
+    # (a selection of columns copies them all: only when they are in another order)
+    return df if list(df.columns) == list(template.columns) else df[list(template.columns)]
 
 
 def _categories(s: pd.Series, fixed) -> pd.Series:
@@ -598,7 +599,8 @@ def _to_pandas(t, template: pd.DataFrame) -> pd.DataFrame:
             cols[name] = pd.array(col.to_numpy(zero_copy_only=False), dtype=object)  # as `load` makes it
         else:
             cols[name] = col.to_pandas()
-    return pd.DataFrame(cols)
+    # (not copied again: the columns are new; pandas' default copies a dict of Series)
+    return pd.DataFrame(cols, copy=False)
 
 
 def _read_table(loc: Location, name: str, buckets, template: pd.DataFrame, loose: bool = True) -> pd.DataFrame:
