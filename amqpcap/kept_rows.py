@@ -268,11 +268,17 @@ def parts_together(parts: list) -> tuple[pd.DataFrame, np.ndarray]:
 
 
 def _read_part(path: str, columns: list[str] | None = None):
-    """A kept part's file as an Arrow table (only `columns` of it when given)."""
+    """A kept part's file as an Arrow table (only `columns` of it when given: the others are
+    not decompressed)."""
     import pyarrow as pa
 
-    t = pa.ipc.open_file(pa.memory_map(path)).read_all()
-    return t if columns is None else t.select(columns)
+    source = pa.memory_map(path)
+    if columns is None:
+        return pa.ipc.open_file(source).read_all()
+    names = pa.ipc.open_file(source).schema.names
+    fields = [names.index(c) for c in columns]
+    t = pa.ipc.open_file(source, options=pa.ipc.IpcReadOptions(included_fields=sorted(fields))).read_all()
+    return t.select(columns)
 
 
 def _frame_of(t, object_columns: tuple[str, ...]) -> pd.DataFrame:
@@ -307,6 +313,17 @@ def top_rows(table: Union[pd.DataFrame, KeptRows], n: int, by: str | None = None
 def columns(table: Union[pd.DataFrame, KeptRows], names: list[str]) -> pd.DataFrame:
     """`names` of a merged table (`rows_table`), whether held here or kept on the workers."""
     return table[names] if isinstance(table, pd.DataFrame) else table.read(names)
+
+
+def part_columns(table: Union[pd.DataFrame, KeptRows], names: list[str]) -> Iterator[pd.DataFrame]:
+    """`names` of a merged table a part at a time, the parts in no particular order: the frame
+    held here, or each bucket's kept file (what a sum or `amqpcap.quantiles` reads, never the
+    whole column at once)."""
+    if isinstance(table, pd.DataFrame):
+        yield table[names]
+        return
+    for p in table.parts:
+        yield _frame_of(_read_part(p.path, names), p.object_columns)
 
 
 def frame(table: Union[pd.DataFrame, KeptRows]) -> pd.DataFrame:

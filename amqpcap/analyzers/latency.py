@@ -22,9 +22,10 @@ from ..derive.labels import channels_filter, connection_labels
 from ..derive.methods import chan_key, methods, pick, select
 from ..derive.refills import ack_gaps, backlog_context, join_backlog_context, slow_refills_of, waiting
 from ..kept_rows import columns as kept_columns
-from ..kept_rows import keep, rows_table
+from ..kept_rows import keep, part_columns, rows_table
 from ..names import connection_label, consumer_label, number, subject_namer
 from ..partition import CaptureFacts, Split, merge_rows, run_whole, taken
+from ..quantiles import Chunks, count_max_mean, percentiles
 
 #: broker-slow-refill (detected by amqpcap.derive.refills.slow_refills) is critical when the median
 #: ack→next-deliver is above this: a consumer at prefetch 1 then gets < 20 msg/s whatever it does
@@ -44,15 +45,28 @@ FILTER_DELIVER = "amqp.method.class == 60 && amqp.method.method in {60, 71}"
 FILTER_SETTLE = "amqp.method.class == 60 && amqp.method.method in {80, 90, 120}"
 
 
-def stats(values) -> dict:
-    """count, p50_s, p90_s, p99_s, max_s, mean_s of a latency column (NaN ignored)."""
-    v = np.asarray(values, dtype=float)
-    v = v[~np.isnan(v)]
-    if len(v) == 0:
+def stats(values: Chunks) -> dict:
+    """count, p50_s, p90_s, p99_s, max_s, mean_s of a latency column's values (`_values`), read
+    a part at a time: the percentiles exact (`amqpcap.quantiles`), the mean from the correctly
+    rounded sum."""
+    n, top, mean = count_max_mean(values)
+    if n == 0:
         return {"count": 0, "p50_s": None, "p90_s": None, "p99_s": None, "max_s": None, "mean_s": None}
-    p50, p90, p99 = np.percentile(v, [50, 90, 99])
-    return {"count": int(len(v)), "p50_s": float(p50), "p90_s": float(p90), "p99_s": float(p99),
-            "max_s": float(v.max()), "mean_s": float(v.mean())}
+    p50, p90, p99 = percentiles(values, n, [50, 90, 99])
+    return {"count": n, "p50_s": p50, "p90_s": p90, "p99_s": p99, "max_s": top, "mean_s": mean}
+
+
+def _values(table, column: str, unless: str | None = None) -> Chunks:
+    """The values of `column` of a merged table (`rows_table`) but NaN, and those of rows whose
+    `unless` column is set, a part at a time (`kept_rows.part_columns`)."""
+    def chunks():
+        for df in part_columns(table, [column] + ([unless] if unless else [])):
+            v = df[column].to_numpy(float)
+            keep = ~np.isnan(v)
+            if unless:
+                keep &= ~df[unless].to_numpy(bool)
+            yield v[keep]
+    return chunks
 
 
 
@@ -223,14 +237,10 @@ def latency_merge(partials: list[dict[str, Any]], records: None, facts: CaptureF
         per_consumer["connection"] = connection_labels(cap, per_consumer["stream"])
     counts = {k: sum(q["counts"][k] for q in partials) for k in DELIVERY_COUNTS + CONFIRM_COUNTS}
 
-    lat = kept_columns(d, ["latency_s", "no_ack"])
-    acked_latency = lat["latency_s"].to_numpy(float)[~lat["no_ack"].to_numpy(bool)]
-    del lat
-    dta = stats(acked_latency)
+    dta = stats(_values(d, "latency_s", unless="no_ack"))
     dta.update({k: counts[k] for k in DELIVERY_COUNTS})
-    gap_s = kept_columns(gaps, ["gap_s"])["gap_s"].to_numpy(float)
-    a2d = stats(gap_s)
-    p2c = stats(kept_columns(conf, ["latency_s"])["latency_s"])
+    a2d = stats(_values(gaps, "gap_s"))
+    p2c = stats(_values(conf, "latency_s"))
     p2c.update({k: counts[k] for k in CONFIRM_COUNTS})
     summary_inter = {
         "channels": int(len(inter)),
@@ -248,11 +258,11 @@ def latency_merge(partials: list[dict[str, Any]], records: None, facts: CaptureF
                 + _redelivery_findings(cap, _by_channel([q["redeliveries"] for q in partials])))
     tables = {"consumers": per_consumer, "deliveries": d, "ack-gaps": gaps, "confirms": conf, "interleaving": inter}
     plots = []
-    measured = bool((~np.isnan(acked_latency)).any())
+    measured = dta["count"] > 0
     if measured:
         plots.append(Plot("latency-over-time", "deliver→ack latency over time per consumer",
                           lambda path: _plot_over_time(cap, _acked(d), path)))
-    if measured or counts["publishes"] or (~np.isnan(gap_s)).any():
+    if measured or counts["publishes"] or a2d["count"]:
         plots.append(Plot("latency-cdf", "latency CDF per consumer (deliver→ack), ack→next-deliver, publish→confirm",
                           lambda path: _plot_cdf(cap, _acked(d), kept_columns(gaps, ["gap_s"]),
                                                  kept_columns(conf, ["latency_s"]), path)))

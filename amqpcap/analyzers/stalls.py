@@ -24,8 +24,10 @@ from ..capture import Capture
 from ..derive import consumers as credit
 from ..derive.labels import who
 from ..derive.stream_order import ns, running_last, running_max_keyed, seconds, stream_order
+from ..kept_rows import keep, part_frame
 from ..names import subject_namer
 from ..partition import CaptureFacts, Split, merge_rows, run_whole, taken
+from ..quantiles import Chunks, median_and_percentiles
 from ..wording import counted
 
 # --- stall detection thresholds -------------------------------------------------------------
@@ -690,7 +692,8 @@ def stalls_partial(cap: Capture, facts: CaptureFacts, blocks: pd.DataFrame) -> d
     tcp = _tcp_table(pk, rtt_stats, path_rtt, median_gap, st, lim)
     sides = _window_sides(cap, pk, tcp, stalls_tbl, lim, blocked, fr)
     return {"stalls": stalls_tbl, "tcp": tcp,
-            "rtt": [rtt["rtt_s"].to_numpy()[rtt["d"].to_numpy() == D] for D in (0, 1)],
+            # (the samples stay where they were made: only their percentiles are merged)
+            "rtt": keep(rtt[["stream", "d", "rtt_s"]], "stalls-rtt", "stream"),
             "sides": sides, "window_packets": _window_packets(pk, sides),
             "blocked": _block_publishes(blocked, fr, t0, cap), "deliveries_while_blocked": _deliveries_in(blocks, cap, t0),
             "gaps": gaps[["stream", "bytes", "packet"]],
@@ -702,7 +705,8 @@ def stalls_merge(partials: list[dict[str, Any]], records: None, facts: CaptureFa
     t0 = _origin(facts)
     stalls_tbl = merge_rows(taken(partials, "stalls"), ["start_ts", "stream", "end_ts", "last_packet"])
     tcp = merge_rows(taken(partials, "tcp"), ["stream", "direction"])
-    summary = _summary(stalls_tbl, tcp, [np.concatenate([q["rtt"][D] for q in partials]) for D in (0, 1)])
+    rtt = taken(partials, "rtt")
+    summary = _summary(stalls_tbl, tcp, [_rtt_values(rtt, D) for D in (0, 1)])
     sides = pd.concat([q["sides"] for q in partials], ignore_index=True).sort_values(
         ["window_limited_share", "window_limited_s", "stream", "d"], ascending=[False, False, True, True],
         kind="stable", ignore_index=True)
@@ -781,17 +785,27 @@ def _tcp_table(pk, rtt_stats, path_rtt, median_gap, st, lim) -> pd.DataFrame:
     return out
 
 
-def _summary(stalls_tbl: pd.DataFrame, tcp: pd.DataFrame, rtt: list[np.ndarray]) -> dict:
-    """summary.json's stalls; `rtt`: every segment→ACK sample of each direction (c2s, s2c), in
-    any order (their median and 90th percentile are exact, from all of them)."""
+def _rtt_values(parts: list, d: int) -> Chunks:
+    """The segment→ACK samples of direction `d` of every partition's kept RTT rows, a part at a
+    time."""
+    def chunks():
+        for p in parts:
+            df = part_frame(p)
+            yield df["rtt_s"].to_numpy(float)[df["d"].to_numpy() == d]
+    return chunks
+
+
+def _summary(stalls_tbl: pd.DataFrame, tcp: pd.DataFrame, rtt: list[Chunks]) -> dict:
+    """summary.json's stalls; `rtt`: every segment→ACK sample of each direction (c2s, s2c), a
+    part at a time (their median and 90th percentile are exact, from all of them)."""
     by = stalls_tbl.groupby("cause", observed=False)["duration_s"]
     rtt_dir = {}
     for D, name in enumerate(DIRS):
-        r = rtt[D]
+        n = sum(len(v) for v in rtt[D]())
         # numpy's median and percentile, as pandas' median and quantile(0.9) compute them
         # (the latter as np.percentile at 0.9 * 100.0), without the Series around them.
-        rtt_dir[str(name)] = {"samples": int(len(r)), "p50_s": float(np.median(r)) if len(r) else None,
-                              "p90_s": float(np.percentile(r, 0.9 * 100.0)) if len(r) else None}
+        p50, (p90,) = median_and_percentiles(rtt[D], n, [0.9 * 100.0]) if n else (None, [None])
+        rtt_dir[str(name)] = {"samples": n, "p50_s": p50, "p90_s": p90}
     return {"stalls": {
         "count": int(len(stalls_tbl)),
         "total_s": float(stalls_tbl["duration_s"].sum()),
