@@ -114,6 +114,10 @@ class BacklogPlan:
     #: per partition: rows of its acks and of its consumers
     sizes: list[tuple[int, int]]
 
+    def frame_key(self, packet: np.ndarray, rank: np.ndarray) -> np.ndarray:
+        """A frame's key, ordered as the frames: packet × width + its rank in the packet."""
+        return packet * self.width + rank
+
 
 @dataclass(frozen=True)
 class Carry:
@@ -235,8 +239,8 @@ def _cell_events(p: BacklogPlan, inputs: list) -> tuple[np.ndarray, ...]:
     every route of their (exchange, routing key), on the pair's codes (no text per row)."""
     pubs = parts_together([x[0] for x in inputs])[0]
     takes = parts_together([x[1] for x in inputs])[0]
-    ex_code, ex_names = _joined_codes([pubs["exchange"]])
-    rk_code, rk_names = _joined_codes([pubs["routing_key"]])
+    ex_code, ex_names = _codes(pubs["exchange"])
+    rk_code, rk_names = _codes(pubs["routing_key"])
     r_ex = pd.Index(ex_names).get_indexer(p.routes["exchange"].to_numpy(object))
     r_rk = pd.Index(rk_names).get_indexer(p.routes["routing_key"].to_numpy(object))
     seen = (r_ex >= 0) & (r_rk >= 0)  # (a route no publish took)
@@ -244,7 +248,7 @@ def _cell_events(p: BacklogPlan, inputs: list) -> tuple[np.ndarray, ...]:
     hits = pd.DataFrame({"pair": ex_code * width + rk_code, "row": np.arange(len(ex_code))}).merge(
         pd.DataFrame({"pair": r_ex[seen] * width + r_rk[seen], "q": p.routes["q"].to_numpy(np.int64)[seen]}), on="pair")
     hit_row = hits["row"].to_numpy(np.int64)
-    take_code, take_names = _joined_codes([takes["queue"]])
+    take_code, take_names = _codes(takes["queue"])
     to_q = pd.Index(p.names).get_indexer(take_names.astype(str)) if len(take_names) else np.zeros(0, np.int64)
     take_q = np.where(take_code >= 0, to_q[np.maximum(take_code, 0)] if len(to_q) else -1, -1).astype(np.int64)
 
@@ -252,7 +256,7 @@ def _cell_events(p: BacklogPlan, inputs: list) -> tuple[np.ndarray, ...]:
         return d[c].to_numpy(np.int64)
 
     def keys(d: pd.DataFrame) -> np.ndarray:
-        return col(d, "packet") * p.width + col(d, "rank")
+        return p.frame_key(col(d, "packet"), col(d, "rank"))
 
     q = np.r_[hits["q"].to_numpy(np.int64), take_q]
     key = np.r_[keys(pubs)[hit_row], keys(takes)]
@@ -304,8 +308,8 @@ def _acks(p: BacklogPlan, inputs: list) -> pd.DataFrame:
     a = pd.DataFrame({
         "part": np.repeat(np.arange(len(inputs), dtype=np.int64), rows), "row": a["row"].to_numpy(np.int64),
         "q": _codes_into(pd.Index(p.names), a["queue"]),
-        "key": a["packet"].to_numpy(np.int64) * p.width + a["rank"].to_numpy(np.int64),
-        "next_key": np.where(nxt >= 0, nxt * p.width + a["next_rank"].to_numpy(np.int64), -1),
+        "key": p.frame_key(a["packet"].to_numpy(np.int64), a["rank"].to_numpy(np.int64)),
+        "next_key": np.where(nxt >= 0, p.frame_key(nxt, a["next_rank"].to_numpy(np.int64)), -1),
         "next_cell": np.where(nxt >= 0, cell_of(np.maximum(nxt, 1), p.cells, p.records), -1)})
     return a[a["q"].to_numpy() >= 0]
 
@@ -388,13 +392,10 @@ def _growth(p: BacklogPlan, consumers: pd.DataFrame) -> pd.DataFrame:
                          "growth": value[end] - value[~end], "ok": len(p.names) > 0})
 
 
-def _joined_codes(columns: list) -> tuple[np.ndarray, np.ndarray]:
-    """Categorical columns of several partitions as one: each row's code (-1: missing) into
-    the returned categories (text objects), those of every partition; no row made text."""
-    names = pd.Index(pd.unique(np.concatenate([np.asarray(c.cat.categories, dtype=object) for c in columns]
-                                              or [np.zeros(0, object)])))
-    codes = [_codes_into(names, c) for c in columns]
-    return (np.concatenate(codes) if codes else np.zeros(0, np.int64)), np.asarray(names, dtype=object)
+def _codes(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """A categorical column's rows as codes (-1: missing) into its categories, returned as text
+    objects; no row made text."""
+    return col.cat.codes.to_numpy(np.int64), np.asarray(col.cat.categories, dtype=object)
 
 
 def _codes_into(names: pd.Index, col: pd.Series) -> np.ndarray:
