@@ -133,7 +133,7 @@ pub struct SpillWriter {
     spilled: Vec<Spilled>,
     /// Batches to the writing thread; `None` once it has stopped (an error) or is finishing.
     batches: Option<SyncSender<(usize, RecordBatch)>>,
-    writing: Option<JoinHandle<std::io::Result<()>>>,
+    writing: JoinHandle<std::io::Result<()>>,
     error: Option<std::io::Error>,
 }
 
@@ -175,7 +175,7 @@ impl SpillWriter {
             pending: (0..n).map(|_| Pending::default()).collect(),
             spilled: vec![Spilled::default(); n],
             batches: Some(tx),
-            writing: Some(writing),
+            writing,
             error: None,
         })
     }
@@ -229,11 +229,7 @@ impl SpillWriter {
             }
         }
         self.batches = None; // (the writing thread finishes the files once the queue is empty)
-        let written = match self.writing.take().map(|t| t.join()) {
-            Some(Ok(r)) => r,
-            Some(Err(_)) => Err(std::io::Error::other("the spill's writing thread panicked")),
-            None => Ok(()),
-        };
+        let written = self.writing.join().unwrap_or_else(|_| Err(std::io::Error::other("the spill's writing thread panicked")));
         match self.error.take() {
             Some(e) => Err(e),
             None => written.map(|()| self.spilled),
