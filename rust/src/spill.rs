@@ -32,10 +32,28 @@ use crate::ingest::{Ingest, Output};
 use crate::limits::Limits;
 use crate::partition::bucket_of;
 
-/// Bytes a bucket's spill holds in memory before they are written as one Arrow record batch:
-/// the first step holds at most this much per bucket (a thousand buckets: 1 GiB at the most,
-/// the default of one bucket per 128 MB of capture far less).
+/// Bytes a bucket's spill holds in memory before they are written as one Arrow record batch,
+/// with few buckets. With more, a bucket's batch is their share of [`SPILL_PENDING_BYTES`]
+/// ([`batch_bytes`]).
 pub const SPILL_BATCH_BYTES: usize = 1 << 20;
+
+/// Bytes the first step holds pending for all the buckets together (about twice that at the
+/// most: a growing buffer may hold twice what it uses), whatever their number. Each bucket
+/// holds its rows pending until a batch of its own, so before this cap the pending rows grew with
+/// the bucket count, which grows with the capture (one per 128 MB): the split of 10M packets
+/// peaked at 200 MiB with 15 buckets, 372 MiB with 150 and 969 MiB with 600 (1 MiB batches).
+pub const SPILL_PENDING_BYTES: usize = 64 << 20;
+
+/// The smallest batch a bucket's spill writes (past `SPILL_PENDING_BYTES / SPILL_MIN_BATCH_BYTES`
+/// = 1024 buckets, the most `amqpcap ingest` makes, the pending bytes grow again): below it an
+/// Arrow IPC message's header and the LZ4 frames' own would start to count.
+pub const SPILL_MIN_BATCH_BYTES: usize = 64 << 10;
+
+/// The batch size of each of `buckets` buckets' spills: an equal share of
+/// [`SPILL_PENDING_BYTES`], within [`SPILL_MIN_BATCH_BYTES`]..=[`SPILL_BATCH_BYTES`].
+pub fn batch_bytes(buckets: u32) -> usize {
+    (SPILL_PENDING_BYTES / buckets.max(1) as usize).clamp(SPILL_MIN_BATCH_BYTES, SPILL_BATCH_BYTES)
+}
 
 /// The spill file of bucket `bucket` in `dir`.
 pub fn spill_path(dir: &Path, bucket: u32) -> PathBuf {
@@ -120,7 +138,7 @@ pub struct Spilled {
 }
 
 /// Record batches waiting for the spill's writing thread: the first step holds at most this
-/// many besides each bucket's pending rows (`SPILL_BATCH_BYTES` each).
+/// many besides each bucket's pending rows ([`batch_bytes`] each).
 const SPILL_BATCHES_QUEUED: usize = 4;
 
 /// The spill files of a capture's buckets, being written. Rows are gathered per bucket by the
@@ -130,6 +148,8 @@ const SPILL_BATCHES_QUEUED: usize = 4;
 /// returned by [`SpillWriter::finish`].
 pub struct SpillWriter {
     pending: Vec<Pending>,
+    /// A bucket's pending rows are written as a batch once they reach this many bytes.
+    batch_bytes: usize,
     spilled: Vec<Spilled>,
     /// Batches to the writing thread; `None` once it has stopped (an error) or is finishing.
     batches: Option<SyncSender<(usize, RecordBatch)>>,
@@ -162,9 +182,12 @@ impl SpillWriter {
     pub fn create(dir: &Path, buckets: u32) -> std::io::Result<Self> {
         std::fs::create_dir_all(dir)?;
         let schema = spill_schema();
+        let batch_bytes = batch_bytes(buckets);
+        // (an IPC message is written in several pieces: buffered, but not a whole batch per file)
+        let buffer = batch_bytes / 4;
         let writers = (0..buckets)
             .map(|k| {
-                let file = BufWriter::with_capacity(1 << 16, File::create(spill_path(dir, k))?);
+                let file = BufWriter::with_capacity(buffer, File::create(spill_path(dir, k))?);
                 FileWriter::try_new_with_options(file, &schema, write_options()?).map_err(io_error)
             })
             .collect::<std::io::Result<Vec<_>>>()?;
@@ -173,6 +196,7 @@ impl SpillWriter {
         let n = buckets as usize;
         Ok(SpillWriter {
             pending: (0..n).map(|_| Pending::default()).collect(),
+            batch_bytes,
             spilled: vec![Spilled::default(); n],
             batches: Some(tx),
             writing,
@@ -182,6 +206,12 @@ impl SpillWriter {
 
     pub fn buckets(&self) -> u32 {
         self.pending.len() as u32
+    }
+
+    /// Bytes of rows pending in all the buckets (not yet handed to the writing thread).
+    #[cfg(test)]
+    fn pending_bytes(&self) -> usize {
+        self.pending.iter().map(Pending::bytes).sum()
     }
 
     /// Append packet `number` of conversation `stream` to the spill of the stream's bucket.
@@ -201,7 +231,7 @@ impl SpillWriter {
         self.spilled[k].packets += 1;
         self.spilled[k].bytes += rec.data.len() as u64;
         // (a record is at most max_record_bytes, far below the i32 offsets' 2 GiB)
-        if p.bytes() >= SPILL_BATCH_BYTES {
+        if p.bytes() >= self.batch_bytes {
             self.write(k);
         }
     }
@@ -304,6 +334,33 @@ mod tests {
             .unwrap();
             let want: Vec<_> = sent.iter().filter(|x| x.0 == k).cloned().collect();
             assert_eq!(got, want);
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_pending_rows_of_many_buckets_stay_within_the_budget() {
+        assert_eq!(batch_bytes(15), SPILL_BATCH_BYTES);
+        assert_eq!(batch_bytes(1024), SPILL_MIN_BATCH_BYTES);
+        assert_eq!(batch_bytes(4096), SPILL_MIN_BATCH_BYTES);
+        let buckets = 512;
+        let dir = std::env::temp_dir().join(format!("amqpcap-spill-budget-{}", std::process::id()));
+        let mut w = SpillWriter::create(&dir, buckets).unwrap();
+        let data = vec![3u8; 1000];
+        let (mut most, mut sent) = (0, vec![0u64; buckets as usize]);
+        for n in 0..100_000u32 {
+            let stream = n % 3000;
+            w.push(n, stream, &Record { ts_ns: n as i64, linktype: 1, origlen: 1000, data: &data });
+            sent[bucket_of(stream, buckets) as usize] += 1;
+            most = most.max(w.pending_bytes());
+        }
+        // (100 MB pushed: with 1 MiB batches 512 buckets would have held up to 512 MiB)
+        assert!(most <= SPILL_PENDING_BYTES, "{most} bytes pending");
+        let spilled = w.finish().unwrap();
+        for k in 0..buckets {
+            let mut n = 0;
+            read_spill(&spill_path(&dir, k), |_, _, r| (n += 1, assert_eq!(r.data.len(), 1000)).0).unwrap();
+            assert_eq!((n, spilled[k as usize].packets), (sent[k as usize], sent[k as usize]));
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }
