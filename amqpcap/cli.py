@@ -219,7 +219,8 @@ def _reading_progress():
 
 @contextmanager
 def _analyzing_progress(label: str = "analysing"):
-    """On a terminal: which analyzers (or tasks) have run (a transient bar on stderr); else None."""
+    """On a terminal: which analyzers (or tasks) have run, or which files are written (a
+    transient bar on stderr); else None."""
     if not err.is_terminal:
         yield None
         return
@@ -612,8 +613,8 @@ def _tell_analysis(cap: Capture, results, out_dir: Optional[Path], fmt: str, plo
     if note:
         out.print(note, highlight=False)
     if out_dir is not None:
-        with _Writing(out_dir):
-            written = write_outputs(cap, results, summary, out_dir, fmt, plots, base=base)
+        with _Writing(out_dir), _analyzing_progress("writing") as progress:
+            written = write_outputs(cap, results, summary, out_dir, fmt, plots, base=base, progress=progress)
         err.print(f"{len(written)} files written to {out_dir}", highlight=False, soft_wrap=True)
 
 

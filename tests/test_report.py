@@ -78,6 +78,38 @@ def test_forked_writers_write_the_same_files_as_one_process(tmp_path, monkeypatc
     assert written_bytes(tmp_path / "forked") == written_bytes(tmp_path / "serial")
 
 
+def _told(calls: list[tuple], written: list[Path]) -> None:
+    """`write_results`' progress: each written file told once, counted 1..N of N."""
+    assert sorted(name for name, _, _ in calls) == sorted(p.name for p in written)
+    assert [done for _, done, _ in calls] == list(range(1, len(written) + 1))
+    assert {total for _, _, total in calls} == {len(written)}
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_each_file_written_is_told_as_it_is_here_or_in_a_forked_writer(workers, tmp_path, monkeypatch):
+    assert report.can_fork()
+    cap = amqpcap.load(FIX / "prefetch-consumers.pcap", bodies=True)
+    monkeypatch.setattr(report, "PARALLEL_MIN_CELLS", 0)
+    calls: list[tuple] = []
+    written = report.write_results(run_all(cap), tmp_path, plots=True, bodies=cap.bodies, workers=workers,
+                                   base=report.base_tables(cap), progress=lambda *a: calls.append(a))
+    assert len(written) > 20 and all(p.is_file() for p in written)
+    _told(calls, written)
+
+
+def test_each_file_written_is_told_as_it_is_beside_spawned_writers(tmp_path):
+    """A dataset's stored tables go to spawned writers (`_run_beside_fresh`)."""
+    from amqpcap import dataset, stored_tables
+
+    root = dataset.write(amqpcap.load(FIX / "flow-control.pcap.gz"), tmp_path / "ds", buckets=3)
+    base = stored_tables.stored_tables(str(root), ("frames", "packets", "records"))
+    calls: list[tuple] = []
+    written = report.write_results(run_all(dataset.read(root)), tmp_path / "out", plots=False, workers=2, base=base,
+                                   progress=lambda *a: calls.append(a))
+    assert {"frames.csv", "packets.csv", "records.csv"} <= {p.name for p in written}
+    _told(calls, written)
+
+
 def test_a_write_error_in_a_forked_writer_reaches_the_caller(tmp_path, monkeypatch):
     assert report.can_fork()
     results = run_all(amqpcap.load(FIX / "prefetch-consumers.pcap"))
