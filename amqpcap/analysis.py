@@ -141,27 +141,3 @@ def rank(findings: list[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda f: (-SEVERITY_RANK[f.severity], -f.impact, f.id))
 
 
-#: streams a finding's display filter names at most: a finding over thousands of connections of a
-#: production capture would otherwise carry a filter of thousands of numbers (evidence.streams
-#: still lists them all)
-MAX_FILTER_STREAMS = 100
-
-
-def stream_filter(streams, limit: int = MAX_FILTER_STREAMS) -> str:
-    """Wireshark display filter for tcp.stream numbers: the first `limit` of them in the order
-    given (a finding's subjects come worst first), in increasing order."""
-    streams = sorted(list(dict.fromkeys(int(s) for s in streams))[:limit])
-    if not streams:
-        return ""
-    if len(streams) == 1:
-        return f"tcp.stream eq {streams[0]}"
-    # Wireshark 4 wants set members separated by commas
-    return "tcp.stream in {" + ", ".join(map(str, streams)) + "}"
-
-
-def packets_filter(packets, limit: int = 20) -> str:
-    """Wireshark display filter for (at most ``limit``) frame numbers."""
-    packets = sorted({int(p) for p in packets})[:limit]
-    if not packets:
-        return ""
-    return "frame.number in {" + ", ".join(map(str, packets)) + "}"

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from . import _core
+from .display_filters import stream_filter
 from .errors import UsageError, from_core
 from .wording import counted
 
@@ -457,8 +458,8 @@ def protocol_warnings(connections: pd.DataFrame) -> list[str]:
     if not amqp10:
         return []
     n = len(amqp10)
-    streams = " ".join(str(s) for s in amqp10[:NAMED_STREAMS]) + (" ..." if n > NAMED_STREAMS else "")
-    return [f"{'1 connection speaks' if n == 1 else f'{n:,} connections speak'} AMQP 1.0 (tcp.stream in {{{streams}}}): "
+    named = stream_filter(amqp10, NAMED_STREAMS) + (f", the first {NAMED_STREAMS}" if n > NAMED_STREAMS else "")
+    return [f"{'1 connection speaks' if n == 1 else f'{n:,} connections speak'} AMQP 1.0 ({named}): "
             f"{'its' if n == 1 else 'their'} frames are decoded and counted, not analysed (amqpcap analyses AMQP 0-9-1)"]
 
 

@@ -23,6 +23,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
+from .display_filters import stream_filter
 from .errors import ToolError, UsageError
 
 #: Where tshark puts the plaintext: ``-d tls.port==P,data`` hands a port's decrypted application
@@ -56,8 +57,7 @@ def tshark_command(path: str, keylog: str, streams: list[int], ports: list[int])
     for p in sorted(set(ports)):
         # the broker ports of the TLS connections (Wireshark knows only 5671 as AMQPS)
         cmd += ["-d", f"tcp.port=={p},tls", "-d", f"tls.port=={p},data"]
-    streams_filter = "tcp.stream in {" + ", ".join(map(str, sorted(streams))) + "}"
-    cmd += ["-Y", f"({streams_filter}) && data.data", "-T", "fields", "-E", "occurrence=a", "-E", "separator=/t"]
+    cmd += ["-Y", f"({stream_filter(streams, limit=None)}) && data.data", "-T", "fields", "-E", "occurrence=a", "-E", "separator=/t"]
     for f in _FIELDS:
         cmd += ["-e", f]
     return cmd

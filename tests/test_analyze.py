@@ -184,7 +184,7 @@ def test_a_findings_filter_names_a_bounded_number_of_streams_the_worst_first():
     """A finding over the 28,380 connections of a 10M-packet capture printed a filter of every
     stream number (7,900 lines of terminal): the filter names at most MAX_FILTER_STREAMS, the
     first given (subjects come worst first), in increasing order."""
-    from amqpcap.analysis import MAX_FILTER_STREAMS, stream_filter
+    from amqpcap.display_filters import MAX_FILTER_STREAMS, stream_filter
 
     worst_first = list(range(5000, 0, -1))
     named = [int(x) for x in stream_filter(worst_first).removeprefix("tcp.stream in {").removesuffix("}").split(", ")]

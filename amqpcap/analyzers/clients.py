@@ -15,11 +15,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..analysis import AnalyzerResult, Finding, analyzer, stream_filter
+from ..analysis import AnalyzerResult, Finding, analyzer
 from ..capture import Capture
 from ..derive.columns import group_cumsum
 from ..derive.deliveries import confirms
 from ..derive.methods import chan_key, methods, select
+from ..display_filters import stream_filter
 from ..names import connection_names, subject, subject_namer
 from ..partition import CaptureFacts, Split, merge_rows, run_whole
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..analysis import SEVERITY_RANK, AnalyzerResult, Finding, Plot, analyzer, stream_filter
+from ..analysis import SEVERITY_RANK, AnalyzerResult, Finding, Plot, analyzer
 from ..capture import Capture
 from ..derive.backlog import BacklogAnswers
 from ..derive.columns import as_object, codes
@@ -28,6 +28,7 @@ from ..derive.deliveries import consumes, deliveries, tag_ranks
 from ..derive.labels import channels_filter, connection_labels
 from ..derive.methods import KEY, chan_key, methods, pick, select
 from ..derive.refills import ack_gaps, backlog_answers, backlog_context, join_backlog_context, slow_refills
+from ..display_filters import stream_filter
 from ..kept_rows import keep, rows_table
 from ..names import connection_label, consumer_label, number, subject_namer
 from ..partition import CaptureFacts, Split, merge_rows, run_whole, taken

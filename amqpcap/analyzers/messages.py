@@ -18,11 +18,12 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..analysis import AnalyzerResult, Finding, analyzer, stream_filter
+from ..analysis import AnalyzerResult, Finding, analyzer
 from ..capture import Capture
 from ..derive.methods import methods, select
 from ..derive.columns import codes, stable_argsort
 from ..derive.labels import connection_labels
+from ..display_filters import stream_filter
 from ..names import subject_namer
 from ..partition import CaptureFacts, Split, merge_rows, run_whole
 

@@ -19,11 +19,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..analysis import AnalyzerResult, Finding, Plot, analyzer, stream_filter
+from ..analysis import AnalyzerResult, Finding, Plot, analyzer
 from ..capture import Capture
 from ..derive import consumers as credit
 from ..derive.labels import who
 from ..derive.stream_order import ns, running_last, running_max_keyed, seconds, stream_order
+from ..display_filters import stream_filter
 from ..kept_rows import keep, part_frame
 from ..names import subject_namer
 from ..partition import CaptureFacts, Split, merge_rows, run_whole, taken

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..analysis import stream_filter
+from ..display_filters import stream_filter
 from ..capture import Capture
 from ..names import connection_names
 
@@ -31,7 +31,7 @@ def connection_labels(cap: Capture | None, streams) -> np.ndarray:
 
 def channels_filter(streams, channels) -> str:
     """Wireshark display filter for the (stream, channel) pairs of a finding's subjects: the
-    streams (`analysis.stream_filter`), and the channel when they all share one. Channels of
+    streams (`amqpcap.display_filters.stream_filter`), and the channel when they all share one. Channels of
     different streams cannot be paired in one short filter; the methods a finding adds narrow it."""
     chans = {int(c) for c in channels}
     flt = stream_filter(streams)
