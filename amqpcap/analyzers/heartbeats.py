@@ -25,6 +25,7 @@ from ..derive.labels import connection_labels
 from ..display_filters import stream_filter
 from ..names import subject_namer
 from ..partition import CaptureFacts, Split, merge_rows, run_whole
+from ..wording import counted
 
 #: heartbeat-problems: a negotiated timeout below this is told (info): RabbitMQ's heartbeats
 #: guide: values below 5 seconds are fairly likely to cause false positives (network congestion,
@@ -177,8 +178,8 @@ def _titles(w, n: int, counts: dict[str, int]) -> str:
         what = f"{w.connection} runs with heartbeats disabled (heartbeat 0)"
     others = dict(counts, **{w.problem: counts[w.problem] - 1})  # (the worst is told above)
     n_others = n - 1
-    return what if n_others == 0 else f"{what}; {n_others} more connection{'s' if n_others > 1 else ''} with " \
-        f"heartbeat problems ({', '.join(f'{v} {WORDS[k]}' for k, v in others.items() if v)})"
+    return what if n_others == 0 else f"{what}; {counted(n_others, 'more connection')} with " \
+        f"heartbeat problems ({', '.join(f'{v:,} {WORDS[k]}' for k, v in others.items() if v)})"
 
 
 ADVICE = {
