@@ -519,28 +519,28 @@ def _run_jobs(jobs: list[_Job], workers: int, written: _Written) -> list[Path]:
     return _run_beside_fresh(jobs, fresh, workers, written)
 
 
-def _run_beside_fresh(jobs: list[_Job], fresh: list[int], workers: int, written_: _Written) -> list[Path]:
+def _run_beside_fresh(jobs: list[_Job], fresh: list[int], workers: int, written: _Written) -> list[Path]:
     """The jobs shared between this process and `workers` - 1 spawned ones: the others here
     (not forked: this process may hold a large analysis' merged tables, which every forked
     writer's resident size would count again), the fresh ones wherever the load is lightest,
     here included (`_share_fresh`). The spawned writers take the jobs sent away one at a time,
-    largest first (so that each written file is told to `written_` as it is)."""
+    largest first (so that each written file is told to `written` as it is)."""
     groups = _share_fresh(jobs, fresh, workers)
-    written: dict[int, Path] = {}
+    paths: dict[int, Path] = {}
     away = [g for g in groups[1:] if g]
     with ProcessPoolExecutor(max_workers=max(len(away), 1), mp_context=mp.get_context("spawn")) as pool:
         sent = sorted((i for g in away for i in g), key=lambda i: -jobs[i].cost_cells)
         spawned = [(i, pool.submit(jobs[i].write)) for i in sent]
         for _, future in spawned:
-            _written_away(future, written_)
+            _written_away(future, written)
         here = groups[0] + [i for i in range(len(jobs)) if not jobs[i].fresh]
-        written.update((i, written_(jobs[i].write())) for i in sorted(here))
+        paths.update((i, written(jobs[i].write())) for i in sorted(here))
         for i, future in spawned:
             try:
-                written[i] = Path(future.result())
+                paths[i] = Path(future.result())
             except BrokenProcessPool:  # a writer died (killed, out of memory): write its job here
-                written[i] = written_(jobs[i].write())
-    return [written[i] for i in range(len(jobs))]
+                paths[i] = written(jobs[i].write())
+    return [paths[i] for i in range(len(jobs))]
 
 
 def _share_fresh(jobs: list[_Job], fresh: list[int], workers: int) -> list[list[int]]:
@@ -557,32 +557,32 @@ def _share_fresh(jobs: list[_Job], fresh: list[int], workers: int) -> list[list[
     return groups
 
 
-def _run_here_or_forked(jobs: list[_Job], workers: int, written_: _Written) -> list[Path]:
+def _run_here_or_forked(jobs: list[_Job], workers: int, written: _Written) -> list[Path]:
     """The jobs in this process, or shared with forked writers: this process's share by
     `_balance`, the others' taken one at a time by the forked writers, largest first (so that
-    each written file is told to `written_` as it is)."""
+    each written file is told to `written` as it is)."""
     global _FORKED_JOBS
     costs = [j.cost_cells for j in jobs]
     if workers < 2 or sum(costs) < PARALLEL_MIN_CELLS or not can_fork():
-        return [written_(j.write()) for j in jobs]
+        return [written(j.write()) for j in jobs]
     groups = _balance(costs, workers)
-    written: dict[int, Path] = {}
+    paths: dict[int, Path] = {}
     _FORKED_JOBS = jobs
     try:
         with ProcessPoolExecutor(max_workers=len(groups) - 1, mp_context=mp.get_context("fork")) as pool:
             away = sorted((i for g in groups[1:] for i in g), key=lambda i: -costs[i])
             forked = [(i, pool.submit(_run_forked_job, i)) for i in away]
             for _, future in forked:
-                _written_away(future, written_)
-            written.update((i, written_(jobs[i].write())) for i in groups[0])  # this process's share
+                _written_away(future, written)
+            paths.update((i, written(jobs[i].write())) for i in groups[0])  # this process's share
             for i, future in forked:
                 try:
-                    written[i] = Path(future.result())
+                    paths[i] = Path(future.result())
                 except BrokenProcessPool:  # a writer died (killed, out of memory): write its job here
-                    written[i] = written_(jobs[i].write())
+                    paths[i] = written(jobs[i].write())
     finally:
         _FORKED_JOBS = []
-    return [written[i] for i in range(len(jobs))]
+    return [paths[i] for i in range(len(jobs))]
 
 
 def _matplotlib():
