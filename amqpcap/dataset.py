@@ -467,7 +467,9 @@ def _ingest(capture, out: Path, buckets: int, progress, run_buckets, load_args: 
             first = _split_with_progress(capture, out, buckets, load_args, progress)
             args = [(out, buckets, k, first.summary["packets"], load_args) for k in range(buckets)]
             if run_buckets is None:
-                results = [first] + list(_buckets_in_turn(args, _BucketProgress(progress, file_bytes, first)))
+                spilled = [b for _, b in first.spilled or [(0, 0)] * buckets]
+                done = _BucketProgress(progress, file_bytes, first)
+                results = [first] + list(_buckets_in_turn(args, done, spilled))
             else:
                 results = [first] + run_buckets(ingest_bucket, args)
         rows: dict[str, int] = {}
@@ -488,17 +490,34 @@ def _ingest(capture, out: Path, buckets: int, progress, run_buckets, load_args: 
                     buckets)
 
 
-def _buckets_in_turn(args: list[tuple], done: Callable[[StepResult, int], StepResult]):
+#: captured bytes of two buckets' spills, together, up to which the next bucket is decoded while
+#: the one before is written (`_buckets_in_turn`): three buckets of the default size
+#: (`BUCKET_TARGET_BYTES` of capture each, their spills a little less). Past it, a bucket
+#: holding a long connection is decoded on its own. The two connections of an 80 s PerfTest run
+#: (2.1M and 1.7M packets, in two buckets): peak 1.20-1.26 GB before, 1.14-1.15 GB with it (two
+#: runs each, as fast); the bucket of the 2.1M-packet connection alone holds about 1.1 GB.
+DECODE_AHEAD_MAX_BYTES = 3 * BUCKET_TARGET_BYTES
+
+
+def _buckets_in_turn(args: list[tuple], done: Callable[[StepResult, int], StepResult], spilled: list[int]):
     """`ingest_bucket` over `args` in this process, the next bucket decoded (by the core, without
-    the GIL) while the one before is written (by pyarrow's writer threads): two buckets' tables
-    are held at once. On 10M packets of PerfTest (14 buckets) on the 2-core dev machine the whole
-    ingest took 13.7 s with the buckets in turn, 10.9 s overlapped."""
+    the GIL) while the one before is written (by pyarrow's writer threads), when their spills
+    (`spilled`: captured bytes per bucket) add up to at most `DECODE_AHEAD_MAX_BYTES`: two
+    buckets' tables are then held at once. On 10M packets of PerfTest (14 buckets) on the 2-core
+    dev machine the whole ingest took 13.7 s with the buckets in turn, 10.9 s overlapped."""
+    def size(i: int) -> int:
+        return spilled[args[i][2]]
+
     with ThreadPoolExecutor(1, thread_name_prefix="amqpcap-decode") as ahead:
         pending = ahead.submit(_decode_bucket, *args[0]) if args else None
         for i, (out, buckets, k, _, _) in enumerate(args):
-            decoded = pending.result()
-            pending = ahead.submit(_decode_bucket, *args[i + 1]) if i + 1 < len(args) else None
-            yield done(_store_bucket(decoded, out, buckets, k), k)
+            decoded = pending.result() if pending is not None else _decode_bucket(*args[i])
+            pending = None
+            if i + 1 < len(args) and size(i) + size(i + 1) <= DECODE_AHEAD_MAX_BYTES:
+                pending = ahead.submit(_decode_bucket, *args[i + 1])
+            stored = _store_bucket(decoded, out, buckets, k)
+            del decoded  # (its tables, before the next bucket is decoded here)
+            yield done(stored, k)
 
 
 def _split_with_progress(capture, out: Path, buckets: int, load_args: dict, progress) -> StepResult:

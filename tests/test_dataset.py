@@ -229,3 +229,32 @@ def test_a_dataset_is_read_from_an_fsspec_url_as_from_its_path(tmp_path):
     assert not dataset.is_dataset((tmp_path / "nothing").as_uri())
     with pytest.raises(dataset.DatasetError, match="cannot read nosuchscheme://x"):
         dataset.manifest("nosuchscheme://x/ds")
+
+
+@pytest.mark.parametrize("ahead", [True, False])
+def test_the_next_bucket_is_decoded_while_one_is_written_unless_both_are_large(ahead, monkeypatch):
+    """Two buckets' spills up to DECODE_AHEAD_MAX_BYTES together: bucket k + 1 is decoded while
+    bucket k is written; larger (a long connection each): one bucket's tables at a time."""
+    import threading
+
+    started = {k: threading.Event() for k in range(3)}
+    order: list[str] = []
+
+    def decode(out, buckets, k, records, load_args):
+        order.append(f"decode {k}")
+        started[k].set()
+        return k
+
+    def store(decoded, out, buckets, k):
+        # while bucket k is written, bucket k + 1 starts decoding only when both are small
+        if k + 1 in started:
+            assert started[k + 1].wait(5 if ahead else 0.3) == ahead, (k, order)
+        order.append(f"stored {k}")
+        return k
+
+    monkeypatch.setattr(dataset, "_decode_bucket", decode)
+    monkeypatch.setattr(dataset, "_store_bucket", store)
+    each = dataset.DECODE_AHEAD_MAX_BYTES // 2 + (0 if ahead else 1)
+    args = [("out", 3, k, 100, {}) for k in range(3)]
+    assert list(dataset._buckets_in_turn(args, lambda r, k: r, [each] * 3)) == [0, 1, 2]
+    assert sorted(order) == ["decode 0", "decode 1", "decode 2", "stored 0", "stored 1", "stored 2"]
