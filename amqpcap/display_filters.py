@@ -19,4 +19,3 @@ def stream_filter(streams, limit: int | None = MAX_FILTER_STREAMS) -> str:
     if len(streams) == 1:
         return f"tcp.stream eq {streams[0]}"
     return "tcp.stream in {" + ", ".join(map(str, streams)) + "}"
-

@@ -57,7 +57,8 @@ def tshark_command(path: str, keylog: str, streams: list[int], ports: list[int])
     for p in sorted(set(ports)):
         # the broker ports of the TLS connections (Wireshark knows only 5671 as AMQPS)
         cmd += ["-d", f"tcp.port=={p},tls", "-d", f"tls.port=={p},data"]
-    cmd += ["-Y", f"({stream_filter(streams, limit=None)}) && data.data", "-T", "fields", "-E", "occurrence=a", "-E", "separator=/t"]
+    cmd += ["-Y", f"({stream_filter(streams, limit=None)}) && data.data",
+            "-T", "fields", "-E", "occurrence=a", "-E", "separator=/t"]
     for f in _FIELDS:
         cmd += ["-e", f]
     return cmd
