@@ -43,6 +43,11 @@ from .partition import CaptureFacts, CellJoin, PerPartition, Split, context_for,
 
 #: a local cluster's workers at most (one per core below that)
 LOCAL_MAX_WORKERS = 8
+#: what a local cluster's processes log on the user's terminal: nothing below critical. A worker
+#: whose heartbeat meets the scheduler already closed, as the cluster stops, logs that at ERROR
+#: with a traceback (distributed's `Worker.heartbeat`), after a run that succeeded; a task's
+#: failure reaches the user through its future, as one line.
+LOCAL_LOG_LEVEL = logging.CRITICAL
 #: seconds to wait for an existing scheduler to answer
 CONNECT_TIMEOUT_S = 10
 
@@ -174,7 +179,7 @@ def client(scheduler: str | None = None, workers: int | None = None) -> Iterator
     n = workers or min(os.cpu_count() or 1, LOCAL_MAX_WORKERS)
     try:
         with _workers_environment(), LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                                                  dashboard_address=":0", silence_logs=logging.ERROR) as cluster, \
+                                                  dashboard_address=":0", silence_logs=LOCAL_LOG_LEVEL) as cluster, \
                 Client(cluster) as c:
             yield c
     finally:
