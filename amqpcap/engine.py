@@ -76,7 +76,7 @@ def bucket_step(path: str, bucket: int, facts: CaptureFacts, names: list[str],
     of those analyzers. Per-message tables are kept in `store` when given (`amqpcap.kept_rows`)."""
     _seen_here(path)
     with keeping_in(store, bucket):
-        out = _steps_over(dataset.read(path, [bucket]), facts, names, contexts)
+        out = _steps_over(dataset.read_partition(path, [bucket]), facts, names, contexts)
     release_freed_memory()  # (a worker keeps no bucket's columns between tasks: WORKER_ENV_DROPPED)
     return out
 

@@ -81,7 +81,7 @@ def assert_same_plots(got, want, tmp: Path) -> None:
 def assert_buckets_merged_are_the_whole(cap, root: Path, buckets: int, kept: bool = False) -> list:
     """`kept`: per-message tables kept in files, as on workers (`amqpcap.kept_rows`), the plots
     drawn from them compared too."""
-    parts = [dataset.read(root, [k]) for k in range(buckets)]
+    parts = [dataset.read_partition(root, [k]) for k in range(buckets)]
     merged = merged_on(root, parts, root.parent / "kept" if kept else None)
     whole = {an: fn(cap) for an, (fn, _) in analyzers().items()}
     for an, got in merged.items():
@@ -134,7 +134,7 @@ def test_a_partition_order_does_not_matter(name, tmp_path):
     cap = amqpcap.load(FIX / name)
     root = dataset.write(cap, tmp_path / "ds", buckets=5)
     facts = dataset.facts(root)
-    parts = [dataset.read(root, [k]) for k in range(5)]
+    parts = [dataset.read_partition(root, [k]) for k in range(5)]
     for an, split in splits().items():
         rec = records_step(root, split, facts)
         forward = split.merge(partials_of(split, parts, facts), rec, facts, cap)
@@ -191,7 +191,7 @@ def test_queue_backlogs_read_in_cells_of_a_few_packets_are_the_whole_captures(na
             for c in ("packet", "next_deliver_packet")]
     assert (cell[0] != cell[1]).any()  # (acks answered in a later cell than their own)
     root = dataset.write(cap, tmp_path / "ds", buckets=3)
-    parts = [dataset.read(root, [k]) for k in range(3)]
+    parts = [dataset.read_partition(root, [k]) for k in range(3)]
     facts = dataset.facts(root)
     for an, want in whole.items():
         split = splits()[an]
@@ -214,7 +214,7 @@ def test_queue_events_of_the_partitions_joined_are_the_whole_backlog(name, tmp_p
     whole = backlog_join.backlog_rows([backlog_context(cap, None)])
     assert len(whole) and whole["backlog_min"].max() > 0  # (a backlog to compare)
     root = dataset.write(cap, tmp_path / "ds", buckets=24)
-    parts = [dataset.read(root, [k]) for k in range(24)]
+    parts = [dataset.read_partition(root, [k]) for k in range(24)]
     facts = facts_of(cap)
     monkeypatch.setattr(backlog_join, "CELL_PACKETS", max(1, facts.records // 7))
     shares = [backlog_context(p, facts) for p in parts]
