@@ -50,6 +50,14 @@ LOCAL_MAX_WORKERS = 8
 LOCAL_LOG_LEVEL = logging.CRITICAL
 #: seconds to wait for an existing scheduler to answer
 CONNECT_TIMEOUT_S = 10
+#: about what a worker holds per packet of the bucket it analyses, at its peak: a connection is
+#: analysed whole by one worker (measured: 3.2 GiB for a bucket of one PerfTest consumer's
+#: connection of 2.13M packets, `fixtures/record/record.sh long-connection`; 0.8 GiB for a
+#: bucket of 1,890 connections and 0.66M packets of the 10M-packet dataset). Only for telling a
+#: user why a bucket's workers died (`_died_running`), never to refuse a run.
+WORKER_BYTES_PER_PACKET = 1_600
+#: seconds to wait for a worker to tell its memory limit, after the workers died running a task
+WORKER_RESTART_WAIT_S = 10
 
 
 class EngineError(AmqpcapError):
@@ -279,9 +287,10 @@ def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], Non
         for fut in as_completed(futures):
             k = futures[fut]
             if k is None:
-                records = fut.result()
+                records = result_of(fut, "the step over the capture's records")
             else:
-                partials.setdefault(k, {}).update(fut.result())
+                partials.setdefault(k, {}).update(result_of(fut, f"the analysis of bucket {k}",
+                                                            lambda k=k: _bucket_holds(whole, steps.buckets, k)))
             fut.release()
             done += 1
             if progress:
@@ -323,7 +332,7 @@ def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], Non
         del both, carry, plan_f, read, after
         meanwhile()  # (the cells are a chain: one worker at a time, one core free for this process)
         for r, fut in enumerate(pieces):
-            pieces[r] = fut.result()
+            pieces[r] = result_of(fut, f"the queue backlogs' cell {r}")
             fut.release()
             done += 1
             if progress:
@@ -423,13 +432,64 @@ def ingest(capture, out: str | os.PathLike[str], c: Any, progress: Callable[[str
         futures = {c.submit(ingest_step, *a, key=f"amqpcap-ingest-bucket-{a[2]}-{run}"): a[2] for a in args}
         results = []
         for done, fut in enumerate(as_completed(futures), 1):
-            results.append(fut.result())
+            results.append(result_of(fut, f"the decoding of bucket {futures[fut]}"))
             fut.release()
             if progress:
                 progress(f"bucket {futures[fut]}", done, len(futures))
         return results
 
     return dataset.ingest(capture, Path(out).resolve(), run_buckets=run_buckets, **kwargs)
+
+
+def result_of(fut: Any, task: str, holds: Callable[[], str] = lambda: "") -> Any:
+    """`fut`'s result. When every worker that ran the task died running it (Dask gives a task
+    whose worker died to another one, `distributed.scheduler.allowed-failures` times, then
+    gives up with `KilledWorker`), one line saying which task (`task`), what it held
+    (`holds()`) and the workers' memory limit: a worker past it is stopped by its nanny, the
+    usual way a task kills every worker it meets."""
+    from distributed import KilledWorker
+
+    try:
+        return fut.result()
+    except KilledWorker:
+        what = holds()
+        raise EngineError(f"every Dask worker that ran {task} died{': ' + what if what else ''}; "
+                          f"{_worker_memory(fut.client)}") from None
+
+
+def _bucket_holds(whole: Capture, buckets: int, k: int) -> str:
+    """What bucket `k` holds, from the capture's connections: its packets, its largest
+    connection, and about what a worker needs to analyse it (`WORKER_BYTES_PER_PACKET`)."""
+    c = whole.connections
+    mine = c[dataset.bucket_of(c["stream"].to_numpy(), buckets) == k]
+    if not len(mine):
+        return ""
+    packets = (mine["c2s_packets"] + mine["s2c_packets"]).to_numpy()
+    big, total = int(packets.argmax()), int(packets.sum())
+    stream = int(mine["stream"].iloc[big])
+    held = (f"1 connection of {total:,} packets (tcp.stream == {stream})" if len(mine) == 1 else
+            f"{len(mine):,} connections and {total:,} packets (the largest, tcp.stream == {stream}, {packets[big]:,})")
+    return (f"bucket {k} holds {held}, about {_gb(total * WORKER_BYTES_PER_PACKET)} to analyse in one worker "
+            "(a connection is analysed whole by one worker)")
+
+
+def _worker_memory(client: Any) -> str:
+    """The workers' memory limit, and how a user gives them more. (Right after a worker died
+    its nanny may not have started the next one: it is waited for, `WORKER_RESTART_WAIT_S`.)"""
+    try:
+        client.wait_for_workers(1, timeout=WORKER_RESTART_WAIT_S)
+    except (TimeoutError, OSError):
+        pass
+    limits = [w.get("memory_limit") or 0 for w in client.scheduler_info().get("workers", {}).values()]
+    limit = ("the workers' memory limit is not known (none is running)" if not limits else
+             f"the workers may use {_gb(min(limits))} each (a worker past its limit is stopped)" if min(limits) else
+             "the workers have no memory limit")
+    return (f"{limit}. Give them more memory: a local cluster, fewer workers (--workers 1); a cluster of yours, "
+            "dask worker --memory-limit")
+
+
+def _gb(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
 
 
 def _token(root: str, store: str | None = None) -> str:

@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -31,8 +31,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def cluster():
+@contextmanager
+def dask_cluster(workers: int, worker_args: tuple[str, ...] = (), scheduler_env: dict | None = None):
+    """`dask scheduler` and `workers` `dask worker` processes on 127.0.0.1: the address."""
     pytest.importorskip("distributed")
     from distributed import Client
 
@@ -40,14 +41,15 @@ def cluster():
     address = f"tcp://127.0.0.1:{port}"
     dask = [sys.executable, "-m", "dask"]
     procs = [subprocess.Popen([*dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
-    for _ in range(2):
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env={**os.environ, **(scheduler_env or {})})]
+    for _ in range(workers):
         procs.append(subprocess.Popen([*dask, "worker", address, "--nthreads", "1", "--host", "127.0.0.1",
-                                       "--no-dashboard", "--death-timeout", "60"],
+                                       "--no-dashboard", "--death-timeout", "60", *worker_args],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     try:
         with Client(address, timeout=60) as c:
-            c.wait_for_workers(2, timeout=120)
+            c.wait_for_workers(workers, timeout=120)
         yield address
     finally:
         for p in reversed(procs):
@@ -57,6 +59,12 @@ def cluster():
                 p.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 p.kill()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with dask_cluster(2) as address:
+        yield address
 
 
 @pytest.fixture(scope="module")
@@ -195,3 +203,30 @@ def test_a_worker_that_does_not_see_the_dataset_says_so(tmp_path):
 
     with pytest.raises(engine.EngineError, match="does not see the dataset at .*same path"):
         engine.bucket_step(str(tmp_path / "elsewhere"), 0, CaptureFacts(0, 0), ["sizes"])
+
+
+def test_a_bucket_too_large_for_the_workers_memory_is_named_in_one_line(tmp_path):
+    """A worker whose memory passes its limit is stopped by its nanny; a bucket that does that
+    to every worker that runs it (here the scheduler gives up at the first death) is named in
+    one line with what it holds and the workers' limit, not Dask's `KilledWorker` text."""
+    capture = tmp_path / "big.pcap"
+    subprocess.run([sys.executable, str(FIX.parent / "benchmarks" / "make_large_capture.py"),
+                    str(FIX / "prefetch-consumers.pcap"), str(capture), "--packets", "1000000"],
+                   check=True, capture_output=True)
+    subprocess.run([*AMQPCAP, "ingest", str(capture), "--out", str(tmp_path / "ds"), "--buckets", "1"],
+                   check=True, capture_output=True)
+    packets = int(subprocess.run(["capinfos", "-c", "-M", str(capture)], check=True, capture_output=True,
+                                 text=True).stdout.split()[-1])
+    # one bucket of 1M packets needs about 1.2 GB in a worker, the records step 0.2 GB (both
+    # measured in one process); a worker of 500 MB is stopped at 95 % of it
+    # (distributed.worker.memory.terminate)
+    with dask_cluster(1, ("--memory-limit", "500MB"),
+                      {"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"}) as address:
+        r = subprocess.run([*AMQPCAP, "analyze", str(tmp_path / "ds"), "--scheduler", address],
+                           capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2, r.stderr
+    line = r.stderr.strip().splitlines()[-1]  # (after the dashboard's link)
+    assert line.startswith("amqpcap: error: every Dask worker that ran the analysis of bucket 0 died: "
+                           f"bucket 0 holds 2,840 connections and {packets:,} packets"), r.stderr
+    assert "the workers may use 0.5 GiB each" in line and "--memory-limit" in line, line
+    assert "Traceback" not in r.stderr and "KilledWorker" not in r.stderr
