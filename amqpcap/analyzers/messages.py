@@ -161,10 +161,14 @@ def _transfers(cap: Capture, large: pd.DataFrame) -> pd.DataFrame:
     pairs sorted once (never a pass over the frames per message)."""
     f = cap.frames
     ts = f["ts"].array.asi8
-    rows = np.flatnonzero(f["channel"].to_numpy(np.int64) != 0)  # (channel 0: the connection's own)
+    # the frames of the large messages' connections alone (the spans are counted within a
+    # connection), less channel 0 (the connection's own)
+    f_stream = f["stream"].to_numpy(np.int64)
+    rows = np.flatnonzero((f["channel"].to_numpy(np.int64) != 0)
+                          & np.isin(f_stream, np.unique(large["stream"].to_numpy(np.int64))))
     n_f = len(rows)
     order = np.r_[rows, large["order"].to_numpy(np.int64)]
-    stream = np.r_[f["stream"].to_numpy(np.int64)[rows], large["stream"].to_numpy(np.int64)]
+    stream = np.r_[f_stream[rows], large["stream"].to_numpy(np.int64)]
     s2c = np.r_[(f["direction"] == "s2c").to_numpy(dtype=bool, na_value=False)[rows],
                 large["direction"].to_numpy(object) == "s2c"].astype(np.int64)
     chan = np.r_[f["channel"].to_numpy(np.int64)[rows], large["channel"].to_numpy(np.int64)]

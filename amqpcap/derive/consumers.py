@@ -166,6 +166,7 @@ def consumer_state_with_codes(cap: Capture) -> ConsumerState:
     _, first, inv = np.unique(ev_order * ncons + ev_code, return_index=True, return_inverse=True)
     delta = np.bincount(inv.ravel(), weights=ev_delta, minlength=len(first)).astype(np.int64)
     code, order, ts, packet = ev_code[first], ev_order[first], ev_ts[first], ev_packet[first]
+    del ev_code, ev_order, ev_ts, ev_packet, ev_delta, inv, first  # (a row per event: let go before the rest)
     by = stable_argsort(code)  # by consumer, then frame order
     unacked = group_cumsum(code, delta, by)
     # the channel's unacked over all its consumers, as it stands after each frame (the frames
@@ -236,7 +237,7 @@ def consumer_state_with_codes(cap: Capture) -> ConsumerState:
         "unacked": unacked[out_rows], "prefetch": prefetch[out_rows], "prefetch_estimated": estimated[out_rows],
         "channel_unacked": channel_unacked[out_rows], "channel_prefetch": chp_arr.take(out_rows),
         "deficit": deficit_arr.take(out_rows), "at_limit": (deficit <= 0)[out_rows],
-    })
+    }, copy=False)  # (the columns are new: not copied again into blocks, 0.4 GB at 3.2M rows)
     return ConsumerState(out, oc)
 
 
