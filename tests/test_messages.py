@@ -89,3 +89,36 @@ def test_messages_far_below_the_limit_in_few_frames_are_not_large(name):
     headers, _ = tshark_contents(FIX / name)
     assert result.summary["messages"]["body_bytes_max"] == max(h["body_size"] for h in headers)
     assert not result.findings and not len(result.tables["large"])
+
+
+def tshark_frames(path: Path) -> list[tuple[int, bool, int, int, int]]:
+    """Every AMQP frame in capture order, from tshark alone: (stream, from the broker, channel,
+    type, packet); a packet's frames in the order tshark lists them."""
+    out = subprocess.run(["tshark", "-r", str(path), "-Y", "amqp", "-T", "fields", "-E", "occurrence=a",
+                          "-E", "aggregator=|", "-e", "tcp.stream", "-e", "frame.number", "-e", "tcp.srcport",
+                          "-e", "amqp.type", "-e", "amqp.channel"], capture_output=True, text=True, check=True).stdout
+    frames = []
+    for line in out.splitlines():
+        stream, number, sport, types, chans = line.split("\t")
+        frames += [(int(stream), sport == "5672", int(ch), int(ty), int(number))
+                   for ty, ch in zip(types.split("|"), chans.split("|"))]
+    return frames
+
+
+def test_the_frames_of_other_channels_during_a_large_transfer_are_tsharks():
+    """huge-messages.pcap.gz: pika publishes on channel 2 while channel 1 of the same connection
+    also sent frames. For each large message: the frames of the connection's other channels (not
+    channel 0), same direction, between its content header and its last body frame, and whether
+    those channels sent any frame in that direction at all, counted in tshark's frames."""
+    path = FIX / "huge-messages.pcap.gz"
+    frames = tshark_frames(path)
+    large = messages(amqpcap.load(path)).tables["large"]
+    assert len(large) == 4
+    for m in large.itertuples():
+        s2c = m.direction == "s2c"
+        mine = [i for i, f in enumerate(frames) if f[:3] == (m.stream, s2c, m.channel)]
+        header = next(i for i in mine if frames[i][3] == 2 and frames[i][4] == m.packet)
+        last = [i for i in mine if i > header and frames[i][3] == 3][m.body_frames - 1]
+        others = [i for i, f in enumerate(frames) if f[:2] == (m.stream, s2c) and f[2] not in (0, m.channel)]
+        assert m.other_channel_frames_during == sum(header < i < last for i in others), m
+        assert m.other_channels_active == bool(others), m
