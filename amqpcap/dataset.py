@@ -608,8 +608,8 @@ def _to_pandas(t, template: pd.DataFrame) -> pd.DataFrame:
 
     Each column leaves `t` as it is converted, so its Arrow buffers are freed then (unless the
     pandas column shares them): a caller that keeps no reference to `t` holds the table about
-    once, not twice (a bucket of one connection of 2.1M packets: 2.3 GB at the end of its read,
-    1.25 GB after it)."""
+    once, not twice (a bucket of one connection of 2.1M packets: its read ended with 2.3 GiB
+    resident, now 1.2 GiB)."""
     import pyarrow as pa
 
     if t.schema.pandas_metadata is not None:

@@ -51,10 +51,10 @@ LOCAL_LOG_LEVEL = logging.CRITICAL
 #: seconds to wait for an existing scheduler to answer
 CONNECT_TIMEOUT_S = 10
 #: about what a worker holds per packet of the bucket it analyses, at its peak: a connection is
-#: analysed whole by one worker (measured: 3.2 GiB for a bucket of one PerfTest consumer's
+#: analysed whole by one worker (measured: 3.06 GiB for a bucket of one PerfTest consumer's
 #: connection of 2.13M packets, `fixtures/record/record.sh long-connection`; 0.8 GiB for a
 #: bucket of 1,890 connections and 0.66M packets of the 10M-packet dataset). Only for telling a
-#: user why a bucket's workers died (`_died_running`), never to refuse a run.
+#: user why a bucket's workers died (`_bucket_holds`), never to refuse a run.
 WORKER_BYTES_PER_PACKET = 1_600
 #: seconds to wait for a worker to tell its memory limit, after the workers died running a task
 WORKER_RESTART_WAIT_S = 10
