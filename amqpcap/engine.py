@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import numpy as np
+
 from . import dataset
 from .analysis import AnalyzerResult, analyzers, splits
 from .capture import Capture
@@ -54,7 +56,7 @@ CONNECT_TIMEOUT_S = 10
 #: analysed whole by one worker (measured: 3.06 GiB for a bucket of one PerfTest consumer's
 #: connection of 2.13M packets, `fixtures/record/record.sh long-connection`; 0.8 GiB for a
 #: bucket of 1,890 connections and 0.66M packets of the 10M-packet dataset). Only for telling a
-#: user why a bucket's workers died (`_bucket_holds`), never to refuse a run.
+#: user why the workers died (`_largest_bucket`), never to refuse a run.
 WORKER_BYTES_PER_PACKET = 1_600
 #: seconds to wait for a worker to tell its memory limit, after the workers died running a task
 WORKER_RESTART_WAIT_S = 10
@@ -286,11 +288,12 @@ def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], Non
         nonlocal done, records
         for fut in as_completed(futures):
             k = futures[fut]
+            task = "the step over the capture's records" if k is None else f"the analysis of bucket {k}"
+            out_k = result_of(fut, task, lambda: _largest_bucket(whole, steps.buckets))
             if k is None:
-                records = result_of(fut, "the step over the capture's records")
+                records = out_k
             else:
-                partials.setdefault(k, {}).update(result_of(fut, f"the analysis of bucket {k}",
-                                                            lambda k=k: _bucket_holds(whole, steps.buckets, k)))
+                partials.setdefault(k, {}).update(out_k)
             fut.release()
             done += 1
             if progress:
@@ -332,7 +335,7 @@ def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], Non
         del both, carry, plan_f, read, after
         meanwhile()  # (the cells are a chain: one worker at a time, one core free for this process)
         for r, fut in enumerate(pieces):
-            pieces[r] = result_of(fut, f"the queue backlogs' cell {r}")
+            pieces[r] = result_of(fut, f"the queue backlogs' cell {r}", lambda: _largest_bucket(whole, steps.buckets))
             fut.release()
             done += 1
             if progress:
@@ -442,35 +445,39 @@ def ingest(capture, out: str | os.PathLike[str], c: Any, progress: Callable[[str
 
 
 def result_of(fut: Any, task: str, holds: Callable[[], str] = lambda: "") -> Any:
-    """`fut`'s result. When every worker that ran the task died running it (Dask gives a task
-    whose worker died to another one, `distributed.scheduler.allowed-failures` times, then
-    gives up with `KilledWorker`), one line saying which task (`task`), what it held
-    (`holds()`) and the workers' memory limit: a worker past it is stopped by its nanny, the
-    usual way a task kills every worker it meets."""
+    """`fut`'s result. When Dask gave up on the task (`KilledWorker`: the workers it was given
+    to died, `distributed.scheduler.allowed-failures` + 1 times), one line naming it, what the
+    data holds (`holds()`) and the workers' memory limit: a worker past it is stopped by its
+    nanny, the usual way a task kills every worker it meets. (The task named need not be the
+    one that used the memory: every task given to a worker that dies counts that death, so a
+    step queued beside a bucket too large can be given up on first.)"""
     from distributed import KilledWorker
 
     try:
         return fut.result()
     except KilledWorker:
         what = holds()
-        raise EngineError(f"every Dask worker that ran {task} died{': ' + what if what else ''}; "
+        raise EngineError(f"Dask gave up on {task}: the workers it was given to died{'. ' + what if what else ''}; "
                           f"{_worker_memory(fut.client)}") from None
 
 
-def _bucket_holds(whole: Capture, buckets: int, k: int) -> str:
-    """What bucket `k` holds, from the capture's connections: its packets, its largest
-    connection, and about what a worker needs to analyse it (`WORKER_BYTES_PER_PACKET`)."""
+def _largest_bucket(whole: Capture, buckets: int) -> str:
+    """What the bucket of the most packets holds, from the capture's connections: its packets,
+    its largest connection, and about what a worker needs to analyse it
+    (`WORKER_BYTES_PER_PACKET`)."""
     c = whole.connections
-    mine = c[dataset.bucket_of(c["stream"].to_numpy(), buckets) == k]
-    if not len(mine):
+    if not len(c):
         return ""
-    packets = (mine["c2s_packets"] + mine["s2c_packets"]).to_numpy()
+    bucket = dataset.bucket_of(c["stream"].to_numpy(), buckets)
+    packets = (c["c2s_packets"] + c["s2c_packets"]).to_numpy(np.int64)
+    k = int(np.bincount(bucket, weights=packets, minlength=buckets).argmax())
+    mine, packets = c[bucket == k], packets[bucket == k]
     big, total = int(packets.argmax()), int(packets.sum())
     stream = int(mine["stream"].iloc[big])
     held = (f"1 connection of {total:,} packets (tcp.stream == {stream})" if len(mine) == 1 else
             f"{len(mine):,} connections and {total:,} packets (the largest, tcp.stream == {stream}, {packets[big]:,})")
-    return (f"bucket {k} holds {held}, about {_gb(total * WORKER_BYTES_PER_PACKET)} to analyse in one worker "
-            "(a connection is analysed whole by one worker)")
+    return (f"The largest bucket, {k}, holds {held}, about {_gb(total * WORKER_BYTES_PER_PACKET)} to analyse in one "
+            "worker (a connection is analysed whole by one worker)")
 
 
 def _worker_memory(client: Any) -> str:
