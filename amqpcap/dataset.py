@@ -667,7 +667,9 @@ def _read_table(loc: Location, name: str, buckets, template: pd.DataFrame, loose
     held = [_read_arrow(loc, name, buckets, loose, list(template.columns) if without else None)]
     if held[0] is None:
         return template.copy()
-    # (handed over, not kept here: `_to_pandas` frees the Arrow table column by column)
+    # handed over, not kept in a name here: `_to_pandas` frees the Arrow table column by column,
+    # which a reference held by this frame would prevent (a 2.1M-packet bucket's read peaked at
+    # 1.54 GiB with `t = …` here, 1.28 GiB without)
     return _restore(_to_pandas(held.pop(), template), template)
 
 

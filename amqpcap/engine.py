@@ -284,12 +284,15 @@ def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], Non
     partials: dict[int, dict[str, Any]] = {}
     records: dict[str, Any] = {}
 
+    def largest() -> str:  # (what a task given up on is told with: `result_of`)
+        return _largest_bucket(whole, steps.buckets)
+
     def gather(futures: dict[Any, int | None], what: str) -> None:
         nonlocal done, records
         for fut in as_completed(futures):
             k = futures[fut]
             task = "the step over the capture's records" if k is None else f"the analysis of bucket {k}"
-            out_k = result_of(fut, task, lambda: _largest_bucket(whole, steps.buckets))
+            out_k = result_of(fut, task, largest)
             if k is None:
                 records = out_k
             else:
@@ -335,7 +338,7 @@ def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], Non
         del both, carry, plan_f, read, after
         meanwhile()  # (the cells are a chain: one worker at a time, one core free for this process)
         for r, fut in enumerate(pieces):
-            pieces[r] = result_of(fut, f"the queue backlogs' cell {r}", lambda: _largest_bucket(whole, steps.buckets))
+            pieces[r] = result_of(fut, f"the queue backlogs' cell {r}", largest)
             fut.release()
             done += 1
             if progress:
