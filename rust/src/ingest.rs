@@ -24,7 +24,7 @@ use crate::tcp::reassembly::PacketRef;
 use crate::tcp::{ConvKey, Endpoint};
 use crate::output::anomalies::{anomalies_table, AnomaliesBuilder};
 use crate::output::bodies::{bodies_table, BodiesBuilder};
-use crate::output::frames::{frames_table, FramesBuilder};
+use crate::output::frames::{FrameRows, FramesBuilder};
 use crate::output::packets::{packets_table, PacketsBuilder, Segment};
 use crate::output::connections::connections_table;
 use crate::output::records::RecordsBuilder;
@@ -77,12 +77,17 @@ pub struct Ingest<'l> {
     spill: Option<PacketSpill<'l>>,
     /// This decode reads one bucket's spilled packets.
     from_spill: Option<FromSpill>,
+    /// The frames are output as [`FrameRows`], not as a table.
+    frames_in_batches: bool,
 }
 
 pub struct Output {
     pub records: Table,
     pub packets: Table,
+    /// Empty when the frames are handed out in batches: `frame_rows` holds them then
+    /// ([`Ingest::set_frames_in_batches`]).
     pub frames: Table,
+    pub frame_rows: Option<FrameRows>,
     pub connections: Table,
     pub anomalies: Table,
     /// Only when bodies were asked for.
@@ -115,7 +120,14 @@ impl<'l> Ingest<'l> {
             partition: None,
             spill: None,
             from_spill: None,
+            frames_in_batches: false,
         }
+    }
+
+    /// Output the frames as [`FrameRows`] (`Output::frame_rows`), to be made into tables a
+    /// batch of rows at a time, instead of as one table.
+    pub fn set_frames_in_batches(&mut self) {
+        self.frames_in_batches = true;
     }
 
     /// Hand every TCP packet of a conversation that is or may be AMQP to `spill` (see
@@ -597,8 +609,7 @@ impl<'l> Ingest<'l> {
         // conversations that turned out not to be AMQP: none of them is named by another row).
         let packets = std::mem::take(&mut self.packets);
         let times = PacketTimes::new(&packets.packet, &packets.ts);
-        let mut frames = frames_table(std::mem::take(&mut self.frames), &a_is_client, &times);
-        sort_rows_by(&mut frames, "packet");
+        let mut frames = FrameRows::new(std::mem::take(&mut self.frames), &a_is_client, &times);
         let mut anomalies = anomalies_table(std::mem::take(&mut self.anomalies), &a_is_client, &times);
         let mut bodies = self.bodies.take().map(|b| {
             if b.not_kept > 0 {
@@ -613,19 +624,23 @@ impl<'l> Ingest<'l> {
         });
         let mut packets = packets_table(packets, &is_amqp, &a_is_client);
         if let Some(sp) = self.from_spill.take() {
-            for t in [&mut connections, &mut packets, &mut frames, &mut anomalies].into_iter().chain(bodies.as_mut()) {
+            for t in [&mut connections, &mut packets, &mut anomalies].into_iter().chain(bodies.as_mut()) {
                 renumber_streams(t, &sp.global);
             }
+            frames.renumber_streams(&sp.global);
         }
         let mut records = self.records.take_rows();
         if let Some((mut sink, _)) = self.records_sink.take() {
             sink(records);
             records = self.records.take_rows(); // (none: every row went to the sink)
         }
+        let (frames, frame_rows) =
+            if self.frames_in_batches { (Table::new(), Some(frames)) } else { (frames.table(), None) };
         Output {
             records,
             packets,
             frames,
+            frame_rows,
             connections,
             anomalies,
             bodies,

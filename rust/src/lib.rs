@@ -132,6 +132,69 @@ mod python {
         }
     }
 
+    /// Record batches made as they are read, handed over through the Arrow PyCapsule stream
+    /// interface: `pyarrow.RecordBatchReader.from_stream(obj)` reads them (once).
+    #[pyclass(frozen)]
+    struct ArrowStream(std::sync::Mutex<Option<Box<dyn arrow_array::RecordBatchReader + Send>>>);
+
+    #[pymethods]
+    impl ArrowStream {
+        #[pyo3(signature = (requested_schema=None))]
+        fn __arrow_c_stream__<'py>(
+            &self,
+            py: Python<'py>,
+            requested_schema: Option<Bound<'py, PyAny>>,
+        ) -> PyResult<Bound<'py, PyCapsule>> {
+            let _ = requested_schema; // the batches are given in their own types
+            let reader = self.0.lock().expect("not poisoned").take().ok_or_else(|| {
+                pyo3::exceptions::PyValueError::new_err("this Arrow stream was read already")
+            })?;
+            let stream = arrow_array::ffi_stream::FFI_ArrowArrayStream::new(reader);
+            PyCapsule::new_with_value(py, stream, c"arrow_array_stream")
+        }
+    }
+
+    /// The frames of a decode as record batches of `batch_rows` rows, each made when it is read.
+    struct FrameBatches {
+        rows: crate::output::frames::FrameRows,
+        next: usize,
+        batch_rows: usize,
+        schema: arrow_schema::SchemaRef,
+    }
+
+    impl Iterator for FrameBatches {
+        type Item = Result<arrow_array::RecordBatch, arrow_schema::ArrowError>;
+
+        fn next(&mut self) -> Option<Self::Item> {
+            if self.next >= self.rows.rows() {
+                return None;
+            }
+            let end = (self.next + self.batch_rows).min(self.rows.rows());
+            let t = self.rows.table_of(self.next, end);
+            self.next = end;
+            Some(crate::arrow_out::record_batch(t))
+        }
+    }
+
+    impl arrow_array::RecordBatchReader for FrameBatches {
+        fn schema(&self) -> arrow_schema::SchemaRef {
+            self.schema.clone()
+        }
+    }
+
+    fn frame_batches<'py>(
+        py: Python<'py>,
+        rows: crate::output::frames::FrameRows,
+        batch_rows: usize,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        // (the schema of no rows is every batch's: the same columns, dictionaries and key widths)
+        let schema = crate::arrow_out::record_batch(rows.table_of(0, 0))
+            .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?
+            .schema();
+        let reader = FrameBatches { rows, next: 0, batch_rows: batch_rows.max(1), schema };
+        Ok(Bound::new(py, ArrowStream(std::sync::Mutex::new(Some(Box::new(reader)))))?.into_any())
+    }
+
     fn arrow_table<'py>(py: Python<'py>, t: Table) -> PyResult<Bound<'py, PyAny>> {
         let batch = py
             .detach(|| crate::arrow_out::record_batch(t))
@@ -287,16 +350,27 @@ mod python {
         let out = out.map_err(|e| CoreCaptureError::new_err((e.kind(), e.message().to_string())))?;
         // A write error of the spill (a full disk) is an OSError.
         let spilled = spill_writer.map(|w| py.detach(|| w.finish())).transpose()?;
-        tables_dict(py, out, arrow, spilled)
+        tables_dict(py, out, arrow, spilled, 0)
     }
 
-    /// The dict `decode` and `decode_spilled` return (see `amqpcap/_core.pyi`).
-    fn tables_dict<'py>(py: Python<'py>, out: crate::ingest::Output, arrow: bool, spilled: Option<Vec<crate::spill::Spilled>>) -> PyResult<Bound<'py, PyDict>> {
+    /// The dict `decode` and `decode_spilled` return (see `amqpcap/_core.pyi`); the frames as
+    /// an [`ArrowStream`] of batches of `frames_batch_rows` rows when the decode kept them as
+    /// rows (`Output::frame_rows`).
+    fn tables_dict<'py>(
+        py: Python<'py>,
+        mut out: crate::ingest::Output,
+        arrow: bool,
+        spilled: Option<Vec<crate::spill::Spilled>>,
+        frames_batch_rows: usize,
+    ) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
         let hand = |t: Table| if arrow { arrow_table(py, t) } else { table(py, t).map(Bound::into_any) };
         d.set_item("records", hand(out.records)?)?;
         d.set_item("packets", hand(out.packets)?)?;
-        d.set_item("frames", hand(out.frames)?)?;
+        match out.frame_rows.take() {
+            Some(rows) => d.set_item("frames", frame_batches(py, rows, frames_batch_rows)?)?,
+            None => d.set_item("frames", hand(out.frames)?)?,
+        }
         d.set_item("connections", hand(out.connections)?)?;
         d.set_item("anomalies", hand(out.anomalies)?)?;
         match out.bodies {
@@ -323,7 +397,10 @@ mod python {
 
     /// Decode one bucket of a spilled ingest from its spill file. See `amqpcap/_core.pyi`.
     #[pyfunction]
-    #[pyo3(signature = (path, ports, capture_records, limits=None, bodies=false, arrow=true))]
+    #[pyo3(signature = (
+        path, ports, capture_records, limits=None, bodies=false, arrow=true, frames_batch_rows=None, frames_whole_max_rows=0
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn decode_spilled<'py>(
         py: Python<'py>,
         path: String,
@@ -332,10 +409,21 @@ mod python {
         limits: Option<&Bound<'py, PyDict>>,
         bodies: bool,
         arrow: bool,
+        frames_batch_rows: Option<usize>,
+        frames_whole_max_rows: usize,
     ) -> PyResult<Bound<'py, PyDict>> {
         let limits = limits_from(limits)?;
-        let out = py.detach(|| crate::spill::decode_spilled(std::path::Path::new(&path), &ports, &limits, bodies, capture_records))?;
-        tables_dict(py, out, arrow, None)
+        let in_batches = arrow && frames_batch_rows.is_some();
+        let mut out = py.detach(|| {
+            let path = std::path::Path::new(&path);
+            crate::spill::decode_spilled(path, &ports, &limits, bodies, capture_records, in_batches)
+        })?;
+        // Few enough frames are made into one table here, as the other tables are.
+        if out.frame_rows.as_ref().is_some_and(|r| r.rows() <= frames_whole_max_rows) {
+            let rows = out.frame_rows.take().expect("checked");
+            out.frames = py.detach(|| rows.table());
+        }
+        tables_dict(py, out, arrow, None, frames_batch_rows.unwrap_or(0))
     }
 
     /// The spill file of a bucket in a spill directory (`amqpcap.dataset.spill_path`).
@@ -363,6 +451,7 @@ mod python {
         m.add_function(wrap_pyfunction!(spill_path, m)?)?;
         m.add_class::<ReadProgress>()?;
         m.add_class::<ArrowBatch>()?;
+        m.add_class::<ArrowStream>()?;
         m.add("CoreCaptureError", m.py().get_type::<CoreCaptureError>())?;
         m.add("ANOMALY_KINDS", crate::anomaly::AnomalyKind::ALL.iter().map(|k| k.name()).collect::<Vec<_>>())?;
         m.add("MAX_FILES", crate::limits::MAX_FILES)?;

@@ -284,6 +284,48 @@ impl Column {
     }
 }
 
+/// A builder's rows, copied out by range or put in another order: how a finished builder is
+/// handed out a batch of rows at a time (`output::frames::FrameRows`) without spreading every
+/// column over every row at once.
+pub trait BuilderRows {
+    /// Rows `start..end` as a builder of their own (its rows numbered from 0).
+    fn rows_slice(&self, start: usize, end: usize) -> Self;
+    /// Put the rows in `order`: row `i` becomes the old row `order[i]`; `inverse` is the
+    /// inverse permutation (`inverse[order[i]] == i`).
+    fn reorder(&mut self, order: &[u32], inverse: &[u32]);
+}
+
+impl<T: Copy> BuilderRows for Vec<T> {
+    fn rows_slice(&self, start: usize, end: usize) -> Self {
+        self[start..end].to_vec()
+    }
+    fn reorder(&mut self, order: &[u32], _: &[u32]) {
+        take_vec(self, order);
+    }
+}
+
+impl<T: Copy> BuilderRows for OptCol<T> {
+    fn rows_slice(&self, start: usize, end: usize) -> Self {
+        OptCol { values: self.values.rows_slice(start, end), valid: self.valid.rows_slice(start, end) }
+    }
+    fn reorder(&mut self, order: &[u32], inverse: &[u32]) {
+        self.values.reorder(order, inverse);
+        self.valid.reorder(order, inverse);
+    }
+}
+
+/// The entries of a sparse column (rows ascending) for the rows `start..end`: their range.
+fn entries_in(rows: &[u32], start: usize, end: usize) -> std::ops::Range<usize> {
+    rows.partition_point(|&r| (r as usize) < start)..rows.partition_point(|&r| (r as usize) < end)
+}
+
+/// A sparse column's entries (row, value) moved to their rows' new places, ascending again.
+fn reorder_entries<T: Copy>(rows: &mut Vec<u32>, values: &mut Vec<T>, inverse: &[u32]) {
+    let mut moved: Vec<(u32, T)> = rows.iter().map(|&r| inverse[r as usize]).zip(values.iter().copied()).collect();
+    moved.sort_by_key(|e| e.0);
+    (*rows, *values) = moved.into_iter().unzip();
+}
+
 /// A column that most rows leave empty (method arguments, content properties): only the rows
 /// that have a value are stored while decoding; `finish` spreads them over all rows.
 pub struct Sparse<T> {
@@ -314,6 +356,19 @@ impl<T: Copy + Default> Sparse<T> {
             valid[r as usize] = true;
         }
         (values, valid)
+    }
+}
+
+impl<T: Copy> BuilderRows for Sparse<T> {
+    fn rows_slice(&self, start: usize, end: usize) -> Self {
+        let r = entries_in(&self.rows, start, end);
+        Sparse {
+            rows: self.rows[r.clone()].iter().map(|&row| row - start as u32).collect(),
+            values: self.values[r].to_vec(),
+        }
+    }
+    fn reorder(&mut self, _: &[u32], inverse: &[u32]) {
+        reorder_entries(&mut self.rows, &mut self.values, inverse);
     }
 }
 
@@ -395,6 +450,22 @@ impl SparseStr {
             codes[r as usize] = c;
         }
         Column::Str(codes, self.dict.values)
+    }
+}
+
+impl BuilderRows for SparseStr {
+    /// (With every text of the column: a slice's codes are the column's, so that each slice
+    /// is made with the same dictionary, in the same code width.)
+    fn rows_slice(&self, start: usize, end: usize) -> Self {
+        let r = entries_in(&self.rows, start, end);
+        SparseStr {
+            rows: self.rows[r.clone()].iter().map(|&row| row - start as u32).collect(),
+            codes: self.codes[r].to_vec(),
+            dict: Interner { values: self.dict.values.clone(), ..Default::default() },
+        }
+    }
+    fn reorder(&mut self, _: &[u32], inverse: &[u32]) {
+        reorder_entries(&mut self.rows, &mut self.codes, inverse);
     }
 }
 

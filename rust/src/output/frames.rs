@@ -4,65 +4,81 @@
 use crate::amqp::parser::{decode_method, method_ids, FrameType, Invalid, MethodArgs};
 use crate::amqp::spec::{METHODS, METHOD_COUNT};
 use crate::anomaly::AnomalyKind;
-use crate::tables::{str_column, 
-    direction_codes, Column, OptCol, Sparse, SparseStr, Table,
-    DIRECTIONS,
-};
+use crate::tables::{direction_codes, str_column, BuilderRows, Column, OptCol, Sparse, SparseStr, Table, DIRECTIONS};
 use super::PacketTimes;
 
-#[derive(Default)]
-pub struct FramesBuilder {
-    pub(crate) packet: Vec<i32>,
-    pub(crate) first_packet: Vec<i32>,
-    pub(crate) stream: Vec<i32>,
-    pub(crate) from_a: Vec<bool>,
-    pub(crate) channel: Vec<i32>,
-    pub(crate) frame_type: Vec<i8>,
-    pub(crate) size_bytes: Vec<i64>,
-    pub(crate) class_id: OptCol<i16>,
-    pub(crate) method_id: OptCol<i16>,
-    pub(crate) method: Vec<i32>,
-    pub(crate) consumer_tag: SparseStr,
-    pub(crate) delivery_tag: Sparse<u64>,
-    pub(crate) redelivered: Sparse<bool>,
-    pub(crate) exchange: SparseStr,
-    pub(crate) routing_key: SparseStr,
-    pub(crate) multiple: Sparse<bool>,
-    pub(crate) requeue: Sparse<bool>,
-    pub(crate) mandatory: Sparse<bool>,
-    pub(crate) queue: SparseStr,
-    pub(crate) no_ack: Sparse<bool>,
-    pub(crate) prefetch_count: Sparse<i32>,
-    pub(crate) prefetch_size: Sparse<u32>,
-    pub(crate) global: Sparse<bool>,
-    pub(crate) active: Sparse<bool>,
-    pub(crate) nowait: Sparse<bool>,
-    pub(crate) frame_max: Sparse<u32>,
-    pub(crate) channel_max: Sparse<i32>,
-    pub(crate) heartbeat_s: Sparse<i32>,
-    pub(crate) vhost: SparseStr,
-    pub(crate) mechanism: SparseStr,
-    pub(crate) user: SparseStr,
-    pub(crate) client_product: SparseStr,
-    pub(crate) client_version: SparseStr,
-    pub(crate) client_platform: SparseStr,
-    pub(crate) connection_name: SparseStr,
-    pub(crate) server_product: SparseStr,
-    pub(crate) server_version: SparseStr,
-    pub(crate) reply_code: Sparse<i16>,
-    pub(crate) reply_text: SparseStr,
-    pub(crate) reason: SparseStr,
-    pub(crate) message_count: Sparse<u32>,
-    pub(crate) consumer_count: Sparse<u32>,
-    pub(crate) body_size: Sparse<i64>,
-    pub(crate) delivery_mode: Sparse<i16>,
-    pub(crate) priority: Sparse<i16>,
-    pub(crate) content_type: SparseStr,
-    pub(crate) correlation_id: SparseStr,
-    pub(crate) reply_to: SparseStr,
-    pub(crate) expiration: SparseStr,
-    pub(crate) message_id: SparseStr,
-    pub(crate) message_timestamp: Sparse<i64>,
+/// The builder's columns, each listed once: the struct, and its rows sliced or reordered
+/// column by column ([`BuilderRows`]).
+macro_rules! frames_builder {
+    ($($field:ident: $ty:ty),* $(,)?) => {
+        #[derive(Default)]
+        pub struct FramesBuilder {
+            $(pub(crate) $field: $ty,)*
+        }
+
+        impl BuilderRows for FramesBuilder {
+            fn rows_slice(&self, start: usize, end: usize) -> Self {
+                FramesBuilder { $($field: self.$field.rows_slice(start, end),)* }
+            }
+            fn reorder(&mut self, order: &[u32], inverse: &[u32]) {
+                $(self.$field.reorder(order, inverse);)*
+            }
+        }
+    };
+}
+
+frames_builder! {
+    packet: Vec<i32>,
+    first_packet: Vec<i32>,
+    stream: Vec<i32>,
+    from_a: Vec<bool>,
+    channel: Vec<i32>,
+    frame_type: Vec<i8>,
+    size_bytes: Vec<i64>,
+    class_id: OptCol<i16>,
+    method_id: OptCol<i16>,
+    method: Vec<i32>,
+    consumer_tag: SparseStr,
+    delivery_tag: Sparse<u64>,
+    redelivered: Sparse<bool>,
+    exchange: SparseStr,
+    routing_key: SparseStr,
+    multiple: Sparse<bool>,
+    requeue: Sparse<bool>,
+    mandatory: Sparse<bool>,
+    queue: SparseStr,
+    no_ack: Sparse<bool>,
+    prefetch_count: Sparse<i32>,
+    prefetch_size: Sparse<u32>,
+    global: Sparse<bool>,
+    active: Sparse<bool>,
+    nowait: Sparse<bool>,
+    frame_max: Sparse<u32>,
+    channel_max: Sparse<i32>,
+    heartbeat_s: Sparse<i32>,
+    vhost: SparseStr,
+    mechanism: SparseStr,
+    user: SparseStr,
+    client_product: SparseStr,
+    client_version: SparseStr,
+    client_platform: SparseStr,
+    connection_name: SparseStr,
+    server_product: SparseStr,
+    server_version: SparseStr,
+    reply_code: Sparse<i16>,
+    reply_text: SparseStr,
+    reason: SparseStr,
+    message_count: Sparse<u32>,
+    consumer_count: Sparse<u32>,
+    body_size: Sparse<i64>,
+    delivery_mode: Sparse<i16>,
+    priority: Sparse<i16>,
+    content_type: SparseStr,
+    correlation_id: SparseStr,
+    reply_to: SparseStr,
+    expiration: SparseStr,
+    message_id: SparseStr,
+    message_timestamp: Sparse<i64>,
 }
 
 pub const FRAME_TYPES: [&str; 4] = ["method", "header", "body", "heartbeat"];
@@ -138,11 +154,63 @@ impl FramesBuilder {
     }
 }
 
-pub(crate) fn frames_table(f: FramesBuilder, a_is_client: &[bool], times: &PacketTimes<'_>) -> Table {
+/// The frames of a decode, in packet order, with what their rows need from the rest of the
+/// decode (each frame's direction and time), made into tables some rows at a time
+/// ([`FrameRows::table_of`]) or all at once ([`FrameRows::table`]). A table of some rows
+/// spreads the sparse columns over those rows only: the builder holds about 50 bytes a frame
+/// where the table made of all of them holds about 140, so `amqpcap ingest` writes the frames
+/// of a long connection a batch at a time instead of making them dense all at once.
+pub struct FrameRows {
+    f: FramesBuilder,
+    direction: Vec<i8>,
+    ts: Vec<i64>,
+}
+
+impl FrameRows {
+    /// `a_is_client` settles each frame's direction (by the decode's stream numbers);
+    /// `times` gives each frame its packet's time.
+    pub(crate) fn new(mut f: FramesBuilder, a_is_client: &[bool], times: &PacketTimes<'_>) -> Self {
+        if !f.packet.is_sorted() {
+            // Frames are pushed as their packets are decoded, but what a direction still holds
+            // at the end of the capture is decoded then, as of its own last packet: after
+            // frames of later packets of other directions. Ties keep their order (stable).
+            let mut order: Vec<u32> = (0..f.rows() as u32).collect();
+            order.sort_by_key(|&i| f.packet[i as usize]);
+            let mut inverse = vec![0u32; order.len()];
+            for (new, &old) in order.iter().enumerate() {
+                inverse[old as usize] = new as u32;
+            }
+            f.reorder(&order, &inverse);
+        }
+        let stream_u32: Vec<u32> = f.stream.iter().map(|&s| s as u32).collect();
+        let direction = direction_codes(&stream_u32, &f.from_a, a_is_client);
+        let ts = times.of(&f.packet);
+        FrameRows { f, direction, ts }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.f.rows()
+    }
+
+    /// The `stream` column from the decode's stream numbers to `global[local]` (a decode of
+    /// spilled packets: `crate::spill`), once the directions are settled.
+    pub(crate) fn renumber_streams(&mut self, global: &[u32]) {
+        self.f.stream.iter_mut().for_each(|s| *s = global[*s as usize] as i32);
+    }
+
+    /// The table of rows `start..end`.
+    pub fn table_of(&self, start: usize, end: usize) -> Table {
+        frames_table(self.f.rows_slice(start, end), self.direction[start..end].to_vec(), self.ts[start..end].to_vec())
+    }
+
+    /// The table of every row.
+    pub fn table(self) -> Table {
+        frames_table(self.f, self.direction, self.ts)
+    }
+}
+
+fn frames_table(f: FramesBuilder, direction: Vec<i8>, ts: Vec<i64>) -> Table {
     let n = f.rows();
-    let stream_u32: Vec<u32> = f.stream.iter().map(|&s| s as u32).collect();
-    let direction = direction_codes(&stream_u32, &f.from_a, a_is_client);
-    let ts = times.of(&f.packet);
     let method_names: Vec<String> = METHODS.iter().map(|m| m.name.to_string()).collect();
     debug_assert_eq!(method_names.len(), METHOD_COUNT);
     let (ts_values, ts_valid) = f.message_timestamp.dense(n);
@@ -202,3 +270,90 @@ pub(crate) fn frames_table(f: FramesBuilder, a_is_client: &[bool], times: &Packe
     ]
 }
 
+
+#[cfg(all(test, feature = "arrow"))]
+mod tests {
+    use super::*;
+    use crate::arrow_out::record_batch;
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Int32Type, Int64Type, Int8Type, UInt64Type};
+    use arrow_array::RecordBatch;
+
+    fn i32s(t: &RecordBatch, name: &str) -> Vec<i32> {
+        t.column_by_name(name).unwrap().as_primitive::<Int32Type>().values().to_vec()
+    }
+
+    /// Frames of two streams, the last ones out of packet order (as what a direction still
+    /// holds is decoded at the end of the capture), with sparse numbers and texts.
+    /// (packet, stream, delivery tag, queue)
+    type Frame = (i32, i32, Option<u64>, Option<&'static [u8]>);
+
+    fn frames() -> FramesBuilder {
+        let mut f = FramesBuilder::default();
+        let rows: [Frame; 7] = [
+            (1, 0, Some(1), Some(b"q1")),
+            (2, 1, None, None),
+            (4, 0, Some(2), None),
+            (5, 1, None, Some(b"q2")),
+            (3, 0, Some(3), Some(b"q3")),
+            (3, 1, None, None),
+            (6, 0, Some(4), Some(b"q1")),
+        ];
+        for (row, (packet, stream, tag, queue)) in rows.into_iter().enumerate() {
+            f.packet.push(packet);
+            f.first_packet.push(packet);
+            f.stream.push(stream);
+            f.from_a.push(true);
+            f.channel.push(1);
+            f.frame_type.push(0);
+            f.size_bytes.push(100 + row as i64);
+            f.class_id.push(Some(60));
+            f.method_id.push(tag.map(|_| 60));
+            f.method.push(-1);
+            f.delivery_tag.push(row, tag);
+            f.queue.push(row, queue);
+        }
+        f
+    }
+
+    #[test]
+    fn frames_made_some_rows_at_a_time_are_the_whole_table_in_packet_order() {
+        let (numbers, ts) = ([1, 2, 3, 4, 5, 6], [10, 20, 30, 40, 50, 60]);
+        let times = PacketTimes::new(&numbers, &ts);
+        let a_is_client = [true, false];
+        let whole = record_batch(FrameRows::new(frames(), &a_is_client, &times).table()).unwrap();
+        // sorted by packet, ties in their order (stream 0's frame of packet 3 first)
+        assert_eq!(i32s(&whole, "packet"), [1, 2, 3, 3, 4, 5, 6]);
+        assert_eq!(i32s(&whole, "stream"), [0, 1, 0, 1, 0, 1, 0]);
+        let sizes = whole.column_by_name("size_bytes").unwrap().as_primitive::<Int64Type>().values().to_vec();
+        assert_eq!(sizes, [100, 101, 104, 105, 102, 103, 106]);
+        let tags = whole.column_by_name("delivery_tag").unwrap().as_primitive::<UInt64Type>();
+        let tags: Vec<Option<u64>> = tags.iter().collect();
+        assert_eq!(tags, [Some(1), None, Some(3), None, Some(2), None, Some(4)]);
+        let queues = whole.column_by_name("queue").unwrap().as_dictionary::<Int8Type>();
+        let words = queues.values().as_string::<i32>();
+        let queue: Vec<Option<&str>> = queues.keys().iter().map(|k| k.map(|k| words.value(k as usize))).collect();
+        assert_eq!(queue, [Some("q1"), None, Some("q3"), None, None, Some("q2"), Some("q1")]);
+        let direction = whole.column_by_name("direction").unwrap().as_dictionary::<Int8Type>().keys().values().to_vec();
+        assert_eq!(direction, [0, 1, 0, 1, 0, 1, 0]);
+        let rows = FrameRows::new(frames(), &a_is_client, &times);
+        for cut in 0..=7 {
+            for (start, end) in [(0, cut), (cut, 7)] {
+                let part = record_batch(rows.table_of(start, end)).unwrap();
+                assert_eq!(part, whole.slice(start, end - start), "rows {start}..{end}");
+            }
+        }
+    }
+
+    #[test]
+    fn renumbered_streams_keep_the_directions_of_the_decode() {
+        let (numbers, ts) = ([1, 2, 3, 4, 5, 6], [10, 20, 30, 40, 50, 60]);
+        let times = PacketTimes::new(&numbers, &ts);
+        let mut rows = FrameRows::new(frames(), &[true, false], &times);
+        rows.renumber_streams(&[7, 9]);
+        let t = record_batch(rows.table()).unwrap();
+        assert_eq!(i32s(&t, "stream"), [7, 9, 7, 9, 7, 9, 7]);
+        let direction = t.column_by_name("direction").unwrap().as_dictionary::<Int8Type>().keys().values().to_vec();
+        assert_eq!(direction, [0, 1, 0, 1, 0, 1, 0]);
+    }
+}
