@@ -29,6 +29,12 @@ class ArrowBatch:
 
     def __arrow_c_array__(self, requested_schema: object | None = None) -> tuple[object, object]: ...
 
+class ArrowStream:
+    """Record batches made by the core as they are read, given through the Arrow PyCapsule
+    stream interface (`pyarrow.RecordBatchReader.from_stream(obj)`). It can be read once."""
+
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object: ...
+
 class ReadProgress:
     """How far a running `decode` has read; pass it as `progress` and read it from another thread."""
 
@@ -86,11 +92,16 @@ def decode_spilled(
     limits: dict[str, int] | None = None,
     bodies: bool = False,
     arrow: bool = True,
+    frames_batch_rows: int | None = None,
+    frames_whole_max_rows: int = 0,
 ) -> dict[str, Any]:
     """Decode one bucket spilled by `decode(..., spill=...)` from its spill file: the tables of
     its connections as a whole decode of the capture (`capture_records` records) gives them
     (capture-wide packet and stream numbers), in `decode`'s dict (records empty; the summary's
-    only meaningful key is "warnings"). Raises OSError when the file cannot be read."""
+    only meaningful key is "warnings"). With `arrow` and `frames_batch_rows`, "frames" is an
+    `ArrowStream` of batches of that many rows in packet order, each made when it is read,
+    when there are more than `frames_whole_max_rows` frames.
+    Raises OSError when the file cannot be read."""
 
 def spill_path(dir: str, bucket: int) -> Path:
     """The spill file of `bucket` in the spill directory `dir` (`decode(..., spill=(dir, n))`)."""

@@ -305,26 +305,34 @@ def decode_arrow(path, ports=DEFAULT_PORTS, limits: Limits | None = None, tls_ke
 
 
 def decode_spilled(path: str | os.PathLike[str], capture_records: int, ports=DEFAULT_PORTS, limits: Limits | None = None,
-                   bodies: bool = False, **_whole_capture_args: Any) -> Decoded:
+                   bodies: bool = False, frames_batch_rows: int | None = None, frames_whole_max_rows: int = 0,
+                   **_whole_capture_args: Any) -> Decoded:
     """One bucket of `amqpcap.dataset.ingest`, decoded from the spill file `decode_arrow`'s
     ``spill`` wrote (`rust/src/spill.rs`): the tables of its connections (pyarrow Tables), as a
     whole decode of the capture (of ``capture_records`` packets) gives them. The summary has
     only the warnings of this decode; ``strict`` and ``tls_keylog`` concern the capture's files
-    and are not used here."""
+    and are not used here.
+
+    With ``frames_batch_rows``, more frames than ``frames_whole_max_rows`` are a
+    `pyarrow.RecordBatchReader` instead: batches of that many rows in packet order, each made by
+    the core when it is read (the core holds the frames in its own, sparser form until then)."""
     port_list = _ports(ports)
     raw = _core.decode_spilled(os.fspath(path), list(port_list), int(capture_records), asdict(limits or Limits()),
-                               bool(bodies), True)
+                               bool(bodies), True, frames_batch_rows, frames_whole_max_rows)
     _arrow_tables(raw)
     summary = {"warnings": list(raw.pop("summary")["warnings"])}
     return Decoded(raw, _tls_columns(raw["connections"]), summary, port_list, [])
 
 
 def _arrow_tables(raw: dict) -> None:
-    """The core's Arrow batches of a decode as pyarrow Tables, in place."""
+    """The core's Arrow batches of a decode as pyarrow Tables, in place (a stream of batches
+    as a `pyarrow.RecordBatchReader`)."""
     import pyarrow as pa
 
     for table in ("records", "packets", "frames", "connections", "anomalies", "bodies"):
-        if raw[table] is not None:
+        if isinstance(raw[table], _core.ArrowStream):
+            raw[table] = pa.RecordBatchReader.from_stream(raw[table])
+        elif raw[table] is not None:
             raw[table] = pa.Table.from_batches([pa.record_batch(raw[table])])
 
 

@@ -57,6 +57,11 @@ class DatasetError(AmqpcapError):
     exit_code = 2
 
 
+def bucket_file(k: int) -> tuple[str, str]:
+    """Where a table's rows of bucket `k` are, under the table's directory (docs/dataset.md)."""
+    return f"bucket={k}", "part-0.parquet"
+
+
 def default_buckets(file_bytes: int) -> int:
     return max(1, min(MAX_BUCKETS, math.ceil(file_bytes / BUCKET_TARGET_BYTES)))
 
@@ -185,12 +190,32 @@ def _write_buckets(t, buckets: int, kept: list[int], root: Path, pool) -> list:
     itself, so only the buckets being written are copied at a time (ordering the whole table by
     bucket first cost 50% more peak memory)."""
     b = bucket_of(t.column("stream").to_numpy(), buckets)
-    return [pool.submit(_write_bucket, t, b, k, root / f"bucket={k}" / "part-0.parquet") for k in kept]
+    return [pool.submit(_write_bucket, t, b, k, root.joinpath(*bucket_file(k))) for k in kept]
 
 
 def _write_bucket(t, bucket: np.ndarray, k: int, path: Path) -> None:
     mine = bucket == k
     _write_arrow(t if mine.all() else t.filter(mine), path)  # (one bucket: no copy)
+
+
+def _write_batches(reader, path: Path) -> int:
+    """Write the record batches of `reader` (a bucket's frames, each batch made by the core as
+    it is read: `FRAMES_BATCH_ROWS`) into the Parquet file `path`, a row group each, as
+    `_write_arrow` writes a table; returns the rows written. One batch at a time: making the
+    next one in a thread while one was written was faster on the long-connection recording
+    (7.4-8.1 s against 8.0-8.2 s) but held a batch more, and peaked at 1.06-1.13 GiB, as high
+    as a bucket's frames made whole (0.86-0.94 GiB one at a time; three runs each)."""
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = 0
+    with pq.ParquetWriter(path, reader.schema, **parquet_options(reader.schema)) as w:
+        for batch in reader:
+            w.write_batch(batch)
+            rows += batch.num_rows
+        if not rows:
+            w.write_table(reader.schema.empty_table())  # (one empty row group, as `_write_arrow` writes)
+    return rows
 
 
 def _tables(cap: Capture) -> dict[str, pd.DataFrame]:
@@ -229,11 +254,17 @@ def _write_connections(tables: dict, out: Path, buckets: int, kept: list[int]) -
     `_write_loose`)."""
     import pyarrow.compute as pc
 
+    import pyarrow as pa
+
     rows: dict[str, int] = {}
     loose: dict = {}
     with ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="amqpcap-parquet") as pool:
         for name in list(tables):
             t = tables.pop(name)  # (released once written: one table's copies alive at once)
+            if isinstance(t, pa.RecordBatchReader):  # a bucket's frames, in batches: every row is the bucket's
+                (k,) = kept
+                rows[name] = _write_batches(t, (out / name).joinpath(*bucket_file(k)))
+                continue
             own = pc.is_valid(t.column("stream"))
             n_own = pc.sum(own).as_py() or 0
             if n_own < t.num_rows:
@@ -344,10 +375,28 @@ def ingest_bucket(out: str | os.PathLike[str], buckets: int, k: int, capture_rec
     return _store_bucket(_decode_bucket(out, buckets, k, capture_records, load_args), out, buckets, k)
 
 
+#: a bucket's frames, when there are more than `FRAMES_WHOLE_MAX_ROWS`, are made into Arrow by
+#: the core this many rows at a time as the ingest writes them (a Parquet row group each:
+#: pyarrow's largest, as `pq.write_table` cuts a table), and held in the core's sparse form
+#: until then (a method argument or a property only in the rows that have one). The bucket of
+#: the 2.13M-packet consumer of `fixtures/record/record.sh long-connection` (6.4M frames; 754
+#: MiB as one Arrow table) is decoded in 722 MiB of process instead of 909 MiB, and the
+#: recording's ingest peaked at 0.86-0.94 GiB instead of 1.10-1.12 GiB, in 8.0-8.2 s instead
+#: of 8.4-8.5 s (three runs each).
+FRAMES_BATCH_ROWS = 1 << 20
+
+#: up to this many frames, a bucket's decode makes them one Arrow table, as it makes its other
+#: tables: then the decode of the next bucket, ahead, includes it (`_buckets_in_turn`), while in
+#: batches it is done as the bucket is written. With batches for every bucket, the 10M-packet
+#: ingest (1.2M frames a bucket) took 13.8-16.5 s against 12.3-13.6 s (five runs each).
+FRAMES_WHOLE_MAX_ROWS = 2 << 20
+
+
 def _decode_bucket(out, buckets: int, k: int, capture_records: int, load_args: dict):
     from .capture import decode_spilled
 
-    return decode_spilled(spill_path(out, k), capture_records, **load_args)
+    return decode_spilled(spill_path(out, k), capture_records, frames_batch_rows=FRAMES_BATCH_ROWS,
+                          frames_whole_max_rows=FRAMES_WHOLE_MAX_ROWS, **load_args)
 
 
 def _store_bucket(d, out, buckets: int, k: int) -> StepResult:
@@ -640,7 +689,7 @@ def _read_arrow(loc: Location, name: str, buckets, loose: bool = True, columns: 
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    paths = [(name, f"bucket={k}", "part-0.parquet") for k in buckets]
+    paths = [(name, *bucket_file(k)) for k in buckets]
     if loose and loc.exists("capture", f"{name}.parquet"):
         paths.append(("capture", f"{name}.parquet"))
     if not paths:
@@ -757,7 +806,7 @@ def facts(path: str | os.PathLike[str] | Location) -> CaptureFacts:
     m = manifest(loc)
     ts = loc.read_parquet("capture", "records.parquet", columns=["ts"])["ts"]
     # the packets' first time: each bucket's ts column read alone (8 bytes a packet, one bucket at a time)
-    firsts = [pc.min(loc.read_parquet("packets", f"bucket={k}", "part-0.parquet", columns=["ts"])["ts"].cast("int64"))
+    firsts = [pc.min(loc.read_parquet("packets", *bucket_file(k), columns=["ts"])["ts"].cast("int64"))
               for k in range(m["buckets"])]
     firsts = [v.as_py() for v in firsts if v.is_valid]
     return facts_from_ts(ts.cast("int64").to_numpy(), min(firsts) if firsts else 0)

@@ -69,7 +69,7 @@ def table_slices(root: str, name: str):
         f = _parquet(loc, "capture", "records.parquet")
         return f.schema_arrow, (_as_table(b) for b in f.iter_batches(BATCH_ROWS))
     m = dataset.manifest(loc)
-    files = [_parquet(loc, name, f"bucket={k}", "part-0.parquet") for k in range(m["buckets"])]
+    files = [_parquet(loc, name, *dataset.bucket_file(k)) for k in range(m["buckets"])]
     if loc.exists("capture", f"{name}.parquet"):
         files.append(_parquet(loc, "capture", f"{name}.parquet"))
     schema = _common_schema([f.schema_arrow for f in files])
