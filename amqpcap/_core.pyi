@@ -58,6 +58,8 @@ def decode(
     records_sink: Callable[[ArrowBatch], None] | None = None,
     records_batch_rows: int = 1 << 20,
     spill: tuple[str, int] | None = None,
+    frames_batch_rows: int | None = None,
+    frames_whole_max_rows: int = 0,
 ) -> dict[str, Any]:
     """Decode a capture: one file, or a set read as one capture, merged by time as mergecap
     merges them (a file of a set that cannot be used is skipped with a warning unless
@@ -76,6 +78,10 @@ def decode(
     with its packet and stream numbers; the rows of no connection (records, anomalies of the
     file) and the summary are as without it. The result has "spilled": each bucket's
     (packets, captured bytes). A write error of the spill raises OSError.
+
+    With `arrow` and `frames_batch_rows`, "frames" is an `ArrowStream` of batches of that many
+    rows in packet order, each made when it is read, when there are more than
+    `frames_whole_max_rows` frames (as `decode_spilled` gives them).
 
     arrow: each table is an `ArrowBatch` instead of a column list (`pyarrow.record_batch(t)`),
     in the types docs/dataset.md lists ("Arrow from the core").

@@ -718,6 +718,7 @@ pub fn ingest(
     progress: &Progress,
     records_sink: Option<(RecordsSink<'_>, usize)>,
     spill: Option<PacketSpill<'_>>,
+    frames_in_batches: bool,
 ) -> Result<Output, CaptureError> {
     if paths.len() > crate::limits::MAX_FILES {
         return Err(CaptureError::Unreadable(format!(
@@ -738,6 +739,9 @@ pub fn ingest(
     }
     if let Some(spill) = spill {
         ing.set_spill(spill);
+    }
+    if frames_in_batches {
+        ing.set_frames_in_batches();
     }
     let several = paths.len() > 1;
     let merged = read_captures(paths, limits.max_record_bytes, strict, progress, |rec, file| ing.record_from(rec, file))?;

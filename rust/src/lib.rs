@@ -295,7 +295,10 @@ mod python {
 
     /// Decode a capture (one file or a set merged by time) into column tables. See `amqpcap/_core.pyi`.
     #[pyfunction]
-    #[pyo3(signature = (paths, ports, limits=None, bodies=false, decrypted=None, strict=false, progress=None, arrow=false, records_sink=None, records_batch_rows=1 << 20, spill=None))]
+    #[pyo3(signature = (
+        paths, ports, limits=None, bodies=false, decrypted=None, strict=false, progress=None, arrow=false,
+        records_sink=None, records_batch_rows=1 << 20, spill=None, frames_batch_rows=None, frames_whole_max_rows=0
+    ))]
     #[allow(clippy::too_many_arguments)]
     fn decode<'py>(
         py: Python<'py>,
@@ -310,6 +313,8 @@ mod python {
         records_sink: Option<Bound<'py, PyAny>>,
         records_batch_rows: usize,
         spill: Option<(String, u32)>,
+        frames_batch_rows: Option<usize>,
+        frames_whole_max_rows: usize,
     ) -> PyResult<Bound<'py, PyDict>> {
         let limits = limits_from(limits)?;
         // The first step of a spilled ingest keeps no connection: it writes the rows of no
@@ -342,15 +347,26 @@ mod python {
                 let push = |number: u32, stream: u32, rec: &crate::capture::reader::Record<'_>| w.push(number, stream, rec);
                 Box::new(push) as crate::ingest::PacketSpill<'_>
             });
-            ingest(&paths, &ports, &limits, bodies, decrypted, partition, strict, &progress, records_sink, spill)
+            let in_batches = arrow && frames_batch_rows.is_some();
+            ingest(&paths, &ports, &limits, bodies, decrypted, partition, strict, &progress, records_sink, spill, in_batches)
         });
         if let Some(e) = failed.into_inner().expect("not poisoned") {
             return Err(e);
         }
-        let out = out.map_err(|e| CoreCaptureError::new_err((e.kind(), e.message().to_string())))?;
+        let mut out = out.map_err(|e| CoreCaptureError::new_err((e.kind(), e.message().to_string())))?;
         // A write error of the spill (a full disk) is an OSError.
         let spilled = spill_writer.map(|w| py.detach(|| w.finish())).transpose()?;
-        tables_dict(py, out, arrow, spilled, 0)
+        frames_whole_if_few(py, &mut out, frames_whole_max_rows);
+        tables_dict(py, out, arrow, spilled, frames_batch_rows.unwrap_or(0))
+    }
+
+    /// The frames left as rows made into one table here, as the other tables are, when there
+    /// are at most `max_rows` of them.
+    fn frames_whole_if_few(py: Python<'_>, out: &mut crate::ingest::Output, max_rows: usize) {
+        if out.frame_rows.as_ref().is_some_and(|r| r.rows() <= max_rows) {
+            let rows = out.frame_rows.take().expect("checked");
+            out.frames = py.detach(|| rows.table());
+        }
     }
 
     /// The dict `decode` and `decode_spilled` return (see `amqpcap/_core.pyi`); the frames as
@@ -418,11 +434,7 @@ mod python {
             let path = std::path::Path::new(&path);
             crate::spill::decode_spilled(path, &ports, &limits, bodies, capture_records, in_batches)
         })?;
-        // Few enough frames are made into one table here, as the other tables are.
-        if out.frame_rows.as_ref().is_some_and(|r| r.rows() <= frames_whole_max_rows) {
-            let rows = out.frame_rows.take().expect("checked");
-            out.frames = py.detach(|| rows.table());
-        }
+        frames_whole_if_few(py, &mut out, frames_whole_max_rows);
         tables_dict(py, out, arrow, None, frames_batch_rows.unwrap_or(0))
     }
 
