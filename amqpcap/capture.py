@@ -266,7 +266,8 @@ class Decoded:
 
 def decode_arrow(path, ports=DEFAULT_PORTS, limits: Limits | None = None, tls_keylog=None, bodies: bool = False,
                  strict: bool = False, progress=None,
-                 records_sink: Callable[[Any], None] | None = None, spill: tuple[str, int] | None = None) -> Decoded:
+                 records_sink: Callable[[Any], None] | None = None, spill: tuple[str, int] | None = None,
+                 frames_batch_rows: int | None = None) -> Decoded:
     """What `load` decodes, with the tables as pyarrow Tables made by the core (no pandas in
     between: `amqpcap.dataset.ingest` writes them to Parquet as they are). ``records.source_file``
     is a dictionary of the file names, as `load` makes it.
@@ -279,7 +280,11 @@ def decode_arrow(path, ports=DEFAULT_PORTS, limits: Limits | None = None, tls_ke
     With ``spill = (directory, buckets)``, the first step of `amqpcap.dataset.ingest`: no
     connection is decoded; the packets of every connection are spilled into its bucket's file
     in ``directory`` (`decode_spilled` decodes one), and ``tables["spilled"]`` lists each
-    bucket's (packets, captured bytes)."""
+    bucket's (packets, captured bytes).
+
+    With ``frames_batch_rows``, ``tables["frames"]`` is a `pyarrow.RecordBatchReader` of
+    batches of that many rows in packet order, each made by the core when it is read (as
+    `decode_spilled` gives a long bucket's)."""
     import pyarrow as pa
 
     if records_sink is not None and tls_keylog is not None:
@@ -299,7 +304,7 @@ def decode_arrow(path, ports=DEFAULT_PORTS, limits: Limits | None = None, tls_ke
 
     sink = (lambda b: records_sink(named(pa.record_batch(b)))) if records_sink is not None else None
     d = _decoded(path, ports, limits, tls_keylog, bodies, strict, progress, arrow=True, records_sink=sink,
-                 files=files, spill=spill)
+                 files=files, spill=spill, frames_batch_rows=frames_batch_rows)
     d.tables["records"] = named(d.tables["records"])
     return d
 
@@ -341,7 +346,7 @@ RECORDS_BATCH_ROWS = 1 << 20
 
 
 def _decoded(path, ports, limits, tls_keylog, bodies, strict, progress, arrow: bool,
-             records_sink=None, files: list[str] | None = None, spill=None) -> Decoded:
+             records_sink=None, files: list[str] | None = None, spill=None, frames_batch_rows=None) -> Decoded:
     """The core's decode of the capture at `path` (see `load`; `files`: its files, when known
     already) and its summary; with a key log, decoded again with the plaintext of the TLS
     connections it decrypts."""
@@ -362,7 +367,7 @@ def _decoded(path, ports, limits, tls_keylog, bodies, strict, progress, arrow: b
     def decode(decrypted=None) -> tuple[dict, pd.DataFrame]:
         try:
             raw = _decode(files, list(port_list), limit_dict, bool(bodies), decrypted, bool(strict), progress, arrow,
-                          records_sink, spill)
+                          records_sink, spill, frames_batch_rows)
         except _core.CoreCaptureError as e:
             raise from_core(*e.args) from None
         if not arrow:
@@ -407,12 +412,13 @@ PROGRESS_INTERVAL_S = 0.25
 
 def _decode(files: list[str], ports: list[int], limits: dict, bodies: bool, decrypted, strict: bool,
             progress: Callable[[int, int, int], None] | None, arrow: bool = False,
-            records_sink=None, spill=None) -> dict:
+            records_sink=None, spill=None, frames_batch_rows=None) -> dict:
     """The core's decode; with `progress`, a thread reports how far it has read (the core runs
     without the GIL, counting into a `_core.ReadProgress`)."""
     if progress is None:
         return _core.decode(files, ports, limits, bodies, decrypted, strict, arrow=arrow,
-                            records_sink=records_sink, records_batch_rows=RECORDS_BATCH_ROWS, spill=spill)
+                            records_sink=records_sink, records_batch_rows=RECORDS_BATCH_ROWS, spill=spill,
+                            frames_batch_rows=frames_batch_rows)
     counter = _core.ReadProgress()
     total = 0
     for f in files:
@@ -430,7 +436,7 @@ def _decode(files: list[str], ports: list[int], limits: dict, bodies: bool, decr
     reporter.start()
     try:
         return _core.decode(files, ports, limits, bodies, decrypted, strict, counter, arrow, records_sink,
-                            RECORDS_BATCH_ROWS, spill)
+                            RECORDS_BATCH_ROWS, spill, frames_batch_rows)
     finally:
         finished.set()
         reporter.join()

@@ -146,10 +146,11 @@ WorkersOpt = typer.Option(None, "--workers", min=1, max=256,
 
 def _load(capture: List[str], port: Optional[List[int]], limit: Optional[List[str]] = None, bodies: bool = False,
           tls_keylog: Optional[Path] = None, add_port: Optional[List[int]] = None, strict: bool = False,
-          arrow: bool = False):
+          arrow: bool = False, frames_batch_rows: Optional[int] = None):
     """The capture, loaded (a `Capture`), its warnings told; with ``arrow``, a capture file's
     tables are left in Arrow as the core made them (`amqpcap.capture.decode_arrow`: a
-    `Decoded`), for a command that only writes them."""
+    `Decoded`, its frames in batches of ``frames_batch_rows`` when given), for a command that
+    only writes them."""
     from .dataset import is_dataset
 
     capture = _one_name(capture)
@@ -160,7 +161,7 @@ def _load(capture: List[str], port: Optional[List[int]], limit: Optional[List[st
         if arrow:
             from .capture import decode_arrow
 
-            cap = decode_arrow(capture, **args)
+            cap = decode_arrow(capture, frames_batch_rows=frames_batch_rows, **args)
         else:
             cap = load(capture, **args)
     for w in cap.summary.get("warnings", []):
@@ -293,23 +294,24 @@ def frames(
     strict: bool = StrictOpt,
 ) -> None:
     """Write the frames table (one row per AMQP frame) to CSV or Parquet."""
-    from .report import check_format, check_out_file, write_arrow_file, write_table_file
+    from .report import PARQUET_ROW_GROUP_ROWS, check_format, check_out_file, write_arrow_file, write_table_file
 
     suffix = output.suffix.lower()
     if suffix not in (".csv", ".parquet"):
         raise UsageError(f"cannot write {output}: the output must end in .csv or .parquet")
     check_format(suffix[1:])
     check_out_file(output)
-    # a capture file's frames go from the core's Arrow table to the file, without pandas
-    cap = _load(capture, port, limit, tls_keylog=tls_keylog, add_port=add_port, strict=strict, arrow=True)
+    # a capture file's frames go from the core's Arrow batches to the file, without pandas, each
+    # batch made while the one before is written
+    cap = _load(capture, port, limit, tls_keylog=tls_keylog, add_port=add_port, strict=strict, arrow=True,
+                frames_batch_rows=PARQUET_ROW_GROUP_ROWS)
     require_amqp(cap)
     try:
         if isinstance(cap, Capture):  # a dataset, read back
             rows = len(cap.frames)
             write_table_file(cap.frames, output, suffix[1:])
         else:
-            rows = cap.tables["frames"].num_rows
-            write_arrow_file(cap.tables["frames"], output, suffix[1:])
+            rows = write_arrow_file(cap.tables["frames"], output, suffix[1:])
     except OSError as e:
         raise UsageError(f"cannot write {output}: {e.strerror or e}") from None
     err.print(f"{counted(rows, 'frame')} from {counted(len(cap.connections), 'connection')} written to {output}",
