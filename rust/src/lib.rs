@@ -7,6 +7,8 @@ pub mod amqp10;
 pub mod anomaly;
 #[cfg(feature = "arrow")]
 pub mod arrow_out;
+#[cfg(feature = "arrow")]
+pub mod csv_out;
 pub mod capture;
 pub mod detect;
 pub mod error;
@@ -438,6 +440,30 @@ mod python {
         tables_dict(py, out, arrow, None, frames_batch_rows.unwrap_or(0))
     }
 
+    /// The CSV text of a record batch given through the Arrow PyCapsule interface (the two
+    /// capsules of `batch.__arrow_c_array__()`), with the header line when `header`, the text
+    /// columns numbered in `raw` unquoted; None when a column's type is not one `csv_out`
+    /// writes. See `amqpcap/_core.pyi`.
+    #[pyfunction]
+    #[pyo3(signature = (schema, array, header, raw=Vec::new()))]
+    fn csv_text<'py>(
+        py: Python<'py>,
+        schema: Bound<'py, PyCapsule>,
+        array: Bound<'py, PyCapsule>,
+        header: bool,
+        raw: Vec<usize>,
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let schema = schema.pointer_checked(Some(c"arrow_schema"))?.as_ptr() as *const arrow_schema::ffi::FFI_ArrowSchema;
+        let array = array.pointer_checked(Some(c"arrow_array"))?.as_ptr() as *mut arrow_data::ffi::FFI_ArrowArray;
+        // SAFETY: the capsules named so hold a schema and an array of the Arrow C Data
+        // Interface (the PyCapsule interface's contract); the array is moved out of its
+        // capsule (`from_raw` leaves a released one there), the schema is only read.
+        let data = unsafe { arrow_array::ffi::from_ffi(arrow_data::ffi::FFI_ArrowArray::from_raw(array), &*schema) }
+            .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
+        let batch = arrow_array::RecordBatch::from(arrow_array::StructArray::from(data));
+        Ok(py.detach(|| crate::csv_out::csv_text(&batch, header, &raw)).ok().map(|text| PyBytes::new(py, &text)))
+    }
+
     /// The spill file of a bucket in a spill directory (`amqpcap.dataset.spill_path`).
     #[pyfunction]
     fn spill_path(dir: std::path::PathBuf, bucket: u32) -> std::path::PathBuf {
@@ -461,6 +487,7 @@ mod python {
         m.add_function(wrap_pyfunction!(bucket_of, m)?)?;
         m.add_function(wrap_pyfunction!(decode_spilled, m)?)?;
         m.add_function(wrap_pyfunction!(spill_path, m)?)?;
+        m.add_function(wrap_pyfunction!(csv_text, m)?)?;
         m.add_class::<ReadProgress>()?;
         m.add_class::<ArrowBatch>()?;
         m.add_class::<ArrowStream>()?;
