@@ -114,3 +114,9 @@ def spill_path(dir: str, bucket: int) -> Path:
 
 def bucket_of(streams: npt.NDArray[np.int64], buckets: int) -> npt.NDArray[np.int32]:
     """The bucket of each stream number (Fibonacci hashing: consecutive streams spread)."""
+
+def csv_text(schema: object, array: object, header: bool, raw: list[int] = ...) -> bytes | None:
+    """The CSV text of a record batch given as the two capsules of `batch.__arrow_c_array__()`:
+    what `pyarrow.csv.write_csv` writes for it (integers, booleans, text and dictionary text;
+    the columns numbered in `raw` are text written unquoted), with the header line when
+    `header`; None when a column is of another type (rust/src/csv_out.rs)."""

@@ -260,23 +260,20 @@ def arrow_table(df: pd.DataFrame, schema=None):
 def as_csv_columns(t):
     """The Arrow table as every text output writes it (the CSV twin of `as_written`):
     timestamps as ISO 8601 UTC text (Arrow's strftime gives `iso_utc_ns`'s text: nanoseconds,
-    `Z`), floats without binary noise (`clean_floats`), categories as their text. Nulls stay
-    null: empty cells."""
+    `Z`), floats without binary noise (`clean_floats`). Nulls stay null: empty cells.
+    Categories stay dictionaries: both CSV writers write a dictionary's text as its value."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    columns = []
-    for name, col in zip(t.column_names, t.columns):
+    columns = list(t.columns)
+    for i, (name, col) in enumerate(zip(t.column_names, t.columns)):
         kind = col.type
         if pa.types.is_timestamp(kind):
             ns = pc.fill_null(col.cast(pa.timestamp("ns", tz=kind.tz)).cast(pa.int64()), np.iinfo(np.int64).min)
-            col = iso_utc_arrow(ns.to_numpy().view("datetime64[ns]"))  # the minimum is NaT: null
+            columns[i] = iso_utc_arrow(ns.to_numpy().view("datetime64[ns]"))  # the minimum is NaT: null
         elif pa.types.is_floating(kind):
             values = col.to_numpy(zero_copy_only=False)  # nulls as NaN
-            col = pa.array(clean_floats(values, str(name)), mask=np.isnan(values))
-        elif pa.types.is_dictionary(kind):
-            col = col.cast(kind.value_type)
-        columns.append(col)
+            columns[i] = pa.array(clean_floats(values, str(name)), mask=np.isnan(values))
     return pa.table(columns, names=t.column_names)
 
 
@@ -337,13 +334,38 @@ def _read_ahead(reader):
 
 
 def _csv_text(t, header: bool):
-    """The CSV text of the Arrow table `t` (`as_csv_columns`), with the header line or not."""
+    """The CSV text of the Arrow table `t` (`as_csv_columns`), with the header line or not:
+    written by the core (`rust/src/csv_out.rs`: pyarrow's text, in a third of its time on the
+    frames table), or by pyarrow when a column is of a type the core does not write."""
     import pyarrow as pa
     import pyarrow.csv as pcsv
 
+    c = as_csv_columns(t)
+    text = csv_text_by_core(c, header)
+    if text is not None:
+        return text
     sink = pa.BufferOutputStream()
-    pcsv.write_csv(as_csv_columns(t), sink, pcsv.WriteOptions(include_header=header))
+    pcsv.write_csv(c, sink, pcsv.WriteOptions(include_header=header))
     return sink.getvalue()
+
+
+def csv_text_by_core(t, header: bool) -> bytes | None:
+    """The CSV text of the Arrow table `t` of text, integer, boolean and float columns, as
+    pyarrow's CSV writer writes it, written by the core (`rust/src/csv_out.rs`); None when a
+    column is of another type. Floats are made text by Arrow's own cast, which writes what its
+    CSV writer writes (the core writes that text unquoted)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from . import _core
+
+    raw = [i for i, f in enumerate(t.schema) if pa.types.is_floating(f.type)]
+    for i in raw:
+        t = t.set_column(i, t.field(i).name, pc.cast(t.column(i), pa.string()))
+    # (a table of no rows may have no batch: one empty batch, for the header)
+    batches = t.to_batches() or [pa.record_batch([pa.array([], f.type) for f in t.schema], schema=t.schema)]
+    texts = [_core.csv_text(*b.__arrow_c_array__(), header and i == 0, raw) for i, b in enumerate(batches)]
+    return None if None in texts else b"".join(texts)
 
 
 def _csv_texts(slices):

@@ -266,3 +266,78 @@ def test_frames_written_from_the_cores_batches_are_the_frames_table(fmt, tmp_pat
     frames = amqpcap.load(path).frames
     read = pd.read_csv(tmp_path / "batches.csv") if fmt == "csv" else pd.read_parquet(tmp_path / "batches.parquet")
     assert len(read) == len(frames) and (read["packet"].to_numpy() == frames["packet"].to_numpy()).all()
+
+
+def _pyarrow_csv(t, header: bool = True) -> bytes:
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    sink = pa.BufferOutputStream()
+    pcsv.write_csv(t, sink, pcsv.WriteOptions(include_header=header))
+    return sink.getvalue().to_pybytes()
+
+
+def _core_csv(t, header: bool = True):
+    return report.csv_text_by_core(t, header)
+
+
+@pytest.mark.parametrize("name", ["confirms.pcap", "kernel-drops.pcap", "midstream.pcap", "ten-consumers.pcap",
+                                  "huge-messages.pcap.gz", "channel-churn.pcap"])
+def test_the_cores_csv_text_is_pyarrows(name):
+    """Every table `analyze --out` writes as CSV (the capture's and every analyzer's), as text
+    columns (`as_csv_columns`): the core writes what pyarrow's CSV writer writes, byte for byte
+    (a table with a column type the core does not write, the bodies' bytes, is pyarrow's)."""
+    import pyarrow as pa
+
+    cap = amqpcap.load(FIX / name, bodies=True)
+    tables = {n: getattr(cap, n) for n in ("frames", "packets", "connections", "anomalies", "records", "bodies")}
+    for r in run_all(cap):
+        tables.update({f"{r.name}.{k}": df for k, df in r.tables.items()})
+    by_core = 0
+    for key, df in tables.items():
+        t = report.as_csv_columns(report.arrow_table(df, pa.Schema.from_pandas(df, preserve_index=False)))
+        got = _core_csv(t)
+        if got is None:
+            assert key == "bodies", key
+            continue
+        assert got == _pyarrow_csv(t), key
+        by_core += 1
+    assert by_core >= len(tables) - 1 > 10
+
+
+def test_the_cores_csv_text_quotes_and_leaves_empty_as_pyarrow_does():
+    """Text with quotes, commas, line breaks and non-ASCII letters, empty text and missing
+    values, every integer width at its extremes, booleans, dictionary text with missing keys
+    (plain and large text), a column of nulls, a quote in a column's name. (A categorical
+    with no category, a dictionary of nulls, is in the fixtures' frames above.)"""
+    import pyarrow as pa
+
+    texts = ['plain', 'a "quoted" word', 'comma, here', 'line\nbreak', 'cr\r\nlf', '', None, 'çà ✓', '"', '""']
+    n = len(texts)
+    columns = {"text": pa.array(texts), "large": pa.array(texts, pa.large_string()),
+               "dict": pa.array(texts).dictionary_encode(), "null": pa.nulls(n),
+               "large dict": pa.array(texts, pa.large_string()).dictionary_encode(),
+               'say "x"': pa.array([True, False, None] * 3 + [True])}
+    for t in (pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64()):
+        info = np.iinfo(t.to_pandas_dtype())
+        values = [int(info.min), int(info.max), 0, None, -1 if info.min < 0 else 1] * 2
+        columns[str(t)] = pa.array(values, t)
+    table = pa.table(columns)
+    assert _core_csv(table) == _pyarrow_csv(table)
+    assert _core_csv(table.slice(3, 4), header=False) == _pyarrow_csv(table.slice(3, 4), header=False)
+    empty = table.slice(0, 0)
+    assert _core_csv(empty) == _pyarrow_csv(empty) == _pyarrow_csv(table).split(b"\n")[0] + b"\n"
+
+
+def test_the_cores_csv_doubles_are_pyarrows():
+    """Doubles of every magnitude (random bits: subnormals, extremes, both signs), the decimal
+    values analyzers round to (`clean_floats`), and the edges of Arrow's decimal range."""
+    import pyarrow as pa
+
+    rng = np.random.default_rng(13)
+    bits = rng.integers(0, 2**64, 200_000, dtype=np.uint64).view(np.float64)
+    rounded = np.array([round(v, int(d)) for v, d in zip(rng.lognormal(0, 8, 20_000), rng.integers(0, 12, 20_000))])
+    edges = np.array([10.0**e * m for e in range(-12, 24) for m in (1, 1.5, 9.999999, -2.25)])
+    values = np.concatenate([bits[np.isfinite(bits)], rounded, edges, [0.0, -0.0, np.inf, -np.inf]])
+    table = pa.table({"x": pa.array(values), "y": pa.array(values[::-1], mask=rng.random(len(values)) < 0.1)})
+    assert _core_csv(table) == _pyarrow_csv(table)
