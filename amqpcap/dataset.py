@@ -252,9 +252,8 @@ def _write_connections(tables: dict, out: Path, buckets: int, kept: list[int]) -
     """Write the rows of connections of the Arrow `tables` into the `kept` buckets. Returns the
     rows written per table and the rows of no connection per table (written once, by
     `_write_loose`)."""
-    import pyarrow.compute as pc
-
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     rows: dict[str, int] = {}
     loose: dict = {}

@@ -327,7 +327,9 @@ fn reorder_entries<T: Copy>(rows: &mut Vec<u32>, values: &mut Vec<T>, inverse: &
 }
 
 /// A column that most rows leave empty (method arguments, content properties): only the rows
-/// that have a value are stored while decoding; `finish` spreads them over all rows.
+/// that have a value are stored while decoding, in ascending order (a row's value is pushed
+/// with the row: [`BuilderRows::rows_slice`] finds a range of rows by it); `finish` spreads
+/// them over all rows.
 pub struct Sparse<T> {
     rows: Vec<u32>,
     values: Vec<T>,
@@ -343,6 +345,7 @@ impl<T: Copy + Default> Sparse<T> {
     #[inline]
     pub fn push(&mut self, row: usize, v: Option<T>) {
         if let Some(v) = v {
+            debug_assert!(self.rows.last().is_none_or(|&r| (r as usize) < row), "sparse rows ascend");
             self.rows.push(row as u32);
             self.values.push(v);
         }
@@ -420,7 +423,7 @@ pub fn str_column(codes: Vec<i32>, dict: Vec<String>) -> Column {
     }
 }
 
-/// Sparse dictionary-encoded text.
+/// Sparse dictionary-encoded text (its rows ascending, as [`Sparse`]'s).
 #[derive(Default)]
 pub struct SparseStr {
     rows: Vec<u32>,
@@ -432,6 +435,7 @@ impl SparseStr {
     #[inline]
     pub fn push(&mut self, row: usize, v: Option<&[u8]>) {
         if let Some(b) = v {
+            debug_assert!(self.rows.last().is_none_or(|&r| (r as usize) < row), "sparse rows ascend");
             self.rows.push(row as u32);
             let c = self.dict.code(b);
             self.codes.push(c);
