@@ -363,7 +363,7 @@ def csv_text_by_core(t, header: bool) -> bytes | None:
     for i in raw:
         t = t.set_column(i, t.field(i).name, pc.cast(t.column(i), pa.string()))
     # (a table of no rows may have no batch: one empty batch, for the header)
-    batches = t.to_batches() or [pa.record_batch([pa.array([], f.type) for f in t.schema], schema=t.schema)]
+    batches = t.to_batches() or [pa.record_batch([pa.nulls(0, f.type) for f in t.schema], schema=t.schema)]
     texts = [_core.csv_text(*b.__arrow_c_array__(), header and i == 0, raw) for i, b in enumerate(batches)]
     return None if None in texts else b"".join(texts)
 

@@ -327,6 +327,10 @@ def test_the_cores_csv_text_quotes_and_leaves_empty_as_pyarrow_does():
     assert _core_csv(table.slice(3, 4), header=False) == _pyarrow_csv(table.slice(3, 4), header=False)
     empty = table.slice(0, 0)
     assert _core_csv(empty) == _pyarrow_csv(empty) == _pyarrow_csv(table).split(b"\n")[0] + b"\n"
+    # no rows, and a categorical with no category (the frames of a capture without AMQP 0-9-1)
+    none = pa.schema([("reason", pa.dictionary(pa.int8(), pa.null())), ("n", pa.int32())]).empty_table()
+    assert _core_csv(none) == b'"reason","n"\n'
+    assert report._csv_text(none, True) == b'"reason","n"\n'
 
 
 def test_the_cores_csv_doubles_are_pyarrows():
