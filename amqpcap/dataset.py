@@ -30,7 +30,7 @@ from . import __version__
 from .capture import Capture
 from .errors import AmqpcapError, CaptureError
 from .partition import UNREAD_COLUMNS, CaptureFacts, facts_from_ts, release_freed_memory
-from .report import parquet_options
+from .report import PARQUET_ROW_GROUP_ROWS, parquet_options, write_arrow_file
 
 FORMAT = "amqpcap-dataset"
 VERSION = 1
@@ -198,26 +198,6 @@ def _write_bucket(t, bucket: np.ndarray, k: int, path: Path) -> None:
     _write_arrow(t if mine.all() else t.filter(mine), path)  # (one bucket: no copy)
 
 
-def _write_batches(reader, path: Path) -> int:
-    """Write the record batches of `reader` (a bucket's frames, each batch made by the core as
-    it is read: `FRAMES_BATCH_ROWS`) into the Parquet file `path`, a row group each, as
-    `_write_arrow` writes a table; returns the rows written. One batch at a time: making the
-    next one in a thread while one was written was faster on the long-connection recording
-    (7.4-8.1 s against 8.0-8.2 s) but held a batch more, and peaked at 1.06-1.13 GiB, as high
-    as a bucket's frames made whole (0.86-0.94 GiB one at a time; three runs each)."""
-    import pyarrow.parquet as pq
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    rows = 0
-    with pq.ParquetWriter(path, reader.schema, **parquet_options(reader.schema)) as w:
-        for batch in reader:
-            w.write_batch(batch)
-            rows += batch.num_rows
-        if not rows:
-            w.write_table(reader.schema.empty_table())  # (one empty row group, as `_write_arrow` writes)
-    return rows
-
-
 def _tables(cap: Capture) -> dict[str, pd.DataFrame]:
     out = {"connections": cap.connections, "packets": cap.packets, "frames": cap.frames, "anomalies": cap.anomalies}
     if cap.bodies is not None:
@@ -262,7 +242,13 @@ def _write_connections(tables: dict, out: Path, buckets: int, kept: list[int]) -
             t = tables.pop(name)  # (released once written: one table's copies alive at once)
             if isinstance(t, pa.RecordBatchReader):  # a bucket's frames, in batches: every row is the bucket's
                 (k,) = kept
-                rows[name] = _write_batches(t, (out / name).joinpath(*bucket_file(k)))
+                path = (out / name).joinpath(*bucket_file(k))
+                path.parent.mkdir(parents=True, exist_ok=True)
+                # One batch at a time: making the next one while one was written was faster on
+                # the long-connection recording (7.4-8.1 s against 8.0-8.2 s) but held a batch
+                # more, and peaked at 1.06-1.13 GiB, as high as a bucket's frames made whole
+                # (0.86-0.94 GiB one at a time; three runs each).
+                rows[name] = write_arrow_file(t, path, "parquet", ahead=False)
                 continue
             own = pc.is_valid(t.column("stream"))
             n_own = pc.sum(own).as_py() or 0
@@ -375,14 +361,14 @@ def ingest_bucket(out: str | os.PathLike[str], buckets: int, k: int, capture_rec
 
 
 #: a bucket's frames, when there are more than `FRAMES_WHOLE_MAX_ROWS`, are made into Arrow by
-#: the core this many rows at a time as the ingest writes them (a Parquet row group each:
-#: pyarrow's largest, as `pq.write_table` cuts a table), and held in the core's sparse form
-#: until then (a method argument or a property only in the rows that have one). The bucket of
-#: the 2.13M-packet consumer of `fixtures/record/record.sh long-connection` (6.4M frames; 754
-#: MiB as one Arrow table) is decoded in 722 MiB of process instead of 909 MiB, and the
-#: recording's ingest peaked at 0.86-0.94 GiB instead of 1.10-1.12 GiB, in 8.0-8.2 s instead
-#: of 8.4-8.5 s (three runs each).
-FRAMES_BATCH_ROWS = 1 << 20
+#: the core this many rows at a time as the ingest writes them (a Parquet row group each, as
+#: `pq.write_table` cuts a table), and held in the core's sparse form until then (a method
+#: argument or a property only in the rows that have one). The bucket of the 2.13M-packet
+#: consumer of `fixtures/record/record.sh long-connection` (6.4M frames; 754 MiB as one Arrow
+#: table) is decoded in 722 MiB of process instead of 909 MiB, and the recording's ingest
+#: peaked at 0.86-0.94 GiB instead of 1.10-1.12 GiB, in 8.0-8.2 s instead of 8.4-8.5 s (three
+#: runs each).
+FRAMES_BATCH_ROWS = PARQUET_ROW_GROUP_ROWS
 
 #: up to this many frames, a bucket's decode makes them one Arrow table, as it makes its other
 #: tables: then the decode of the next bucket, ahead, includes it (`_buckets_in_turn`), while in

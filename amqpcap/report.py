@@ -291,16 +291,17 @@ def write_table_file(df: pd.DataFrame, path: Path, fmt: str) -> Path:
     return _write_slices(slices, schema, path, fmt)
 
 
-def write_arrow_file(t, path: Path, fmt: str) -> int:
+def write_arrow_file(t, path: Path, fmt: str, ahead: bool = True) -> int:
     """The Arrow table `t`, or the batches of the `pyarrow.RecordBatchReader` `t` (e.g. from
     the core: `amqpcap.capture.decode_arrow`), into the file `path`, as `write_table_file`
     writes a pandas frame: Parquet as it is (row groups of at most `PARQUET_ROW_GROUP_ROWS`),
-    CSV through `as_csv_columns`, `CSV_SLICE_ROWS` rows at a time (slices, not copies). The
-    next batch of a reader is made while one is written. Returns the rows written."""
+    CSV through `as_csv_columns`, `CSV_SLICE_ROWS` rows at a time (slices, not copies). With
+    ``ahead``, the next batch of a reader is made while one is written (one batch more held).
+    Returns the rows written."""
     import pyarrow as pa
 
     step = CSV_SLICE_ROWS if fmt == "csv" else PARQUET_ROW_GROUP_ROWS
-    batches = _read_ahead(t) if isinstance(t, pa.RecordBatchReader) else [t]
+    batches = (_read_ahead(t) if ahead else t) if isinstance(t, pa.RecordBatchReader) else [t]
     rows = 0
 
     def slices():
