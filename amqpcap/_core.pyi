@@ -29,12 +29,6 @@ class ArrowBatch:
 
     def __arrow_c_array__(self, requested_schema: object | None = None) -> tuple[object, object]: ...
 
-class ArrowStream:
-    """Record batches made by the core as they are read, given through the Arrow PyCapsule
-    stream interface (`pyarrow.RecordBatchReader.from_stream(obj)`). It can be read once."""
-
-    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object: ...
-
 class ReadProgress:
     """How far a running `decode` has read; pass it as `progress` and read it from another thread."""
 
@@ -58,8 +52,8 @@ def decode(
     records_sink: Callable[[ArrowBatch], None] | None = None,
     records_batch_rows: int = 1 << 20,
     spill: tuple[str, int] | None = None,
-    frames_batch_rows: int | None = None,
-    frames_whole_max_rows: int = 0,
+    frames_sink: Callable[[ArrowBatch], None] | None = None,
+    frames_batch_rows: int = 1 << 20,
 ) -> dict[str, Any]:
     """Decode a capture: one file, or a set read as one capture, merged by time as mergecap
     merges them (a file of a set that cannot be used is skipped with a warning unless
@@ -79,17 +73,20 @@ def decode(
     file) and the summary are as without it. The result has "spilled": each bucket's
     (packets, captured bytes). A write error of the spill raises OSError.
 
-    With `arrow` and `frames_batch_rows`, "frames" is an `ArrowStream` of batches of that many
-    rows in packet order, each made when it is read, when there are more than
-    `frames_whole_max_rows` frames (as `decode_spilled` gives them).
-
     arrow: each table is an `ArrowBatch` instead of a column list (`pyarrow.record_batch(t)`),
     in the types docs/dataset.md lists ("Arrow from the core").
 
     records_sink: called with the `records` rows as an ArrowBatch each time `records_batch_rows`
     are read, and with the last ones at the end, while the capture is read (with the GIL taken
     for the call); the returned "records" table is then empty. Its first exception stops the
-    calls and is raised when the decode returns."""
+    calls and is raised when the decode returns.
+
+    frames_sink: called with the `frames` rows as ArrowBatches of `frames_batch_rows` rows (the
+    last one fewer; one of no rows when there are none) in the table's order, each as soon as
+    its rows are settled while the capture is read: no row still to come sorts before them and
+    their connection's client side is known for good (rust/src/ingest.rs, `frames_watermark`).
+    Their text columns have 32-bit codes, and each batch's dictionary is the texts met so far.
+    The returned "frames" is then None. Errors as for records_sink."""
 
 def decode_spilled(
     path: str,
@@ -98,15 +95,13 @@ def decode_spilled(
     limits: dict[str, int] | None = None,
     bodies: bool = False,
     arrow: bool = True,
-    frames_batch_rows: int | None = None,
-    frames_whole_max_rows: int = 0,
+    frames_sink: Callable[[ArrowBatch], None] | None = None,
+    frames_batch_rows: int = 1 << 20,
 ) -> dict[str, Any]:
     """Decode one bucket spilled by `decode(..., spill=...)` from its spill file: the tables of
     its connections as a whole decode of the capture (`capture_records` records) gives them
     (capture-wide packet and stream numbers), in `decode`'s dict (records empty; the summary's
-    only meaningful key is "warnings"). With `arrow` and `frames_batch_rows`, "frames" is an
-    `ArrowStream` of batches of that many rows in packet order, each made when it is read,
-    when there are more than `frames_whole_max_rows` frames.
+    only meaningful key is "warnings"). `frames_sink` as `decode`'s.
     Raises OSError when the file cannot be read."""
 
 def spill_path(dir: str, bucket: int) -> Path:

@@ -250,13 +250,15 @@ class Decoded:
     the core hands them (column lists, or with ``arrow`` pyarrow Tables, ``connections`` among
     them; ``bodies`` None unless asked for), the summary `load` gives. `connections` is the
     connections table as `load` gives it, or with ``arrow`` only its TLS columns (stream,
-    broker_port, tls, tls_decrypted)."""
+    broker_port, tls, tls_decrypted). `written`: the rows of each table its sinks wrote while
+    it decoded (set by the writer: `amqpcap.dataset`)."""
 
     tables: dict[str, Any]
     connections: pd.DataFrame
     summary: dict[str, Any]
     ports: tuple[int, ...]
     files: list[str]
+    written: dict[str, int] = field(default_factory=dict)
 
     def anomaly_rows(self) -> pd.DataFrame:
         """The anomalies' kind, stream, bytes and detail as pandas (what a command's one-line
@@ -264,31 +266,38 @@ class Decoded:
         return self.tables["anomalies"].select(["kind", "stream", "bytes", "detail"]).to_pandas()
 
 
+#: rows of the `frames` table in a batch that `decode_arrow` hands to its ``frames_sink``, by
+#: default (`amqpcap.dataset` and `amqpcap frames -o` give the Parquet row group's size)
+FRAMES_BATCH_ROWS = 1 << 20
+
+
 def decode_arrow(path, ports=DEFAULT_PORTS, limits: Limits | None = None, tls_keylog=None, bodies: bool = False,
                  strict: bool = False, progress=None,
                  records_sink: Callable[[Any], None] | None = None, spill: tuple[str, int] | None = None,
-                 frames_batch_rows: int | None = None) -> Decoded:
+                 frames_sink: Callable[[Any], None] | None = None, frames_batch_rows: int = FRAMES_BATCH_ROWS) -> Decoded:
     """What `load` decodes, with the tables as pyarrow Tables made by the core (no pandas in
     between: `amqpcap.dataset.ingest` writes them to Parquet as they are). ``records.source_file``
     is a dictionary of the file names, as `load` makes it.
 
     With ``records_sink``, the `records` rows are not kept: they are given to it as pyarrow
     RecordBatches of about `RECORDS_BATCH_ROWS` rows while the capture is read, the last ones
-    when it ends, and ``tables["records"]`` is empty. Not with a key log (the capture is decoded
-    twice then).
+    when it ends, and ``tables["records"]`` is empty. Neither sink is used with a key log (the
+    capture is decoded twice then).
 
     With ``spill = (directory, buckets)``, the first step of `amqpcap.dataset.ingest`: no
     connection is decoded; the packets of every connection are spilled into its bucket's file
     in ``directory`` (`decode_spilled` decodes one), and ``tables["spilled"]`` lists each
     bucket's (packets, captured bytes).
 
-    With ``frames_batch_rows``, ``tables["frames"]`` is a `pyarrow.RecordBatchReader` of
-    batches of that many rows in packet order, each made by the core when it is read (as
-    `decode_spilled` gives a long bucket's)."""
+    With ``frames_sink``, the `frames` rows are not kept: they are given to it as pyarrow
+    RecordBatches of ``frames_batch_rows`` rows (the last one fewer, at least one batch) in the
+    table's order as they settle while the capture is read, and ``tables["frames"]`` is None.
+    Their text columns have 32-bit dictionary codes whatever the dictionary's size, and each
+    batch's dictionary holds the texts met so far (so the batches share one schema)."""
     import pyarrow as pa
 
-    if records_sink is not None and tls_keylog is not None:
-        raise ValueError("records_sink is not used with a TLS key log")
+    if (records_sink is not None or frames_sink is not None) and tls_keylog is not None:
+        raise ValueError("records_sink and frames_sink are not used with a TLS key log")
     from .inputs import capture_files
 
     files = capture_files(path)
@@ -303,42 +312,45 @@ def decode_arrow(path, ports=DEFAULT_PORTS, limits: Limits | None = None, tls_ke
         return batch.set_column(i, pa.field("source_file", names.type), names)
 
     sink = (lambda b: records_sink(named(pa.record_batch(b)))) if records_sink is not None else None
+    frames = _batch_sink(frames_sink)
     d = _decoded(path, ports, limits, tls_keylog, bodies, strict, progress, arrow=True, records_sink=sink,
-                 files=files, spill=spill, frames_batch_rows=frames_batch_rows)
+                 files=files, spill=spill, frames=(frames, frames_batch_rows))
     d.tables["records"] = named(d.tables["records"])
     return d
 
 
 def decode_spilled(path: str | os.PathLike[str], capture_records: int, ports=DEFAULT_PORTS, limits: Limits | None = None,
-                   bodies: bool = False, frames_batch_rows: int | None = None, frames_whole_max_rows: int = 0,
-                   **_whole_capture_args: Any) -> Decoded:
+                   bodies: bool = False, frames_sink: Callable[[Any], None] | None = None,
+                   frames_batch_rows: int = FRAMES_BATCH_ROWS, **_whole_capture_args: Any) -> Decoded:
     """One bucket of `amqpcap.dataset.ingest`, decoded from the spill file `decode_arrow`'s
     ``spill`` wrote (`rust/src/spill.rs`): the tables of its connections (pyarrow Tables), as a
     whole decode of the capture (of ``capture_records`` packets) gives them. The summary has
     only the warnings of this decode; ``strict`` and ``tls_keylog`` concern the capture's files
-    and are not used here.
-
-    With ``frames_batch_rows``, more frames than ``frames_whole_max_rows`` are a
-    `pyarrow.RecordBatchReader` instead: batches of that many rows in packet order, each made by
-    the core when it is read (the core holds the frames in its own, sparser form until then)."""
+    and are not used here. ``frames_sink``: as `decode_arrow`'s."""
     port_list = _ports(ports)
     raw = _core.decode_spilled(os.fspath(path), list(port_list), int(capture_records), asdict(limits or Limits()),
-                               bool(bodies), True, frames_batch_rows, frames_whole_max_rows)
+                               bool(bodies), True, _batch_sink(frames_sink), frames_batch_rows)
     _arrow_tables(raw)
     summary = {"warnings": list(raw.pop("summary")["warnings"])}
     return Decoded(raw, _tls_columns(raw["connections"]), summary, port_list, [])
 
 
 def _arrow_tables(raw: dict) -> None:
-    """The core's Arrow batches of a decode as pyarrow Tables, in place (a stream of batches
-    as a `pyarrow.RecordBatchReader`)."""
+    """The core's Arrow batches of a decode as pyarrow Tables, in place."""
     import pyarrow as pa
 
     for table in ("records", "packets", "frames", "connections", "anomalies", "bodies"):
-        if isinstance(raw[table], _core.ArrowStream):
-            raw[table] = pa.RecordBatchReader.from_stream(raw[table])
-        elif raw[table] is not None:
+        if raw[table] is not None:
             raw[table] = pa.Table.from_batches([pa.record_batch(raw[table])])
+
+
+def _batch_sink(sink: Callable[[Any], None] | None):
+    """`sink` of pyarrow RecordBatches as a sink of the core's Arrow batches."""
+    if sink is None:
+        return None
+    import pyarrow as pa
+
+    return lambda b: sink(pa.record_batch(b))
 
 
 #: rows of the `records` table in a batch that `decode_arrow` hands to its ``records_sink``
@@ -346,7 +358,7 @@ RECORDS_BATCH_ROWS = 1 << 20
 
 
 def _decoded(path, ports, limits, tls_keylog, bodies, strict, progress, arrow: bool,
-             records_sink=None, files: list[str] | None = None, spill=None, frames_batch_rows=None) -> Decoded:
+             records_sink=None, files: list[str] | None = None, spill=None, frames=(None, FRAMES_BATCH_ROWS)) -> Decoded:
     """The core's decode of the capture at `path` (see `load`; `files`: its files, when known
     already) and its summary; with a key log, decoded again with the plaintext of the TLS
     connections it decrypts."""
@@ -367,7 +379,7 @@ def _decoded(path, ports, limits, tls_keylog, bodies, strict, progress, arrow: b
     def decode(decrypted=None) -> tuple[dict, pd.DataFrame]:
         try:
             raw = _decode(files, list(port_list), limit_dict, bool(bodies), decrypted, bool(strict), progress, arrow,
-                          records_sink, spill, frames_batch_rows)
+                          records_sink, spill, frames)
         except _core.CoreCaptureError as e:
             raise from_core(*e.args) from None
         if not arrow:
@@ -412,13 +424,14 @@ PROGRESS_INTERVAL_S = 0.25
 
 def _decode(files: list[str], ports: list[int], limits: dict, bodies: bool, decrypted, strict: bool,
             progress: Callable[[int, int, int], None] | None, arrow: bool = False,
-            records_sink=None, spill=None, frames_batch_rows=None) -> dict:
-    """The core's decode; with `progress`, a thread reports how far it has read (the core runs
-    without the GIL, counting into a `_core.ReadProgress`)."""
+            records_sink=None, spill=None, frames=(None, FRAMES_BATCH_ROWS)) -> dict:
+    """The core's decode (`frames`: its frames sink and the rows of a batch); with `progress`,
+    a thread reports how far it has read (the core runs without the GIL, counting into a
+    `_core.ReadProgress`)."""
     if progress is None:
         return _core.decode(files, ports, limits, bodies, decrypted, strict, arrow=arrow,
                             records_sink=records_sink, records_batch_rows=RECORDS_BATCH_ROWS, spill=spill,
-                            frames_batch_rows=frames_batch_rows)
+                            frames_sink=frames[0], frames_batch_rows=frames[1])
     counter = _core.ReadProgress()
     total = 0
     for f in files:
@@ -436,7 +449,7 @@ def _decode(files: list[str], ports: list[int], limits: dict, bodies: bool, decr
     reporter.start()
     try:
         return _core.decode(files, ports, limits, bodies, decrypted, strict, counter, arrow, records_sink,
-                            RECORDS_BATCH_ROWS, spill, frames_batch_rows)
+                            RECORDS_BATCH_ROWS, spill, *frames)
     finally:
         finished.set()
         reporter.join()

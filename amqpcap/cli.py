@@ -6,6 +6,7 @@ shown only with AMQPCAP_DEBUG=1.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -146,11 +147,11 @@ WorkersOpt = typer.Option(None, "--workers", min=1, max=256,
 
 def _load(capture: List[str], port: Optional[List[int]], limit: Optional[List[str]] = None, bodies: bool = False,
           tls_keylog: Optional[Path] = None, add_port: Optional[List[int]] = None, strict: bool = False,
-          arrow: bool = False, frames_batch_rows: Optional[int] = None):
+          arrow: bool = False, frames_sink=None):
     """The capture, loaded (a `Capture`), its warnings told; with ``arrow``, a capture file's
     tables are left in Arrow as the core made them (`amqpcap.capture.decode_arrow`: a
-    `Decoded`, its frames in batches of ``frames_batch_rows`` when given), for a command that
-    only writes them."""
+    `Decoded`, its frames given to ``frames_sink`` when given, in Parquet row groups' batches),
+    for a command that only writes them."""
     from .dataset import is_dataset
 
     capture = _one_name(capture)
@@ -161,7 +162,9 @@ def _load(capture: List[str], port: Optional[List[int]], limit: Optional[List[st
         if arrow:
             from .capture import decode_arrow
 
-            cap = decode_arrow(capture, frames_batch_rows=frames_batch_rows, **args)
+            from .report import PARQUET_ROW_GROUP_ROWS
+
+            cap = decode_arrow(capture, frames_sink=frames_sink, frames_batch_rows=PARQUET_ROW_GROUP_ROWS, **args)
         else:
             cap = load(capture, **args)
     for w in cap.summary.get("warnings", []):
@@ -274,6 +277,15 @@ def undecoded_note(cap: Capture) -> Optional[str]:
     return f"No AMQP frame was decoded in {counted(n, 'AMQP connection')} ({why}), so only TCP was analysed."
 
 
+def _refuse_unless_amqp(cap, written: Path) -> None:
+    """`require_amqp`, the file `written` from the capture removed when it fails."""
+    try:
+        require_amqp(cap)
+    except NoAmqpError:
+        written.unlink(missing_ok=True)
+        raise
+
+
 def _capture_line(cap: Capture) -> str:
     from .report import capture_summary
 
@@ -294,24 +306,29 @@ def frames(
     strict: bool = StrictOpt,
 ) -> None:
     """Write the frames table (one row per AMQP frame) to CSV or Parquet."""
-    from .report import PARQUET_ROW_GROUP_ROWS, check_format, check_out_file, write_arrow_file, write_table_file
+    from .dataset import is_dataset
+    from .report import batches_from_sink, check_format, check_out_file, write_arrow_file, write_table_file
 
     suffix = output.suffix.lower()
     if suffix not in (".csv", ".parquet"):
         raise UsageError(f"cannot write {output}: the output must end in .csv or .parquet")
     check_format(suffix[1:])
     check_out_file(output)
-    # a capture file's frames go from the core's Arrow batches to the file, without pandas, each
-    # batch made while the one before is written
-    cap = _load(capture, port, limit, tls_keylog=tls_keylog, add_port=add_port, strict=strict, arrow=True,
-                frames_batch_rows=PARQUET_ROW_GROUP_ROWS)
-    require_amqp(cap)
+    load = functools.partial(_load, capture, port, limit, tls_keylog=tls_keylog, add_port=add_port, strict=strict)
+    fmt = suffix[1:]
     try:
-        if isinstance(cap, Capture):  # a dataset, read back
-            rows = len(cap.frames)
-            write_table_file(cap.frames, output, suffix[1:])
+        if tls_keylog is not None or is_dataset(_one_name(capture)):  # (decoded twice; read back whole)
+            cap = load(arrow=True)
+            require_amqp(cap)
+            frames = cap.frames if isinstance(cap, Capture) else cap.tables["frames"]
+            rows = (write_table_file if isinstance(cap, Capture) else write_arrow_file)(frames, output, fmt)
         else:
-            rows = write_arrow_file(cap.tables["frames"], output, suffix[1:])
+            # the core's frame batches go to the file as they settle, written here while the
+            # capture is still decoded, without pandas
+            reader, finished = batches_from_sink(lambda sink: load(arrow=True, frames_sink=sink))
+            rows = write_arrow_file(reader, output, fmt, ahead=False)
+            cap = finished()
+            _refuse_unless_amqp(cap, output)
     except OSError as e:
         raise UsageError(f"cannot write {output}: {e.strerror or e}") from None
     err.print(f"{counted(rows, 'frame')} from {counted(len(cap.connections), 'connection')} written to {output}",

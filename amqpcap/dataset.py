@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import functools
 import os
 import re
 import shutil
@@ -30,7 +31,7 @@ from . import __version__
 from .capture import Capture
 from .errors import AmqpcapError, CaptureError
 from .partition import UNREAD_COLUMNS, CaptureFacts, facts_from_ts, release_freed_memory
-from .report import PARQUET_ROW_GROUP_ROWS, parquet_options, write_arrow_file
+from .report import parquet_options
 
 FORMAT = "amqpcap-dataset"
 VERSION = 1
@@ -232,7 +233,6 @@ def _write_connections(tables: dict, out: Path, buckets: int, kept: list[int]) -
     """Write the rows of connections of the Arrow `tables` into the `kept` buckets. Returns the
     rows written per table and the rows of no connection per table (written once, by
     `_write_loose`)."""
-    import pyarrow as pa
     import pyarrow.compute as pc
 
     rows: dict[str, int] = {}
@@ -240,16 +240,6 @@ def _write_connections(tables: dict, out: Path, buckets: int, kept: list[int]) -
     with ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="amqpcap-parquet") as pool:
         for name in list(tables):
             t = tables.pop(name)  # (released once written: one table's copies alive at once)
-            if isinstance(t, pa.RecordBatchReader):  # a bucket's frames, in batches: every row is the bucket's
-                (k,) = kept
-                path = (out / name).joinpath(*bucket_file(k))
-                path.parent.mkdir(parents=True, exist_ok=True)
-                # One batch at a time: making the next one while one was written was faster on
-                # the long-connection recording (7.4-8.1 s against 8.0-8.2 s) but held a batch
-                # more, and peaked at 1.06-1.13 GiB, as high as a bucket's frames made whole
-                # (0.86-0.94 GiB one at a time; three runs each).
-                rows[name] = write_arrow_file(t, path, "parquet", ahead=False)
-                continue
             own = pc.is_valid(t.column("stream"))
             n_own = pc.sum(own).as_py() or 0
             if n_own < t.num_rows:
@@ -349,39 +339,52 @@ def split(capture, out: str | os.PathLike[str], buckets: int, load_args: dict,
     (`capture/records.parquet` a batch at a time as the core reads, the file's anomalies kept
     for the end), and spill every TCP packet of a possible AMQP connection into its bucket's
     spill file (`rust/src/spill.rs`), numbered as a whole decode numbers packets and streams."""
-    d, records = _decode_writing_records(capture, Path(out), load_args, progress,
-                                         spill=(str(Path(out) / SPILL_DIR), buckets))
-    return _store(d, out, buckets, [], records)
+    d = _decode_writing_records(capture, Path(out), load_args, progress, spill=(str(Path(out) / SPILL_DIR), buckets))
+    return _store(d, out, buckets, [])
 
 
-def ingest_bucket(out: str | os.PathLike[str], buckets: int, k: int, capture_records: int, load_args: dict) -> StepResult:
-    """Decode bucket `k` from its spill file (in this process or on a Dask worker) and write its
-    tables; the spill file is removed once they are written."""
-    return _store_bucket(_decode_bucket(out, buckets, k, capture_records, load_args), out, buckets, k)
+def ingest_bucket(out: str | os.PathLike[str], buckets: int, k: int, capture_records: int, load_args: dict,
+                  packets: int) -> StepResult:
+    """Decode bucket `k` (`packets` spilled) from its spill file (in this process or on a Dask
+    worker) and write its tables; the spill file is removed once they are written."""
+    return _store_bucket(_decode_bucket(out, buckets, k, capture_records, load_args, packets), out, buckets, k)
 
 
-#: a bucket's frames, when there are more than `FRAMES_WHOLE_MAX_ROWS`, are made into Arrow by
-#: the core this many rows at a time as the ingest writes them (a Parquet row group each, as
-#: `pq.write_table` cuts a table), and held in the core's sparse form until then (a method
-#: argument or a property only in the rows that have one). The bucket of the 2.13M-packet
-#: consumer of `fixtures/record/record.sh long-connection` (6.4M frames; 754 MiB as one Arrow
-#: table) is decoded in 722 MiB of process instead of 909 MiB, and the recording's ingest
-#: peaked at 0.86-0.94 GiB instead of 1.10-1.12 GiB, in 8.0-8.2 s instead of 8.4-8.5 s (three
-#: runs each).
-FRAMES_BATCH_ROWS = PARQUET_ROW_GROUP_ROWS
+#: a bucket of more packets than this has its frames written to its Parquet file as they
+#: settle, while it is still decoded in another thread (`amqpcap.capture.decode_spilled`'s
+#: ``frames_sink``, `report.batches_from_sink`): the decode never holds a long connection's frames
+#: whole. The ingest of the long-connection recording of `fixtures/record/record.sh` (its
+#: consumer's bucket: 2.13M packets, 6.4M frames) peaked at 0.55-0.59 GiB in 5.9-6.1 s, against
+#: 0.89-0.94 GiB in 8.1-8.8 s with the frames made into Arrow a batch at a time after the decode
+#: (two runs each). A smaller bucket's frames are made whole, as its other tables: the next
+#: bucket's decode, ahead, then includes them (`_buckets_in_turn`); with every bucket's frames
+#: written as they settle (in the decoding thread), the 10M-packet ingest (15 buckets of about
+#: 0.7M packets) took 19.1-19.9 s against 13.0-13.6 s.
+FRAMES_STREAM_MIN_PACKETS = 1 << 20
 
-#: up to this many frames, a bucket's decode makes them one Arrow table, as it makes its other
-#: tables: then the decode of the next bucket, ahead, includes it (`_buckets_in_turn`), while in
-#: batches it is done as the bucket is written. With batches for every bucket, the 10M-packet
-#: ingest (1.2M frames a bucket) took 13.8-16.5 s against 12.3-13.6 s (five runs each).
-FRAMES_WHOLE_MAX_ROWS = 2 << 20
+#: rows of a batch of those frames, and of a row group of their file. Three batches are held at
+#: once (being made, waiting, being written): in batches of 2^20 rows the recording's ingest
+#: peaked at 0.98-0.99 GiB instead of 0.55-0.59 GiB.
+FRAMES_BATCH_ROWS = 1 << 18
 
 
-def _decode_bucket(out, buckets: int, k: int, capture_records: int, load_args: dict):
+def _decode_bucket(out, buckets: int, k: int, capture_records: int, load_args: dict, packets: int):
+    """Bucket `k` (of `packets` packets) decoded from its spill file; a large bucket's frames
+    written to their file while it decodes (in this thread; the decode runs in another), counted
+    in ``written``."""
     from .capture import decode_spilled
+    from .report import batches_from_sink, write_arrow_file
 
-    return decode_spilled(spill_path(out, k), capture_records, frames_batch_rows=FRAMES_BATCH_ROWS,
-                          frames_whole_max_rows=FRAMES_WHOLE_MAX_ROWS, **load_args)
+    decode = functools.partial(decode_spilled, spill_path(out, k), capture_records, **load_args)
+    if packets <= FRAMES_STREAM_MIN_PACKETS:
+        return decode()
+    reader, finished = batches_from_sink(lambda sink: decode(frames_sink=sink, frames_batch_rows=FRAMES_BATCH_ROWS))
+    path = Path(out, "frames").joinpath(*bucket_file(k))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = write_arrow_file(reader, path, "parquet", ahead=False)
+    d = finished()
+    d.written = {"frames": rows}
+    return d
 
 
 def _store_bucket(d, out, buckets: int, k: int) -> StepResult:
@@ -400,17 +403,17 @@ def _ingest_whole(capture, out: Path, buckets: int, load_args: dict, progress) -
     capture, nothing spilled (a spill would only be read back whole; with a key log, tshark
     decrypts the connections of a decode and the capture is decoded again with their plaintext,
     so its records are written at the end)."""
-    d, records = _decode_writing_records(capture, out, load_args, progress)
-    return _store(d, out, buckets, list(range(buckets)), records)
+    d = _decode_writing_records(capture, out, load_args, progress)
+    return _store(d, out, buckets, list(range(buckets)))
 
 
 def _decode_writing_records(capture, out: Path, load_args: dict, progress, **decode_args):
     """`decode_arrow` of the capture, its `records` written to `capture/records.parquet` a batch
     at a time while the core reads (with a key log, where the capture is decoded twice: at the
-    end). Returns the decode and the records file."""
+    end). Returns the decode (its ``written`` counts the records)."""
     from .capture import decode_arrow
 
-    records = _RecordsFile(out / "capture" / "records.parquet")
+    records = _BatchFile(out / "capture" / "records.parquet")
     streamed = load_args.get("tls_keylog") is None
     try:
         d = decode_arrow(capture, progress=progress, **load_args, records_sink=records.write if streamed else None,
@@ -418,26 +421,27 @@ def _decode_writing_records(capture, out: Path, load_args: dict, progress, **dec
         records.write(d.tables.pop("records"))
     finally:
         records.close()
-    return d, records
+    d.written = {"records": records.rows}
+    return d
 
 
-def _store(d, out, buckets: int, kept: list[int], records: "_RecordsFile | None" = None) -> StepResult:
+def _store(d, out, buckets: int, kept: list[int]) -> StepResult:
     """Write the connections' tables of the decode `d` into the `kept` buckets of `out` (its rows
-    of no connection are kept for the end); what the end of the ingest needs of the step."""
+    of no connection are kept for the end; its tables written while it decoded are counted in
+    ``d.written``); what the end of the ingest needs of the step."""
     anomalies = d.anomaly_rows()
     spilled = d.tables.pop("spilled", None)
     tables = {name: d.tables[name] for name in CONNECTION_TABLES if d.tables.get(name) is not None}
     d.tables.clear()
     rows, loose = _write_connections(tables, Path(out), buckets, kept)
-    if records is not None:
-        rows["records"] = records.rows
+    rows.update(d.written)
     return StepResult(rows, loose, d.summary, d.ports, d.connections[["stream", "tls", "tls_decrypted", "protocol"]],
                       anomalies, spilled)
 
 
-class _RecordsFile:
-    """`capture/records.parquet` written a batch (a row group) at a time, as the core hands the
-    rows over (`decode_arrow`'s ``records_sink``)."""
+class _BatchFile:
+    """A Parquet file written a batch (a row group) at a time, as the core hands the rows over
+    (`decode_arrow`'s ``records_sink``); a file of no batch is not written."""
 
     def __init__(self, path: Path):
         self.path, self.rows, self._writer = path, 0, None
@@ -499,9 +503,10 @@ def _ingest(capture, out: Path, buckets: int, progress, run_buckets, load_args: 
             results = [first]
         else:
             first = _split_with_progress(capture, out, buckets, load_args, progress)
-            args = [(out, buckets, k, first.summary["packets"], load_args) for k in range(buckets)]
+            spilled = first.spilled or [(0, 0)] * buckets
+            args = [(out, buckets, k, first.summary["packets"], load_args, spilled[k][0]) for k in range(buckets)]
             if run_buckets is None:
-                spilled = [b for _, b in first.spilled or [(0, 0)] * buckets]
+                spilled = [b for _, b in spilled]
                 done = _BucketProgress(progress, file_bytes, first)
                 results = [first] + list(_buckets_in_turn(args, done, spilled))
             else:
@@ -544,7 +549,7 @@ def _buckets_in_turn(args: list[tuple], done: Callable[[StepResult, int], StepRe
 
     with ThreadPoolExecutor(1, thread_name_prefix="amqpcap-decode") as ahead:
         pending = ahead.submit(_decode_bucket, *args[0]) if args else None
-        for i, (out, buckets, k, _, _) in enumerate(args):
+        for i, (out, buckets, k, *_) in enumerate(args):
             decoded = pending.result() if pending is not None else _decode_bucket(*args[i])
             pending = None
             if i + 1 < len(args) and size(i) + size(i + 1) <= DECODE_AHEAD_MAX_BYTES:

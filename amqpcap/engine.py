@@ -410,7 +410,7 @@ def analyze(path: str | os.PathLike[str], outline: Capture, c: Any,
     return [results[name] for name in analyzers()]
 
 
-def ingest_step(out: str, buckets: int, k: int, capture_records: int, load_args: dict) -> dataset.StepResult:
+def ingest_step(out: str, buckets: int, k: int, capture_records: int, load_args: dict, packets: int) -> dataset.StepResult:
     """On a worker: decode bucket `k` of the ingest from its spill file
     (`amqpcap.dataset.ingest_bucket`). A worker that does not see the dataset directory says
     so, naming its host."""
@@ -419,7 +419,7 @@ def ingest_step(out: str, buckets: int, k: int, capture_records: int, load_args:
     if not dataset.spill_path(out, k).is_file():
         raise EngineError(f"the Dask worker on {socket.gethostname()} does not see the dataset directory {out}: every "
                           "worker must see it at the same path (a shared filesystem)")
-    return dataset.ingest_bucket(out, buckets, k, capture_records, load_args)
+    return dataset.ingest_bucket(out, buckets, k, capture_records, load_args, packets)
 
 
 def ingest(capture, out: str | os.PathLike[str], c: Any, progress: Callable[[str, int, int], None] | None = None,

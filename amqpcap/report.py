@@ -316,6 +316,58 @@ def write_arrow_file(t, path: Path, fmt: str, ahead: bool = True) -> int:
     return rows
 
 
+def batches_from_sink(produce: Callable[[Callable[[Any], None]], Any], waiting: int = 1):
+    """Run ``produce(sink)`` in a thread (a decode with a batch sink: the core runs without the
+    GIL) and read what it gives `sink` here as a `pyarrow.RecordBatchReader`, at most `waiting`
+    batches held between the two; ``finished()`` then returns what `produce` returned. Its
+    error, before the first batch or after, is raised here. A reader left unread or stopped early
+    lets `produce` run to its end, its batches dropped. Returns (reader, finished)."""
+    import itertools
+    import queue
+
+    import pyarrow as pa
+
+    handed: queue.Queue = queue.Queue(maxsize=waiting)
+    end, outcome, stop = object(), {}, threading.Event()
+
+    def put(item) -> None:
+        while not stop.is_set():
+            try:
+                return handed.put(item, timeout=0.1)
+            except queue.Full:
+                continue
+
+    def run() -> None:
+        try:
+            outcome["value"] = produce(put)
+        except BaseException as e:  # (raised in the reading thread)
+            outcome["error"] = e
+        put(end)
+
+    thread = threading.Thread(target=run, name="amqpcap-produce", daemon=True)
+    thread.start()
+
+    def finished():
+        stop.set()
+        thread.join()
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["value"]
+
+    def rest():
+        try:
+            while (b := handed.get()) is not end:
+                yield b
+        finally:
+            stop.set()
+
+    first = handed.get()
+    if first is end:
+        finished()  # (its error)
+        raise ValueError("the producer gave no batch")
+    return pa.RecordBatchReader.from_batches(first.schema, itertools.chain([first], rest())), finished
+
+
 def _read_ahead(reader):
     """The batches of `reader`, the next one read (made by the core, without the GIL) while the
     caller writes one (pyarrow's writers run without the GIL too)."""

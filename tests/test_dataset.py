@@ -61,13 +61,14 @@ def test_a_fixture_ingested_bucket_by_bucket_is_the_same_capture(name, tmp_path)
 @pytest.mark.parametrize("name", ["kernel-drops.pcap", "midstream.pcap", "memory-alarm.pcap", "ten-consumers.pcap",
                                   "unlimited.pcap.gz"])
 def test_a_buckets_frames_written_a_batch_at_a_time_are_the_same_capture(name, tmp_path, monkeypatch):
-    """The core makes a bucket's frames into Arrow `FRAMES_BATCH_ROWS` rows at a time while they
-    are written (a row group each); with batches of 1,000 rows, far fewer than these fixtures'
-    frames, the capture read back is still the one `load` gives."""
+    """The core hands a bucket's frames to the ingest `FRAMES_BATCH_ROWS` rows at a time as they
+    settle during the decode, and each is written as it comes (a row group each); with batches
+    of 1,000 rows, far fewer than these fixtures' frames, the capture read back is still the one
+    `load` gives (midstream.pcap: connections whose client side is settled late)."""
     import pyarrow.parquet as pq
 
     monkeypatch.setattr(dataset, "FRAMES_BATCH_ROWS", 1000)
-    monkeypatch.setattr(dataset, "FRAMES_WHOLE_MAX_ROWS", 1000)
+    monkeypatch.setattr(dataset, "FRAMES_STREAM_MIN_PACKETS", 0)
     direct = amqpcap.load(FIX / name, bodies=True)
     dataset.ingest(FIX / name, tmp_path / "ds", buckets=4, bodies=True)
     groups = [pq.ParquetFile(tmp_path / "ds" / "frames" / f"bucket={k}" / "part-0.parquet").num_row_groups

@@ -44,6 +44,19 @@ pub(crate) struct Dir {
     pub(crate) encrypted: bool,
 }
 
+impl Dir {
+    /// The earliest packet a frame row still to come from bytes this direction already holds
+    /// may be attributed to (None: every frame still to come is of a later packet). Segments
+    /// held out of order come out, when their holes are given up, as of their own packet or
+    /// the direction's latest one, whichever is later (`Reassembler::flush_ooo`).
+    pub(crate) fn earliest_pending_frame(&self) -> Option<u32> {
+        let last = self.reasm.last_arrival().map_or(0, |p| p.number);
+        let held = self.reasm.earliest_held_packet().map(|p| if last > 0 { p.min(last) } else { p });
+        let undecoded = self.decoder.as_ref().and_then(|d| d.earliest_pending_frame(last));
+        held.into_iter().chain(undecoded).min()
+    }
+}
+
 /// What the connection's handshake says, allocated when the first connection.* method of the
 /// stream is decoded (most of a SYN flood's conversations never get one).
 #[derive(Default)]
@@ -103,6 +116,17 @@ pub(crate) struct Stream {
     pub(crate) first_ts: i64,
     pub(crate) last_ts: i64,
     pub(crate) info: ConnInfo,
+}
+
+impl Stream {
+    /// Whether the client side is settled for good. Evidence only grows (`ClientEvidence`):
+    /// past the port, only a protocol header can change it, and only as a direction's first
+    /// bytes (`crate::ingest`); a decrypted stream's is seen in its plaintext, so it waits for
+    /// that header or the end.
+    pub(crate) fn client_settled(&self) -> bool {
+        self.evidence == ClientEvidence::ProtocolHeader
+            || (self.evidence == ClientEvidence::Port && !self.decrypted && self.dirs.iter().all(|d| d.reasm.span() > 0))
+    }
 }
 
 /// The conversations, in chunks: no reallocation copies them all as they grow (a million

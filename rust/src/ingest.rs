@@ -19,12 +19,12 @@ use crate::capture::reader::{ReadSummary, Record};
 use crate::error::CaptureError;
 use crate::limits::Limits;
 use crate::partition::Partition;
-use crate::tables::{sort_rows_by, Column, RowOrigin, Table};
+use crate::tables::{sort_rows_by, BuilderRows, Column, RowOrigin, Table};
 use crate::tcp::reassembly::PacketRef;
 use crate::tcp::{ConvKey, Endpoint};
 use crate::output::anomalies::{anomalies_table, AnomaliesBuilder};
 use crate::output::bodies::{bodies_table, BodiesBuilder};
-use crate::output::frames::{FrameRows, FramesBuilder};
+use crate::output::frames::{take_rows_before, FrameRows, FramesBuilder};
 use crate::output::packets::{packets_table, PacketsBuilder, Segment};
 use crate::output::connections::connections_table;
 use crate::output::records::RecordsBuilder;
@@ -33,7 +33,17 @@ use crate::flow::{ClientEvidence, ConnInfo, Dir, Kind, Stream, Streams};
 use crate::tls::Decrypted;
 
 /// Receives the `records` table's rows in batches while the capture is read.
-pub type RecordsSink<'a> = Box<dyn FnMut(Table) + 'a>;
+pub type TableSink<'a> = Box<dyn FnMut(Table) + 'a>;
+
+/// Where the frames go while the capture is read ([`Ingest::set_frames_sink`]).
+struct FramesOut<'a> {
+    sink: TableSink<'a>,
+    batch_rows: usize,
+    /// Rows handed to the sink so far (`max_frames` counts them too).
+    handed: u64,
+    /// The builder's rows at which to look for settled rows again.
+    next_look: usize,
+}
 
 /// Receives each TCP packet of a conversation that is (or may still turn out to be) AMQP, with
 /// its packet and stream numbers: the first step of a spilled ingest (`crate::spill`).
@@ -61,7 +71,7 @@ pub struct Ingest<'l> {
     records: RecordsBuilder,
     /// Where `records` rows go, a batch at a time while the capture is read (see
     /// [`Ingest::set_records_sink`]); without it they are output with the other tables.
-    records_sink: Option<(RecordsSink<'l>, usize)>,
+    records_sink: Option<(TableSink<'l>, usize)>,
     packets: PacketsBuilder,
     frames: FramesBuilder,
     anomalies: AnomaliesBuilder,
@@ -77,17 +87,15 @@ pub struct Ingest<'l> {
     spill: Option<PacketSpill<'l>>,
     /// This decode reads one bucket's spilled packets.
     from_spill: Option<FromSpill>,
-    /// The frames are output as [`FrameRows`], not as a table.
-    frames_in_batches: bool,
+    /// Where the frames go as they settle, instead of the output's table.
+    frames_out: Option<FramesOut<'l>>,
 }
 
 pub struct Output {
     pub records: Table,
     pub packets: Table,
-    /// Empty when the frames are handed out in batches: `frame_rows` holds them then
-    /// ([`Ingest::set_frames_in_batches`]).
+    /// Empty when the frames went to a sink ([`Ingest::set_frames_sink`]).
     pub frames: Table,
-    pub frame_rows: Option<FrameRows>,
     pub connections: Table,
     pub anomalies: Table,
     /// Only when bodies were asked for.
@@ -120,14 +128,19 @@ impl<'l> Ingest<'l> {
             partition: None,
             spill: None,
             from_spill: None,
-            frames_in_batches: false,
+            frames_out: None,
         }
     }
 
-    /// Output the frames as [`FrameRows`] (`Output::frame_rows`), to be made into tables a
-    /// batch of rows at a time, instead of as one table.
-    pub fn set_frames_in_batches(&mut self) {
-        self.frames_in_batches = true;
+    /// Hand the `frames` rows to `sink` in tables of `batch_rows` rows (the last one fewer) as
+    /// they settle while the capture is read, in the order of the frames table: the output's
+    /// frames table is then empty, and a long connection's frames never all in memory at once.
+    /// A row is settled once no row still to come can sort before it and its direction is
+    /// known for good ([`Ingest::frames_watermark`]).
+    pub fn set_frames_sink(&mut self, sink: TableSink<'l>, batch_rows: usize) {
+        let batch_rows = batch_rows.max(1);
+        self.frames.text_wide();
+        self.frames_out = Some(FramesOut { sink, batch_rows, handed: 0, next_look: batch_rows });
     }
 
     /// Hand every TCP packet of a conversation that is or may be AMQP to `spill` (see
@@ -146,6 +159,7 @@ impl<'l> Ingest<'l> {
     /// Packet `number` of stream `stream` (the capture's numbers), spilled by the first step:
     /// decoded as a whole decode decodes it (its conversation was numbered there).
     pub fn spilled_record(&mut self, number: u32, stream: u32, rec: Record<'_>) {
+        self.hand_settled_frames(number);
         // (the first step spilled only TCP packets that decode)
         let Ok(tcp) = link::decode(rec.linktype, rec.data) else { return };
         self.tcp_packets += 1;
@@ -175,7 +189,7 @@ impl<'l> Ingest<'l> {
     /// Hand the `records` rows to `sink` in batches of `batch_rows` while the capture is read,
     /// and the last ones at the end: the `records` table of the output is then empty, and the
     /// rows never all in memory at once.
-    pub fn set_records_sink(&mut self, sink: RecordsSink<'l>, batch_rows: usize) {
+    pub fn set_records_sink(&mut self, sink: TableSink<'l>, batch_rows: usize) {
         self.records_sink = Some((sink, batch_rows.max(1)));
     }
 
@@ -208,6 +222,7 @@ impl<'l> Ingest<'l> {
     /// The next record of the capture, read from file `file` of the set.
     pub fn record_from(&mut self, rec: Record<'_>, file: usize) {
         let number = self.records.push(rec.ts_ns, rec.origlen, file);
+        self.hand_settled_frames(number);
         if let Some((sink, batch_rows)) = self.records_sink.as_mut() {
             if self.records.rows() >= *batch_rows {
                 sink(self.records.take_rows());
@@ -336,6 +351,7 @@ impl<'l> Ingest<'l> {
 
     fn tcp_segment(&mut self, idx: u32, tcp: &link::TcpPacket<'_>, rec: Record<'_>, number: u32) {
         let limits = self.limits;
+        let max_frames = self.frames_room();
         let keep = self.keeps(idx);
         let Ingest {
             streams,
@@ -440,7 +456,7 @@ impl<'l> Ingest<'l> {
                 info,
                 origin,
                 arrival_row: row,
-                max_frames: limits.max_frames,
+                max_frames,
             };
             reasm.peer_ack(tcp.ack, &mut |c| on_chunk(c, decoder, false, feed, &mut sink, limits));
         }
@@ -455,7 +471,7 @@ impl<'l> Ingest<'l> {
             info,
             origin,
             arrival_row: row,
-            max_frames: limits.max_frames,
+            max_frames,
         };
         let outcome = reasm.segment_with(
             tcp.seq,
@@ -501,6 +517,89 @@ impl<'l> Ingest<'l> {
         apply_tune(&mut st.info, &mut st.dirs, limits);
     }
 
+    /// The rows the frames builder may still take under `max_frames` (rows handed to a sink
+    /// count).
+    fn frames_room(&self) -> u64 {
+        self.limits.max_frames.saturating_sub(self.frames_out.as_ref().map_or(0, |o| o.handed))
+    }
+
+    /// No frame row still to come can be of a packet before the returned one, nor can a row
+    /// already pushed before it change: packet `next` is the next to be decoded, and what a
+    /// direction already holds may still give rows of earlier packets
+    /// ([`crate::flow::Dir::earliest_pending_frame`]); a stream whose client side may still
+    /// change (`Stream::client_settled`) holds back its rows' direction, so its earliest row.
+    fn frames_watermark(&self, next: u32) -> u32 {
+        let mut watermark = next;
+        let mut unsettled = Vec::new();
+        for (i, st) in self.streams.iter().enumerate() {
+            if st.kind != Kind::Amqp || !self.keeps(i as u32) {
+                continue;
+            }
+            for d in &st.dirs {
+                if let Some(p) = d.earliest_pending_frame() {
+                    watermark = watermark.min(p);
+                }
+            }
+            if !st.client_settled() {
+                unsettled.resize(self.streams.len(), false);
+                unsettled[i] = true;
+            }
+        }
+        if !unsettled.is_empty() {
+            let f = &self.frames;
+            for (&s, &p) in f.stream.iter().zip(&f.packet) {
+                if unsettled[s as usize] {
+                    watermark = watermark.min(p as u32);
+                }
+            }
+        }
+        watermark
+    }
+
+    /// With a frames sink, when the builder has grown enough since the last look: hand it the
+    /// settled rows, whole batches of them (`next`: the packet about to be decoded).
+    fn hand_settled_frames(&mut self, next: u32) {
+        let Some(out) = self.frames_out.as_ref() else { return };
+        if self.frames.rows() < out.next_look {
+            return;
+        }
+        let batch_rows = out.batch_rows;
+        let watermark = self.frames_watermark(next) as i32;
+        let settled = self.frames.packet.iter().filter(|&&p| p < watermark).count();
+        let rows = take_rows_before(&mut self.frames, watermark, settled / batch_rows * batch_rows);
+        self.hand_frames(rows, false);
+        // (a stream holding rows back: look again after a quarter of a batch more)
+        let next_look = self.frames.rows() + (batch_rows / 4).max(1);
+        if let Some(out) = self.frames_out.as_mut() {
+            out.next_look = next_look;
+        }
+    }
+
+    /// Frame rows, in the frames table's order, to the sink in batches; `last`: the rows left
+    /// at the end, one table of no rows if the sink got none at all (it has the columns).
+    fn hand_frames(&mut self, rows: FramesBuilder, last: bool) {
+        let none_yet = self.frames_out.as_ref().is_some_and(|o| o.handed == 0);
+        if rows.rows() == 0 && !(last && none_yet) {
+            return;
+        }
+        let a_is_client: Vec<bool> = self.streams.iter().map(|s| s.a_is_client).collect();
+        let times = PacketTimes::new(&self.packets.packet, &self.packets.ts);
+        let mut rows = FrameRows::new(rows, &a_is_client, &times);
+        if let Some(sp) = self.from_spill.as_ref() {
+            rows.renumber_streams(&sp.global);
+        }
+        let Some(out) = self.frames_out.as_mut() else { return };
+        if rows.rows() == 0 {
+            (out.sink)(rows.table());
+            return;
+        }
+        for start in (0..rows.rows()).step_by(out.batch_rows) {
+            let end = (start + out.batch_rows).min(rows.rows());
+            (out.sink)(rows.table_of(start, end));
+        }
+        out.handed += rows.rows() as u64;
+    }
+
     pub fn finish(mut self, read: ReadSummary) -> Output {
         // Not needed any more; a million conversations make it large.
         self.conversations = HashMap::default();
@@ -518,6 +617,7 @@ impl<'l> Ingest<'l> {
     /// completed get their row.
     fn drain_streams(&mut self, last: PacketRef) {
         let limits = self.limits;
+        let max_frames = self.frames_room();
         let Ingest { streams, packets, frames, anomalies, bodies, partition, .. } = self;
         for (idx, st) in streams.iter_mut().enumerate() {
             if st.kind != Kind::Amqp || partition.as_ref().is_some_and(|p| !p.keeps(idx as u32)) {
@@ -536,7 +636,7 @@ impl<'l> Ingest<'l> {
                     info,
                     origin,
                     arrival_row: last.row,
-                    max_frames: limits.max_frames,
+                    max_frames,
                 };
                 let aligned = reasm.syn_seen;
                 let feed = !st.decrypted;
@@ -600,6 +700,11 @@ impl<'l> Ingest<'l> {
 
     /// The tables, built from the builders (directions settled: `a_is_client`).
     fn into_output(mut self, mut read: ReadSummary) -> Output {
+        let to_sink = self.frames_out.is_some();
+        if to_sink {
+            let rest = std::mem::take(&mut self.frames);
+            self.hand_frames(rest, true);
+        }
         let is_amqp: Vec<bool> = self.streams.iter().map(|s| s.kind == Kind::Amqp).collect();
         let a_is_client: Vec<bool> = self.streams.iter().map(|s| s.a_is_client).collect();
         let tcp_packets = self.tcp_packets;
@@ -634,13 +739,11 @@ impl<'l> Ingest<'l> {
             sink(records);
             records = self.records.take_rows(); // (none: every row went to the sink)
         }
-        let (frames, frame_rows) =
-            if self.frames_in_batches { (Table::new(), Some(frames)) } else { (frames.table(), None) };
+        let frames = if to_sink { Table::new() } else { frames.table() };
         Output {
             records,
             packets,
             frames,
-            frame_rows,
             connections,
             anomalies,
             bodies,
@@ -716,9 +819,9 @@ pub fn ingest(
     partition: Option<Partition>,
     strict: bool,
     progress: &Progress,
-    records_sink: Option<(RecordsSink<'_>, usize)>,
+    records_sink: Option<(TableSink<'_>, usize)>,
     spill: Option<PacketSpill<'_>>,
-    frames_in_batches: bool,
+    frames_sink: Option<(TableSink<'_>, usize)>,
 ) -> Result<Output, CaptureError> {
     if paths.len() > crate::limits::MAX_FILES {
         return Err(CaptureError::Unreadable(format!(
@@ -740,8 +843,8 @@ pub fn ingest(
     if let Some(spill) = spill {
         ing.set_spill(spill);
     }
-    if frames_in_batches {
-        ing.set_frames_in_batches();
+    if let Some((sink, batch_rows)) = frames_sink {
+        ing.set_frames_sink(sink, batch_rows);
     }
     let several = paths.len() > 1;
     let merged = read_captures(paths, limits.max_record_bytes, strict, progress, |rec, file| ing.record_from(rec, file))?;

@@ -134,67 +134,19 @@ mod python {
         }
     }
 
-    /// Record batches made as they are read, handed over through the Arrow PyCapsule stream
-    /// interface: `pyarrow.RecordBatchReader.from_stream(obj)` reads them (once).
-    #[pyclass(frozen)]
-    struct ArrowStream(std::sync::Mutex<Option<Box<dyn arrow_array::RecordBatchReader + Send>>>);
-
-    #[pymethods]
-    impl ArrowStream {
-        #[pyo3(signature = (requested_schema=None))]
-        fn __arrow_c_stream__<'py>(
-            &self,
-            py: Python<'py>,
-            requested_schema: Option<Bound<'py, PyAny>>,
-        ) -> PyResult<Bound<'py, PyCapsule>> {
-            let _ = requested_schema; // the batches are given in their own types
-            let reader = self.0.lock().expect("not poisoned").take().ok_or_else(|| {
-                pyo3::exceptions::PyValueError::new_err("this Arrow stream was read already")
-            })?;
-            let stream = arrow_array::ffi_stream::FFI_ArrowArrayStream::new(reader);
-            PyCapsule::new_with_value(py, stream, c"arrow_array_stream")
-        }
-    }
-
-    /// The frames of a decode as record batches of `batch_rows` rows, each made when it is read.
-    struct FrameBatches {
-        rows: crate::output::frames::FrameRows,
-        next: usize,
-        batch_rows: usize,
-        schema: arrow_schema::SchemaRef,
-    }
-
-    impl Iterator for FrameBatches {
-        type Item = Result<arrow_array::RecordBatch, arrow_schema::ArrowError>;
-
-        fn next(&mut self) -> Option<Self::Item> {
-            if self.next >= self.rows.rows() {
-                return None;
+    /// A Python callable as a sink of tables (`decode`'s `records_sink`, `frames_sink`): each
+    /// table goes to it as an ArrowBatch (the GIL is taken for each call). Its first error
+    /// stops the calls and is kept in `failed`, to be raised once the decode returns.
+    fn table_sink<'a>(obj: &'a Py<PyAny>, failed: &'a std::sync::Mutex<Option<PyErr>>) -> crate::ingest::TableSink<'a> {
+        Box::new(move |t: Table| {
+            if failed.lock().expect("not poisoned").is_some() {
+                return;
             }
-            let end = (self.next + self.batch_rows).min(self.rows.rows());
-            let t = self.rows.table_of(self.next, end);
-            self.next = end;
-            Some(crate::arrow_out::record_batch(t))
-        }
-    }
-
-    impl arrow_array::RecordBatchReader for FrameBatches {
-        fn schema(&self) -> arrow_schema::SchemaRef {
-            self.schema.clone()
-        }
-    }
-
-    fn frame_batches<'py>(
-        py: Python<'py>,
-        rows: crate::output::frames::FrameRows,
-        batch_rows: usize,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        // (the schema of no rows is every batch's: the same columns, dictionaries and key widths)
-        let schema = crate::arrow_out::record_batch(rows.table_of(0, 0))
-            .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?
-            .schema();
-        let reader = FrameBatches { rows, next: 0, batch_rows: batch_rows.max(1), schema };
-        Ok(Bound::new(py, ArrowStream(std::sync::Mutex::new(Some(Box::new(reader)))))?.into_any())
+            let res = Python::attach(|py| obj.call1(py, (arrow_table(py, t)?,)).map(drop));
+            if let Err(e) = res {
+                *failed.lock().expect("not poisoned") = Some(e);
+            }
+        })
     }
 
     fn arrow_table<'py>(py: Python<'py>, t: Table) -> PyResult<Bound<'py, PyAny>> {
@@ -299,7 +251,7 @@ mod python {
     #[pyfunction]
     #[pyo3(signature = (
         paths, ports, limits=None, bodies=false, decrypted=None, strict=false, progress=None, arrow=false,
-        records_sink=None, records_batch_rows=1 << 20, spill=None, frames_batch_rows=None, frames_whole_max_rows=0
+        records_sink=None, records_batch_rows=1 << 20, spill=None, frames_sink=None, frames_batch_rows=1 << 20
     ))]
     #[allow(clippy::too_many_arguments)]
     fn decode<'py>(
@@ -315,8 +267,8 @@ mod python {
         records_sink: Option<Bound<'py, PyAny>>,
         records_batch_rows: usize,
         spill: Option<(String, u32)>,
-        frames_batch_rows: Option<usize>,
-        frames_whole_max_rows: usize,
+        frames_sink: Option<Bound<'py, PyAny>>,
+        frames_batch_rows: usize,
     ) -> PyResult<Bound<'py, PyDict>> {
         let limits = limits_from(limits)?;
         // The first step of a spilled ingest keeps no connection: it writes the rows of no
@@ -327,48 +279,24 @@ mod python {
             .transpose()?;
         let decrypted = decrypted.map(decrypted_from).transpose()?;
         let progress = progress.map(|p| p.0.clone()).unwrap_or_default();
-        // The records' batches go to `records_sink` as ArrowBatch objects while the capture is
-        // read (the GIL is taken for each call); its first error stops the calls and is raised
-        // once the decode returns.
-        let sink = records_sink.map(Bound::unbind);
+        let (records_sink, frames_sink) = (records_sink.map(Bound::unbind), frames_sink.map(Bound::unbind));
         let failed: std::sync::Mutex<Option<PyErr>> = std::sync::Mutex::new(None);
         let out = py.detach(|| {
-            let records_sink = sink.as_ref().map(|obj| {
-                let call = |t: Table| {
-                    if failed.lock().expect("not poisoned").is_some() {
-                        return;
-                    }
-                    let res = Python::attach(|py| obj.call1(py, (arrow_table(py, t)?,)).map(drop));
-                    if let Err(e) = res {
-                        *failed.lock().expect("not poisoned") = Some(e);
-                    }
-                };
-                (Box::new(call) as crate::ingest::RecordsSink<'_>, records_batch_rows)
-            });
+            let records_sink = records_sink.as_ref().map(|obj| (table_sink(obj, &failed), records_batch_rows));
+            let frames_sink = frames_sink.as_ref().map(|obj| (table_sink(obj, &failed), frames_batch_rows));
             let spill = spill_writer.as_mut().map(|w| {
                 let push = |number: u32, stream: u32, rec: &crate::capture::reader::Record<'_>| w.push(number, stream, rec);
                 Box::new(push) as crate::ingest::PacketSpill<'_>
             });
-            let in_batches = arrow && frames_batch_rows.is_some();
-            ingest(&paths, &ports, &limits, bodies, decrypted, partition, strict, &progress, records_sink, spill, in_batches)
+            ingest(&paths, &ports, &limits, bodies, decrypted, partition, strict, &progress, records_sink, spill, frames_sink)
         });
         if let Some(e) = failed.into_inner().expect("not poisoned") {
             return Err(e);
         }
-        let mut out = out.map_err(|e| CoreCaptureError::new_err((e.kind(), e.message().to_string())))?;
+        let out = out.map_err(|e| CoreCaptureError::new_err((e.kind(), e.message().to_string())))?;
         // A write error of the spill (a full disk) is an OSError.
         let spilled = spill_writer.map(|w| py.detach(|| w.finish())).transpose()?;
-        frames_whole_if_few(py, &mut out, frames_whole_max_rows);
-        tables_dict(py, out, arrow, spilled, frames_batch_rows.unwrap_or(0))
-    }
-
-    /// The frames left as rows made into one table here, as the other tables are, when there
-    /// are at most `max_rows` of them.
-    fn frames_whole_if_few(py: Python<'_>, out: &mut crate::ingest::Output, max_rows: usize) {
-        if out.frame_rows.as_ref().is_some_and(|r| r.rows() <= max_rows) {
-            let rows = out.frame_rows.take().expect("checked");
-            out.frames = py.detach(|| rows.table());
-        }
+        tables_dict(py, out, arrow, spilled)
     }
 
     /// The dict `decode` and `decode_spilled` return (see `amqpcap/_core.pyi`); the frames as
@@ -376,19 +304,17 @@ mod python {
     /// rows (`Output::frame_rows`).
     fn tables_dict<'py>(
         py: Python<'py>,
-        mut out: crate::ingest::Output,
+        out: crate::ingest::Output,
         arrow: bool,
         spilled: Option<Vec<crate::spill::Spilled>>,
-        frames_batch_rows: usize,
     ) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
         let hand = |t: Table| if arrow { arrow_table(py, t) } else { table(py, t).map(Bound::into_any) };
         d.set_item("records", hand(out.records)?)?;
         d.set_item("packets", hand(out.packets)?)?;
-        match out.frame_rows.take() {
-            Some(rows) => d.set_item("frames", frame_batches(py, rows, frames_batch_rows)?)?,
-            None => d.set_item("frames", hand(out.frames)?)?,
-        }
+        // (None: they went to the frames sink)
+        let sunk = out.frames.is_empty();
+        d.set_item("frames", if sunk { py.None().into_bound(py) } else { hand(out.frames)? })?;
         d.set_item("connections", hand(out.connections)?)?;
         d.set_item("anomalies", hand(out.anomalies)?)?;
         match out.bodies {
@@ -416,7 +342,7 @@ mod python {
     /// Decode one bucket of a spilled ingest from its spill file. See `amqpcap/_core.pyi`.
     #[pyfunction]
     #[pyo3(signature = (
-        path, ports, capture_records, limits=None, bodies=false, arrow=true, frames_batch_rows=None, frames_whole_max_rows=0
+        path, ports, capture_records, limits=None, bodies=false, arrow=true, frames_sink=None, frames_batch_rows=1 << 20
     ))]
     #[allow(clippy::too_many_arguments)]
     fn decode_spilled<'py>(
@@ -427,17 +353,21 @@ mod python {
         limits: Option<&Bound<'py, PyDict>>,
         bodies: bool,
         arrow: bool,
-        frames_batch_rows: Option<usize>,
-        frames_whole_max_rows: usize,
+        frames_sink: Option<Bound<'py, PyAny>>,
+        frames_batch_rows: usize,
     ) -> PyResult<Bound<'py, PyDict>> {
         let limits = limits_from(limits)?;
-        let in_batches = arrow && frames_batch_rows.is_some();
-        let mut out = py.detach(|| {
+        let frames_sink = frames_sink.map(Bound::unbind);
+        let failed: std::sync::Mutex<Option<PyErr>> = std::sync::Mutex::new(None);
+        let out = py.detach(|| {
             let path = std::path::Path::new(&path);
-            crate::spill::decode_spilled(path, &ports, &limits, bodies, capture_records, in_batches)
-        })?;
-        frames_whole_if_few(py, &mut out, frames_whole_max_rows);
-        tables_dict(py, out, arrow, None, frames_batch_rows.unwrap_or(0))
+            let frames_sink = frames_sink.as_ref().map(|obj| (table_sink(obj, &failed), frames_batch_rows));
+            crate::spill::decode_spilled(path, &ports, &limits, bodies, capture_records, frames_sink)
+        });
+        if let Some(e) = failed.into_inner().expect("not poisoned") {
+            return Err(e);
+        }
+        tables_dict(py, out?, arrow, None)
     }
 
     /// The CSV text of a record batch given through the Arrow PyCapsule interface (the two
@@ -490,7 +420,6 @@ mod python {
         m.add_function(wrap_pyfunction!(csv_text, m)?)?;
         m.add_class::<ReadProgress>()?;
         m.add_class::<ArrowBatch>()?;
-        m.add_class::<ArrowStream>()?;
         m.add("CoreCaptureError", m.py().get_type::<CoreCaptureError>())?;
         m.add("ANOMALY_KINDS", crate::anomaly::AnomalyKind::ALL.iter().map(|k| k.name()).collect::<Vec<_>>())?;
         m.add("MAX_FILES", crate::limits::MAX_FILES)?;

@@ -92,6 +92,19 @@ pub(crate) enum StreamDecoder {
 }
 
 impl StreamDecoder {
+    /// The earliest packet a frame row still to come from bytes this direction already handed
+    /// over may be attributed to, when one may come before any later packet's: the chunks
+    /// waiting for the protocol to be decided are decoded as of the packets that handed them
+    /// over; what 0-9-1 decodes at the end of the stream is as of `last_arrival`, the
+    /// direction's latest data packet (`finish`). AMQP 1.0's frames have no rows here.
+    pub(crate) fn earliest_pending_frame(&self, last_arrival: u32) -> Option<u32> {
+        match self {
+            StreamDecoder::Undecided(u) => u.chunks.first().map(|c| c.2.number),
+            StreamDecoder::Amqp091(d) => d.may_decode_at_end().then_some(last_arrival),
+            StreamDecoder::Amqp10(_) => None,
+        }
+    }
+
     /// The AMQP 0-9-1 decoder, when the direction has one.
     pub(crate) fn amqp091(&mut self) -> Option<&mut Decoder091> {
         match self {

@@ -28,7 +28,7 @@ use arrow_ipc::CompressionType;
 use arrow_schema::{ArrowError, DataType, Field, Schema};
 
 use crate::capture::reader::{ReadSummary, Record};
-use crate::ingest::{Ingest, Output};
+use crate::ingest::{Ingest, Output, TableSink};
 use crate::limits::Limits;
 use crate::partition::bucket_of;
 
@@ -299,20 +299,19 @@ pub fn read_spill(path: &Path, mut f: impl FnMut(u32, u32, Record<'_>)) -> std::
 /// Decode the bucket spilled into `path`: the tables of its connections, as a whole decode of
 /// the capture (`capture_records` records in all) gives them for these connections. Its rows
 /// of no connection are the anomalies past `max_anomalies`, summed per kind (caps count per
-/// bucket). With `frames_in_batches`, the frames are `Output::frame_rows`, to be made into
-/// tables some rows at a time.
+/// bucket). With `frames_sink`, the frames go there as they settle (`Ingest::set_frames_sink`).
 pub fn decode_spilled(
     path: &Path,
     ports: &[u16],
     limits: &Limits,
     bodies: bool,
     capture_records: u32,
-    frames_in_batches: bool,
+    frames_sink: Option<(TableSink<'_>, usize)>,
 ) -> std::io::Result<Output> {
     let mut ing = Ingest::new(ports, limits, bodies);
     ing.set_spilled(capture_records);
-    if frames_in_batches {
-        ing.set_frames_in_batches();
+    if let Some((sink, batch_rows)) = frames_sink {
+        ing.set_frames_sink(sink, batch_rows);
     }
     read_spill(path, |number, stream, rec| ing.spilled_record(number, stream, rec))?;
     Ok(ing.finish(ReadSummary::default()))

@@ -284,15 +284,21 @@ impl Column {
     }
 }
 
-/// A builder's rows, copied out by range or put in another order: how a finished builder is
-/// handed out a batch of rows at a time (`output::frames::FrameRows`) without spreading every
-/// column over every row at once.
+/// A builder's rows, copied out by range, put in another order or dropped from the front: how
+/// a builder hands out its settled rows a batch at a time (`output::frames::take_rows_before`)
+/// without spreading every column over every row at once.
 pub trait BuilderRows {
     /// Rows `start..end` as a builder of their own (its rows numbered from 0).
     fn rows_slice(&self, start: usize, end: usize) -> Self;
     /// Put the rows in `order`: row `i` becomes the old row `order[i]`; `inverse` is the
     /// inverse permutation (`inverse[order[i]] == i`).
     fn reorder(&mut self, order: &[u32], inverse: &[u32]);
+    /// Remove rows `..n` (the others numbered from 0 again); what is not a row (a text
+    /// column's dictionary) stays.
+    fn drop_front(&mut self, n: usize);
+    /// Make text columns with wide codes whatever their dictionary's size: tables made a batch
+    /// at a time while rows are still coming then share one schema (see [`SparseStr::finish`]).
+    fn text_wide(&mut self) {}
 }
 
 impl<T: Copy> BuilderRows for Vec<T> {
@@ -301,6 +307,9 @@ impl<T: Copy> BuilderRows for Vec<T> {
     }
     fn reorder(&mut self, order: &[u32], _: &[u32]) {
         take_vec(self, order);
+    }
+    fn drop_front(&mut self, n: usize) {
+        self.drain(..n);
     }
 }
 
@@ -312,11 +321,23 @@ impl<T: Copy> BuilderRows for OptCol<T> {
         self.values.reorder(order, inverse);
         self.valid.reorder(order, inverse);
     }
+    fn drop_front(&mut self, n: usize) {
+        self.values.drop_front(n);
+        self.valid.drop_front(n);
+    }
 }
 
 /// The entries of a sparse column (rows ascending) for the rows `start..end`: their range.
 fn entries_in(rows: &[u32], start: usize, end: usize) -> std::ops::Range<usize> {
     rows.partition_point(|&r| (r as usize) < start)..rows.partition_point(|&r| (r as usize) < end)
+}
+
+/// A sparse column's entries of the rows from `n` on, those rows numbered from 0 again.
+fn drop_entries_before<T>(rows: &mut Vec<u32>, values: &mut Vec<T>, n: usize) {
+    let k = rows.partition_point(|&r| (r as usize) < n);
+    rows.drain(..k);
+    values.drain(..k);
+    rows.iter_mut().for_each(|r| *r -= n as u32);
 }
 
 /// A sparse column's entries (row, value) moved to their rows' new places, ascending again.
@@ -372,6 +393,9 @@ impl<T: Copy> BuilderRows for Sparse<T> {
     }
     fn reorder(&mut self, _: &[u32], inverse: &[u32]) {
         reorder_entries(&mut self.rows, &mut self.values, inverse);
+    }
+    fn drop_front(&mut self, n: usize) {
+        drop_entries_before(&mut self.rows, &mut self.values, n);
     }
 }
 
@@ -429,6 +453,8 @@ pub struct SparseStr {
     rows: Vec<u32>,
     codes: Vec<i32>,
     dict: Interner,
+    /// Wide codes whatever the dictionary's size ([`BuilderRows::text_wide`]).
+    wide: bool,
 }
 
 impl SparseStr {
@@ -442,7 +468,7 @@ impl SparseStr {
         }
     }
     pub fn finish(self, n: usize) -> Column {
-        if self.dict.values.len() < STR8_MAX_CATEGORIES {
+        if self.dict.values.len() < STR8_MAX_CATEGORIES && !self.wide {
             let mut codes = vec![-1i8; n];
             for (r, c) in self.rows.into_iter().zip(self.codes) {
                 codes[r as usize] = c as i8;
@@ -466,10 +492,17 @@ impl BuilderRows for SparseStr {
             rows: self.rows[r.clone()].iter().map(|&row| row - start as u32).collect(),
             codes: self.codes[r].to_vec(),
             dict: Interner { values: self.dict.values.clone(), ..Default::default() },
+            wide: self.wide,
         }
     }
     fn reorder(&mut self, _: &[u32], inverse: &[u32]) {
         reorder_entries(&mut self.rows, &mut self.codes, inverse);
+    }
+    fn drop_front(&mut self, n: usize) {
+        drop_entries_before(&mut self.rows, &mut self.codes, n);
+    }
+    fn text_wide(&mut self) {
+        self.wide = true;
     }
 }
 

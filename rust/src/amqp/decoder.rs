@@ -254,6 +254,14 @@ impl Decoder {
         }
     }
 
+    /// Whether bytes already fed may still give frames at the end of the stream (`finish`
+    /// decodes what resynchronisation holds: a candidate header that claimed more bytes than
+    /// came may have swallowed real frames). Frames decoded before the end complete in a packet
+    /// yet to come.
+    pub fn may_decode_at_end(&self) -> bool {
+        self.state == State::Resync && !self.buf.is_empty()
+    }
+
     /// Bytes of the body frame being skipped that were already consumed.
     fn body_bytes_in_progress(&self) -> u64 {
         match self.state {

@@ -23,6 +23,12 @@ macro_rules! frames_builder {
             fn reorder(&mut self, order: &[u32], inverse: &[u32]) {
                 $(self.$field.reorder(order, inverse);)*
             }
+            fn drop_front(&mut self, n: usize) {
+                $(self.$field.drop_front(n);)*
+            }
+            fn text_wide(&mut self) {
+                $(self.$field.text_wide();)*
+            }
         }
     };
 }
@@ -154,12 +160,42 @@ impl FramesBuilder {
     }
 }
 
-/// The frames of a decode, in packet order, with what their rows need from the rest of the
-/// decode (each frame's direction and time), made into tables some rows at a time
+/// The rows of `f` stably sorted by `key(packet)`.
+fn reorder_by_key<K: Ord>(f: &mut FramesBuilder, key: impl Fn(i32) -> K) {
+    let mut order: Vec<u32> = (0..f.rows() as u32).collect();
+    order.sort_by_key(|&i| key(f.packet[i as usize]));
+    let mut inverse = vec![0u32; order.len()];
+    for (new, &old) in order.iter().enumerate() {
+        inverse[old as usize] = new as u32;
+    }
+    f.reorder(&order, &inverse);
+}
+
+/// Up to `limit` of the rows of `f` whose packet is before `watermark`, taken out of it in
+/// packet order (ties in the order pushed); the rows left keep that order, the rows of later
+/// packets after them in the order pushed. Taking rows this way again and again, with a
+/// watermark that no row pushed later is below, gives the rows in the order `FrameRows::new`
+/// sorts them all at once.
+pub(crate) fn take_rows_before(f: &mut FramesBuilder, watermark: i32, limit: usize) -> FramesBuilder {
+    let before = f.packet.iter().filter(|&&p| p < watermark).count();
+    let k = before.min(limit);
+    if k == 0 {
+        return FramesBuilder::default();
+    }
+    // (the usual case: frames are pushed in packet order)
+    if !f.packet[..before].is_sorted() || f.packet[..before].last().is_some_and(|&p| p >= watermark) {
+        reorder_by_key(f, |p| if p < watermark { (false, p) } else { (true, 0) });
+    }
+    let taken = f.rows_slice(0, k);
+    f.drop_front(k);
+    taken
+}
+
+/// Frames of a decode, in packet order, with what their rows need from the rest of the decode
+/// (each frame's direction and time), made into tables some rows at a time
 /// ([`FrameRows::table_of`]) or all at once ([`FrameRows::table`]). A table of some rows
 /// spreads the sparse columns over those rows only: the builder holds about 50 bytes a frame
-/// where the table made of all of them holds about 140, so `amqpcap ingest` writes the frames
-/// of a long connection a batch at a time instead of making them dense all at once.
+/// where a table holds about 140, so a frames sink gets a batch at a time of the rows settled.
 pub struct FrameRows {
     f: FramesBuilder,
     direction: Vec<i8>,
@@ -174,13 +210,7 @@ impl FrameRows {
             // Frames are pushed as their packets are decoded, but what a direction still holds
             // at the end of the capture is decoded then, as of its own last packet: after
             // frames of later packets of other directions. Ties keep their order (stable).
-            let mut order: Vec<u32> = (0..f.rows() as u32).collect();
-            order.sort_by_key(|&i| f.packet[i as usize]);
-            let mut inverse = vec![0u32; order.len()];
-            for (new, &old) in order.iter().enumerate() {
-                inverse[old as usize] = new as u32;
-            }
-            f.reorder(&order, &inverse);
+            reorder_by_key(&mut f, |p| p);
         }
         let stream_u32: Vec<u32> = f.stream.iter().map(|&s| s as u32).collect();
         let direction = direction_codes(&stream_u32, &f.from_a, a_is_client);
@@ -342,6 +372,28 @@ mod tests {
                 let part = record_batch(rows.table_of(start, end)).unwrap();
                 assert_eq!(part, whole.slice(start, end - start), "rows {start}..{end}");
             }
+        }
+    }
+
+    #[test]
+    fn rows_taken_before_rising_watermarks_are_the_whole_table_in_order() {
+        let (numbers, ts) = ([1, 2, 3, 4, 5, 6], [10, 20, 30, 40, 50, 60]);
+        let times = PacketTimes::new(&numbers, &ts);
+        let whole = record_batch(FrameRows::new(frames(), &[true, false], &times).table()).unwrap();
+        for limit in 1..=7 {
+            let mut f = frames();
+            let mut start = 0;
+            // (packet 3's rows were pushed after packets 4 and 5's: a watermark of 4 takes them
+            // first; a row of packet 6 stays until the watermark passes it)
+            for watermark in [2, 4, 4, 6, 7, 7, 7, 7, 7, 7] {
+                let rows = take_rows_before(&mut f, watermark, limit);
+                let n = rows.rows();
+                assert!(n <= limit && rows.packet.iter().all(|&p| p < watermark));
+                let part = record_batch(FrameRows::new(rows, &[true, false], &times).table()).unwrap();
+                assert_eq!(part, whole.slice(start, n), "rows {start}.. with limit {limit}");
+                start += n;
+            }
+            assert_eq!((start, f.rows()), (7, 0), "limit {limit}");
         }
     }
 

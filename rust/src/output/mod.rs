@@ -34,7 +34,8 @@ impl<'a> PacketTimes<'a> {
     /// usual case: frames and bodies are sorted by the core) are found in one merge walk.
     pub(crate) fn of(&self, packets: &[i32]) -> Vec<i64> {
         let mut out = Vec::with_capacity(packets.len());
-        let mut i = 0;
+        // (from the first one's place: a batch of a long decode's later frames)
+        let mut i = packets.first().map_or(0, |&p| self.numbers.partition_point(|&n| n < p));
         for &p in packets {
             if i >= self.numbers.len() || self.numbers[i] > p {
                 i = self.numbers.partition_point(|&n| n < p);

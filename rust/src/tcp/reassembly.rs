@@ -425,6 +425,12 @@ impl Reassembler {
     /// given up, buffered segments come out in stream order, which need not be capture order
     /// (an overlapping retransmission captured later but starting earlier): a frame must not
     /// complete in a packet captured before one that holds its first bytes.
+    /// The earliest packet of the out-of-order segments held, if any: when their holes are
+    /// given up they are released as of their own packets (no earlier than `last_arrival`).
+    pub fn earliest_held_packet(&self) -> Option<u32> {
+        self.ooo.as_ref().and_then(|o| o.segments.values().map(|p| p.packet.number).min())
+    }
+
     /// The packet that handed out the direction's latest bytes, if any did.
     pub fn last_arrival(&self) -> Option<PacketRef> {
         (self.last_arrival.number > 0).then_some(self.last_arrival)
