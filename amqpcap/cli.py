@@ -317,7 +317,8 @@ def frames(
     load = functools.partial(_load, capture, port, limit, tls_keylog=tls_keylog, add_port=add_port, strict=strict)
     fmt = suffix[1:]
     try:
-        if tls_keylog is not None or is_dataset(_one_name(capture)):  # (decoded twice; read back whole)
+        name = _one_name(capture)
+        if tls_keylog is not None or (not isinstance(name, list) and is_dataset(name)):  # (decoded twice; read whole)
             cap = load(arrow=True)
             require_amqp(cap)
             frames = cap.frames if isinstance(cap, Capture) else cap.tables["frames"]

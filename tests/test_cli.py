@@ -58,6 +58,18 @@ def test_frames_parquet(tmp_path):
     assert len(back) == len(amqpcap.load(CONFIRMS).frames)
 
 
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_frames_of_a_set_of_files_are_every_files_frames(fmt, tmp_path):
+    """Two captures given as a set are merged into one capture: its frames are the frames tshark
+    counts in each (their connections are not the same conversation)."""
+    out = tmp_path / f"frames.{fmt}"
+    r = run("frames", CONFIRMS, ROOT / "fixtures" / "slow-prefetch1.pcap", "-o", out)
+    assert r.returncode == 0, r.stderr
+    back = pd.read_csv(out) if fmt == "csv" else pd.read_parquet(out)
+    expected = sum(sum(facts(f"{name}.pcap")["frame_types"].values()) for name in ("confirms", "slow-prefetch1"))
+    assert len(back) == expected and back["packet"].is_monotonic_increasing
+
+
 def test_info_lists_connections():
     r = run("info", CONFIRMS)
     assert r.returncode == 0, r.stderr
