@@ -267,7 +267,7 @@ class Decoded:
 
 
 #: rows of the `frames` table in a batch that `decode_arrow` hands to its ``frames_sink``, by
-#: default (`amqpcap.dataset` and `amqpcap frames -o` give the Parquet row group's size)
+#: default (`amqpcap frames -o` gives the Parquet row group's size, `amqpcap.dataset` its own)
 FRAMES_BATCH_ROWS = 1 << 20
 
 
@@ -311,10 +311,9 @@ def decode_arrow(path, ports=DEFAULT_PORTS, limits: Limits | None = None, tls_ke
         names = pa.DictionaryArray.from_arrays(column, pa.array(files, pa.string()))
         return batch.set_column(i, pa.field("source_file", names.type), names)
 
-    sink = (lambda b: records_sink(named(pa.record_batch(b)))) if records_sink is not None else None
-    frames = _batch_sink(frames_sink)
-    d = _decoded(path, ports, limits, tls_keylog, bodies, strict, progress, arrow=True, records_sink=sink,
-                 files=files, spill=spill, frames=(frames, frames_batch_rows))
+    records = _batch_sink(records_sink and (lambda b: records_sink(named(b))))
+    d = _decoded(path, ports, limits, tls_keylog, bodies, strict, progress, arrow=True, records_sink=records,
+                 files=files, spill=spill, frames=(_batch_sink(frames_sink), frames_batch_rows))
     d.tables["records"] = named(d.tables["records"])
     return d
 

@@ -327,8 +327,10 @@ def frames(
             # the core's frame batches go to the file as they settle, written here while the
             # capture is still decoded, without pandas
             reader, finished = batches_from_sink(lambda sink: load(arrow=True, frames_sink=sink))
-            rows = write_arrow_file(reader, output, fmt, ahead=False)
-            cap = finished()
+            try:
+                rows = write_arrow_file(reader, output, fmt, ahead=False)
+            finally:
+                cap = finished()  # (after a failed write: once the decode has ended, its batches dropped)
             _refuse_unless_amqp(cap, output)
     except OSError as e:
         raise UsageError(f"cannot write {output}: {e.strerror or e}") from None

@@ -381,8 +381,10 @@ def _decode_bucket(out, buckets: int, k: int, capture_records: int, load_args: d
     reader, finished = batches_from_sink(lambda sink: decode(frames_sink=sink, frames_batch_rows=FRAMES_BATCH_ROWS))
     path = Path(out, "frames").joinpath(*bucket_file(k))
     path.parent.mkdir(parents=True, exist_ok=True)
-    rows = write_arrow_file(reader, path, "parquet", ahead=False)
-    d = finished()
+    try:
+        rows = write_arrow_file(reader, path, "parquet", ahead=False)
+    finally:
+        d = finished()  # (after a failed write: once the decode has ended, its batches dropped)
     d.written = {"frames": rows}
     return d
 

@@ -319,9 +319,10 @@ def write_arrow_file(t, path: Path, fmt: str, ahead: bool = True) -> int:
 def batches_from_sink(produce: Callable[[Callable[[Any], None]], Any], waiting: int = 1):
     """Run ``produce(sink)`` in a thread (a decode with a batch sink: the core runs without the
     GIL) and read what it gives `sink` here as a `pyarrow.RecordBatchReader`, at most `waiting`
-    batches held between the two; ``finished()`` then returns what `produce` returned. Its
-    error, before the first batch or after, is raised here. A reader left unread or stopped early
-    lets `produce` run to its end, its batches dropped. Returns (reader, finished)."""
+    batches held between the two; ``finished()`` waits for `produce` to end and returns what it
+    returned, or raises its error (an error before the first batch is raised here at once).
+    Called before the reader is read to its end (a failed write), it lets `produce` run on with
+    its batches dropped. Returns (reader, finished)."""
     import itertools
     import queue
 

@@ -278,6 +278,34 @@ def test_frames_written_from_the_cores_batches_are_the_frames_table(fmt, tmp_pat
     assert len(read) == len(frames) and (read["packet"].to_numpy() == frames["packet"].to_numpy()).all()
 
 
+def test_batches_from_a_sink_end_with_the_producers_result_or_error():
+    """`batches_from_sink`: the batches in order, then what the producer returned; a reader
+    given up early lets the producer run to its end; the producer's error is raised, before the
+    first batch at once."""
+    import pyarrow as pa
+
+    def producer(n: int, fail: bool = False):
+        def produce(sink):
+            for i in range(n):
+                sink(pa.record_batch({"i": [i]}))
+            if fail:
+                raise ValueError("bad bytes")
+            return n
+        return produce
+
+    reader, finished = report.batches_from_sink(producer(5))
+    assert [b["i"][0].as_py() for b in reader] == [0, 1, 2, 3, 4] and finished() == 5
+    reader, finished = report.batches_from_sink(producer(50))
+    reader.read_next_batch()  # (then the write fails)
+    assert finished() == 50
+    reader, finished = report.batches_from_sink(producer(3, fail=True))
+    assert len(list(reader)) == 3
+    with pytest.raises(ValueError, match="bad bytes"):
+        finished()
+    with pytest.raises(ValueError, match="bad bytes"):
+        report.batches_from_sink(producer(0, fail=True))
+
+
 def _pyarrow_csv(t, header: bool = True) -> bytes:
     import pyarrow as pa
     import pyarrow.csv as pcsv
