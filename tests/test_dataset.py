@@ -239,6 +239,38 @@ def test_records_leave_the_core_in_batches_while_the_capture_is_read():
     assert (got["ts"] == total["ts"]).all()
 
 
+@pytest.mark.parametrize("name", ["healthy.pcap", "midstream.pcap"])
+def test_frames_leave_the_core_in_batches_while_the_capture_is_read(name):
+    """With a frames sink the core hands the `frames` rows over as they settle, a batch at a
+    time, while it reads: every batch but the last before the last packet is read (midstream:
+    connections whose first packets the capture missed, their client side known by the port
+    once both sides have sent bytes); the batches together are `load()`'s frames table."""
+    import pyarrow as pa
+
+    from amqpcap import _core
+
+    path = str(FIX / name)
+    counter = _core.ReadProgress()
+    batches, read_when = [], []
+
+    def sink(batch):
+        read_when.append(counter.records)
+        batches.append(pa.record_batch(batch))
+
+    out = _core.decode([path], [5672], None, False, None, False, counter, True, frames_sink=sink, frames_batch_rows=500)
+    whole = amqpcap.load(path)
+    assert out["frames"] is None and len(whole.frames) > 2000
+    assert [b.num_rows for b in batches[:-1]] == [500] * (len(batches) - 1)
+    assert read_when[-2] < len(whole.records) and read_when[-1] == len(whole.records)
+    got = pa.Table.from_batches(batches).to_pandas()
+    def values(s: pd.Series) -> list:
+        return [None if pd.isna(v) else v for v in s.astype(object)]
+
+    for col in ("packet", "stream", "direction", "method", "channel", "delivery_tag", "routing_key"):
+        assert values(got[col]) == values(whole.frames[col]), col
+    assert (got["ts"] == whole.frames["ts"]).all()
+
+
 def test_a_dataset_is_read_from_an_fsspec_url_as_from_its_path(tmp_path):
     """`load("file:///…")` reads the dataset through fsspec (as it would s3://…): the same
     capture as its path gives; a URL of nothing, or of a scheme fsspec does not know, is one
