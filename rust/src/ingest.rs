@@ -568,8 +568,11 @@ impl<'l> Ingest<'l> {
         let settled = self.frames.packet.iter().filter(|&&p| p < watermark).count();
         let rows = take_rows_before(&mut self.frames, watermark, settled / batch_rows * batch_rows);
         self.hand_frames(rows, false);
-        // (a stream holding rows back: look again after a quarter of a batch more)
-        let next_look = self.frames.rows() + (batch_rows / 4).max(1);
+        // Look again after a quarter of a batch more, or, while rows are held back (a stream
+        // whose client side is still open), after half as many rows again as are held: a look
+        // reads every row held, so the looks cost as much as the rows they find, not quadratic.
+        let held = self.frames.rows();
+        let next_look = held + (batch_rows / 4).max(held / 2).max(1);
         if let Some(out) = self.frames_out.as_mut() {
             out.next_look = next_look;
         }
