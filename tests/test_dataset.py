@@ -77,6 +77,32 @@ def test_a_buckets_frames_written_a_batch_at_a_time_are_the_same_capture(name, t
     assert_same_capture(direct, amqpcap.load(tmp_path / "ds"))
 
 
+def test_duckdb_and_polars_read_the_dataset_as_tshark_counts_the_capture(tmp_path, monkeypatch):
+    """The dataset is readable as it is by other tools (docs/dataset.md): DuckDB and Polars read
+    the frames of every bucket, hive partitions and all, with the frames written as they settle
+    in row groups of 500 (each with a dictionary of its own); the method frames of each
+    connection are those tshark counts (fixtures/*.tshark.json), and each connection is in one
+    bucket."""
+    import duckdb
+    import polars as pl
+
+    monkeypatch.setattr(dataset, "FRAMES_BATCH_ROWS", 500)
+    monkeypatch.setattr(dataset, "FRAMES_STREAM_MIN_PACKETS", 0)
+    name = "ten-consumers.pcap"
+    dataset.ingest(FIX / name, tmp_path / "ds", buckets=4)
+    facts = json.loads((FIX / f"{name}.tshark.json").read_text())
+    expected = {(int(s), m): n for s, methods in facts["streams"].items() for m, n in methods.items()}
+    frames = f"{tmp_path / 'ds'}/frames/*/*.parquet"
+    rows = duckdb.sql(f"SELECT stream, class_id, method_id, count(*), count(DISTINCT bucket) FROM "
+                      f"read_parquet('{frames}', hive_partitioning = true) WHERE method_id IS NOT NULL "
+                      "GROUP BY ALL").fetchall()
+    assert {(s, f"{c}.{m}"): n for s, c, m, n, _ in rows} == expected
+    assert {b for *_, b in rows} == {1}
+    got = (pl.scan_parquet(frames, hive_partitioning=True).filter(pl.col("method_id").is_not_null())
+           .group_by("stream", "class_id", "method_id").len().collect())
+    assert {(s, f"{c}.{m}"): n for s, c, m, n in got.iter_rows()} == expected
+
+
 def test_the_split_spills_each_connection_into_its_bucket(tmp_path):
     """The first step of ingest: it decodes no connection but numbers streams as a whole
     decode does (port reuse included), writes every record, and spills each connection's
