@@ -344,9 +344,10 @@ def split(capture, out: str | os.PathLike[str], buckets: int, load_args: dict,
 
 
 def ingest_bucket(out: str | os.PathLike[str], buckets: int, k: int, capture_records: int, load_args: dict,
-                  packets: int) -> StepResult:
-    """Decode bucket `k` (`packets` spilled) from its spill file (in this process or on a Dask
-    worker) and write its tables; the spill file is removed once they are written."""
+                  packets: int = 0) -> StepResult:
+    """Decode bucket `k` from its spill file (in this process or on a Dask worker) and write its
+    tables; the spill file is removed once they are written. `packets`: the packets spilled into
+    it, which decide how its frames are written (`FRAMES_STREAM_MIN_PACKETS`; 0: not known)."""
     return _store_bucket(_decode_bucket(out, buckets, k, capture_records, load_args, packets), out, buckets, k)
 
 

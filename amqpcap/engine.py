@@ -410,7 +410,8 @@ def analyze(path: str | os.PathLike[str], outline: Capture, c: Any,
     return [results[name] for name in analyzers()]
 
 
-def ingest_step(out: str, buckets: int, k: int, capture_records: int, load_args: dict, packets: int) -> dataset.StepResult:
+def ingest_step(out: str, buckets: int, k: int, capture_records: int, load_args: dict,
+                packets: int = 0) -> dataset.StepResult:
     """On a worker: decode bucket `k` of the ingest from its spill file
     (`amqpcap.dataset.ingest_bucket`). A worker that does not see the dataset directory says
     so, naming its host."""
