@@ -355,9 +355,9 @@ def ingest_bucket(out: str | os.PathLike[str], buckets: int, k: int, capture_rec
 #: settle, while it is still decoded in another thread (`amqpcap.capture.decode_spilled`'s
 #: ``frames_sink``, `report.batches_from_sink`): the decode never holds a long connection's frames
 #: whole. The ingest of the long-connection recording of `fixtures/record/record.sh` (its
-#: consumer's bucket: 2.13M packets, 6.4M frames) peaked at 0.55-0.59 GiB in 5.9-6.1 s, against
-#: 0.89-0.94 GiB in 8.1-8.8 s with the frames made into Arrow a batch at a time after the decode
-#: (two runs each). A smaller bucket's frames are made whole, as its other tables: the next
+#: consumer's bucket: 2.13M packets, 6.4M frames) peaked at 0.54-0.57 GiB in 5.9-6.9 s, against
+#: 0.93-0.94 GiB in 9.4-10.9 s with the frames made into Arrow a batch at a time after the decode
+#: (4dc7b7c; three runs each, alternating). A smaller bucket's frames are made whole, as its other tables: the next
 #: bucket's decode, ahead, then includes them (`_buckets_in_turn`); with every bucket's frames
 #: written as they settle (in the decoding thread), the 10M-packet ingest (15 buckets of about
 #: 0.7M packets) took 19.1-19.9 s against 13.0-13.6 s.
@@ -365,7 +365,7 @@ FRAMES_STREAM_MIN_PACKETS = 1 << 20
 
 #: rows of a batch of those frames, and of a row group of their file. Three batches are held at
 #: once (being made, waiting, being written): in batches of 2^20 rows the recording's ingest
-#: peaked at 0.98-0.99 GiB instead of 0.55-0.59 GiB.
+#: peaked at 0.98-0.99 GiB instead of 0.55-0.59 GiB (two runs each).
 FRAMES_BATCH_ROWS = 1 << 18
 
 
