@@ -274,7 +274,8 @@ FRAMES_BATCH_ROWS = 1 << 20
 def decode_arrow(path, ports=DEFAULT_PORTS, limits: Limits | None = None, tls_keylog=None, bodies: bool = False,
                  strict: bool = False, progress=None,
                  records_sink: Callable[[Any], None] | None = None, spill: tuple[str, int] | None = None,
-                 frames_sink: Callable[[Any], None] | None = None, frames_batch_rows: int = FRAMES_BATCH_ROWS) -> Decoded:
+                 frames_sink: Callable[[Any], None] | None = None,
+                 frames_batch_rows: int = FRAMES_BATCH_ROWS) -> Decoded:
     """What `load` decodes, with the tables as pyarrow Tables made by the core (no pandas in
     between: `amqpcap.dataset.ingest` writes them to Parquet as they are). ``records.source_file``
     is a dictionary of the file names, as `load` makes it.

@@ -328,7 +328,7 @@ def frames(
             # capture is still decoded, without pandas
             reader, finished = batches_from_sink(lambda sink: load(arrow=True, frames_sink=sink))
             try:
-                rows = write_arrow_file(reader, output, fmt, ahead=False)
+                rows = write_arrow_file(reader, output, fmt)
             finally:
                 cap = finished()  # (after a failed write: once the decode has ended, its batches dropped)
             _refuse_unless_amqp(cap, output)

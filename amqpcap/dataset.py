@@ -9,9 +9,9 @@ last, atomically: a directory without it is an ingest that did not finish, and i
 
 from __future__ import annotations
 
+import functools
 import json
 import math
-import functools
 import os
 import re
 import shutil
@@ -383,7 +383,7 @@ def _decode_bucket(out, buckets: int, k: int, capture_records: int, load_args: d
     path = Path(out, "frames").joinpath(*bucket_file(k))
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        rows = write_arrow_file(reader, path, "parquet", ahead=False)
+        rows = write_arrow_file(reader, path, "parquet")
     finally:
         d = finished()  # (after a failed write: once the decode has ended, its batches dropped)
     d.written = {"frames": rows}

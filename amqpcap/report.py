@@ -291,17 +291,16 @@ def write_table_file(df: pd.DataFrame, path: Path, fmt: str) -> Path:
     return _write_slices(slices, schema, path, fmt)
 
 
-def write_arrow_file(t, path: Path, fmt: str, ahead: bool = True) -> int:
-    """The Arrow table `t`, or the batches of the `pyarrow.RecordBatchReader` `t` (e.g. from
-    the core: `amqpcap.capture.decode_arrow`), into the file `path`, as `write_table_file`
-    writes a pandas frame: Parquet as it is (row groups of at most `PARQUET_ROW_GROUP_ROWS`),
-    CSV through `as_csv_columns`, `CSV_SLICE_ROWS` rows at a time (slices, not copies). With
-    ``ahead``, the next batch of a reader is made while one is written (one batch more held).
-    Returns the rows written."""
+def write_arrow_file(t, path: Path, fmt: str) -> int:
+    """The Arrow table `t`, or the batches of the `pyarrow.RecordBatchReader` `t` (e.g. the
+    core's frames as they settle: `batches_from_sink`), into the file `path`, as
+    `write_table_file` writes a pandas frame: Parquet as it is (row groups of at most
+    `PARQUET_ROW_GROUP_ROWS`), CSV through `as_csv_columns`, `CSV_SLICE_ROWS` rows at a time
+    (slices, not copies). Returns the rows written."""
     import pyarrow as pa
 
     step = CSV_SLICE_ROWS if fmt == "csv" else PARQUET_ROW_GROUP_ROWS
-    batches = (_read_ahead(t) if ahead else t) if isinstance(t, pa.RecordBatchReader) else [t]
+    batches = t if isinstance(t, pa.RecordBatchReader) else [t]
     rows = 0
 
     def slices():
@@ -367,24 +366,6 @@ def batches_from_sink(produce: Callable[[Callable[[Any], None]], Any], waiting: 
         finished()  # (its error)
         raise ValueError("the producer gave no batch")
     return pa.RecordBatchReader.from_batches(first.schema, itertools.chain([first], rest())), finished
-
-
-def _read_ahead(reader):
-    """The batches of `reader`, the next one read (made by the core, without the GIL) while the
-    caller writes one (pyarrow's writers run without the GIL too)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    def next_batch():
-        try:
-            return reader.read_next_batch()
-        except StopIteration:
-            return None
-
-    with ThreadPoolExecutor(1, thread_name_prefix="amqpcap-batches") as ahead:
-        pending = ahead.submit(next_batch)
-        while (batch := pending.result()) is not None:
-            pending = ahead.submit(next_batch)
-            yield batch
 
 
 def _csv_text(t, header: bool):

@@ -258,7 +258,7 @@ def test_frames_written_from_the_cores_batches_are_the_frames_table(fmt, tmp_pat
         return decode_arrow(path, frames_sink=lambda b: (sizes.append(b.num_rows), sink(b)), frames_batch_rows=1000)
 
     batches, finished = report.batches_from_sink(decode)
-    rows = report.write_arrow_file(batches, tmp_path / f"batches.{fmt}", fmt, ahead=False)
+    rows = report.write_arrow_file(batches, tmp_path / f"batches.{fmt}", fmt)
     assert finished().tables["frames"] is None
     whole = decode_arrow(path).tables["frames"]
     assert sizes[:-1] == [1000] * (len(sizes) - 1) and 0 < sizes[-1] <= 1000
