@@ -299,9 +299,8 @@ mod python {
         tables_dict(py, out, arrow, spilled)
     }
 
-    /// The dict `decode` and `decode_spilled` return (see `amqpcap/_core.pyi`); the frames as
-    /// an [`ArrowStream`] of batches of `frames_batch_rows` rows when the decode kept them as
-    /// rows (`Output::frame_rows`).
+    /// The dict `decode` and `decode_spilled` return (see `amqpcap/_core.pyi`); "frames" is
+    /// None when they went to a frames sink.
     fn tables_dict<'py>(
         py: Python<'py>,
         out: crate::ingest::Output,
