@@ -5,7 +5,11 @@
 >>> cap.frames.method.value_counts()
 """
 
-from .capture import DEFAULT_PORTS, Capture, Limits, load
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .errors import (
     AmqpcapError,
     CaptureError,
@@ -15,6 +19,9 @@ from .errors import (
     UnsupportedCaptureError,
 )
 from .sample import sample_path
+
+if TYPE_CHECKING:
+    from .capture import DEFAULT_PORTS, Capture, Limits, load
 
 __all__ = [
     "DEFAULT_PORTS",
@@ -30,3 +37,29 @@ __all__ = [
     "sample_path",
 ]
 __version__ = "0.1.0"
+
+#: what `import amqpcap` gives without importing it: `amqpcap.capture` imports pandas and numpy
+#: (0.4 s), which `amqpcap --version`, `--help` and `ingest` do not need
+_FROM_CAPTURE = ("DEFAULT_PORTS", "Capture", "Limits", "load")
+
+
+def __getattr__(name: str) -> Any:
+    """`load`, `Capture`, `Limits` and `DEFAULT_PORTS` (from `amqpcap.capture`), and the
+    submodules (``amqpcap.dataset``), imported when first asked for (PEP 562)."""
+    if name in _FROM_CAPTURE:
+        value = getattr(importlib.import_module(".capture", __name__), name)
+    elif not name.startswith("__"):
+        try:
+            value = importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as e:
+            if e.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_FROM_CAPTURE])

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import itertools
-import pkgutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,8 +100,10 @@ def analyzers() -> dict[str, tuple[AnalyzerFn, str]]:
     """Every analyzer module in amqpcap/analyzers, imported once: {name: (function, help)}."""
     from . import analyzers as pkg
 
-    for mod in pkgutil.iter_modules(pkg.__path__):
-        importlib.import_module(f"{pkg.__name__}.{mod.name}")
+    for name in pkg.names():
+        importlib.import_module(f"{pkg.__name__}.{name}")
+        if name not in _REGISTRY:  # (the command line knows an analyzer by its module's name)
+            raise RuntimeError(f"the module amqpcap.analyzers.{name} registers no analyzer named {name!r}")
     return dict(sorted(_REGISTRY.items()))
 
 

@@ -17,20 +17,44 @@ from typing import TYPE_CHECKING, List, Optional
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer.core import TyperGroup
 
 from . import __version__
-from .analysis import analyzers, rank, run_all
-from .capture import DEFAULT_PORTS, Capture, Limits, load
+from .analyzers import names as analyzer_names
 from .errors import AmqpcapError, NoAmqpError, UsageError
 from .inputs import IN_MEMORY_MAX_BYTES
-from .render import findings_table, no_findings_line, print_result
 from .sample import sample_path
 from .wording import counted
 
 if TYPE_CHECKING:
     import pandas as pd
 
+    from .capture import Capture, Limits
+
+
+class _Commands(TyperGroup):
+    """The subcommands; an analyzer's is made when it is run or listed (`amqpcap --help`), not
+    when the command line starts: the analyzers import pandas and numpy (0.4 s) that `amqpcap
+    frames`, `ingest` and `--version` do without. Listed after the others, by name."""
+
+    def list_commands(self, ctx) -> list[str]:
+        names = analyzer_names()
+        return [*(n for n in super().list_commands(ctx) if n not in names), *names]
+
+    def get_command(self, ctx, cmd_name: str):
+        if cmd_name not in self.commands and cmd_name in analyzer_names():
+            self.commands[cmd_name] = _analyzer_click_command(cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def resolve_command(self, ctx, args: list[str]):
+        if args and args[0] not in self.commands and args[0] not in analyzer_names():
+            for name in analyzer_names():  # (a name not known: its "did you mean" looks among them all)
+                self.get_command(ctx, name)
+        return super().resolve_command(ctx, args)
+
+
 app = typer.Typer(
+    cls=_Commands,
     name="amqpcap",
     help="AMQP 0-9-1 traffic analysis from pcap/pcapng captures.",
     no_args_is_help=True,
@@ -77,6 +101,8 @@ def parse_limits(items: Optional[List[str]]) -> Optional[Limits]:
     """`--limit NAME=VALUE` options as amqpcap.Limits (None when there are none)."""
     if not items:
         return None
+    from .capture import Limits
+
     names = list(Limits.__dataclass_fields__)
     given = {}
     for item in items:
@@ -129,6 +155,8 @@ def anomaly_warning(a: pd.DataFrame) -> Optional[str]:
 
 def ports_of(port: Optional[List[int]], add_port: Optional[List[int]] = None) -> tuple[int, ...]:
     """The AMQP ports: --port replaces the defaults, --add-port adds to them (or to --port)."""
+    from .capture import DEFAULT_PORTS
+
     return tuple(dict.fromkeys([*(port or DEFAULT_PORTS), *(add_port or [])]))
 
 
@@ -166,6 +194,8 @@ def _load(capture: List[str], port: Optional[List[int]], limit: Optional[List[st
 
             cap = decode_arrow(capture, frames_sink=frames_sink, frames_batch_rows=PARQUET_ROW_GROUP_ROWS, **args)
         else:
+            from .capture import load
+
             cap = load(capture, **args)
     for w in cap.summary.get("warnings", []):
         _warn(w)
@@ -319,6 +349,8 @@ def frames(
     try:
         name = _one_name(capture)
         if tls_keylog is not None or (not isinstance(name, list) and is_dataset(name)):  # (decoded twice; read whole)
+            from .capture import Capture
+
             cap = load(arrow=True)
             require_amqp(cap)
             frames = cap.frames if isinstance(cap, Capture) else cap.tables["frames"]
@@ -512,10 +544,11 @@ class _Writing:
         return False
 
 
-def _no_findings(cap: Capture, analyzer_names: list[str]) -> str:
+def _no_findings(cap: Capture, names: list[str]) -> str:
+    from .render import no_findings_line
     from .tally import packet_count
 
-    return no_findings_line(len(cap.connections), packet_count(cap), analyzer_names)
+    return no_findings_line(len(cap.connections), packet_count(cap), names)
 
 
 def _analyzer_command(name: str, fn, help_text: str):
@@ -524,6 +557,8 @@ def _analyzer_command(name: str, fn, help_text: str):
                 fmt: str = FormatOpt, plots: bool = PlotsOpt, rows: int = RowsOpt,
                 limit: Optional[List[str]] = LimitOpt, tls_keylog: Optional[Path] = KeylogOpt,
                 strict: bool = StrictOpt) -> None:
+        from .analysis import rank
+        from .render import print_result
         from .report import write_result
 
         _check_outputs(fmt, out_dir)
@@ -582,6 +617,8 @@ def analyze(capture: List[str] = CapturesArg, port: Optional[List[int]] = PortOp
         with _temporary_directory(why) as tmp:
             _analyze_dataset(tmp / "dataset", "local", workers, out_dir, fmt, plots, ingest=(capture, ingest_args))
     else:
+        from .analysis import run_all
+
         cap = _load(capture, port, limit, bodies=bodies, tls_keylog=tls_keylog, add_port=add_port, strict=strict)
         require_amqp(cap)
         with _analyzing_progress() as progress:
@@ -622,6 +659,8 @@ def _analyze_dataset(path: Path | str, scheduler: str, workers: Optional[int], o
 
 def _tell_analysis(cap: Capture, results, out_dir: Optional[Path], fmt: str, plots: bool, base=None) -> None:
     """The findings on stdout, and with --out every output (`amqpcap.report.write_outputs`)."""
+    from .analysis import rank
+    from .render import findings_table
     from .report import build_summary, write_outputs
 
     summary = build_summary(cap, results)
@@ -777,8 +816,14 @@ def sample() -> None:
     out.print(sample_path(), highlight=False, soft_wrap=True)
 
 
-for _name, (_fn, _help) in analyzers().items():
-    app.command(name=_name, help=_help)(_analyzer_command(_name, _fn, _help))
+def _analyzer_click_command(name: str):
+    """The subcommand of the analyzer `name` (`_Commands`), as typer makes it."""
+    from .analysis import analyzers
+
+    fn, help_text = analyzers()[name]
+    one = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    one.command(name=name, help=help_text)(_analyzer_command(name, fn, help_text))
+    return typer.main.get_command(one)
 
 
 def _version(value: bool) -> None:

@@ -285,6 +285,21 @@ def test_consumers_and_sizes_print_the_numbers_of_the_scenario():
         assert re.search(rf"^{re.escape(bucket)} +{n:,} ", r.stdout, re.M), (bucket, n)
 
 
+def test_the_command_line_starts_without_the_analyzers():
+    """`amqpcap --version`, `frames --help` and `ingest --help` do not import pandas (0.4 s) nor an
+    analyzer; `--help` lists every analyzer, by its module's name, after the other commands."""
+    probe = ("import sys, runpy; sys.argv = ['amqpcap', *sys.argv[1:]]\n"
+             "try:\n    runpy.run_module('amqpcap', run_name='__main__')\n"
+             "except SystemExit:\n    pass\n"
+             "print(sorted(m for m in sys.modules if m == 'pandas' or m.startswith('amqpcap.analyzers.')))")
+    for args in (["--version"], ["frames", "--help"], ["ingest", "--help"]):
+        r = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert r.stdout.splitlines()[-1] == "[]", (args, r.stdout[-300:], r.stderr)
+    listed = re.findall(r"^│ (\w+) ", run("--help").stdout, re.M)
+    assert listed[-len(analyzers()):] == sorted(analyzers()) and len(listed) > len(analyzers()), listed
+    assert "Did you mean 'nagle'?" in run("nagel", SAMPLE).stderr
+
+
 @pytest.mark.parametrize("name", sorted(analyzers()))
 def test_every_analyzer_subcommand_summarises_before_its_verdict(name):
     r = run(name, SAMPLE)
@@ -298,15 +313,16 @@ def test_every_analyzer_subcommand_summarises_before_its_verdict(name):
 
 # --- 2. output options are checked before any work --------------------------------------------
 
-#: runs the CLI with amqpcap.cli.load replaced by a function that prints LOADED and exits 99:
-#: whatever fails before it did no work
+#: runs the CLI with amqpcap.capture.load (what the CLI loads a capture with, imported when it
+#: does) replaced by a function that prints LOADED and exits 99: whatever fails before it did no work
 UNLOADED = """
 import sys
+import amqpcap.capture
 import amqpcap.cli as cli
 def loaded(*args, **kwargs):
     print("LOADED")
     raise SystemExit(99)
-cli.load = loaded
+amqpcap.capture.load = loaded
 sys.argv = ["amqpcap", *sys.argv[1:]]
 cli.main()
 """
