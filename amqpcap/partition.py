@@ -143,6 +143,24 @@ def context_for(joined: Any, i: int) -> Any:
 
 
 @dataclass(frozen=True)
+class Slicing:
+    """How an analyzer's partition step runs over the partition cut in slices of its packets, one
+    after the other (a connection larger than a worker can hold: docs/time-split.md):
+
+    - ``step(part, facts, carry, last)``: a slice (`time_slice`; ``carry`` None at the first,
+      ``last`` True at the last) → (the carry for the next slice, the slice's piece);
+    - ``join(pieces)``: the partial from the slices' pieces, exactly the partition's ``partial``
+      (`sliced_partial`; the tests compare them on every fixture).
+
+    The slices are cut where no packet before has a later timestamp than a packet after
+    (`clean_cuts`): the steps that order a connection's packets by time then see them in the
+    whole's order, slice after slice."""
+
+    step: Callable[[Capture, CaptureFacts, Any, bool], tuple[Any, Any]]
+    join: Callable[[list], Partial]
+
+
+@dataclass(frozen=True)
 class Split:
     #: ``partial(part, facts)``, or ``partial(part, facts, context)`` with a `context` step
     partial: Callable[..., Partial]
@@ -153,6 +171,8 @@ class Split:
     #: the columns of the records that ``records`` reads (a dataset's step reads those alone:
     #: a row per packet of the file); None: every column
     records_columns: tuple[str, ...] | None = None
+    #: the partition step over slices of the partition's time, when the analyzer has one
+    slicing: Slicing | None = None
 
     def __post_init__(self) -> None:
         if (self.context is None) != (self.join_context is None):
@@ -281,3 +301,54 @@ def taken(partials: list[dict], name: str) -> list[pd.DataFrame]:
     those rows, freed as `merge_rows` joins them (a per-message table of a large capture takes
     gigabytes in the merging process)."""
     return [q.pop(name) for q in partials]
+
+
+# --- slices of a partition's time (docs/time-split.md) ------------------------------------------
+
+def clean_cuts(packet: np.ndarray, ts_ns: np.ndarray, every: int) -> list[int]:
+    """Packet numbers at which a partition whose packets are `packet` (in packet order) with
+    times `ts_ns` may be cut into slices of about `every` packets: the first clean cut at or after
+    each multiple of `every` rows, a clean cut being a packet that no earlier packet follows in
+    time (the prefix's latest ts ≤ the suffix's earliest). Captures put a packet out of time order
+    now and then (a pcapng of several interfaces, a clock step); no cut falls inside one."""
+    packet, ts_ns = np.asarray(packet, np.int64), np.asarray(ts_ns, np.int64)
+    n = len(packet)
+    if n < 2 or every < 1:
+        return []
+    latest_before = np.maximum.accumulate(ts_ns)[:-1]
+    earliest_from = np.minimum.accumulate(ts_ns[::-1])[::-1][1:]
+    clean = np.flatnonzero(latest_before <= earliest_from) + 1  # (row i: a cut before row i)
+    wanted = np.arange(every, n, every)
+    at = np.searchsorted(clean, wanted)
+    rows = np.unique(clean[at[at < len(clean)]])
+    return packet[rows].tolist()
+
+
+def time_slice(cap: Capture, first: int, end: int | None) -> Capture:
+    """The partition `cap` from packet `first` up to packet `end` (excluded; None: to the end): its
+    packets, frames and anomalies of those packets, the bodies of the messages whose last packet
+    is there; the connections and summary whole (a slice's steps read each connection's facts)."""
+    def rows(df: pd.DataFrame | None, column: str) -> pd.DataFrame | None:
+        if df is None or column not in df:
+            return df
+        packet = df[column].to_numpy(np.int64, na_value=0)  # (a file-level anomaly: the first slice)
+        keep = (packet >= first) & (packet < end if end is not None else True)
+        return df[keep].reset_index(drop=True)
+
+    return Capture(path=cap.path, ports=cap.ports, frames=rows(cap.frames, "packet"),
+                   packets=rows(cap.packets, "packet"), connections=cap.connections,
+                   anomalies=rows(cap.anomalies, "packet"), records=cap.records.iloc[:0],
+                   bodies=rows(cap.bodies, "last_packet"), summary=cap.summary)
+
+
+def sliced_partial(split: Split, part: Capture, facts: CaptureFacts, cuts: list[int]) -> Partial:
+    """The partition step of `split` over `part` cut at the packets `cuts` (`clean_cuts`), slice
+    after slice with the carry between them: the partition's partial, as ``partial`` gives it."""
+    if split.slicing is None:
+        raise ValueError("this analyzer has no step over slices of time")
+    bounds = [0, *cuts, None]
+    carry, pieces = None, []
+    for i, (first, end) in enumerate(zip(bounds, bounds[1:])):
+        carry, piece = split.slicing.step(time_slice(part, first, end), facts, carry, end is None)
+        pieces.append(piece)
+    return split.slicing.join(pieces)

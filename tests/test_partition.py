@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -16,7 +17,8 @@ from amqpcap import dataset
 from amqpcap.analysis import analyzers, splits
 from amqpcap.kept_rows import KeptRows, frame
 from amqpcap.overview import rates_png
-from amqpcap.partition import facts_of, partials_of
+from amqpcap.derive.stream_order import ns
+from amqpcap.partition import clean_cuts, facts_of, partials_of, sliced_partial
 from amqpcap.report import _draw_plot as draw_plot
 from amqpcap.report import build_summary
 from amqpcap.tally import Tally, tally_of
@@ -170,6 +172,55 @@ def test_analyze_on_a_local_cluster_gives_the_in_process_files(tmp_path):
     assert runs["dask"][1].keys() == runs["local"][1].keys() and "sizes-throughput.csv" in runs["local"][1]
     for name, content in runs["local"][1].items():
         assert runs["dask"][1][name] == content, name
+
+
+def assert_same_partial(got, want, where: str) -> None:
+    """Two partials (frames, arrays, dicts and lists of them, numbers) exactly equal."""
+    assert type(got) is type(want), where
+    if isinstance(want, pd.DataFrame):
+        pd.testing.assert_frame_equal(got, want, check_exact=True, obj=where)
+    elif isinstance(want, np.ndarray):
+        np.testing.assert_array_equal(got, want, err_msg=where)
+    elif isinstance(want, dict):
+        assert list(got) == list(want), where
+        for k in want:
+            assert_same_partial(got[k], want[k], f"{where}[{k!r}]")
+    elif isinstance(want, (list, tuple)):
+        assert len(got) == len(want), where
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert_same_partial(g, w, f"{where}[{i}]")
+    else:
+        assert got == want or (got != got and want != want), where
+
+
+#: the analyzers whose partition step also runs over slices of the partition's time
+SLICED = sorted(n for n, s in splits().items() if s.slicing is not None)
+
+
+def test_clean_cuts_fall_where_no_packet_before_is_later_than_one_after():
+    packet = np.arange(1, 11)
+    ts = np.array([1, 2, 3, 9, 4, 5, 10, 11, 11, 12])  # packet 4 is later than 5 and 6
+    assert clean_cuts(packet, ts, 1) == [2, 3, 4, 7, 8, 9, 10]
+    assert clean_cuts(packet, ts, 4) == [7, 9]  # (rows 4 and 8: the first clean cut at or after each)
+    assert clean_cuts(packet, ts, 20) == [] and clean_cuts(packet[:1], ts[:1], 1) == []
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_a_partition_cut_in_slices_of_time_gives_the_partitions_partial(name):
+    """Every analyzer that runs over slices of time gives the partial of the whole partition,
+    cut into 7 slices and into slices of 50 packets (no cut inside a time back-step: three
+    fixtures have some)."""
+    assert "heartbeats" in SLICED
+    cap = amqpcap.load(FIX / name)
+    facts = facts_of(cap)
+    packet, ts = cap.packets["packet"].to_numpy(np.int64), ns(cap.packets["ts"])
+    for every in (max(1, len(packet) // 7), 50):
+        cuts = clean_cuts(packet, ts, every)
+        assert cuts or len(packet) <= every
+        for a in SLICED:
+            split = splits()[a]
+            assert_same_partial(sliced_partial(split, cap, facts, cuts), split.partial(cap, facts),
+                                f"{a} cut every {every} packets")
 
 
 @pytest.mark.parametrize("name", ["any-sll.pcap", "flow-control.pcap.gz", "ten-consumers.pcap", "nack-requeue.pcap",

@@ -14,6 +14,7 @@ connections, the merge joins the rows and derives the finding.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -24,7 +25,7 @@ from ..derive.methods import methods, select
 from ..derive.labels import connection_labels
 from ..display_filters import stream_filter
 from ..names import subject_namer
-from ..partition import CaptureFacts, Split, merge_rows, run_whole
+from ..partition import CaptureFacts, Slicing, Split, merge_rows, run_whole
 from ..wording import counted
 
 #: heartbeat-problems: a negotiated timeout below this is told (info): RabbitMQ's heartbeats
@@ -48,82 +49,138 @@ COLUMNS = ["stream", "connection", "heartbeat_s", "c2s_longest_silence_s", "s2c_
            "heartbeat_frames_c2s", "heartbeat_frames_s2c", "problem"]
 
 
-def _ends(p: pd.DataFrame, stream: np.ndarray) -> pd.DataFrame:
-    """Per connection (index: the sorted `stream`): the first FIN or RST of either side
-    (end_packet, end_ts in ns, ended_by 'client'/'broker'), missing when the capture has none."""
+@dataclass
+class _Seen:
+    """What a partition's packets so far tell of each of its connections (arrays by the sorted
+    connections' `stream`): carried from one slice of its time to the next (`Slicing`), or made
+    from the partition at once."""
+
+    #: the first FIN or RST of either side: its packet (-1: none yet), ts (ns), and whether the
+    #: client sent it
+    end_packet: np.ndarray
+    end_ts: np.ndarray
+    end_c2s: np.ndarray
+    #: per direction: the latest payload's ts (`_NONE`: none yet) and the longest time between two
+    #: payloads so far (ns); payloads after the connection's end do not count
+    last: dict[str, np.ndarray]
+    longest: dict[str, np.ndarray]
+    #: per direction: a connection.close sent, heartbeat frames sent
+    closed: dict[str, np.ndarray]
+    heartbeat_frames: dict[str, np.ndarray]
+
+    @classmethod
+    def nothing(cls, n: int) -> "_Seen":
+        def each(value, dtype):
+            return {d: np.full(n, value, dtype) for d in DIRECTIONS}
+
+        return cls(np.full(n, -1, np.int64), np.zeros(n, np.int64), np.zeros(n, bool), each(_NONE, np.int64),
+                   each(0, np.int64), each(False, bool), each(0, np.int64))
+
+
+DIRECTIONS = ("c2s", "s2c")
+_NONE = np.iinfo(np.int64).min
+
+
+def _seen(cap: Capture, seen: _Seen | None) -> _Seen:
+    """`seen` (None: nothing yet) with the packets and frames of `cap` (the partition, or its next
+    slice of time) added."""
+    stream = cap.connections["stream"].to_numpy(np.int64)
+    seen = seen or _Seen.nothing(len(stream))
+    p = cap.packets
+    _ends(p, stream, seen)
+    end_ns = np.where(seen.end_packet >= 0, seen.end_ts, cap.connections["last_ts"].array.asi8)
+    _silences(p, stream, end_ns, seen)
+    m = methods(cap)
+    ms = m["stream"].to_numpy(np.int64)
+    f = cap.frames
+    hb = (f["type"] == "heartbeat").to_numpy(dtype=bool, na_value=False)
+    fpos = np.searchsorted(stream, f["stream"].to_numpy(np.int64)[hb])
+    fdir = f["direction"].to_numpy(object)[hb]
+    for d in DIRECTIONS:
+        seen.closed[d] |= np.isin(stream, ms[select(m, "connection.close", d)])
+        seen.heartbeat_frames[d] += np.bincount(fpos[fdir == d], minlength=len(stream)).astype(np.int64)
+    return seen
+
+
+def _ends(p: pd.DataFrame, stream: np.ndarray, seen: _Seen) -> None:
+    """The first FIN or RST of either side of each connection that has none yet in `seen`
+    (packets come in packet order: the first per stream)."""
     fin = (p["flags"].to_numpy(np.int64) & (FIN | RST)) != 0
     rows = np.flatnonzero(fin)
     s = p["stream"].to_numpy(np.int64)[rows]
-    first = rows[np.unique(s, return_index=True)[1]]  # packets are in packet order: the first per stream
-    df = pd.DataFrame({"end_packet": p["packet"].to_numpy(np.int64)[first],
-                       "end_ts": p["ts"].array.asi8[first],
-                       "ended_by": np.where(p["direction"].to_numpy(object)[first] == "c2s", "client", "broker")},
-                      index=p["stream"].to_numpy(np.int64)[first])
-    return df.reindex(stream)
+    first = rows[np.unique(s, return_index=True)[1]]
+    pos = np.searchsorted(stream, p["stream"].to_numpy(np.int64)[first])
+    new = seen.end_packet[pos] < 0
+    pos, first = pos[new], first[new]
+    seen.end_packet[pos] = p["packet"].to_numpy(np.int64)[first]
+    seen.end_ts[pos] = p["ts"].array.asi8[first]
+    seen.end_c2s[pos] = p["direction"].to_numpy(object)[first] == "c2s"
 
 
-def _silences(p: pd.DataFrame, stream: np.ndarray, end_ns: np.ndarray) -> dict[str, np.ndarray]:
+def _silences(p: pd.DataFrame, stream: np.ndarray, end_ns: np.ndarray, seen: _Seen) -> None:
     """Per connection and direction: the longest time without payload from the direction's first
-    payload to the connection's end (`end_ns`), and the last payload's time before the end."""
-    out = {}
+    payload on, up to the connection's end (`end_ns`: its first FIN or RST, else its last packet),
+    continued from `seen`. Payloads are taken in time order: a slice's packets all follow the
+    slices' before in time (`amqpcap.partition.clean_cuts`), so the first payload of a slice
+    follows the latest one before it."""
     st = p["stream"].to_numpy(np.int64)
     ts = p["ts"].array.asi8
     pos = np.searchsorted(stream, st)
-    for d in ("c2s", "s2c"):
+    for d in DIRECTIONS:
         keep = (p["payload_bytes"].to_numpy(np.int64) > 0) & (p["direction"] == d).to_numpy(dtype=bool) \
             & (ts <= end_ns[pos])
         g, t = pos[keep], ts[keep]
         order = np.lexsort((t, g))
         g, t = g[order], t[order]
-        gap = np.diff(t, prepend=t[:1])  # to the previous payload of the same connection, else 0
-        gap[np.r_[True, g[1:] != g[:-1]][:len(t)]] = 0
-        longest = np.zeros(len(stream), dtype=np.int64)
-        np.maximum.at(longest, g, gap)
-        last = np.full(len(stream), np.iinfo(np.int64).min, dtype=np.int64)
-        np.maximum.at(last, g, t)
-        seen = last != np.iinfo(np.int64).min
-        tail = np.where(seen, end_ns - last, 0)
-        out[f"{d}_longest_silence_s"] = np.where(seen, np.maximum(longest, tail) / 1e9, np.nan)
-        out[f"{d}_last_payload_ns"] = np.where(seen, last, np.iinfo(np.int64).min)
-    return out
+        before = np.r_[_NONE, t[:-1]]  # the previous payload's time: of the same connection, or carried
+        first = np.r_[True, g[1:] != g[:-1]][:len(t)]
+        before[first] = seen.last[d][g[first]]
+        gap = np.where(before == _NONE, 0, t - before)
+        np.maximum.at(seen.longest[d], g, gap)
+        np.maximum.at(seen.last[d], g, t)
+
+
+def _rows(cap: Capture, seen: _Seen) -> pd.DataFrame:
+    """A partition's connections: one row each (COLUMNS), from what their packets told."""
+    c = cap.connections
+    stream = c["stream"].to_numpy(np.int64)
+    has_end = seen.end_packet >= 0
+    end_ns = np.where(has_end, seen.end_ts, c["last_ts"].array.asi8)
+    ended_by = np.where(has_end, np.where(seen.end_c2s, "client", "broker"), None).astype(object)
+    out = pd.DataFrame({"stream": stream,  # (named in the merge: labels depend on every connection)
+                        "heartbeat_s": c["heartbeat_s"].to_numpy(float, na_value=np.nan)})
+    for d in DIRECTIONS:
+        last = seen.last[d]
+        out[f"{d}_longest_silence_s"] = np.where(last != _NONE, np.maximum(seen.longest[d], end_ns - last) / 1e9,
+                                                 np.nan)
+    out["ended_by"] = ended_by
+    out["end_packet"] = pd.arrays.IntegerArray(np.where(has_end, seen.end_packet, 0), ~has_end)
+    out["end_ts"] = pd.to_datetime(np.where(has_end, seen.end_ts, _NONE).view("M8[ns]"), utc=True)  # (_NONE: NaT)
+    # did the side that ended the TCP connection first close it with AMQP (connection.close)?
+    out["closed_with_amqp"] = np.where(ended_by == "client", seen.closed["c2s"],
+                                       np.where(ended_by == "broker", seen.closed["s2c"], False))
+    # the other side's silence up to that end
+    silent = np.where(ended_by == "broker", "client", np.where(ended_by == "client", "broker", None))
+    last = np.where(silent == "client", seen.last["c2s"], seen.last["s2c"])
+    told = has_end & (last != _NONE)
+    out["silent_side"] = np.where(told, silent, None)
+    out["silence_before_end_s"] = np.where(told, (end_ns - last) / 1e9, np.nan)
+    for d in DIRECTIONS:
+        out[f"heartbeat_frames_{d}"] = seen.heartbeat_frames[d]
+    out["problem"] = _problem(out)
+    return out[[c_ for c_ in COLUMNS if c_ != "connection"]]
 
 
 def heartbeats_partial(cap: Capture, facts: CaptureFacts) -> pd.DataFrame:
     """A partition's connections: one row each (COLUMNS)."""
-    c = cap.connections
-    stream = c["stream"].to_numpy(np.int64)
-    p = cap.packets
-    ends = _ends(p, stream)
-    end_ns = np.where(ends["end_ts"].notna(), ends["end_ts"].to_numpy(float, na_value=0).astype(np.int64),
-                      c["last_ts"].array.asi8)
-    sil = _silences(p, stream, end_ns)
-    m = methods(cap)
-    ms = m["stream"].to_numpy(np.int64)
-    out = pd.DataFrame({"stream": stream,  # (named in the merge: labels depend on every connection)
-                        "heartbeat_s": c["heartbeat_s"].to_numpy(float, na_value=np.nan),
-                        "c2s_longest_silence_s": sil["c2s_longest_silence_s"],
-                        "s2c_longest_silence_s": sil["s2c_longest_silence_s"],
-                        "ended_by": ends["ended_by"].astype(object).where(ends["ended_by"].notna(), None).to_numpy(object),
-                        "end_packet": pd.array(ends["end_packet"].to_numpy(float, na_value=np.nan), dtype="Int64"),
-                        "end_ts": pd.to_datetime(ends["end_ts"].to_numpy(float, na_value=np.nan), utc=True)})
-    # did the side that ended the TCP connection first close it with AMQP (connection.close)?
-    closers = {d: np.isin(stream, ms[select(m, "connection.close", d)]) for d in ("c2s", "s2c")}
-    out["closed_with_amqp"] = np.where(out["ended_by"] == "client", closers["c2s"],
-                                       np.where(out["ended_by"] == "broker", closers["s2c"], False))
-    # the other side's silence up to that end
-    silent = np.where(out["ended_by"] == "broker", "client", np.where(out["ended_by"] == "client", "broker", None))
-    last = np.where(silent == "client", sil["c2s_last_payload_ns"], sil["s2c_last_payload_ns"])
-    has_end = ends["end_ts"].notna().to_numpy() & (last != np.iinfo(np.int64).min)
-    out["silent_side"] = np.where(has_end, silent, None)
-    out["silence_before_end_s"] = np.where(has_end, (end_ns - last) / 1e9, np.nan)
-    f = cap.frames
-    hb = (f["type"] == "heartbeat").to_numpy(dtype=bool, na_value=False)
-    fpos = np.searchsorted(stream, f["stream"].to_numpy(np.int64)[hb])
-    fdir = f["direction"].to_numpy(object)[hb]
-    for d in ("c2s", "s2c"):
-        out[f"heartbeat_frames_{d}"] = np.bincount(fpos[fdir == d], minlength=len(stream)).astype(np.int64)
-    out["problem"] = _problem(out)
-    return out[[c_ for c_ in COLUMNS if c_ != "connection"]]
+    return _rows(cap, _seen(cap, None))
+
+
+def heartbeats_slice(part: Capture, facts: CaptureFacts, seen: _Seen | None, last: bool):
+    """A slice of a partition's time (`amqpcap.partition.Slicing`): what it adds to `seen`, and
+    on the last slice the partition's rows."""
+    seen = _seen(part, seen)
+    return seen, (_rows(part, seen) if last else None)
 
 
 def _problem(t: pd.DataFrame) -> np.ndarray:
@@ -155,7 +212,8 @@ def heartbeats_merge(partials: list[pd.DataFrame], records: None, facts: Capture
                           findings=[finding] if finding else [], plots=[])
 
 
-SPLIT = Split(partial=heartbeats_partial, merge=heartbeats_merge)
+SPLIT = Split(partial=heartbeats_partial, merge=heartbeats_merge,
+              slicing=Slicing(heartbeats_slice, join=lambda pieces: pieces[-1]))
 
 
 @analyzer("heartbeats", split=SPLIT)
