@@ -30,7 +30,7 @@ import pandas as pd
 from . import __version__
 from .capture import Capture
 from .errors import AmqpcapError, CaptureError
-from .partition import UNREAD_COLUMNS, CaptureFacts, facts_from_ts, release_freed_memory
+from .partition import UNREAD_COLUMNS, CaptureFacts, clean_cuts, facts_from_ts, release_freed_memory
 from .report import parquet_options
 
 FORMAT = "amqpcap-dataset"
@@ -110,10 +110,11 @@ class Location:
         with self.fs.open(self.path(*parts), "rt") as f:
             return f.read()
 
-    def read_parquet(self, *parts: str, columns: list[str] | None = None):
+    def read_parquet(self, *parts: str, columns: list[str] | None = None, filters=None):
         import pyarrow.parquet as pq
 
-        return pq.read_table(self.path(*parts), columns=columns, partitioning=None, filesystem=self.fs)
+        return pq.read_table(self.path(*parts), columns=columns, partitioning=None, filesystem=self.fs,
+                             filters=filters)
 
     def stamp(self) -> str:
         """What changes when the dataset is written again: its manifest's identity."""
@@ -673,9 +674,11 @@ def _to_pandas(t, template: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(cols, copy=False)
 
 
-def _read_arrow(loc: Location, name: str, buckets, loose: bool = True, columns: list[str] | None = None):
+def _read_arrow(loc: Location, name: str, buckets, loose: bool = True, columns: list[str] | None = None,
+                packets: tuple[int, int | None] | None = None):
     """The table's rows in `buckets` (and, with `loose`, its rows of no connection) as one Arrow
-    table, in `ORDER`, or None when no file holds any; only `columns` of it when given.
+    table, in `ORDER`, or None when no file holds any; only `columns` of it when given; only the
+    rows of the packets `packets` (first, end) when given (`packet_filter`).
 
     The buckets are joined and sorted as Arrow tables, converted to pandas once: concatenating
     and sorting the pandas frames cost three times the Parquet read (2M packets)."""
@@ -689,7 +692,9 @@ def _read_arrow(loc: Location, name: str, buckets, loose: bool = True, columns: 
         return None
     # "permissive": a dictionary's keys are as wide as each pass's dictionary needed (int8 or
     # int16), and a table written from pandas may have text columns of Arrow type null (empty)
-    t = pa.concat_tables([loc.read_parquet(*p, columns=columns) for p in paths], promote_options="permissive")
+    where = packet_filter(name, packets)
+    t = pa.concat_tables([loc.read_parquet(*p, columns=columns, filters=where) for p in paths],
+                         promote_options="permissive")
     # anomalies: the order of `load` is not kept (it is neither packet nor stream order);
     # rows come back by packet, file-wide rows (no packet) first (keys are >= 0: a missing one
     # sorts as -1). A stable sort: tied rows are of one connection, so of one bucket.
@@ -700,13 +705,30 @@ def _read_arrow(loc: Location, name: str, buckets, loose: bool = True, columns: 
     return t
 
 
+def packet_filter(name: str, packets: tuple[int, int | None] | None):
+    """The rows of table `name` that a slice of time from packet `first` up to `end` (excluded;
+    None: to the end) holds, as a pyarrow filter (None: every row): those of its packets (its
+    bodies: by their last packet; a row without a packet, in the first slice), as
+    `amqpcap.partition.time_slice` cuts a partition in memory. The files are sorted by that
+    column, with its statistics (`amqpcap.report.PARQUET_STATISTICS_COLUMNS`): the row groups of
+    other packets are skipped, not read."""
+    if packets is None or name == "connections":
+        return None
+    import pyarrow.compute as pc
+
+    first, end = packets
+    column = pc.field(ORDER.get(name, "packet"))
+    keep = column >= first if end is None else (column >= first) & (column < end)
+    return keep | column.is_null() if first <= 0 else keep
+
+
 def _read_table(loc: Location, name: str, buckets, template: pd.DataFrame, loose: bool = True,
-                without: tuple[str, ...] = ()) -> pd.DataFrame:
+                without: tuple[str, ...] = (), packets: tuple[int, int | None] | None = None) -> pd.DataFrame:
     """The table's rows in `buckets` (and, with `loose`, its rows of no connection), as `load`
-    gives them; without the columns named in `without`."""
+    gives them; without the columns named in `without`; of the packets `packets` when given."""
     if without:
         template = template.drop(columns=list(without))
-    held = [_read_arrow(loc, name, buckets, loose, list(template.columns) if without else None)]
+    held = [_read_arrow(loc, name, buckets, loose, list(template.columns) if without else None, packets)]
     if held[0] is None:
         return template.copy()
     # handed over, not kept in a name here: `_to_pandas` frees the Arrow table column by column,
@@ -731,18 +753,21 @@ def manifest(path: str | os.PathLike[str] | Location) -> dict:
 
 
 def read(path: str | os.PathLike[str] | Location, buckets: list[int] | None = None,
-         without: dict[str, tuple[str, ...]] | None = None) -> Capture:
+         without: dict[str, tuple[str, ...]] | None = None, packets: tuple[int, int | None] | None = None) -> Capture:
     """The capture stored at `path`, with the tables and summary `load` gave.
 
     With `buckets`, only those buckets' connections (a partition of whole connections,
     `amqpcap.partition`): their tables, no `records` and none of the file's own anomalies;
-    the summary stays the whole capture's. `without`: columns of each table left unread."""
+    the summary stays the whole capture's. `without`: columns of each table left unread.
+    `packets` (first, end), with `buckets`: a slice of their time (`packet_filter`)."""
     loc = location(path)
     m = manifest(loc)
     t = _template()
     part = buckets is not None
+    if packets is not None and not part:
+        raise ValueError("a slice of time is read of some buckets")
     tables = {name: _read_table(loc, name, buckets if part else range(m["buckets"]), t[name], loose=not part,
-                                without=(without or {}).get(name, ()))
+                                without=(without or {}).get(name, ()), packets=packets)
               for name in CONNECTION_TABLES if name in m["rows"]}
     for name, df in tables.items():
         if not part and len(df) != m["rows"][name]:
@@ -754,10 +779,21 @@ def read(path: str | os.PathLike[str] | Location, buckets: list[int] | None = No
                    bodies=tables.get("bodies"), summary=summary)
 
 
-def read_partition(path: str | os.PathLike[str] | Location, buckets: list[int]) -> Capture:
+def read_partition(path: str | os.PathLike[str] | Location, buckets: list[int],
+                   packets: tuple[int, int | None] | None = None) -> Capture:
     """The buckets' connections as the partition steps read them (`engine.bucket_step`): without
-    the columns none of them reads (`partition.UNREAD_COLUMNS`)."""
-    return read(path, buckets, without=UNREAD_COLUMNS)
+    the columns none of them reads (`partition.UNREAD_COLUMNS`); with `packets` (first, end),
+    the slice of their time from packet `first` up to `end` (`amqpcap.partition.time_slice`)."""
+    return read(path, buckets, without=UNREAD_COLUMNS, packets=packets)
+
+
+def bucket_cuts(path: str | os.PathLike[str] | Location, bucket: int, every: int) -> list[int]:
+    """Where the bucket's time may be cut into slices of about `every` of its packets
+    (`amqpcap.partition.clean_cuts`), from its packets' packet and ts columns alone."""
+    t = _read_arrow(location(path), "packets", [bucket], loose=False, columns=["packet", "ts"])
+    if t is None:
+        return []
+    return clean_cuts(t.column("packet").to_numpy().astype(np.int64), t.column("ts").cast("int64").to_numpy(), every)
 
 
 def read_outline(path: str | os.PathLike[str] | Location) -> Capture:
