@@ -174,3 +174,54 @@ def test_every_column_and_summary_key_documented():
         assert not missing, (name, missing)
     for key in r.summary:
         assert f"`{key}" in doc, key
+
+
+# -- slices of a partition's time (amqpcap.partition.Slicing) --------------------------------------
+
+def _sliced_everywhere(path: Path):
+    """The capture's sizes partial whole, and cut before every packet (`clean_cuts` every 1)."""
+    from amqpcap.analyzers.sizes import SPLIT
+    from amqpcap.derive.stream_order import ns
+    from amqpcap.partition import clean_cuts, facts_of, sliced_partial
+
+    cap = amqpcap.load(path)
+    facts = facts_of(cap)
+    cuts = clean_cuts(cap.packets["packet"].to_numpy(np.int64), ns(cap.packets["ts"]), 1)
+    assert len(cuts) == len(cap.packets) - 1
+    return cap, SPLIT.partial(cap, facts), sliced_partial(SPLIT, cap, facts, cuts)
+
+
+def test_a_first_multiple_ack_before_its_channel_open_is_counted_at_the_end_of_the_slices(tmp_path):
+    """A channel's first ack counts from tag 0 when a channel.open of it is anywhere in the
+    connection, even after the ack (a capture that starts mid-channel, the channel reopened
+    later): the slices before that channel.open leave the ack undecided, the last counts it."""
+    import crafting as c
+    from test_partition import assert_same_partial
+
+    conv = c.TcpConversation().handshake()
+    conv.send_frames("c2s", [c.basic_ack(channel=1, delivery_tag=5, multiple=True)])
+    conv.send_frames("c2s", [c.channel_close(channel=1, reply_code=200, reply_text="", class_id=0, method_id=0)])
+    conv.send_frames("c2s", [c.channel_open(channel=1)])
+    conv.send_frames("c2s", [c.basic_ack(channel=1, delivery_tag=3, multiple=True)])
+    c.write_pcap(tmp_path / "reopened.pcap", conv.close().timed())
+    cap, whole, sliced = _sliced_everywhere(tmp_path / "reopened.pcap")
+    assert whole["throughput"]["acked"][:, 0].sum() == 5  # (5 from tag 0, then none above 5)
+    assert_same_partial(sliced, whole, "cut before every packet")
+
+
+def test_a_frame_that_starts_in_a_segment_received_early_spans_the_slices_as_the_whole(tmp_path):
+    """Segments out of order: the one holding the end of a frame and the start of the next comes
+    before the one that completes the first frame, so the next frame starts in a packet before
+    the last frame-completing one; its span is the whole's wherever the slices are cut."""
+    import crafting as c
+    from test_partition import assert_same_partial
+
+    conv = c.TcpConversation().handshake()
+    frames = [c.basic_publish(), c.content_header(body_size=3000), c.body_frame(data=b"x" * 3000)]
+    segs = conv.send_frames("c2s", frames, segment_sizes=[20, 200, 1000, 1000])
+    conv.swap(segs[0], segs[1])
+    c.write_pcap(tmp_path / "reordered.pcap", conv.close().timed())
+    cap, whole, sliced = _sliced_everywhere(tmp_path / "reordered.pcap")
+    f = cap.frames
+    assert (f["first_packet"].to_numpy()[1:] < f["packet"].to_numpy()[:-1]).any()  # (the hazard is there)
+    assert_same_partial(sliced, whole, "cut before every packet")

@@ -7,6 +7,7 @@ Documentation of every table, summary key and plot: docs/analyzers/sizes.md.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import pandas as pd
 
 from ..analysis import AnalyzerResult, Plot, analyzer
 from ..capture import Capture
-from ..partition import CaptureFacts, Split, merge_rows, run_whole
+from ..partition import CaptureFacts, Slicing, Split, merge_rows, run_whole
 
 #: Wireshark's `-z plen,tree` bucket lower bounds (bytes); the last bucket is open-ended.
 #: Spelled exactly as tshark prints them so `packet_sizes.bins` compares 1:1 with tshark.
@@ -107,24 +108,45 @@ def _stream_direction(gk: np.ndarray) -> dict[str, np.ndarray]:
     return {"stream": (gk // 2).astype(np.int32), "direction": np.where(gk % 2 == 1, "s2c", "c2s")}
 
 
-def stream_size_rows(p: pd.DataFrame, gk: np.ndarray | None = None) -> pd.DataFrame:
+#: counts of (key, value) pairs, as `_count_pairs` gives them: (key, value, count), sorted by
+#: (key, value), each pair once
+Counts = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def _no_counts() -> Counts:
+    z = np.zeros(0, np.int64)
+    return z, z, z
+
+
+def _added(counts: Counts, more: Counts) -> Counts:
+    """`counts` with `more` added: the counts of a partition's slices so far, then of its next
+    one (both sorted by (key, value) and each pair once, as is the result)."""
+    key, value, n = (np.concatenate([a, b]).astype(np.int64) for a, b in zip(counts, more))
+    order = np.lexsort((value, key))
+    key, value, n = key[order], value[order], n[order]
+    start = np.flatnonzero(np.r_[True, (key[1:] != key[:-1]) | (value[1:] != value[:-1])]) if len(key) else key
+    return key[start], value[start], np.add.reduceat(n, start) if len(key) else n
+
+
+def size_cells(p: pd.DataFrame, gk: np.ndarray) -> Counts:
+    """(stream·2 + direction, plen bucket index, packets) of the packets `p` (`gk`: _gk(p))."""
+    return _count_pairs(gk, plen_bucket(p["frame_len"].to_numpy()))
+
+
+def stream_size_rows(cells: Counts) -> pd.DataFrame:
     """plen bucket counts per stream and direction, only the buckets it uses (a capture of a
     million short connections would otherwise get ten rows each): stream, direction, b (bucket
-    index), count, percent (of the stream direction). `gk`: _gk(p), when the caller has it."""
-    n_b = len(PLEN_LABELS)
-    if not len(p):
+    index), count, percent (of the stream direction). `cells`: size_cells of the packets."""
+    group, b, n = cells
+    if not len(group):
         return pd.DataFrame({"stream": pd.array([], dtype="Int32"), "direction": np.array([], dtype=object),
                              "b": np.zeros(0, np.int64), "count": np.zeros(0, np.int64), "percent": np.zeros(0)})
-    gk = _gk(p) if gk is None else gk
-    bucket = plen_bucket(p["frame_len"].to_numpy())
-    cell, n = np.unique(gk * n_b + bucket, return_counts=True)  # (group × bucket) counts
-    group = cell // n_b
     totals = np.bincount(group, weights=n)[group]
     return pd.DataFrame({
         "stream": pd.array((group // 2).astype(np.int32), dtype="Int32"),
         "direction": pd.Categorical.from_codes((group % 2).astype(np.int8), categories=["c2s", "s2c"]).astype(object),
-        "b": cell % n_b,
-        "count": n.astype(np.int64), "percent": np.round(n * 100.0 / totals, PERCENT_DECIMALS),
+        "b": b,
+        "count": n, "percent": np.round(n * 100.0 / totals, PERCENT_DECIMALS),
     })
 
 
@@ -148,19 +170,27 @@ def packet_size_table(whole: np.ndarray, streams: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def payload_size_table(gk: np.ndarray, size: np.ndarray) -> pd.DataFrame:
-    """Distribution of TCP payload sizes of data segments per stream and direction."""
+def payload_size_table(sizes: Counts) -> pd.DataFrame:
+    """Distribution of TCP payload sizes of data segments per stream and direction, from how many
+    segments had each size (`sizes`: (stream·2 + direction, payload bytes, segments)): a size
+    histogram gives the quantiles of the segments themselves, and adds up over slices of time."""
     cols = ["stream", "direction", "segments", "payload_bytes", "mean_bytes", "min_bytes", "p10_bytes", "p50_bytes",
             "p90_bytes", "p99_bytes", "max_bytes"]
+    gk, size, count = sizes
     if not len(gk):
         return pd.DataFrame(columns=cols)
-    # Sorted by (group, size) in one int64 sort: quantiles are positions inside each group's slice.
-    key = np.sort((gk << 32) | size)
-    gk, size = key >> 32, key & 0xFFFFFFFF
+    # The segments sorted by (group, size), each size `count` times: `end` is where each size's
+    # run ends in that (virtual) sorted array, `first` where each group's segments start.
     start = np.flatnonzero(np.r_[True, gk[1:] != gk[:-1]])
-    n = np.diff(np.r_[start, len(gk)])
+    n = np.add.reduceat(count, start)
+    end = np.cumsum(count)
+    first = end[start] - count[start]
+
+    def nth(i: np.ndarray) -> np.ndarray:  # the size of the i-th segment of the sorted array
+        return size[np.searchsorted(end, i, side="right")]
+
     out = pd.DataFrame({"stream": (gk[start] // 2).astype(np.int32), "direction": np.where(gk[start] % 2 == 1, "s2c", "c2s"),
-                        "segments": n, "payload_bytes": np.add.reduceat(size, start)})
+                        "segments": n, "payload_bytes": np.add.reduceat(size * count, start)})
     out["mean_bytes"] = out["payload_bytes"] / n
     out["min_bytes"] = size[start]
     for q in (10, 50, 90, 99):
@@ -169,16 +199,17 @@ def payload_size_table(gk: np.ndarray, size: np.ndarray) -> pd.DataFrame:
         # where the group sits (which other connections share the partition).
         pos = (n - 1) * (q / 100)
         below = np.floor(pos)
-        lo_i = start + below.astype(np.int64)
-        hi_i = np.minimum(lo_i + 1, start + n - 1)
-        out[f"p{q}_bytes"] = size[lo_i] + (size[hi_i] - size[lo_i]) * (pos - below)
-    out["max_bytes"] = size[start + n - 1]
+        lo_i = first + below.astype(np.int64)
+        hi_i = np.minimum(lo_i + 1, first + n - 1)
+        out[f"p{q}_bytes"] = nth(lo_i) + (nth(hi_i) - nth(lo_i)) * (pos - below)
+    out["max_bytes"] = nth(first + n - 1)
     return out[cols]
 
 
-def frames_per_packet_table(gk: np.ndarray, frames_ended: np.ndarray) -> pd.DataFrame:
-    """How many AMQP frames each data packet completes (`frames_ended`), per stream and direction."""
-    gk, v, n = _count_pairs(gk, frames_ended)
+def frames_per_packet_table(counts: Counts) -> pd.DataFrame:
+    """How many AMQP frames each data packet completes, per stream and direction (`counts`:
+    _count_pairs of stream·2 + direction and frames_ended over the data packets)."""
+    gk, v, n = counts
     return pd.DataFrame({**_stream_direction(gk), "frames_per_packet": v, "packets": n})
 
 
@@ -198,34 +229,152 @@ def _rank_in_group(gk: np.ndarray) -> np.ndarray:
     return rank
 
 
-def packets_per_frame(frames: pd.DataFrame, gk: np.ndarray, pkt: np.ndarray) -> np.ndarray:
+def _at(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray, default) -> np.ndarray:
+    """`values` of the sorted unique `keys` at each of `wanted`, `default` where a key is absent."""
+    i = np.minimum(np.searchsorted(keys, wanted), max(len(keys) - 1, 0))
+    found = (keys[i] == wanted) if len(keys) else np.zeros(len(wanted), bool)
+    return np.where(found, values[i] if len(keys) else default, default)
+
+
+@dataclass
+class _Ranks:
+    """Data packets of a partition's slices so far, per stream direction (stream·2 + direction),
+    as `packets_per_frame` needs them for the frames that end in a later slice."""
+
+    #: the directions (sorted) and how many data packets each had: the rank of its next one
+    key: np.ndarray
+    packets: np.ndarray
+    #: per direction (sorted `done`) the last packet that completed a frame and its seq
+    done: np.ndarray
+    done_packet: np.ndarray
+    done_seq: np.ndarray
+    #: the data packets a later frame may start in (in packet order): those from the direction's
+    #: last frame-completing packet on, and earlier ones holding bytes past that packet's seq (a
+    #: frame completed by a segment that arrived late starts in the segment after it on the wire)
+    back_key: np.ndarray
+    back_packet: np.ndarray
+    back_rank: np.ndarray
+    back_seq_end: np.ndarray
+
+    @classmethod
+    def nothing(cls) -> "_Ranks":
+        return cls(*(np.zeros(0, np.int64) for _ in range(9)))
+
+
+def packets_per_frame(frames: pd.DataFrame, gk: np.ndarray, pkt: np.ndarray, before: _Ranks | None = None) -> np.ndarray:
     """For each frame, the data packets of its stream direction from `first_packet` to `packet`.
 
     Both ends are data packets of the frame's own stream direction, so the span is the
     difference of their running counts within that direction, found by binary search in the
     data packets' numbers (unique across the file, in order; a lookup indexed by packet number
-    would be as long as the whole capture for a partition's few)."""
+    would be as long as the whole capture for a partition's few). `before`: the data packets of
+    the partition's slices before this one (its frames may start there)."""
     if not len(frames):
         return np.zeros(0, np.int64)
+    before = before or _Ranks.nothing()
     # data is in packet order, so a running count per group is each packet's rank in its group.
-    rank = _rank_in_group(gk)
+    rank = _rank_in_group(gk) + _at(before.key, before.packets, gk, 0)
+    at_pkt, at_rank = np.r_[before.back_packet, pkt], np.r_[before.back_rank, rank]
 
     def rank_of(packets: np.ndarray) -> np.ndarray:
-        return rank[np.searchsorted(pkt, packets)]
+        return at_rank[np.searchsorted(at_pkt, packets)]
 
-    return rank_of(frames["packet"].to_numpy(np.int64)) - rank_of(frames["first_packet"].to_numpy(np.int64)) + 1
+    first = frames["first_packet"].to_numpy(np.int64)
+    if len(before.key):
+        _check_carried(first, _gk(frames), pkt, at_pkt, np.r_[before.back_key, gk])
+    return rank_of(frames["packet"].to_numpy(np.int64)) - rank_of(first) + 1
 
 
-def packets_per_frame_table(frames: pd.DataFrame, span: np.ndarray) -> pd.DataFrame:
-    """Frames by the number of data packets they span, per stream, direction and frame type."""
-    # The frame type rides in the key as its category code (4 types: 3 bits are enough).
-    code = frames["type"].cat.codes.to_numpy(np.int64)
-    key, v, n = _count_pairs(_gk(frames) * 8 + code, span)
-    types = np.asarray(frames["type"].cat.categories, dtype=object)
+def _check_carried(first: np.ndarray, frame_gk: np.ndarray, pkt: np.ndarray, at_pkt: np.ndarray,
+                   at_gk: np.ndarray) -> None:
+    """Frames that start before this slice start in a data packet its carry kept: else their
+    span would silently differ from the whole partition's."""
+    earlier = first < (pkt[0] if len(pkt) else np.iinfo(np.int64).max)
+    i = np.minimum(np.searchsorted(at_pkt, first[earlier]), max(len(at_pkt) - 1, 0))
+    if earlier.any() and not (len(at_pkt) and ((at_pkt[i] == first[earlier]) & (at_gk[i] == frame_gk[earlier])).all()):
+        raise ValueError("a frame starts in a data packet of an earlier slice that the carry did not keep")
+
+
+def _ranks_after(p: pd.DataFrame, is_data: np.ndarray, gk: np.ndarray, before: _Ranks,
+                 connections: pd.DataFrame) -> _Ranks:
+    """`before` with the packets `p` of the next slice (`gk`: _gk(p)) added."""
+    d_gk = gk[is_data]
+    d_key, d_n = np.unique(d_gk, return_counts=True)
+    key, _, packets = _added((before.key, np.zeros(len(before.key), np.int64), before.packets),
+                             (d_key, np.zeros(len(d_key), np.int64), d_n))
+    packet, seq = p["packet"].to_numpy(np.int64), p["seq"].to_numpy(np.int64)
+    # each direction's last frame-completing packet (packets are in packet order: the last row)
+    ended = np.flatnonzero(p["frames_ended"].to_numpy() > 0)
+    last = ended[len(ended) - 1 - np.unique(gk[ended][::-1], return_index=True)[1]]
+    old = ~np.isin(before.done, gk[last])
+    done = np.r_[before.done[old], gk[last]]
+    order = np.argsort(done, kind="stable")
+    done_packet = np.r_[before.done_packet[old], packet[last]][order]
+    done_seq = np.r_[before.done_seq[old], seq[last]][order]
+    done = done[order]
+    # the slice's data packets, with their rank in the direction, joined to those carried
+    rank = _rank_in_group(d_gk) + _at(before.key, before.packets, d_gk, 0)
+    back_key, back_packet = np.r_[before.back_key, d_gk], np.r_[before.back_packet, packet[is_data]]
+    back_rank = np.r_[before.back_rank, rank]
+    back_seq_end = np.r_[before.back_seq_end, (seq + p["payload_bytes"].to_numpy(np.int64))[is_data] & 0xFFFFFFFF]
+    # sequence numbers are 32 bits: "past" is a positive difference modulo 2³²
+    past = (back_seq_end - _at(done, done_seq, back_key, 0) + (1 << 31)) % (1 << 32) - (1 << 31) > 0
+    keep = ~np.isin(back_key, done) | (back_packet >= _at(done, done_packet, back_key, 0)) | past
+    # a direction none of whose bytes are decoded (TLS without its keys) completes no frame
+    keep &= _decodes(connections, back_key)
+    return _Ranks(key, packets, done, done_packet, done_seq, back_key[keep], back_packet[keep], back_rank[keep],
+                  back_seq_end[keep])
+
+
+def _decodes(connections: pd.DataFrame, gk: np.ndarray) -> np.ndarray:
+    """Whether the direction `gk` (stream·2 + direction) of each row decoded any bytes as AMQP."""
+    if "c2s_bytes_decoded" not in connections:
+        return np.ones(len(gk), bool)
+    stream = connections["stream"].to_numpy(np.int64)
+    if not len(stream):
+        return np.ones(len(gk), bool)
+    order = np.argsort(stream)
+    decoded = np.stack([connections[f"{d}_bytes_decoded"].to_numpy(np.int64) for d in DIRECTIONS], axis=1)[order]
+    i = np.minimum(np.searchsorted(stream[order], gk // 2), len(stream) - 1)
+    return (decoded[i, gk % 2] > 0) | (stream[order][i] != gk // 2)
+
+
+def packets_per_frame_table(counts: Counts, types: pd.Index) -> pd.DataFrame:
+    """Frames by the number of data packets they span, per stream, direction and frame type
+    (`counts`: _count_pairs of stream·2 + direction, as ·8 + the frame type's code in `types`,
+    and the span)."""
+    key, v, n = counts
+    types = np.asarray(types, dtype=object)
     return pd.DataFrame({**_stream_direction(key // 8), "type": types[key % 8], "packets_per_frame": v, "frames": n})
 
 
-def settled_by_ack(frames: pd.DataFrame) -> pd.DataFrame:
+@dataclass
+class _Acks:
+    """What `settled_by_ack` carries from a partition's slices so far to the next one."""
+
+    #: the highest delivery tag acked so far per (stream, channel, direction) key (sorted)
+    key: np.ndarray
+    highest: np.ndarray
+    #: the channels opened (stream·2¹⁶ + channel, sorted)
+    opened: np.ndarray
+    #: the first acks of a channel with `multiple` set whose channel.open was not seen yet: it
+    #: may come in a later slice, and decide where their tags started (stream·2¹⁶ + channel,
+    #: throughput bin key, delivery tag); one per key at most
+    undecided_channel: np.ndarray
+    undecided_bin: np.ndarray
+    undecided_tag: np.ndarray
+
+    @classmethod
+    def nothing(cls) -> "_Acks":
+        z = np.zeros(0, np.int64)
+        return cls(z, np.zeros(0), z, z, z, np.zeros(0))
+
+
+def _channel_key(df: pd.DataFrame) -> np.ndarray:
+    return (df["stream"].to_numpy(np.int64) << 16) | df["channel"].to_numpy(np.int64)
+
+
+def settled_by_ack(frames: pd.DataFrame, seen: _Acks | None = None, last: bool = True) -> pd.DataFrame:
     """basic.ack frames with the number of delivery tags each one settles (`settled`).
 
     A single ack settles one tag; `multiple` settles every tag up to its own that no earlier ack
@@ -233,13 +382,20 @@ def settled_by_ack(frames: pd.DataFrame) -> pd.DataFrame:
     (a running max). The first ack of a channel counts from tag 0 when the channel was opened in
     the capture, else it counts as settling one tag (we do not know where the tags started).
     Limit: a single ack out of order above a later multiple ack's base is not subtracted.
+
+    Over slices of time: `seen` (updated) holds the slices before; a first multiple ack whose
+    channel.open is in none of them nor in this one may yet find it in a later slice: unless
+    this is the `last` slice, it is `undecided` (settled 0 here; `_decided` counts it at the end).
     """
+    seen = seen or _Acks.nothing()
+    # Where a channel's tags start: channel.open seen (both directions share it) → tag 0.
+    seen.opened = np.union1d(seen.opened, _channel_key(frames.loc[_is_method(frames, ["channel.open"])]))
     # Only the columns needed: the frames table is wide, a row filter would copy all of it.
     rows = np.flatnonzero(_is_method(frames, ["basic.ack"]))
     acks = pd.DataFrame({c: frames[c].array.take(rows) for c in ("ts", "stream", "channel", "direction", "delivery_tag",
                                                                    "multiple")}, index=frames.index[rows])
     if not len(acks):
-        return acks.assign(settled=np.zeros(0, dtype=np.int64))
+        return acks.assign(settled=np.zeros(0, dtype=np.int64), undecided=np.zeros(0, bool))
     # (stream, channel, direction) as one int64 key (channel < 2¹⁶; the direction's category
     # code + 1, so a missing direction is a group of its own): grouping on one integer column
     # costs a fraction of grouping on three. (direction stays categorical in the result.)
@@ -247,57 +403,76 @@ def settled_by_ack(frames: pd.DataFrame) -> pd.DataFrame:
            | (acks["direction"].array.codes.astype(np.int64) + 1))
     tag = acks["delivery_tag"].astype("float64").fillna(0).to_numpy()
     multiple = acks["multiple"].fillna(False).to_numpy(bool)
-    prev_max = pd.Series(tag, index=acks.index).groupby(key).cummax().groupby(key).shift(1)
-    # Where a channel's tags start: channel.open seen (both directions share it) → tag 0.
-    opened = frames.loc[_is_method(frames, ["channel.open"]), ["stream", "channel"]].drop_duplicates()
-    opened_key = set(zip(opened["stream"].tolist(), opened["channel"].tolist())) if len(opened) else set()
-    first = prev_max.isna().to_numpy()
-    if first.any():
-        sc = list(zip(acks["stream"].to_numpy()[first].tolist(), acks["channel"].to_numpy()[first].tolist()))
-        base = np.array([0.0 if k in opened_key else np.nan for k in sc])  # one entry per channel, not per frame
-        pm = prev_max.to_numpy().copy()
-        pm[first] = np.where(np.isnan(base), tag[first] - 1, base)
-    else:
-        pm = prev_max.to_numpy()
+    prev_max = pd.Series(tag, index=acks.index).groupby(key).cummax().groupby(key).shift(1).to_numpy()
+    pm = np.fmax(prev_max, _at(seen.key, seen.highest, key, np.nan))  # (and the slices' before)
+    first = np.isnan(pm)
+    opened = np.isin(_channel_key(acks), seen.opened)
+    pm[first] = np.where(opened[first], 0.0, tag[first] - 1)
     settled = np.where(multiple, np.clip(tag - pm, 0, None), 1).astype(np.int64)
-    return acks.assign(settled=settled)
+    undecided = first & multiple & ~opened & (not last)
+    settled[undecided] = 0
+    highest = pd.Series(tag).groupby(key).max()
+    k = np.r_[seen.key, highest.index.to_numpy(np.int64)]
+    v = np.r_[seen.highest, highest.to_numpy()]
+    seen.key, i = np.unique(k, return_inverse=True)
+    seen.highest = np.full(len(seen.key), -np.inf)
+    np.maximum.at(seen.highest, i, v)
+    return acks.assign(settled=settled, undecided=undecided)
 
 
-#: the throughput timeline's quantities, summed per (time bin, direction) by `throughput_bins`
+def _decided(seen: _Acks) -> tuple[np.ndarray, np.ndarray]:
+    """The throughput bin keys and tags settled of the first multiple acks left undecided by
+    earlier slices (`settled_by_ack`), now that every channel.open is known."""
+    opened = np.isin(seen.undecided_channel, seen.opened)
+    tag = seen.undecided_tag
+    pm = np.where(opened, 0.0, tag - 1)
+    return seen.undecided_bin, np.clip(tag - pm, 0, None).astype(np.int64).astype(np.float64)
+
+
+#: the throughput timeline's quantities, summed per (time bin, direction) by `add_throughput`
 THROUGHPUT_SUMS = ("wire_bytes", "payload_bytes", "packets", "published", "delivered", "acked")
 
 
-def throughput_bins(cap: Capture, t0_ns: int, width_s: float, n_bins: int) -> dict[str, np.ndarray]:
-    """Per quantity (THROUGHPUT_SUMS) an (n_bins, 2) array of sums per time bin and direction
-    (column D is DIRECTIONS[D]). Every value summed is a whole number, so sums of partitions
-    add up exactly (float64 is exact below 2⁵³)."""
+def add_throughput(cap: Capture, facts: CaptureFacts, sums: dict[str, np.ndarray], acks_seen: _Acks,
+                   last: bool = True) -> None:
+    """Adds to `sums`, per quantity (THROUGHPUT_SUMS) an (n_bins, 2) array of sums per time bin and
+    direction (column D is DIRECTIONS[D]), the packets and frames of `cap` (a partition or the
+    next slice of its time, with `acks_seen` of those before; `last`: the last). Every value
+    summed is a whole number, so sums of partitions and of slices add up exactly (float64 is
+    exact below 2⁵³)."""
     p, f = cap.packets, cap.frames
+    width_s, n_bins = time_bins(facts)
     w_ns = int(round(width_s * 1e9))
 
     def bin_key(ts_ns: np.ndarray, s2c: np.ndarray) -> np.ndarray:  # bin·2 + direction
-        return np.clip((ts_ns - t0_ns) // w_ns, 0, n_bins - 1) * 2 + s2c
+        return np.clip((ts_ns - facts.t0_ns) // w_ns, 0, n_bins - 1) * 2 + s2c
 
     p_key = bin_key(_ns(p["ts"]), (p["direction"] == "s2c").to_numpy())
     # Frames: only the publish and deliver rows are binned, not the whole (long) frames table.
     f_ns, f_s2c = _ns(f["ts"]), (f["direction"] == "s2c").to_numpy()
     is_pub = _is_method(f, ["basic.publish"])
     is_dlv = _is_method(f, DELIVER_METHODS)
-    acks = settled_by_ack(f)
+    acks = settled_by_ack(f, acks_seen, last)
+    a_key = bin_key(_ns(acks["ts"]), (acks["direction"] == "s2c").to_numpy())
+    undecided = acks["undecided"].to_numpy(bool)
+    acks_seen.undecided_channel = np.r_[acks_seen.undecided_channel, _channel_key(acks)[undecided]]
+    acks_seen.undecided_bin = np.r_[acks_seen.undecided_bin, a_key[undecided]]
+    acks_seen.undecided_tag = np.r_[acks_seen.undecided_tag,
+                                    acks["delivery_tag"].astype("float64").fillna(0).to_numpy()[undecided]]
 
     # One bincount per quantity on the key bin·2 + direction (no per-direction masks over the
     # million packets).
     def per_bin(key, weights=None):
         return np.bincount(key, weights=weights, minlength=2 * n_bins).astype(np.float64).reshape(n_bins, 2)
 
-    return {
-        "wire_bytes": per_bin(p_key, p["frame_len"].to_numpy(np.float64)),
-        "payload_bytes": per_bin(p_key, p["payload_bytes"].to_numpy(np.float64)),
-        "packets": per_bin(p_key),
-        "published": per_bin(bin_key(f_ns[is_pub], f_s2c[is_pub])),
-        "delivered": per_bin(bin_key(f_ns[is_dlv], f_s2c[is_dlv])),
-        "acked": per_bin(bin_key(_ns(acks["ts"]), (acks["direction"] == "s2c").to_numpy()),
-                         acks["settled"].to_numpy(np.float64)),
-    }
+    sums["wire_bytes"] += per_bin(p_key, p["frame_len"].to_numpy(np.float64))
+    sums["payload_bytes"] += per_bin(p_key, p["payload_bytes"].to_numpy(np.float64))
+    sums["packets"] += per_bin(p_key)
+    sums["published"] += per_bin(bin_key(f_ns[is_pub], f_s2c[is_pub]))
+    sums["delivered"] += per_bin(bin_key(f_ns[is_dlv], f_s2c[is_dlv]))
+    sums["acked"] += per_bin(a_key, acks["settled"].to_numpy(np.float64))
+    if last:
+        sums["acked"] += per_bin(*_decided(acks_seen))
 
 
 def throughput_table(bins: dict[str, np.ndarray], t0_ns: int, width_s: float, n_bins: int) -> pd.DataFrame:
@@ -489,9 +664,41 @@ def time_bins(facts: CaptureFacts) -> tuple[float, int]:
     return width_s, int(np.floor(facts.duration_s / width_s)) + 1
 
 
-def sizes_partial(cap: Capture, facts: CaptureFacts) -> dict[str, Any]:
-    """What a partition of whole connections contributes: its connections' rows of the per-stream
-    tables (with their sort keys), throughput sums per time bin, segment-size histograms."""
+@dataclass
+class _Seen:
+    """What a partition's packets and frames so far give (sizes): carried from one slice of its
+    time to the next (`Slicing`), or made from the partition at once. Counts per stream direction
+    and value, sums per time bin: its size grows with the connections, not with their packets."""
+
+    #: (stream·2 + direction, value, count): packets per plen bucket, data packets per payload size
+    #: and per frames completed, frames (stream·2 + direction, ·8 + type code) per packets spanned
+    streams: Counts
+    payload: Counts
+    fpp: Counts
+    ppf: Counts
+    #: the frames' types (the categories whose codes are in `ppf`)
+    types: pd.Index
+    ranks: _Ranks
+    acks: _Acks
+    #: THROUGHPUT_SUMS per time bin and direction; data segments per (direction, time cell, size
+    #: cell) and per direction
+    throughput: dict[str, np.ndarray]
+    segment_hist: np.ndarray
+    segments: np.ndarray
+
+    @classmethod
+    def nothing(cls, facts: CaptureFacts) -> "_Seen":
+        n_bins = time_bins(facts)[1]
+        hist_shape = (len(DIRECTIONS), len(segment_time_edges(facts.duration_s)) - 1, len(SEGMENT_SIZE_EDGES) - 1)
+        return cls(_no_counts(), _no_counts(), _no_counts(), _no_counts(), pd.Index([], dtype=object),
+                   _Ranks.nothing(), _Acks.nothing(), {k: np.zeros((n_bins, 2)) for k in THROUGHPUT_SUMS},
+                   np.zeros(hist_shape), np.zeros(len(DIRECTIONS), np.int64))
+
+
+def _seen(cap: Capture, facts: CaptureFacts, seen: _Seen | None, last: bool = True) -> _Seen:
+    """`seen` (None: nothing yet) with the packets and frames of `cap` (the partition, or its next
+    slice of time; `last`: the last one) added."""
+    seen = seen or _Seen.nothing(facts)
     p, f = cap.packets, cap.frames
     # Data packets (TCP payload > 0) as plain arrays: filtering the whole table would copy every column.
     payload = p["payload_bytes"].to_numpy()
@@ -501,20 +708,48 @@ def sizes_partial(cap: Capture, facts: CaptureFacts) -> dict[str, Any]:
     # Rows first, then the int64 conversion: only the data rows are converted.
     d_pkt = p["packet"].to_numpy()[is_data].astype(np.int64)
     d_size = payload[is_data].astype(np.int64)
-    span = packets_per_frame(f, d_gk, d_pkt)
-    ppf = packets_per_frame_table(f, span)
-    ppf.insert(0, "_type", f["type"].cat.categories.get_indexer(ppf["type"]))
-    width_s, n_bins = time_bins(facts)
+    seen.streams = _added(seen.streams, size_cells(p, gk))
+    seen.payload = _added(seen.payload, _count_pairs(d_gk, d_size))
+    seen.fpp = _added(seen.fpp, _count_pairs(d_gk, p["frames_ended"].to_numpy()[is_data].astype(np.int64)))
+    span = packets_per_frame(f, d_gk, d_pkt, seen.ranks)
+    # The frame type rides in the key as its category code (4 types: 3 bits are enough).
+    seen.ppf = _added(seen.ppf, _count_pairs(_gk(f) * 8 + f["type"].cat.codes.to_numpy(np.int64), span))
+    seen.types = f["type"].cat.categories
+    if not last:  # (only frames that end in a later slice need them)
+        seen.ranks = _ranks_after(p, is_data, gk, seen.ranks, cap.connections)
+    add_throughput(cap, facts, seen.throughput, seen.acks, last)
     s2c = d_gk % 2 == 1
+    seen.segment_hist += segment_histograms(_ns(p["ts"])[is_data], d_size, s2c, facts)
+    seen.segments += np.array([int((~s2c).sum()), int(s2c.sum())])
+    return seen
+
+
+def _partial(seen: _Seen) -> dict[str, Any]:
+    """A partition's partial from what its packets and frames gave (`_seen`)."""
+    ppf = packets_per_frame_table(seen.ppf, seen.types)
+    ppf.insert(0, "_type", seen.types.get_indexer(ppf["type"]))
     return {
-        "streams": stream_size_rows(p, gk),
-        "payload": payload_size_table(d_gk, d_size),
-        "fpp": frames_per_packet_table(d_gk, p["frames_ended"].to_numpy()[is_data].astype(np.int64)),
+        "streams": stream_size_rows(seen.streams),
+        "payload": payload_size_table(seen.payload),
+        "fpp": frames_per_packet_table(seen.fpp),
         "ppf": ppf,
-        "throughput": throughput_bins(cap, facts.t0_ns, width_s, n_bins),
-        "segment_hist": segment_histograms(_ns(p["ts"])[is_data], d_size, s2c, facts),
-        "segments": np.array([int((~s2c).sum()), int(s2c.sum())]),
+        "throughput": seen.throughput,
+        "segment_hist": seen.segment_hist,
+        "segments": seen.segments,
     }
+
+
+def sizes_partial(cap: Capture, facts: CaptureFacts) -> dict[str, Any]:
+    """What a partition of whole connections contributes: its connections' rows of the per-stream
+    tables (with their sort keys), throughput sums per time bin, segment-size histograms."""
+    return _partial(_seen(cap, facts, None))
+
+
+def sizes_slice(part: Capture, facts: CaptureFacts, seen: _Seen | None, last: bool):
+    """A slice of a partition's time (`amqpcap.partition.Slicing`): what it adds to `seen`, and
+    on the last slice the partition's partial."""
+    seen = _seen(part, facts, seen, last)
+    return seen, (_partial(seen) if last else None)
 
 
 def sizes_records(records: pd.DataFrame, facts: CaptureFacts) -> np.ndarray:
@@ -569,7 +804,8 @@ def sizes_merge(partials: list[dict[str, Any]], whole: np.ndarray, facts: Captur
     return AnalyzerResult("sizes", tables=tables, summary=summary, findings=[], plots=plots)
 
 
-SPLIT = Split(partial=sizes_partial, merge=sizes_merge, records=sizes_records, records_columns=("frame_len",))
+SPLIT = Split(partial=sizes_partial, merge=sizes_merge, records=sizes_records, records_columns=("frame_len",),
+              slicing=Slicing(sizes_slice, join=lambda pieces: pieces[-1]))
 
 
 @analyzer("sizes", split=SPLIT)
