@@ -12,9 +12,11 @@ import pytest
 
 import amqpcap
 from amqpcap.analysis import SEVERITY_RANK
-from amqpcap.analyzers.nagle import (AVOIDABLE_RATE_CRITICAL, AVOIDABLE_RATE_INFO, AVOIDABLE_RATE_WARNING,
+from amqpcap.analyzers.nagle import (AVOIDABLE_RATE_CRITICAL, AVOIDABLE_RATE_INFO, AVOIDABLE_RATE_WARNING, SPLIT,
                                      analyze_segments, nagle, small_packets_finding)
 from amqpcap.analyzers.sizes import sizes
+from amqpcap.derive.stream_order import ns
+from amqpcap.partition import clean_cuts, facts_of, sliced_partial, time_slice
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -198,6 +200,7 @@ import sys  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 import crafting as c  # noqa: E402
+from test_partition import assert_same_partial  # noqa: E402
 
 MS = 1_000_000
 
@@ -348,6 +351,39 @@ def test_heartbeat_only_connection_carries_heartbeats():
     assert set(facts["stream_frame_types"]["2"]) == {"8"}
     d = run("midstream.pcap").tables["directions"]
     assert (d.loc[d["stream"] == 2, "carries"] == "heartbeat").all()
+
+
+# --- slices of a partition's time (docs/time-split.md) --------------------------------------------
+
+def sliced_and_whole(cap, every: int):
+    """The partial of `cap` cut into slices of about `every` packets, and of `cap` whole."""
+    facts = facts_of(cap)
+    packet, ts = cap.packets["packet"].to_numpy("int64"), ns(cap.packets["ts"])
+    return sliced_partial(SPLIT, cap, facts, clean_cuts(packet, ts, every)), SPLIT.partial(cap, facts)
+
+
+@pytest.mark.parametrize("name", ["nagle-write-write-read.pcap", "tls.pcap"])
+def test_a_slice_of_every_packet_gives_the_whole_partial(name):
+    """Each packet a slice of its own: every stall's previous segment, the peer's delayed ACK (and
+    the packet before it, whose window is read) and the held segment are in slices of their own,
+    as is each segment of a coalescing run and each segment sent while a small one was
+    unacknowledged; everything they read of each other is carried."""
+    got, want = sliced_and_whole(amqpcap.load(FIXTURES / name), 1)
+    assert name != "nagle-write-write-read.pcap" or len(want["stalls"]) == 41
+    assert_same_partial(got, want, f"{name} in slices of one packet")
+
+
+def test_stalls_before_a_direction_shows_tcp_nodelay_are_dropped_in_slices_too(tmp_path):
+    """Sixteen rounds held by Nagle, then four with five small segments in flight: the whole
+    direction shows TCP_NODELAY, so none of the sixteen is a stall, although the packets before
+    the bursts, alone, have them all (their candidates wait for the direction's counts)."""
+    cap, held = _write_write_read(tmp_path, 40, n=20, burst=set(range(16, 20)))
+    before_bursts = SPLIT.partial(time_slice(cap, 0, held[-1] + 1), facts_of(cap))
+    assert before_bursts["stalls"]["packet"].tolist() == held
+    for every in (1, 7):
+        got, want = sliced_and_whole(cap, every)
+        assert want["stalls"].empty and want["directions"].set_index("direction").loc["c2s", "nodelay"]
+        assert_same_partial(got, want, f"cut every {every} packets")
 
 
 DOCS = ROOT / "docs" / "analyzers" / "nagle.md"

@@ -4,10 +4,18 @@ All per-segment work is whole-column numpy: segments of every (stream, direction
 in one array sorted by a group key, and everything that needs the *peer's* packets (its
 cumulative ACK, its data, its last packet before ours) is found with one `searchsorted` on the
 peer's (group, packet number) keys. Documentation: docs/analyzers/nagle.md.
+
+A partition's packets may come in slices of its time (`nagle_slice`, docs/time-split.md), the
+partition whole being its one slice: what a segment reads of the packets before its slice (the
+peer's last two packets and highest ACK, the direction's last segment and last small one, its
+open coalescing run, its counts) is carried per direction (`_Carry`). Whether a direction shows
+TCP_NODELAY needs all its segments, so its stalls are told once the last slice has counted them
+(`nagle_join`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +29,7 @@ from ..derive.labels import who
 from ..derive.stream_order import HI_SHIFT as _HI_SHIFT
 from ..derive.stream_order import running_last as _running_last
 from ..derive.stream_order import stream_order
-from ..partition import CaptureFacts, Split, merge_rows, run_whole
+from ..partition import CaptureFacts, Slicing, Split, merge_rows, run_whole
 
 # ----------------------------------------------------------------------------------- definitions
 
@@ -103,32 +111,100 @@ FILTER_PACKETS = 100
 FLAG_FIN, FLAG_SYN, FLAG_RST, FLAG_ACK = 0x01, 0x02, 0x04, 0x10
 
 
-def _segments(cap: Capture) -> dict[str, np.ndarray]:
+# ------------------------------------------------------------------- carried across slices of time
+
+#: "none" in the carry's int64 columns of times and sequence numbers
+_NONE = np.iinfo(np.int64).min
+#: what is kept of a direction's last two packets: what the peer's next segments read of them
+_PEER_COLUMNS = ("packet", "ts", "flags", "payload_bytes", "ack", "window")
+#: what is kept of a direction's last segment: what its next segment reads of it
+_SEGMENT_COLUMNS = ("packet", "ts_ns", "payload_bytes", "end", "peer_data_count")
+#: per-direction counts summed over the slices
+_TOTALS = ("data_segments", "payload_bytes", "small_segments", "frames", "single_frame_segments",
+           "small_while_unacked", "packets_saved")
+
+
+@dataclass
+class _Carry:
+    """What a partition's packets so far leave to the analysis of the packets after them, per
+    direction of each connection (arrays indexed as the rows of `_directions`, two per
+    connection): carried from one slice of the partition's time to the next
+    (`amqpcap.partition.Slicing`), empty for the first slice or the partition analysed whole.
+    Its size is the number of connections, whatever the number of packets."""
+
+    #: the direction's last packet (rows [0, 2n)) and the one before it (rows [2n, 4n)), read by
+    #: the other direction's segments as their peer's (_PEER_COLUMNS; packet -1: none)
+    packets: dict[str, np.ndarray]
+    #: the highest ACK of its packets, and of those before its last one (-1: none)
+    max_ack: np.ndarray
+    max_ack_before_last: np.ndarray
+    #: its data packets
+    data_count: np.ndarray
+    #: its last segment (_SEGMENT_COLUMNS; packet -1: none), put again at the head of the
+    #: direction's segments in the next slice (the previous segment of the first one there), and
+    #: whether it joined the segment before it (whether it is in a run is told by the next one)
+    segment: dict[str, np.ndarray]
+    joined: np.ndarray
+    #: the end of its last small segment (_NONE: none)
+    small_end: np.ndarray
+    #: the run its last segment ends, which the next segment may continue: segments and bytes
+    run_segments: np.ndarray
+    run_bytes: np.ndarray
+    #: _TOTALS; small segments per kind (n × CARRIES); the earliest and latest segment ts; the
+    #: segments told to be in a run (the rank of the next example packet)
+    totals: dict[str, np.ndarray]
+    kinds: np.ndarray
+    first_ts: np.ndarray
+    last_ts: np.ndarray
+    in_run: np.ndarray
+
+    @classmethod
+    def nothing(cls, cap: Capture, n: int) -> "_Carry":
+        """Nothing seen yet of `n` directions (columns in the dtypes of `cap`'s)."""
+        p = cap.packets
+
+        def full(value, dtype=np.int64, size=n):
+            return np.full(size, value, dtype)
+
+        packets = {c: full(-1 if c in ("packet", "ack", "window") else 0, np.int64 if c == "ts" else p[c].dtype, 2 * n)
+                   for c in _PEER_COLUMNS}
+        segment = {"packet": full(-1, p["packet"].dtype), "ts_ns": full(0),
+                   "payload_bytes": full(0, p["payload_bytes"].dtype), "end": full(0), "peer_data_count": full(0)}
+        return cls(packets, full(-1), full(-1), full(0), segment, full(False, bool), full(_NONE), full(0), full(0),
+                   {t: full(0) for t in _TOTALS}, np.zeros((n, len(CARRIES)), np.int64),
+                   full(np.iinfo(np.int64).max), full(_NONE), full(0))
+
+
+def _segments(cap: Capture, carry: _Carry, streams: np.ndarray) -> dict[str, np.ndarray]:
     """Every data segment that is not a retransmission, sorted by (stream, direction, packet),
-    with what the analysis needs from the peer's side, as plain numpy columns.
+    with what the analysis needs from the peer's side, as plain numpy columns (`k`: the
+    direction's row in `_directions`, whose connections are `streams`). The peer's packets
+    before the first one here are those `carry` has seen (earlier slices of the partition's
+    time); `carry` is then moved past these packets.
 
     All packets are first put in (stream, packet) order (shared with the stalls analyzer, see
     amqpcap.derive.stream_order). There, a segment's peer-side state is read at one row: the peer's last packet
-    before it, which is the row just before the segment's run of same-direction rows. The
-    peer's cumulative ACK and data count there are running maxima/sums per direction, both
-    directions in one array so a single gather reads the peer's side of every segment."""
+    before it, which is the row just before the segment's run of same-direction rows (or the
+    carry's, when the stream has no packet of the peer here before it). The peer's cumulative
+    ACK and data count there are running maxima/sums per direction, both directions in one array
+    so a single gather reads the peer's side of every segment."""
     so = stream_order(cap)
-    stream, s2c, pkt, ts = so["stream"], so["s2c"], so["packet"], so["ts"]
-    payload, flags, ack, seq = so["payload_bytes"], so["flags"], so["ack"], so["seq"]
+    stream, s2c, pkt = so["stream"], so["s2c"], so["packet"]
+    payload, ack = so["payload_bytes"], so["ack"]
     frames, retr, hi = so["frames_ended"], so["retransmission"], so["hi"]
     n_all = len(stream)
     data = payload > 0
 
     # Rows [0, n_all): state of c2s, rows [n_all, 2·n_all): of s2c, at each packet row.
     # acked: the direction's highest ACK so far in the row's stream (stream in the high bits,
-    # see stream_order.running_max_keyed); data_cnt: its data packets so far (only differences are read).
+    # see stream_order.running_max_keyed); data_cnt: its data packets so far (differences are read).
     acked = np.empty(2 * n_all, np.int64)
     keyed_ack = ack + hi
     np.maximum.accumulate(np.where(s2c, -1, keyed_ack), out=acked[:n_all])
     np.maximum.accumulate(np.where(s2c, keyed_ack, -1), out=acked[n_all:])
-    data_cnt = np.empty(2 * n_all, np.int32)
-    np.cumsum(data & ~s2c, dtype=np.int32, out=data_cnt[:n_all])
-    np.cumsum(data & s2c, dtype=np.int32, out=data_cnt[n_all:])
+    data_cnt = np.empty(2 * n_all, np.int64)
+    np.cumsum(data & ~s2c, dtype=np.int64, out=data_cnt[:n_all])
+    np.cumsum(data & s2c, dtype=np.int64, out=data_cnt[n_all:])
     # The row where each run of same-direction rows starts: the peer's last packet before a row
     # is the one just before its run (file-wide, like the stream check below).
     turn = np.empty(n_all, bool)
@@ -144,57 +220,117 @@ def _segments(cap: Capture) -> dict[str, np.ndarray]:
     seg_s2c = (g & 1).astype(bool)
     seg_stream = g >> 1
     seg_hi = seg_stream << _HI_SHIFT
+    k = 2 * np.searchsorted(streams, seg_stream) + seg_s2c  # (every stream has its connections row)
+    peer_k = k ^ 1
 
     peer_last = run_start[idx] - 1
     pl = np.maximum(peer_last, 0)
-    valid = (peer_last >= 0) & (stream[pl] == seg_stream)
+    valid = (peer_last >= 0) & (stream[pl] == seg_stream)  # the peer's last packet is here
     at = pl + np.where(seg_s2c, 0, n_all)  # the peer's direction at its last row
-    # pl is a peer row of the stream when valid, so its running max includes itself (>= 0).
-    peer_acked = np.where(valid, acked[at] - seg_hi, -1)
+    # pl is a peer row of the stream when valid, so its running max includes itself (>= 0); the
+    # peer's packets of earlier slices are in the carry's maximum.
+    peer_acked = np.maximum(np.where(valid, acked[at] - seg_hi, -1), carry.max_ack[peer_k])
     # What the peer had acknowledged before that last packet (one row earlier; an earlier
-    # stream's maximum is below this stream's key).
+    # stream's maximum is below this stream's key), with its packets of earlier slices.
     before = acked[np.maximum(at - 1, 0)]
-    peer_acked_before = np.where(valid & (peer_last >= 1) & (before >= seg_hi), before - seg_hi, -1)
-    pl_flags = flags[pl]
-    pure_ack = (payload[pl] == 0) & ((pl_flags & FLAG_ACK) != 0) & ((pl_flags & (FLAG_SYN | FLAG_FIN | FLAG_RST)) == 0)
+    before_here = np.where(valid & (peer_last >= 1) & (before >= seg_hi), before - seg_hi, -1)
+    peer_acked_before = np.where(valid, np.maximum(before_here, carry.max_ack[peer_k]),
+                                 carry.max_ack_before_last[peer_k])
+
+    def peer(column: str, here: np.ndarray, row: np.ndarray, kept: np.ndarray) -> np.ndarray:
+        """A column of the peer's packet: at `row` here, else the carry's packet `kept`."""
+        return np.where(here, so[column][np.maximum(row, 0)], carry.packets[column][kept])
+
+    last_packet = peer("packet", valid, pl, peer_k)
+    pl_flags = peer("flags", valid, pl, peer_k)
+    pure_ack = ((last_packet >= 0) & (peer("payload_bytes", valid, pl, peer_k) == 0) & ((pl_flags & FLAG_ACK) != 0)
+                & ((pl_flags & (FLAG_SYN | FLAG_FIN | FLAG_RST)) == 0))
     # The peer's packet before that last one: the window it advertised there is the one in force
     # while the segment waited. It is the row before pl when that row is the peer's too, else the
-    # row before the sender's run that precedes pl. A SYN's window is never scaled: not used.
+    # row before the sender's run that precedes pl; when not here, the carry's last packet of the
+    # peer (pl is its first here) or the one before that (the peer has no packet here yet). A
+    # SYN's window is never scaled: not used.
     pp = np.where(run_start[pl] < pl, pl - 1, run_start[np.maximum(pl - 1, 0)] - 1)
-    ppc = np.maximum(pp, 0)
-    pp_ok = valid & (pp >= 0) & (stream[ppc] == seg_stream) & ((flags[ppc] & FLAG_SYN) == 0)
+    pp_here = valid & (pp >= 0) & (stream[np.maximum(pp, 0)] == seg_stream)
+    pp_kept = np.where(valid, peer_k, len(carry.max_ack) + peer_k)
+    pp_ok = ((pp_here | (carry.packets["packet"][pp_kept] >= 0))
+             & ((peer("flags", pp_here, pp, pp_kept) & FLAG_SYN) == 0))
+    # The peer's data packets up to the segment: the carry's and this stream's rows here.
+    first = np.searchsorted(stream, seg_stream)  # (the stream's first row here)
+    half = np.where(seg_s2c, 0, n_all)
+    peer_data = (carry.data_count[peer_k] + data_cnt[idx + half]
+                 - np.where(first > 0, data_cnt[np.maximum(first - 1, 0) + half], 0))
     seg_payload = payload[idx]
-    return {
-        "g": g, "stream": seg_stream, "s2c": seg_s2c, "packet": pkt[idx], "ts_ns": ts[idx],
-        "payload_bytes": seg_payload, "end": seq[idx] + seg_payload, "frames": frames[idx],
+    out = {
+        "g": g, "k": k, "stream": seg_stream, "s2c": seg_s2c, "packet": pkt[idx], "ts_ns": so["ts"][idx],
+        "payload_bytes": seg_payload, "end": so["seq"][idx] + seg_payload, "frames": frames[idx],
         "peer_acked": peer_acked,
-        "peer_last_packet": np.where(valid, pkt[pl], -1),
-        "peer_last_ts_ns": np.where(valid, ts[pl], 0),
-        "peer_last_pure_ack": valid & pure_ack,
-        "peer_last_ack": np.where(valid, ack[pl], -1),
+        "peer_last_packet": last_packet,
+        "peer_last_ts_ns": peer("ts", valid, pl, peer_k),
+        "peer_last_pure_ack": pure_ack,
+        "peer_last_ack": peer("ack", valid, pl, peer_k),
         "peer_acked_before_last": peer_acked_before,
         # The peer's window before its last packet (-1: unknown) and the ACK it came with.
-        "peer_prev_window": np.where(pp_ok, so["window"][ppc], -1),
-        "peer_prev_ack": np.where(pp_ok, ack[ppc], -1),
-        # Equal to the count at the segment's own row: the rows between are of its direction.
-        "peer_data_count": data_cnt[at],
+        "peer_prev_window": np.where(pp_ok, peer("window", pp_here, pp, pp_kept), -1),
+        "peer_prev_ack": np.where(pp_ok, peer("ack", pp_here, pp, pp_kept), -1),
+        # Only equality between a direction's consecutive segments is read: no peer data between.
+        "peer_data_count": peer_data,
     }
+    _advance(carry, so, acked, data_cnt, streams)
+    return out
 
 
-def _mss(cap: Capture) -> pd.DataFrame:
-    """Effective MSS per (stream, direction) group: the smaller of the two SYN options (a sender
-    uses min(peer's MSS, its own)); NaN when neither SYN is in the capture."""
+def _advance(carry: _Carry, so, acked: np.ndarray, data_cnt: np.ndarray, streams: np.ndarray) -> None:
+    """`carry`'s packets moved past this slice's (`so`, in stream order; `acked` and `data_cnt`
+    as `_segments` makes them): per direction of each of its streams, its last two packets, the
+    highest ACK of all its packets and of those before the last one, its data packets."""
+    stream, s2c, hi = so["stream"], so["s2c"], so["hi"]
+    n_all, n = len(stream), len(carry.max_ack)
+    if not n_all:
+        return
+    starts = np.flatnonzero(np.r_[True, stream[1:] != stream[:-1]])
+    ends = np.r_[starts[1:], n_all] - 1
+    for side in (0, 1):  # c2s, s2c: their halves of acked and data_cnt
+        latest = _running_last(s2c == bool(side))
+        last = latest[ends]
+        here = last >= starts  # (the stream has packets of this side here)
+        first, end, last = starts[here], ends[here], last[here]
+        k = 2 * np.searchsorted(streams, stream[first]) + side
+        h, half = hi[first], side * n_all
+        prev = latest[np.maximum(last - 1, 0)]
+        prev_here = (last >= 1) & (prev >= first)
+        before = acked[half + np.maximum(last - 1, 0)]
+        before_here = np.where((last >= 1) & (before >= h), before - h, -1)
+        for c in _PEER_COLUMNS:
+            col = so[c]
+            carry.packets[c][n + k] = np.where(prev_here, col[np.maximum(prev, 0)], carry.packets[c][k])
+            carry.packets[c][k] = col[last]
+        carry.max_ack_before_last[k] = np.maximum(carry.max_ack[k], before_here)
+        carry.max_ack[k] = np.maximum(carry.max_ack[k], acked[half + end] - h)
+        carry.data_count[k] += data_cnt[half + end] - np.where(first > 0, data_cnt[half + np.maximum(first - 1, 0)], 0)
+
+
+def _directions(cap: Capture) -> pd.DataFrame:
+    """Both directions of each connection, in (stream, direction) order (row 2·i + s2c for the
+    i-th connection by stream: the index of the carry's arrays), with `g` = stream·2 + s2c and
+    the effective MSS: the smaller of the two SYN options (a sender uses min(peer's MSS, its
+    own)); NaN when neither SYN is in the capture."""
     c = cap.connections
-    mss = np.fmin(c["mss_c2s"].to_numpy(dtype="float64", na_value=np.nan), c["mss_s2c"].to_numpy(dtype="float64", na_value=np.nan))
     streams = c["stream"].to_numpy(np.int64)
+    o = np.argsort(streams, kind="stable")
+    mss = np.fmin(c["mss_c2s"].to_numpy(dtype="float64", na_value=np.nan), c["mss_s2c"].to_numpy(dtype="float64", na_value=np.nan))
+
+    def each(x: np.ndarray) -> np.ndarray:  # a connection's value on both its directions, by stream
+        return np.repeat(x[o], 2)
+
     return pd.DataFrame({
-        "g": np.concatenate([streams * 2, streams * 2 + 1]),
-        "mss": np.concatenate([mss, mss]),
-        "broker_port": np.concatenate([c["broker_port"].to_numpy(np.int64)] * 2),
-        "connection_s": np.concatenate([(c["last_ts"] - c["first_ts"]).dt.total_seconds().to_numpy()] * 2),
+        "g": (streams[o, None] * 2 + np.arange(2)).ravel(),
+        "mss": each(mss),
+        "broker_port": each(c["broker_port"].to_numpy(np.int64)),
+        "connection_s": each((c["last_ts"] - c["first_ts"]).dt.total_seconds().to_numpy()),
         # Both SYNs seen: windows are scaled (docs/tables.md), so "full" can be judged, not only zero.
-        "scaled": np.concatenate([c["handshake_seen"].fillna(False).to_numpy(bool)] * 2),
-    }).set_index("g")
+        "scaled": each(c["handshake_seen"].fillna(False).to_numpy(bool)),
+    })
 
 
 def _shifted(x: np.ndarray) -> np.ndarray:
@@ -249,62 +385,141 @@ def carried(cap: Capture, packets: np.ndarray, frames_ended: np.ndarray) -> np.n
                       CARRIES.index("split")], CARRIES.index("other")).astype(np.int8)
 
 
-def analyze_segments(cap: Capture) -> tuple[dict[str, np.ndarray], pd.DataFrame, pd.DataFrame]:
-    """(segment columns with per-segment flags, per-direction table, stalls table)."""
-    s = _segments(cap)
-    n = len(s["g"])
-    conn = _mss(cap)
-    g, payload, ts, end, packet = s["g"], s["payload_bytes"], s["ts_ns"], s["end"], s["packet"]
-    # Rows are grouped by direction (g): per-direction values are taken once per group and
-    # spread over its rows; group sums are `add.reduceat` over the group starts.
+def _again(s: dict[str, np.ndarray], carry: _Carry, conn: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The segments `s` with each direction's last segment of the earlier slices (`carry`) put
+    again at the head of the direction's (`again`): the previous segment of its first one here.
+    Its own flags were counted in its slice; only its columns that a next segment reads are
+    kept, the peer's side of it is left empty."""
+    kept = np.flatnonzero(carry.segment["packet"] >= 0)
+    s["again"] = np.zeros(len(s["g"]), bool)
+    if not len(kept):
+        return s
+    empty = {"peer_acked": -1, "peer_last_packet": -1, "peer_last_ack": -1, "peer_acked_before_last": -1,
+             "peer_prev_window": -1, "peer_prev_ack": -1}
+    head = {c: np.full(len(kept), empty.get(c, 0), v.dtype) for c, v in s.items()}
+    head.update({c: carry.segment[c][kept] for c in _SEGMENT_COLUMNS})
+    g = conn["g"].to_numpy()[kept]
+    head.update(g=g, k=kept, stream=g >> 1, s2c=(g & 1).astype(bool), again=np.ones(len(kept), bool))
+    o = np.argsort(np.r_[kept, s["k"]], kind="stable")  # (each direction's kept segment first)
+    return {c: np.concatenate([head[c], v])[o] for c, v in s.items()}
+
+
+def _slice(cap: Capture, carry: _Carry | None, last: bool) -> tuple[dict[str, np.ndarray], _Carry, dict[str, Any]]:
+    """A partition's packets after those `carry` has seen (None: none), analysed: (segment
+    columns with per-segment flags, the carry moved past them, their piece of the partial: the
+    stall candidates, the coalesced segments a finding may cite, and on the `last` slice the
+    per-direction table without its stall columns; see `nagle_join`)."""
+    conn = _directions(cap)
+    carry = carry or _Carry.nothing(cap, len(conn))
+    s = _again(_segments(cap, carry, conn["g"].to_numpy()[::2] >> 1), carry, conn)
+    n, nk = len(s["g"]), len(conn)
+    g, k, payload, ts, end = s["g"], s["k"], s["payload_bytes"], s["ts_ns"], s["end"]
+    again = s["again"]
+    # Rows are grouped by direction (g): group sums are `add.reduceat` over the group starts.
     same = np.zeros(n, bool)  # previous row: same stream direction
     np.equal(g[1:], g[:-1], out=same[1:])
     gs = np.flatnonzero(~same)
-    groups = g[gs]
-    mss_g = conn["mss"].reindex(groups).to_numpy() if n else np.zeros(0)
-    small_limit_g = np.ceil(np.where(np.isnan(mss_g), SMALL_BYTES_UNKNOWN_MSS, SMALL_MSS_FRACTION * mss_g)).astype(np.int64)
-    merge_mss_g = np.where(np.isnan(mss_g), MERGE_MSS_UNKNOWN_BYTES, mss_g)
-    scaled_g = conn["scaled"].reindex(groups).fillna(False).to_numpy(bool) if n else np.zeros(0, bool)
-    small = payload < np.repeat(small_limit_g, np.diff(np.r_[gs, n]))
+    mss_k = conn["mss"].to_numpy()
+    small_limit_k = np.ceil(np.where(np.isnan(mss_k), SMALL_BYTES_UNKNOWN_MSS, SMALL_MSS_FRACTION * mss_k)).astype(np.int64)
+    merge_mss_k = np.where(np.isnan(mss_k), MERGE_MSS_UNKNOWN_BYTES, mss_k)
+    small = payload < small_limit_k[k]
 
     prev_ts = _shifted(ts)
     prev_small = same & _shifted(small)
 
     # Unbatched writes: a small segment sent while an earlier small segment of the direction
     # was still unacknowledged by the peer (Nagle would have held it; with TCP_NODELAY it goes).
+    # Before the direction's first small segment here, the last small one is the carry's.
     last_small = _shifted(_running_last(small))
     last_small[:1] = -1
     ls = np.maximum(last_small, 0)
-    small_while_unacked = small & (last_small >= 0) & (g[ls] == g) & (s["peer_acked"] < end[ls])
+    here = (last_small >= 0) & (g[ls] == g)
+    small_while_unacked = (small & (here | (carry.small_end[k] != _NONE))
+                           & (s["peer_acked"] < np.where(here, end[ls], carry.small_end[k])))
 
     # Coalescing: runs of small segments, each within COALESCE_WINDOW_S of the previous one
-    # and with no peer data in between, could have been written (and sent) together.
+    # and with no peer data in between, could have been written (and sent) together. A segment
+    # put again stands for its run so far; a direction's last run may go on in the next slice:
+    # its packets saved are counted once it ends.
     pdc = s["peer_data_count"]
     joins = prev_small & small & (ts - prev_ts <= _ns(COALESCE_WINDOW_S)) & (pdc == _shifted(pdc))
     start = np.flatnonzero(~joins)  # every group start is a run start (joins needs `same`)
-    run_segments = np.diff(np.r_[start, n])
-    run_bytes = np.add.reduceat(payload, start, dtype=np.float64) if n else np.zeros(0)
-    merge_mss = merge_mss_g[np.searchsorted(gs, start, side="right") - 1]
-    needed = np.maximum(np.ceil(run_bytes / merge_mss), 1)
-    run_saved = np.maximum(run_segments - needed, 0)
-    in_run = joins.copy()
+    if n:
+        run_k = k[start]
+        run_segments = np.add.reduceat(np.where(again, carry.run_segments[k], 1), start)
+        run_bytes = np.add.reduceat(np.where(again, carry.run_bytes[k], payload), start, dtype=np.float64)
+        run_saved = np.maximum(run_segments - np.maximum(np.ceil(run_bytes / merge_mss_k[run_k]), 1), 0)
+        open_run = np.r_[run_k[1:] != run_k[:-1], True] & (not last)
+        carry.run_segments[run_k[open_run]] = run_segments[open_run]
+        carry.run_bytes[run_k[open_run]] = run_bytes[open_run].astype(np.int64)
+        # (sums of whole numbers below 2**53: exact in float64)
+        carry.totals["packets_saved"] += np.bincount(run_k[~open_run], weights=run_saved[~open_run],
+                                                     minlength=nk).astype(np.int64)
+    joined = np.where(again, carry.joined[k], joins)
+    in_run = joined.copy()
     in_run[:-1] |= joins[1:]
+    # Whether a direction's last segment here is in a run is told by its next segment.
+    group_last = np.r_[~same[1:], True] if n else same
+    told = ~group_last | last
 
-    # Per direction: does it show TCP_NODELAY? Nagle (Minshall's variant, Linux) never sends a
-    # small segment while an earlier small one is unacknowledged (RFC 896; RFC 1122 4.2.3.4),
-    # so a direction that does so often is not under Nagle, and nothing of it was held by Nagle.
-    n_small_g = np.add.reduceat(small, gs, dtype=np.int64) if n else np.zeros(0, np.int64)
-    n_unacked_g = np.add.reduceat(small_while_unacked, gs, dtype=np.int64) if n else np.zeros(0, np.int64)
-    nodelay_g = n_unacked_g > NAGLE_UNACKED_SHARE_MAX * n_small_g
+    _count(cap, s, carry, gs, small, small_while_unacked)
+    stall, candidates = _stall_candidates(s, small, prev_small, conn["scaled"].to_numpy(bool))
+    piece = {"stalls": candidates, "runs": _examples(s, in_run & told, carry), "directions": None}
 
-    # Nagle/delayed-ACK stall: this small segment S left right after the peer's pure ACK of the
-    # previous small segment P, and that ACK was itself delayed by a delayed-ACK timer. The cheap
-    # flags pick the candidates; the rest is checked on those rows only (`c - 1`: previous row).
+    # What the next slice reads of each direction's segments here: the last one, the last small one.
+    gl = np.flatnonzero(group_last)
+    for c in _SEGMENT_COLUMNS:
+        carry.segment[c][k[gl]] = s[c][gl]
+    carry.joined[k[gl]] = joined[gl]
+    last_small = _running_last(small)[gl]
+    mine = (last_small >= 0) & (g[np.maximum(last_small, 0)] == g[gl])
+    carry.small_end[k[gl][mine]] = end[last_small[mine]]
+    if last:
+        piece["directions"] = _direction_rows(conn, carry, small_limit_k)
+    s.update(small=small, in_run=in_run, stall=stall)
+    return s, carry, piece
+
+
+def _count(cap: Capture, s: dict[str, np.ndarray], carry: _Carry, gs: np.ndarray, small: np.ndarray,
+           small_while_unacked: np.ndarray) -> None:
+    """The segments here (not those put again) added to the carry's per-direction counts (`gs`:
+    the rows where each direction's segments start)."""
+    new = ~s["again"]
+    if not len(gs):
+        return
+    kg = s["k"][gs]
+
+    def add(name: str, x: np.ndarray) -> None:  # integer sums per direction
+        carry.totals[name][kg] += np.add.reduceat(np.where(new, x, 0), gs, dtype=np.int64)
+
+    add("data_segments", np.ones(len(new), np.int64))
+    add("payload_bytes", s["payload_bytes"])
+    add("small_segments", small)
+    add("frames", s["frames"])
+    add("single_frame_segments", s["frames"] == 1)
+    add("small_while_unacked", small_while_unacked)
+    ts = s["ts_ns"]
+    carry.first_ts[kg] = np.minimum(carry.first_ts[kg], np.minimum.reduceat(np.where(new, ts, np.iinfo(np.int64).max), gs))
+    carry.last_ts[kg] = np.maximum(carry.last_ts[kg], np.maximum.reduceat(np.where(new, ts, _NONE), gs))
+    # What the small segments carry: counts per (direction, kind).
+    sm = np.flatnonzero(small & new)
+    kind = carried(cap, s["packet"][sm].astype(np.int64), s["frames"][sm])
+    carry.kinds += np.bincount(s["k"][sm] * len(CARRIES) + kind,
+                               minlength=carry.kinds.size).reshape(carry.kinds.shape)
+
+
+def _stall_candidates(s: dict[str, np.ndarray], small: np.ndarray, prev_small: np.ndarray,
+                      scaled_k: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Nagle/delayed-ACK stalls but for the TCP_NODELAY test, which needs the whole direction
+    (`nagle_join`): the flag per segment, and the stalls' columns."""
+    ts, end, payload, packet, k = s["ts_ns"], s["end"], s["payload_bytes"], s["packet"], s["k"]
+    # This small segment S left right after the peer's pure ACK of the previous small segment P,
+    # and that ACK was itself delayed by a delayed-ACK timer. The cheap flags pick the
+    # candidates; the rest is checked on those rows only (`c - 1`: previous row).
     c = np.flatnonzero(prev_small & small & s["peer_last_pure_ack"])
     t_ack = s["peer_last_ts_ns"][c]
     ack_delay, release = t_ack - ts[c - 1], ts[c] - t_ack
     prev_end = end[c - 1]
-    cg = np.searchsorted(gs, c, side="right") - 1  # each candidate's direction
     win, edge = s["peer_prev_window"][c], s["peer_prev_ack"][c] + s["peer_prev_window"][c]
     ok = ((s["peer_last_packet"][c] > packet[c - 1])
           & (s["peer_last_ack"][c] >= prev_end)
@@ -313,64 +528,67 @@ def analyze_segments(cap: Capture) -> tuple[dict[str, np.ndarray], pd.DataFrame,
           & (s["peer_acked_before_last"][c] == prev_end - payload[c - 1])
           # ... and not for the peer's window: it was open, with room for S (when windows are
           # scaled; else only "not zero" can be told). A zero or full window is flow control.
-          & (win > 0) & (~scaled_g[cg] | (edge >= end[c]))
-          & ~nodelay_g[cg]
+          & (win > 0) & (~scaled_k[k[c]] | (edge >= end[c]))
           & (ack_delay >= _ns(STALL_ACK_DELAY_MIN_S)) & (ack_delay <= _ns(STALL_ACK_DELAY_MAX_S))
           & (release >= 0) & (release <= _ns(STALL_RELEASE_MAX_S)))
     st = c[ok]
-    stall = np.zeros(n, bool)
+    stall = np.zeros(len(ts), bool)
     stall[st] = True
-    stall_s = (ts[st] - ts[st - 1]) / 1e9
-    stalls = pd.DataFrame({
-        "stream": s["stream"][st].astype(np.int32),
-        "direction": np.where(s["s2c"][st], "s2c", "c2s"),
-        "packet": packet[st].astype(np.int32),
-        "ts": pd.to_datetime(ts[st], utc=True),
-        "previous_packet": packet[st - 1].astype(np.int32),
-        "ack_packet": s["peer_last_packet"][st].astype(np.int32),
-        "stall_s": stall_s,
-        "ack_delay_s": ack_delay[ok] / 1e9,
-        "release_s": release[ok] / 1e9,
-        "payload_bytes": payload[st].astype(np.int64),
-    })
+    return stall, {"g": s["g"][st], "stream": s["stream"][st], "s2c": s["s2c"][st], "packet": packet[st],
+                   "ts_ns": ts[st], "previous_packet": packet[st - 1], "ack_packet": s["peer_last_packet"][st],
+                   "stall_ns": ts[st] - ts[st - 1], "ack_delay_ns": ack_delay[ok], "release_ns": release[ok],
+                   "payload_bytes": payload[st]}
 
-    def total(x):  # integer sums per direction
-        return np.add.reduceat(x, gs, dtype=np.int64) if n else np.zeros(0, np.int64)
 
-    st_group = np.searchsorted(gs, st, side="right") - 1
-    # What the small segments carry, per direction: counts per (direction, kind), the most
-    # common kind and its share of the direction's small segments.
-    sm = np.flatnonzero(small)
-    kind = carried(cap, packet[sm].astype(np.int64), s["frames"][sm])
-    kinds = np.bincount((np.searchsorted(gs, sm, side="right") - 1) * len(CARRIES) + kind,
-                        minlength=len(gs) * len(CARRIES)).reshape(len(gs), len(CARRIES))
-    top = kinds.argmax(axis=1) if len(gs) else np.zeros(0, np.int64)
+def _examples(s: dict[str, np.ndarray], in_run: np.ndarray, carry: _Carry) -> dict[str, np.ndarray]:
+    """The segments in coalescable runs that a finding may cite: the first EXAMPLE_PACKETS of
+    each direction, in segment order, with their rank (counted on from the carry's)."""
+    rows = np.flatnonzero(in_run)
+    k = s["k"][rows]
+    first = np.r_[True, k[1:] != k[:-1]] if len(k) else np.zeros(0, bool)
+    at = np.arange(len(k))
+    rank = carry.in_run[k] + at - np.maximum.accumulate(np.where(first, at, 0))
+    carry.in_run += np.bincount(k, minlength=len(carry.in_run))
+    keep = rank < EXAMPLE_PACKETS
+    return {"g": s["g"][rows[keep]], "packet": s["packet"][rows[keep]], "_rank": rank[keep]}
+
+
+def _direction_rows(conn: pd.DataFrame, carry: _Carry, small_limit_k: np.ndarray) -> pd.DataFrame:
+    """The per-direction table from the counts of all the partition's segments (`carry` after
+    the last slice), without the stall columns (`_with_stalls`)."""
+    kk = np.flatnonzero(carry.totals["data_segments"] > 0)
+    groups = conn["g"].to_numpy()[kk]
+    t = {name: v[kk] for name, v in carry.totals.items()}
+    mss_g = conn["mss"].to_numpy()[kk]
+    # Per direction: does it show TCP_NODELAY? Nagle (Minshall's variant, Linux) never sends a
+    # small segment while an earlier small one is unacknowledged (RFC 896; RFC 1122 4.2.3.4),
+    # so a direction that does so often is not under Nagle, and nothing of it was held by Nagle.
+    n_small_g = t["small_segments"]
+    nodelay_g = t["small_while_unacked"] > NAGLE_UNACKED_SHARE_MAX * n_small_g
+    # What the small segments carry, per direction: the most common kind and its share of the
+    # direction's small segments.
+    kinds = carry.kinds[kk]
+    top = kinds.argmax(axis=1) if len(kk) else np.zeros(0, np.int64)
     n_small_safe = np.maximum(n_small_g, 1)
     d = pd.DataFrame({
         "stream": (groups // 2).astype(np.int32),
         "direction": np.where(groups % 2 == 1, "s2c", "c2s"),
         "mss_bytes": pd.array(mss_g, dtype="Float64").astype("Int64"),
-        "small_limit_bytes": small_limit_g,
-        "data_segments": np.diff(np.r_[gs, n]).astype(np.int64),
-        "payload_bytes": total(payload),
-        "small_segments": total(small),
-        "frames": total(s["frames"]),
-        "single_frame_segments": total(s["frames"] == 1),
-        "small_while_unacked": total(small_while_unacked),
+        "small_limit_bytes": small_limit_k[kk],
+        "data_segments": t["data_segments"],
+        "payload_bytes": t["payload_bytes"],
+        "small_segments": n_small_g,
+        "frames": t["frames"],
+        "single_frame_segments": t["single_frame_segments"],
+        "small_while_unacked": t["small_while_unacked"],
         "nodelay": nodelay_g,
         "carries": np.where(n_small_g > 0, np.asarray(CARRIES, dtype=object)[top], None),
-        "carries_share": np.where(n_small_g > 0, kinds[np.arange(len(gs)), top] / n_small_safe, np.nan),
-        # Runs never cross directions: a direction's runs are those from its first run on.
-        "packets_saved": np.add.reduceat(run_saved, np.searchsorted(start, gs)).astype(np.int64) if n else np.zeros(0, np.int64),
-        "stalls": np.bincount(st_group, minlength=len(gs)).astype(np.int64),
-        # Summed in row order, as a per-row sum with zeros elsewhere would be.
-        "stall_time_s": np.bincount(st_group, weights=stall_s, minlength=len(gs)).astype(np.float64),
-        "active_s": (np.maximum.reduceat(ts, gs) - np.minimum.reduceat(ts, gs)) / 1e9 if n else np.zeros(0),
+        "carries_share": np.where(n_small_g > 0, kinds[np.arange(len(kk)), top] / n_small_safe, np.nan),
+        "packets_saved": t["packets_saved"],
+        "active_s": (carry.last_ts[kk] - carry.first_ts[kk]) / 1e9,
     })
-    med = stalls.assign(g=stalls["stream"].astype(np.int64) * 2 + (stalls["direction"] == "s2c")).groupby("g")["stall_s"].median()
-    d["median_stall_s"] = med.reindex(groups).to_numpy()
-    d["connection_s"] = conn["connection_s"].reindex(groups).to_numpy()
-    d["broker_port"] = conn["broker_port"].reindex(groups).to_numpy()
+    d["connection_s"] = conn["connection_s"].to_numpy()[kk]
+    d["broker_port"] = conn["broker_port"].to_numpy()[kk]
     span = np.maximum(d["active_s"].to_numpy(), RATE_MIN_SPAN_S)
     d["small_share"] = d["small_segments"] / d["data_segments"]
     d["frames_per_segment"] = d["frames"] / d["data_segments"]
@@ -378,14 +596,61 @@ def analyze_segments(cap: Capture) -> tuple[dict[str, np.ndarray], pd.DataFrame,
     d["small_while_unacked_share"] = d["small_while_unacked"] / d["data_segments"]
     d["packets_saved_share"] = d["packets_saved"] / d["data_segments"]
     d["packets_saved_s"] = d["packets_saved"] / span
+    return d
+
+
+def _with_stalls(d: pd.DataFrame, candidates: dict[str, np.ndarray]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The per-direction table with its stall columns, and the stalls table: the candidates of
+    the directions that do not show TCP_NODELAY, in (stream, direction, segment) order."""
+    dg = d["stream"].to_numpy(np.int64) * 2 + (d["direction"] == "s2c").to_numpy(bool)
+    at = np.searchsorted(dg, candidates["g"])
+    held = np.flatnonzero(~d["nodelay"].to_numpy(bool)[at])
+    o = held[np.argsort(candidates["g"][held], kind="stable")]
+    c = {name: v[o] for name, v in candidates.items()}
+    stall_s = c["stall_ns"] / 1e9
+    stalls = pd.DataFrame({
+        "stream": c["stream"].astype(np.int32),
+        "direction": np.where(c["s2c"], "s2c", "c2s"),
+        "packet": c["packet"].astype(np.int32),
+        "ts": pd.to_datetime(c["ts_ns"], utc=True),
+        "previous_packet": c["previous_packet"].astype(np.int32),
+        "ack_packet": c["ack_packet"].astype(np.int32),
+        "stall_s": stall_s,
+        "ack_delay_s": c["ack_delay_ns"] / 1e9,
+        "release_s": c["release_ns"] / 1e9,
+        "payload_bytes": c["payload_bytes"].astype(np.int64),
+    })
+    st_group = at[o]
+    d = d.copy()
+    d["stalls"] = np.bincount(st_group, minlength=len(d)).astype(np.int64)
+    # Summed in row order, as a per-row sum with zeros elsewhere would be.
+    d["stall_time_s"] = np.bincount(st_group, weights=stall_s, minlength=len(d)).astype(np.float64)
+    med = stalls.assign(g=stalls["stream"].astype(np.int64) * 2 + (stalls["direction"] == "s2c")).groupby("g")["stall_s"].median()
+    d["median_stall_s"] = med.reindex(dg).to_numpy()
     cs = d["connection_s"].to_numpy()
     d["stall_share"] = np.where(cs > 0, d["stall_time_s"] / np.where(cs > 0, cs, 1), 0.0)
-    cols = ["stream", "direction", "mss_bytes", "small_limit_bytes", "data_segments", "payload_bytes", "small_segments",
-            "small_share", "small_segments_s", "frames_per_segment", "single_frame_segments", "small_while_unacked",
-            "small_while_unacked_share", "nodelay", "carries", "carries_share", "packets_saved", "packets_saved_share", "packets_saved_s", "stalls",
-            "stall_time_s", "median_stall_s", "stall_share", "active_s", "connection_s", "broker_port"]
-    s.update(small=small, in_run=in_run, stall=stall)
-    return s, d[cols], stalls
+    return d[DIRECTION_COLUMNS], stalls
+
+
+#: the per-direction table's columns
+DIRECTION_COLUMNS = [
+    "stream", "direction", "mss_bytes", "small_limit_bytes", "data_segments", "payload_bytes", "small_segments",
+    "small_share", "small_segments_s", "frames_per_segment", "single_frame_segments", "small_while_unacked",
+    "small_while_unacked_share", "nodelay", "carries", "carries_share", "packets_saved", "packets_saved_share",
+    "packets_saved_s", "stalls", "stall_time_s", "median_stall_s", "stall_share", "active_s", "connection_s",
+    "broker_port"]
+
+
+def analyze_segments(cap: Capture) -> tuple[dict[str, np.ndarray], pd.DataFrame, pd.DataFrame]:
+    """(segment columns with per-segment flags, per-direction table, stalls table) of a
+    partition analysed whole."""
+    s, _, piece = _slice(cap, None, True)
+    part = nagle_join([piece])
+    d = part["directions"]
+    # a candidate of a direction that shows TCP_NODELAY is no stall
+    dg = d["stream"].to_numpy(np.int64) * 2 + (d["direction"] == "s2c").to_numpy(bool)
+    s["stall"] &= ~d["nodelay"].to_numpy(bool)[np.searchsorted(dg, s["g"])]
+    return s, d, part["stalls"]
 
 
 # -------------------------------------------------------------------------------------- findings
@@ -592,18 +857,30 @@ def _plot_small_share(cap: Capture, d: pd.DataFrame):
 # ---------------------------------------------------------------------------------------- analyzer
 
 
+def nagle_slice(part: Capture, facts: CaptureFacts, carry: _Carry | None, last: bool) -> tuple[_Carry, dict[str, Any]]:
+    """A slice of a partition's time (`amqpcap.partition.Slicing`): the carry moved past its
+    packets, and its piece of the partial (`nagle_join`)."""
+    _, carry, piece = _slice(part, carry, last)
+    return carry, piece
+
+
+def nagle_join(pieces: list[dict[str, Any]]) -> dict[str, Any]:
+    """The partition's directions and stalls from its slices' pieces (the last one holds the
+    directions' counts over all of them: a direction's stall candidates are its stalls unless
+    the direction shows TCP_NODELAY), and the segments in coalescable runs that a finding may
+    cite (the first EXAMPLE_PACKETS of each direction: a finding cites the first ones of the
+    directions it names, in segment order)."""
+    d, stalls = _with_stalls(pieces[-1]["directions"], {c: np.concatenate([q["stalls"][c] for q in pieces])
+                                                       for c in pieces[0]["stalls"]})
+    runs = {c: np.concatenate([q["runs"][c] for q in pieces]) for c in ("g", "packet", "_rank")}
+    o = np.argsort(runs["g"], kind="stable")  # (a direction's examples of later slices after its earlier ones)
+    return {"directions": d, "stalls": stalls, "runs": {c: v[o] for c, v in runs.items()}}
+
+
 def nagle_partial(cap: Capture, facts: CaptureFacts) -> dict[str, Any]:
     """A partition's directions and stalls, and the segments in coalescable runs that a finding
-    may cite (the first EXAMPLE_PACKETS of each direction: a finding cites the first ones of the
-    directions it names, in segment order)."""
-    seg, d, stalls = analyze_segments(cap)
-    rows = np.flatnonzero(seg["in_run"])
-    g = seg["g"][rows]
-    first = np.r_[True, g[1:] != g[:-1]] if len(g) else np.zeros(0, bool)
-    rank = np.arange(len(g)) - np.maximum.accumulate(np.where(first, np.arange(len(g)), 0)) if len(g) else g
-    keep = rows[rank < EXAMPLE_PACKETS]
-    return {"directions": d, "stalls": stalls,
-            "runs": {"g": seg["g"][keep], "packet": seg["packet"][keep], "_rank": rank[rank < EXAMPLE_PACKETS]}}
+    may cite: the partition as its one slice of time."""
+    return nagle_join([nagle_slice(cap, facts, None, True)[1]])
 
 
 def nagle_merge(partials: list[dict[str, Any]], records: None, facts: CaptureFacts, cap: Capture) -> AnalyzerResult:
@@ -632,7 +909,7 @@ def nagle_merge(partials: list[dict[str, Any]], records: None, facts: CaptureFac
                           summary=summary, findings=findings, plots=plots)
 
 
-SPLIT = Split(partial=nagle_partial, merge=nagle_merge)
+SPLIT = Split(partial=nagle_partial, merge=nagle_merge, slicing=Slicing(nagle_slice, nagle_join))
 
 
 @analyzer("nagle", split=SPLIT)
