@@ -7,12 +7,22 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
 import amqpcap
-from amqpcap.analyzers.messages import messages
+import amqpcap.analyzers.messages as messages_module
+from amqpcap.analyzers.messages import SPLIT, messages
+from amqpcap.capture import Capture
+from amqpcap.derive.stream_order import ns
+from amqpcap.partition import clean_cuts, facts_of, sliced_partial
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_partition import assert_same_partial  # noqa: E402
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -122,3 +132,64 @@ def test_the_frames_of_other_channels_during_a_large_transfer_are_tsharks():
         others = [i for i, f in enumerate(frames) if f[:2] == (m.stream, s2c) and f[2] not in (0, m.channel)]
         assert m.other_channel_frames_during == sum(header < i < last for i in others), m
         assert m.other_channels_active == bool(others), m
+
+
+# -- over slices of a partition's time (docs/time-split.md) -----------------------------------
+
+def sliced_and_whole(cap: Capture, few: int) -> None:
+    """The messages step over `cap` cut into 7 slices of time and into slices of `few` packets (a
+    message's body frames in several slices, the broker's refusal in a later one than its
+    message), gives the partial of `cap` whole."""
+    facts = facts_of(cap)
+    want = SPLIT.partial(cap, facts)
+    packet, ts = cap.packets["packet"].to_numpy(np.int64), ns(cap.packets["ts"])
+    for every in (max(1, len(packet) // 7), few):
+        assert_same_partial(sliced_partial(SPLIT, cap, facts, clean_cuts(packet, ts, every)), want,
+                            f"cut every {every} packets")
+
+
+def with_frames(cap: Capture, frames: pd.DataFrame) -> Capture:
+    return Capture(path=cap.path, ports=cap.ports, frames=frames, packets=cap.packets, connections=cap.connections,
+                   anomalies=cap.anomalies, records=cap.records, summary=cap.summary)
+
+
+def test_slices_of_time_count_the_frames_of_other_channels_during_a_large_transfer(monkeypatch):
+    """huge-messages.pcap.gz with every 7th body frame of channel 2 put on channel 1 (the
+    recording has no other channel's frame during a transfer; those join channel 1's last
+    message), every message large and two kept per connection: each large message's frames of
+    other channels between its header and its last body frame are counted as the frames say, and
+    slices of time give the whole's partial."""
+    monkeypatch.setattr(messages_module, "LARGE_BODY_BYTES", 1)
+    monkeypatch.setattr(messages_module, "LARGE_ROWS_PER_CONNECTION", 2)
+    cap = amqpcap.load(FIX / "huge-messages.pcap.gz")
+    f = cap.frames.copy()
+    moved = np.flatnonzero(((f["type"] == "body") & (f["channel"] == 2)).to_numpy(bool))[::7]
+    f.loc[moved, "channel"] = np.int32(1)
+    cap = with_frames(cap, f)
+    large = SPLIT.partial(cap, facts_of(cap))["large"]
+    assert len(large) == 2 and large["refused"].sum() == 1 and (large["other_channel_frames_during"] > 0).any()
+    channel, kind = f["channel"].to_numpy(), f["type"].to_numpy(object)
+    direction, packet = f["direction"].to_numpy(object), f["packet"].to_numpy()
+    for m in large.itertuples():
+        mine = np.flatnonzero((channel == m.channel) & (direction == m.direction))
+        header = mine[(kind[mine] == "header") & (packet[mine] == m.packet)][0]
+        last = mine[(mine > header) & (kind[mine] == "body")][m.body_frames - 1]
+        others = (channel != 0) & (channel != m.channel) & (direction == m.direction)
+        assert m.other_channel_frames_during == others[header:last].sum(), m
+    sliced_and_whole(cap, 5)
+
+
+def test_slices_of_time_give_the_median_body_size_of_many_sizes():
+    """ten-consumers.pcap (13,099 messages) with body sizes drawn from 0 to 40, some unknown:
+    each connection's median body size is pandas' median of its known sizes, also over slices of
+    time (a histogram of the sizes carried)."""
+    cap = amqpcap.load(FIX / "ten-consumers.pcap")
+    f = cap.frames.copy()
+    header = (f["type"] == "header").to_numpy(bool)
+    sizes = np.random.default_rng(14).integers(0, 41, int(header.sum()))
+    f.loc[header, "body_size"] = pd.array(np.where(sizes == 40, pd.NA, sizes), dtype="Int64")
+    cap = with_frames(cap, f)
+    conns = SPLIT.partial(cap, facts_of(cap))["connections"].set_index("stream")
+    want = f[header].groupby("stream")["body_size"].median()
+    assert len(want) == 11 and (conns["body_bytes_p50"].reindex(want.index) == want.astype(float)).all()
+    sliced_and_whole(cap, 300)

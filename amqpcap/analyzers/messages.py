@@ -14,18 +14,19 @@ messages and counts the rest, the merge joins them and derives the finding.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from ..analysis import AnalyzerResult, Finding, analyzer
 from ..capture import Capture
+from ..derive.deliveries import TEXT
 from ..derive.methods import methods, select
-from ..derive.columns import codes, stable_argsort
 from ..derive.labels import connection_labels
 from ..display_filters import stream_filter
 from ..names import subject_namer
-from ..partition import CaptureFacts, Split, merge_rows, run_whole
+from ..partition import CaptureFacts, Slicing, Split, merge_rows, run_whole
 
 #: a message is large when its body is this big or more (a RabbitMQ guide's rule of thumb: messages
 #: of several MB are better kept in a blob store, with a reference in the message) ...
@@ -54,36 +55,195 @@ CONN_COLUMNS = ["stream", "messages_c2s", "messages_s2c", "body_bytes_p50", "bod
                 "body_frames_max", "large_messages", "refused_messages"]
 
 
-def _contents(cap: Capture) -> pd.DataFrame:
-    """One row per content header: stream, direction, channel, packet, ts (ns), order (in
-    cap.frames), body_size, body_frames (body frames after it on its channel, before the
-    channel's next header) and last_order (its last body frame, else the header)."""
+@dataclass
+class _Counts:
+    """A count per int64 key (keys sorted; 0 for a key not there)."""
+
+    keys: np.ndarray
+    counts: np.ndarray
+
+    @classmethod
+    def none(cls) -> "_Counts":
+        return cls(np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+    def of(self, keys: np.ndarray) -> np.ndarray:
+        if not len(self.keys):
+            return np.zeros(len(keys), np.int64)
+        i = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
+        return np.where(self.keys[i] == keys, self.counts[i], 0)
+
+    def plus(self, keys: np.ndarray, counts: np.ndarray) -> "_Counts":
+        """These counts with `counts` added to `keys`'."""
+        uniq, at = np.unique(np.r_[self.keys, keys], return_inverse=True)
+        total = np.zeros(len(uniq), np.int64)
+        np.add.at(total, at, np.r_[self.counts, counts])
+        return _Counts(uniq, total)
+
+
+class _FramesOf:
+    """A slice's frames on channels other than 0 (the connection's own) by a key of theirs (the
+    connection and direction, or those and the channel), counted in the partition up to any
+    frame of the slice: the count of the slices before (`before`) and the slice's own, by binary
+    search over the slice's (key, frame) pairs sorted once (never a pass over the frames per
+    message)."""
+
+    def __init__(self, key: np.ndarray, counted: np.ndarray, before: _Counts):
+        rows = np.flatnonzero(counted)
+        self.keys, code = np.unique(key[rows], return_inverse=True)
+        self.span = len(key) + 1
+        self.pairs = np.sort(code.astype(np.int64) * self.span + rows)
+        self.before = before
+
+    def upto(self, key: np.ndarray, row: np.ndarray, through: bool) -> np.ndarray:
+        """Per (key, slice row): the key's frames in the partition before the row's frame (and
+        that frame too when `through`)."""
+        i = np.searchsorted(self.keys, key)
+        there = np.zeros(len(key), bool)
+        there[i < len(self.keys)] = self.keys[i[i < len(self.keys)]] == key[i < len(self.keys)]
+        q = i * self.span
+        n = np.searchsorted(self.pairs, q + row, "right" if through else "left") - np.searchsorted(self.pairs, q, "left")
+        return self.before.of(key) + np.where(there, n, 0)
+
+    def after(self) -> _Counts:
+        """The counts through the slice's last frame."""
+        return self.before.plus(self.keys, np.bincount(self.pairs // self.span, minlength=len(self.keys)))
+
+
+#: a message as `_contents` gives it and `_Seen.open` carries it (without `superseded`)
+MESSAGE_COLUMNS = {"stream": np.int64, "direction": object, "channel": np.int64, "packet": np.int64,
+                   "ts": np.int64, "order": np.int64, "key": np.int64, "body_size": float, "body_frames": np.int64,
+                   "last_order": np.int64, "last_ts": np.int64, "refused": bool, "conn_before": np.int64,
+                   "own_before": np.int64, "conn_through": np.int64, "own_through": np.int64}
+
+
+@dataclass
+class _Seen:
+    """What a partition's frames so far tell of its messages (per-connection arrays by the sorted
+    connections' `stream`): carried from one slice of its time to the next (`Slicing`), or made
+    from the partition at once. A message is done once a later header comes on its channel and
+    direction (no frame of it can follow), or at the partition's end; until then it is open."""
+
+    #: the frames so far: the order (row in the partition's frames) of the next slice's first
+    frames: int
+    #: the open message of each (connection, channel, direction) (MESSAGE_COLUMNS): its body
+    #: frames may go on in the next slice, and a refusal there may name it
+    open: pd.DataFrame
+    #: frames on channels other than 0 so far, per (connection, direction) and per (connection,
+    #: direction, channel) (`_keys`): a large message's other channels' frames by difference
+    conn_frames: _Counts
+    own_frames: _Counts
+    #: per direction: the messages done
+    messages: dict[str, np.ndarray]
+    #: the body sizes of the messages done, a count per (connection position, size) sorted so
+    #: (for the median: every message's size is needed, and sizes repeat; `_with_sizes`)
+    sizes: tuple[np.ndarray, np.ndarray, np.ndarray]
+    body_frames_max: np.ndarray
+    large: np.ndarray
+    refused: np.ndarray
+    #: the largest max size a refusal of the broker named (NaN: none so far)
+    told: np.ndarray
+    #: the largest large messages done, LARGE_ROWS_PER_CONNECTION per connection at most
+    #: (`_large_rows`; None: none yet)
+    top: pd.DataFrame | None
+
+    @classmethod
+    def nothing(cls, n: int) -> "_Seen":
+        def zeros():
+            return np.zeros(n, np.int64)
+
+        no_message = pd.DataFrame({c: np.zeros(0, t) for c, t in MESSAGE_COLUMNS.items()})
+        return cls(0, no_message, _Counts.none(), _Counts.none(), {"c2s": zeros(), "s2c": zeros()},
+                   (np.zeros(0, np.int64), np.zeros(0, float), np.zeros(0, np.int64)), zeros(), zeros(), zeros(),
+                   np.full(n, np.nan), None)
+
+
+def _keys(stream: np.ndarray, channel: np.ndarray, s2c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The (connection, direction) and (connection, channel, direction) keys of frames or messages
+    (`s2c` 1 or 0)."""
+    return stream * 2 + s2c, (stream * 65536 + channel) * 2 + s2c
+
+
+def _seen(cap: Capture, seen: _Seen | None, last: bool) -> _Seen:
+    """`seen` (None: nothing yet) with the frames of `cap` (the partition, or its next slice of
+    time) added; the open messages done too when it is the `last`."""
+    stream = cap.connections["stream"].to_numpy(np.int64)
+    seen = seen or _Seen.nothing(len(stream))
     f = cap.frames
+    channel = f["channel"].to_numpy(np.int64)
+    conn_key, own_key = _keys(f["stream"].to_numpy(np.int64), channel,
+                              (f["direction"] == "s2c").to_numpy(dtype=bool, na_value=False).astype(np.int64))
+    conn = _FramesOf(conn_key, channel != 0, seen.conn_frames)
+    own = _FramesOf(own_key, channel != 0, seen.own_frames)
+    msgs = _contents(cap, seen, own_key, conn, own)
+    refusals = _refusals(cap, seen.frames)
+    _refuse(msgs, refusals)
+    np.fmax.at(seen.told, np.searchsorted(stream, refusals["stream"].to_numpy(np.int64)),
+               refusals["max_size"].to_numpy(float))
+    done = msgs["superseded"].to_numpy(bool) | last
+    _count(seen, stream, msgs[done])
+    seen.open = msgs.loc[~done, list(MESSAGE_COLUMNS)].reset_index(drop=True)
+    seen.conn_frames, seen.own_frames = conn.after(), own.after()
+    seen.frames += len(f)
+    return seen
+
+
+def _contents(cap: Capture, seen: _Seen, own_key: np.ndarray, conn: _FramesOf, own: _FramesOf) -> pd.DataFrame:
+    """The messages of the slice `cap`: the open ones of `seen`, then one per content header of the
+    slice, in frame order (MESSAGE_COLUMNS): stream, direction, channel, packet, ts (ns), order
+    (in the partition's frames), key (`_keys`: connection, channel and direction), body_size,
+    body_frames (body frames after it on its channel and direction, before the next header
+    there) and last_order, last_ts (its last body frame, else the header), refused (so far), the
+    frames of channels other than 0 on its connection and direction before the header and through
+    its last frame, of every channel (conn_*) and of its own (own_*); and superseded: a later
+    header on its channel and direction (the message is done)."""
+    f = cap.frames
+    start = seen.frames
     header = (f["type"] == "header").to_numpy(dtype=bool, na_value=False)  # (on the categorical's codes)
     rows = np.flatnonzero(header | (f["type"] == "body").to_numpy(dtype=bool, na_value=False))
-    stream = f["stream"].to_numpy(np.int64)[rows]
-    chan = stream * 65536 + f["channel"].to_numpy(np.int64)[rows]
-    d = (f["direction"] == "s2c").to_numpy(dtype=bool, na_value=False)[rows].astype(np.int64)
-    key = chan * 2 + d
-    order = np.argsort(key, kind="stable")  # by channel and direction, frame order kept
-    rows, key = rows[order], key[order]
-    is_header = header[rows]
+    o = seen.open
+    # the open messages as headers before the slice's frames (their body frames may follow)
+    key = np.r_[o["key"].to_numpy(np.int64), own_key[rows]]
+    at = np.r_[o["order"].to_numpy(np.int64), rows + start]
+    is_header = np.r_[np.ones(len(o), bool), header[rows]]
+    by_key = np.argsort(key, kind="stable")  # by channel and direction, frame order kept
+    key, at, is_header = key[by_key], at[by_key], is_header[by_key]
     message = np.cumsum(is_header) - 1  # the header each frame belongs to (frames before any: -1)
     # a body frame belongs to the header before it on the same channel and direction
-    header_key = np.where(is_header)[0]
-    own = (message >= 0) & (key == key[header_key[np.maximum(message, 0)]] if len(header_key) else False)
-    body = ~is_header & own
-    n = int(is_header.sum())
+    header_key = np.flatnonzero(is_header)
+    mine = (message >= 0) & (key == key[header_key[np.maximum(message, 0)]]) if len(header_key) else False
+    body = ~is_header & mine
+    n = len(header_key)
     frames = np.bincount(message[body], minlength=n).astype(np.int64)
-    last = rows[header_key].astype(np.int64)
-    np.maximum.at(last, message[body], rows[body].astype(np.int64))
-    h = rows[header_key]
-    return pd.DataFrame({"stream": f["stream"].to_numpy(np.int64)[h],
-                         "direction": np.asarray(f["direction"].array.take(h), dtype=object),
-                         "channel": f["channel"].to_numpy(np.int64)[h], "packet": f["packet"].to_numpy(np.int64)[h],
-                         "ts": f["ts"].array.asi8[h], "order": h.astype(np.int64),
-                         "body_size": f["body_size"].to_numpy(float, na_value=np.nan)[h], "body_frames": frames,
-                         "last_order": last}).sort_values("order", kind="stable", ignore_index=True)
+    last = at[header_key]
+    np.maximum.at(last, message[body], at[body])
+    superseded = np.r_[key[header_key][1:] == key[header_key][:-1], False][:n]
+    # back in frame order: the open messages (earlier in the partition), then the slice's
+    m = np.argsort(by_key[header_key])
+    h = rows[header[rows]]
+    new = np.zeros(len(h), np.int64)
+    last_order = np.maximum(last[m], np.r_[o["last_order"].to_numpy(np.int64), new])
+    in_slice = np.minimum(np.maximum(last_order - start, 0), len(f) - 1)  # (a frame of the slice where it counts)
+    now = last_order >= start
+    ts = f["ts"].array.asi8
+    stream = np.r_[o["stream"].to_numpy(np.int64), f["stream"].to_numpy(np.int64)[h]]
+    conn_key = stream * 2 + key[header_key][m] % 2
+    return pd.DataFrame({
+        "stream": stream,
+        "direction": np.r_[o["direction"].to_numpy(object), np.asarray(f["direction"].array.take(h), dtype=object)],
+        "channel": np.r_[o["channel"].to_numpy(np.int64), f["channel"].to_numpy(np.int64)[h]],
+        "packet": np.r_[o["packet"].to_numpy(np.int64), f["packet"].to_numpy(np.int64)[h]],
+        "ts": np.r_[o["ts"].to_numpy(np.int64), ts[h]], "order": at[header_key][m], "key": key[header_key][m],
+        "body_size": np.r_[o["body_size"].to_numpy(float), f["body_size"].to_numpy(float, na_value=np.nan)[h]],
+        "body_frames": np.r_[o["body_frames"].to_numpy(np.int64), new] + frames[m], "last_order": last_order,
+        "last_ts": np.where(now, ts[in_slice] if len(f) else 0, np.r_[o["last_ts"].to_numpy(np.int64), new]),
+        "refused": np.r_[o["refused"].to_numpy(bool), np.zeros(len(h), bool)],
+        "conn_before": np.r_[o["conn_before"].to_numpy(np.int64), conn.upto(conn_key[len(o):], h, through=False)],
+        "own_before": np.r_[o["own_before"].to_numpy(np.int64), own.upto(own_key[h], h, through=False)],
+        "conn_through": np.where(now, conn.upto(conn_key, in_slice, through=True),
+                                 np.r_[o["conn_through"].to_numpy(np.int64), new]),
+        "own_through": np.where(now, own.upto(key[header_key][m], in_slice, through=True),
+                                np.r_[o["own_through"].to_numpy(np.int64), new]),
+        "superseded": superseded[m]})
 
 
 def _limits(cap: Capture) -> pd.DataFrame:
@@ -105,9 +265,10 @@ def _limits(cap: Capture) -> pd.DataFrame:
                         index=c["stream"].to_numpy(np.int64))
 
 
-def _refusals(cap: Capture) -> pd.DataFrame:
+def _refusals(cap: Capture, start: int) -> pd.DataFrame:
     """Each channel.close from the broker refusing a message for its size: stream, channel,
-    order (of the close), max size the broker named."""
+    order (of the close, in the partition whose frames before the slice `cap` are `start`), max
+    size the broker named."""
     m = methods(cap)
     rows = np.flatnonzero(select(m, "channel.close", "s2c"))
     order = m["order"].to_numpy()[rows]
@@ -115,99 +276,142 @@ def _refusals(cap: Capture) -> pd.DataFrame:
     hit = [REFUSED_TEXT.search(str(t)) if t is not None and t == t else None for t in text]
     keep = np.array([h is not None for h in hit], dtype=bool)
     return pd.DataFrame({"stream": m["stream"].to_numpy(np.int64)[rows][keep],
-                         "channel": m["channel"].to_numpy(np.int64)[rows][keep], "order": order[keep],
+                         "channel": m["channel"].to_numpy(np.int64)[rows][keep], "order": order[keep] + start,
                          "max_size": np.array([int(h.group(2)) for h in hit if h is not None], dtype=np.int64)})
 
 
-def messages_partial(cap: Capture, facts: CaptureFacts) -> dict[str, pd.DataFrame]:
-    """A partition's connections: their message counts and sizes, and their large messages."""
-    msgs = _contents(cap)
-    limits = _limits(cap)
-    refusals = _refusals(cap)
-    # the refused message: the last c2s header on the closed channel before the close
-    refused = np.zeros(len(msgs), dtype=bool)
+def _refuse(msgs: pd.DataFrame, refusals: pd.DataFrame) -> None:
+    """Marks the refused messages in `msgs` (`_contents`): the last c2s header on the closed
+    channel before the close. That is the channel's open message when the close comes in a later
+    slice (`_Seen.open`), and a message done before it has a later header on its channel."""
+    refused = msgs["refused"].to_numpy(bool).copy()
     for r in refusals.itertuples():  # few: a refusal closes the channel
         mine = np.flatnonzero((msgs["stream"].to_numpy() == r.stream) & (msgs["channel"].to_numpy() == r.channel)
                               & (msgs["direction"].to_numpy(object) == "c2s") & (msgs["order"].to_numpy() < r.order))
         if len(mine):
             refused[mine[-1]] = True
-    by_broker = refusals.groupby("stream")["max_size"].max()
-    limit = limits["max_message_size"].reindex(msgs["stream"]).to_numpy(float, na_value=np.nan)
-    source = limits["max_message_size_source"].reindex(msgs["stream"]).to_numpy(object)
-    told = by_broker.reindex(msgs["stream"]).to_numpy(float)
-    limit = np.where(np.isnan(told), limit, told)
-    source = np.where(np.isnan(told), source, "refused by the broker")
-    big = (msgs["body_size"].to_numpy(float) >= LARGE_BODY_BYTES) | (msgs["body_frames"].to_numpy() >= MANY_FRAMES) \
-        | refused
-    large = msgs[big].assign(refused=refused[big], max_message_size=limit[big], max_message_size_source=source[big])
-    large = _transfers(cap, large)
-    large["ts"] = pd.to_datetime(large["ts"], utc=True)
-    large["max_message_size"] = pd.array(large["max_message_size"].to_numpy(float), dtype="Int64")
-    large["body_size"] = large["body_size"].astype(np.int64)
-    large = large.sort_values(["stream", "body_size", "order"], ascending=[True, False, True], kind="stable")
-    large = large[large.groupby("stream").cumcount() < LARGE_ROWS_PER_CONNECTION].sort_values("order", kind="stable")
-    conns = _per_connection(cap, msgs, big, refused)
-    # (named in the merge: labels depend on every connection)
-    return {"large": large[[c for c in LARGE_COLUMNS if c != "connection"]].reset_index(drop=True), "connections": conns}
+    msgs["refused"] = refused
 
 
-def _transfers(cap: Capture, large: pd.DataFrame) -> pd.DataFrame:
-    """`large` with transfer_s (header to last body frame), other_channel_frames_during (frames
-    of the connection's other channels, same direction, completed in that span) and
-    other_channels_active (other channels sent frames in that direction on the connection).
-
-    Frames of the connection's direction in a span, less those of the message's own channel:
-    each a count of (group, frame order) pairs between two bounds, by binary search over the
-    pairs sorted once (never a pass over the frames per message)."""
-    f = cap.frames
-    ts = f["ts"].array.asi8
-    # the frames of the large messages' connections alone (the spans are counted within a
-    # connection), less channel 0 (the connection's own)
-    f_stream = f["stream"].to_numpy(np.int64)
-    rows = np.flatnonzero((f["channel"].to_numpy(np.int64) != 0)
-                          & np.isin(f_stream, np.unique(large["stream"].to_numpy(np.int64))))
-    n_f = len(rows)
-    order = np.r_[rows, large["order"].to_numpy(np.int64)]
-    stream = np.r_[f_stream[rows], large["stream"].to_numpy(np.int64)]
-    s2c = np.r_[(f["direction"] == "s2c").to_numpy(dtype=bool, na_value=False)[rows],
-                large["direction"].to_numpy(object) == "s2c"].astype(np.int64)
-    chan = np.r_[f["channel"].to_numpy(np.int64)[rows], large["channel"].to_numpy(np.int64)]
-    lo, hi = large["order"].to_numpy(np.int64), large["last_order"].to_numpy(np.int64)
-    span = int(order.max(initial=0)) + 2
-
-    def sorted_pairs(group: np.ndarray) -> np.ndarray:
-        # the frames' orders increase: sorted by group alone (stably), the pairs are sorted
-        return (group[:n_f] * span + order[:n_f])[stable_argsort(group[:n_f])]
-
-    def count(pairs: np.ndarray, group: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        q = group[n_f:] * span
-        return np.searchsorted(pairs, q + hi, "right") - np.searchsorted(pairs, q + lo, "left")
-
-    conn, own = codes(stream, s2c), codes(stream, s2c, chan)
-    conn_pairs, own_pairs = sorted_pairs(conn), sorted_pairs(own)
-    everything = (np.zeros(len(large), np.int64), np.full(len(large), span - 1, np.int64))
-    return large.assign(transfer_s=(ts[hi] - large["ts"].to_numpy()) / 1e9,
-                        other_channel_frames_during=(count(conn_pairs, conn, lo, hi)
-                                                     - count(own_pairs, own, lo, hi)).astype(np.int64),
-                        other_channels_active=(count(conn_pairs, conn, *everything)
-                                               - count(own_pairs, own, *everything)) > 0)
+def _count(seen: _Seen, stream: np.ndarray, done: pd.DataFrame) -> None:
+    """Adds the messages `done` to `seen`'s counts, sizes and largest."""
+    pos = np.searchsorted(stream, done["stream"].to_numpy(np.int64))
+    c2s = done["direction"].to_numpy(object) == "c2s"
+    seen.messages["c2s"] += np.bincount(pos[c2s], minlength=len(stream)).astype(np.int64)
+    seen.messages["s2c"] += np.bincount(pos[~c2s], minlength=len(stream)).astype(np.int64)
+    size = done["body_size"].to_numpy(float)
+    seen.sizes = _with_sizes(seen.sizes, pos, size)
+    frames = done["body_frames"].to_numpy(np.int64)
+    np.maximum.at(seen.body_frames_max, pos, frames)
+    refused = done["refused"].to_numpy(bool)
+    big = (size >= LARGE_BODY_BYTES) | (frames >= MANY_FRAMES) | refused
+    seen.large += np.bincount(pos[big], minlength=len(stream)).astype(np.int64)
+    seen.refused += np.bincount(pos[refused], minlength=len(stream)).astype(np.int64)
+    seen.top = _largest(seen.top, _large_rows(done[big]))
 
 
-def _per_connection(cap: Capture, msgs: pd.DataFrame, big: np.ndarray, refused: np.ndarray) -> pd.DataFrame:
+def _with_sizes(sizes: tuple[np.ndarray, np.ndarray, np.ndarray], pos: np.ndarray,
+                size: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The histogram `sizes` (connection position, body size, count: sorted by both) with the
+    sizes `size` of messages of the connections at `pos` added (NaN: no size told, not counted,
+    as a median or max skips it)."""
+    told = ~np.isnan(size)
+    p, v = np.r_[sizes[0], pos[told]], np.r_[sizes[1], size[told]]
+    c = np.r_[sizes[2], np.ones(int(told.sum()), np.int64)]
+    order = np.lexsort((v, p))
+    p, v, c = p[order], v[order], c[order]
+    first = np.flatnonzero(np.r_[True, (p[1:] != p[:-1]) | (v[1:] != v[:-1])][:len(p)])
+    return p[first], v[first], (np.add.reduceat(c, first) if len(first) else c)
+
+
+def _median_and_max(sizes: tuple[np.ndarray, np.ndarray, np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per connection position (of `n`): the median and the max of the body sizes counted in
+    `sizes` (`_with_sizes`), NaN without any: the median of an even count is the mean of the two
+    middle sizes, (a + b) / 2, as pandas' and numpy's medians take it."""
+    p, v, c = sizes
+    median, top = np.full(n, np.nan), np.full(n, np.nan)
+    if not len(p):
+        return median, top
+    upto = np.cumsum(c)  # (sizes counted through each entry, over every connection)
+    first = np.flatnonzero(np.r_[True, p[1:] != p[:-1]])
+    end = np.r_[first[1:], len(p)] - 1
+    before = upto[first] - c[first]
+    total = upto[end] - before
+
+    def kth(k: np.ndarray) -> np.ndarray:  # the k-th smallest size (from 0) of each connection
+        return v[np.searchsorted(upto, before + k, "right")]
+
+    median[p[first]] = (kth((total - 1) // 2) + kth(total // 2)) / 2  # (an odd count: the middle one, twice)
+    top[p[first]] = v[end]
+    return median, top
+
+
+def _large_rows(big: pd.DataFrame) -> pd.DataFrame:
+    """Large messages done (`_contents`' rows) as the table lists them, with the keys of their
+    connection's frames (`_keys`) and their order: transfer_s (header to last body frame) and
+    other_channel_frames_during (frames of the connection's other channels but 0, same
+    direction, from the header through the last body frame)."""
+    own_key = big["key"].to_numpy(np.int64)
+    return pd.DataFrame({
+        "stream": big["stream"].to_numpy(np.int64), "direction": big["direction"].to_numpy(object),
+        "channel": big["channel"].to_numpy(np.int64), "packet": big["packet"].to_numpy(np.int64),
+        "ts": big["ts"].to_numpy(np.int64), "body_size": big["body_size"].to_numpy(float).astype(np.int64),
+        "body_frames": big["body_frames"].to_numpy(np.int64),
+        "transfer_s": (big["last_ts"].to_numpy(np.int64) - big["ts"].to_numpy(np.int64)) / 1e9,
+        "other_channel_frames_during": ((big["conn_through"] - big["conn_before"])
+                                        - (big["own_through"] - big["own_before"])).to_numpy(np.int64),
+        "refused": big["refused"].to_numpy(bool), "order": big["order"].to_numpy(np.int64),
+        "conn_key": big["stream"].to_numpy(np.int64) * 2 + own_key % 2, "own_key": own_key})
+
+
+def _largest(top: pd.DataFrame | None, rows: pd.DataFrame) -> pd.DataFrame:
+    """The LARGE_ROWS_PER_CONNECTION largest of `top` and `rows` per connection (by body size,
+    then the earliest; orders are the partition's, so those of every slice compare)."""
+    rows = rows if top is None else pd.concat([top, rows], ignore_index=True)
+    rows = rows.sort_values(["stream", "body_size", "order"], ascending=[True, False, True], kind="stable")
+    return rows[rows.groupby("stream").cumcount() < LARGE_ROWS_PER_CONNECTION].reset_index(drop=True)
+
+
+def _rows(cap: Capture, seen: _Seen) -> dict[str, pd.DataFrame]:
+    """A partition's connections: their message counts and sizes, and their large messages, from
+    what all its frames told (`seen`)."""
     stream = cap.connections["stream"].to_numpy(np.int64)
-    pos = np.searchsorted(stream, msgs["stream"].to_numpy(np.int64))
-    out = pd.DataFrame({"stream": stream})
-    c2s = msgs["direction"].to_numpy(object) == "c2s"
-    out["messages_c2s"] = np.bincount(pos[c2s], minlength=len(stream)).astype(np.int64)
-    out["messages_s2c"] = np.bincount(pos[~c2s], minlength=len(stream)).astype(np.int64)
-    g = pd.Series(msgs["body_size"].to_numpy(float)).groupby(pos)
-    out["body_bytes_p50"] = g.median().reindex(range(len(stream))).to_numpy(float)
-    out["body_bytes_max"] = g.max().reindex(range(len(stream))).to_numpy(float)
-    out["body_frames_max"] = pd.Series(msgs["body_frames"].to_numpy()).groupby(pos).max() \
-        .reindex(range(len(stream))).fillna(0).astype(np.int64).to_numpy()
-    out["large_messages"] = np.bincount(pos[big], minlength=len(stream)).astype(np.int64)
-    out["refused_messages"] = np.bincount(pos[refused], minlength=len(stream)).astype(np.int64)
-    return out[CONN_COLUMNS]
+    large = seen.top.sort_values("order", kind="stable")
+    # the limit every large message of a connection met: the largest a refusal named anywhere
+    # in it, else the broker's default
+    limits = _limits(cap)
+    told = seen.told[np.searchsorted(stream, large["stream"].to_numpy(np.int64))]
+    limit = limits["max_message_size"].reindex(large["stream"]).to_numpy(float, na_value=np.nan)
+    source = limits["max_message_size_source"].reindex(large["stream"]).to_numpy(object)
+    large["ts"] = pd.to_datetime(large["ts"], utc=True)
+    large["max_message_size"] = pd.array(np.where(np.isnan(told), limit, told), dtype="Int64")
+    large["max_message_size_source"] = np.where(np.isnan(told), source, "refused by the broker")
+    # other channels of the connection sent frames in the message's direction (anywhere in it)
+    large["other_channels_active"] = (seen.conn_frames.of(large["conn_key"].to_numpy(np.int64))
+                                      - seen.own_frames.of(large["own_key"].to_numpy(np.int64))) > 0
+    for text in ("direction", "max_message_size_source"):  # (one type, whether any row or not)
+        large[text] = pd.array(large[text].to_numpy(object), dtype=TEXT)
+    conns = pd.DataFrame({"stream": stream, "messages_c2s": seen.messages["c2s"],
+                          "messages_s2c": seen.messages["s2c"]})
+    conns["body_bytes_p50"], conns["body_bytes_max"] = _median_and_max(seen.sizes, len(stream))
+    conns["body_frames_max"] = seen.body_frames_max
+    conns["large_messages"] = seen.large
+    conns["refused_messages"] = seen.refused
+    # (named in the merge: labels depend on every connection)
+    return {"large": large[[c for c in LARGE_COLUMNS if c != "connection"]].reset_index(drop=True),
+            "connections": conns[CONN_COLUMNS]}
+
+
+def messages_partial(cap: Capture, facts: CaptureFacts) -> dict[str, pd.DataFrame]:
+    """A partition's connections: their message counts and sizes, and their large messages."""
+    return _rows(cap, _seen(cap, None, last=True))
+
+
+def messages_slice(part: Capture, facts: CaptureFacts, seen: _Seen | None, last: bool):
+    """A slice of a partition's time (`amqpcap.partition.Slicing`): what it adds to `seen`, and
+    on the last slice the partition's rows."""
+    seen = _seen(part, seen, last)
+    return seen, (_rows(part, seen) if last else None)
 
 
 def messages_merge(partials: list[dict[str, pd.DataFrame]], records: None, facts: CaptureFacts,
@@ -230,7 +434,8 @@ def messages_merge(partials: list[dict[str, pd.DataFrame]], records: None, facts
                           findings=[finding] if finding else [], plots=[])
 
 
-SPLIT = Split(partial=messages_partial, merge=messages_merge)
+SPLIT = Split(partial=messages_partial, merge=messages_merge,
+              slicing=Slicing(messages_slice, join=lambda pieces: pieces[-1]))
 
 
 @analyzer("messages", split=SPLIT)
