@@ -153,13 +153,15 @@ def with_frames(cap: Capture, frames: pd.DataFrame) -> Capture:
                    anomalies=cap.anomalies, records=cap.records, summary=cap.summary)
 
 
-def test_slices_of_time_count_the_frames_of_other_channels_during_a_large_transfer(monkeypatch):
+@pytest.mark.parametrize("large_body_bytes", [1, messages_module.LARGE_BODY_BYTES])
+def test_slices_of_time_count_the_frames_of_other_channels_during_a_large_transfer(monkeypatch, large_body_bytes):
     """huge-messages.pcap.gz with every 7th body frame of channel 2 put on channel 1 (the
     recording has no other channel's frame during a transfer; those join channel 1's last
-    message), every message large and two kept per connection: each large message's frames of
-    other channels between its header and its last body frame are counted as the frames say, and
-    slices of time give the whole's partial."""
-    monkeypatch.setattr(messages_module, "LARGE_BODY_BYTES", 1)
+    message), two large messages kept per connection, every message large from its header on or
+    (the default size) three large only from their 100th body frame on, slices later: each large
+    message's frames of other channels between its header and its last body frame are counted
+    as the frames say, and slices of time give the whole's partial."""
+    monkeypatch.setattr(messages_module, "LARGE_BODY_BYTES", large_body_bytes)
     monkeypatch.setattr(messages_module, "LARGE_ROWS_PER_CONNECTION", 2)
     cap = amqpcap.load(FIX / "huge-messages.pcap.gz")
     f = cap.frames.copy()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -22,6 +23,7 @@ import pandas as pd
 from ..analysis import AnalyzerResult, Finding, analyzer
 from ..capture import Capture
 from ..derive.deliveries import TEXT
+from ..derive.columns import stable_argsort
 from ..derive.methods import methods, select
 from ..derive.labels import connection_labels
 from ..display_filters import stream_filter
@@ -73,47 +75,73 @@ class _Counts:
         return np.where(self.keys[i] == keys, self.counts[i], 0)
 
     def plus(self, keys: np.ndarray, counts: np.ndarray) -> "_Counts":
-        """These counts with `counts` added to `keys`'."""
+        """These counts with `counts` added to `keys`' (distinct keys, few: `_tally`'s)."""
         uniq, at = np.unique(np.r_[self.keys, keys], return_inverse=True)
         total = np.zeros(len(uniq), np.int64)
         np.add.at(total, at, np.r_[self.counts, counts])
         return _Counts(uniq, total)
 
 
-class _FramesOf:
-    """A slice's frames on channels other than 0 (the connection's own) by a key of theirs (the
-    connection and direction, or those and the channel), counted in the partition up to any
-    frame of the slice: the count of the slices before (`before`) and the slice's own, by binary
-    search over the slice's (key, frame) pairs sorted once (never a pass over the frames per
-    message)."""
+def _tally(key: np.ndarray, wanted: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct keys of `key` (of those `wanted` alone, unless None) and how many times each
+    comes: by hashing, as a slice's millions of frames hold few keys (sorting them cost more than
+    the rest of the analyzer)."""
+    if wanted is not None:
+        key = key[np.isin(key, wanted)]
+    code, uniq = pd.factorize(key)
+    return uniq.astype(np.int64), np.bincount(code, minlength=len(uniq)).astype(np.int64)
 
-    def __init__(self, key: np.ndarray, counted: np.ndarray, before: _Counts):
-        rows = np.flatnonzero(counted)
-        self.keys, code = np.unique(key[rows], return_inverse=True)
-        self.span = len(key) + 1
-        self.pairs = np.sort(code.astype(np.int64) * self.span + rows)
+
+class _OtherFrames:
+    """A slice's frames on channels other than 0 (the connection's own): their rows and keys
+    (`_keys`), made when first asked for: a whole partition without large messages asks for none
+    (its every message is done and only counted)."""
+
+    def __init__(self, frames: pd.DataFrame):
+        self.frames = frames
+
+    @cached_property
+    def keyed(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The frames' rows, and their (connection, direction) and (connection, channel,
+        direction) keys."""
+        f = self.frames
+        channel = f["channel"].to_numpy()
+        rows = np.flatnonzero(channel != 0)
+        s2c = (f["direction"] == "s2c").to_numpy(dtype=bool, na_value=False)[rows].astype(np.int64)
+        return (rows, *_keys(f["stream"].to_numpy()[rows].astype(np.int64), channel[rows].astype(np.int64), s2c))
+
+
+class _FramesOf:
+    """The frames of `_OtherFrames` by one of their keys, of the keys `asked` alone (those of the
+    messages that need the counts, `_during`: few), counted in the partition up to any frame of
+    the slice: the count of the slices before (`before`) and the slice's own, by binary search
+    over their (key, frame) pairs sorted once (never a pass over the frames per message)."""
+
+    def __init__(self, rows: np.ndarray, key: np.ndarray, asked: np.ndarray, before: _Counts, frames: int):
+        self.keys = np.unique(asked)
+        mine = np.isin(key, self.keys)
+        code = np.searchsorted(self.keys, key[mine])
+        by_key = stable_argsort(code)  # (frame order kept within a key: the pairs come sorted)
+        self.span = frames + 1
+        self.pairs = code[by_key] * self.span + rows[mine][by_key]
         self.before = before
 
     def upto(self, key: np.ndarray, row: np.ndarray, through: bool) -> np.ndarray:
-        """Per (key, slice row): the key's frames in the partition before the row's frame (and
-        that frame too when `through`)."""
-        i = np.searchsorted(self.keys, key)
-        there = np.zeros(len(key), bool)
-        there[i < len(self.keys)] = self.keys[i[i < len(self.keys)]] == key[i < len(self.keys)]
-        q = i * self.span
+        """Per (key asked, slice row): the key's frames in the partition before the row's frame
+        (and that frame too when `through`)."""
+        q = np.searchsorted(self.keys, key) * self.span
         n = np.searchsorted(self.pairs, q + row, "right" if through else "left") - np.searchsorted(self.pairs, q, "left")
-        return self.before.of(key) + np.where(there, n, 0)
-
-    def after(self) -> _Counts:
-        """The counts through the slice's last frame."""
-        return self.before.plus(self.keys, np.bincount(self.pairs // self.span, minlength=len(self.keys)))
+        return self.before.of(key) + n
 
 
-#: a message as `_contents` gives it and `_Seen.open` carries it (without `superseded`)
-MESSAGE_COLUMNS = {"stream": np.int64, "direction": object, "channel": np.int64, "packet": np.int64,
-                   "ts": np.int64, "order": np.int64, "key": np.int64, "body_size": float, "body_frames": np.int64,
-                   "last_order": np.int64, "last_ts": np.int64, "refused": bool, "conn_before": np.int64,
-                   "own_before": np.int64, "conn_through": np.int64, "own_through": np.int64}
+#: a message as `_contents` gives it and `_Seen.open` carries it (without `superseded`): its
+#: direction is its key's (`_keys`)
+MESSAGE_COLUMNS = {"stream": np.int64, "channel": np.int64, "packet": np.int64, "ts": np.int64, "order": np.int64,
+                   "key": np.int64, "body_size": float, "body_frames": np.int64, "last_order": np.int64,
+                   "last_ts": np.int64, "refused": bool, "conn_before": np.int64, "own_before": np.int64,
+                   "conn_through": np.int64, "own_through": np.int64}
+#: the columns of MESSAGE_COLUMNS that `_during` fills
+DURING_COLUMNS = ["conn_before", "own_before", "conn_through", "own_through"]
 
 
 @dataclass
@@ -125,11 +153,12 @@ class _Seen:
 
     #: the frames so far: the order (row in the partition's frames) of the next slice's first
     frames: int
-    #: the open message of each (connection, channel, direction) (MESSAGE_COLUMNS): its body
-    #: frames may go on in the next slice, and a refusal there may name it
-    open: pd.DataFrame
+    #: the open message of each (connection, channel, direction) (MESSAGE_COLUMNS: arrays): its
+    #: body frames may go on in the next slice, and a refusal there may name it
+    open: dict[str, np.ndarray]
     #: frames on channels other than 0 so far, per (connection, direction) and per (connection,
-    #: direction, channel) (`_keys`): a large message's other channels' frames by difference
+    #: direction, channel) (`_keys`): a large message's other channels' frames by difference (after
+    #: the last slice, those of the kept rows' keys alone: no other is read)
     conn_frames: _Counts
     own_frames: _Counts
     #: per direction: the messages done
@@ -151,7 +180,7 @@ class _Seen:
         def zeros():
             return np.zeros(n, np.int64)
 
-        no_message = pd.DataFrame({c: np.zeros(0, t) for c, t in MESSAGE_COLUMNS.items()})
+        no_message = {c: np.zeros(0, t) for c, t in MESSAGE_COLUMNS.items()}
         return cls(0, no_message, _Counts.none(), _Counts.none(), {"c2s": zeros(), "s2c": zeros()},
                    (np.zeros(0, np.int64), np.zeros(0, float), np.zeros(0, np.int64)), zeros(), zeros(), zeros(),
                    np.full(n, np.nan), None)
@@ -163,50 +192,97 @@ def _keys(stream: np.ndarray, channel: np.ndarray, s2c: np.ndarray) -> tuple[np.
     return stream * 2 + s2c, (stream * 65536 + channel) * 2 + s2c
 
 
+def _take(msgs: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, np.ndarray]:
+    """The messages `rows` (a mask or positions) of `msgs` (`_contents`)."""
+    return {c: v[rows] for c, v in msgs.items()}
+
+
 def _seen(cap: Capture, seen: _Seen | None, last: bool) -> _Seen:
     """`seen` (None: nothing yet) with the frames of `cap` (the partition, or its next slice of
     time) added; the open messages done too when it is the `last`."""
     stream = cap.connections["stream"].to_numpy(np.int64)
     seen = seen or _Seen.nothing(len(stream))
-    f = cap.frames
-    channel = f["channel"].to_numpy(np.int64)
-    conn_key, own_key = _keys(f["stream"].to_numpy(np.int64), channel,
-                              (f["direction"] == "s2c").to_numpy(dtype=bool, na_value=False).astype(np.int64))
-    conn = _FramesOf(conn_key, channel != 0, seen.conn_frames)
-    own = _FramesOf(own_key, channel != 0, seen.own_frames)
-    msgs = _contents(cap, seen, own_key, conn, own)
+    msgs, superseded = _contents(cap, seen)
     refusals = _refusals(cap, seen.frames)
     _refuse(msgs, refusals)
     np.fmax.at(seen.told, np.searchsorted(stream, refusals["stream"].to_numpy(np.int64)),
                refusals["max_size"].to_numpy(float))
-    done = msgs["superseded"].to_numpy(bool) | last
-    _count(seen, stream, msgs[done])
-    seen.open = msgs.loc[~done, list(MESSAGE_COLUMNS)].reset_index(drop=True)
-    seen.conn_frames, seen.own_frames = conn.after(), own.after()
-    seen.frames += len(f)
+    done = superseded | last
+    big = _is_large(msgs)
+    other = _OtherFrames(cap.frames)
+    # the large messages done are listed, the open ones may turn large: the others are only counted
+    _during(msgs, np.flatnonzero(big | ~done), other, seen, len(cap.frames))
+    _count(seen, stream, msgs, done, big)
+    seen.open = _take(msgs, ~done)
+    _frames_so_far(seen, other, last)
+    seen.frames += len(cap.frames)
     return seen
 
 
-def _contents(cap: Capture, seen: _Seen, own_key: np.ndarray, conn: _FramesOf, own: _FramesOf) -> pd.DataFrame:
+def _is_large(msgs: dict[str, np.ndarray]) -> np.ndarray:
+    """Per message of `msgs` (`_contents`, refusals marked): large so far (its body size, its body
+    frames, or refused)."""
+    return (msgs["body_size"] >= LARGE_BODY_BYTES) | (msgs["body_frames"] >= MANY_FRAMES) | msgs["refused"]
+
+
+def _during(msgs: dict[str, np.ndarray], need: np.ndarray, other: _OtherFrames, seen: _Seen, frames: int) -> None:
+    """Fills in DURING_COLUMNS of the messages `need` (rows of `msgs`) where the slice holds their
+    header (before) or their last frame (through): by `_FramesOf` over the frames of their keys
+    alone. The other messages' are left as `_contents` made them: never read."""
+    if not len(need):
+        return
+    rows, conn_frame, own_frame = other.keyed
+    own_key = msgs["key"][need]
+    conn_key = msgs["stream"][need] * 2 + own_key % 2
+    header = msgs["order"][need] - seen.frames
+    last = msgs["last_order"][need] - seen.frames
+    new, now = header >= 0, last >= 0
+    for name, frame_key, key, before in (("conn", conn_frame, conn_key, seen.conn_frames),
+                                         ("own", own_frame, own_key, seen.own_frames)):
+        of = _FramesOf(rows, frame_key, key, before, frames)
+        msgs[f"{name}_before"][need[new]] = of.upto(key[new], header[new], through=False)
+        msgs[f"{name}_through"][need[now]] = of.upto(key[now], last[now], through=True)
+
+
+def _frames_so_far(seen: _Seen, other: _OtherFrames, last: bool) -> None:
+    """Adds the slice's frames on channels other than 0 to `seen`'s counts per key: every key's
+    (the next slices' messages may need any), but on the last slice the kept rows' keys alone
+    (`other_channels_active` reads no other; without large messages, none)."""
+    if last and not len(seen.top):
+        return
+    _, conn_frame, own_frame = other.keyed
+    conn_wanted = seen.top["conn_key"].to_numpy(np.int64) if last else None
+    own_wanted = seen.top["own_key"].to_numpy(np.int64) if last else None
+    seen.conn_frames = seen.conn_frames.plus(*_tally(conn_frame, conn_wanted))
+    seen.own_frames = seen.own_frames.plus(*_tally(own_frame, own_wanted))
+
+
+def _contents(cap: Capture, seen: _Seen) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The messages of the slice `cap`: the open ones of `seen`, then one per content header of the
-    slice, in frame order (MESSAGE_COLUMNS): stream, direction, channel, packet, ts (ns), order
-    (in the partition's frames), key (`_keys`: connection, channel and direction), body_size,
+    slice, in frame order (MESSAGE_COLUMNS): stream, channel, packet, ts (ns), order (in the
+    partition's frames), key (`_keys`: connection, channel and direction), body_size,
     body_frames (body frames after it on its channel and direction, before the next header
-    there) and last_order, last_ts (its last body frame, else the header), refused (so far), the
-    frames of channels other than 0 on its connection and direction before the header and through
-    its last frame, of every channel (conn_*) and of its own (own_*); and superseded: a later
-    header on its channel and direction (the message is done)."""
+    there) and last_order, last_ts (its last body frame, else the header), refused (so far), and
+    DURING_COLUMNS: the frames of channels other than 0 on its connection and direction before the
+    header and through its last frame, of every channel (conn_*) and of its own (own_*), as
+    carried for the open ones and 0 for the slice's until `_during` counts them. Then per
+    message, superseded: a later header on its channel and direction (the message is done)."""
     f = cap.frames
     start = seen.frames
     header = (f["type"] == "header").to_numpy(dtype=bool, na_value=False)  # (on the categorical's codes)
     rows = np.flatnonzero(header | (f["type"] == "body").to_numpy(dtype=bool, na_value=False))
+    s2c = (f["direction"] == "s2c").to_numpy(dtype=bool, na_value=False)[rows].astype(np.int64)
+    _, own_key = _keys(f["stream"].to_numpy()[rows].astype(np.int64), f["channel"].to_numpy()[rows].astype(np.int64),
+                       s2c)
     o = seen.open
     # the open messages as headers before the slice's frames (their body frames may follow)
-    key = np.r_[o["key"].to_numpy(np.int64), own_key[rows]]
-    at = np.r_[o["order"].to_numpy(np.int64), rows + start]
-    is_header = np.r_[np.ones(len(o), bool), header[rows]]
-    by_key = np.argsort(key, kind="stable")  # by channel and direction, frame order kept
-    key, at, is_header = key[by_key], at[by_key], is_header[by_key]
+    key = np.r_[o["key"], own_key]
+    at = np.r_[o["order"], rows + start]
+    headers = np.r_[np.ones(len(o["key"]), bool), header[rows]]
+    # by channel and direction (their codes, sorted linearly; the groups in any order), frame
+    # order kept
+    by_key = stable_argsort(pd.factorize(key)[0])
+    key, at, is_header = key[by_key], at[by_key], headers[by_key]
     message = np.cumsum(is_header) - 1  # the header each frame belongs to (frames before any: -1)
     # a body frame belongs to the header before it on the same channel and direction
     header_key = np.flatnonzero(is_header)
@@ -217,33 +293,27 @@ def _contents(cap: Capture, seen: _Seen, own_key: np.ndarray, conn: _FramesOf, o
     last = at[header_key]
     np.maximum.at(last, message[body], at[body])
     superseded = np.r_[key[header_key][1:] == key[header_key][:-1], False][:n]
-    # back in frame order: the open messages (earlier in the partition), then the slice's
-    m = np.argsort(by_key[header_key])
+    # back in frame order: the open messages (earlier in the partition), then the slice's (each
+    # header's message by where its frame went, no sort)
+    message_of = np.empty(len(by_key), np.int64)
+    message_of[by_key[header_key]] = np.arange(n)
+    m = message_of[np.flatnonzero(headers)]
     h = rows[header[rows]]
     new = np.zeros(len(h), np.int64)
-    last_order = np.maximum(last[m], np.r_[o["last_order"].to_numpy(np.int64), new])
+    last_order = np.maximum(last[m], np.r_[o["last_order"], new])
     in_slice = np.minimum(np.maximum(last_order - start, 0), len(f) - 1)  # (a frame of the slice where it counts)
-    now = last_order >= start
     ts = f["ts"].array.asi8
-    stream = np.r_[o["stream"].to_numpy(np.int64), f["stream"].to_numpy(np.int64)[h]]
-    conn_key = stream * 2 + key[header_key][m] % 2
-    return pd.DataFrame({
-        "stream": stream,
-        "direction": np.r_[o["direction"].to_numpy(object), np.asarray(f["direction"].array.take(h), dtype=object)],
-        "channel": np.r_[o["channel"].to_numpy(np.int64), f["channel"].to_numpy(np.int64)[h]],
-        "packet": np.r_[o["packet"].to_numpy(np.int64), f["packet"].to_numpy(np.int64)[h]],
-        "ts": np.r_[o["ts"].to_numpy(np.int64), ts[h]], "order": at[header_key][m], "key": key[header_key][m],
-        "body_size": np.r_[o["body_size"].to_numpy(float), f["body_size"].to_numpy(float, na_value=np.nan)[h]],
-        "body_frames": np.r_[o["body_frames"].to_numpy(np.int64), new] + frames[m], "last_order": last_order,
-        "last_ts": np.where(now, ts[in_slice] if len(f) else 0, np.r_[o["last_ts"].to_numpy(np.int64), new]),
-        "refused": np.r_[o["refused"].to_numpy(bool), np.zeros(len(h), bool)],
-        "conn_before": np.r_[o["conn_before"].to_numpy(np.int64), conn.upto(conn_key[len(o):], h, through=False)],
-        "own_before": np.r_[o["own_before"].to_numpy(np.int64), own.upto(own_key[h], h, through=False)],
-        "conn_through": np.where(now, conn.upto(conn_key, in_slice, through=True),
-                                 np.r_[o["conn_through"].to_numpy(np.int64), new]),
-        "own_through": np.where(now, own.upto(key[header_key][m], in_slice, through=True),
-                                np.r_[o["own_through"].to_numpy(np.int64), new]),
-        "superseded": superseded[m]})
+    msgs = {
+        "stream": np.r_[o["stream"], f["stream"].to_numpy()[h].astype(np.int64)],
+        "channel": np.r_[o["channel"], f["channel"].to_numpy()[h].astype(np.int64)],
+        "packet": np.r_[o["packet"], f["packet"].to_numpy()[h].astype(np.int64)],
+        "ts": np.r_[o["ts"], ts[h]], "order": at[header_key][m], "key": key[header_key][m],
+        "body_size": np.r_[o["body_size"], f["body_size"].array[h].to_numpy(dtype=float, na_value=np.nan)],
+        "body_frames": np.r_[o["body_frames"], new] + frames[m], "last_order": last_order,
+        "last_ts": np.where(last_order >= start, ts[in_slice] if len(f) else 0, np.r_[o["last_ts"], new]),
+        "refused": np.r_[o["refused"], np.zeros(len(h), bool)]}
+    msgs.update({c: np.r_[o[c], new] for c in DURING_COLUMNS})
+    return msgs, superseded[m]
 
 
 def _limits(cap: Capture) -> pd.DataFrame:
@@ -280,44 +350,46 @@ def _refusals(cap: Capture, start: int) -> pd.DataFrame:
                          "max_size": np.array([int(h.group(2)) for h in hit if h is not None], dtype=np.int64)})
 
 
-def _refuse(msgs: pd.DataFrame, refusals: pd.DataFrame) -> None:
+def _refuse(msgs: dict[str, np.ndarray], refusals: pd.DataFrame) -> None:
     """Marks the refused messages in `msgs` (`_contents`): the last c2s header on the closed
     channel before the close. That is the channel's open message when the close comes in a later
     slice (`_Seen.open`), and a message done before it has a later header on its channel."""
-    refused = msgs["refused"].to_numpy(bool).copy()
+    if not len(refusals):
+        return
+    c2s = msgs["key"] % 2 == 0
     for r in refusals.itertuples():  # few: a refusal closes the channel
-        mine = np.flatnonzero((msgs["stream"].to_numpy() == r.stream) & (msgs["channel"].to_numpy() == r.channel)
-                              & (msgs["direction"].to_numpy(object) == "c2s") & (msgs["order"].to_numpy() < r.order))
+        mine = np.flatnonzero((msgs["stream"] == r.stream) & (msgs["channel"] == r.channel) & c2s
+                              & (msgs["order"] < r.order))
         if len(mine):
-            refused[mine[-1]] = True
-    msgs["refused"] = refused
+            msgs["refused"][mine[-1]] = True
 
 
-def _count(seen: _Seen, stream: np.ndarray, done: pd.DataFrame) -> None:
-    """Adds the messages `done` to `seen`'s counts, sizes and largest."""
-    pos = np.searchsorted(stream, done["stream"].to_numpy(np.int64))
-    c2s = done["direction"].to_numpy(object) == "c2s"
+def _count(seen: _Seen, stream: np.ndarray, msgs: dict[str, np.ndarray], done: np.ndarray, big: np.ndarray) -> None:
+    """Adds the messages `done` of `msgs` (`big`: the large ones) to `seen`'s counts, sizes and
+    largest."""
+    pos = np.searchsorted(stream, msgs["stream"][done])
+    c2s = msgs["key"][done] % 2 == 0
     seen.messages["c2s"] += np.bincount(pos[c2s], minlength=len(stream)).astype(np.int64)
     seen.messages["s2c"] += np.bincount(pos[~c2s], minlength=len(stream)).astype(np.int64)
-    size = done["body_size"].to_numpy(float)
-    seen.sizes = _with_sizes(seen.sizes, pos, size)
-    frames = done["body_frames"].to_numpy(np.int64)
-    np.maximum.at(seen.body_frames_max, pos, frames)
-    refused = done["refused"].to_numpy(bool)
-    big = (size >= LARGE_BODY_BYTES) | (frames >= MANY_FRAMES) | refused
-    seen.large += np.bincount(pos[big], minlength=len(stream)).astype(np.int64)
-    seen.refused += np.bincount(pos[refused], minlength=len(stream)).astype(np.int64)
-    seen.top = _largest(seen.top, _large_rows(done[big]))
+    seen.sizes = _with_sizes(seen.sizes, pos, msgs["body_size"][done])
+    np.maximum.at(seen.body_frames_max, pos, msgs["body_frames"][done])
+    seen.large += np.bincount(pos[big[done]], minlength=len(stream)).astype(np.int64)
+    seen.refused += np.bincount(pos[msgs["refused"][done]], minlength=len(stream)).astype(np.int64)
+    seen.top = _largest(seen.top, _large_rows(_take(msgs, done & big)))
 
 
 def _with_sizes(sizes: tuple[np.ndarray, np.ndarray, np.ndarray], pos: np.ndarray,
                 size: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The histogram `sizes` (connection position, body size, count: sorted by both) with the
     sizes `size` of messages of the connections at `pos` added (NaN: no size told, not counted,
-    as a median or max skips it)."""
+    as a median or max skips it). The slice's are counted by hashing first: millions of messages
+    have few distinct sizes, and only those are sorted."""
     told = ~np.isnan(size)
-    p, v = np.r_[sizes[0], pos[told]], np.r_[sizes[1], size[told]]
-    c = np.r_[sizes[2], np.ones(int(told.sum()), np.int64)]
+    value, distinct = pd.factorize(size[told])
+    n = max(len(distinct), 1)
+    pair, pairs = pd.factorize(pos[told] * n + value)  # (connection position, distinct size) codes
+    p, v = np.r_[sizes[0], pairs // n], np.r_[sizes[1], distinct[pairs % n]]
+    c = np.r_[sizes[2], np.bincount(pair, minlength=len(pairs)).astype(np.int64)]
     order = np.lexsort((v, p))
     p, v, c = p[order], v[order], c[order]
     first = np.flatnonzero(np.r_[True, (p[1:] != p[:-1]) | (v[1:] != v[:-1])][:len(p)])
@@ -346,22 +418,21 @@ def _median_and_max(sizes: tuple[np.ndarray, np.ndarray, np.ndarray], n: int) ->
     return median, top
 
 
-def _large_rows(big: pd.DataFrame) -> pd.DataFrame:
+def _large_rows(big: dict[str, np.ndarray]) -> pd.DataFrame:
     """Large messages done (`_contents`' rows) as the table lists them, with the keys of their
     connection's frames (`_keys`) and their order: transfer_s (header to last body frame) and
     other_channel_frames_during (frames of the connection's other channels but 0, same
     direction, from the header through the last body frame)."""
-    own_key = big["key"].to_numpy(np.int64)
+    own_key = big["key"]
     return pd.DataFrame({
-        "stream": big["stream"].to_numpy(np.int64), "direction": big["direction"].to_numpy(object),
-        "channel": big["channel"].to_numpy(np.int64), "packet": big["packet"].to_numpy(np.int64),
-        "ts": big["ts"].to_numpy(np.int64), "body_size": big["body_size"].to_numpy(float).astype(np.int64),
-        "body_frames": big["body_frames"].to_numpy(np.int64),
-        "transfer_s": (big["last_ts"].to_numpy(np.int64) - big["ts"].to_numpy(np.int64)) / 1e9,
-        "other_channel_frames_during": ((big["conn_through"] - big["conn_before"])
-                                        - (big["own_through"] - big["own_before"])).to_numpy(np.int64),
-        "refused": big["refused"].to_numpy(bool), "order": big["order"].to_numpy(np.int64),
-        "conn_key": big["stream"].to_numpy(np.int64) * 2 + own_key % 2, "own_key": own_key})
+        "stream": big["stream"], "direction": np.where(own_key % 2 == 1, "s2c", "c2s").astype(object),
+        "channel": big["channel"], "packet": big["packet"], "ts": big["ts"],
+        "body_size": big["body_size"].astype(np.int64), "body_frames": big["body_frames"],
+        "transfer_s": (big["last_ts"] - big["ts"]) / 1e9,
+        "other_channel_frames_during": (big["conn_through"] - big["conn_before"])
+        - (big["own_through"] - big["own_before"]),
+        "refused": big["refused"], "order": big["order"], "conn_key": big["stream"] * 2 + own_key % 2,
+        "own_key": own_key})
 
 
 def _largest(top: pd.DataFrame | None, rows: pd.DataFrame) -> pd.DataFrame:
