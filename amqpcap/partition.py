@@ -348,7 +348,7 @@ def sliced_partial(split: Split, part: Capture, facts: CaptureFacts, cuts: list[
         raise ValueError("this analyzer has no step over slices of time")
     bounds = [0, *cuts, None]
     carry, pieces = None, []
-    for i, (first, end) in enumerate(zip(bounds, bounds[1:])):
+    for first, end in zip(bounds, bounds[1:]):
         carry, piece = split.slicing.step(time_slice(part, first, end), facts, carry, end is None)
         pieces.append(piece)
     return split.slicing.join(pieces)
