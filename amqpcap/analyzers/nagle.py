@@ -175,19 +175,22 @@ class _Carry:
                    full(np.iinfo(np.int64).max), full(_NONE), full(0))
 
 
-def _segments(cap: Capture, carry: _Carry, streams: np.ndarray) -> dict[str, np.ndarray]:
+def _segments(cap: Capture, carry: _Carry, streams: np.ndarray, last: bool) -> dict[str, np.ndarray]:
     """Every data segment that is not a retransmission, sorted by (stream, direction, packet),
     with what the analysis needs from the peer's side, as plain numpy columns (`k`: the
     direction's row in `_directions`, whose connections are `streams`). The peer's packets
     before the first one here are those `carry` has seen (earlier slices of the partition's
-    time); `carry` is then moved past these packets.
+    time); `carry` is then moved past these packets, unless this is the `last` slice (nothing
+    reads them after it).
 
     All packets are first put in (stream, packet) order (shared with the stalls analyzer, see
     amqpcap.derive.stream_order). There, a segment's peer-side state is read at one row: the peer's last packet
     before it, which is the row just before the segment's run of same-direction rows (or the
     carry's, when the stream has no packet of the peer here before it). The peer's cumulative
     ACK and data count there are running maxima/sums per direction, both directions in one array
-    so a single gather reads the peer's side of every segment."""
+    so a single gather reads the peer's side of every segment. The carry is read only where it
+    matters: at the few rows whose peer packet is not here, and on the directions whose peer
+    had packets in earlier slices (none when the partition is analysed whole)."""
     so = stream_order(cap)
     stream, s2c, pkt = so["stream"], so["s2c"], so["packet"]
     payload, ack = so["payload_bytes"], so["ack"]
@@ -197,14 +200,15 @@ def _segments(cap: Capture, carry: _Carry, streams: np.ndarray) -> dict[str, np.
 
     # Rows [0, n_all): state of c2s, rows [n_all, 2·n_all): of s2c, at each packet row.
     # acked: the direction's highest ACK so far in the row's stream (stream in the high bits,
-    # see stream_order.running_max_keyed); data_cnt: its data packets so far (differences are read).
+    # see stream_order.running_max_keyed); data_cnt: its data packets so far (differences are
+    # read; int32: fewer than 2³¹ packets in a partition, half the memory traffic of int64).
     acked = np.empty(2 * n_all, np.int64)
     keyed_ack = ack + hi
     np.maximum.accumulate(np.where(s2c, -1, keyed_ack), out=acked[:n_all])
     np.maximum.accumulate(np.where(s2c, keyed_ack, -1), out=acked[n_all:])
-    data_cnt = np.empty(2 * n_all, np.int64)
-    np.cumsum(data & ~s2c, dtype=np.int64, out=data_cnt[:n_all])
-    np.cumsum(data & s2c, dtype=np.int64, out=data_cnt[n_all:])
+    data_cnt = np.empty(2 * n_all, np.int32)
+    np.cumsum(data & ~s2c, dtype=np.int32, out=data_cnt[:n_all])
+    np.cumsum(data & s2c, dtype=np.int32, out=data_cnt[n_all:])
     # The row where each run of same-direction rows starts: the peer's last packet before a row
     # is the one just before its run (file-wide, like the stream check below).
     turn = np.empty(n_all, bool)
@@ -220,30 +224,48 @@ def _segments(cap: Capture, carry: _Carry, streams: np.ndarray) -> dict[str, np.
     seg_s2c = (g & 1).astype(bool)
     seg_stream = g >> 1
     seg_hi = seg_stream << _HI_SHIFT
-    k = 2 * np.searchsorted(streams, seg_stream) + seg_s2c  # (every stream has its connections row)
-    peer_k = k ^ 1
+    # A direction's segments are consecutive rows: what depends on the direction alone (its row
+    # k in the carry, its peer's) is found once per direction and spread over its rows.
+    gs = np.flatnonzero(np.r_[True, g[1:] != g[:-1]]) if len(g) else np.zeros(0, np.int64)
+    lens = np.diff(np.r_[gs, len(g)])
+    g_first = g[gs]
+    k_g = 2 * np.searchsorted(streams, g_first >> 1) + (g_first & 1)  # (every stream has its connections row)
+    peer_k_g = k_g ^ 1
+    k = np.repeat(k_g, lens)
+    nk = len(carry.max_ack)
 
     peer_last = run_start[idx] - 1
     pl = np.maximum(peer_last, 0)
     valid = (peer_last >= 0) & (stream[pl] == seg_stream)  # the peer's last packet is here
-    at = pl + np.where(seg_s2c, 0, n_all)  # the peer's direction at its last row
+    away = np.flatnonzero(~valid)  # (each direction's first rows, before the peer's first packet here)
+    away_peer = k[away] ^ 1
+    half = np.where(seg_s2c, 0, n_all)  # the peer's half of acked and data_cnt
+    at = pl + half  # the peer's direction at its last row
+    # The rows of the directions whose peer had packets in earlier slices.
+    seen = np.flatnonzero(np.repeat(carry.max_ack[peer_k_g] >= 0, lens))
+    seen_peer = k[seen] ^ 1
     # pl is a peer row of the stream when valid, so its running max includes itself (>= 0); the
     # peer's packets of earlier slices are in the carry's maximum.
-    peer_acked = np.maximum(np.where(valid, acked[at] - seg_hi, -1), carry.max_ack[peer_k])
+    peer_acked = np.where(valid, acked[at] - seg_hi, -1)
+    peer_acked[seen] = np.maximum(peer_acked[seen], carry.max_ack[seen_peer])
     # What the peer had acknowledged before that last packet (one row earlier; an earlier
-    # stream's maximum is below this stream's key), with its packets of earlier slices.
+    # stream's maximum is below this stream's key), with its packets of earlier slices; when
+    # its last packet is the carry's, what the carry had before it.
     before = acked[np.maximum(at - 1, 0)]
-    before_here = np.where(valid & (peer_last >= 1) & (before >= seg_hi), before - seg_hi, -1)
-    peer_acked_before = np.where(valid, np.maximum(before_here, carry.max_ack[peer_k]),
-                                 carry.max_ack_before_last[peer_k])
+    peer_acked_before = np.where(valid & (peer_last >= 1) & (before >= seg_hi), before - seg_hi, -1)
+    peer_acked_before[seen] = np.maximum(peer_acked_before[seen], carry.max_ack[seen_peer])
+    peer_acked_before[away] = carry.max_ack_before_last[away_peer]
 
-    def peer(column: str, here: np.ndarray, row: np.ndarray, kept: np.ndarray) -> np.ndarray:
-        """A column of the peer's packet: at `row` here, else the carry's packet `kept`."""
-        return np.where(here, so[column][np.maximum(row, 0)], carry.packets[column][kept])
+    def peer(column: str, rows: np.ndarray, moved: np.ndarray, kept: np.ndarray) -> np.ndarray:
+        """A column of the peer's packet: at `rows` (in stream order), but the carry's packets
+        `kept` at the segments `moved`."""
+        out = so[column][rows]
+        out[moved] = carry.packets[column][kept]
+        return out
 
-    last_packet = peer("packet", valid, pl, peer_k)
-    pl_flags = peer("flags", valid, pl, peer_k)
-    pure_ack = ((last_packet >= 0) & (peer("payload_bytes", valid, pl, peer_k) == 0) & ((pl_flags & FLAG_ACK) != 0)
+    last_packet = peer("packet", pl, away, away_peer)
+    pl_flags = peer("flags", pl, away, away_peer)
+    pure_ack = ((last_packet >= 0) & (peer("payload_bytes", pl, away, away_peer) == 0) & ((pl_flags & FLAG_ACK) != 0)
                 & ((pl_flags & (FLAG_SYN | FLAG_FIN | FLAG_RST)) == 0))
     # The peer's packet before that last one: the window it advertised there is the one in force
     # while the segment waited. It is the row before pl when that row is the peer's too, else the
@@ -251,32 +273,37 @@ def _segments(cap: Capture, carry: _Carry, streams: np.ndarray) -> dict[str, np.
     # peer (pl is its first here) or the one before that (the peer has no packet here yet). A
     # SYN's window is never scaled: not used.
     pp = np.where(run_start[pl] < pl, pl - 1, run_start[np.maximum(pl - 1, 0)] - 1)
-    pp_here = valid & (pp >= 0) & (stream[np.maximum(pp, 0)] == seg_stream)
-    pp_kept = np.where(valid, peer_k, len(carry.max_ack) + peer_k)
-    pp_ok = ((pp_here | (carry.packets["packet"][pp_kept] >= 0))
-             & ((peer("flags", pp_here, pp, pp_kept) & FLAG_SYN) == 0))
-    # The peer's data packets up to the segment: the carry's and this stream's rows here.
-    first = np.searchsorted(stream, seg_stream)  # (the stream's first row here)
-    half = np.where(seg_s2c, 0, n_all)
-    peer_data = (carry.data_count[peer_k] + data_cnt[idx + half]
-                 - np.where(first > 0, data_cnt[np.maximum(first - 1, 0) + half], 0))
+    ppc = np.maximum(pp, 0)
+    pp_here = valid & (pp >= 0) & (stream[ppc] == seg_stream)
+    pp_away = np.flatnonzero(~pp_here)
+    pp_kept = (k[pp_away] ^ 1) + np.where(valid[pp_away], 0, nk)
+    pp_ok = pp_here.copy()
+    pp_ok[pp_away] = carry.packets["packet"][pp_kept] >= 0
+    pp_ok &= (peer("flags", ppc, pp_away, pp_kept) & FLAG_SYN) == 0
+    # The peer's data packets up to the segment: the carry's, and its stream's rows here up to
+    # the segment's (each direction's stream starts here at row `first`).
+    first = np.searchsorted(stream, g_first >> 1)
+    half_g = np.where(g_first & 1, 0, n_all)
+    base_g = carry.data_count[peer_k_g] - np.where(first > 0, data_cnt[np.maximum(first - 1, 0) + half_g], 0)
+    peer_data = data_cnt[idx + half] + np.repeat(base_g, lens)
     seg_payload = payload[idx]
     out = {
         "g": g, "k": k, "stream": seg_stream, "s2c": seg_s2c, "packet": pkt[idx], "ts_ns": so["ts"][idx],
         "payload_bytes": seg_payload, "end": so["seq"][idx] + seg_payload, "frames": frames[idx],
         "peer_acked": peer_acked,
         "peer_last_packet": last_packet,
-        "peer_last_ts_ns": peer("ts", valid, pl, peer_k),
+        "peer_last_ts_ns": peer("ts", pl, away, away_peer),
         "peer_last_pure_ack": pure_ack,
-        "peer_last_ack": peer("ack", valid, pl, peer_k),
+        "peer_last_ack": peer("ack", pl, away, away_peer),
         "peer_acked_before_last": peer_acked_before,
         # The peer's window before its last packet (-1: unknown) and the ACK it came with.
-        "peer_prev_window": np.where(pp_ok, peer("window", pp_here, pp, pp_kept), -1),
-        "peer_prev_ack": np.where(pp_ok, peer("ack", pp_here, pp, pp_kept), -1),
+        "peer_prev_window": np.where(pp_ok, peer("window", ppc, pp_away, pp_kept), -1),
+        "peer_prev_ack": np.where(pp_ok, peer("ack", ppc, pp_away, pp_kept), -1),
         # Only equality between a direction's consecutive segments is read: no peer data between.
         "peer_data_count": peer_data,
     }
-    _advance(carry, so, acked, data_cnt, streams)
+    if not last:
+        _advance(carry, so, acked, data_cnt, streams)
     return out
 
 
@@ -411,10 +438,13 @@ def _slice(cap: Capture, carry: _Carry | None, last: bool) -> tuple[dict[str, np
     per-direction table without its stall columns; see `nagle_join`)."""
     conn = _directions(cap)
     carry = carry or _Carry.nothing(cap, len(conn))
-    s = _again(_segments(cap, carry, conn["g"].to_numpy()[::2] >> 1), carry, conn)
+    s = _again(_segments(cap, carry, conn["g"].to_numpy()[::2] >> 1, last), carry, conn)
     n, nk = len(s["g"]), len(conn)
     g, k, payload, ts, end = s["g"], s["k"], s["payload_bytes"], s["ts_ns"], s["end"]
-    again = s["again"]
+    # The rows put again (one per direction at most, its first row: a run start): their own
+    # values were counted in their slice, so they are adjusted on these rows alone.
+    head = np.flatnonzero(s["again"])
+    head_k = k[head]
     # Rows are grouped by direction (g): group sums are `add.reduceat` over the group starts.
     same = np.zeros(n, bool)  # previous row: same stream direction
     np.equal(g[1:], g[:-1], out=same[1:])
@@ -430,12 +460,15 @@ def _slice(cap: Capture, carry: _Carry | None, last: bool) -> tuple[dict[str, np
     # Unbatched writes: a small segment sent while an earlier small segment of the direction
     # was still unacknowledged by the peer (Nagle would have held it; with TCP_NODELAY it goes).
     # Before the direction's first small segment here, the last small one is the carry's.
-    last_small = _shifted(_running_last(small))
+    latest_small = _running_last(small)
+    last_small = _shifted(latest_small)
     last_small[:1] = -1
     ls = np.maximum(last_small, 0)
     here = (last_small >= 0) & (g[ls] == g)
-    small_while_unacked = (small & (here | (carry.small_end[k] != _NONE))
-                           & (s["peer_acked"] < np.where(here, end[ls], carry.small_end[k])))
+    small_while_unacked = small & here & (s["peer_acked"] < end[ls])
+    first_small = np.flatnonzero(small & ~here)  # (the direction's first small segment here)
+    kept_end = carry.small_end[k[first_small]]
+    small_while_unacked[first_small] = (kept_end != _NONE) & (s["peer_acked"][first_small] < kept_end)
 
     # Coalescing: runs of small segments, each within COALESCE_WINDOW_S of the previous one
     # and with no peer data in between, could have been written (and sent) together. A segment
@@ -446,66 +479,74 @@ def _slice(cap: Capture, carry: _Carry | None, last: bool) -> tuple[dict[str, np
     start = np.flatnonzero(~joins)  # every group start is a run start (joins needs `same`)
     if n:
         run_k = k[start]
-        run_segments = np.add.reduceat(np.where(again, carry.run_segments[k], 1), start)
-        run_bytes = np.add.reduceat(np.where(again, carry.run_bytes[k], payload), start, dtype=np.float64)
+        run_segments = np.diff(np.r_[start, n])
+        # (sums of whole numbers below 2**53: exact in float64, in any order)
+        run_bytes = np.add.reduceat(payload, start, dtype=np.float64)
+        head_run = np.searchsorted(start, head)
+        run_segments[head_run] += carry.run_segments[head_k] - 1
+        run_bytes[head_run] += carry.run_bytes[head_k] - payload[head]
         run_saved = np.maximum(run_segments - np.maximum(np.ceil(run_bytes / merge_mss_k[run_k]), 1), 0)
         open_run = np.r_[run_k[1:] != run_k[:-1], True] & (not last)
         carry.run_segments[run_k[open_run]] = run_segments[open_run]
         carry.run_bytes[run_k[open_run]] = run_bytes[open_run].astype(np.int64)
-        # (sums of whole numbers below 2**53: exact in float64)
         carry.totals["packets_saved"] += np.bincount(run_k[~open_run], weights=run_saved[~open_run],
                                                      minlength=nk).astype(np.int64)
-    joined = np.where(again, carry.joined[k], joins)
+    joined = joins.copy()
+    joined[head] = carry.joined[head_k]
     in_run = joined.copy()
     in_run[:-1] |= joins[1:]
     # Whether a direction's last segment here is in a run is told by its next segment.
     group_last = np.r_[~same[1:], True] if n else same
     told = ~group_last | last
 
-    _count(cap, s, carry, gs, small, small_while_unacked)
+    _count(cap, s, carry, gs, head, small, small_while_unacked)
     stall, candidates = _stall_candidates(s, small, prev_small, conn["scaled"].to_numpy(bool))
     piece = {"stalls": candidates, "runs": _examples(s, in_run & told, carry), "directions": None}
 
-    # What the next slice reads of each direction's segments here: the last one, the last small one.
-    gl = np.flatnonzero(group_last)
-    for c in _SEGMENT_COLUMNS:
-        carry.segment[c][k[gl]] = s[c][gl]
-    carry.joined[k[gl]] = joined[gl]
-    last_small = _running_last(small)[gl]
-    mine = (last_small >= 0) & (g[np.maximum(last_small, 0)] == g[gl])
-    carry.small_end[k[gl][mine]] = end[last_small[mine]]
     if last:
         piece["directions"] = _direction_rows(conn, carry, small_limit_k)
+    else:  # what the next slice reads of each direction's segments here: the last one, the last small one
+        gl = np.flatnonzero(group_last)
+        for c in _SEGMENT_COLUMNS:
+            carry.segment[c][k[gl]] = s[c][gl]
+        carry.joined[k[gl]] = joined[gl]
+        last_small = latest_small[gl]
+        mine = (last_small >= 0) & (g[np.maximum(last_small, 0)] == g[gl])
+        carry.small_end[k[gl][mine]] = end[last_small[mine]]
     s.update(small=small, in_run=in_run, stall=stall)
     return s, carry, piece
 
 
-def _count(cap: Capture, s: dict[str, np.ndarray], carry: _Carry, gs: np.ndarray, small: np.ndarray,
-           small_while_unacked: np.ndarray) -> None:
-    """The segments here (not those put again) added to the carry's per-direction counts (`gs`:
-    the rows where each direction's segments start)."""
-    new = ~s["again"]
+def _count(cap: Capture, s: dict[str, np.ndarray], carry: _Carry, gs: np.ndarray, head: np.ndarray,
+           small: np.ndarray, small_while_unacked: np.ndarray) -> None:
+    """The segments here added to the carry's per-direction counts (`gs`: the rows where each
+    direction's segments start), but for those put again (`head`, counted in their slice): all
+    rows are summed, then the rows put again taken off."""
     if not len(gs):
         return
-    kg = s["k"][gs]
+    k = s["k"]
+    kg, kh = k[gs], k[head]
 
     def add(name: str, x: np.ndarray) -> None:  # integer sums per direction
-        carry.totals[name][kg] += np.add.reduceat(np.where(new, x, 0), gs, dtype=np.int64)
+        carry.totals[name][kg] += np.add.reduceat(x, gs, dtype=np.int64)
+        carry.totals[name][kh] -= x[head]
 
-    add("data_segments", np.ones(len(new), np.int64))
+    carry.totals["data_segments"][kg] += np.diff(np.r_[gs, len(k)])
+    carry.totals["data_segments"][kh] -= 1
     add("payload_bytes", s["payload_bytes"])
     add("small_segments", small)
     add("frames", s["frames"])
     add("single_frame_segments", s["frames"] == 1)
     add("small_while_unacked", small_while_unacked)
+    # A segment put again is one of the earlier slices': its ts is within the carry's span already.
     ts = s["ts_ns"]
-    carry.first_ts[kg] = np.minimum(carry.first_ts[kg], np.minimum.reduceat(np.where(new, ts, np.iinfo(np.int64).max), gs))
-    carry.last_ts[kg] = np.maximum(carry.last_ts[kg], np.maximum.reduceat(np.where(new, ts, _NONE), gs))
+    carry.first_ts[kg] = np.minimum(carry.first_ts[kg], np.minimum.reduceat(ts, gs))
+    carry.last_ts[kg] = np.maximum(carry.last_ts[kg], np.maximum.reduceat(ts, gs))
     # What the small segments carry: counts per (direction, kind).
-    sm = np.flatnonzero(small & new)
+    sm = np.flatnonzero(small)
+    sm = sm[~s["again"][sm]]
     kind = carried(cap, s["packet"][sm].astype(np.int64), s["frames"][sm])
-    carry.kinds += np.bincount(s["k"][sm] * len(CARRIES) + kind,
-                               minlength=carry.kinds.size).reshape(carry.kinds.shape)
+    carry.kinds += np.bincount(k[sm] * len(CARRIES) + kind, minlength=carry.kinds.size).reshape(carry.kinds.shape)
 
 
 def _stall_candidates(s: dict[str, np.ndarray], small: np.ndarray, prev_small: np.ndarray,
