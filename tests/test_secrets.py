@@ -98,9 +98,12 @@ def test_bodies_only_when_asked():
 def _commands(out: Path) -> list[tuple[list[str], dict]]:
     """Every subcommand (the analyzer ones and any added later included), with every output
     option; (argv, extra environment)."""
+    import typer
+
     from amqpcap.cli import app
 
-    names = sorted(c.name or c.callback.__name__ for c in app.registered_commands)
+    group = typer.main.get_command(app)  # (the analyzers' subcommands are listed there, made when asked for)
+    names = sorted(group.list_commands(typer.Context(group)))
     cap = str(CAPTURE)
     runs: list[tuple[list[str], dict]] = []
     for debug in ({}, {"AMQPCAP_DEBUG": "1"}):
