@@ -23,7 +23,7 @@ import pandas as pd
 from ..analysis import AnalyzerResult, Finding, analyzer
 from ..capture import Capture
 from ..derive.deliveries import TEXT
-from ..derive.columns import stable_argsort
+from ..derive.columns import counts_added, stable_argsort, value_at
 from ..derive.methods import methods, select
 from ..derive.labels import connection_labels
 from ..display_filters import stream_filter
@@ -69,16 +69,11 @@ class _Counts:
         return cls(np.zeros(0, np.int64), np.zeros(0, np.int64))
 
     def of(self, keys: np.ndarray) -> np.ndarray:
-        if not len(self.keys):
-            return np.zeros(len(keys), np.int64)
-        i = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
-        return np.where(self.keys[i] == keys, self.counts[i], 0)
+        return value_at(self.keys, self.counts, keys, 0)
 
     def plus(self, keys: np.ndarray, counts: np.ndarray) -> "_Counts":
         """These counts with `counts` added to `keys`' (distinct keys, few: `_tally`'s)."""
-        uniq, at = np.unique(np.r_[self.keys, keys], return_inverse=True)
-        total = np.zeros(len(uniq), np.int64)
-        np.add.at(total, at, np.r_[self.counts, counts])
+        (uniq,), total = counts_added((self.keys,), self.counts, (keys,), counts)
         return _Counts(uniq, total)
 
 

@@ -16,6 +16,7 @@ import pandas as pd
 
 from ..analysis import AnalyzerResult, Plot, analyzer
 from ..capture import Capture
+from ..derive.columns import counts_added, value_at
 from ..partition import CaptureFacts, Slicing, Split, merge_rows, run_whole
 
 #: Wireshark's `-z plen,tree` bucket lower bounds (bytes); the last bucket is open-ended.
@@ -121,11 +122,8 @@ def _no_counts() -> Counts:
 def _added(counts: Counts, more: Counts) -> Counts:
     """`counts` with `more` added: the counts of a partition's slices so far, then of its next
     one (both sorted by (key, value) and each pair once, as is the result)."""
-    key, value, n = (np.concatenate([a, b]).astype(np.int64) for a, b in zip(counts, more))
-    order = np.lexsort((value, key))
-    key, value, n = key[order], value[order], n[order]
-    start = np.flatnonzero(np.r_[True, (key[1:] != key[:-1]) | (value[1:] != value[:-1])]) if len(key) else key
-    return key[start], value[start], np.add.reduceat(n, start) if len(key) else n
+    (key, value), n = counts_added(counts[:2], counts[2], more[:2], more[2])
+    return key, value, n
 
 
 def size_cells(p: pd.DataFrame, gk: np.ndarray) -> Counts:
@@ -229,13 +227,6 @@ def _rank_in_group(gk: np.ndarray) -> np.ndarray:
     return rank
 
 
-def _at(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray, default) -> np.ndarray:
-    """`values` of the sorted unique `keys` at each of `wanted`, `default` where a key is absent."""
-    i = np.minimum(np.searchsorted(keys, wanted), max(len(keys) - 1, 0))
-    found = (keys[i] == wanted) if len(keys) else np.zeros(len(wanted), bool)
-    return np.where(found, values[i] if len(keys) else default, default)
-
-
 @dataclass
 class _Ranks:
     """Data packets of a partition's slices so far, per stream direction (stream·2 + direction),
@@ -273,7 +264,7 @@ def packets_per_frame(frames: pd.DataFrame, gk: np.ndarray, pkt: np.ndarray, bef
         return np.zeros(0, np.int64)
     before = before or _Ranks.nothing()
     # data is in packet order, so a running count per group is each packet's rank in its group.
-    rank = _rank_in_group(gk) + _at(before.key, before.packets, gk, 0)
+    rank = _rank_in_group(gk) + value_at(before.key, before.packets, gk, 0)
     at_pkt, at_rank = np.r_[before.back_packet, pkt], np.r_[before.back_rank, rank]
 
     def rank_of(packets: np.ndarray) -> np.ndarray:
@@ -313,13 +304,13 @@ def _ranks_after(p: pd.DataFrame, is_data: np.ndarray, gk: np.ndarray, before: _
     done_seq = np.r_[before.done_seq[old], seq[last]][order]
     done = done[order]
     # the slice's data packets, with their rank in the direction, joined to those carried
-    rank = _rank_in_group(d_gk) + _at(before.key, before.packets, d_gk, 0)
+    rank = _rank_in_group(d_gk) + value_at(before.key, before.packets, d_gk, 0)
     back_key, back_packet = np.r_[before.back_key, d_gk], np.r_[before.back_packet, packet[is_data]]
     back_rank = np.r_[before.back_rank, rank]
     back_seq_end = np.r_[before.back_seq_end, (seq + p["payload_bytes"].to_numpy(np.int64))[is_data] & 0xFFFFFFFF]
     # sequence numbers are 32 bits: "past" is a positive difference modulo 2³²
-    past = (back_seq_end - _at(done, done_seq, back_key, 0) + (1 << 31)) % (1 << 32) - (1 << 31) > 0
-    keep = ~np.isin(back_key, done) | (back_packet >= _at(done, done_packet, back_key, 0)) | past
+    past = (back_seq_end - value_at(done, done_seq, back_key, 0) + (1 << 31)) % (1 << 32) - (1 << 31) > 0
+    keep = ~np.isin(back_key, done) | (back_packet >= value_at(done, done_packet, back_key, 0)) | past
     # a direction none of whose bytes are decoded (TLS without its keys) completes no frame
     keep &= _decodes(connections, back_key)
     return _Ranks(key, packets, done, done_packet, done_seq, back_key[keep], back_packet[keep], back_rank[keep],
@@ -404,7 +395,7 @@ def settled_by_ack(frames: pd.DataFrame, seen: _Acks | None = None, last: bool =
     tag = acks["delivery_tag"].astype("float64").fillna(0).to_numpy()
     multiple = acks["multiple"].fillna(False).to_numpy(bool)
     prev_max = pd.Series(tag, index=acks.index).groupby(key).cummax().groupby(key).shift(1).to_numpy()
-    pm = np.fmax(prev_max, _at(seen.key, seen.highest, key, np.nan))  # (and the slices' before)
+    pm = np.fmax(prev_max, value_at(seen.key, seen.highest, key, np.nan))  # (and the slices' before)
     first = np.isnan(pm)
     opened = np.isin(_channel_key(acks), seen.opened)
     pm[first] = np.where(opened[first], 0.0, tag[first] - 1)

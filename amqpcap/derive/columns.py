@@ -192,3 +192,31 @@ def range_min(values: np.ndarray, lo: np.ndarray, hi: np.ndarray, empty: int) ->
         res[x[at]] = np.minimum(res[x[at]], np.minimum(t[inner[at]], t[inner[at] + count[at] - 2 ** k]))
     out[ok] = res
     return out
+
+
+def value_at(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray, default) -> np.ndarray:
+    """`values` of the sorted unique `keys` at each of `wanted`, `default` where a key is absent
+    (a lookup in counts carried from one slice of a partition to the next)."""
+    if not len(keys):
+        return np.full(len(wanted), default, dtype=np.result_type(values, type(default)))
+    i = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
+    return np.where(keys[i] == wanted, values[i], default)
+
+
+def counts_added(keys: tuple[np.ndarray, ...], counts: np.ndarray,
+                 more_keys: tuple[np.ndarray, ...], more_counts: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """Counts per composite key (a tuple of int64 columns) with more counts added: the keys
+    sorted (first column first) and each once, as are both inputs' (the counts of a partition's
+    slices so far, then of its next one)."""
+    cols = tuple(np.concatenate([a, b]).astype(np.int64) for a, b in zip(keys, more_keys))
+    n = np.concatenate([counts, more_counts]).astype(np.int64)
+    if not len(n):
+        return cols, n
+    order = np.lexsort(cols[::-1])
+    cols, n = tuple(c[order] for c in cols), n[order]
+    new = np.zeros(len(n), bool)
+    new[0] = True
+    for c in cols:
+        new[1:] |= c[1:] != c[:-1]
+    start = np.flatnonzero(new)
+    return tuple(c[start] for c in cols), np.add.reduceat(n, start)
