@@ -158,6 +158,11 @@ class Slicing:
 
     step: Callable[[Capture, CaptureFacts, Any, bool], tuple[Any, Any]]
     join: Callable[[list], Partial]
+    #: the step reads the shared derivations (deliveries, confirms, consumers: `amqpcap.derive`)
+    #: of the slice with the frames still open at its cut replayed (`amqpcap.derive.replay.
+    #: for_derivations`): the slices are then run after a first pass over them, and each slice
+    #: is given what the one before left open (``part.context``: `with_replay`)
+    replays: bool = False
 
 
 @dataclass(frozen=True)
@@ -344,11 +349,25 @@ def time_slice(cap: Capture, first: int, end: int | None) -> Capture:
 def sliced_partial(split: Split, part: Capture, facts: CaptureFacts, cuts: list[int]) -> Partial:
     """The partition step of `split` over `part` cut at the packets `cuts` (`clean_cuts`), slice
     after slice with the carry between them: the partition's partial, as ``partial`` gives it."""
+    from .derive.replay import ends_of, ends_step, next_replay, with_replay
+
     if split.slicing is None:
         raise ValueError("this analyzer has no step over slices of time")
     bounds = [0, *cuts, None]
+    slices = list(zip(bounds, bounds[1:]))
+    ends = replay = None
+    if split.slicing.replays:
+        seen = None
+        for first, end in slices:
+            seen = ends_step(time_slice(part, first, end), seen)
+        ends = ends_of(seen)
     carry, pieces = None, []
-    for first, end in zip(bounds, bounds[1:]):
-        carry, piece = split.slicing.step(time_slice(part, first, end), facts, carry, end is None)
+    for first, end in slices:
+        piece_of = time_slice(part, first, end)
+        if split.slicing.replays:
+            with_replay(piece_of, replay, ends)
+        carry, piece = split.slicing.step(piece_of, facts, carry, end is None)
         pieces.append(piece)
+        if split.slicing.replays and end is not None:
+            replay = next_replay(piece_of)
     return split.slicing.join(pieces)

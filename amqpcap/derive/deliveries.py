@@ -15,8 +15,9 @@ import pandas as pd
 
 from ..capture import Capture
 from .cache import CONNECTION, derivation
-from .columns import as_object, asof, codes, text_ranks
+from .columns import as_object, asof, codes, group_cumsum, text_ranks
 from .methods import KEY, chan_key, methods, pick, select
+from .seeds import Closes, seeds_of
 
 #: consumer tag used for basic.get-ok deliveries (they have no consumer)
 GET_TAG = "(basic.get)"
@@ -108,6 +109,15 @@ def consumes(cap: Capture) -> pd.DataFrame:
     channel (the broker answers a channel's methods in order). ``tag_code`` is the tag's code in
     the categories of cap.frames' consumer_tag (the codes :func:`deliveries` matches on).
     Computed once per Capture."""
+    c = consume_frames(cap)
+    return c[c["consumer_tag"].notna()].reset_index(drop=True)
+
+
+@derivation(CONNECTION)
+def consume_frames(cap: Capture) -> pd.DataFrame:
+    """Every basic.consume, as :func:`consumes` (which keeps those with a tag): also one whose
+    broker-chosen tag is not known yet, its basic.consume-ok not in the capture (or, in a slice
+    of a partition's time, in a later slice: `amqpcap.derive.replay`)."""
     m = methods(cap)
     c = pick(cap, m, select(m, "basic.consume", "c2s"), ["stream", "channel", "epoch", "space", "order", "packet",
                                                            "ts", "consumer_tag", "no_ack", "queue", "nowait"])
@@ -134,7 +144,7 @@ def consumes(cap: Capture) -> pd.DataFrame:
     c["start_ts"] = c["ok_ts"].where(has_ok, c["ts"])
     c["start_order"] = c["ok_order"].where(has_ok, c["order"]).astype(np.int64)
     c["start_packet"] = c["ok_packet"].where(has_ok, c["packet"]).astype(np.int64)
-    return c[c["consumer_tag"].notna()].reset_index(drop=True)
+    return c.reset_index(drop=True)
 
 
 @dataclass(frozen=True)
@@ -149,6 +159,8 @@ class Deliveries:
     #: categories, then "" and GET_TAG (so :func:`consumes`' ``tag_code`` is a code into them too)
     tag_code: np.ndarray
     tag_labels: np.ndarray
+    #: per row, the order of the basic.consume or basic.get it was matched to (-1: none)
+    source_order: np.ndarray
 
 
 def deliveries(cap: Capture) -> pd.DataFrame:
@@ -203,6 +215,7 @@ def deliveries_with_codes(cap: Capture) -> Deliveries:
     queue_src = np.r_[gets["queue"].cat.codes.to_numpy().astype(np.int64), cons["queue_code"].to_numpy(np.int64), -1]
     src = np.where(known, np.where(get_rows, row, len(gets) + row), len(gets) + len(cons))
     no_ack = no_ack_src[src]
+    source_order = np.r_[gets["order"].to_numpy(np.int64), cons["order"].to_numpy(np.int64), -1][src]
     qc = queue_src[src]
 
     # settling frames: the client's ack/nack/reject on the same channel (§1.8.3.13)
@@ -212,7 +225,7 @@ def deliveries_with_codes(cap: Capture) -> Deliveries:
     s["multiple"] = s["multiple"].fillna(False).astype(bool)  # basic.reject has no multiple bit
     s = s[s["tag"] >= 0].reset_index(drop=True)
     # without the basic.consume, a channel whose client never settles anything is taken as no-ack
-    has_settles = np.isin(d["space"].to_numpy(), s["space"].to_numpy())
+    has_settles = _has_settles(cap, d, s)
     no_ack = np.where(known, no_ack, ~has_settles)
 
     acked = np.flatnonzero(~no_ack)
@@ -249,9 +262,18 @@ def deliveries_with_codes(cap: Capture) -> Deliveries:
     labels = ["ack", "nack", "reject", "no-ack", "closed", "unsettled"]
     oc = np.where(kind >= 0, kind, 5)
     oc[no_ack] = 3
-    oc[_closed_after(m, d) & (oc == 5)] = 4
+    oc[_closed_after(cap, m, d) & (oc == 5)] = 4
     out["outcome"] = _text(labels, oc)
-    return Deliveries(out, qc, tc, tag_labels)
+    return Deliveries(out, qc, tc, tag_labels, source_order)
+
+
+def _has_settles(cap: Capture, d: pd.DataFrame, s: pd.DataFrame) -> np.ndarray:
+    """Whether the tag space of each delivery of ``d`` has a settling frame of ``s``: anywhere
+    in the partition, for a slice of its time (the first pass's `Ends`)."""
+    seeds = seeds_of(cap)
+    if seeds is not None and seeds.ends is not None:
+        return seeds.ends.settles(chan_key(d), d["epoch"].to_numpy(np.int64))
+    return np.isin(d["space"].to_numpy(), s["space"].to_numpy())
 
 
 def tag_ranks(cap: Capture | None, d: pd.DataFrame) -> np.ndarray:
@@ -264,33 +286,47 @@ def tag_ranks(cap: Capture | None, d: pd.DataFrame) -> np.ndarray:
     return text_ranks(kept.tag_labels, kept.tag_code)
 
 
-def _closed_after(m: pd.DataFrame, items: pd.DataFrame) -> np.ndarray:
+#: the frames that close a channel (channel number > 0) or a connection (channel 0)
+CLOSE_METHODS = ("channel.close", "channel.close-ok", "connection.close", "connection.close-ok")
+
+
+def last_closes(m: pd.DataFrame) -> Closes:
+    """The last close frame of each channel and connection among the method frames ``m``."""
+    sel = select(m, CLOSE_METHODS)
+    order = m["order"].to_numpy(np.int64)[sel]
+    stream, channel = m["stream"].to_numpy(np.int64)[sel], m["channel"].to_numpy(np.int64)[sel]
+    return Closes.of(stream, channel, order)
+
+
+def _closed_after(cap: Capture, m: pd.DataFrame, items: pd.DataFrame) -> np.ndarray:
     """Whether the item's channel (or connection) closed after it: the broker requeues a closed
-    channel's unacked deliveries and forgets its unconfirmed publishes."""
-    sel = select(m, ["channel.close", "channel.close-ok", "connection.close", "connection.close-ok"])
-    if not sel.any() or len(items) == 0:
-        return np.zeros(len(items), dtype=bool)
+    channel's unacked deliveries and forgets its unconfirmed publishes. In a slice of a
+    partition's time, after it anywhere in the partition (the first pass's `Ends`)."""
+    if len(items) == 0:
+        return np.zeros(0, dtype=bool)
     order = items["order"].to_numpy(np.int64)
-    c_order = m["order"].to_numpy(np.int64)[sel]
-    c_stream, c_chan = m["stream"].to_numpy(np.int64)[sel], m["channel"].to_numpy(np.int64)[sel]
-    i_stream = items["stream"].to_numpy(np.int64)
-    # "a close after the item" is "the item before the last close of its channel or connection":
-    # one last order per key, looked up (no as-of search). A connection's close (channel 0) by
-    # stream (small ints: an array indexed by stream); a channel's by (stream, channel), among
-    # the few closed channels
-    conn = c_chan == 0
-    last_conn = np.full(max(int(i_stream.max()), int(c_stream.max())) + 1, -1, dtype=np.int64)
-    np.maximum.at(last_conn, c_stream[conn], c_order[conn])
-    res = order < last_conn[i_stream]
-    c_key = c_stream[~conn] * 65536 + c_chan[~conn]
-    if len(c_key):
-        uniq, inv = np.unique(c_key, return_inverse=True)
-        last = np.full(len(uniq), -1, dtype=np.int64)
-        np.maximum.at(last, inv.ravel(), c_order[~conn])
-        i_key = i_stream * 65536 + items["channel"].to_numpy(np.int64)
-        pos = np.minimum(np.searchsorted(uniq, i_key), len(uniq) - 1)
-        res |= (uniq[pos] == i_key) & (order < last[pos])
-    return res
+    seeds = seeds_of(cap)
+    if seeds is not None and seeds.ends is not None:
+        closes, order = seeds.ends.closes, seeds.whole_orders(order)
+    else:
+        closes = last_closes(m)
+    return closes.after(items["stream"].to_numpy(np.int64), chan_key(items), order)
+
+
+def _sequence_numbers(cap: Capture, p: pd.DataFrame) -> np.ndarray:
+    """The confirm sequence number of each publish of ``p`` (in frame order, after its channel's
+    confirm.select): 1, 2, … per tag space; in a slice of a partition's time, a replayed
+    publish's own and the others' counting on from the slices before (`Seeds`)."""
+    seeds = seeds_of(cap)
+    order = p["order"].to_numpy(np.int64)
+    own = order >= (seeds.replayed if seeds is not None else 0)
+    seq = np.empty(len(p), np.int64)
+    key, epoch = chan_key(p)[own], p["epoch"].to_numpy(np.int64)[own]
+    seq[own] = group_cumsum(codes(key, epoch), np.ones(len(key), np.int64))
+    if seeds is not None:
+        seq[~own] = seeds.seqs[order[~own]]
+        seq[own] += seeds.numbered_before(key, epoch)
+    return seq
 
 
 def confirms(cap: Capture) -> pd.DataFrame:
@@ -312,7 +348,7 @@ def confirms(cap: Capture) -> pd.DataFrame:
     p = pick(cap, m, select(m, "basic.publish", "c2s"), KEY + ["space", "order", "packet", "ts"]).join(
         first_sel, on=KEY, how="inner")
     p = p[p["order"] > p["sel_order"]].sort_values("order").copy()
-    p["seq"] = p.groupby(KEY).cumcount().astype(np.int64) + 1
+    p["seq"] = _sequence_numbers(cap, p)
     p["tag"] = p["seq"]
     s = pick(cap, m, select(m, ["basic.ack", "basic.nack"], "s2c"), KEY + ["space", "order", "packet", "ts", "method",
                                                                         "delivery_tag", "multiple"])
@@ -333,6 +369,6 @@ def confirms(cap: Capture) -> pd.DataFrame:
     p["latency_s"] = (p["confirm_ts"] - p["ts"]).dt.total_seconds()
     outcome = np.full(len(p), "unconfirmed", dtype=object)
     outcome[hit] = np.where(sr["method"].to_numpy(object) == "basic.nack", "nack", "ack")
-    outcome[(~hit) & _closed_after(m, p)] = "closed"
+    outcome[(~hit) & _closed_after(cap, m, p)] = "closed"
     p["outcome"] = outcome
     return p[cols].reset_index(drop=True)

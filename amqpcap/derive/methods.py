@@ -10,7 +10,8 @@ Tag spaces. Delivery tags are per channel and count from 1 (AMQP 0-9-1 §1.8.3.1
 §4.2.4 channels); publish sequence numbers count from 1 after ``confirm.select`` on a channel
 (RabbitMQ publisher confirms). Both restart when the channel is opened again, so every frame gets
 an ``epoch``: the number of ``channel.open`` frames seen on that (stream, channel) so far. The key
-of a tag space is (stream, channel, epoch).
+of a tag space is (stream, channel, epoch). In a slice of a partition's time the epochs count
+on from the slices before (:mod:`amqpcap.derive.seeds`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pandas as pd
 from ..capture import Capture
 from .cache import CONNECTION, derivation
 from .columns import codes, group_cumsum
+from .seeds import seeds_of
 
 #: a tag space: delivery tags and publish sequence numbers count per channel opening
 KEY = ["stream", "channel", "epoch"]
@@ -41,7 +43,9 @@ def methods(cap: Capture) -> pd.DataFrame:
     channel = f["channel"].to_numpy(np.int64)[order]
     m = pd.DataFrame({"stream": stream, "channel": channel, "order": order.astype(np.int64),
                       "method": f["method"].array.take(order), "direction": f["direction"].array.take(order)})
-    m["epoch"] = _epochs(stream * 65536 + channel, select(m, "channel.open"))
+    key, opened = stream * 65536 + channel, select(m, "channel.open")
+    seeds = seeds_of(cap)
+    m["epoch"] = _epochs(key, opened) if seeds is None else seeds.epochs_of(key, opened, order, _epochs)
     m["space"] = codes(stream, channel, m["epoch"].to_numpy())
     return m
 

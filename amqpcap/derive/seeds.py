@@ -1,0 +1,162 @@
+"""What the derivations of a slice of a partition's time start from (docs/time-split.md §6).
+
+A partition is cut in slices of its packets when one connection is too large for a worker
+(`amqpcap.partition.time_slice`). The derivations (:mod:`amqpcap.derive.methods`,
+:mod:`amqpcap.derive.deliveries`) are functions of a `Capture` alone; a slice is a `Capture` of
+its own whose ``cap.frames`` start with **replayed rows**: the frames of earlier slices that are
+still open at the cut (a delivery not yet settled, the basic.consume a later delivery is matched
+to), put again before the slice's own frames (`amqpcap.derive.replay`). The derivations then run
+unchanged on them, given the few numbers on ``cap.context["seeds"]`` (a `Seeds`) that the rows
+themselves cannot tell:
+
+- ``order`` stays a position in the slice's ``cap.frames``; the whole partition's position of a
+  frame (its *whole order*) is ``offset`` + its position among the slice's own frames, or the
+  replayed row's own (`whole_orders`);
+- a frame's ``epoch`` (channel.open frames on its channel so far, AMQP 0-9-1 §4.2.4: tag spaces
+  restart) counts from the opens of the earlier slices (``opens``); a replayed row keeps its own;
+- a publish's confirm sequence number counts from the publishes numbered so far (``numbered``);
+- what only the partition's end knows (`Ends`: whether a tag space ever has a client settle, the
+  last close of each channel and connection) comes from a first pass over the slices.
+
+Without seeds (a whole partition) every derivation is as before: one code path, of which the
+whole partition is the one-slice case.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .columns import codes, value_at
+
+#: a channel: stream · CHANNELS + channel number (channel numbers are 16-bit, AMQP 0-9-1 §4.2.3)
+CHANNELS = 65536
+
+
+def chan_keys(stream: np.ndarray, channel: np.ndarray) -> np.ndarray:
+    return np.asarray(stream, np.int64) * CHANNELS + np.asarray(channel, np.int64)
+
+
+@dataclass(frozen=True)
+class Closes:
+    """The last close frame (channel.close/-ok, connection.close/-ok) of each closed channel and
+    connection, by order: the broker requeues a closed channel's unacked deliveries and forgets
+    its unconfirmed publishes."""
+
+    #: channel keys (sorted) and the order of each one's last channel.close or channel.close-ok
+    channels: np.ndarray
+    channel_orders: np.ndarray
+    #: streams (sorted) and the order of each one's last connection.close or connection.close-ok
+    connections: np.ndarray
+    connection_orders: np.ndarray
+
+    @classmethod
+    def of(cls, stream: np.ndarray, channel: np.ndarray, order: np.ndarray) -> "Closes":
+        """The last of the close frames on `stream`, `channel` (0: the connection's) at `order`."""
+        conn = channel == 0
+        (chan,), chan_order = _last_of(chan_keys(stream[~conn], channel[~conn]), order[~conn])
+        (streams,), conn_order = _last_of(stream[conn], order[conn])
+        return cls(chan, chan_order, streams, conn_order)
+
+    def after(self, stream: np.ndarray, key: np.ndarray, order: np.ndarray) -> np.ndarray:
+        """Whether the channel `key` (or connection `stream`) of each frame at `order` closes
+        after it."""
+        return ((order < value_at(self.connections, self.connection_orders, stream, -1))
+                | (order < value_at(self.channels, self.channel_orders, key, -1)))
+
+    def joined(self, other: "Closes") -> "Closes":
+        """The last closes of both (of a slice and of the slices before it)."""
+        (chan,), chan_order = _last_of(np.r_[self.channels, other.channels],
+                                       np.r_[self.channel_orders, other.channel_orders])
+        (conn,), conn_order = _last_of(np.r_[self.connections, other.connections],
+                                       np.r_[self.connection_orders, other.connection_orders])
+        return Closes(chan, chan_order, conn, conn_order)
+
+
+def _last_of(key: np.ndarray, order: np.ndarray) -> tuple[tuple[np.ndarray], np.ndarray]:
+    """The distinct keys (sorted) and each one's greatest order."""
+    uniq, inv = np.unique(np.asarray(key, np.int64), return_inverse=True)
+    last = np.full(len(uniq), -1, dtype=np.int64)
+    np.maximum.at(last, inv.ravel(), np.asarray(order, np.int64))
+    return (uniq,), last
+
+
+@dataclass(frozen=True)
+class Ends:
+    """What the whole partition knows and a slice cannot see yet, in whole orders (a first pass
+    over the slices: `amqpcap.derive.replay.ends_of`)."""
+
+    #: tag spaces with a client basic.ack/nack/reject anywhere, as sorted unique (channel key,
+    #: epoch) pairs: a consumer whose basic.consume is not in the capture is taken as no-ack when
+    #: its channel never settles (`amqpcap.derive.deliveries.deliveries_with_codes`)
+    settled_keys: np.ndarray
+    settled_epochs: np.ndarray
+    closes: Closes
+
+    def settles(self, key: np.ndarray, epoch: np.ndarray) -> np.ndarray:
+        """Whether each tag space (channel key, epoch) has a client settle anywhere."""
+        return _pair_lookup(self.settled_keys, self.settled_epochs, np.ones(len(self.settled_keys), bool),
+                            key, epoch, False)
+
+
+def _pair_lookup(keys: np.ndarray, epochs: np.ndarray, values: np.ndarray, key: np.ndarray, epoch: np.ndarray,
+                 default) -> np.ndarray:
+    """`values` of the sorted unique pairs (keys, epochs) at each (key, epoch), `default` where
+    the pair is absent: both sides coded together (`codes` numbers pairs in sorted order, so the
+    table's codes are sorted too)."""
+    code = codes(np.r_[np.asarray(keys, np.int64), np.asarray(key, np.int64)],
+                 np.r_[np.asarray(epochs, np.int64), np.asarray(epoch, np.int64)])
+    return value_at(code[:len(keys)], np.asarray(values), code[len(keys):], default)
+
+
+@dataclass(frozen=True)
+class Seeds:
+    """A slice's start (see the module doc)."""
+
+    #: whole order of the slice's first own frame
+    offset: int
+    #: how many rows at the head of cap.frames are replayed (all method frames)
+    replayed: int
+    #: per replayed row, its whole order, its epoch, its confirm sequence number (0: not one),
+    #: and whether it is an item not told yet (a delivery not settled, a publish not confirmed,
+    #: a basic.consume not answered: told by the slice where it is final, `told`), rather than
+    #: a row later frames are matched to (a basic.consume, a confirm.select, a basic.qos)
+    orders: np.ndarray
+    epochs: np.ndarray
+    seqs: np.ndarray
+    pending: np.ndarray
+    #: channel.open frames per channel key before the slice's own frames (keys sorted)
+    open_keys: np.ndarray
+    open_counts: np.ndarray
+    #: publishes numbered in confirm mode so far, per tag space (channel key, epoch; sorted)
+    numbered_keys: np.ndarray
+    numbered_epochs: np.ndarray
+    numbered_counts: np.ndarray
+    ends: Ends | None = None
+
+    def whole_orders(self, order: np.ndarray) -> np.ndarray:
+        """The whole partition's order of the frames at positions `order` of the slice's frames."""
+        order = np.asarray(order, np.int64)
+        own = order >= self.replayed
+        return np.where(own, order - self.replayed + self.offset, self.orders[np.where(own, 0, order)]
+                        if self.replayed else 0)
+
+    def epochs_of(self, key: np.ndarray, opened: np.ndarray, order: np.ndarray, counted) -> np.ndarray:
+        """The epoch of each method frame (channel key `key`, whether it is a channel.open,
+        position `order`): a replayed frame's own, an own frame's the opens before the slice
+        plus ``counted(key, opened)`` of the slice's own frames up to it."""
+        own = order >= self.replayed
+        epoch = np.empty(len(key), np.int64)
+        epoch[~own] = self.epochs[order[~own]]
+        epoch[own] = value_at(self.open_keys, self.open_counts, key[own], 0) + counted(key[own], opened[own])
+        return epoch
+
+    def numbered_before(self, key: np.ndarray, epoch: np.ndarray) -> np.ndarray:
+        """Publishes of each tag space numbered in the slices before (0 for a new one)."""
+        return _pair_lookup(self.numbered_keys, self.numbered_epochs, self.numbered_counts, key, epoch, 0)
+
+
+def seeds_of(cap) -> Seeds | None:
+    """The seeds of a slice (None: a whole partition)."""
+    return cap.context.get("seeds")
