@@ -140,6 +140,13 @@ def connection_roles(cap: Capture) -> pd.Series:
     ``both``, ``idle`` (neither: a connection that only declared things or sent heartbeats,
     such as PerfTest's configuration connection), or ``amqp-1.0`` (its frames are AMQP 1.0's,
     which no analyzer reads yet)."""
+    return roles_of(role_flags(cap))
+
+
+def role_flags(cap: Capture) -> pd.DataFrame:
+    """Per connection (index: stream), whether its frames publish and whether they consume
+    (`PUBLISHING`, `CONSUMING`), and whether it speaks AMQP 1.0: what `connection_roles` names,
+    OR-ed over slices of a connection's time (`amqpcap.tally`)."""
     f = cap.frames
     streams = cap.connections["stream"].to_numpy("int64")
 
@@ -149,8 +156,17 @@ def connection_roles(cap: Capture) -> pd.Series:
             mask |= (f["method"] == method) & (f["direction"] == direction)
         return pd.Series(streams, index=streams).isin(f.loc[mask.to_numpy(bool), "stream"].unique())
 
-    pub, con = streams_with(PUBLISHING), streams_with(CONSUMING)
-    role = pd.Series("idle", index=pd.Index(streams, name="stream"), dtype=object)
-    role[pub & ~con], role[con & ~pub], role[pub & con] = "publisher", "consumer", "both"
-    role[(cap.connections["protocol"] == "1.0").to_numpy(bool, na_value=False)] = "amqp-1.0"
+    amqp10 = (cap.connections["protocol"] == "1.0").to_numpy(bool, na_value=False)
+    return pd.DataFrame({"publishes": streams_with(PUBLISHING), "consumes": streams_with(CONSUMING),
+                         "amqp10": pd.Series(amqp10, index=streams)})
+
+
+def roles_of(flags: pd.DataFrame) -> pd.Series:
+    """`connection_roles` from their `role_flags`."""
+    pub, con = flags["publishes"], flags["consumes"]
+    role = pd.Series("idle", index=pd.Index(flags.index.to_numpy("int64"), name="stream"), dtype=object)
+    role[(pub & ~con).to_numpy(bool)] = "publisher"
+    role[(con & ~pub).to_numpy(bool)] = "consumer"
+    role[(pub & con).to_numpy(bool)] = "both"
+    role[flags["amqp10"].to_numpy(bool)] = "amqp-1.0"
     return role

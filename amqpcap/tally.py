@@ -14,7 +14,7 @@ given the joined tally of its buckets (``cap.context["tally"]``, `amqpcap.engine
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -22,8 +22,10 @@ import pandas as pd
 from .capture import Capture
 from .derive import CAPTURE, derivation
 from .derive import deliveries as D
-from .names import connection_roles
-from .partition import CaptureFacts, Split
+from .names import connection_roles, role_flags, roles_of
+from .derive.replay import for_derivations, told
+from .derive.seeds import seeds_of
+from .partition import CaptureFacts, Slicing, Split
 from .plotting import time_edges
 
 #: the rates plot's series (report.html's top): what each counts
@@ -94,8 +96,9 @@ class Tally:
 
 
 def _added(counts: list[pd.Series]) -> pd.Series:
-    """Value counts added, largest first (ties in order of first appearance, as value_counts)."""
-    s = pd.concat(counts).groupby(level=0, sort=False).sum()
+    """Value counts added, those above 0, largest first and ties by name: the same Series
+    whatever the partitions or slices were (`method_counts` reads it in this order)."""
+    s = pd.concat(counts).groupby(level=0, sort=True).sum()
     return s[s > 0].sort_values(ascending=False, kind="stable")
 
 
@@ -109,18 +112,27 @@ def rate_edges(cap: Capture) -> np.ndarray | None:
 
 def tally_of(part: Capture) -> Tally:
     """The counts of one partition (some connections whole, or the capture)."""
+    return _counted(part, D.deliveries(part), None)
+
+
+def _counted(part: Capture, d: pd.DataFrame, first_order: np.ndarray | None) -> Tally:
+    """The counts of the partition (or of a slice of its time) `part` whose deliveries are `d`
+    (a slice: those it tells, each at its frame's whole order `first_order`, `_slice_step`).
+    A slice's `publishes` keeps returns without a publish (one may be in another slice) and
+    its `consumers` each consumer's first orders, for `_slices_joined`."""
     f = part.frames
-    d = D.deliveries(part)
     acked = d["settle_method"].eq("basic.ack").to_numpy(bool, na_value=False)
     body = (f["type"] == "body").to_numpy(bool)
+    publishes = _publish_counts(f)
     return Tally(
-        packets=len(part.packets), frames=len(f), methods=f["method"].value_counts(),
+        packets=len(part.packets), frames=len(f), methods=_added([f["method"].value_counts()]),
         body_bytes_seen=int(f.loc[body, "size_bytes"].sum()),
         body_bytes_kept=0 if part.bodies is None else int(part.bodies["body"].map(len).sum()),
-        roles=connection_roles(part), publishes=_publishes(f),
+        roles=connection_roles(part) if first_order is None else role_flags(part),
+        publishes=_published(publishes) if first_order is None else publishes,
         binds=_bind_rows(f, "queue.bind"), unbinds=_bind_rows(f, "queue.unbind"),
         queues=_queue_counts(part, d, acked), unattributed=int(d["queue"].isna().sum()),
-        consumers=_consumer_counts(d, acked),
+        consumers=_consumer_counts(d, acked, first_order),
         delivered=len(d), acked=int(acked.sum()), no_ack_delivered=int(d["no_ack"].to_numpy(bool, na_value=False).sum()),
         held_back=held_back_streams(part), rates=_rate_counts(part, d, acked))
 
@@ -132,17 +144,25 @@ def capture_tally(cap: Capture) -> Tally:
     return given if given is not None else tally_of(cap)
 
 
-def _publishes(f: pd.DataFrame) -> pd.DataFrame:
-    """basic.publish per (stream, exchange, routing key): published, and returned (basic.return:
-    the broker could not route a mandatory publish)."""
+def _publish_counts(f: pd.DataFrame) -> pd.DataFrame:
+    """basic.publish (c2s) and basic.return (s2c) frames per (stream, exchange, routing key),
+    every key of either (`_published` keeps those published)."""
     def count(method: str, direction: str, name: str) -> pd.Series:
         rows = f.loc[(f["method"] == method).to_numpy(bool) & (f["direction"] == direction).to_numpy(bool), PUBLISH_KEY]
         rows = rows.astype({"exchange": object, "routing_key": object}).fillna("")  # missing: the default exchange
         return rows.groupby(PUBLISH_KEY).size().rename(name)
 
-    pub, ret = count("basic.publish", "c2s", "published"), count("basic.return", "s2c", "returned")
-    out = pd.concat([pub, ret.reindex(pub.index, fill_value=0)], axis=1).reset_index()
-    return out.astype({"stream": np.int64, "published": np.int64, "returned": np.int64})
+    out = pd.concat([count("basic.publish", "c2s", "published"), count("basic.return", "s2c", "returned")], axis=1)
+    return out.fillna(0).reset_index().astype({"stream": np.int64, "published": np.int64, "returned": np.int64})
+
+
+def _published(counts: pd.DataFrame) -> pd.DataFrame:
+    """basic.publish per (stream, exchange, routing key) from `_publish_counts` (of a partition,
+    or added over its slices): published, and returned (basic.return: the broker could not
+    route a mandatory publish), sorted by key."""
+    counts = counts.groupby(PUBLISH_KEY, as_index=False)[["published", "returned"]].sum()
+    return counts[counts["published"].to_numpy() > 0].reset_index(drop=True).astype(
+        {"stream": np.int64, "published": np.int64, "returned": np.int64})
 
 
 def _bind_rows(f: pd.DataFrame, method: str) -> pd.DataFrame:
@@ -161,11 +181,17 @@ def _queue_counts(part: Capture, d: pd.DataFrame, acked: np.ndarray) -> pd.DataF
     return out.fillna(0).astype(np.int64)
 
 
-def _consumer_counts(d: pd.DataFrame, acked: np.ndarray) -> pd.DataFrame:
-    """Per consumer (CONSUMER_KEY; basic.get deliveries: one per channel), in order of first delivery."""
-    g = d.assign(acked=acked, consumer_tag=d["consumer_tag"].astype(object)).groupby(CONSUMER_KEY, sort=False)
+def _consumer_counts(d: pd.DataFrame, acked: np.ndarray, first_order: np.ndarray | None = None) -> pd.DataFrame:
+    """Per consumer (CONSUMER_KEY; basic.get deliveries: one per channel), in order of first
+    delivery; of a slice (`first_order`: its deliveries' whole orders), with each consumer's
+    first delivery's and first queue's orders (``_first``, ``_queue_first``)."""
+    d = d.assign(acked=acked, consumer_tag=d["consumer_tag"].astype(object))
+    if first_order is not None:
+        d = d.assign(_first=first_order, _queue_first=np.where(d["queue"].notna(), first_order, np.iinfo(np.int64).max))
+    g = d.groupby(CONSUMER_KEY, sort=False)
+    more = {} if first_order is None else {"_first": ("_first", "min"), "_queue_first": ("_queue_first", "min")}
     return g.agg(delivered=("acked", "size"), acked=("acked", "sum"), no_ack=("no_ack", "any"),
-                 queue=("queue", "first")).reset_index()
+                 queue=("queue", "first"), **more).reset_index()
 
 
 def lossy_streams(cap: Capture) -> np.ndarray:
@@ -229,5 +255,35 @@ def _merge(partials: list[Tally], records: None, facts: CaptureFacts, whole: Cap
     return Tally.joined(partials)
 
 
+def _slice_step(part: Capture, facts: CaptureFacts, carry: None, last: bool) -> tuple[None, Tally]:
+    """The counts of a slice of a partition's time: its own packets and frames, and the
+    deliveries it tells (`amqpcap.derive.replay.told`: a delivery once it is settled or final).
+    Nothing is carried: what is still open at the cut is replayed to the next slice."""
+    view = for_derivations(part)
+    d = D.deliveries(view)
+    keep = told(view, d["order"].to_numpy(np.int64), last)
+    d = d[keep]
+    return None, _counted(part, d, seeds_of(view).whole_orders(d["order"].to_numpy(np.int64)))
+
+
+def _slices_joined(pieces: list[Tally]) -> Tally:
+    """The partition's tally from its slices' (`_slice_step`): `tally_of` the partition."""
+    whole = Tally.joined(pieces)
+    c = pd.concat([p.consumers for p in pieces], ignore_index=True)
+    first = c.groupby(CONSUMER_KEY, sort=False).agg(
+        _first=("_first", "min"), delivered=("delivered", "sum"), acked=("acked", "sum"), no_ack=("no_ack", "any"))
+    # each consumer's queue: that of its first delivery naming one
+    named = c[c["queue"].notna()].sort_values("_queue_first", kind="stable").drop_duplicates(CONSUMER_KEY)
+    first = first.join(named.set_index(CONSUMER_KEY)["queue"]).sort_values("_first", kind="stable")
+    consumers = first.drop(columns="_first").reset_index()
+    consumers["queue"] = consumers["queue"].astype(c["queue"].dtype)
+    queues = pd.concat([p.queues for p in pieces]).groupby(level=0, sort=True).sum()
+    queues.index = queues.index.astype(object)  # (text, as each slice's; the groupby makes it str)
+    flags = pd.concat([p.roles for p in pieces]).groupby(level=0, sort=True).any()
+    return replace(whole, roles=roles_of(flags),
+                   publishes=_published(pd.concat([p.publishes for p in pieces], ignore_index=True)),
+                   consumers=consumers, queues=queues)
+
+
 #: the tally as partition steps (`amqpcap.engine` runs it beside the analyzers' steps)
-SPLIT = Split(partial=_partial, merge=_merge)
+SPLIT = Split(partial=_partial, merge=_merge, slicing=Slicing(_slice_step, _slices_joined, replays=True))

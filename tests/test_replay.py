@@ -1,0 +1,119 @@
+"""The derivations over slices of a partition's time (amqpcap.derive.replay, docs/time-split.md
+§6): the rows each slice tells, put together, are the whole partition's tables."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import amqpcap
+from amqpcap.derive.deliveries import confirms, consumes, deliveries
+from amqpcap.derive.replay import ends_of, ends_step, replay_after, replayed, told
+from amqpcap.derive.seeds import seeds_of
+from amqpcap.derive.stream_order import ns
+from amqpcap import tally
+from amqpcap.partition import clean_cuts, facts_of, sliced_partial, time_slice
+from amqpcap.tally import Tally, tally_of
+
+FIX = Path(__file__).resolve().parent.parent / "fixtures"
+FIXTURES = sorted(p.name for p in FIX.iterdir() if p.name.endswith((".pcap", ".pcapng", ".pcap.gz")))
+
+#: per derived table: its function and its columns of frame positions (the others compare as they are)
+TABLES = {
+    "deliveries": (deliveries, ["order", "settle_order"]),
+    "confirms": (confirms, ["order"]),
+    # (its codes are dense over, or in the categories of, each slice's own frames: not compared)
+    "consumes": (lambda cap: consumes(cap).drop(columns=["space", "tag_code", "queue_code", "ok_code"]),
+                 ["order", "ok_order", "start_order"]),
+}
+
+
+def _whole(cap, table: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """`table` with its frame positions in the slice `cap` made the whole partition's."""
+    out = table.copy()
+    seeds = seeds_of(cap)
+    for c in columns:
+        col = out[c]
+        known = col.notna().to_numpy(bool)
+        values = col.to_numpy(np.float64, na_value=np.nan, copy=True) if col.dtype.kind == "f" else None
+        if values is not None:  # (float with NaN: a missing basic.consume-ok)
+            values[known] = seeds.whole_orders(values[known].astype(np.int64))
+            out[c] = values
+        elif isinstance(col.dtype, pd.Int64Dtype):
+            arr = col.to_numpy(np.int64, na_value=0)
+            out[c] = pd.array(np.where(known, seeds.whole_orders(arr), 0), dtype="Int64")
+            out.loc[~known, c] = pd.NA
+        else:
+            out[c] = seeds.whole_orders(col.to_numpy(np.int64)) if len(col) else col
+    return out
+
+
+def sliced_tables(cap, cuts: list[int]) -> dict[str, pd.DataFrame]:
+    """Each table of TABLES told by the slices of `cap` cut at `cuts`, in the whole's row order."""
+    bounds = [0, *cuts, None]
+    slices = list(zip(bounds, bounds[1:]))
+    seen = None
+    for first, end in slices:
+        seen = ends_step(time_slice(cap, first, end), seen)
+    ends = ends_of(seen)
+    parts = {name: [] for name in TABLES}
+    replay = None
+    for first, end in slices:
+        part = replayed(time_slice(cap, first, end), replay, ends)
+        for name, (fn, columns) in TABLES.items():
+            table = fn(part)
+            keep = told(part, table["order"].to_numpy(np.int64), end is None)
+            parts[name].append(_whole(part, table[keep], columns))
+        replay = replay_after(part) if end is not None else None
+    # (a slice without a row of a table may give it untyped columns: left out, as merges do)
+    return {name: pd.concat([t for t in p if len(t)] or p[:1], ignore_index=True).sort_values(
+        "order", kind="stable").reset_index(drop=True) for name, p in parts.items()}
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_the_derivations_of_the_slices_are_the_whole_partitions(name):
+    """Deliveries with what settled them, confirms, consumers started: each row told by one
+    slice, the same as the whole partition's (cut into 7 slices and into slices of 50 packets)."""
+    cap = amqpcap.load(FIX / name)
+    packet, ts = cap.packets["packet"].to_numpy(np.int64), ns(cap.packets["ts"])
+    for every in (max(1, len(packet) // 7), 50):
+        cuts = clean_cuts(packet, ts, every)
+        got = sliced_tables(cap, cuts)
+        for table, (fn, _) in TABLES.items():
+            want = fn(cap)
+            pd.testing.assert_frame_equal(got[table], want.reset_index(drop=True), check_exact=True,
+                                          check_dtype=len(want) > 0, obj=f"{table} cut every {every} packets")
+
+
+def assert_same_tally(got: Tally, want: Tally, where: str) -> None:
+    for field in fields(Tally):
+        a, b = getattr(got, field.name), getattr(want, field.name)
+        what = f"{where}: {field.name}"
+        if isinstance(b, pd.DataFrame):
+            pd.testing.assert_frame_equal(a, b, check_exact=True, check_dtype=len(b) > 0, obj=what)
+        elif isinstance(b, pd.Series):
+            pd.testing.assert_series_equal(a, b, check_exact=True, check_dtype=len(b) > 0, obj=what)
+        elif isinstance(b, dict):
+            assert a.keys() == b.keys(), what
+            for k in b:
+                np.testing.assert_array_equal(a[k], b[k], err_msg=f"{what}[{k}]")
+        elif isinstance(b, np.ndarray):
+            np.testing.assert_array_equal(a, b, err_msg=what)
+        else:
+            assert a == b, what
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_the_tally_of_the_slices_is_the_whole_partitions(name):
+    """summary.json's and the overview's counts: of a partition cut into 7 slices and into
+    slices of 50 packets, each delivery counted by the slice that tells it."""
+    cap = amqpcap.load(FIX / name)
+    facts = facts_of(cap)
+    packet, ts = cap.packets["packet"].to_numpy(np.int64), ns(cap.packets["ts"])
+    for every in (max(1, len(packet) // 7), 50):
+        cuts = clean_cuts(packet, ts, every)
+        assert_same_tally(sliced_partial(tally.SPLIT, cap, facts, cuts), tally_of(cap), f"cut every {every} packets")
