@@ -12,7 +12,10 @@ import pytest
 
 import amqpcap
 from amqpcap.derive.deliveries import confirms, consumes, deliveries
-from amqpcap.derive.replay import ends_of, ends_step, replay_after, replayed, told
+from amqpcap.derive.refills import ack_rows
+from amqpcap.derive.consumers import CONSUMER, code_of, consumer_rows, consumer_state, with_final_prefetch
+from amqpcap.derive.replay import (ends_of, ends_step, replay_after, replayed, state_maxima, told, told_consumers,
+                                   told_state)
 from amqpcap.derive.seeds import seeds_of
 from amqpcap.derive.stream_order import ns
 from amqpcap import tally
@@ -22,14 +25,28 @@ from amqpcap.tally import Tally, tally_of
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 FIXTURES = sorted(p.name for p in FIX.iterdir() if p.name.endswith((".pcap", ".pcapng", ".pcap.gz")))
 
-#: per derived table: its function and its columns of frame positions (the others compare as they are)
+#: per derived table: its function, and its columns of frame positions in the slice (made the
+#: whole's to compare; the others compare as they are)
 TABLES = {
     "deliveries": (deliveries, ["order", "settle_order"]),
     "confirms": (confirms, ["order"]),
     # (its codes are dense over, or in the categories of, each slice's own frames: not compared)
     "consumes": (lambda cap: consumes(cap).drop(columns=["space", "tag_code", "queue_code", "ok_code"]),
                  ["order", "ok_order", "start_order"]),
+    "acks": (lambda cap: _acks(cap), ["order"]),
+    # (its start orders are the whole's already)
+    "consumers": (consumer_rows, []),
 }
+#: the tables whose rows are told per consumer, not per frame (`told_consumers`), by their
+#: consumer's start
+BY_CONSUMER = {"consumers": "start_order"}
+
+
+def _acks(cap) -> pd.DataFrame:
+    """`ack_rows`' table with the frame keys of its backlog questions beside each row."""
+    rows = ack_rows(cap)
+    q = rows.questions.assign(queue=rows.questions["queue"].astype(object)).add_prefix("q_")
+    return pd.concat([rows.table.drop(columns="space").reset_index(drop=True), q.reset_index(drop=True)], axis=1)
 
 
 def _whole(cap, table: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
@@ -61,17 +78,33 @@ def sliced_tables(cap, cuts: list[int]) -> dict[str, pd.DataFrame]:
         seen = ends_step(time_slice(cap, first, end), seen)
     ends = ends_of(seen)
     parts = {name: [] for name in TABLES}
-    replay = None
+    states, replay = [], None
     for first, end in slices:
         part = replayed(time_slice(cap, first, end), replay, ends)
         for name, (fn, columns) in TABLES.items():
             table = fn(part)
-            keep = told(part, table["order"].to_numpy(np.int64), end is None)
+            keep = (told_consumers(part, end is None) if name in BY_CONSUMER
+                    else told(part, table["order"].to_numpy(np.int64), end is None))
             parts[name].append(_whole(part, table[keep], columns))
+        states.append(told_state(part, end is None))
+        if end is None:
+            maxima = state_maxima(part)
         replay = replay_after(part) if end is not None else None
+    # each consumer's state rows by its start, then time, then frame; an estimated prefetch the
+    # most of the consumer's whole life
+    state = pd.concat([t for t in states if len(t)] or states[:1], ignore_index=True).sort_values(
+        CONSUMER + ["ts", "_order"], kind="stable")
+    at = code_of(maxima, state)
+    state = with_final_prefetch(state, np.where(at >= 0, maxima["max_unacked"].to_numpy()[np.maximum(at, 0)], 0))
+    parts["state"] = [state.drop(columns="_order")]
+    TABLES_SORT = {**BY_CONSUMER, "state": None}
     # (a slice without a row of a table may give it untyped columns: left out, as merges do)
-    return {name: pd.concat([t for t in p if len(t)] or p[:1], ignore_index=True).sort_values(
-        "order", kind="stable").reset_index(drop=True) for name, p in parts.items()}
+    out = {}
+    for name, p in parts.items():
+        table = pd.concat([t for t in p if len(t)] or p[:1], ignore_index=True)
+        by = TABLES_SORT.get(name, "order")
+        out[name] = (table.sort_values(by, kind="stable") if by else table).reset_index(drop=True)
+    return out
 
 
 @pytest.mark.parametrize("name", FIXTURES)
@@ -83,7 +116,7 @@ def test_the_derivations_of_the_slices_are_the_whole_partitions(name):
     for every in (max(1, len(packet) // 7), 50):
         cuts = clean_cuts(packet, ts, every)
         got = sliced_tables(cap, cuts)
-        for table, (fn, _) in TABLES.items():
+        for table, fn in {**{n: f for n, (f, _) in TABLES.items()}, "state": consumer_state}.items():
             want = fn(cap)
             pd.testing.assert_frame_equal(got[table], want.reset_index(drop=True), check_exact=True,
                                           check_dtype=len(want) > 0, obj=f"{table} cut every {every} packets")

@@ -30,6 +30,7 @@ from ..capture import Capture
 from .cache import CONNECTION, derivation
 from .deliveries import deliveries_with_codes
 from .methods import methods, pick, select
+from .seeds import seeds_of
 
 
 @dataclass(frozen=True)
@@ -48,10 +49,18 @@ class QueueEvents:
 
 
 def frame_keys(cap: Capture, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The keys (packet, rank) of the frames at positions `order` of cap.frames (sorted by packet)."""
+    """The keys (packet, rank) of the frames at positions `order` of cap.frames (sorted by packet).
+    In a slice of a partition's time, a replayed frame's rank is its own (`Seeds.ranks`): the
+    other frames of its packet are not there (`amqpcap.derive.replay`)."""
     packet = cap.frames["packet"].to_numpy(np.int64)
+    order = np.asarray(order, np.int64)
     p = packet[order]
-    return p, order - np.searchsorted(packet, p, side="left")
+    rank = order - np.searchsorted(packet, p, side="left")
+    seeds = seeds_of(cap)
+    if seeds is not None and seeds.replayed:
+        again = order < seeds.replayed
+        rank[again] = seeds.replay.ranks[order[again]]
+    return p, rank
 
 
 def text_codes(col: pd.Series, missing=None) -> pd.Categorical:

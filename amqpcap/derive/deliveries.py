@@ -324,7 +324,7 @@ def _sequence_numbers(cap: Capture, p: pd.DataFrame) -> np.ndarray:
     key, epoch = chan_key(p)[own], p["epoch"].to_numpy(np.int64)[own]
     seq[own] = group_cumsum(codes(key, epoch), np.ones(len(key), np.int64))
     if seeds is not None:
-        seq[~own] = seeds.seqs[order[~own]]
+        seq[~own] = seeds.replay.seqs[order[~own]]
         seq[own] += seeds.numbered_before(key, epoch)
     return seq
 

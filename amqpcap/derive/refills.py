@@ -21,6 +21,7 @@ from .columns import asof, group_cumsum
 from .consumers import consumer_rows
 from .deliveries import GET_TAG, SETTLE_METHODS, deliveries, deliveries_with_codes
 from .methods import chan_key, methods, pick, select
+from .seeds import seeds_of
 from .stream_order import ns
 
 
@@ -80,14 +81,34 @@ def ack_rows(cap: Capture) -> AckRows:
     s["next_deliver_ts"] = d["ts"].array.take(nxt, allow_fill=True)
     s["gap_s"] = (s["next_deliver_ts"] - s["ts"]).dt.total_seconds()
     s["unacked_after"] = _unacked_after(d, d_space, s["space"].to_numpy(), s_order)
+    _as_told_before(cap, s)
 
     # the queue's backlog is read right after the ack's frame and until the next delivery's
     # (frames named by key: the backlog's rows are of every partition's frames)
     s_packet, s_rank = frame_keys(cap, s_order)
-    n_packet, n_rank = frame_keys(cap, np.where(nxt >= 0, d_order[np.maximum(nxt, 0)], 0))
+    # (no delivery at all: acks of deliveries outside the capture, or of an earlier slice's)
+    n_packet, n_rank = frame_keys(cap, np.where(nxt >= 0, d_order[np.maximum(nxt, 0)] if len(d_order) else 0, 0))
     questions = pd.DataFrame({"queue": text_codes(s["queue"]), "packet": s_packet, "rank": s_rank,
                               "next_packet": np.where(nxt >= 0, n_packet, -1), "next_rank": np.where(nxt >= 0, n_rank, 0)})
     return AckRows(s, questions)
+
+
+def _as_told_before(cap: Capture, s: pd.DataFrame) -> None:
+    """In a slice of a partition's time, a replayed ack (one that waited for the next delivery)
+    keeps what the slice before said of it: the deliveries it settled are not replayed
+    (`amqpcap.derive.replay`). Only its next delivery is this slice's to find."""
+    seeds = seeds_of(cap)
+    if seeds is None or not seeds.replayed:
+        return
+    order = s["order"].to_numpy(np.int64)
+    again = np.flatnonzero(order < seeds.replayed)
+    again = again[seeds.replay.acks["settled"].to_numpy(np.int64)[order[again]] >= 0]  # (-1: not such an ack)
+    told = seeds.replay.acks.iloc[order[again]]
+    s.iloc[again, s.columns.get_loc("settled")] = told["settled"].to_numpy(np.int64)
+    s.iloc[again, s.columns.get_loc("unacked_after")] = told["unacked_after"].to_numpy(np.int64)
+    queue = s["queue"].astype(object).to_numpy(copy=True)
+    queue[again] = told["queue"].to_numpy(object)
+    s["queue"] = pd.array(queue, dtype=s["queue"].dtype)
 
 
 def backlog_context(cap: Capture, facts) -> BacklogShares:

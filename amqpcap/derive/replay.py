@@ -38,40 +38,17 @@ import pandas as pd
 
 from ..capture import Capture
 from .cache import CONNECTION, derivation
-from .columns import codes, counts_added, value_at
+from .columns import as_object, codes, counts_added, value_at
+from .consumers import (CONSUMER, acked_deliveries, code_of, consumer_rows, consumer_state_with_codes,
+                        consumers_so_far, until_of)
 from .deliveries import (ALL_TAGS, SETTLE_METHODS, _tags, confirms, consume_frames, deliveries_with_codes,
                          last_closes)
 from .methods import chan_key, methods, pick, select
-from .seeds import Closes, Ends, Seeds, chan_keys, seeds_of
+from .backlog import frame_keys
+from .refills import ack_rows
+from .seeds import Closes, Ends, Replay, Seeds, chan_keys, seeds_of
 
 _NONE = np.zeros(0, np.int64)
-
-
-@dataclass(frozen=True)
-class Replay:
-    """What a slice leaves to the next one's derivations."""
-
-    #: the frames to replay (rows of cap.frames in whole order, text columns as text: a slice
-    #: read from a dataset has categories of its own rows: docs/time-split.md §6)
-    rows: pd.DataFrame
-    #: per row: whole order, epoch, confirm sequence number (0: none), an item not told yet
-    orders: np.ndarray
-    epochs: np.ndarray
-    seqs: np.ndarray
-    pending: np.ndarray
-    #: whole order of the next slice's first own frame
-    offset: int
-    #: channel.open frames per channel key so far (keys sorted)
-    open_keys: np.ndarray
-    open_counts: np.ndarray
-    #: publishes numbered so far per current tag space (channel key, epoch; sorted)
-    numbered_keys: np.ndarray
-    numbered_epochs: np.ndarray
-    numbered_counts: np.ndarray
-
-
-#: before the first slice: nothing to replay, nothing counted
-NOTHING = Replay(pd.DataFrame(), _NONE, _NONE, _NONE, np.zeros(0, bool), 0, _NONE, _NONE, _NONE, _NONE, _NONE)
 
 
 def with_replay(part: Capture, replay: Replay | None, ends: Ends) -> None:
@@ -98,17 +75,13 @@ def next_replay(part: Capture) -> Replay:
 def replayed(part: Capture, replay: Replay | None, ends: Ends | None = None) -> Capture:
     """The slice `part` as its derivations see it: the rows of `replay` (None: the first slice)
     before its own frames, and the seeds on its context."""
-    replay = replay or NOTHING
+    replay = replay or Replay()
     frames = _with_rows(replay.rows, part.frames) if len(replay.rows) else part.frames
     cap = Capture(path=part.path, ports=part.ports, frames=frames, packets=part.packets,
                   connections=part.connections, anomalies=part.anomalies, records=part.records,
                   bodies=part.bodies, summary=part.summary)
     cap.context.update(part.context)
-    cap.context["seeds"] = Seeds(
-        offset=replay.offset, replayed=len(replay.rows), orders=replay.orders, epochs=replay.epochs,
-        seqs=replay.seqs, pending=replay.pending, open_keys=replay.open_keys, open_counts=replay.open_counts,
-        numbered_keys=replay.numbered_keys, numbered_epochs=replay.numbered_epochs,
-        numbered_counts=replay.numbered_counts, ends=ends)
+    cap.context["seeds"] = Seeds(replay, ends)
     return cap
 
 
@@ -136,7 +109,7 @@ def replay_after(cap: Capture) -> Replay:
     epoch = m["epoch"].to_numpy(np.int64)
     own = m["order"].to_numpy(np.int64) >= seeds.replayed
     (open_keys,), open_counts = counts_added(
-        (seeds.open_keys,), seeds.open_counts, *_counted(key[own & select(m, "channel.open")]))
+        (seeds.replay.open_keys,), seeds.replay.open_counts, *_counted(key[own & select(m, "channel.open")]))
     current = _current(m, open_keys, open_counts)
 
     dc = deliveries_with_codes(cap)
@@ -147,12 +120,14 @@ def replay_after(cap: Capture) -> Replay:
         current[_rows_of(m, p["order"])] & ~p["outcome"].isin(["ack", "nack"]).to_numpy(bool)]
     cons = consume_frames(cap)
     waiting_c = _pending_consumes(cons, current, m)
+    acks = ack_rows(cap).table
+    waiting_a = _pending_acks(m, acks, current)
     orders = np.unique(np.r_[
         waiting_d, dc.source_order[np.isin(d["order"].to_numpy(np.int64), waiting_d) & (dc.source_order >= 0)],
-        waiting_p, waiting_c, _last_consumes(cons), _last_of(m, select(m, "basic.get", "c2s"), key),
+        waiting_p, waiting_c, waiting_a, _last_consumes(cons), _last_of(m, select(m, "basic.get", "c2s"), key),
         _current_qos(cap, m, current), _first_selects(m, current),
         _highest_multiple(cap, m, current, "c2s"), _highest_multiple(cap, m, current, "s2c")]).astype(np.int64)
-    pending = np.isin(orders, np.r_[waiting_d, waiting_p, waiting_c])
+    pending = np.isin(orders, np.r_[waiting_d, waiting_p, waiting_c, waiting_a])
 
     seq = np.zeros(len(orders), np.int64)
     at = np.searchsorted(orders, p["order"].to_numpy(np.int64))
@@ -161,8 +136,14 @@ def replay_after(cap: Capture) -> Replay:
     numbered = _numbered(p, seeds, current[_rows_of(m, p["order"])], open_keys, open_counts)
     rows = cap.frames.iloc[orders].reset_index(drop=True)
     rows = rows.astype({c: object for c in rows.columns if isinstance(rows[c].dtype, pd.CategoricalDtype)})
+    consumers = consumers_so_far(cap)
+    current_consumers = _in_current_space(consumers, open_keys, open_counts)
+    state = _state_split(cap)
     return Replay(rows=rows, orders=seeds.whole_orders(orders), epochs=epoch[_rows_of(m, orders)], seqs=seq,
-                  pending=pending, offset=seeds.offset + len(cap.frames) - seeds.replayed,
+                  pending=pending, ranks=frame_keys(cap, orders)[1], acks=_told_acks(acks, orders, waiting_a),
+                  consumers=as_object(consumers[current_consumers].reset_index(drop=True), "consumer_tag"),
+                  state_rows=state.withheld, state_maxima=state.maxima,
+                  offset=seeds.replay.offset + len(cap.frames) - seeds.replayed,
                   open_keys=open_keys, open_counts=open_counts, numbered_keys=numbered[0],
                   numbered_epochs=numbered[1], numbered_counts=numbered[2])
 
@@ -178,11 +159,130 @@ def told(cap: Capture, order, last: bool) -> np.ndarray:
         return np.ones(len(order), bool)
     mine = order >= seeds.replayed
     if seeds.replayed:
-        mine |= seeds.pending[np.minimum(order, seeds.replayed - 1)]
+        mine |= seeds.replay.pending[np.minimum(order, seeds.replayed - 1)]
     if last:
         return mine
     later = replay_after(cap)
     return mine & ~np.isin(seeds.whole_orders(order), later.orders[later.pending])
+
+
+def told_consumers(cap: Capture, last: bool) -> np.ndarray:
+    """Which rows of `consumer_rows` of the slice `cap` the slice tells: those not carried to the
+    next slice (their tag space ended), or all at the partition's `last` slice."""
+    rows = consumer_rows(cap)
+    if seeds_of(cap) is None or last:
+        return np.ones(len(rows), bool)
+    later = replay_after(cap).consumers
+    if not len(later):
+        return np.ones(len(rows), bool)
+    carried = pd.MultiIndex.from_frame(as_object(later[CONSUMER], "consumer_tag"))
+    return ~pd.MultiIndex.from_frame(as_object(rows[CONSUMER], "consumer_tag")).isin(carried)
+
+
+@dataclass(frozen=True)
+class _StateSplit:
+    """A slice's `consumer_state` rows split by what is known of them (`_state_split`)."""
+
+    #: rows now final (with ``_order``): the slices' before whose next row or end came, and the
+    #: slice's own but each consumer's last (unless it ended)
+    final: pd.DataFrame
+    #: rows whose next row or end is not known yet: the slices' before still waiting, and each
+    #: not ended consumer's last own row (with ``_order``)
+    withheld: pd.DataFrame
+    #: the most deliveries each consumer held unacknowledged so far (CONSUMER, max_unacked)
+    maxima: pd.DataFrame
+
+
+def state_maxima(cap: Capture) -> pd.DataFrame:
+    """The most deliveries each consumer held unacknowledged up to the end of the slice `cap`
+    (CONSUMER, max_unacked): at the last slice, what `consumers.with_final_prefetch` needs."""
+    return _state_split(cap).maxima
+
+
+def told_state(cap: Capture, last: bool) -> pd.DataFrame:
+    """The `consumer_state` rows the slice `cap` tells, with ``_order`` (their frame's whole
+    order): each row once, when its next row or its consumer's end is known, or at the last
+    slice (then until the consumer's end, or the connection's last packet). An estimated
+    prefetch is the most so far: `consumers.with_final_prefetch` makes it the whole's."""
+    split = _state_split(cap)
+    if not last:
+        return split.final
+    return pd.concat([t for t in (split.final, split.withheld) if len(t)] or [split.final], ignore_index=True)
+
+
+@derivation(CONNECTION)
+def _state_split(cap: Capture) -> _StateSplit:
+    seeds = seeds_of(cap)
+    st = consumer_state_with_codes(cap)
+    rows = st.table.assign(_order=st.orders)
+    cons = consumers_so_far(cap)
+    ended = _per_row(rows, cons, "ended", False).astype(bool)
+    # each consumer's last own row, by frame order, waits for its next row or its end
+    last_row = np.zeros(len(rows), bool)
+    if len(rows):
+        by = np.lexsort((st.orders, st.code))
+        last_row[by[np.r_[st.code[by][1:] != st.code[by][:-1], True]]] = True
+    wait = last_row & ~ended
+    before = seeds.replay.state_rows if seeds is not None else pd.DataFrame()
+    done_before, waiting_before = _resolved(cap, before, rows, st.orders, cons)
+    final = [t for t in (done_before, rows[~wait]) if len(t)]
+    waiting = [t for t in (waiting_before, rows[wait]) if len(t)]
+    maxima = _maxima(acked_deliveries(cap).keys, st.max_unacked,
+                     seeds.replay.state_maxima if seeds is not None else pd.DataFrame())
+    return _StateSplit(pd.concat(final, ignore_index=True) if final else rows.iloc[:0],
+                       as_object(pd.concat(waiting, ignore_index=True), "consumer_tag") if waiting else rows.iloc[:0],
+                       maxima)
+
+
+def _per_row(rows: pd.DataFrame, cons: pd.DataFrame, column: str, default):
+    """`cons`' `column` (per consumer, CONSUMER keys) at each row's consumer."""
+    if not len(rows):
+        return np.zeros(0, dtype=object)
+    at = code_of(cons, rows) if len(cons) else np.full(len(rows), -1)
+    values = cons[column].to_numpy(object) if len(cons) else np.zeros(0, object)
+    return np.where(at >= 0, values[np.maximum(at, 0)] if len(values) else default, default)
+
+
+def _resolved(cap: Capture, before: pd.DataFrame, rows: pd.DataFrame, orders: np.ndarray,
+              cons: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The rows the slices before withheld (`before`), split into those now resolved (their
+    consumer's next row is among the slice's `rows` (frames at whole `orders`), or its end is
+    known), with their until_ts and duration_s, and those still waiting."""
+    if not len(before):
+        return before, before
+    nat = np.iinfo(np.int64).min
+    # the consumer's first row of this slice, by frame order
+    nxt = np.full(len(before), nat, dtype=np.int64)
+    if len(rows):
+        first = rows.assign(_o=orders).sort_values("_o", kind="stable").drop_duplicates(CONSUMER)
+        at = code_of(first, before)
+        hit = at >= 0
+        nxt[hit] = first["ts"].array.asi8[at[hit]]
+    ended = _per_row(before, cons, "ended", False).astype(bool)
+    # its end: its consumer's (known or not yet: the connection's last packet), or the
+    # connection's last packet for a consumer no longer carried (its tag space ended unseen)
+    last = cap.connections.set_index("stream")["last_ts"].reindex(before["stream"].to_numpy())
+    end = pd.Series(_per_row(before, cons, "end_ts", pd.NaT))
+    end_ns = pd.to_datetime(end.where(end.notna(), pd.Series(last.array)), utc=True).array.asi8
+    ts = before["ts"].array.asi8
+    until = until_of(ts, nxt, end_ns)
+    done = (nxt != nat) | ended
+    out = before.copy()
+    tsd = before["ts"].dtype
+    out["until_ts"] = pd.Series(until.view("M8[ns]")).dt.tz_localize("UTC").astype(tsd).array
+    out["duration_s"] = (out["until_ts"] - out["ts"]).dt.total_seconds()
+    return out[done].reset_index(drop=True), before[~done].reset_index(drop=True)
+
+
+def _maxima(keys: pd.DataFrame, max_unacked: np.ndarray, before: pd.DataFrame) -> pd.DataFrame:
+    """Each consumer's most unacked deliveries so far: this slice's (`keys`: its consumers, with
+    the slices' before: `consumer_state_with_codes`) and those only the slices before saw."""
+    now = as_object(keys[CONSUMER].assign(max_unacked=max_unacked), "consumer_tag")
+    now = now[now["max_unacked"].to_numpy() > np.iinfo(np.int64).min]
+    if not len(before):
+        return now.reset_index(drop=True)
+    both = pd.concat([as_object(before, "consumer_tag"), now], ignore_index=True)
+    return both.groupby(CONSUMER, as_index=False, sort=True)["max_unacked"].max()
 
 
 def _counted(key: np.ndarray) -> tuple[tuple[np.ndarray], np.ndarray]:
@@ -198,7 +298,12 @@ def _rows_of(m: pd.DataFrame, order) -> np.ndarray:
 def _current(m: pd.DataFrame, open_keys: np.ndarray, open_counts: np.ndarray) -> np.ndarray:
     """Whether each method frame is in its channel's current tag space (no channel.open since:
     a later frame can be matched to it)."""
-    return m["epoch"].to_numpy(np.int64) == value_at(open_keys, open_counts, chan_key(m), 0)
+    return _in_current_space(m, open_keys, open_counts)
+
+
+def _in_current_space(rows: pd.DataFrame, open_keys: np.ndarray, open_counts: np.ndarray) -> np.ndarray:
+    """Whether each row (stream, channel, epoch) is in its channel's current tag space."""
+    return rows["epoch"].to_numpy(np.int64) == value_at(open_keys, open_counts, chan_key(rows), 0)
 
 
 def _pending_deliveries(m: pd.DataFrame, d: pd.DataFrame, current: np.ndarray) -> np.ndarray:
@@ -207,6 +312,26 @@ def _pending_deliveries(m: pd.DataFrame, d: pd.DataFrame, current: np.ndarray) -
     order = d["order"].to_numpy(np.int64)
     open_ = d["settle_order"].isna().to_numpy(bool) & ~d["no_ack"].to_numpy(bool)
     return order[open_ & current[_rows_of(m, order)]]
+
+
+def _pending_acks(m: pd.DataFrame, acks: pd.DataFrame, current: np.ndarray) -> np.ndarray:
+    """Orders of the client acks/nacks/rejects still waiting for the next delivery of their tag
+    space (`amqpcap.derive.refills.ack_rows`): at most as many as the deliveries outstanding when
+    the last delivery came."""
+    order = acks["order"].to_numpy(np.int64)
+    return order[acks["next_deliver_packet"].isna().to_numpy(bool) & current[_rows_of(m, order)]]
+
+
+def _told_acks(acks: pd.DataFrame, orders: np.ndarray, waiting: np.ndarray) -> pd.DataFrame:
+    """Per replayed row (`orders`), what `ack_rows` says of it when it is a waiting ack
+    (`waiting`), settled -1 for the others (`Replay.acks`)."""
+    at = np.searchsorted(acks["order"].to_numpy(np.int64), orders)
+    is_ack = np.isin(orders, waiting)
+    at = np.where(is_ack, at, 0)
+    return pd.DataFrame({
+        "settled": np.where(is_ack, acks["settled"].to_numpy(np.int64)[at] if len(acks) else -1, -1),
+        "queue": np.where(is_ack, acks["queue"].astype(object).to_numpy()[at] if len(acks) else None, None),
+        "unacked_after": np.where(is_ack, acks["unacked_after"].to_numpy(np.int64)[at] if len(acks) else 0, 0)})
 
 
 def _pending_consumes(cons: pd.DataFrame, current: np.ndarray, m: pd.DataFrame) -> np.ndarray:
@@ -286,11 +411,11 @@ def _numbered(p: pd.DataFrame, seeds: Seeds, current: np.ndarray, open_keys: np.
     """Publishes numbered so far per current tag space (channel key, epoch): the last sequence
     number of the slice's, else the count before it."""
     cur = p[current]
-    still = seeds.numbered_epochs == value_at(open_keys, open_counts, seeds.numbered_keys, 0)
+    still = seeds.replay.numbered_epochs == value_at(open_keys, open_counts, seeds.replay.numbered_keys, 0)
     # the slices before's counts of the spaces still current, then this slice's (higher) ones
-    k = np.r_[seeds.numbered_keys[still], chan_keys(cur["stream"], cur["channel"])]
-    e = np.r_[seeds.numbered_epochs[still], cur["epoch"].to_numpy(np.int64)]
-    n = np.r_[seeds.numbered_counts[still], cur["seq"].to_numpy(np.int64)]
+    k = np.r_[seeds.replay.numbered_keys[still], chan_keys(cur["stream"], cur["channel"])]
+    e = np.r_[seeds.replay.numbered_epochs[still], cur["epoch"].to_numpy(np.int64)]
+    n = np.r_[seeds.replay.numbered_counts[still], cur["seq"].to_numpy(np.int64)]
     if not len(k):
         return _NONE, _NONE, _NONE
     code = codes(k, e)
@@ -318,8 +443,7 @@ class _Seen:
 def ends_step(part: Capture, seen: _Seen | None) -> _Seen:
     """The first pass over the slice `part` (a `time_slice`), given what the slices before saw."""
     seen = seen or _Seen(0, _NONE, _NONE, _NONE, _NONE, Closes(_NONE, _NONE, _NONE, _NONE))
-    cap = replayed(part, Replay(pd.DataFrame(), _NONE, _NONE, _NONE, np.zeros(0, bool), seen.offset,
-                                seen.open_keys, seen.open_counts, _NONE, _NONE, _NONE))
+    cap = replayed(part, Replay(offset=seen.offset, open_keys=seen.open_keys, open_counts=seen.open_counts))
     m = methods(cap)
     key = chan_key(m)
     (open_keys,), open_counts = counts_added((seen.open_keys,), seen.open_counts,

@@ -24,9 +24,10 @@ whole partition is the one-slice case.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
 from .columns import codes, value_at
 
@@ -110,37 +111,78 @@ def _pair_lookup(keys: np.ndarray, epochs: np.ndarray, values: np.ndarray, key: 
     return value_at(code[:len(keys)], np.asarray(values), code[len(keys):], default)
 
 
+def _none() -> np.ndarray:
+    return np.zeros(0, np.int64)
+
+
+def _no_acks() -> pd.DataFrame:
+    return pd.DataFrame({"settled": _none(), "queue": np.zeros(0, object), "unacked_after": _none()})
+
+
+@dataclass(frozen=True)
+class Replay:
+    """What a slice leaves to the next one's derivations (`amqpcap.derive.replay.replay_after`);
+    the default: nothing, before the first slice."""
+
+    #: the frames to replay (rows of cap.frames in whole order; all method frames; text columns
+    #: as text: a slice read from a dataset has categories of its own rows)
+    rows: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: per row, its whole order, its epoch, its confirm sequence number (0: not one), and
+    #: whether it is an item not told yet (a delivery not settled, a publish not confirmed, a
+    #: basic.consume not answered, an ack waiting for the next delivery: told by the slice where
+    #: it is final, `amqpcap.derive.replay.told`) rather than a row later frames are matched to
+    #: (a basic.consume, a confirm.select, a basic.qos)
+    orders: np.ndarray = field(default_factory=_none)
+    epochs: np.ndarray = field(default_factory=_none)
+    seqs: np.ndarray = field(default_factory=_none)
+    pending: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    #: per row, its rank among its packet's frames (its frame key is (packet, rank):
+    #: `amqpcap.derive.backlog.frame_keys`)
+    ranks: np.ndarray = field(default_factory=_none)
+    #: per row, what `amqpcap.derive.refills.ack_rows` said of it when it is an ack waiting for
+    #: the next delivery (columns settled, queue, unacked_after; settled -1 for the other rows):
+    #: the deliveries it settled are not replayed
+    acks: pd.DataFrame = field(default_factory=_no_acks)
+    #: the consumers in a current tag space so far (`amqpcap.derive.consumers.consumers_so_far`
+    #: of the slice: start orders whole, text as text): a consumer's row is final only once its
+    #: tag space ends (a later delivery to it adds to its count)
+    consumers: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: each consumer's last state row so far when its next row (or its end) is not known yet
+    #: (`amqpcap.derive.consumers.consumer_state`'s columns and ``_order``, its frame's whole
+    #: order), and the most deliveries each consumer held unacknowledged so far (CONSUMER and
+    #: max_unacked): an estimated prefetch is the most of its whole life
+    state_rows: pd.DataFrame = field(default_factory=pd.DataFrame)
+    state_maxima: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: whole order of the next slice's first own frame
+    offset: int = 0
+    #: channel.open frames per channel key so far (keys sorted)
+    open_keys: np.ndarray = field(default_factory=_none)
+    open_counts: np.ndarray = field(default_factory=_none)
+    #: publishes numbered so far per current tag space (channel key, epoch; sorted)
+    numbered_keys: np.ndarray = field(default_factory=_none)
+    numbered_epochs: np.ndarray = field(default_factory=_none)
+    numbered_counts: np.ndarray = field(default_factory=_none)
+
+
 @dataclass(frozen=True)
 class Seeds:
-    """A slice's start (see the module doc)."""
+    """A slice's start (see the module doc): what the slice before left (its rows are at the
+    head of cap.frames) and what the first pass found."""
 
-    #: whole order of the slice's first own frame
-    offset: int
-    #: how many rows at the head of cap.frames are replayed (all method frames)
-    replayed: int
-    #: per replayed row, its whole order, its epoch, its confirm sequence number (0: not one),
-    #: and whether it is an item not told yet (a delivery not settled, a publish not confirmed,
-    #: a basic.consume not answered: told by the slice where it is final, `told`), rather than
-    #: a row later frames are matched to (a basic.consume, a confirm.select, a basic.qos)
-    orders: np.ndarray
-    epochs: np.ndarray
-    seqs: np.ndarray
-    pending: np.ndarray
-    #: channel.open frames per channel key before the slice's own frames (keys sorted)
-    open_keys: np.ndarray
-    open_counts: np.ndarray
-    #: publishes numbered in confirm mode so far, per tag space (channel key, epoch; sorted)
-    numbered_keys: np.ndarray
-    numbered_epochs: np.ndarray
-    numbered_counts: np.ndarray
+    replay: Replay
     ends: Ends | None = None
+
+    @property
+    def replayed(self) -> int:
+        """How many rows at the head of cap.frames are replayed."""
+        return len(self.replay.rows)
 
     def whole_orders(self, order: np.ndarray) -> np.ndarray:
         """The whole partition's order of the frames at positions `order` of the slice's frames."""
         order = np.asarray(order, np.int64)
         own = order >= self.replayed
-        return np.where(own, order - self.replayed + self.offset, self.orders[np.where(own, 0, order)]
-                        if self.replayed else 0)
+        return np.where(own, order - self.replayed + self.replay.offset,
+                        self.replay.orders[np.where(own, 0, order)] if self.replayed else 0)
 
     def epochs_of(self, key: np.ndarray, opened: np.ndarray, order: np.ndarray, counted) -> np.ndarray:
         """The epoch of each method frame (channel key `key`, whether it is a channel.open,
@@ -148,13 +190,14 @@ class Seeds:
         plus ``counted(key, opened)`` of the slice's own frames up to it."""
         own = order >= self.replayed
         epoch = np.empty(len(key), np.int64)
-        epoch[~own] = self.epochs[order[~own]]
-        epoch[own] = value_at(self.open_keys, self.open_counts, key[own], 0) + counted(key[own], opened[own])
+        epoch[~own] = self.replay.epochs[order[~own]]
+        epoch[own] = value_at(self.replay.open_keys, self.replay.open_counts, key[own], 0) + counted(key[own], opened[own])
         return epoch
 
     def numbered_before(self, key: np.ndarray, epoch: np.ndarray) -> np.ndarray:
         """Publishes of each tag space numbered in the slices before (0 for a new one)."""
-        return _pair_lookup(self.numbered_keys, self.numbered_epochs, self.numbered_counts, key, epoch, 0)
+        r = self.replay
+        return _pair_lookup(r.numbered_keys, r.numbered_epochs, r.numbered_counts, key, epoch, 0)
 
 
 def seeds_of(cap) -> Seeds | None:
