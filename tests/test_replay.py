@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import fields
 from pathlib import Path
 
@@ -11,16 +12,20 @@ import pandas as pd
 import pytest
 
 import amqpcap
+from amqpcap import tally
+from amqpcap.derive.backlog import frame_keys
+from amqpcap.derive.consumers import CONSUMER, code_of, consumer_rows, consumer_state, with_final_prefetch
 from amqpcap.derive.deliveries import confirms, consumes, deliveries
 from amqpcap.derive.refills import ack_rows
-from amqpcap.derive.consumers import CONSUMER, code_of, consumer_rows, consumer_state, with_final_prefetch
 from amqpcap.derive.replay import (ends_of, ends_step, replay_after, replayed, state_maxima, told, told_consumers,
                                    told_state)
 from amqpcap.derive.seeds import seeds_of
 from amqpcap.derive.stream_order import ns
-from amqpcap import tally
 from amqpcap.partition import clean_cuts, facts_of, sliced_partial, time_slice
 from amqpcap.tally import Tally, tally_of
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import crafting as c  # noqa: E402
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 FIXTURES = sorted(p.name for p in FIX.iterdir() if p.name.endswith((".pcap", ".pcapng", ".pcap.gz")))
@@ -53,19 +58,19 @@ def _whole(cap, table: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     """`table` with its frame positions in the slice `cap` made the whole partition's."""
     out = table.copy()
     seeds = seeds_of(cap)
-    for c in columns:
-        col = out[c]
+    for name in columns:
+        col = out[name]
         known = col.notna().to_numpy(bool)
         values = col.to_numpy(np.float64, na_value=np.nan, copy=True) if col.dtype.kind == "f" else None
         if values is not None:  # (float with NaN: a missing basic.consume-ok)
             values[known] = seeds.whole_orders(values[known].astype(np.int64))
-            out[c] = values
+            out[name] = values
         elif isinstance(col.dtype, pd.Int64Dtype):
             arr = col.to_numpy(np.int64, na_value=0)
-            out[c] = pd.array(np.where(known, seeds.whole_orders(arr), 0), dtype="Int64")
-            out.loc[~known, c] = pd.NA
+            out[name] = pd.array(np.where(known, seeds.whole_orders(arr), 0), dtype="Int64")
+            out.loc[~known, name] = pd.NA
         else:
-            out[c] = seeds.whole_orders(col.to_numpy(np.int64)) if len(col) else col
+            out[name] = seeds.whole_orders(col.to_numpy(np.int64)) if len(col) else col
     return out
 
 
@@ -81,6 +86,9 @@ def sliced_tables(cap, cuts: list[int]) -> dict[str, pd.DataFrame]:
     states, replay = [], None
     for first, end in slices:
         part = replayed(time_slice(cap, first, end), replay, ends)
+        # every frame of the slice, replayed or its own, keeps its key (packet, rank) in the whole
+        at = np.arange(len(part.frames))
+        np.testing.assert_array_equal(np.c_[frame_keys(part, at)], np.c_[frame_keys(cap, seeds_of(part).whole_orders(at))])
         for name, (fn, columns) in TABLES.items():
             table = fn(part)
             keep = (told_consumers(part, end is None) if name in BY_CONSUMER
@@ -150,3 +158,47 @@ def test_the_tally_of_the_slices_is_the_whole_partitions(name):
     for every in (max(1, len(packet) // 7), 50):
         cuts = clean_cuts(packet, ts, every)
         assert_same_tally(sliced_partial(tally.SPLIT, cap, facts, cuts), tally_of(cap), f"cut every {every} packets")
+
+
+def _deliver(channel, tag, ctag="ctag-1"):
+    return [c.basic_deliver(channel, consumer_tag=ctag, delivery_tag=tag), *c.content(channel, b"x")]
+
+
+@pytest.fixture(scope="module")
+def settles(tmp_path_factory):
+    """A consumer settling as the fixtures do not: tag 0 with multiple ("everything outstanding")
+    and a later multiple ack; a multiple ack naming a tag not delivered yet (a client bug the
+    broker closes the channel for; the whole capture's rule, the first multiple ack reaching a
+    tag, must hold across cuts as well); several deliveries in one packet."""
+    conv = c.TcpConversation().handshake()
+    conv.exchange(c.opening() + [
+        ("c2s", c.basic_qos(1, prefetch_count=10)), ("s2c", c.basic_qos_ok(1)),
+        ("c2s", c.basic_consume(1, queue="q", consumer_tag="ctag-1")), ("s2c", c.basic_consume_ok(1, "ctag-1")),
+        ("s2c", [*_deliver(1, 1), *_deliver(1, 2)]), ("s2c", _deliver(1, 3)),
+        ("c2s", c.basic_ack(1, 0, multiple=True)),       # settles 1, 2 and 3
+        ("s2c", [*_deliver(1, 4), *_deliver(1, 5), *_deliver(1, 6)]),
+        ("c2s", c.basic_ack(1, 5, multiple=True)),       # settles 4 and 5 (the tag 0 above is not in the way)
+        ("c2s", c.basic_ack(1, 50, multiple=True)),      # names tags not delivered yet
+        ("s2c", _deliver(1, 7)), ("s2c", _deliver(1, 8)),
+        ("c2s", c.basic_ack(1, 8, multiple=True)),       # 7 and 8: the ack of 50 came first
+        ("s2c", _deliver(1, 51)),
+        ("c2s", c.basic_ack(1, 51)),
+    ])
+    return amqpcap.load(c.write_pcap(tmp_path_factory.mktemp("settles") / "settles.pcap", conv.timed()))
+
+
+def test_tag_0_with_multiple_settles_what_was_delivered_before_it_and_no_more(settles):
+    d = deliveries(settles).set_index("delivery_tag")
+    settler = d["settle_packet"]
+    assert settler[1] == settler[2] == settler[3] and d.loc[[1, 2, 3], "settle_multiple"].all()
+    assert settler[4] == settler[5] != settler[3]
+    assert d.loc[6, "outcome"] == "ack" and settler[6] > settler[5]  # by the ack of 50
+    assert d.loc[[7, 8], "outcome"].eq("unsettled").all()  # the ack of 50 stands before them
+    assert d.loc[51, "outcome"] == "ack"
+
+
+def test_the_derivations_of_crafted_settles_cut_at_every_packet_are_the_whole(settles):
+    packet, ts = settles.packets["packet"].to_numpy(np.int64), ns(settles.packets["ts"])
+    got = sliced_tables(settles, clean_cuts(packet, ts, 1))
+    pd.testing.assert_frame_equal(got["deliveries"], deliveries(settles), check_exact=True)
+    pd.testing.assert_frame_equal(got["acks"], _acks(settles), check_exact=True)

@@ -21,9 +21,6 @@ from .seeds import Closes, seeds_of
 
 #: consumer tag used for basic.get-ok deliveries (they have no consumer)
 GET_TAG = "(basic.get)"
-#: delivery tag standing for "everything outstanding" (tag 0 with multiple=1, §1.8.3.13)
-ALL_TAGS = np.iinfo(np.int64).max
-
 SETTLE_METHODS = ("basic.ack", "basic.nack", "basic.reject")
 DELIVER_METHODS = ("basic.deliver", "basic.get-ok")
 
@@ -60,7 +57,10 @@ def match_settlements(items: pd.DataFrame, settlers: pd.DataFrame) -> np.ndarray
     For ``multiple`` settlers, a frame can only name tags already delivered, so every multiple
     settler before an item has a smaller tag; the running maximum of the multiple tags per key
     is therefore sorted, and "the first multiple settler after the item with tag ≥ item tag" is
-    "the first running maximum ≥ item tag": a ``merge_asof`` forward on the tag.
+    "the first running maximum ≥ item tag": a ``merge_asof`` forward on the tag. Tag 0 with
+    multiple ("everything outstanding") names the highest tag delivered before it, so that it
+    too is below every later item's (as an unbounded tag it stood before every later item, and
+    no later multiple settler settled anything).
     """
     n, ns = len(items), len(settlers)
     out = np.full(n, -1, dtype=np.int64)
@@ -70,7 +70,9 @@ def match_settlements(items: pd.DataFrame, settlers: pd.DataFrame) -> np.ndarray
     i_order, s_order = items["order"].to_numpy(np.int64), settlers["order"].to_numpy(np.int64)
     i_tag, s_tag = items["tag"].to_numpy(np.int64), settlers["tag"].to_numpy(np.int64).copy()
     multiple = settlers["multiple"].to_numpy(dtype=bool)
-    s_tag[multiple & (s_tag == 0)] = ALL_TAGS
+    everything = multiple & (s_tag == 0)
+    if everything.any():
+        s_tag[everything] = _highest_before(i_key, i_order, i_tag, s_key[everything], s_order[everything])
 
     best_order = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
 
@@ -89,7 +91,7 @@ def match_settlements(items: pd.DataFrame, settlers: pd.DataFrame) -> np.ndarray
         cm = pd.Series(s_tag[mult]).groupby(s_key[mult]).cummax().to_numpy(np.int64)
         first = ~pd.DataFrame({"k": s_key[mult], "cm": cm}).duplicated().to_numpy()
         mult, cm = mult[first], cm[first]  # first settler reaching each running max
-        # the tags as ranks (ALL_TAGS would overflow the packed (key, tag) search)
+        # the tags as ranks (64-bit tags would overflow the packed (key, tag) search)
         rank = np.unique(np.r_[i_tag, cm], return_inverse=True)[1].astype(np.int64)
         hit = asof(i_key, rank[:n], s_key[mult], rank[n:], direction="forward")
         pos = np.flatnonzero(hit >= 0)
@@ -100,6 +102,17 @@ def match_settlements(items: pd.DataFrame, settlers: pd.DataFrame) -> np.ndarray
         out[pos[better]] = row[better]
         best_order[pos[better]] = m_order[better]
     return out
+
+
+def _highest_before(key: np.ndarray, order: np.ndarray, tag: np.ndarray, at_key: np.ndarray,
+                    at_order: np.ndarray) -> np.ndarray:
+    """The highest `tag` of the items of each key `at_key` before `at_order` (0: none)."""
+    if not len(key):
+        return np.zeros(len(at_key), np.int64)
+    by = np.lexsort((order, key))
+    highest = pd.Series(tag[by]).groupby(key[by]).cummax().to_numpy(np.int64)
+    hit = asof(at_key, at_order, key[by], order[by])
+    return np.where(hit >= 0, highest[np.maximum(hit, 0)], 0)
 
 
 @derivation(CONNECTION)

@@ -41,7 +41,7 @@ from .cache import CONNECTION, derivation
 from .columns import as_object, codes, counts_added, value_at
 from .consumers import (CONSUMER, acked_deliveries, code_of, consumer_rows, consumer_state_with_codes,
                         consumers_so_far, until_of)
-from .deliveries import (ALL_TAGS, SETTLE_METHODS, _tags, confirms, consume_frames, deliveries_with_codes,
+from .deliveries import (SETTLE_METHODS, _tags, confirms, consume_frames, deliveries_with_codes,
                          last_closes)
 from .methods import chan_key, methods, pick, select
 from .backlog import frame_keys
@@ -395,11 +395,11 @@ def _highest_multiple(cap: Capture, m: pd.DataFrame, current: np.ndarray, direct
     mask = select(m, names, direction) & current
     s = pick(cap, m, mask, ["space", "order", "delivery_tag", "multiple"])
     tag = _tags(s["delivery_tag"])
-    s = s[(tag >= 0) & s["multiple"].fillna(False).to_numpy(bool)]
+    # (tag 0, "everything outstanding", names only tags delivered before it: never a later one's)
+    s = s[(tag > 0) & s["multiple"].fillna(False).to_numpy(bool)]
     if not len(s):
         return _NONE
     tag = _tags(s["delivery_tag"])
-    tag[tag == 0] = ALL_TAGS
     space, order = s["space"].to_numpy(np.int64), s["order"].to_numpy(np.int64)
     by = np.lexsort((order, -tag, space))  # per space: highest tag first, then the first frame
     first = np.r_[True, space[by][1:] != space[by][:-1]]
