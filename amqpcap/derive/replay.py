@@ -18,7 +18,14 @@ by a protocol window:
 - the last basic.consume of each consumer tag of a channel (later deliveries are matched to it)
   with the basic.consume-ok it was answered by, and every basic.consume not answered yet;
 - the last basic.get of each channel, the last basic.qos of each current tag space (per
-  ``global``).
+  ``global``);
+- the client acks waiting for the next delivery of their tag space, with what their slice said
+  of them (`Replay.acks`: the deliveries they settled are not replayed).
+
+Rows that are not frames are carried as rows: each consumer's row until its tag space ends
+(`Replay.consumers`), each consumer's last state row until its next row or its end
+(`Replay.state_rows`), the most deliveries each consumer held unacknowledged
+(`Replay.state_maxima`: an estimated prefetch is the most of its whole life).
 
 Unbounded only where the protocol window is: a consumer without basic.consume in the capture
 that never settles is no-ack (`Ends`), so its deliveries are not kept; a publisher whose confirms
@@ -43,10 +50,10 @@ from .consumers import (CONSUMER, acked_deliveries, code_of, consumer_rows, cons
                         consumers_so_far, until_of)
 from .deliveries import (SETTLE_METHODS, _tags, confirms, consume_frames, deliveries_with_codes,
                          last_closes)
-from .methods import chan_key, methods, pick, select
 from .backlog import frame_keys
+from .methods import chan_key, methods, pick, select
 from .refills import ack_rows
-from .seeds import Closes, Ends, Replay, Seeds, chan_keys, seeds_of
+from .seeds import Closes, Ends, Replay, Seeds, chan_keys, last_per_key, seeds_of
 
 _NONE = np.zeros(0, np.int64)
 
@@ -349,24 +356,14 @@ def _last_consumes(cons: pd.DataFrame) -> np.ndarray:
         return _NONE
     code = codes(chan_key(named), named["tag_code"].to_numpy(np.int64))
     order = named["order"].to_numpy(np.int64)
-    last = _last_order(code, order)
+    last = last_per_key(code, order)[1]
     ok = named["ok_order"].to_numpy(np.float64)[np.isin(order, last)]
     return np.r_[last, ok[~np.isnan(ok)].astype(np.int64)]
 
 
-def _last_order(group: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """The greatest order of each group."""
-    if not len(group):
-        return _NONE
-    uniq, inv = np.unique(group, return_inverse=True)
-    last = np.full(len(uniq), -1, np.int64)
-    np.maximum.at(last, inv.ravel(), order)
-    return last
-
-
 def _last_of(m: pd.DataFrame, mask: np.ndarray, group: np.ndarray) -> np.ndarray:
     """The order of the last frame of `mask` in each `group` (values per method frame)."""
-    return _last_order(group[mask], m["order"].to_numpy(np.int64)[mask])
+    return last_per_key(group[mask], m["order"].to_numpy(np.int64)[mask])[1]
 
 
 def _current_qos(cap: Capture, m: pd.DataFrame, current: np.ndarray) -> np.ndarray:
@@ -375,7 +372,7 @@ def _current_qos(cap: Capture, m: pd.DataFrame, current: np.ndarray) -> np.ndarr
     mask = select(m, "basic.qos", "c2s") & current
     q = pick(cap, m, mask, ["space", "global"])
     glob = q["global"].fillna(False).to_numpy(bool).astype(np.int64)
-    return _last_order(q["space"].to_numpy(np.int64) * 2 + glob, m["order"].to_numpy(np.int64)[mask])
+    return last_per_key(q["space"].to_numpy(np.int64) * 2 + glob, m["order"].to_numpy(np.int64)[mask])[1]
 
 
 def _first_selects(m: pd.DataFrame, current: np.ndarray) -> np.ndarray:

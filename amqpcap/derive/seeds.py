@@ -56,8 +56,8 @@ class Closes:
     def of(cls, stream: np.ndarray, channel: np.ndarray, order: np.ndarray) -> "Closes":
         """The last of the close frames on `stream`, `channel` (0: the connection's) at `order`."""
         conn = channel == 0
-        (chan,), chan_order = _last_of(chan_keys(stream[~conn], channel[~conn]), order[~conn])
-        (streams,), conn_order = _last_of(stream[conn], order[conn])
+        chan, chan_order = last_per_key(chan_keys(stream[~conn], channel[~conn]), order[~conn])
+        streams, conn_order = last_per_key(stream[conn], order[conn])
         return cls(chan, chan_order, streams, conn_order)
 
     def after(self, stream: np.ndarray, key: np.ndarray, order: np.ndarray) -> np.ndarray:
@@ -68,19 +68,19 @@ class Closes:
 
     def joined(self, other: "Closes") -> "Closes":
         """The last closes of both (of a slice and of the slices before it)."""
-        (chan,), chan_order = _last_of(np.r_[self.channels, other.channels],
+        chan, chan_order = last_per_key(np.r_[self.channels, other.channels],
                                        np.r_[self.channel_orders, other.channel_orders])
-        (conn,), conn_order = _last_of(np.r_[self.connections, other.connections],
+        conn, conn_order = last_per_key(np.r_[self.connections, other.connections],
                                        np.r_[self.connection_orders, other.connection_orders])
         return Closes(chan, chan_order, conn, conn_order)
 
 
-def _last_of(key: np.ndarray, order: np.ndarray) -> tuple[tuple[np.ndarray], np.ndarray]:
+def last_per_key(key: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct keys (sorted) and each one's greatest order."""
     uniq, inv = np.unique(np.asarray(key, np.int64), return_inverse=True)
     last = np.full(len(uniq), -1, dtype=np.int64)
     np.maximum.at(last, inv.ravel(), np.asarray(order, np.int64))
-    return (uniq,), last
+    return uniq, last
 
 
 @dataclass(frozen=True)
