@@ -117,7 +117,8 @@ def replay_after(cap: Capture) -> Replay:
     own = m["order"].to_numpy(np.int64) >= seeds.replayed
     (open_keys,), open_counts = counts_added(
         (seeds.replay.open_keys,), seeds.replay.open_counts, *_counted(key[own & select(m, "channel.open")]))
-    current = _current(m, open_keys, open_counts)
+    # (a frame in its channel's current tag space: a later frame can be matched to it)
+    current = _in_current_space(m, open_keys, open_counts)
 
     dc = deliveries_with_codes(cap)
     d = dc.table
@@ -300,12 +301,6 @@ def _counted(key: np.ndarray) -> tuple[tuple[np.ndarray], np.ndarray]:
 def _rows_of(m: pd.DataFrame, order) -> np.ndarray:
     """The rows of the method frames `m` at the frame positions `order` (method frames all)."""
     return np.searchsorted(m["order"].to_numpy(np.int64), np.asarray(order, np.int64))
-
-
-def _current(m: pd.DataFrame, open_keys: np.ndarray, open_counts: np.ndarray) -> np.ndarray:
-    """Whether each method frame is in its channel's current tag space (no channel.open since:
-    a later frame can be matched to it)."""
-    return _in_current_space(m, open_keys, open_counts)
 
 
 def _in_current_space(rows: pd.DataFrame, open_keys: np.ndarray, open_counts: np.ndarray) -> np.ndarray:
