@@ -364,3 +364,139 @@ def test_a_low_heartbeat_without_a_drop_is_info():
     assert f.severity == "info"
     assert {s["stream"]: s["heartbeat_s"] for s in f.subjects} == {s: r["heartbeat_s"] for s, r in ref.items()}
     assert {s["problem"] for s in f.subjects} == {"heartbeat-low"}
+
+
+# -- slices of a partition's time (amqpcap.partition.Slicing) --------------------------------------
+
+def _sliced_everywhere(path: Path, step_ns: int = 1_000_000) -> tuple[dict, dict]:
+    """The clients partial of the capture crafted at `path` whole, and cut before every packet
+    (`clean_cuts` every 1)."""
+    from amqpcap.analyzers.clients import SPLIT
+    from amqpcap.derive.stream_order import ns
+    from amqpcap.partition import clean_cuts, facts_of, sliced_partial
+
+    cap = amqpcap.load(path)
+    facts = facts_of(cap)
+    cuts = clean_cuts(cap.packets["packet"].to_numpy(), ns(cap.packets["ts"]), 1)
+    assert len(cuts) == len(cap.packets) - 1
+    return SPLIT.partial(cap, facts), sliced_partial(SPLIT, cap, facts, cuts)
+
+
+def _frames(conv, *sent) -> None:
+    """Each (direction, frames) sent in packets of its own."""
+    for direction, frames in sent:
+        conv.send_frames(direction, frames if isinstance(frames, list) else [frames])
+
+
+def _basic_get(c, channel=1):
+    return c.method_frame(channel, 60, 70, c.short(0) + c.shortstr("q") + c.bits(False), "basic.get")
+
+
+def _basic_get_ok(c, channel=1, delivery_tag=1):
+    args = c.longlong(delivery_tag) + c.bits(False) + c.shortstr("") + c.shortstr("q") + c.long_(0)
+    return [c.method_frame(channel, 60, 71, args, "basic.get-ok"), *c.content(channel, b"m")]
+
+
+def _basic_get_empty(c, channel=1):
+    return c.method_frame(channel, 60, 72, c.shortstr(""), "basic.get-empty")
+
+
+def _tx(c, method_id: int, channel=1):
+    return c.method_frame(channel, 90, method_id, b"")
+
+
+def _basic_cancel(c, channel=1, consumer_tag="ctag-1"):
+    return c.method_frame(channel, 60, 30, c.shortstr(consumer_tag) + c.bits(False), "basic.cancel")
+
+
+def test_requests_answered_in_a_later_slice_are_round_trips_and_examples_count_on(tmp_path):
+    """basic.get, tx.commit and channel.open answered by the broker in the next packet: cut
+    between each request and its reply, the round trips are the whole's; and the first five
+    gets of the connection are cited, though each is in a slice of its own."""
+    import crafting as c
+    from test_partition import assert_same_partial
+
+    conv = c.TcpConversation().handshake()
+    for direction, what in c.opening():
+        _frames(conv, (direction, what))
+    for i in range(7):
+        _frames(conv, ("c2s", _basic_get(c)), ("s2c", _basic_get_ok(c, delivery_tag=i + 1) if i % 2 else
+                                                      _basic_get_empty(c)))
+    _frames(conv, ("c2s", c.channel_open(2)), ("s2c", c.channel_open_ok(2)), ("c2s", _tx(c, 10, 2)),
+            ("s2c", _tx(c, 11, 2)))
+    for _ in range(3):
+        _frames(conv, ("c2s", [c.basic_publish(2), *c.content(2, b"m")]), ("c2s", _tx(c, 20, 2)),
+                ("s2c", _tx(c, 21, 2)))
+    c.write_pcap(tmp_path / "requests.pcap", conv.close().timed())
+    whole, sliced = _sliced_everywhere(tmp_path / "requests.pcap")
+    row = whole["connections"].iloc[0]
+    assert (row["gets"], row["tx_commits"], row["channels_opened"]) == (7, 3, 2)
+    for request in ("get", "commit", "channel_open"):  # (each reply one packet, a millisecond, after)
+        assert row[f"{request}_round_trip_p50_s"] == 0.001
+    assert (whole["examples"]["method"] == "basic.get").sum() == 5
+    assert_same_partial(sliced, whole, "cut before every packet")
+
+
+def test_publishes_before_a_tx_select_and_a_return_slices_after_them_count_as_in_the_whole(tmp_path):
+    """A channel's publishes are a transaction's when it selects tx, even later; a destination
+    returned counts every publish to it, before and after the return: the slices decide both
+    where they end."""
+    import crafting as c
+    from test_partition import assert_same_partial
+
+    conv = c.TcpConversation().handshake()
+    for direction, what in c.opening():
+        _frames(conv, (direction, what))
+    nowhere = {"exchange": "amq.direct", "routing_key": "nowhere"}
+    for _ in range(3):
+        _frames(conv, ("c2s", [c.basic_publish(1, mandatory=True, **nowhere), *c.content(1, b"m")]))
+    _frames(conv, ("c2s", [c.basic_publish(1), *c.content(1, b"m")]))
+    _frames(conv, ("s2c", [c.basic_return(1, **nowhere), *c.content(1, b"m")]))
+    _frames(conv, ("c2s", [c.basic_publish(1, mandatory=True, **nowhere), *c.content(1, b"m")]))
+    _frames(conv, ("c2s", _tx(c, 10)), ("s2c", _tx(c, 11)), ("c2s", [c.basic_publish(1), *c.content(1, b"m")]),
+            ("c2s", _tx(c, 20)), ("s2c", _tx(c, 21)))
+    c.write_pcap(tmp_path / "later.pcap", conv.close().timed())
+    whole, sliced = _sliced_everywhere(tmp_path / "later.pcap")
+    row = whole["connections"].iloc[0]
+    assert (row["publishes"], row["publishes_in_tx"], row["publishes_per_commit"]) == (6, 6, 6.0)
+    assert whole["returns"][["routing_key", "returns", "publishes"]].values.tolist() == [["nowhere", 1, 4]]
+    assert_same_partial(sliced, whole, "cut before every packet")
+
+
+def test_a_cancelled_consumer_has_its_queue_and_its_resubscription_from_other_slices(tmp_path):
+    """The broker cancels a consumer whose basic.consume and basic.consume-ok are slices before
+    it, and the client subscribes again slices after it."""
+    import crafting as c
+    from test_partition import assert_same_partial
+
+    conv = c.TcpConversation().handshake()
+    for direction, what in c.opening():
+        _frames(conv, (direction, what))
+    _frames(conv, ("c2s", c.basic_consume(1, queue="reports")), ("s2c", c.basic_consume_ok(1)),
+            ("s2c", _basic_cancel(c)), ("c2s", c.channel_open(2)), ("s2c", c.channel_open_ok(2)),
+            ("c2s", c.basic_consume(2, queue="other", consumer_tag="ctag-2")), ("s2c", c.basic_consume_ok(2, "ctag-2")))
+    c.write_pcap(tmp_path / "cancelled.pcap", conv.close().timed())
+    whole, sliced = _sliced_everywhere(tmp_path / "cancelled.pcap")
+    assert whole["cancels"][["consumer_tag", "queue", "resubscribed"]].values.tolist() == [["ctag-1", "reports", True]]
+    assert_same_partial(sliced, whole, "cut before every packet")
+
+
+def test_channels_open_at_once_and_opened_in_a_second_are_counted_across_slices(tmp_path):
+    """Channels opened and closed in packets a fifth of a second apart: the most open at once
+    and the most opened in a one-second window (which reaches over several slices) are the
+    whole's."""
+    import crafting as c
+    from test_partition import assert_same_partial
+
+    conv = c.TcpConversation().handshake()
+    for direction, what in c.opening():
+        _frames(conv, (direction, what))
+    for ch in range(2, 9):
+        _frames(conv, ("c2s", c.channel_open(ch)), ("s2c", c.channel_open_ok(ch)))
+        if ch % 3 == 0:
+            _frames(conv, ("c2s", c.channel_close(ch - 1, 200, "", 0, 0)), ("s2c", c.channel_close_ok(ch - 1)))
+    c.write_pcap(tmp_path / "channels.pcap", conv.close().timed(step_ns=200_000_000))
+    whole, sliced = _sliced_everywhere(tmp_path / "channels.pcap")
+    row = whole["connections"].iloc[0]
+    assert (row["channels_opened"], row["channels_open_peak"], row["channel_opens_per_s_peak"]) == (8, 6, 3)
+    assert_same_partial(sliced, whole, "cut before every packet")

@@ -5,24 +5,30 @@ mandatory publishes that no queue takes, consumers the broker cancels, a connect
 a publisher that waits for each confirm before the next publish, a channel per message.
 
 Everything here is per connection, so the analyzer splits: a partition's step counts its own
-connections' methods, the merge joins the rows and derives the findings from them.
+connections' methods, the merge joins the rows and derives the findings from them. The step also
+runs over slices of a partition's time (`clients_slice`, docs/time-split.md §2.5): what the rows
+need of the frames before a slice is carried to it (`_Seen`), what a slice tells is joined with
+the other slices' when all are done (`clients_join`); a whole partition is its own one slice.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
 
 from ..analysis import AnalyzerResult, Finding, analyzer
 from ..capture import Capture
-from ..derive.columns import group_cumsum
+from ..derive.columns import codes, counts_added, group_cumsum
 from ..derive.deliveries import confirms
-from ..derive.methods import chan_key, methods, select
+from ..derive.methods import methods, select
+from ..derive.replay import for_derivations, told
+from ..derive.seeds import CHANNELS, chan_keys
 from ..display_filters import stream_filter
 from ..names import connection_names, subject, subject_namer
-from ..partition import CaptureFacts, Split, merge_rows, run_whole
+from ..partition import CaptureFacts, Slicing, Split, merge_rows, run_whole
 
 #: polling-basic-get: a connection that sends at least this many basic.get polls in a loop
 #: (a few gets, e.g. a script fetching one message, are not polling)
@@ -125,53 +131,183 @@ COLUMNS = ["connection", "stream", "application", "client", "user", "vhost", "fi
            "channels_open_peak", "channel_max"]
 
 
-def _answered(m: pd.DataFrame, request: str, replies) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of `m` (requests, their replies) of each client `request` answered by a broker reply
-    in `replies`: the reply that follows the request on the same channel (a synchronous method is
-    answered before the channel's next one, AMQP 0-9-1 §2.3.4), in frame order."""
-    req, rep = select(m, request, "c2s"), select(m, replies, "s2c")
-    rows = np.flatnonzero(req | rep)
-    key = chan_key(m.iloc[rows])
-    rows = rows[np.argsort(key, kind="stable")]  # by channel, frame order kept within it
-    key, is_req = np.sort(key, kind="stable"), req[rows]
-    pair = np.flatnonzero(~is_req[1:] & is_req[:-1] & (key[1:] == key[:-1]))
-    return rows[pair], rows[pair + 1]
+#: the methods (and direction) a finding cites the first EXAMPLE_PACKETS packets of, per connection
+EXAMPLES = (("basic.get", "c2s"), ("tx.commit", "c2s"), ("channel.open", "c2s"), ("basic.return", "s2c"))
+#: a destination of publishes and returns
+DESTINATION = ["stream", "exchange", "routing_key"]
+_NONE = np.zeros(0, np.int64)
 
 
-def _round_trips(cap: Capture, m: pd.DataFrame, request: str, replies: tuple[str, ...]) -> pd.DataFrame:
-    """stream, round_trip_s of each `request` answered by one of `replies` (`_answered`)."""
-    asked, answer = _answered(m, request, replies)
-    ts = cap.frames["ts"].array.asi8
-    order = m["order"].to_numpy()
-    return pd.DataFrame({"stream": m["stream"].to_numpy(np.int64)[asked],
-                         "round_trip_s": (ts[order[answer]] - ts[order[asked]]) / 1e9})
+# -- a partition's step, over slices of its time ------------------------------------------------
+
+@dataclass
+class _Waiting:
+    """The requests of one kind (a `ROUND_TRIPS` request, basic.consume) not answered yet: on
+    each channel, its last request when no reply followed it (`_answered`). Per request, its
+    channel key and what its pairing reads of it: its time (ns) for a round trip, its queue for
+    a basic.consume."""
+
+    key: np.ndarray
+    value: np.ndarray
+
+    @classmethod
+    def nothing(cls, dtype) -> "_Waiting":
+        return cls(_NONE, np.zeros(0, dtype))
 
 
-def _examples(m: pd.DataFrame, cap: Capture, method: str, direction: str = "c2s") -> pd.DataFrame:
-    """The first EXAMPLE_PACKETS packets of each connection's `method` frames (in `direction`)."""
-    rows = np.flatnonzero(select(m, method, direction))
-    stream = m["stream"].to_numpy(np.int64)[rows]
-    packet = cap.frames["packet"].to_numpy(np.int64)[m["order"].to_numpy()[rows]]
-    df = pd.DataFrame({"stream": stream, "packet": packet, "method": method})
-    return df[df.groupby("stream").cumcount() < EXAMPLE_PACKETS]
+@dataclass
+class _Seen:
+    """What a partition's frames so far tell of each of its connections (arrays by the sorted
+    connections' `stream`): carried from one slice of its time to the next (`Slicing`), or made
+    from the partition at once. Bounded by its connections, channels, consumer tags and the
+    destinations it publishes to (`published`), and by the channel.open frames of one second
+    (`recent_pos`, `recent_ts`)."""
+
+    #: frames of the slices before: the whole partition's order of the slice's first frame
+    frames: int
+    #: the COUNTED columns so far
+    counted: dict[str, np.ndarray]
+    #: per EXAMPLES method: the packets cited so far (at most EXAMPLE_PACKETS)
+    shown: dict[str, np.ndarray]
+    #: basic.publish frames per channel key (sorted), and the channel keys with a tx.select: a
+    #: channel's publishes before its tx.select are a transaction's too
+    channel_keys: np.ndarray
+    channel_publishes: np.ndarray
+    tx_channels: np.ndarray
+    #: basic.publish frames per destination (DESTINATION, text, and publishes): a basic.return
+    #: may come slices after the publishes to its destination; and per destination returned
+    #: (index DESTINATION; None: none yet), returns and the first reply_code and reply_text
+    published: pd.DataFrame
+    returned: pd.DataFrame | None
+    #: the requests not answered yet, per ROUND_TRIPS name and "consume"
+    waiting: dict[str, _Waiting]
+    #: channels open (channel.open less channel.close-ok) now and at most
+    open_now: np.ndarray
+    open_peak: np.ndarray
+    #: the channel.open frames (connection index, ts in ns) less than a second before their
+    #: connection's latest: the one-second windows starting at them may reach the next slice
+    recent_pos: np.ndarray
+    recent_ts: np.ndarray
+    #: the most channel.open frames in a one-second window so far
+    opens_peak: np.ndarray
+    #: (stream, consumer tag) -> (channel key, queue) of the consumers started (`_remember_queues`)
+    queues: dict
+    #: the whole order of each connection's last basic.consume (-1: none yet)
+    last_consume: np.ndarray
+
+    @classmethod
+    def nothing(cls, n: int) -> "_Seen":
+        def zeros() -> np.ndarray:
+            return np.zeros(n, np.int64)
+
+        return cls(frames=0, counted={col: zeros() for col, _, _ in COUNTED},
+                   shown={method: zeros() for method, _ in EXAMPLES},
+                   channel_keys=_NONE, channel_publishes=_NONE, tx_channels=_NONE,
+                   published=pd.DataFrame({"stream": _NONE, "exchange": np.zeros(0, object),
+                                           "routing_key": np.zeros(0, object), "publishes": _NONE}),
+                   returned=None,
+                   waiting={**{name: _Waiting.nothing(np.int64) for name in ROUND_TRIPS},
+                            "consume": _Waiting.nothing(object)},
+                   open_now=zeros(), open_peak=zeros(), recent_pos=_NONE, recent_ts=_NONE, opens_peak=zeros(),
+                   queues={}, last_consume=np.full(n, -1, np.int64))
+
+
+@dataclass
+class _Final:
+    """What the last slice adds to its piece: the connections' rows (without the round trips:
+    `clients_join`), the returns, and what a cancel is told with (`_cancel_rows`)."""
+
+    rows: pd.DataFrame
+    returns: pd.DataFrame
+    #: (stream, consumer tag) -> queue
+    queues: dict
+    #: each connection's last basic.consume's whole order (index: stream)
+    last_consume: pd.Series
+
+
+@dataclass
+class _Piece:
+    """What a slice tells (`clients_slice`): the partition's partial is made from the pieces of
+    all its slices (`clients_join`). Its rows are the slice's alone, each told once."""
+
+    #: per ROUND_TRIPS name: stream, round_trip_s of the requests answered in the slice
+    round_trips: dict[str, pd.DataFrame]
+    #: per EXAMPLES method: stream and packet of the frames cited
+    examples: dict[str, tuple[np.ndarray, np.ndarray]]
+    #: the broker's basic.cancel frames (`_cancels`), the client's queue.delete frames
+    cancels: pd.DataFrame
+    deletes: pd.DataFrame
+    #: the confirmed publishes the slice tells (`_confirmed`)
+    confirmed: pd.DataFrame
+    #: the last slice's
+    final: _Final | None = None
 
 
 def clients_partial(cap: Capture, facts: CaptureFacts) -> dict[str, Any]:
     """A partition's connections: one row each, with its counts, rates and round trips."""
-    m = methods(cap)
+    return clients_join([clients_slice(cap, facts, None, True)[1]])
+
+
+def clients_slice(part: Capture, facts: CaptureFacts, seen: _Seen | None, last: bool) -> tuple[_Seen, _Piece]:
+    """A slice of a partition's time (`amqpcap.partition.Slicing`; a whole partition is its own
+    one slice): what it adds to `seen`, and what it tells; the last slice also the connections'
+    rows, from the final `seen`."""
+    m = methods(part)  # (the slice's own frames: counted once, by the slice they are in)
+    stream = part.connections["stream"].to_numpy(np.int64)
+    seen = seen or _Seen.nothing(len(stream))
+    pos = np.searchsorted(stream, m["stream"].to_numpy(np.int64))  # connections are sorted by stream
+    for col, method, direction in COUNTED:
+        seen.counted[col] += np.bincount(pos[select(m, method, direction)], minlength=len(stream))
+    round_trips = {}
+    for name, (request, replies) in ROUND_TRIPS.items():
+        round_trips[name], seen.waiting[name] = _round_trips(part, m, request, replies, seen.waiting[name])
+    piece = _Piece(round_trips=round_trips,
+                   examples={method: _examples(part, m, pos, method, direction, seen.shown[method])
+                             for method, direction in EXAMPLES},
+                   cancels=_cancels(part, m, seen.frames), deletes=_queue_deletes(part, m),
+                   confirmed=_confirmed(part, last))
+    _remember_queues(part, m, seen)
+    consumes = np.flatnonzero(select(m, "basic.consume", "c2s"))
+    np.maximum.at(seen.last_consume, pos[consumes], seen.frames + m["order"].to_numpy(np.int64)[consumes])
+    _count_publishes(part, m, seen, last)
+    _open_channels(m, pos, seen)
+    _opens_per_s(part, m, pos, seen)
+    seen.frames += len(part.frames)
+    if last:
+        piece.final = _Final(_rows(part, seen), _returns(seen), {k: q for k, (_, q) in seen.queues.items()},
+                             pd.Series(seen.last_consume, index=stream))
+    return seen, piece
+
+
+def clients_join(pieces: list[_Piece]) -> dict[str, Any]:
+    """The partition's partial from the pieces of its slices (`clients_slice`), in their order."""
+    final = pieces[-1].final
+    out = final.rows.copy()
+    for name in ROUND_TRIPS:
+        rt = pd.concat([p.round_trips[name] for p in pieces], ignore_index=True)
+        p50 = rt.groupby("stream")["round_trip_s"].median()
+        out[f"{name}_round_trip_p50_s"] = p50.reindex(out["stream"]).to_numpy()
+    examples = pd.concat([pd.DataFrame({"stream": np.concatenate([p.examples[method][0] for p in pieces]),
+                                        "packet": np.concatenate([p.examples[method][1] for p in pieces]),
+                                        "method": method})
+                          for method, _ in EXAMPLES], ignore_index=True)
+    return {"connections": out[[c_ for c_ in COLUMNS if c_ not in NAMED]], "examples": examples,
+            "returns": final.returns, "cancels": _cancel_rows(pieces, final),
+            "deletes": _rows_together([p.deletes for p in pieces]),
+            "confirming": _confirming(pd.concat([p.confirmed for p in pieces], ignore_index=True))}
+
+
+def _rows(cap: Capture, seen: _Seen) -> pd.DataFrame:
+    """A partition's connections: one row each, with its counts, rates and peaks (from the
+    final `seen`)."""
     c = cap.connections
     stream = c["stream"].to_numpy(np.int64)
     out = pd.DataFrame({"stream": stream})  # (named in the merge: labels depend on every connection)
     out["first_ts"] = c["first_ts"].to_numpy()
     out["duration_s"] = (c["last_ts"] - c["first_ts"]).dt.total_seconds().to_numpy()
-    ms = m["stream"].to_numpy(np.int64)
-    pos = np.searchsorted(stream, ms)  # connections are sorted by stream
-    for col, method, direction in COUNTED:
-        out[col] = np.bincount(pos[select(m, method, direction)], minlength=len(stream)).astype(np.int64)
-    # publishes on channels that selected tx (a transaction's messages)
-    tx_chan = np.unique(chan_key(m[select(m, "tx.select", "c2s")]))
-    in_tx = select(m, "basic.publish", "c2s") & np.isin(chan_key(m), tx_chan)
-    out["publishes_in_tx"] = np.bincount(pos[in_tx], minlength=len(stream)).astype(np.int64)
+    for col, _, _ in COUNTED:
+        out[col] = seen.counted[col]
+    out["publishes_in_tx"] = _publishes_in_tx(seen, stream)
     span = np.where(out["duration_s"] > 0, out["duration_s"], np.nan)
     out["publish_rate_per_s"] = out["publishes"] / span
     out["delivery_rate_per_s"] = out["deliveries"] / span
@@ -181,48 +317,188 @@ def clients_partial(cap: Capture, facts: CaptureFacts) -> dict[str, Any]:
     out["publishes_per_commit"] = np.where(out["tx_commits"] > 0,
                                            out["publishes_in_tx"] / out["tx_commits"].where(out["tx_commits"] > 0, 1),
                                            np.nan)
-    for name, (request, replies) in ROUND_TRIPS.items():
-        rt = _round_trips(cap, m, request, replies)
-        out[f"{name}_round_trip_p50_s"] = rt.groupby("stream")["round_trip_s"].median().reindex(stream).to_numpy()
-    opens = select(m, "channel.open", "c2s")
-    out["channel_opens_per_s_peak"] = _peaks_per_s(pos[opens], cap.frames["ts"].array.asi8[m["order"].to_numpy()[opens]],
-                                                   len(stream))
-    out["channels_open_peak"] = _open_channels_peak(m, pos, len(stream))
+    out["channel_opens_per_s_peak"] = seen.opens_peak
+    out["channels_open_peak"] = seen.open_peak
     out["channel_max"] = pd.array(c["channel_max"].to_numpy(float, na_value=np.nan), dtype="Int64")
-    examples = pd.concat([_examples(m, cap, "basic.get"), _examples(m, cap, "tx.commit"),
-                          _examples(m, cap, "channel.open"),
-                          _examples(m, cap, "basic.return", "s2c")], ignore_index=True)
-    return {"connections": out[[c_ for c_ in COLUMNS if c_ not in NAMED]], "examples": examples, "returns": _returns(cap, m),
-            "cancels": _cancels(cap, m), "deletes": _queue_deletes(cap, m), "confirming": _confirming(cap)}
+    return out
 
 
-def _open_channels_peak(m: pd.DataFrame, pos: np.ndarray, n: int) -> np.ndarray:
-    """Per connection (`pos`: each method row's connection index), the most channels open at once:
-    +1 at each channel.open, −1 at each channel.close-ok (either side closes, the other confirms),
-    in frame order."""
+def _answered(m: pd.DataFrame, request: str, replies,
+              waiting: np.ndarray = _NONE) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows of `m` (requests, their replies) of each client `request` answered by a broker reply
+    in `replies`: the reply that follows the request on the same channel (a synchronous method is
+    answered before the channel's next one, AMQP 0-9-1 §2.3.4), in frame order; and the requests
+    not answered after m's last frame (each the last of its channel's rows). `waiting`: the
+    channel keys of the requests not answered before m's first frame (in a slice of a
+    partition's time: left by the slices before), put first, the i-th as row -1 - i."""
+    req, rep = select(m, request, "c2s"), select(m, replies, "s2c")
+    own = np.flatnonzero(req | rep)
+    rows = np.r_[-1 - np.arange(len(waiting)), own]
+    key = np.r_[waiting, chan_keys(m["stream"].to_numpy(np.int64)[own], m["channel"].to_numpy(np.int64)[own])]
+    by = np.argsort(key, kind="stable")  # by channel, frame order kept within it
+    rows, key, is_req = rows[by], key[by], np.r_[np.ones(len(waiting), bool), req[own]][by]
+    pair = np.flatnonzero(~is_req[1:] & is_req[:-1] & (key[1:] == key[:-1]))
+    last = np.r_[key[1:] != key[:-1], True][:len(key)]
+    return rows[pair], rows[pair + 1], rows[last & is_req]
+
+
+def _at(rows: np.ndarray, before: np.ndarray, own: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """Values of `_answered` rows: of a request waiting from before m's frames (row -1 - i) from
+    `before`, of a row of m from ``own(rows)``."""
+    out = np.empty(len(rows), before.dtype)
+    mine = rows >= 0
+    out[mine] = own(rows[mine])
+    out[~mine] = before[-1 - rows[~mine]]
+    return out
+
+
+def _still(rows: np.ndarray, waiting: _Waiting, m: pd.DataFrame,
+           value: Callable[[np.ndarray], np.ndarray]) -> _Waiting:
+    """The requests `rows` (`_answered`: not answered yet) as the next slice's `waiting`."""
+    def key(r: np.ndarray) -> np.ndarray:
+        return chan_keys(m["stream"].to_numpy(np.int64)[r], m["channel"].to_numpy(np.int64)[r])
+
+    return _Waiting(_at(rows, waiting.key, key), _at(rows, waiting.value, value))
+
+
+def _round_trips(cap: Capture, m: pd.DataFrame, request: str, replies: tuple[str, ...],
+                 waiting: _Waiting) -> tuple[pd.DataFrame, _Waiting]:
+    """stream, round_trip_s of each `request` answered by one of `replies` (`_answered`), and
+    the requests not answered yet (`waiting`: those before m's frames)."""
+    asked, answer, still = _answered(m, request, replies, waiting.key)
+    ts, order = cap.frames["ts"].array.asi8, m["order"].to_numpy()
+
+    def ts_of(rows: np.ndarray) -> np.ndarray:
+        return ts[order[rows]]
+
+    rt = pd.DataFrame({"stream": m["stream"].to_numpy(np.int64)[answer],
+                       "round_trip_s": (ts_of(answer) - _at(asked, waiting.value, ts_of)) / 1e9})
+    return rt, _still(still, waiting, m, ts_of)
+
+
+def _examples(cap: Capture, m: pd.DataFrame, pos: np.ndarray, method: str, direction: str,
+              shown: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """stream, packet of the first EXAMPLE_PACKETS `method` frames (in `direction`) of each
+    connection (`pos`: each row's), counted on from `shown` (each connection's cited before m's
+    frames; counted up)."""
+    rows = np.flatnonzero(select(m, method, direction))
+    at = pos[rows]
+    cited = shown[at] + group_cumsum(at, np.ones(len(at), np.int64)) <= EXAMPLE_PACKETS
+    rows, at = rows[cited], at[cited]
+    np.add.at(shown, at, 1)
+    return m["stream"].to_numpy(np.int64)[rows], cap.frames["packet"].to_numpy(np.int64)[m["order"].to_numpy()[rows]]
+
+
+def _text(cap: Capture, m: pd.DataFrame, col: str, rows: np.ndarray) -> np.ndarray:
+    """The text column `col` of the frames of m's `rows` (object: str, or NaN when missing)."""
+    return pd.Series(cap.frames[col].array.take(m["order"].to_numpy()[rows])).astype(object).to_numpy(object)
+
+
+def _remember_queues(cap: Capture, m: pd.DataFrame, seen: _Seen) -> None:
+    """The queue of each consumer m's frames start (its basic.consume, answered by the
+    basic.consume-ok naming its tag: `_answered`), by (stream, consumer tag), into
+    `seen.queues`. Of two consumers with one tag, the one answered later in `_answered`'s order
+    (by channel, then time) is kept, as the dict of a whole partition's pairs kept it."""
+    waiting = seen.waiting["consume"]
+
+    def queue(rows: np.ndarray) -> np.ndarray:
+        return _text(cap, m, "queue", rows)
+
+    asked, answer, still = _answered(m, "basic.consume", ("basic.consume-ok",), waiting.key)
+    stream = m["stream"].to_numpy(np.int64)[answer]
+    key = chan_keys(stream, m["channel"].to_numpy(np.int64)[answer])
+    for s, k, tag, q in zip(stream, key, _text(cap, m, "consumer_tag", answer), _at(asked, waiting.value, queue)):
+        if (s, tag) not in seen.queues or seen.queues[(s, tag)][0] <= k:
+            seen.queues[(s, tag)] = (k, q)
+    seen.waiting["consume"] = _still(still, waiting, m, queue)
+
+
+def _count_publishes(cap: Capture, m: pd.DataFrame, seen: _Seen, last: bool) -> None:
+    """Add m's basic.publish frames to the counts per channel and per destination, its
+    tx.select channels and basic.return frames to those of `seen`. The last slice counts only
+    what the rows read: the publishes on channels in a transaction, to destinations returned."""
+    stream, channel = m["stream"].to_numpy(np.int64), m["channel"].to_numpy(np.int64)
+    tx = select(m, "tx.select", "c2s")
+    seen.tx_channels = np.union1d(seen.tx_channels, chan_keys(stream[tx], channel[tx]))
+    publish = np.flatnonzero(select(m, "basic.publish", "c2s"))
+    key = chan_keys(stream[publish], channel[publish])
+    if last:
+        key = key[np.isin(key, seen.tx_channels)]
+    (seen.channel_keys,), seen.channel_publishes = counts_added((seen.channel_keys,), seen.channel_publishes,
+                                                                *_counted(key))
+    seen.returned = _returned(seen.returned, cap, m)
+    if not last or seen.returned is not None:
+        seen.published = _published(seen.published, cap, m, publish)
+
+
+def _counted(key: np.ndarray) -> tuple[tuple[np.ndarray], np.ndarray]:
+    """The distinct `key` values and the rows of each."""
+    code, uniq = pd.factorize(key)
+    return (np.asarray(uniq, np.int64),), np.bincount(code, minlength=len(uniq)).astype(np.int64)
+
+
+def _publishes_in_tx(seen: _Seen, stream: np.ndarray) -> np.ndarray:
+    """Per connection, the publishes on its channels that selected tx (a transaction's messages)."""
+    in_tx = np.isin(seen.channel_keys, seen.tx_channels)
+    out = np.zeros(len(stream), np.int64)
+    np.add.at(out, np.searchsorted(stream, seen.channel_keys[in_tx] // CHANNELS), seen.channel_publishes[in_tx])
+    return out
+
+
+def _open_channels(m: pd.DataFrame, pos: np.ndarray, seen: _Seen) -> None:
+    """Per connection (`pos`: each method row's connection index), the channels open now and the
+    most open at once, counted on from `seen`: +1 at each channel.open, −1 at each
+    channel.close-ok (either side closes, the other confirms), in frame order."""
     step = select(m, "channel.open", "c2s").astype(np.int64) - select(m, "channel.close-ok").astype(np.int64)
     rows = np.flatnonzero(step)
-    peak = np.zeros(n, dtype=np.int64)
+    at = pos[rows]
     if len(rows):
-        np.maximum.at(peak, pos[rows], group_cumsum(pos[rows], step[rows]))
-    return peak
+        np.maximum.at(seen.open_peak, at, seen.open_now[at] + group_cumsum(at, step[rows]))
+        np.add.at(seen.open_now, at, step[rows])
 
 
-def _confirming(cap: Capture) -> pd.DataFrame:
-    """Per channel opening in confirm mode (stream, channel, epoch) with confirmed publishes:
-    publishes (confirmed), sequential_share (of its publishes after the first, those sent after
-    the previous one was confirmed), waiting_share (the publishes' confirm latencies summed over
-    the time from its first publish to its last confirm), confirm_latency_p50_s,
-    publish_rate_per_s, first_packet."""
-    c = confirms(cap)
+def _opens_per_s(cap: Capture, m: pd.DataFrame, pos: np.ndarray, seen: _Seen) -> None:
+    """Per connection, the most channel.open frames in a one-second window (`_peaks_per_s`) so
+    far: of m's and those of the second before them (`seen.recent_*`), whose windows are counted
+    again, now with m's frames in them. Then those less than a second before their connection's
+    latest are kept: the windows of the others ended before it, and every later frame is at or
+    after it (slices are cut where no packet before is later than one after)."""
+    opens = np.flatnonzero(select(m, "channel.open", "c2s"))
+    at = np.r_[seen.recent_pos, pos[opens]]
+    ts = np.r_[seen.recent_ts, cap.frames["ts"].array.asi8[m["order"].to_numpy()[opens]]]
+    seen.opens_peak = np.maximum(seen.opens_peak, _peaks_per_s(at, ts, len(seen.opens_peak)))
+    latest = np.full(len(seen.opens_peak), np.iinfo(np.int64).min)
+    np.maximum.at(latest, at, ts)
+    recent = ts > latest[at] - 10**9
+    seen.recent_pos, seen.recent_ts = at[recent], ts[recent]
+
+
+def _confirmed(part: Capture, last: bool) -> pd.DataFrame:
+    """The confirmed publishes the slice `part` tells (`amqpcap.derive.replay.told`: once
+    confirmed; a whole partition tells all), the columns `_confirming` reads: stream, channel,
+    epoch, seq, packet, ts and confirmed (ns)."""
+    view = for_derivations(part)
+    c = confirms(view)
+    if not len(c):
+        return pd.DataFrame({col: _NONE for col in ("stream", "channel", "epoch", "seq", "packet", "ts", "confirmed")})
+    c = c[told(view, c["order"].to_numpy(np.int64), last) & c["confirm_ts"].notna().to_numpy(bool)]
+    return pd.DataFrame({**{col: c[col].to_numpy(np.int64) for col in ("stream", "channel", "epoch", "seq", "packet")},
+                         "ts": c["ts"].array.asi8, "confirmed": pd.to_datetime(c["confirm_ts"], utc=True).array.asi8})
+
+
+def _confirming(c: pd.DataFrame) -> pd.DataFrame:
+    """Per channel opening in confirm mode (stream, channel, epoch) with confirmed publishes
+    (`c`: `_confirmed`'s rows): publishes (confirmed), sequential_share (of its publishes after
+    the first, those sent after the previous one was confirmed), waiting_share (the publishes'
+    confirm latencies summed over the time from its first publish to its last confirm),
+    confirm_latency_p50_s, publish_rate_per_s, first_packet."""
     key = ["stream", "channel", "epoch"]
     cols = [*key, "publishes", "sequential_share", "waiting_share", "confirm_latency_p50_s", "publish_rate_per_s",
             "first_packet"]
-    c = c[c["confirm_ts"].notna()] if len(c) else c
     rows = []
     for k, g in c.groupby(key, sort=True):
         g = g.sort_values("seq")
-        ts, confirmed = g["ts"].array.asi8, pd.to_datetime(g["confirm_ts"], utc=True).array.asi8
+        ts, confirmed = g["ts"].to_numpy(), g["confirmed"].to_numpy()
         span_s = (confirmed.max() - ts.min()) / 1e9
         latency = (confirmed - ts) / 1e9
         rows.append((*k, len(g), float(np.mean(ts[1:] >= confirmed[:-1])) if len(g) > 1 else np.nan,
@@ -245,36 +521,89 @@ def _destinations(cap: Capture, m: pd.DataFrame, mask: np.ndarray, extra=()) -> 
     return out
 
 
-def _cancels(cap: Capture, m: pd.DataFrame) -> pd.DataFrame:
+def _returned(before: pd.DataFrame | None, cap: Capture, m: pd.DataFrame) -> pd.DataFrame | None:
+    """Per destination returned (basic.return) by `before` (None: none) and m's frames, sorted:
+    returns, and the first reply_code and reply_text (a missing one is passed over)."""
+    returned = select(m, "basic.return", "s2c")
+    if not returned.any():
+        return before
+    ret = _destinations(cap, m, returned, ("reply_code", "reply_text"))
+    g = ret.groupby(DESTINATION, sort=True)
+    more = g.size().rename("returns").to_frame().join(g[["reply_code", "reply_text"]].first())
+    if before is None:
+        return more
+    g = pd.concat([before, more]).groupby(level=DESTINATION, sort=True)
+    return g[["returns"]].sum().join(g[["reply_code", "reply_text"]].first())
+
+
+def _published(before: pd.DataFrame, cap: Capture, m: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
+    """The publishes per destination of `before` with m's basic.publish frames `rows` added."""
+    if not len(rows):
+        return before
+    order = m["order"].to_numpy()[rows]
+    stream = m["stream"].to_numpy(np.int64)[rows]
+    exchange, exchanges = _coded(cap.frames["exchange"], order)
+    routing_key, routing_keys = _coded(cap.frames["routing_key"], order)
+    code = codes(stream, exchange, routing_key)
+    n = np.bincount(code) if len(code) else _NONE
+    one = np.empty(len(n), np.int64)
+    one[code] = np.arange(len(code))  # (a row of each destination)
+    more = pd.DataFrame({"stream": stream[one], "exchange": exchanges[exchange[one]],
+                         "routing_key": routing_keys[routing_key[one]], "publishes": n})
+    both = pd.concat([before, more], ignore_index=True)
+    return both.groupby(DESTINATION, sort=False, as_index=False)["publishes"].sum()
+
+
+def _coded(col: pd.Series, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The text of `col` at `order` as codes into its distinct values (object), "" (the default
+    exchange) for a missing one: a text column of every publish is costly, its codes are not."""
+    code, uniq = pd.factorize(col.array.take(order))
+    return code + 1, np.concatenate([np.array([""], object), np.asarray(uniq, dtype=object)])
+
+
+def _returns(seen: _Seen) -> pd.DataFrame:
+    """Per (stream, exchange, routing key) with a basic.return: the returns (and the first one's
+    reply code and text) and the publishes to that destination."""
+    cols = [*DESTINATION, "returns", "publishes", "reply_code", "reply_text"]
+    if seen.returned is None:
+        return pd.DataFrame({c: pd.Series(dtype=np.int64 if c in ("stream", "returns", "publishes") else object)
+                             for c in cols})
+    out = seen.returned.copy()
+    pub = seen.published.set_index(DESTINATION)["publishes"]
+    out["publishes"] = pub.reindex(out.index).fillna(0).astype(np.int64).to_numpy()
+    return out.reset_index()[cols]
+
+
+def _cancels(cap: Capture, m: pd.DataFrame, frames_before: int) -> pd.DataFrame:
+    """The basic.cancel frames the broker sent among m's: stream, channel, consumer_tag (text),
+    packet, ts, and order (the whole partition's: `frames_before` + its position)."""
+    rows = np.flatnonzero(select(m, "basic.cancel", "s2c"))
+    order = m["order"].to_numpy()[rows]
+    return pd.DataFrame({"stream": m["stream"].to_numpy(np.int64)[rows],
+                         "channel": m["channel"].to_numpy(np.int64)[rows],
+                         "consumer_tag": pd.Series(_text(cap, m, "consumer_tag", rows), dtype=object),
+                         "packet": cap.frames["packet"].to_numpy(np.int64)[order],
+                         "ts": cap.frames["ts"].array.take(order), "order": frames_before + order})
+
+
+def _cancel_rows(pieces: list[_Piece], final: _Final) -> pd.DataFrame:
     """One row per basic.cancel the broker sent (RabbitMQ's consumer cancel notification: the
     queue was deleted, or its node went down): stream, channel, consumer_tag, queue (of the
     basic.consume it answered with basic.consume-ok, when in the capture), packet, ts and
     resubscribed (the client sent basic.consume on the connection after it). Who deleted the
     queue is found in the merge (`_deleted_by`): the queue.delete may be on a connection of
     another partition."""
-    f = cap.frames
-    order = m["order"].to_numpy()
-    stream = m["stream"].to_numpy(np.int64)
-    rows = np.flatnonzero(select(m, "basic.cancel", "s2c"))
-    text = lambda col, r: pd.Series(f[col].array.take(order[r])).astype(object).to_numpy(object)  # noqa: E731
-    out = pd.DataFrame({"stream": stream[rows], "channel": m["channel"].to_numpy(np.int64)[rows],
-                        "consumer_tag": text("consumer_tag", rows),
-                        "packet": f["packet"].to_numpy(np.int64)[order[rows]], "ts": f["ts"].array.take(order[rows])})
-    # the consumer's queue: its basic.consume, answered by the consume-ok naming the tag
-    asked, answer = _answered(m, "basic.consume", ("basic.consume-ok",))
-    queue_of = dict(zip(zip(stream[answer], text("consumer_tag", answer)), text("queue", asked)))
-    out["queue"] = np.array([queue_of.get((s_, t)) for s_, t in zip(out["stream"], out["consumer_tag"])], dtype=object)
-    consumes = np.flatnonzero(select(m, "basic.consume", "c2s"))
-    last_consume = pd.Series(order[consumes]).groupby(stream[consumes]).max()
-    out["resubscribed"] = (last_consume.reindex(out["stream"]).to_numpy(float, na_value=-1) > order[rows])
-    return out[["stream", "channel", "consumer_tag", "queue", "packet", "ts", "resubscribed"]]
+    c = _rows_together([p.cancels for p in pieces])
+    c["queue"] = np.array([final.queues.get((s_, t)) for s_, t in zip(c["stream"], c["consumer_tag"])], dtype=object)
+    c["resubscribed"] = final.last_consume.reindex(c["stream"]).to_numpy(np.int64) > c["order"].to_numpy(np.int64)
+    return c[["stream", "channel", "consumer_tag", "queue", "packet", "ts", "resubscribed"]]
 
 
 def _queue_deletes(cap: Capture, m: pd.DataFrame) -> pd.DataFrame:
     """queue, stream, packet of each queue.delete a client sent."""
     rows = np.flatnonzero(select(m, "queue.delete", "c2s"))
     order = m["order"].to_numpy()[rows]
-    return pd.DataFrame({"queue": pd.Series(cap.frames["queue"].array.take(order)).astype(object).to_numpy(object),
+    return pd.DataFrame({"queue": pd.Series(_text(cap, m, "queue", rows), dtype=object),
                          "stream": m["stream"].to_numpy(np.int64)[rows],
                          "packet": cap.frames["packet"].to_numpy(np.int64)[order]})
 
@@ -293,20 +622,12 @@ def _deleted_by(cancels: pd.DataFrame, deletes: pd.DataFrame) -> pd.DataFrame:
     return cancels.assign(deleted_by=pd.array(by.to_numpy(float, na_value=np.nan), dtype="Int64"))[cols]
 
 
-def _returns(cap: Capture, m: pd.DataFrame) -> pd.DataFrame:
-    """Per (stream, exchange, routing key) with a basic.return: the returns (and the first one's
-    reply code and text) and the publishes to that destination."""
-    ret = _destinations(cap, m, select(m, "basic.return", "s2c"), ("reply_code", "reply_text"))
-    key = ["stream", "exchange", "routing_key"]
-    cols = [*key, "returns", "publishes", "reply_code", "reply_text"]
-    if len(ret) == 0:
-        return pd.DataFrame({c: pd.Series(dtype=np.int64 if c in ("stream", "returns", "publishes") else object)
-                             for c in cols})
-    g = ret.groupby(key, sort=True)
-    out = g.size().rename("returns").to_frame().join(g[["reply_code", "reply_text"]].first())
-    pub = _destinations(cap, m, select(m, "basic.publish", "c2s")).groupby(key).size()
-    out["publishes"] = pub.reindex(out.index).fillna(0).astype(np.int64).to_numpy()
-    return out.reset_index()[cols]
+def _rows_together(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """The rows of `frames` (text as object) one after the other, as one table made of them
+    would be: text columns as pandas infers them from all their values (a slice without a row
+    has no text to infer from)."""
+    c = pd.concat(frames, ignore_index=True)
+    return pd.DataFrame({col: c[col].to_numpy(object) if c[col].dtype == object else c[col].array for col in c})
 
 
 def clients_merge(partials: list[dict[str, Any]], records: None, facts: CaptureFacts, cap: Capture) -> AnalyzerResult:
@@ -355,7 +676,8 @@ def _by_connection(conns: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
-SPLIT = Split(partial=clients_partial, merge=clients_merge)
+SPLIT = Split(partial=clients_partial, merge=clients_merge,
+              slicing=Slicing(clients_slice, clients_join, replays=True))
 
 
 @analyzer("clients", split=SPLIT)
