@@ -148,7 +148,9 @@ class Slicing:
     after the other (a connection larger than a worker can hold: docs/time-split.md):
 
     - ``step(part, facts, carry, last)``: a slice (`time_slice`; ``carry`` None at the first,
-      ``last`` True at the last) → (the carry for the next slice, the slice's piece);
+      ``last`` True at the last) → (the carry for the next slice, the slice's piece); with a
+      context step, ``step(part, facts, carry, last, context)``: each slice is given the
+      partition's context, as its ``partial`` is (`Split.slice_step`);
     - ``join(pieces)``: the partial from the slices' pieces, exactly the partition's ``partial``
       (`sliced_partial`; the tests compare them on every fixture).
 
@@ -186,6 +188,13 @@ class Split:
     def partial_with(self, part: Capture, facts: CaptureFacts, context: Any = None) -> Partial:
         """The partition step, given the joined context when the split has one."""
         return self.partial(part, facts) if self.context is None else self.partial(part, facts, context)
+
+    def slice_step(self, part: Capture, facts: CaptureFacts, carry: Any, last: bool, context: Any = None) -> tuple[Any, Any]:
+        """The step over a slice of the partition's time (`Slicing`), given the partition's
+        joined context when the split has one."""
+        if self.context is None:
+            return self.slicing.step(part, facts, carry, last)
+        return self.slicing.step(part, facts, carry, last, context)
 
 
 def partials_of(split: Split, parts: list[Capture], facts: CaptureFacts, store: str | None = None) -> list[Partial]:
@@ -346,9 +355,10 @@ def time_slice(cap: Capture, first: int, end: int | None) -> Capture:
                    bodies=rows(cap.bodies, "last_packet"), summary=cap.summary)
 
 
-def sliced_partial(split: Split, part: Capture, facts: CaptureFacts, cuts: list[int]) -> Partial:
+def sliced_partial(split: Split, part: Capture, facts: CaptureFacts, cuts: list[int], context: Any = None) -> Partial:
     """The partition step of `split` over `part` cut at the packets `cuts` (`clean_cuts`), slice
-    after slice with the carry between them: the partition's partial, as ``partial`` gives it."""
+    after slice with the carry between them: the partition's partial, as ``partial`` gives it
+    (`Split.partial_with`, given the partition's `context` when the split has a context step)."""
     from .derive.replay import ends_of, ends_step, next_replay, with_replay
 
     if split.slicing is None:
@@ -366,7 +376,7 @@ def sliced_partial(split: Split, part: Capture, facts: CaptureFacts, cuts: list[
         piece_of = time_slice(part, first, end)
         if split.slicing.replays:
             with_replay(piece_of, replay, ends)
-        carry, piece = split.slicing.step(piece_of, facts, carry, end is None)
+        carry, piece = split.slice_step(piece_of, facts, carry, end is None, context)
         pieces.append(piece)
         if split.slicing.replays and end is not None:
             replay = next_replay(piece_of)

@@ -18,7 +18,7 @@ from amqpcap.analysis import analyzers, splits
 from amqpcap.kept_rows import KeptRows, frame
 from amqpcap.overview import rates_png
 from amqpcap.derive.stream_order import ns
-from amqpcap.partition import clean_cuts, facts_of, partials_of, sliced_partial
+from amqpcap.partition import clean_cuts, context_for, facts_of, partials_of, sliced_partial
 from amqpcap.report import _draw_plot as draw_plot
 from amqpcap.report import build_summary
 from amqpcap.tally import Tally, tally_of
@@ -219,8 +219,17 @@ def test_a_partition_cut_in_slices_of_time_gives_the_partitions_partial(name):
         assert cuts or len(packet) <= every
         for a in SLICED:
             split = splits()[a]
-            assert_same_partial(sliced_partial(split, cap, facts, cuts), split.partial(cap, facts),
+            context = _context_of(split, cap, facts)
+            assert_same_partial(sliced_partial(split, cap, facts, cuts, context), split.partial_with(cap, facts, context),
                                 f"{a} cut every {every} packets")
+
+
+def _context_of(split, cap, facts):
+    """The joined context a partition that is the whole capture is given (None: the split has no
+    context step), as `run_whole` gives it."""
+    if split.context is None:
+        return None
+    return context_for(split.join_context([split.context(cap, facts)]), 0)
 
 
 @pytest.mark.parametrize("name", ["any-sll.pcap", "flow-control.pcap.gz", "ten-consumers.pcap", "nack-requeue.pcap",
