@@ -77,6 +77,14 @@ def bucket_of(stream: np.ndarray, buckets: int) -> np.ndarray:
     return _core.bucket_of(np.ascontiguousarray(stream, dtype=np.int64), buckets)
 
 
+def bucket_packets(connections: pd.DataFrame, buckets: int) -> np.ndarray:
+    """The packets of each bucket's connections (their `c2s_packets` and `s2c_packets`), from
+    the capture's connections table."""
+    bucket = bucket_of(connections["stream"].to_numpy(), buckets)
+    packets = (connections["c2s_packets"] + connections["s2c_packets"]).to_numpy(np.int64)
+    return np.bincount(bucket, weights=packets, minlength=buckets).astype(np.int64)
+
+
 def is_url(path: str | os.PathLike[str]) -> bool:
     """`path` is a URL (``scheme://...``: an fsspec filesystem), not a local path."""
     return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", os.fspath(path)) is not None

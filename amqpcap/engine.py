@@ -42,6 +42,7 @@ from .capture import Capture
 from .errors import AmqpcapError
 from .kept_rows import keeping_in
 from .partition import CaptureFacts, CellJoin, PerPartition, Split, context_for, joined_once, release_freed_memory
+from .slice_chain import SLICE_PACKETS, can_slice, submit_in_slices
 
 #: a local cluster's workers at most (one per core below that)
 LOCAL_MAX_WORKERS = 8
@@ -254,19 +255,42 @@ class Steps:
         return len(self.futures) + (self.buckets if any(s.context for s in splits().values()) else 0)
 
 
-def submit_steps(path: str | os.PathLike[str], c: Any, store: str | None = None) -> Steps:
+def submit_steps(path: str | os.PathLike[str], c: Any, store: str | None = None,
+                 slice_packets: int = SLICE_PACKETS) -> Steps:
     """Submit the split analyzers' steps over the dataset at `path` to the cluster of client `c`:
-    a task per bucket (each analyzer's partial, or its context when it has a context step), one
-    over the records; per-message tables kept in `store` (`amqpcap.kept_rows.store`) when given.
+    a task per bucket (each analyzer's partial, or its context when it has a context step; a chain
+    of tasks over the slices of a bucket of more than `slice_packets` packets, `_submit_bucket`),
+    one over the records; per-message tables kept in `store` (`amqpcap.kept_rows.store`) when given.
     `merged` submits the second round."""
     root = os.fspath(path) if dataset.is_url(path) else str(Path(path).resolve())
     m = dataset.manifest(root)
     facts = dataset.facts(root)
     names, token = list(_steps()), _token(root, store)
-    futures = {c.submit(bucket_step, root, k, facts, names, store=store, key=f"amqpcap-bucket-{k}-{token}"): k
+    sliced = _sliced_buckets(root, m["buckets"], slice_packets)
+    futures = {_submit_bucket(c, root, k, facts, names, token, store, slice_packets if sliced[k] else None): k
                for k in range(m["buckets"])}
     futures[c.submit(records_step, root, facts, names, key=f"amqpcap-records-{token}")] = None
     return Steps(root, m["buckets"], facts, token, futures, c, store)
+
+
+def _sliced_buckets(root: str, buckets: int, slice_packets: int) -> np.ndarray:
+    """Which buckets run as a chain of tasks over slices of their time: those of more than
+    `slice_packets` packets, once every step can run over slices (`slice_chain.can_slice`;
+    until then, none)."""
+    if not can_slice(_steps()):
+        return np.zeros(buckets, bool)
+    return dataset.bucket_packets(dataset.read_outline(root).connections, buckets) > slice_packets
+
+
+def _submit_bucket(c: Any, root: str, k: int, facts: CaptureFacts, names: list[str], token: str, store: str | None,
+                   sliced_every: int | None) -> Any:
+    """Bucket `k`'s steps: one task, or given `sliced_every`, a chain of tasks over slices of
+    its time of about that many packets (`amqpcap.slice_chain`)."""
+    if sliced_every:
+        cuts = c.submit(dataset.bucket_cuts, root, k, sliced_every, key=f"amqpcap-cuts-{k}-{token}").result()
+        if cuts:
+            return submit_in_slices(c, root, k, cuts, facts, names, token, store)
+    return c.submit(bucket_step, root, k, facts, names, store=store, key=f"amqpcap-bucket-{k}-{token}")
 
 
 def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], None] | None = None,
@@ -472,10 +496,10 @@ def _largest_bucket(whole: Capture, buckets: int) -> str:
     c = whole.connections
     if not len(c):
         return ""
+    k = int(dataset.bucket_packets(c, buckets).argmax())
     bucket = dataset.bucket_of(c["stream"].to_numpy(), buckets)
-    packets = (c["c2s_packets"] + c["s2c_packets"]).to_numpy(np.int64)
-    k = int(np.bincount(bucket, weights=packets, minlength=buckets).argmax())
-    mine, packets = c[bucket == k], packets[bucket == k]
+    mine = c[bucket == k]
+    packets = (mine["c2s_packets"] + mine["s2c_packets"]).to_numpy(np.int64)
     big, total = int(packets.argmax()), int(packets.sum())
     stream = int(mine["stream"].iloc[big])
     held = (f"1 connection of {total:,} packets (tcp.stream == {stream})" if len(mine) == 1 else

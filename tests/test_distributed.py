@@ -163,6 +163,52 @@ def test_a_worker_killed_mid_analysis_is_replaced_and_the_result_is_exact(cluste
         assert any(isinstance(t, kept_rows.KeptRows) for g in got for t in g.tables.values())
 
 
+def test_a_bucket_run_as_a_chain_of_slices_gives_its_partials_also_with_a_worker_killed(cluster, tmp_path):
+    """A bucket too large for one worker runs as a chain of tasks over slices of its time
+    (`amqpcap.slice_chain`): on the two workers, every step that can run over slices gives the
+    partial of the bucket analysed in one task; and a worker killed once it holds the carries of
+    the third slice is replaced, Dask computes the chain again, and the partials are still
+    exact."""
+    from distributed import Client
+
+    from amqpcap import dataset
+    from amqpcap.engine import TALLY, _steps, bucket_step
+    from amqpcap.slice_chain import submit_in_slices
+    from test_partition import assert_same_partial
+    from test_replay import assert_same_tally
+
+    root = tmp_path / "ds"
+    subprocess.run([*AMQPCAP, "ingest", str(FIX / "ten-consumers.pcap"), "--out", str(root), "--buckets", "2"],
+                   check=True, capture_output=True)
+    names = sorted(n for n, s in _steps().items() if s.slicing is not None and s.context is None)
+    assert {TALLY, "clients", "sizes", "nagle"} <= set(names)
+    facts = dataset.facts(root)
+
+    def same(got: dict, want: dict, where: str) -> None:
+        assert list(got) == list(want) == names, where
+        for n in names:
+            (assert_same_tally if n == TALLY else assert_same_partial)(got[n], want[n], f"{n} of {where}")
+
+    with Client(cluster, timeout=60) as c:
+        for k in range(2):
+            cuts = dataset.bucket_cuts(root, k, 400)
+            assert len(cuts) >= 4, cuts
+            whole = c.submit(bucket_step, str(root), k, facts, names, pure=False).result()
+            same(submit_in_slices(c, str(root), k, cuts, facts, names, f"whole-{k}").result(), whole, f"bucket {k}")
+        pids = c.run(os.getpid)
+        chain = submit_in_slices(c, str(root), 1, cuts, facts, names, "killed")
+        third = "amqpcap-slice-carries-1-2-killed"
+        deadline = time.monotonic() + 120
+        while not (holders := [w for w, keys in c.has_what().items() if third in map(str, keys)]):
+            assert time.monotonic() < deadline and not chain.done()
+            time.sleep(0.01)
+        assert not chain.done()
+        os.kill(pids[holders[0]], signal.SIGKILL)
+        same(chain.result(), whole, "bucket 1, a worker killed")
+        c.wait_for_workers(2, timeout=120)
+        assert pids[holders[0]] not in c.run(os.getpid).values()
+
+
 def test_ingest_on_a_real_cluster_is_the_capture(cluster, tmp_path):
     """`amqpcap ingest RING --scheduler ADDRESS`: this process reads the ring once and spills
     it by bucket; each bucket is decoded by a task on one of the two workers, which writes it;
