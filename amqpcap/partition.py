@@ -178,8 +178,10 @@ class Split:
     #: the columns of the records that ``records`` reads (a dataset's step reads those alone:
     #: a row per packet of the file); None: every column
     records_columns: tuple[str, ...] | None = None
-    #: the partition step over slices of the partition's time, when the analyzer has one
+    #: the partition step over slices of the partition's time, when the analyzer has one; and
+    #: its context step's (``join`` gives the partition's context, as ``context`` does)
     slicing: Slicing | None = None
+    context_slicing: Slicing | None = None
 
     def __post_init__(self) -> None:
         if (self.context is None) != (self.join_context is None):
@@ -189,7 +191,8 @@ class Split:
         """The partition step, given the joined context when the split has one."""
         return self.partial(part, facts) if self.context is None else self.partial(part, facts, context)
 
-    def slice_step(self, part: Capture, facts: CaptureFacts, carry: Any, last: bool, context: Any = None) -> tuple[Any, Any]:
+    def slice_step(self, part: Capture, facts: CaptureFacts, carry: Any, last: bool,
+                   context: Any = None) -> tuple[Any, Any]:
         """The step over a slice of the partition's time (`Slicing`), given the partition's
         joined context when the split has one."""
         if self.context is None:
@@ -359,14 +362,30 @@ def sliced_partial(split: Split, part: Capture, facts: CaptureFacts, cuts: list[
     """The partition step of `split` over `part` cut at the packets `cuts` (`clean_cuts`), slice
     after slice with the carry between them: the partition's partial, as ``partial`` gives it
     (`Split.partial_with`, given the partition's `context` when the split has a context step)."""
-    from .derive.replay import ends_of, ends_step, next_replay, with_replay
-
     if split.slicing is None:
         raise ValueError("this analyzer has no step over slices of time")
+    return _over_slices(split.slicing, part, cuts,
+                        lambda piece_of, carry, last: split.slice_step(piece_of, facts, carry, last, context))
+
+
+def sliced_context(split: Split, part: Capture, facts: CaptureFacts, cuts: list[int]) -> Any:
+    """The context step of `split` over `part` cut at the packets `cuts`, as `sliced_partial`
+    runs its partition step: the partition's context, as ``context`` gives it."""
+    if split.context_slicing is None:
+        raise ValueError("this analyzer has no context step over slices of time")
+    return _over_slices(split.context_slicing, part, cuts,
+                        lambda piece_of, carry, last: split.context_slicing.step(piece_of, facts, carry, last))
+
+
+def _over_slices(slicing: Slicing, part: Capture, cuts: list[int], step: Callable[[Capture, Any, bool], tuple]) -> Any:
+    """``slicing.join`` of the pieces of ``step(slice, carry, last)`` over `part` cut at `cuts`,
+    slice after slice with the carry between them (after the first pass when it replays)."""
+    from .derive.replay import ends_of, ends_step, next_replay, with_replay
+
     bounds = [0, *cuts, None]
     slices = list(zip(bounds, bounds[1:]))
     ends = replay = None
-    if split.slicing.replays:
+    if slicing.replays:
         seen = None
         for first, end in slices:
             seen = ends_step(time_slice(part, first, end), seen)
@@ -374,10 +393,10 @@ def sliced_partial(split: Split, part: Capture, facts: CaptureFacts, cuts: list[
     carry, pieces = None, []
     for first, end in slices:
         piece_of = time_slice(part, first, end)
-        if split.slicing.replays:
+        if slicing.replays:
             with_replay(piece_of, replay, ends)
-        carry, piece = split.slice_step(piece_of, facts, carry, end is None, context)
+        carry, piece = step(piece_of, carry, end is None)
         pieces.append(piece)
-        if split.slicing.replays and end is not None:
+        if slicing.replays and end is not None:
             replay = next_replay(piece_of)
-    return split.slicing.join(pieces)
+    return slicing.join(pieces)

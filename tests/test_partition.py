@@ -18,7 +18,7 @@ from amqpcap.analysis import analyzers, splits
 from amqpcap.kept_rows import KeptRows, frame
 from amqpcap.overview import rates_png
 from amqpcap.derive.stream_order import ns
-from amqpcap.partition import clean_cuts, context_for, facts_of, partials_of, sliced_partial
+from amqpcap.partition import clean_cuts, context_for, facts_of, partials_of, sliced_context, sliced_partial
 from amqpcap.report import _draw_plot as draw_plot
 from amqpcap.report import build_summary
 from amqpcap.tally import Tally, tally_of
@@ -222,6 +222,36 @@ def test_a_partition_cut_in_slices_of_time_gives_the_partitions_partial(name):
             context = _context_of(split, cap, facts)
             assert_same_partial(sliced_partial(split, cap, facts, cuts, context), split.partial_with(cap, facts, context),
                                 f"{a} cut every {every} packets")
+
+
+#: the context steps that also run over slices of the partition's time, one per step (consumers
+#: and latency share the queue backlog's)
+CONTEXTS_SLICED = {s.context_slicing: n for n, s in sorted(splits().items(), reverse=True)
+                   if s.context_slicing is not None}
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_a_context_step_cut_in_slices_of_time_gives_the_partitions_context(name, monkeypatch):
+    """Every context step that runs over slices of time (the queue backlog's questions: its
+    events, acks and consumers) gives the whole partition's context, cut into 7 slices and
+    into slices of 50 packets, with the capture's records cut into 3 cells."""
+    from dataclasses import fields
+
+    from amqpcap.derive import backlog_join
+
+    assert "consumers" in CONTEXTS_SLICED.values()
+    cap = amqpcap.load(FIX / name)
+    facts = facts_of(cap)
+    monkeypatch.setattr(backlog_join, "CELL_PACKETS", max(1, facts.records // 3))
+    packet, ts = cap.packets["packet"].to_numpy(np.int64), ns(cap.packets["ts"])
+    for every in (max(1, len(packet) // 7), 50):
+        cuts = clean_cuts(packet, ts, every)
+        for a in CONTEXTS_SLICED.values():
+            split = splits()[a]
+            got, want = sliced_context(split, cap, facts, cuts), split.context(cap, facts)
+            for field in fields(want):
+                assert_same_partial(getattr(got, field.name), getattr(want, field.name),
+                                    f"{a}'s context cut every {every} packets: {field.name}")
 
 
 def _context_of(split, cap, facts):

@@ -27,7 +27,8 @@ from ..derive.consumers import (CONSUMER, acked_deliveries, code_of, consumer_ro
 from ..derive.deliveries import consumes, deliveries, tag_ranks
 from ..derive.labels import channels_filter, connection_labels
 from ..derive.methods import KEY, chan_key, methods, pick, select
-from ..derive.refills import ack_gaps, backlog_answers, backlog_context, join_backlog_context, slow_refills
+from ..derive.refills import (BACKLOG_CONTEXT_SLICING, ack_gaps, backlog_answers, backlog_context, join_backlog_context,
+                              slow_refills)
 from ..display_filters import stream_filter
 from ..kept_rows import keep, rows_table
 from ..names import connection_label, consumer_label, number, subject_namer
@@ -577,7 +578,8 @@ def consumers_merge(partials: list[dict[str, Any]], records: None, facts: Captur
                           findings=findings, plots=plots)
 
 
-SPLIT = Split(partial=consumers_partial, merge=consumers_merge, context=backlog_context, join_context=join_backlog_context)
+SPLIT = Split(partial=consumers_partial, merge=consumers_merge, context=backlog_context, join_context=join_backlog_context,
+              context_slicing=BACKLOG_CONTEXT_SLICING)
 
 
 @analyzer("consumers", split=SPLIT)

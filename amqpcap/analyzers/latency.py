@@ -20,7 +20,8 @@ from ..derive.columns import codes, stable_argsort
 from ..derive.deliveries import DELIVER_METHODS, SETTLE_METHODS, confirms, deliveries, tag_ranks
 from ..derive.labels import channels_filter, connection_labels
 from ..derive.methods import chan_key, methods, pick, select
-from ..derive.refills import ack_gaps, backlog_context, join_backlog_context, slow_refills_of, waiting
+from ..derive.refills import (BACKLOG_CONTEXT_SLICING, ack_gaps, backlog_context, join_backlog_context, slow_refills_of,
+                              waiting)
 from ..kept_rows import columns as kept_columns
 from ..kept_rows import keep, part_columns, rows_table
 from ..names import connection_label, consumer_label, number, subject_namer
@@ -291,7 +292,8 @@ def _by_channel(parts: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(kept).sort_index(kind="stable")
 
 
-SPLIT = Split(partial=latency_partial, merge=latency_merge, context=backlog_context, join_context=join_backlog_context)
+SPLIT = Split(partial=latency_partial, merge=latency_merge, context=backlog_context, join_context=join_backlog_context,
+              context_slicing=BACKLOG_CONTEXT_SLICING)
 
 
 @analyzer("latency", split=SPLIT)

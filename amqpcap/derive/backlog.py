@@ -46,6 +46,11 @@ class QueueEvents:
     #: deliveries from a known queue (delta -1) and their requeues by nack/reject (+1, at the
     #: settling frame): queue (text), packet, rank, ts (int64 ns), delta
     takes: pd.DataFrame
+    #: each publish's frame (its position in cap.frames), and each take's delivery (its row in
+    #: `deliveries`): what a slice of a partition's time tells of them
+    #: (`amqpcap.derive.refills.backlog_context_slice`)
+    published: np.ndarray
+    taken: np.ndarray
 
 
 def frame_keys(cap: Capture, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -84,6 +89,7 @@ def queue_events(cap: Capture) -> QueueEvents:
     # events: deliveries from a queue −1, their requeues (nack/reject with requeue) +1
     has = dc.queue_code >= 0
     rq = has & d["settle_requeue"].fillna(False).to_numpy(bool)
+    taken = np.r_[np.flatnonzero(has), np.flatnonzero(rq)]
     order = np.r_[d["order"].to_numpy(np.int64)[has], d["settle_order"].to_numpy(np.int64, na_value=0)[rq]]
     packet, rank = frame_keys(cap, order)
     queue = d["queue"].astype(object).where(d["queue"].notna(), None).to_numpy(object)
@@ -94,7 +100,8 @@ def queue_events(cap: Capture) -> QueueEvents:
                                 "packet": p_packet, "rank": p_rank, "ts": ts[p_order]}),
         takes=pd.DataFrame({"queue": pd.Categorical(np.r_[queue[has], queue[rq]]), "packet": packet, "rank": rank,
                             "ts": ts[order],
-                            "delta": np.r_[-np.ones(int(has.sum()), np.int64), np.ones(int(rq.sum()), np.int64)]}))
+                            "delta": np.r_[-np.ones(int(has.sum()), np.int64), np.ones(int(rq.sum()), np.int64)]}),
+        published=p_order, taken=taken)
 
 
 @dataclass(frozen=True)

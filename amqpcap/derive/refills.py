@@ -14,7 +14,8 @@ import numpy as np
 import pandas as pd
 
 from ..capture import Capture
-from .backlog import BacklogAnswers, BacklogQuestions, frame_keys, queue_events, text_codes
+from ..partition import Slicing
+from .backlog import BacklogAnswers, BacklogQuestions, QueueEvents, frame_keys, queue_events, text_codes
 from .backlog_join import BACKLOG_JOIN, BacklogShares, answers_of, shares_of
 from .cache import CAPTURE, CONNECTION, derivation
 from .columns import asof, group_cumsum
@@ -23,6 +24,8 @@ from .deliveries import GET_TAG, SETTLE_METHODS, deliveries, deliveries_with_cod
 from .methods import chan_key, methods, pick, select
 from .seeds import seeds_of
 from .stream_order import ns
+
+_NONE = np.zeros(0, np.int64)
 
 
 #: broker-slow-refill: median ack→next-deliver (with messages known to be waiting) above this is
@@ -115,17 +118,112 @@ def backlog_context(cap: Capture, facts) -> BacklogShares:
     """The context step (`amqpcap.partition.Split.context`) of the analyzers that read the
     queue backlog (consumers, latency): a partition's queue events, and where its acks and
     consumers read the backlog, cut into the capture's cells (`amqpcap.derive.backlog_join`;
-    one cell without `facts`). One function for both, so that it is joined once for them."""
-    c = consumer_rows(cap)
-    questions = BacklogQuestions(queue_events(cap), ack_rows(cap).questions,
-                                 pd.DataFrame({"queue": text_codes(c["queue"]), "start_ts": ns(c["start_ts"]),
-                                               "end_ts": ns(c["end_ts"])}))
-    return shares_of(questions, facts.records if facts is not None else 0)
+    one cell without `facts`). One function for both, so that it is joined once for them. The
+    partition is the one slice of its time (`backlog_context_slice`)."""
+    return backlog_context_join([backlog_context_slice(cap, facts, None, True)[1]])
+
+
+@dataclass(frozen=True)
+class QuestionsTold:
+    """What a slice of a partition's time tells of the partition's `BacklogQuestions`
+    (`backlog_context_slice`): its own queue.bind and basic.publish frames, the takes of the
+    deliveries it tells, the acks and consumers it tells. Each told row keeps its whole order
+    (``taken_orders``, ``_order``, ``start_order``): a row told late goes back to its place in
+    the join."""
+
+    events: QueueEvents
+    #: each take's delivery's whole order
+    taken_orders: np.ndarray
+    #: `BacklogQuestions.acks` with ``_order``; `BacklogQuestions.consumers` with ``start_order``
+    acks: pd.DataFrame
+    consumers: pd.DataFrame
+    #: the capture's records (`CaptureFacts.records`; 0 without facts)
+    records: int
+
+
+def backlog_context_slice(part: Capture, facts, carry: None, last: bool) -> tuple[None, QuestionsTold]:
+    """A slice of a partition's time (`amqpcap.partition.Slicing` of the backlog's context step;
+    a whole partition is its own one slice): what it tells of the partition's questions. Nothing
+    is carried: what the rows need of the slices before, the derivations replay."""
+    from .replay import for_derivations, told, told_consumers  # (replay reads ack_rows: imported here)
+
+    view = for_derivations(part)
+    seeds = seeds_of(view)
+    replayed = seeds.replayed if seeds is not None else 0
+
+    def whole(order: np.ndarray) -> np.ndarray:
+        return seeds.whole_orders(order) if seeds is not None else order
+
+    ev = queue_events(view)
+    own = ev.published >= replayed  # (a replayed publish, unconfirmed at the cut, is the slice's before)
+    d_order = deliveries(view)["order"].to_numpy(np.int64)[ev.taken]
+    keep = told(view, d_order, last)
+    events = QueueEvents(binds=ev.binds, publishes=_rows(ev.publishes, own), takes=_rows(ev.takes, keep),
+                         published=ev.published[own], taken=ev.taken[keep])
+    rows = ack_rows(view)
+    order = rows.table["order"].to_numpy(np.int64)
+    acks = told(view, order, last)
+    c = _rows(consumer_rows(view), told_consumers(view, last))
+    consumers = pd.DataFrame({"queue": text_codes(c["queue"]), "start_ts": ns(c["start_ts"]),
+                              "end_ts": ns(c["end_ts"]), "start_order": c["start_order"].to_numpy(np.int64)})
+    told_acks = _rows(rows.questions, acks).assign(_order=whole(order[acks]))
+    return None, QuestionsTold(events, whole(d_order[keep]), told_acks, consumers,
+                               facts.records if facts is not None else 0)
+
+
+def _rows(table: pd.DataFrame, keep: np.ndarray) -> pd.DataFrame:
+    """The rows `keep` of `table` (the table itself when all are kept: a whole partition's)."""
+    return table if keep.all() else table[keep].reset_index(drop=True)
+
+
+def backlog_context_join(pieces: list[QuestionsTold]) -> BacklogShares:
+    """The partition's context from what its slices told (`backlog_context_slice`), in their
+    order: its `BacklogQuestions` in the whole's row order (takes as the deliveries' order,
+    requeues after the takes; acks in frame order; consumers by their start), cut into cells."""
+    takes = _rows_told([p.events.takes for p in pieces], np.concatenate([p.taken_orders for p in pieces]),
+                       first=np.concatenate([p.events.takes["delta"].to_numpy(np.int64) for p in pieces]) < 0)
+    acks = _rows_told([p.acks for p in pieces], np.concatenate([p.acks["_order"].to_numpy(np.int64) for p in pieces]))
+    consumers = _rows_told([p.consumers for p in pieces],
+                           np.concatenate([p.consumers["start_order"].to_numpy(np.int64) for p in pieces]))
+    events = QueueEvents(binds=_rows_told([p.events.binds for p in pieces]),
+                         publishes=_rows_told([p.events.publishes for p in pieces]), takes=takes,
+                         published=_NONE, taken=_NONE)
+    questions = BacklogQuestions(events, acks.drop(columns="_order"), consumers.drop(columns="start_order"))
+    return shares_of(questions, pieces[-1].records)
+
+
+def _rows_told(tables: list[pd.DataFrame], order: np.ndarray | None = None,
+               first: np.ndarray | None = None) -> pd.DataFrame:
+    """The rows of `tables` (of the slices, in their order) as one table: by `order` when given
+    (stable; rows with `first` before the others), its categorical text columns with the
+    categories the whole's would have (those of the values left, sorted: `text_codes`)."""
+    if len(tables) == 1 and (order is None or _in_order(order, first)):
+        return tables[0]
+    text = [col for col, t in tables[0].dtypes.items() if isinstance(t, pd.CategoricalDtype)]
+    out = pd.concat([t.drop(columns=text) for t in tables], ignore_index=True)
+    for col in text:  # (missing values stay missing: those `text_codes` made so)
+        out[col] = pd.Categorical(np.concatenate([np.asarray(t[col], dtype=object) for t in tables]))
+    out = out[tables[0].columns]
+    if order is not None:
+        by = np.lexsort((order, ~first)) if first is not None else np.argsort(order, kind="stable")
+        out = out.iloc[by].reset_index(drop=True)
+    return out
+
+
+def _in_order(order: np.ndarray, first: np.ndarray | None) -> bool:
+    """Whether rows with these `order` (and `first`: `_rows_told`) are in the order the join sorts them."""
+    if first is not None:
+        if (np.diff(first.astype(np.int8)) > 0).any():
+            return False
+        return all(bool((np.diff(order[mask]) >= 0).all()) for mask in (first, ~first))
+    return bool((np.diff(order) >= 0).all())
 
 
 #: the contexts joined (`amqpcap.partition.Split.join_context`): the backlog joined in cells, each
 #: partition given its answers alone
 join_backlog_context = BACKLOG_JOIN
+#: the context step over slices of a partition's time (`amqpcap.partition.Split.context_slicing`)
+BACKLOG_CONTEXT_SLICING = Slicing(backlog_context_slice, backlog_context_join, replays=True)
 
 
 @derivation(CAPTURE)
