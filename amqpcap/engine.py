@@ -30,7 +30,7 @@ import logging
 import operator
 import os
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -247,6 +247,8 @@ class Steps:
     client: Any
     #: where the bucket steps keep their per-message tables (`amqpcap.kept_rows`), None: sent back
     store: str | None = None
+    #: the buckets run as chains of tasks over slices of their time: where each is cut
+    sliced: dict[int, list[int]] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -266,11 +268,11 @@ def submit_steps(path: str | os.PathLike[str], c: Any, store: str | None = None,
     m = dataset.manifest(root)
     facts = dataset.facts(root)
     names, token = list(_steps()), _token(root, store)
-    sliced = _sliced_buckets(root, m["buckets"], slice_packets)
-    futures = {_submit_bucket(c, root, k, facts, names, token, store, slice_packets if sliced[k] else None): k
-               for k in range(m["buckets"])}
+    cuts = {k: c.submit(dataset.bucket_cuts, root, k, slice_packets, key=f"amqpcap-cuts-{k}-{token}").result()
+            for k in np.flatnonzero(_sliced_buckets(root, m["buckets"], slice_packets)).tolist()}
+    futures = {_submit_bucket(c, root, k, facts, names, token, store, cuts.get(k)): k for k in range(m["buckets"])}
     futures[c.submit(records_step, root, facts, names, key=f"amqpcap-records-{token}")] = None
-    return Steps(root, m["buckets"], facts, token, futures, c, store)
+    return Steps(root, m["buckets"], facts, token, futures, c, store, {k: v for k, v in cuts.items() if v})
 
 
 def _sliced_buckets(root: str, buckets: int, slice_packets: int) -> np.ndarray:
@@ -283,14 +285,12 @@ def _sliced_buckets(root: str, buckets: int, slice_packets: int) -> np.ndarray:
 
 
 def _submit_bucket(c: Any, root: str, k: int, facts: CaptureFacts, names: list[str], token: str, store: str | None,
-                   sliced_every: int | None) -> Any:
-    """Bucket `k`'s steps: one task, or given `sliced_every`, a chain of tasks over slices of
-    its time of about that many packets (`amqpcap.slice_chain`)."""
-    if sliced_every:
-        cuts = c.submit(dataset.bucket_cuts, root, k, sliced_every, key=f"amqpcap-cuts-{k}-{token}").result()
-        if cuts:
-            return submit_in_slices(c, root, k, cuts, facts, names, token, store)
-    return c.submit(bucket_step, root, k, facts, names, store=store, key=f"amqpcap-bucket-{k}-{token}")
+                   cuts: list[int] | None, contexts: dict[str, Any] | None = None, round_name: str = "") -> Any:
+    """Bucket `k`'s steps (given `contexts`: the second round's, `bucket_step`): one task, or
+    given `cuts`, a chain of tasks over the slices of its time they cut (`amqpcap.slice_chain`)."""
+    if cuts:
+        return submit_in_slices(c, root, k, cuts, facts, names, f"{round_name}{token}", store, contexts)
+    return c.submit(bucket_step, root, k, facts, names, contexts, store, key=f"amqpcap-bucket-{round_name}{k}-{token}")
 
 
 def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], None] | None = None,
@@ -383,8 +383,8 @@ def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], Non
         def contexts(i: int) -> dict[str, Any]:
             return {name: context_for(v, i) if isinstance(v, PerPartition) else sent[id(v)] for name, v in joined.items()}
 
-        futures = {steps.client.submit(bucket_step, steps.root, k, steps.facts, second, contexts(i), steps.store,
-                                       key=f"amqpcap-bucket-round2-{k}-{steps.token}"): k
+        futures = {_submit_bucket(steps.client, steps.root, k, steps.facts, second, steps.token, steps.store,
+                                  steps.sliced.get(k), contexts(i), "round2-"): k
                    for i, k in enumerate(buckets)}
         del joined, shared  # on the workers now: not held here through the merge
         meanwhile()

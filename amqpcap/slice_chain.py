@@ -35,20 +35,26 @@ SLICE_PACKETS = 1_000_000
 
 
 def can_slice(steps: dict[str, Split]) -> bool:
-    """Whether every one of `steps` runs over slices of time, and so a bucket can be sliced.
-    (A split with a context step needs its context made over slices too: not yet.)"""
-    return all(s.slicing is not None and s.context is None for s in steps.values())
+    """Whether every one of `steps` runs over slices of time, its context step too when it has
+    one, and so a bucket can be sliced."""
+    return all(s.slicing is not None and (s.context is None or s.context_slicing is not None)
+               for s in steps.values())
 
 
 def submit_in_slices(client: Any, root: str, bucket: int, cuts: list[int], facts: CaptureFacts,
-                     names: list[str], token: str, store: str | None = None) -> Any:
+                     names: list[str], token: str, store: str | None = None,
+                     contexts: dict[str, Any] | None = None) -> Any:
     """The steps `names` over bucket `bucket` of the dataset at `root` cut at the packets `cuts`,
-    submitted to the cluster of `client` as a chain of tasks: a future of the bucket's partials
-    ({name: partial}, as `amqpcap.engine.bucket_step` returns them; per-message tables kept in
-    `store` when given, `amqpcap.kept_rows`)."""
+    submitted to the cluster of `client` as a chain of tasks: a future of what
+    `amqpcap.engine.bucket_step` returns for the bucket (per-message tables kept in `store` when
+    given, `amqpcap.kept_rows`): without `contexts` (the first round), the partials of the
+    steps without a context step and the contexts of the others; with `contexts` ({name: the
+    joined context, or a future of it}: the second round), those steps' partials."""
     slices = list(zip([0, *cuts], [*cuts, None]))
+    if contexts is not None:  # (each slice of the bucket reads its context: sent to the workers once)
+        contexts = {name: v if _is_future(v) else client.scatter([v], hash=False)[0] for name, v in contexts.items()}
     ends = None
-    if any(_steps()[n].slicing.replays for n in names):
+    if any(_slicing(_steps()[n], contexts is None).replays for n in names):
         seen = None
         for i, (first, end) in enumerate(slices):
             seen = client.submit(ends_task, root, bucket, first, end, seen, key=f"amqpcap-ends-{bucket}-{i}-{token}")
@@ -56,12 +62,25 @@ def submit_in_slices(client: Any, root: str, bucket: int, cuts: list[int], facts
     carries = replay = None
     pieces = []
     for i, (first, end) in enumerate(slices):
-        out = client.submit(slice_task, root, bucket, first, end, facts, names, carries, replay, ends,
+        out = client.submit(slice_task, root, bucket, first, end, facts, names, carries, replay, ends, contexts,
                             key=f"amqpcap-slice-{bucket}-{i}-{token}")
         carries = client.submit(operator.getitem, out, 0, key=f"amqpcap-slice-carries-{bucket}-{i}-{token}")
         pieces.append(client.submit(operator.getitem, out, 1, key=f"amqpcap-slice-pieces-{bucket}-{i}-{token}"))
         replay = client.submit(operator.getitem, out, 2, key=f"amqpcap-slice-replay-{bucket}-{i}-{token}")
-    return client.submit(join_task, names, bucket, store, *pieces, key=f"amqpcap-slices-joined-{bucket}-{token}")
+    return client.submit(join_task, names, bucket, store, contexts is None, *pieces,
+                         key=f"amqpcap-slices-joined-{bucket}-{token}")
+
+
+def _slicing(split: Split, first_round: bool) -> Any:
+    """The `Slicing` a step of `split` runs in a round: its context step's in the first round
+    when it has one, else its partition step's."""
+    return split.context_slicing if first_round and split.context is not None else split.slicing
+
+
+def _is_future(value: Any) -> bool:
+    from distributed import Future
+
+    return isinstance(value, Future)
 
 
 def ends_task(root: str, bucket: int, first: int, end: int | None, seen: Any) -> Any:
@@ -80,11 +99,15 @@ def _ends_of(seen: Any) -> Any:
 
 
 def slice_task(root: str, bucket: int, first: int, end: int | None, facts: CaptureFacts, names: list[str],
-               carries: dict[str, Any] | None, replay: Any, ends: Any) -> tuple[dict[str, Any], dict[str, Any], Any]:
+               carries: dict[str, Any] | None, replay: Any, ends: Any,
+               contexts: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any], Any]:
     """On a worker: every step `names` over one slice of the bucket (packets `first` up to `end`;
     None: to the end), given their carries from the slice before (None: the first slice) and,
     when a step reads the derivations, the first pass's `ends` and the `replay` of the slice
-    before: (the carries for the next slice, each step's piece, the next slice's replay)."""
+    before: (the carries for the next slice, each step's piece, the next slice's replay). The
+    steps of a round (`submit_in_slices`): without `contexts`, a split's context step when it
+    has one (once for the splits that share it); with them, its partition step given its
+    context."""
     from .derive.replay import next_replay, with_replay
 
     sp = _steps()
@@ -93,21 +116,37 @@ def slice_task(root: str, bucket: int, first: int, end: int | None, facts: Captu
     if ends is not None:  # (the plain slice is unchanged: only `for_derivations` reads these)
         with_replay(part, replay, ends)
     carries = carries or dict.fromkeys(names)
-    after, pieces = {}, {}
+    after, pieces, made = {}, {}, {}
     for name in names:
-        after[name], pieces[name] = sp[name].slice_step(part, facts, carries[name], last)
+        split = sp[name]
+        if contexts is not None:
+            after[name], pieces[name] = split.slice_step(part, facts, carries[name], last, contexts[name])
+        elif split.context is None:
+            after[name], pieces[name] = split.slice_step(part, facts, carries[name], last)
+        else:  # (a context step shared by analyzers, the queue backlog's, runs once)
+            if split.context_slicing not in made:
+                made[split.context_slicing] = split.context_slicing.step(part, facts, carries[name], last)
+            after[name], pieces[name] = made[split.context_slicing]
     replay_next = next_replay(part) if ends is not None and not last else None
     del part
     release_freed_memory()
     return after, pieces, replay_next
 
 
-def join_task(names: list[str], bucket: int, store: str | None, *pieces: dict[str, Any]) -> dict[str, Any]:
-    """On a worker: each step's partial from its pieces of every slice, in slice order (its
-    per-message tables kept in `store` as the bucket's, when given)."""
+def join_task(names: list[str], bucket: int, store: str | None, first_round: bool,
+              *pieces: dict[str, Any]) -> dict[str, Any]:
+    """On a worker: each step's partial (or context, in the `first_round`: `slice_task`) from its
+    pieces of every slice, in slice order (its per-message tables kept in `store` as the
+    bucket's, when given). A context shared by analyzers is joined once."""
     sp = _steps()
+    out, made = {}, {}
     with keeping_in(store, bucket):
-        out = {name: sp[name].slicing.join([p[name] for p in pieces]) for name in names}
+        for name in names:
+            slicing = _slicing(sp[name], first_round)
+            shared = first_round and sp[name].context is not None
+            if not shared or slicing not in made:
+                made[slicing if shared else name] = slicing.join([p[name] for p in pieces])
+            out[name] = made[slicing if shared else name]
     release_freed_memory()
     return out
 

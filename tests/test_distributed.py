@@ -166,9 +166,11 @@ def test_a_worker_killed_mid_analysis_is_replaced_and_the_result_is_exact(cluste
 def test_a_bucket_run_as_a_chain_of_slices_gives_its_partials_also_with_a_worker_killed(cluster, tmp_path):
     """A bucket too large for one worker runs as a chain of tasks over slices of its time
     (`amqpcap.slice_chain`): on the two workers, every step that can run over slices gives the
-    partial of the bucket analysed in one task; and a worker killed once it holds the carries of
-    the third slice is replaced, Dask computes the chain again, and the partials are still
-    exact."""
+    partial (or, for a context step, the context) of the bucket analysed in one task; and a
+    worker killed once it holds the carries of the third slice is replaced, Dask computes the
+    chain again, and the partials are still exact."""
+    from dataclasses import fields
+
     from distributed import Client
 
     from amqpcap import dataset
@@ -180,14 +182,23 @@ def test_a_bucket_run_as_a_chain_of_slices_gives_its_partials_also_with_a_worker
     root = tmp_path / "ds"
     subprocess.run([*AMQPCAP, "ingest", str(FIX / "ten-consumers.pcap"), "--out", str(root), "--buckets", "2"],
                    check=True, capture_output=True)
-    names = sorted(n for n, s in _steps().items() if s.slicing is not None and s.context is None)
-    assert {TALLY, "clients", "sizes", "nagle"} <= set(names)
+    # (the first round: the partition steps of the splits without a context step, the context
+    # steps of the others)
+    names = sorted(n for n, s in _steps().items()
+                   if (s.slicing if s.context is None else s.context_slicing) is not None)
+    assert {TALLY, "clients", "sizes", "nagle", "consumers", "latency"} <= set(names)
     facts = dataset.facts(root)
 
     def same(got: dict, want: dict, where: str) -> None:
         assert list(got) == list(want) == names, where
         for n in names:
-            (assert_same_tally if n == TALLY else assert_same_partial)(got[n], want[n], f"{n} of {where}")
+            if n == TALLY:
+                assert_same_tally(got[n], want[n], f"{n} of {where}")
+            elif _steps()[n].context is not None:  # (a context: a dataclass of frames and arrays)
+                for f in fields(want[n]):
+                    assert_same_partial(getattr(got[n], f.name), getattr(want[n], f.name), f"{n}.{f.name} of {where}")
+            else:
+                assert_same_partial(got[n], want[n], f"{n} of {where}")
 
     with Client(cluster, timeout=60) as c:
         for k in range(2):
