@@ -410,15 +410,17 @@ def _merging_meanwhile(merge: Callable[[list[str]], None], names: list[str]) -> 
 
 
 def analyze(path: str | os.PathLike[str], outline: Capture, c: Any,
-            progress: Callable[[str, int, int], None] | None = None, store: str | None = None) -> list[AnalyzerResult]:
+            progress: Callable[[str, int, int], None] | None = None, store: str | None = None,
+            slice_packets: int = SLICE_PACKETS) -> list[AnalyzerResult]:
     """Every analyzer on the dataset at `path`, the partition steps on the cluster of client `c`;
     results in `analyzers` order, equal to `amqpcap.analysis.run_all` on the dataset read whole
     (the per-message tables kept in `store` when given, `amqpcap.kept_rows`: read or write them
     before the store is removed).
     `outline` (`amqpcap.dataset.read_outline`) is given the buckets' tally (`amqpcap.tally`), so
     that summary.json and the report are made from it as from the capture read whole.
-    ``progress(what, done, total)`` as each task or analyzer ends."""
-    steps = submit_steps(path, c, store)
+    ``progress(what, done, total)`` as each task or analyzer ends. A bucket of more than
+    `slice_packets` packets runs in slices of its time, once every step can (`submit_steps`)."""
+    steps = submit_steps(path, c, store, slice_packets)
     whole = [name for name in analyzers() if name not in splits()]
     total = steps.total + len(whole)
     results: dict[str, Any] = {}
