@@ -306,7 +306,7 @@ def test_runs_acks_and_consumers_going_on_across_slices_are_the_wholes(tmp_path)
     """Cut before every packet: runs of deliveries and of acks over several slices, two acks in
     one packet, acks waiting slices for their next delivery (each read at the queue's backlog),
     a channel opened again (its first tag space final) with a consumer whose tag sorts before the
-    first one's: the partial is the whole's."""
+    first one's, a delivery settled after a later one: the partial is the whole's."""
     from test_partition import assert_same_partial
 
     conv = c.TcpConversation().handshake()
@@ -323,11 +323,12 @@ def test_runs_acks_and_consumers_going_on_across_slices_are_the_wholes(tmp_path)
             ("c2s", c.channel_close(1, 200, "bye", 0, 0)), ("s2c", c.channel_close_ok(1)),
             ("c2s", c.channel_open(1)), ("s2c", c.channel_open_ok(1)),
             ("c2s", c.basic_consume(1, consumer_tag="alpha")), ("s2c", c.basic_consume_ok(1, "alpha")),
-            ("s2c", _deliver(1, 1, "alpha")), ("c2s", c.basic_ack(1, 1)), ("s2c", _deliver(1, 2, "alpha")),
+            ("s2c", _deliver(1, 1, "alpha")), ("s2c", _deliver(1, 2, "alpha")),
+            ("c2s", c.basic_ack(1, 2)), ("c2s", c.basic_ack(1, 1)),  # (the second delivery told first)
             ("s2c", _deliver(1, 3, "alpha")), ("c2s", c.basic_ack(1, 3, multiple=True)))
     c.write_pcap(tmp_path / "runs.pcap", conv.close().timed())
     whole, sliced = _sliced_everywhere(tmp_path / "runs.pcap")
-    inter = whole["interleaving"].iloc[0]  # (the first opening, D D D A A A D D AA D: 11 events, the second 5)
+    inter = whole["interleaving"].iloc[0]  # (the first opening, D D D A A A D D AA D: 11 events, the second 6)
     assert (inter["delivers"], inter["acks"], inter["runs"], inter["max_deliver_run"], inter["max_ack_run"],
             inter["packets_multi_ack"]) == (6, 5, 5, 3, 3, 1)
     assert whole["consumers"]["consumer_tag"].tolist() == ["alpha", "zeta"]

@@ -139,6 +139,7 @@ def _spaces(view: Capture, before: pd.DataFrame) -> pd.DataFrame:
     old = before.iloc[np.maximum(was, 0)] if len(before) else None  # (None: nothing before)
 
     def carried(col: str, default=0) -> np.ndarray:
+        """Each space's `col` before (`default` for a space new in the slice)."""
         return np.where(was >= 0, old[col].to_numpy(), default) if old is not None else np.full(n, default)
 
     # runs: a new one at each new space or change of kind; per run its space, kind and length
@@ -301,7 +302,13 @@ class _Labels:
     labels: np.ndarray
 
     def of(self, streams) -> np.ndarray:
-        return self.labels[np.searchsorted(self.streams, np.asarray(streams, np.int64))]
+        """The label of each of `streams` (`stream N` for a stream that is no connection)."""
+        streams = np.asarray(streams, np.int64)
+        label = connection_labels(None, streams)
+        at = np.minimum(np.searchsorted(self.streams, streams), max(len(self.streams) - 1, 0))
+        known = (self.streams[at] == streams) if len(self.streams) else np.zeros(len(streams), bool)
+        label[known] = self.labels[at[known]]
+        return label
 
 
 @dataclass
