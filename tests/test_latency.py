@@ -14,7 +14,8 @@ import pytest
 
 import amqpcap
 from amqpcap.analysis import SEVERITY_RANK
-from amqpcap.analyzers.latency import ack_gaps, latency
+from amqpcap.analyzers.latency import latency
+from amqpcap.derive.refills import ack_gaps
 from amqpcap.derive import deliveries as D
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -276,3 +277,60 @@ def test_no_slow_refill_from_independent_copies_merged_in_time(tmp_path):
     cap = amqpcap.load(big)
     assert len(cap.connections) > 100
     assert "broker-slow-refill" not in {f.id for f in latency(cap).findings}
+
+
+# -- the partition step over slices of its time ----------------------------------------------------
+
+def _sliced_everywhere(path: Path) -> tuple[dict, dict]:
+    """The latency partial of the capture crafted at `path` whole, and cut before every packet
+    (`clean_cuts` every 1), each given the capture's backlog (the context round)."""
+    from amqpcap.analyzers.latency import SPLIT
+    from amqpcap.derive.stream_order import ns
+    from amqpcap.partition import clean_cuts, context_for, facts_of, sliced_partial
+
+    cap = amqpcap.load(path)
+    facts = facts_of(cap)
+    context = context_for(SPLIT.join_context([SPLIT.context(cap, facts)]), 0)
+    cuts = clean_cuts(cap.packets["packet"].to_numpy(), ns(cap.packets["ts"]), 1)
+    assert len(cuts) == len(cap.packets) - 1
+    return SPLIT.partial_with(cap, facts, context), sliced_partial(SPLIT, cap, facts, cuts, context)
+
+
+def _frames(conv, *sent) -> None:
+    """Each (direction, frames) sent in packets of its own."""
+    for direction, frames in sent:
+        conv.send_frames(direction, frames if isinstance(frames, list) else [frames])
+
+
+def test_runs_acks_and_consumers_going_on_across_slices_are_the_wholes(tmp_path):
+    """Cut before every packet: runs of deliveries and of acks over several slices, two acks in
+    one packet, acks waiting slices for their next delivery (each read at the queue's backlog),
+    a channel opened again (its first tag space final) with a consumer whose tag sorts before the
+    first one's, a delivery settled after a later one: the partial is the whole's."""
+    from test_partition import assert_same_partial
+
+    conv = c.TcpConversation().handshake()
+    _frames(conv, *c.opening(), ("c2s", c.channel_open(2)), ("s2c", c.channel_open_ok(2)))
+    for body in (b"a", b"b", b"c", b"d", b"e", b"f", b"g", b"h"):  # 8 messages waiting in queue q
+        _frames(conv, ("c2s", [c.basic_publish(2, exchange="", routing_key="q"), *c.content(2, body)]))
+    _frames(conv, ("c2s", c.basic_qos(1, prefetch_count=3)), ("s2c", c.basic_qos_ok(1)),
+            ("c2s", c.basic_consume(1, consumer_tag="zeta")), ("s2c", c.basic_consume_ok(1, "zeta")),
+            ("s2c", _deliver(1, 1, "zeta")), ("s2c", _deliver(1, 2, "zeta")), ("s2c", _deliver(1, 3, "zeta")),
+            ("c2s", c.basic_ack(1, 1)), ("c2s", c.basic_ack(1, 2)), ("c2s", c.basic_ack(1, 3)),
+            ("c2s", c.heartbeat()), ("s2c", c.heartbeat()),  # (the last ack waits two slices for the next delivery)
+            ("s2c", _deliver(1, 4, "zeta")), ("s2c", _deliver(1, 5, "zeta")),
+            ("c2s", [c.basic_ack(1, 4), c.basic_ack(1, 5)]), ("s2c", _deliver(1, 6, "zeta")),
+            ("c2s", c.channel_close(1, 200, "bye", 0, 0)), ("s2c", c.channel_close_ok(1)),
+            ("c2s", c.channel_open(1)), ("s2c", c.channel_open_ok(1)),
+            ("c2s", c.basic_consume(1, consumer_tag="alpha")), ("s2c", c.basic_consume_ok(1, "alpha")),
+            ("s2c", _deliver(1, 1, "alpha")), ("s2c", _deliver(1, 2, "alpha")),
+            ("c2s", c.basic_ack(1, 2)), ("c2s", c.basic_ack(1, 1)),  # (the second delivery told first)
+            ("s2c", _deliver(1, 3, "alpha")), ("c2s", c.basic_ack(1, 3, multiple=True)))
+    c.write_pcap(tmp_path / "runs.pcap", conv.close().timed())
+    whole, sliced = _sliced_everywhere(tmp_path / "runs.pcap")
+    inter = whole["interleaving"].iloc[0]  # (the first opening, D D D A A A D D AA D: 11 events, the second 6)
+    assert (inter["delivers"], inter["acks"], inter["runs"], inter["max_deliver_run"], inter["max_ack_run"],
+            inter["packets_multi_ack"]) == (6, 5, 5, 3, 3, 1)
+    assert whole["consumers"]["consumer_tag"].tolist() == ["alpha", "zeta"]
+    assert whole["gaps"]["backlog_min"].notna().sum() >= 5
+    assert_same_partial(sliced, whole, "cut before every packet")

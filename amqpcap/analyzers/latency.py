@@ -7,6 +7,7 @@ interleaves deliveries and acks, a starved one shows long runs of acks with no d
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,16 +17,18 @@ import pandas as pd
 from ..analysis import SEVERITY_RANK, AnalyzerResult, Finding, Plot, analyzer
 from ..capture import Capture
 from ..derive.backlog import BacklogAnswers
-from ..derive.columns import codes, stable_argsort
-from ..derive.deliveries import DELIVER_METHODS, SETTLE_METHODS, confirms, deliveries, tag_ranks
+from ..derive.columns import codes, stable_argsort, text_ranks, value_at
+from ..derive.deliveries import DELIVER_METHODS, SETTLE_METHODS, Deliveries, confirms, deliveries_with_codes
 from ..derive.labels import channels_filter, connection_labels
 from ..derive.methods import chan_key, methods, pick, select
-from ..derive.refills import (BACKLOG_CONTEXT_SLICING, ack_gaps, backlog_context, join_backlog_context, slow_refills_of,
-                              waiting)
+from ..derive.refills import (BACKLOG_CONTEXT_SLICING, ack_rows, backlog_answers, backlog_context, join_backlog_context,
+                              slow_refills_of, waiting)
+from ..derive.replay import for_derivations, told
+from ..derive.seeds import seeds_of
 from ..kept_rows import columns as kept_columns
 from ..kept_rows import keep, part_columns, rows_table
 from ..names import connection_label, consumer_label, number, subject_namer
-from ..partition import CaptureFacts, Split, merge_rows, run_whole, taken
+from ..partition import CaptureFacts, Slicing, Split, merge_rows, run_whole, taken
 from ..quantiles import Chunks, count_max_mean, percentiles
 
 #: broker-slow-refill (detected by amqpcap.derive.refills.slow_refills) is critical when the median
@@ -71,19 +74,56 @@ def _values(table, column: str, unless: str | None = None) -> Chunks:
 
 
 
-def interleaving(cap: Capture) -> pd.DataFrame:
+_NONE = np.zeros(0, np.int64)
+#: the ack gaps' columns (`amqpcap.derive.refills.ack_gaps`)
+GAPS = ["stream", "channel", "epoch", "packet", "ts", "order", "method", "multiple", "settled", "unacked_after", "queue",
+        "backlog_min", "backlog_min_gap", "next_deliver_packet", "next_deliver_ts", "gap_s"]
+#: the interleaving table's columns
+INTERLEAVING = ["stream", "channel", "delivers", "acks", "runs", "mean_deliver_run", "max_deliver_run", "mean_ack_run",
+                "max_ack_run", "alternation_ratio", "packets_multi_deliver", "max_delivers_per_packet",
+                "packets_multi_ack", "max_acks_per_packet"]
+#: what a tag space's deliveries and settling frames so far tell of their runs (`_spaces`): counts
+#: and maxima, and its last run (its kind, True for deliveries, and its length so far), which
+#: the space's next event may go on
+SPACE = ["stream", "channel", "epoch", "delivers", "acks", "deliver_runs", "ack_runs", "max_deliver_run",
+         "max_ack_run", "packets_multi_deliver", "max_delivers_per_packet", "packets_multi_ack",
+         "max_acks_per_packet", "last_kind", "last_run"]
+
+
+def interleaving(spaces: pd.DataFrame) -> pd.DataFrame:
     """Per channel with deliveries and acks: runs of consecutive deliveries and of consecutive
-    settling frames (in frame order), and packets carrying several of either.
+    settling frames (in frame order), and packets carrying several of either; from the rows of
+    its tag spaces (`_spaces`, sorted by stream, channel and epoch).
 
     alternation_ratio = (runs − 1) / (events − 1): 1 when deliveries and acks strictly alternate,
     near 0 when they come in long runs."""
-    m = methods(cap)
-    cols = ["stream", "channel", "delivers", "acks", "runs", "mean_deliver_run", "max_deliver_run", "mean_ack_run",
-            "max_ack_run", "alternation_ratio", "packets_multi_deliver", "max_delivers_per_packet",
-            "packets_multi_ack", "max_acks_per_packet"]
-    rows = np.flatnonzero(select(m, DELIVER_METHODS, "s2c") | select(m, SETTLE_METHODS, "c2s"))
+    if len(spaces) == 0:
+        return pd.DataFrame({c: pd.Series(dtype=float if "mean" in c or "ratio" in c else np.int64)
+                             for c in INTERLEAVING})
+    out = spaces.drop(columns=["deliver_runs", "ack_runs", "last_kind", "last_run"]).reset_index(drop=True)
+    d_runs, a_runs = spaces["deliver_runs"].to_numpy(np.int64), spaces["ack_runs"].to_numpy(np.int64)
+    # a mean of integer run lengths is their (exact) sum over their count, as groupby's mean
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out["mean_deliver_run"] = np.where(d_runs > 0, out["delivers"].to_numpy() / d_runs, np.nan)
+        out["mean_ack_run"] = np.where(a_runs > 0, out["acks"].to_numpy() / a_runs, np.nan)
+    out["runs"] = d_runs + a_runs
+    events = out["delivers"] + out["acks"]
+    out["alternation_ratio"] = np.where(events > 1, (out["runs"] - 1) / (events - 1).clip(lower=1), np.nan)
+    # channels reopened: report per (stream, channel), keeping the opening with the most events
+    # (an unstable sort, as ever: the rows of every space, in the same order, give the same pick)
+    out = out.assign(_n=events).sort_values("_n", ascending=False).drop_duplicates(["stream", "channel"])
+    return out.sort_values(["stream", "channel"])[INTERLEAVING].reset_index(drop=True)
+
+
+def _spaces(view: Capture, before: pd.DataFrame) -> pd.DataFrame:
+    """Per tag space (stream, channel, epoch; columns SPACE, sorted): the runs and packets of its
+    deliveries and settling frames up to the end of the slice `view` (as `for_derivations` gives
+    it: its own frames after the replayed ones), going on from `before` (the slices before's)."""
+    m = methods(view)
+    own = m["order"].to_numpy(np.int64) >= _replayed(view)
+    rows = np.flatnonzero((select(m, DELIVER_METHODS, "s2c") | select(m, SETTLE_METHODS, "c2s")) & own)
     if len(rows) == 0:
-        return pd.DataFrame({c: pd.Series(dtype=float if "mean" in c or "ratio" in c else np.int64) for c in cols})
+        return before
     # by tag space (its code is sorted as (stream, channel, epoch)), then frame order: m is in
     # frame order, so a stable sort on the code keeps that order within each space
     rows = rows[stable_argsort(m["space"].to_numpy()[rows])]
@@ -94,11 +134,23 @@ def interleaving(cap: Capture) -> pd.DataFrame:
     eg = np.cumsum(new_group) - 1  # each event's space as 0, 1, … (sorted order)
     first = np.flatnonzero(new_group)
     n = len(first)
+    out = pd.DataFrame({c: ev[c].to_numpy(np.int64)[first] for c in ("stream", "channel", "epoch")})
+    was = _space_rows(before, out)  # each space's row before (-1: a space new in the slice)
+    old = before.iloc[np.maximum(was, 0)] if len(before) else None  # (None: nothing before)
+
+    def carried(col: str, default=0) -> np.ndarray:
+        """Each space's `col` before (`default` for a space new in the slice)."""
+        return np.where(was >= 0, old[col].to_numpy(), default) if old is not None else np.full(n, default)
 
     # runs: a new one at each new space or change of kind; per run its space, kind and length
     starts = np.flatnonzero(new_group | np.r_[True, kind[1:] != kind[:-1]])
     length = np.diff(np.r_[starts, len(kind)])
     r_kind, r_g = kind[starts], eg[starts]
+    # a space's first run goes on with its last run before when of the same kind
+    run_first = np.flatnonzero(np.r_[True, r_g[1:] != r_g[:-1]])
+    goes_on = (was >= 0) & (carried("last_kind", False).astype(bool) == r_kind[run_first])
+    length[run_first[goes_on]] += carried("last_run")[goes_on]
+    run_last = np.r_[run_first[1:] - 1, len(starts) - 1]
 
     def total(g, w):
         return np.bincount(g, weights=w, minlength=n).astype(np.int64)
@@ -113,17 +165,11 @@ def interleaving(cap: Capture) -> pd.DataFrame:
             out[g[seg]] = np.maximum.reduceat(v, seg)
         return out
 
-    delivers, acks = total(r_g, length * r_kind), total(r_g, length * ~r_kind)
-    d_runs, a_runs = total(r_g, r_kind), total(r_g, ~r_kind)
-    # a mean of integer run lengths is their (exact) sum over their count, as groupby's mean
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean_d = np.where(d_runs > 0, delivers / d_runs, np.nan)
-        mean_a = np.where(a_runs > 0, acks / a_runs, np.nan)
-
     # events per (space, kind, packet): (space, kind, packet) packed into one int64 (space < n,
     # packet numbers < the frames' count), sorted; the runs of equal values are the counts, and
-    # each run's value gives back its space and kind (no factorization, no inverse needed)
-    packet = cap.frames["packet"].to_numpy(np.int64)[ev["order"].to_numpy()]
+    # each run's value gives back its space and kind (no factorization, no inverse needed). A
+    # packet is in one slice: its counts are the slice's own.
+    packet = view.frames["packet"].to_numpy(np.int64)[ev["order"].to_numpy()]
     npk = int(packet.max()) + 1
     packed = np.sort((eg * 2 + kind) * npk + packet)
     run = np.flatnonzero(np.r_[True, packed[1:] != packed[:-1]])
@@ -131,38 +177,60 @@ def interleaving(cap: Capture) -> pd.DataFrame:
     p_g, p_kind = packed[run] // (2 * npk), (packed[run] // npk) % 2 == 1
     multi = cnt > 1
 
-    out = pd.DataFrame({
-        "stream": ev["stream"].to_numpy(np.int64)[first], "channel": ev["channel"].to_numpy(np.int64)[first],
-        "epoch": ev["epoch"].to_numpy(np.int64)[first],
-        "delivers": delivers, "acks": acks, "runs": np.bincount(r_g, minlength=n).astype(np.int64),
-        "mean_deliver_run": mean_d, "max_deliver_run": max_of(r_g, length, r_kind),
-        "mean_ack_run": mean_a, "max_ack_run": max_of(r_g, length, ~r_kind),
-        "packets_multi_deliver": total(p_g, multi & p_kind), "max_delivers_per_packet": max_of(p_g, cnt, p_kind),
-        "packets_multi_ack": total(p_g, multi & ~p_kind), "max_acks_per_packet": max_of(p_g, cnt, ~p_kind),
-    })
-    events = out["delivers"] + out["acks"]
-    out["alternation_ratio"] = np.where(events > 1, (out["runs"] - 1) / (events - 1).clip(lower=1), np.nan)
-    # channels reopened: report per (stream, channel), keeping the opening with the most events
-    out = out.assign(_n=events).sort_values("_n", ascending=False).drop_duplicates(["stream", "channel"])
-    return out.sort_values(["stream", "channel"])[cols].reset_index(drop=True)
+    out["delivers"] = carried("delivers") + total(eg, kind)
+    out["acks"] = carried("acks") + total(eg, ~kind)
+    out["deliver_runs"] = carried("deliver_runs") + total(r_g, r_kind) - (goes_on & r_kind[run_first])
+    out["ack_runs"] = carried("ack_runs") + total(r_g, ~r_kind) - (goes_on & ~r_kind[run_first])
+    out["max_deliver_run"] = np.maximum(carried("max_deliver_run"), max_of(r_g, length, r_kind))
+    out["max_ack_run"] = np.maximum(carried("max_ack_run"), max_of(r_g, length, ~r_kind))
+    out["packets_multi_deliver"] = carried("packets_multi_deliver") + total(p_g, multi & p_kind)
+    out["max_delivers_per_packet"] = np.maximum(carried("max_delivers_per_packet"), max_of(p_g, cnt, p_kind))
+    out["packets_multi_ack"] = carried("packets_multi_ack") + total(p_g, multi & ~p_kind)
+    out["max_acks_per_packet"] = np.maximum(carried("max_acks_per_packet"), max_of(p_g, cnt, ~p_kind))
+    out["last_kind"], out["last_run"] = r_kind[run_last], length[run_last].astype(np.int64)
+    if old is None:
+        return out[SPACE]
+    untouched = before.drop(index=before.index[was[was >= 0]])
+    both = pd.concat([untouched, out[SPACE]], ignore_index=True)
+    return both.sort_values(["stream", "channel", "epoch"], kind="stable", ignore_index=True)
 
 
-def consumer_latency(d: pd.DataFrame, gaps: pd.DataFrame, cap: Capture | None = None) -> pd.DataFrame:
-    """Per consumer: its connection's label, deliveries, outcomes and deliver→ack /
-    ack→next-deliver percentiles (``cap``: the capture of ``d``, whose names label the connections
-    and whose kept tag codes spare factorizing the tags' text; without it, connections are
-    `stream N`)."""
+def _no_spaces() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=bool if c == "last_kind" else np.int64) for c in SPACE})
+
+
+def _space_rows(before: pd.DataFrame, spaces: pd.DataFrame) -> np.ndarray:
+    """The row of `before` (SPACE rows, sorted) of each of `spaces` (stream, channel, epoch), -1
+    where it has none."""
+    if not len(before):
+        return np.full(len(spaces), -1, np.int64)
+    code = codes(np.r_[chan_key(before), chan_key(spaces)],
+                 np.r_[before["epoch"].to_numpy(np.int64), spaces["epoch"].to_numpy(np.int64)])
+    return value_at(code[:len(before)], np.arange(len(before), dtype=np.int64), code[len(before):], -1)
+
+
+def _current(spaces: pd.DataFrame) -> np.ndarray:
+    """Whether each of `spaces` (SPACE rows, sorted) is its channel's latest: the others are
+    final (a channel's frames come in a newer tag space once it is opened again)."""
+    key = chan_key(spaces)
+    return np.r_[key[1:] != key[:-1], True] if len(key) else np.zeros(0, bool)
+
+
+def consumer_latency(d: pd.DataFrame, gaps: pd.DataFrame, tags: np.ndarray, labels: "_Labels") -> pd.DataFrame:
+    """Per consumer: its connection's label (`labels`), deliveries, outcomes and deliver→ack /
+    ack→next-deliver percentiles; ``tags``: each delivery's consumer tag as a number in the
+    sorted order of the text (`_tag_numbers`)."""
     cons = ["connection", "stream", "channel", "consumer_tag"]
     if len(d) == 0:
         return pd.DataFrame(columns=cons + ["deliveries"])
     # one int64 code per consumer (sorted as the keys): pandas factorizes a single int64 column
     # once per GroupBy object, where three key columns (one of text) cost a factorization per call
-    code = codes(d["stream"].to_numpy(np.int64), d["channel"].to_numpy(np.int64), tag_ranks(cap, d))
+    code = codes(d["stream"].to_numpy(np.int64), d["channel"].to_numpy(np.int64), tags)
     n = int(code.max()) + 1
     first = np.unique(code, return_index=True)[1]
     # text made into Python objects only for the consumers' rows; outcomes compared whole-column
     # (on the string array itself, not on a copy as objects)
-    tags = np.asarray(d["consumer_tag"].array.take(first), dtype=object)
+    tag_text = np.asarray(d["consumer_tag"].array.take(first), dtype=object)
 
     def count(mask):
         return np.bincount(code[mask], minlength=n).astype(np.int64)
@@ -174,8 +242,8 @@ def consumer_latency(d: pd.DataFrame, gaps: pd.DataFrame, cap: Capture | None = 
     lat = g["latency_s"]
     stream = d["stream"].to_numpy(np.int64)[first]
     out = pd.DataFrame({
-        "connection": connection_labels(cap, stream), "stream": stream,
-        "channel": d["channel"].to_numpy(np.int64)[first], "consumer_tag": tags,
+        "connection": labels.of(stream), "stream": stream,
+        "channel": d["channel"].to_numpy(np.int64)[first], "consumer_tag": tag_text,
         "deliveries": count(slice(None)),
         "redelivered": count(d["redelivered"].fillna(False).to_numpy(bool)),
         "no_ack": count(~d["no_ack"].to_numpy(bool)) == 0,
@@ -200,22 +268,210 @@ def latency_partial(cap: Capture, facts: CaptureFacts, backlog: BacklogAnswers) 
     """A partition's deliveries, ack gaps (with the whole capture's backlog read at them) and
     confirms, kept where they were made (`amqpcap.kept_rows`); what the merge needs of them,
     each number a consumer's or a channel's own (its consumers, its channels' slow refills and
-    bouncing messages, its counts); its interleaving rows and the raster's data."""
-    cap.context["backlog"] = backlog
-    d, gaps, conf = deliveries(cap), ack_gaps(cap), confirms(cap)
+    bouncing messages, its counts); its interleaving rows and the raster's data. The partition
+    is the one slice of its time (`latency_slice`)."""
+    return latency_join([latency_slice(cap, facts, None, True, backlog)[1]])
+
+
+# -- a partition's step, over slices of its time ------------------------------------------------
+
+@dataclass
+class _Carry:
+    """What the slices so far leave to the next one (`latency_slice`), besides what the
+    derivations replay (`amqpcap.derive.replay`): bounded by the channels and by the acks
+    waiting for their next delivery (at most the deliveries outstanding in their tag space)."""
+
+    #: client settling frames (basic.ack/nack/reject) so far: the backlog is answered per ack of
+    #: the partition, in frame order (`BacklogAnswers`), and the slice's first own ack is this one
+    acks: int
+    #: the acks a later slice tells (waiting for their next delivery; replayed to it): whole
+    #: order (sorted) and row among the partition's acks
+    waiting_orders: np.ndarray
+    waiting_rows: np.ndarray
+    #: each channel's latest tag space with deliveries or settling frames (SPACE rows): the runs
+    #: its next frames go on
+    spaces: pd.DataFrame
+
+
+@dataclass
+class _Labels:
+    """The partition's connections (stream, sorted) and each one's label
+    (`amqpcap.derive.labels.connection_labels`): connections are whole in every slice."""
+
+    streams: np.ndarray
+    labels: np.ndarray
+
+    def of(self, streams) -> np.ndarray:
+        """The label of each of `streams` (`stream N` for a stream that is no connection)."""
+        streams = np.asarray(streams, np.int64)
+        label = connection_labels(None, streams)
+        at = np.minimum(np.searchsorted(self.streams, streams), max(len(self.streams) - 1, 0))
+        known = (self.streams[at] == streams) if len(self.streams) else np.zeros(len(streams), bool)
+        label[known] = self.labels[at[known]]
+        return label
+
+
+@dataclass
+class _Piece:
+    """What a slice tells (`latency_slice`); the partition's partial is made of the pieces of all
+    its slices (`latency_join`). Each row is told by one slice (`amqpcap.derive.replay.told`)
+    and holds its frame's whole order (``_order``): a row told late goes back to its place."""
+
+    #: the deliveries, ack gaps and confirms told (`deliveries`, `ack_gaps`, `confirms`), the
+    #: deliveries with ``_tag``: their consumer tag's number among `tags`, the slice's tag text
+    #: in sorted order
+    deliveries: pd.DataFrame
+    gaps: pd.DataFrame
+    confirms: pd.DataFrame
+    tags: np.ndarray
+    #: the tag spaces whose runs are final (SPACE rows): a channel opened again, or the last slice
+    spaces: pd.DataFrame
+    #: the slice's own deliveries and settling frames for the raster (`_raster_events`)
+    raster: pd.DataFrame
+    #: the last slice's: the connections' labels
+    labels: _Labels | None = None
+
+
+def latency_slice(part: Capture, facts: CaptureFacts, carry: _Carry | None, last: bool,
+                  backlog: BacklogAnswers) -> tuple[_Carry, _Piece]:
+    """A slice of a partition's time (`amqpcap.partition.Slicing`; a whole partition is its own
+    one slice): the rows it tells, with what the slices before left in `carry`, and the carry for
+    the next slice."""
+    carry = carry or _Carry(0, _NONE, _NONE, _no_spaces())
+    part.context["backlog"] = backlog
+    view = for_derivations(part)
+    dc = deliveries_with_codes(view)
+    tag, tags = _tag_ranks(dc)
+    d = _told(view, dc.table.assign(_tag=tag), last)
+    conf = _told(view, confirms(view), last)
+    gaps, acks, waiting = _told_gaps(view, part, carry, last)
+    spaces = _spaces(view, carry.spaces)
+    final = np.ones(len(spaces), bool) if last else ~_current(spaces)
+    carry = _Carry(acks, *waiting, spaces[~final].reset_index(drop=True))
+    piece = _Piece(deliveries=d, gaps=gaps, confirms=conf, tags=tags,
+                   spaces=spaces[final].reset_index(drop=True), raster=_raster_events(view))
+    if last:
+        stream = part.connections["stream"].to_numpy(np.int64)
+        piece.labels = _Labels(stream, connection_labels(part, stream))
+    return carry, piece
+
+
+def _replayed(view: Capture) -> int:
+    """How many rows at the head of the view's frames are replayed (0: a whole partition)."""
+    seeds = seeds_of(view)
+    return seeds.replayed if seeds is not None else 0
+
+
+def _whole_orders(view: Capture, order) -> np.ndarray:
+    """The whole partition's order of the view's frames at `order`."""
+    seeds = seeds_of(view)
+    order = np.asarray(order, np.int64)
+    return seeds.whole_orders(order) if seeds is not None else order
+
+
+def _told(view: Capture, table: pd.DataFrame, last: bool) -> pd.DataFrame:
+    """The rows of a table derived from the view (with ``order``) that the slice tells, with
+    ``_order``: their frame's whole order."""
+    if not len(table):
+        return table.assign(_order=_NONE)
+    rows = told(view, table["order"].to_numpy(np.int64), last)
+    table = table if rows.all() else table[rows]
+    return table.assign(_order=_whole_orders(view, table["order"].to_numpy(np.int64)))
+
+
+def _tag_ranks(dc: Deliveries) -> tuple[np.ndarray, np.ndarray]:
+    """Each delivery's consumer tag as a number in the sorted order of the text (`tag_ranks`),
+    and the text of each number."""
+    rank = text_ranks(dc.tag_labels, dc.tag_code)
+    if not len(rank):
+        return rank, np.zeros(0, object)
+    number, first = np.unique(rank, return_index=True)
+    text = np.zeros(int(number.max()) + 1, object)
+    text[number] = np.asarray(dc.tag_labels, dtype=object)[dc.tag_code[first]]
+    return rank, text
+
+
+def _told_gaps(view: Capture, part: Capture, carry: _Carry,
+               last: bool) -> tuple[pd.DataFrame, int, tuple[np.ndarray, np.ndarray]]:
+    """The acks the slice tells (`ack_gaps`' rows, with ``_order``), each with the backlog read
+    at it (the partition's answers, given to every slice, by the ack's row among the
+    partition's); the acks so far, and those a later slice tells (whole orders, rows)."""
+    rows = ack_rows(view).table
+    order = rows["order"].to_numpy(np.int64)
+    whole = _whole_orders(view, order)
+    own = order >= _replayed(view)
+    at = np.full(len(rows), -1, np.int64)
+    at[own] = carry.acks + np.arange(int(own.sum()), dtype=np.int64)
+    at[~own] = value_at(carry.waiting_orders, carry.waiting_rows, whole[~own], -1)
+    keep = told(view, order, last)
+    later = ~keep & (at >= 0)
+    answers = backlog_answers(part)
+    s = rows.assign(backlog_min=answers.backlog_min.take(at), backlog_min_gap=answers.backlog_min_gap.take(at),
+                    _order=whole)
+    if not keep.all():
+        s = s[keep]
+    return s[GAPS + ["_order"]].reset_index(drop=True), carry.acks + int(own.sum()), (whole[later], at[later])
+
+
+def _raster_events(view: Capture) -> pd.DataFrame:
+    """The slice's own deliveries and settling frames as the raster draws them: channel key
+    (``key``), ``is_deliver``, ``t`` (seconds since the capture's start)."""
+    m = methods(view)
+    own = m["order"].to_numpy(np.int64) >= _replayed(view)
+    ev = pick(view, m, (select(m, DELIVER_METHODS, "s2c") | select(m, SETTLE_METHODS, "c2s")) & own,
+              ["stream", "channel", "ts", "method"])
+    if not len(ev):  # (a capture without packets has no start either)
+        return pd.DataFrame({"key": _NONE, "is_deliver": np.zeros(0, bool), "t": np.zeros(0, float)})
+    return pd.DataFrame({"key": chan_key(ev), "is_deliver": ev["method"].isin(DELIVER_METHODS).to_numpy(bool),
+                         "t": (ev["ts"] - view.summary["first_ts"]).dt.total_seconds().to_numpy()})
+
+
+def latency_join(pieces: list[_Piece]) -> dict[str, Any]:
+    """The partition's partial from the pieces of its slices (`latency_slice`), in their order."""
+    # consumer tags numbered in the sorted order of their text (each slice's are numbered among its own)
+    text = np.concatenate([p.tags for p in pieces])
+    number = pd.factorize(text, sort=True)[0].astype(np.int64)
+    start = np.cumsum([0] + [len(p.tags) for p in pieces])
+    d = _in_whole_order([_tag_numbers(p, number[start[i]:]) for i, p in enumerate(pieces)])
+    gaps = _in_whole_order([p.gaps for p in pieces])
+    conf = _in_whole_order([p.confirms for p in pieces])
+    tags = d["_tag"].to_numpy(np.int64) if len(d) else _NONE
+    d, gaps, conf = (t.drop(columns=[c for c in t.columns if c.startswith("_")]) for t in (d, gaps, conf))
     counts = {"unsettled_at_end": int((d["outcome"] == "unsettled").sum()),
               "unsettled_at_close": int((d["outcome"] == "closed").sum()),
               "no_ack_excluded": int(d["no_ack"].sum()), "deliveries": int(len(d)), "publishes": int(len(conf)),
               "nacked": int((conf["outcome"] == "nack").sum()),
               "unconfirmed_at_end": int((conf["outcome"] == "unconfirmed").sum()),
               "unconfirmed_at_close": int((conf["outcome"] == "closed").sum())}
+    spaces = pd.concat([p.spaces for p in pieces if len(p.spaces)] or [pieces[0].spaces], ignore_index=True)
+    if len(spaces):  # (each slice's rows are sorted: the final ones of all slices, together)
+        spaces = spaces.sort_values(["stream", "channel", "epoch"], kind="stable", ignore_index=True)
     # (a frame's position in the frames table is a partition's own: the tables name frames by packet)
     return {"deliveries": keep(d.drop(columns=["order", "settle_order", "epoch"]), "latency-deliveries", "packet"),
             "gaps": keep(gaps.drop(columns=["order", "epoch"]), "latency-ack-gaps", "packet"),
             "confirms": keep(conf.drop(columns=["order"]), "latency-confirms", "packet"),
-            "consumers": consumer_latency(d, gaps, cap), "counts": counts,
+            "consumers": consumer_latency(d, gaps, tags, pieces[-1].labels), "counts": counts,
             "refills": _refill_rows(gaps, slow_refills_of(d, gaps)), "redeliveries": _redelivery_rows(d),
-            "interleaving": interleaving(cap), "raster": _raster_data(cap)}
+            "interleaving": interleaving(spaces),
+            "raster": _raster_data(pd.concat([p.raster for p in pieces], ignore_index=True))}
+
+
+def _in_whole_order(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """The slices' rows of a table, in the whole partition's order (their frames', ``_order``):
+    a row told by a later slice than its frame's goes back to its place."""
+    kept = [p for p in parts if len(p)] or parts[:1]  # (an empty table's columns may be of object dtype)
+    out = pd.concat(kept, ignore_index=True) if len(kept) > 1 else kept[0].reset_index(drop=True)
+    order = out["_order"].to_numpy(np.int64)
+    if len(order) > 1 and (order[1:] < order[:-1]).any():
+        out = out.take(np.argsort(order, kind="stable")).reset_index(drop=True)
+    return out
+
+
+def _tag_numbers(piece: _Piece, number: np.ndarray) -> pd.DataFrame:
+    """The piece's deliveries with ``_tag`` made the number of their consumer tag's text among
+    those of all slices (`number`: per tag text of the slices' `_Piece.tags`, from this piece's)."""
+    d = piece.deliveries
+    return d.assign(_tag=number[d["_tag"].to_numpy(np.int64)]) if len(d) else d
 
 
 #: what summary.json counts of the deliveries (deliver_to_ack) and of the confirms (publish_to_confirm)
@@ -293,7 +549,7 @@ def _by_channel(parts: list[pd.DataFrame]) -> pd.DataFrame:
 
 
 SPLIT = Split(partial=latency_partial, merge=latency_merge, context=backlog_context, join_context=join_backlog_context,
-              context_slicing=BACKLOG_CONTEXT_SLICING)
+              slicing=Slicing(latency_slice, latency_join, replays=True), context_slicing=BACKLOG_CONTEXT_SLICING)
 
 
 @analyzer("latency", split=SPLIT)
@@ -651,24 +907,22 @@ def _plot_cdf(cap: Capture, acked, gaps, conf, path: Path) -> None:
 RASTER_ROWS = 12
 
 
-def _raster_data(cap: Capture) -> dict[str, Any]:
-    """What the raster draws of `cap`: per channel its deliveries and acks (``counts``: stream,
+def _raster_data(events: pd.DataFrame) -> dict[str, Any]:
+    """What the raster draws of a partition whose deliveries and acks are `events`
+    (`_raster_events`, in frame order): per channel its deliveries and acks (``counts``: stream,
     channel, n) and, for its RASTER_ROWS busiest channels (the busiest of the whole capture are
     among the partitions' busiest), their times (``times``: {(stream, channel): (deliveries' t,
     acks' t)}, seconds since the capture's start)."""
-    m = methods(cap)
-    ev = pick(cap, m, select(m, DELIVER_METHODS, "s2c") | select(m, SETTLE_METHODS, "c2s"),
-              ["stream", "channel", "ts", "method"])
-    if not len(ev):  # (nothing to draw; a capture without packets has no start either)
+    if not len(events):  # (nothing to draw)
         return {"counts": pd.DataFrame({"stream": pd.Series(dtype=np.int64), "channel": pd.Series(dtype=np.int64),
                                         "n": pd.Series(dtype=np.int64)}), "times": {}}
-    ev = ev.assign(t=(ev["ts"] - cap.summary["first_ts"]).dt.total_seconds(),
-                   is_deliver=ev["method"].isin(DELIVER_METHODS))
-    counts = ev.groupby(["stream", "channel"]).size().rename("n").reset_index()
+    key, n = np.unique(events["key"].to_numpy(np.int64), return_counts=True)
+    counts = pd.DataFrame({"stream": key // 65536, "channel": key % 65536, "n": n.astype(np.int64)})
     times = {}
+    every, deliver, t = events["key"].to_numpy(np.int64), events["is_deliver"].to_numpy(bool), events["t"].to_numpy()
     for stream, channel in _busiest(counts).itertuples(index=False):
-        g = ev[(ev["stream"] == stream) & (ev["channel"] == channel)]
-        times[(int(stream), int(channel))] = tuple(g.loc[g["is_deliver"] == kind, "t"].to_numpy() for kind in (True, False))
+        mine = every == stream * 65536 + channel
+        times[(int(stream), int(channel))] = (t[mine & deliver], t[mine & ~deliver])
     return {"counts": counts, "times": times}
 
 
