@@ -13,6 +13,7 @@ Method and limits: docs/analyzers/stalls.md.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -240,9 +241,77 @@ def _steps_to_intervals(df: pd.DataFrame, group: list[str], state: str, stream_e
 # --- per-packet TCP state -------------------------------------------------------------------
 
 
-def _packets(cap: Capture, t0_ns: int) -> dict[str, np.ndarray]:
+@dataclass
+class _Seen:
+    """What a partition's packets so far tell of each connection direction: carried from one
+    slice of the partition's time to the next (docs/time-split.md §2.9), or made from the
+    partition at once. Arrays have a slot per connection and sender direction D: the sorted
+    connections' position · 2 + D (`_slots`). Bounded by the connections, but for `unacked`
+    (bytes in flight)."""
+
+    #: the connections' streams, sorted (cap.connections: whole in every slice)
+    stream: np.ndarray
+    #: D's highest sequence number sent and the highest ACK its peer sent, keyed (the stream in
+    #: the high bits: running_max_keyed; -1: none yet)
+    sent: np.ndarray
+    peer_ack: np.ndarray
+    #: the window the peer last advertised on a packet without SYN, and whether there was one
+    win: np.ndarray
+    win_ok: np.ndarray
+    #: the time of the connection's last row so far when D was window-limited there (NaN: it
+    #: was not): that interval ends at the connection's next packet, in a later slice
+    limited_from: np.ndarray
+    #: the tcp table's counts and sums so far; ``rows``: the packets D sent (a tcp row per slot
+    #: with any); window_limited_s adds the limited intervals one after the other (`_limited_s`)
+    rows: np.ndarray
+    data_packets: np.ndarray
+    data_bytes: np.ndarray
+    retransmissions: np.ndarray
+    zero_window_ads: np.ndarray
+    window_full_segments: np.ndarray
+    window_limited_s: np.ndarray
+    #: D's largest bytes in flight on its data segments, the smallest and largest window its
+    #: peer offered it (NaN: none yet)
+    inflight_max: np.ndarray
+    peer_win_min: np.ndarray
+    peer_win_max: np.ndarray
+    #: D's latest new-data segment: its time (NaN: none yet), packet and ts (ns)
+    data_t: np.ndarray
+    data_packet: np.ndarray
+    data_ts: np.ndarray
+    #: D's new-data segments no later ACK of the peer has covered yet (`_rtt`): stream, t,
+    #: keyed_end, per D
+    unacked: dict
+
+    @classmethod
+    def nothing(cls, stream: np.ndarray) -> "_Seen":
+        n = 2 * len(stream)
+
+        def full(value, dtype):
+            return np.full(n, value, dtype)
+
+        none = {D: {"stream": np.zeros(0, np.int32), "t": np.zeros(0), "keyed_end": np.zeros(0, np.int64),
+                    "packet": np.zeros(0, np.int64)} for D in (0, 1)}
+        return cls(stream, full(-1, np.int64), full(-1, np.int64), full(0, np.int64), full(False, bool),
+                   full(np.nan, float), *(full(0, np.int64) for _ in range(6)), full(0.0, float),
+                   full(np.nan, float), full(np.nan, float), full(np.nan, float),
+                   full(np.nan, float), full(0, np.int64), full(0, np.int64), none)
+
+
+def _seen_before(cap: Capture, seen: "_Seen | None") -> _Seen:
+    """`seen` (None: the partition's first slice, or the partition whole: nothing seen yet)."""
+    return seen if seen is not None else _Seen.nothing(np.sort(cap.connections["stream"].to_numpy(np.int64)))
+
+
+def _slots(seen: _Seen, stream: np.ndarray, d) -> np.ndarray:
+    """The slot of each (stream, sender direction d) in `seen`'s arrays."""
+    return np.searchsorted(seen.stream, stream) * 2 + d
+
+
+def _packets(cap: Capture, t0_ns: int, seen: _Seen) -> dict[str, np.ndarray]:
     """Packets sorted by (stream, time, packet) with the state of both directions at each one:
-    for sender direction D, its highest sequence sent, the peer's latest ACK and window.
+    for sender direction D, its highest sequence sent, the peer's latest ACK and window, each
+    continued from what the slices before saw (`seen`, updated to the end of these packets).
 
     Plain numpy columns (a dict): a DataFrame of a million rows and twenty columns costs more to
     build than all the work on it. Per-stream state is a running max/last over rows sorted by
@@ -278,6 +347,10 @@ def _packets(cap: Capture, t0_ns: int) -> dict[str, np.ndarray]:
     first = np.r_[True, ~same] if len(stream) else np.zeros(0, bool)
     last = np.r_[~same, True] if len(stream) else np.zeros(0, bool)
     pk.update(first=first, last=last, next_t=np.where(last, t, np.r_[t[1:], 0.0]))
+    # each row's slot of sender direction 0 in `seen` (+ D: direction D's), found per stream run
+    starts = np.flatnonzero(first)  # each stream's run of rows
+    run_slot = _slots(seen, stream[starts], 0)
+    slot0 = np.repeat(run_slot, np.diff(np.r_[starts, len(stream)]))
     # Running maxima keep the stream in the high bits (running_max_keyed): a value is
     # present when the maximum is at least the row's own key, and differences of two keyed
     # values of a row are plain differences; no decoding over all rows.
@@ -287,17 +360,20 @@ def _packets(cap: Capture, t0_ns: int) -> dict[str, np.ndarray]:
     pk.update(hi=hi, keyed_end=keyed_end, keyed_ack=keyed_ack)
     wfull = np.zeros(len(stream), bool)
     full = data & ~ctl & scaled
-    starts = np.flatnonzero(first)  # each stream's run of rows
     pk["run_stream"] = stream[starts]
     for D in (0, 1):
         mine = d == D
-        sent = running_max_keyed(keyed_end, mine & data)  # < hi: nothing sent yet
-        peer_ack = running_max_keyed(keyed_ack, ~mine & ack_flag)  # < hi: no ACK yet
+        # (running maxima continued from the slices before: the larger of the two)
+        sent = np.maximum(running_max_keyed(keyed_end, mine & data), seen.sent[slot0 + D])  # < hi: nothing sent yet
+        peer_ack = np.maximum(running_max_keyed(keyed_ack, ~mine & ack_flag), seen.peer_ack[slot0 + D])  # < hi: no ACK yet
         # The peer's latest window; SYN windows are never scaled: skip them. Kept as integers
         # with a validity mask (lw = -1 reads the last row, masked): the float columns with NaN
         # for "unknown" are built by _window_state only for the rows the table and plot read.
+        # Before the stream's first such row here: the window the slices before saw last.
         lw = running_last(~mine & no_syn)
-        win, win_ok = window[lw], lw >= stream_start
+        here = lw >= stream_start
+        win = np.where(here, window[lw], seen.win[slot0 + D])
+        win_ok = here | seen.win_ok[slot0 + D]
         acked = peer_ack >= hi
         pk[f"state{D}"] = (sent, peer_ack, win, win_ok)
         # The sender may not send: the peer's window is zero, or what is unacknowledged (both
@@ -313,13 +389,35 @@ def _packets(cap: Capture, t0_ns: int) -> dict[str, np.ndarray]:
         inflight = np.where(mine & data & (sent >= hi) & acked, np.maximum(sent - peer_ack, 0), np.nan)
         peer_win = np.where(mine & win_ok, win, np.nan)
         if len(starts):
-            pk[f"run_inflight_max{D}"] = np.fmax.reduceat(inflight, starts)
-            pk[f"run_peer_win_min{D}"] = np.fmin.reduceat(peer_win, starts)
-            pk[f"run_peer_win_max{D}"] = np.fmax.reduceat(peer_win, starts)
-        else:
-            pk[f"run_inflight_max{D}"] = pk[f"run_peer_win_min{D}"] = pk[f"run_peer_win_max{D}"] = np.zeros(0)
+            slot = run_slot + D
+            seen.inflight_max[slot] = np.fmax(seen.inflight_max[slot], np.fmax.reduceat(inflight, starts))
+            seen.peer_win_min[slot] = np.fmin(seen.peer_win_min[slot], np.fmin.reduceat(peer_win, starts))
+            seen.peer_win_max[slot] = np.fmax(seen.peer_win_max[slot], np.fmax.reduceat(peer_win, starts))
+            # the state at each stream's last row, where the next slice goes on from
+            ends = np.flatnonzero(last)
+            seen.sent[slot], seen.peer_ack[slot] = sent[ends], peer_ack[ends]
+            seen.win[slot], seen.win_ok[slot] = win[ends], win_ok[ends]
     pk["wfull"] = wfull  # each row's own direction
+    _count(pk, seen, slot0)
     return pk
+
+
+def _count(pk: dict[str, np.ndarray], seen: _Seen, slot0: np.ndarray) -> None:
+    """Add the tcp table's counts of the packets `pk` to `seen`: per slot of the row's own
+    direction (`slot0`: each row's direction 0 slot)."""
+    g = slot0 + pk["d"]
+    n = len(seen.rows)
+
+    def count(x):  # integer bincount of the rows where x holds (no float weights over every row)
+        return np.bincount(g[x], minlength=n).astype(np.int64)
+
+    data = pk["data"]
+    seen.rows += np.bincount(g, minlength=n).astype(np.int64)
+    seen.data_packets += count(data)
+    seen.data_bytes += np.bincount(g, weights=pk["payload"], minlength=n).astype(np.int64)
+    seen.retransmissions += count(pk["retrans"] & data)
+    seen.zero_window_ads += count(pk["zero_window"])
+    seen.window_full_segments += count(pk["wfull"])
 
 
 def _window_state(pk: dict[str, np.ndarray], D: int, rows) -> tuple[np.ndarray, np.ndarray]:
@@ -348,33 +446,52 @@ def _real_retransmissions(pk: dict[str, np.ndarray]) -> pd.DataFrame:
     return rt.drop(index=dup)[["stream", "d", "t"]]
 
 
-def _rtt(pk: dict[str, np.ndarray]) -> pd.DataFrame:
+def _rtt(pk: dict[str, np.ndarray], seen: _Seen) -> pd.DataFrame:
     """Segment→ACK time samples: each new-data segment to the first later peer packet whose ACK
-    covers its last byte (retransmitted segments excluded, Karn). Rows by (d, stream, segment)."""
+    covers its last byte (retransmitted segments excluded, Karn). Rows by (d, stream, segment);
+    the segments of the slices before that no ACK covered yet (`_Seen.unacked`) first, each
+    (d, stream)'s before the slice's own. Those of these packets no later ACK here covers are
+    left in `seen.unacked`."""
     stream, t, d = pk["stream"], pk["t"], pk["d"]
     ackf = (pk["flags"] & ACK) != 0
-    keyed_ack, keyed_end = pk["keyed_ack"], pk["keyed_end"]  # stream in the high bits
-    out_s, out_d, out_r = [], [], []
+    keyed_end = pk["keyed_end"]  # stream in the high bits
+    out_s, out_d, out_r, out_t, out_p = [], [], [], [], []
     for D in (0, 1):
         seg = np.flatnonzero(pk["new_data"] & (d == D))
         is_ack = ackf & (d != D)
         acks = np.flatnonzero(is_ack)
-        if not len(seg) or not len(acks):
-            continue
-        # The peer's cumulative ACK (running max per stream), increasing over all streams.
-        cm = np.maximum.accumulate(keyed_ack[acks])
+        before = seen.unacked[D]
+        # The peer's cumulative ACK (running max per stream, from the slices before too),
+        # increasing over all streams.
+        cm = pk[f"state{D}"][1][acks]
         # First peer ACK at or beyond the segment's end, and after the segment itself.
         # (The peer ACKs at or before each segment's row: a running count, not a second search.)
         k = np.maximum(np.searchsorted(cm, keyed_end[seg], side="left"), np.cumsum(is_ack)[seg])
+        kb = np.searchsorted(cm, before["keyed_end"], side="left")  # (every ACK here is later)
+        k = np.r_[kb, k]
+        rows = {"stream": np.r_[before["stream"], stream[seg]].astype(stream.dtype), "t": np.r_[before["t"], t[seg]],
+                "keyed_end": np.r_[before["keyed_end"], keyed_end[seg]],
+                "packet": np.r_[before["packet"], pk["packet"][seg]].astype(pk["packet"].dtype)}
+        if len(kb):  # the slices' before first in each stream's rows (a stable sort by stream)
+            by = np.argsort(rows["stream"], kind="stable")
+            rows, k = {c: v[by] for c, v in rows.items()}, k[by]
         ok = k < len(acks)
-        ok[ok] = stream[acks[k[ok]]] == stream[seg[ok]]  # ... of the same connection
-        out_s.append(stream[seg[ok]])
+        ok[ok] = stream[acks[k[ok]]] == rows["stream"][ok]  # ... of the same connection
+        seen.unacked[D] = {c: v[~ok] for c, v in rows.items()}
+        if not len(k) or not len(acks):
+            continue
+        out_s.append(rows["stream"][ok])
         out_d.append(np.full(int(ok.sum()), D, np.int8))
-        out_r.append(t[acks[k[ok]]] - t[seg[ok]])
+        out_r.append(t[acks[k[ok]]] - rows["t"][ok])
+        out_t.append(rows["t"][ok])
+        out_p.append(rows["packet"][ok])
     return pd.DataFrame({
         "stream": np.concatenate(out_s) if out_s else np.zeros(0, np.int64),
         "d": np.concatenate(out_d) if out_d else np.zeros(0, np.int8),
         "rtt_s": np.concatenate(out_r) if out_r else np.zeros(0),
+        # the segment's time and packet: the rows' order across slices
+        "_t": np.concatenate(out_t) if out_t else np.zeros(0),
+        "_packet": np.concatenate(out_p) if out_p else np.zeros(0, np.int64),
     })
 
 
@@ -549,14 +666,14 @@ def stalls_join(blocks: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(blocks, ignore_index=True) if blocks else _empty_iv(["start", "end"])
 
 
-def _silences(pk: dict[str, np.ndarray], n_streams: int):
+def _silences(pk: dict[str, np.ndarray], n_streams: int, seen: _Seen):
     """RTT samples and statistics, and the silences long enough to be stalls (the table's
     columns so far, rows in (stream, time) order). Returns (rtt, rtt_stats, path_rtt,
     median_gap, st)."""
     stream, d, t = pk["stream"], pk["d"], pk["t"]
     # RTT per direction, and the path RTT: each direction's minimum segment→ACK time is the
     # part of the round trip on one side of the capture point; together they make one RTT.
-    rtt = _rtt(pk)  # rows grouped by (d, stream): key d·2³² + stream increases, grouping is cheap
+    rtt = _rtt(pk, seen)  # rows grouped by (d, stream): key d·2³² + stream increases, grouping is cheap
     rg = rtt["rtt_s"].groupby(rtt["d"].to_numpy(np.int64) << 32 | rtt["stream"].to_numpy(np.int64))
     rtt_stats = pd.DataFrame({"rtt_samples": rg.size(), "rtt_min_s": rg.min(), "rtt_p50_s": rg.median(),
                               "rtt_p90_s": rg.quantile(0.9)})
@@ -601,14 +718,50 @@ def _silences(pk: dict[str, np.ndarray], n_streams: int):
     return rtt, rtt_stats, path_rtt, median_gap, st
 
 
-def _limited(pk: dict[str, np.ndarray]) -> pd.DataFrame:
+def _limited(pk: dict[str, np.ndarray], seen: _Seen, last: bool) -> pd.DataFrame:
     """Intervals (stream, d, start, end) where direction d could not send: each window-limited
-    row to the stream's next packet (disjoint per (stream, d))."""
+    row to the stream's next packet (disjoint per (stream, d)); window_limited_s of `seen` added
+    up. A stream's last row here ends at its next packet, in a later slice: carried
+    (`_Seen.limited_from`) and put first in the slice that has that packet, but at the
+    partition's `last` slice, where it ends at its own time (the stream's end)."""
+    stream, t = pk["stream"], pk["t"]
+    heads = np.flatnonzero(pk["first"])
+    head_slot = _slots(seen, stream[heads], 0)
     lim = []
     for D in (0, 1):
         on = pk[f"limited{D}"]
-        lim.append(pd.DataFrame({"stream": pk["stream"][on], "d": D, "start": pk["t"][on], "end": pk["next_t"][on]}))
-    return pd.concat(lim, ignore_index=True)
+        carried = seen.limited_from[head_slot + D]
+        ends = ~np.isnan(carried)  # the intervals of the slices before that end here
+        if ends.any():
+            lim.append(pd.DataFrame({"stream": stream[heads][ends], "d": D, "start": carried[ends],
+                                     "end": t[heads][ends]}))
+        seen.limited_from[head_slot + D] = np.nan
+        if last:
+            gone = np.flatnonzero(~np.isnan(seen.limited_from[D::2]))  # streams without packets since
+            if len(gone):
+                at = seen.limited_from[gone * 2 + D]
+                lim.append(pd.DataFrame({"stream": seen.stream[gone].astype(stream.dtype), "d": D, "start": at,
+                                         "end": at}))
+                seen.limited_from[gone * 2 + D] = np.nan
+        else:
+            tail = np.flatnonzero(pk["last"])
+            seen.limited_from[head_slot + D] = np.where(on[tail], t[tail], np.nan)
+            on = on & ~pk["last"]
+        lim.append(pd.DataFrame({"stream": stream[on], "d": D, "start": t[on], "end": pk["next_t"][on]}))
+    lim = pd.concat(lim, ignore_index=True)
+    _limited_s(lim, seen)
+    return lim
+
+
+def _limited_s(lim: pd.DataFrame, seen: _Seen) -> None:
+    """Add the lengths of the limited intervals `lim` to `seen.window_limited_s`, after the sum
+    so far and one after the other, in `lim`'s order (np.bincount: the whole partition's sum,
+    bit for bit, however its time is sliced)."""
+    n = len(seen.window_limited_s)
+    slot = _slots(seen, lim["stream"].to_numpy(np.int64), lim["d"].to_numpy(np.int64))
+    seen.window_limited_s = np.bincount(np.r_[np.arange(n), slot],
+                                        weights=np.r_[seen.window_limited_s, (lim["end"] - lim["start"]).to_numpy(float)],
+                                        minlength=n)
 
 
 def _causes(st: pd.DataFrame) -> pd.DataFrame:
@@ -655,10 +808,11 @@ def stalls_partial(cap: Capture, facts: CaptureFacts, blocks: pd.DataFrame) -> d
     (with the packets a finding cites and the plot's series), blocks and capture gaps. `blocks`:
     every partition's connection.blocked intervals (the context round)."""
     t0 = _origin(facts)
-    pk = _packets(cap, facts.packets_t0_ns)
+    seen = _seen_before(cap, None)
+    pk = _packets(cap, facts.packets_t0_ns, seen)
     stream, d, t = pk["stream"], pk["d"], pk["t"]
     stream_end = pd.Series(t[pk["last"]], index=stream[pk["last"]])
-    rtt, rtt_stats, path_rtt, median_gap, st = _silences(pk, int(stream.max(initial=-1)) + 1)
+    rtt, rtt_stats, path_rtt, median_gap, st = _silences(pk, int(stream.max(initial=-1)) + 1, seen)
 
     # Evidence for each cause over each stall.
     gaps = cap.anomalies[cap.anomalies["kind"] == "capture-gap"]
@@ -667,7 +821,7 @@ def stalls_partial(cap: Capture, facts: CaptureFacts, blocks: pd.DataFrame) -> d
     # A gap in either direction hides what the window and ACKs did: both directions uncertain.
     gap_ev = pd.concat([gap_ev.assign(d=0), gap_ev.assign(d=1)], ignore_index=True)
     st["gaps_n"] = _count_in(st, gap_ev)
-    lim = _limited(pk)
+    lim = _limited(pk, seen, True)
     st["window_s"] = _overlap_s(st, lim)
     zw = pk["zero_window"]
     st["zero_window_n"] = _count_in(st, pd.DataFrame({"stream": stream[zw], "d": 1 - d[zw], "t": t[zw]}))
@@ -690,7 +844,7 @@ def stalls_partial(cap: Capture, facts: CaptureFacts, blocks: pd.DataFrame) -> d
     st["confirm_s"] = _overlap_s(st, conf.assign(d=0)) if len(conf) else 0.0
     stalls_tbl = _stalls_table(_causes(st))
 
-    tcp = _tcp_table(pk, rtt_stats, path_rtt, median_gap, st, lim)
+    tcp = _tcp_table(seen, rtt_stats, path_rtt, median_gap, st)
     sides = _window_sides(cap, pk, tcp, stalls_tbl, lim, blocked, fr)
     return {"stalls": stalls_tbl, "tcp": tcp,
             # (the samples stay where they were made: only their percentiles are merged)
@@ -740,39 +894,29 @@ def stalls(cap: Capture) -> AnalyzerResult:
     return run_whole(SPLIT, cap)
 
 
-def _tcp_table(pk, rtt_stats, path_rtt, median_gap, st, lim) -> pd.DataFrame:
-    """Per (stream, direction) of the packets: counts by np.bincount on the key stream·2 + d, the
-    per-stream window maxima/minima _packets reduced, and the window-limited time (``lim``)."""
-    stream, d, data = pk["stream"], pk["d"], pk["data"]
-    g = stream * 2 + d
-    keys = np.flatnonzero(np.bincount(g)) if len(g) else np.zeros(0, np.int64)  # sorted: stream, d
+def _tcp_table(seen: _Seen, rtt_stats, path_rtt, median_gap, st) -> pd.DataFrame:
+    """Per (stream, direction) of the packets: the counts, window maxima/minima and
+    window-limited time `seen` added up over them."""
+    slots = np.flatnonzero(seen.rows)  # sorted: stream, d
+    keys = seen.stream[slots // 2] * 2 + slots % 2
 
-    def count(x):  # integer bincount of the rows where x holds (no float weights over every row)
-        return np.bincount(g[x], minlength=len(keys) and keys[-1] + 1)[keys].astype(np.int64)
-
-    run = np.searchsorted(pk["run_stream"], keys // 2)  # each key's stream run
-    key_d = keys % 2
-
-    def per_key(name):  # the key's direction's value of its stream run, as nullable integers
-        v = np.where(key_d == 0, pk[f"{name}0"][run], pk[f"{name}1"][run]) if len(keys) else np.zeros(0)
-        return pd.array(v, dtype="Float64").astype("Int64")
+    def per_key(values):  # as nullable integers
+        return pd.array(values[slots], dtype="Float64").astype("Int64")
 
     rs = rtt_stats.reindex(keys)
     sg = st.assign(g=st["stream"].to_numpy(np.int64) * 2 + st["d"].to_numpy(np.int64)).groupby("g")["duration_s"]
     out = pd.DataFrame({
         "stream": (keys // 2).astype(np.int32),
         "direction": pd.Categorical(DIRS[keys % 2], categories=list(DIRS)),
-        "data_packets": count(data),
-        "data_bytes": np.bincount(g, weights=pk["payload"], minlength=len(keys) and keys[-1] + 1)[keys].astype(np.int64),
-        "retransmissions": count(pk["retrans"] & data),
-        "zero_window_ads": count(pk["zero_window"]),
-        "window_full_segments": count(pk["wfull"]),
-        "window_limited_s": np.bincount(lim["stream"].to_numpy(np.int64) * 2 + lim["d"].to_numpy(np.int64),
-                                        weights=(lim["end"] - lim["start"]).to_numpy(float),
-                                        minlength=len(keys) and keys[-1] + 1)[keys] if len(keys) else np.zeros(0),
-        "bytes_in_flight_max": per_key("run_inflight_max"),
-        "peer_window_min_bytes": per_key("run_peer_win_min"),
-        "peer_window_max_bytes": per_key("run_peer_win_max"),
+        "data_packets": seen.data_packets[slots],
+        "data_bytes": seen.data_bytes[slots],
+        "retransmissions": seen.retransmissions[slots],
+        "zero_window_ads": seen.zero_window_ads[slots],
+        "window_full_segments": seen.window_full_segments[slots],
+        "window_limited_s": seen.window_limited_s[slots].astype(float),
+        "bytes_in_flight_max": per_key(seen.inflight_max),
+        "peer_window_min_bytes": per_key(seen.peer_win_min),
+        "peer_window_max_bytes": per_key(seen.peer_win_max),
         "rtt_samples": pd.array(rs["rtt_samples"].to_numpy(float), dtype="Float64").astype("Int64"),
         "rtt_min_s": rs["rtt_min_s"].to_numpy(float),
         "rtt_p50_s": rs["rtt_p50_s"].to_numpy(float),
