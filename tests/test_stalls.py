@@ -299,11 +299,12 @@ MS = 1_000_000
 
 
 def _publisher_held_by_broker(tmp_path, zero_ms: float, blocked: bool = False, n: int = 100,
-                              name: str = "crafted-publisher"):
+                              name: str = "crafted-publisher", early_ms: float = 0):
     """A publisher (connection_name ``name``) publishing one message every 5 ms, each ACKed by
     the broker 100 µs later; after message n/2 the broker's ACK advertises a zero window, and
     zero_ms later a window update reopens it (``blocked``: connection.blocked / unblocked around
-    it, a resource alarm). The publisher sends nothing while the window is closed."""
+    it, a resource alarm). The publisher sends nothing while the window is closed. With
+    ``early_ms``, the same after message n/4 for that long too."""
     conv = c.TcpConversation().handshake()
     conv.exchange(c.opening(connection_name=name))
     c.stamp(conv.packets, c.T0_NS, 5 * MS)
@@ -313,7 +314,8 @@ def _publisher_held_by_broker(tmp_path, zero_ms: float, blocked: bool = False, n
             s.time_ns = t
         a = conv.ack("s2c")
         a.time_ns = t + 100_000
-        if i == n // 2:
+        if i == n // 2 or (early_ms and i == n // 4):
+            held_ms = zero_ms if i == n // 2 else early_ms
             if blocked:
                 (b,) = conv.send_frames("s2c", [c.connection_blocked()])
                 b.time_ns = t + 50_000
@@ -321,7 +323,7 @@ def _publisher_held_by_broker(tmp_path, zero_ms: float, blocked: bool = False, n
                 conv.packets.insert(conv.index(a), b)
             a.window = 0
             u = conv.ack("s2c")
-            u.time_ns = a.time_ns + int(zero_ms * MS)
+            u.time_ns = a.time_ns + int(held_ms * MS)
             if blocked:
                 (ub,) = conv.send_frames("s2c", [c.connection_unblocked()])
                 ub.time_ns = u.time_ns + 10_000
@@ -420,23 +422,24 @@ def _sliced_everywhere(cap) -> tuple[dict, dict]:
 
 
 def test_a_block_and_a_zero_window_over_slices_are_the_whole_partitions(tmp_path):
-    """A zero window inside connection.blocked → unblocked, each packet a slice: the stall, its
-    cause and the block's publishes come from slices before their end; the window-limited time
-    outside the block is added up across them."""
+    """A zero window inside connection.blocked → unblocked, a short one and then a long one, each
+    packet a slice: the stall, its cause and the block's publishes come from slices before their
+    end; the window-limited time outside the blocks is added up across them."""
     from test_partition import assert_same_partial
 
-    cap = _publisher_held_by_broker(tmp_path, 500, blocked=True, n=20)
+    cap = _publisher_held_by_broker(tmp_path, 500, blocked=True, n=20, early_ms=20)
     whole, sliced = _sliced_everywhere(cap)
-    assert "broker-flow" in whole["stalls"]["cause"].astype(str).tolist() and len(whole["blocked"]) == 1
+    assert "broker-flow" in whole["stalls"]["cause"].astype(str).tolist() and len(whole["blocked"]) == 2
     assert_same_partial(sliced, whole, "cut before every packet")
 
 
 def test_a_window_held_publisher_over_slices_is_the_whole_partitions(tmp_path):
-    """The broker's zero window holds a publisher for 300 ms (receiver window, the window-limited
-    interval open across slices, the findings' cited packets ranked on from slice to slice)."""
+    """The broker's zero window holds a publisher for 20 ms, then for 300 ms (receiver window,
+    the window-limited interval open across slices, the time covered before it carried, the
+    findings' cited packets ranked on from slice to slice)."""
     from test_partition import assert_same_partial
 
-    cap = _publisher_held_by_broker(tmp_path, 300, n=30)
+    cap = _publisher_held_by_broker(tmp_path, 300, n=30, early_ms=20)
     whole, sliced = _sliced_everywhere(cap)
     assert len(whole["sides"]) == 1 and len(whole["window_packets"])
     assert_same_partial(sliced, whole, "cut before every packet")
@@ -444,8 +447,8 @@ def test_a_window_held_publisher_over_slices_is_the_whole_partitions(tmp_path):
 
 def _confirming_publisher(tmp_path, flow: bool):
     """A publisher in confirm mode: publishes every 5 ms, each segment seen twice 200 µs apart
-    (a capture on two interfaces: not a retransmission); after the tenth, the confirms wait
-    300 ms (a multiple basic.ack then confirms them all) while the publisher sends nothing; with
+    (a capture on two interfaces: not a retransmission); the fifth is confirmed (multiple) 1 ms
+    later; after the tenth, the confirms wait 300 ms (a multiple basic.ack then confirms them all) while the publisher sends nothing; with
     ``flow``, the broker then stops the channel (channel.flow active=false) for 400 ms: most of
     the silence."""
     conv = c.TcpConversation().handshake()
@@ -460,6 +463,9 @@ def _confirming_publisher(tmp_path, flow: bool):
             conv.duplicate(s).time_ns = t + 200_000
         a = conv.ack("s2c")
         a.time_ns = t + 400_000
+        if i == 4:
+            (ok,) = conv.send_frames("s2c", [c.basic_ack(delivery_tag=5, multiple=True)])
+            ok.time_ns = t + MS
         if i == 9:
             (ok,) = conv.send_frames("s2c", [c.basic_ack(delivery_tag=10, multiple=True)])
             ok.time_ns = t + 300 * MS

@@ -525,13 +525,11 @@ def _rtt(pk: dict[str, np.ndarray], seen: _Seen) -> pd.DataFrame:
         # (The peer ACKs at or before each segment's row: a running count, not a second search.)
         k = np.maximum(np.searchsorted(cm, keyed_end[seg], side="left"), np.cumsum(is_ack)[seg])
         kb = np.searchsorted(cm, before["keyed_end"], side="left")  # (every ACK here is later)
-        k = np.r_[kb, k]
-        rows = {"stream": np.r_[before["stream"], stream[seg]].astype(stream.dtype), "t": np.r_[before["t"], t[seg]],
-                "keyed_end": np.r_[before["keyed_end"], keyed_end[seg]],
-                "packet": np.r_[before["packet"], pk["packet"][seg]].astype(pk["packet"].dtype)}
+        rows = {"stream": stream[seg], "t": t[seg], "keyed_end": keyed_end[seg], "packet": pk["packet"][seg]}
         if len(kb):  # the slices' before first in each stream's rows (a stable sort by stream)
+            rows = {c: np.r_[before[c], v].astype(v.dtype) for c, v in rows.items()}
             by = np.argsort(rows["stream"], kind="stable")
-            rows, k = {c: v[by] for c, v in rows.items()}, k[by]
+            rows, k = {c: v[by] for c, v in rows.items()}, np.r_[kb, k][by]
         ok = k < len(acks)
         ok[ok] = stream[acks[k[ok]]] == rows["stream"][ok]  # ... of the same connection
         seen.unacked[D] = {c: v[~ok] for c, v in rows.items()}
@@ -1125,12 +1123,13 @@ def _recent_originals(pk: dict[str, np.ndarray], before: pd.DataFrame | None) ->
     """The first copies of data segments a later slice's copy may repeat within DUPLICATE_S
     (`_real_retransmissions`): those of the last 2·DUPLICATE_S (a margin over float seconds)."""
     cols = ["stream", "d", "seq", "payload", "t"]
-    om = pk["data"] & ~pk["retrans"]
+    since = pk["t"].max() - 2 * DUPLICATE_S if len(pk["t"]) else -np.inf
+    om = np.flatnonzero(pk["data"] & ~pk["retrans"] & (pk["t"] >= since))
     now = pd.DataFrame({c_: pk[c_][om] for c_ in cols})
-    both = pd.concat([before, now], ignore_index=True) if before is not None and len(before) else now
-    if not len(pk["t"]):
-        return both
-    return both[both["t"].to_numpy(float) >= pk["t"].max() - 2 * DUPLICATE_S].reset_index(drop=True)
+    if before is None or not len(before):
+        return now
+    before = before[before["t"].to_numpy(float) >= since]
+    return pd.concat([before, now], ignore_index=True) if len(before) else now
 
 
 def _blocks_so_far(c: _Carry, blocked: pd.DataFrame, pk: dict, lim: pd.DataFrame, seen: _Seen,
