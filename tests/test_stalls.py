@@ -299,12 +299,13 @@ MS = 1_000_000
 
 
 def _publisher_held_by_broker(tmp_path, zero_ms: float, blocked: bool = False, n: int = 100,
-                              name: str = "crafted-publisher", early_ms: float = 0):
+                              name: str = "crafted-publisher", early_ms: float = 0, probe_ms: float = 0):
     """A publisher (connection_name ``name``) publishing one message every 5 ms, each ACKed by
     the broker 100 µs later; after message n/2 the broker's ACK advertises a zero window, and
     zero_ms later a window update reopens it (``blocked``: connection.blocked / unblocked around
     it, a resource alarm). The publisher sends nothing while the window is closed. With
-    ``early_ms``, the same after message n/4 for that long too."""
+    ``early_ms``, the same after message n/4 for that long too; with ``probe_ms``, the broker
+    advertises the zero window again every probe_ms while it lasts."""
     conv = c.TcpConversation().handshake()
     conv.exchange(c.opening(connection_name=name))
     c.stamp(conv.packets, c.T0_NS, 5 * MS)
@@ -322,6 +323,9 @@ def _publisher_held_by_broker(tmp_path, zero_ms: float, blocked: bool = False, n
                 conv.packets.remove(b)
                 conv.packets.insert(conv.index(a), b)
             a.window = 0
+            for k in range(1, int(held_ms // probe_ms) if probe_ms else 0):
+                z = conv.ack("s2c")
+                z.time_ns, z.window = a.time_ns + int(k * probe_ms * MS), 0
             u = conv.ack("s2c")
             u.time_ns = a.time_ns + int(held_ms * MS)
             if blocked:
@@ -434,12 +438,13 @@ def test_a_block_and_a_zero_window_over_slices_are_the_whole_partitions(tmp_path
 
 
 def test_a_window_held_publisher_over_slices_is_the_whole_partitions(tmp_path):
-    """The broker's zero window holds a publisher for 20 ms, then for 300 ms (receiver window,
-    the window-limited interval open across slices, the time covered before it carried, the
-    findings' cited packets ranked on from slice to slice)."""
+    """The broker's zero window holds a publisher for 20 ms, then for 300 ms, told again every
+    50 ms (receiver window: window-limited rows one after the other, their union open across
+    slices; the time covered before it carried; the findings' cited packets ranked on from
+    slice to slice)."""
     from test_partition import assert_same_partial
 
-    cap = _publisher_held_by_broker(tmp_path, 300, n=30, early_ms=20)
+    cap = _publisher_held_by_broker(tmp_path, 300, n=30, early_ms=20, probe_ms=50)
     whole, sliced = _sliced_everywhere(cap)
     assert len(whole["sides"]) == 1 and len(whole["window_packets"])
     assert_same_partial(sliced, whole, "cut before every packet")
