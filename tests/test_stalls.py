@@ -299,11 +299,13 @@ MS = 1_000_000
 
 
 def _publisher_held_by_broker(tmp_path, zero_ms: float, blocked: bool = False, n: int = 100,
-                              name: str = "crafted-publisher"):
+                              name: str = "crafted-publisher", early_ms: float = 0, probe_ms: float = 0):
     """A publisher (connection_name ``name``) publishing one message every 5 ms, each ACKed by
     the broker 100 µs later; after message n/2 the broker's ACK advertises a zero window, and
     zero_ms later a window update reopens it (``blocked``: connection.blocked / unblocked around
-    it, a resource alarm). The publisher sends nothing while the window is closed."""
+    it, a resource alarm). The publisher sends nothing while the window is closed. With
+    ``early_ms``, the same after message n/4 for that long too; with ``probe_ms``, the broker
+    advertises the zero window again every probe_ms while it lasts."""
     conv = c.TcpConversation().handshake()
     conv.exchange(c.opening(connection_name=name))
     c.stamp(conv.packets, c.T0_NS, 5 * MS)
@@ -313,15 +315,19 @@ def _publisher_held_by_broker(tmp_path, zero_ms: float, blocked: bool = False, n
             s.time_ns = t
         a = conv.ack("s2c")
         a.time_ns = t + 100_000
-        if i == n // 2:
+        if i == n // 2 or (early_ms and i == n // 4):
+            held_ms = zero_ms if i == n // 2 else early_ms
             if blocked:
                 (b,) = conv.send_frames("s2c", [c.connection_blocked()])
                 b.time_ns = t + 50_000
                 conv.packets.remove(b)
                 conv.packets.insert(conv.index(a), b)
             a.window = 0
+            for k in range(1, int(held_ms // probe_ms) if probe_ms else 0):
+                z = conv.ack("s2c")
+                z.time_ns, z.window = a.time_ns + int(k * probe_ms * MS), 0
             u = conv.ack("s2c")
-            u.time_ns = a.time_ns + int(zero_ms * MS)
+            u.time_ns = a.time_ns + int(held_ms * MS)
             if blocked:
                 (ub,) = conv.send_frames("s2c", [c.connection_unblocked()])
                 ub.time_ns = u.time_ns + 10_000
@@ -400,3 +406,102 @@ def test_publisher_blocked_numbers_are_tsharks(results):
     assert s["publishes_while_blocked"] == f.evidence["publishes_while_blocked"] == len(publishes) > 0
     assert s["publish_bytes_while_blocked"] == f.evidence["publish_bytes_while_blocked"] == body == 64 * len(publishes)
     assert f.evidence["deliveries_while_blocked"] == len(deliveries) == 0  # PerfTest -s 64; the queue drained
+
+
+# --- over slices of time: each packet a slice of its own (docs/time-split.md §2.9) ------------
+
+
+def _sliced_everywhere(cap) -> tuple[dict, dict]:
+    """The stalls partial of `cap` whole, and cut before every packet (`clean_cuts` every 1),
+    each given the capture's blocks (the context round)."""
+    from amqpcap.analyzers.stalls import SPLIT
+    from amqpcap.derive.stream_order import ns
+    from amqpcap.partition import clean_cuts, facts_of, sliced_partial
+
+    facts = facts_of(cap)
+    blocks = SPLIT.join_context([SPLIT.context(cap, facts)])
+    cuts = clean_cuts(cap.packets["packet"].to_numpy(), ns(cap.packets["ts"]), 1)
+    assert len(cuts) == len(cap.packets) - 1
+    return SPLIT.partial(cap, facts, blocks), sliced_partial(SPLIT, cap, facts, cuts, blocks)
+
+
+def test_a_block_and_a_zero_window_over_slices_are_the_whole_partitions(tmp_path):
+    """A zero window inside connection.blocked → unblocked, a short one and then a long one, each
+    packet a slice: the stall, its cause and the block's publishes come from slices before their
+    end; the window-limited time outside the blocks is added up across them."""
+    from test_partition import assert_same_partial
+
+    cap = _publisher_held_by_broker(tmp_path, 500, blocked=True, n=20, early_ms=20)
+    whole, sliced = _sliced_everywhere(cap)
+    assert "broker-flow" in whole["stalls"]["cause"].astype(str).tolist() and len(whole["blocked"]) == 2
+    assert_same_partial(sliced, whole, "cut before every packet")
+
+
+def test_a_window_held_publisher_over_slices_is_the_whole_partitions(tmp_path):
+    """The broker's zero window holds a publisher for 20 ms, then for 300 ms, told again every
+    50 ms (receiver window: window-limited rows one after the other, their union open across
+    slices; the time covered before it carried; the findings' cited packets ranked on from
+    slice to slice)."""
+    from test_partition import assert_same_partial
+
+    cap = _publisher_held_by_broker(tmp_path, 300, n=30, early_ms=20, probe_ms=50)
+    whole, sliced = _sliced_everywhere(cap)
+    assert len(whole["sides"]) == 1 and len(whole["window_packets"])
+    assert_same_partial(sliced, whole, "cut before every packet")
+
+
+def _confirming_publisher(tmp_path, flow: bool):
+    """A publisher in confirm mode: publishes every 5 ms, each segment seen twice 200 µs apart
+    (a capture on two interfaces: not a retransmission); the fifth is confirmed (multiple) 1 ms
+    later; after the tenth, the confirms wait 300 ms (a multiple basic.ack then confirms them all) while the publisher sends nothing; with
+    ``flow``, the broker then stops the channel (channel.flow active=false) for 400 ms: most of
+    the silence."""
+    conv = c.TcpConversation().handshake()
+    conv.exchange(c.opening())
+    conv.send_frames("c2s", [c.confirm_select()])
+    conv.send_frames("s2c", [c.confirm_select_ok()])
+    c.stamp(conv.packets, c.T0_NS, 5 * MS)
+    t = conv.packets[-1].time_ns + 5 * MS
+    for i in range(20):
+        for s in conv.send_frames("c2s", [c.basic_publish()] + c.content(body=b"x" * 20)):
+            s.time_ns = t
+            conv.duplicate(s).time_ns = t + 200_000
+        a = conv.ack("s2c")
+        a.time_ns = t + 400_000
+        if i == 4:
+            (ok,) = conv.send_frames("s2c", [c.basic_ack(delivery_tag=5, multiple=True)])
+            ok.time_ns = t + MS
+        if i == 9:
+            (ok,) = conv.send_frames("s2c", [c.basic_ack(delivery_tag=10, multiple=True)])
+            ok.time_ns = t + 300 * MS
+            t = ok.time_ns
+            if flow:
+                (stop,) = conv.send_frames("s2c", [c.channel_flow(active=False)])
+                stop.time_ns = t + MS
+                (go,) = conv.send_frames("s2c", [c.channel_flow(active=True)])
+                go.time_ns = t + 400 * MS
+                t = go.time_ns
+        t += 5 * MS
+    (ok,) = conv.send_frames("s2c", [c.basic_ack(delivery_tag=20, multiple=True)])
+    ok.time_ns = t
+    n = len(conv.packets)
+    conv.close()
+    for p in conv.packets[n:]:
+        t += MS
+        p.time_ns = t
+    conv.packets.sort(key=lambda p: p.time_ns)
+    return c.load(c.write_pcap(tmp_path / "confirms.pcap", conv.packets))
+
+
+@pytest.mark.parametrize("flow", [False, True])
+def test_confirms_awaited_and_a_channel_stopped_over_slices_are_the_whole_partitions(tmp_path, flow):
+    """The publishes awaiting confirms and a channel.flow stop, each open across many slices,
+    and the capture's own duplicates of each segment (the first copy a slice before)."""
+    from test_partition import assert_same_partial
+
+    cap = _confirming_publisher(tmp_path, flow)
+    whole, sliced = _sliced_everywhere(cap)
+    causes = whole["stalls"].loc[whole["stalls"]["direction"] == "c2s", "cause"].astype(str).tolist()
+    assert causes == (["broker-flow"] if flow else ["publisher-confirms"])
+    assert whole["tcp"]["retransmissions"].sum() > 0  # the second copies: retransmissions, but not TCP's
+    assert_same_partial(sliced, whole, "cut before every packet")

@@ -13,6 +13,7 @@ Method and limits: docs/analyzers/stalls.md.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +24,13 @@ from ..analysis import AnalyzerResult, Finding, Plot, analyzer
 from ..capture import Capture
 from ..derive import consumers as credit
 from ..derive.labels import who
+from ..derive.replay import for_derivations, told_state
+from ..derive.seeds import seeds_of
 from ..derive.stream_order import ns, running_last, running_max_keyed, seconds, stream_order
 from ..display_filters import stream_filter
 from ..kept_rows import keep, part_frame
 from ..names import subject_namer
-from ..partition import CaptureFacts, Split, merge_rows, run_whole, taken
+from ..partition import CaptureFacts, Slicing, Split, merge_rows, run_whole, taken
 from ..quantiles import Chunks, median_and_percentiles
 from ..wording import counted
 
@@ -143,23 +146,84 @@ def _cumsum_by_segment(x: np.ndarray, first: np.ndarray) -> np.ndarray:
     return out
 
 
-def _union(iv: pd.DataFrame) -> pd.DataFrame:
-    """Merge overlapping intervals per (stream, d): columns stream, d, start, end (seconds),
-    sorted by (stream, d, start)."""
-    stream, d = iv["stream"].to_numpy(np.int64), iv["d"].to_numpy(np.int64)
-    start, end = iv["start"].to_numpy(float), iv["end"].to_numpy(float)
+@dataclass
+class _Cover:
+    """The time a kind of intervals covered per key (a `_Seen` slot), from one slice of a
+    partition's time to the next: the unions' time before the key's last union (added one after
+    the other, as `_cumsum_by_segment` adds them), and that last union (NaN: none yet), which a
+    later interval may still extend. Bounded by the keys."""
+
+    before: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+
+    @classmethod
+    def nothing(cls, n: int) -> "_Cover":
+        return cls(np.zeros(n), np.full(n, np.nan), np.full(n, np.nan))
+
+
+@dataclass
+class _Unions:
+    """Merged intervals, sorted by (key, start), with the time their key's unions covered before
+    each (`_unions`)."""
+
+    key: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    before: np.ndarray
+
+    def covered(self, qk: np.ndarray, x: np.ndarray, seed: np.ndarray) -> np.ndarray:
+        """The covered time of each query's key in (-inf, x]; `seed`: a query's key's time
+        before any union here."""
+        uk, s, e = self.key, self.start, self.end
+        j = _lex_count(uk, s, qk, x, "right") - 1  # the last interval of the key starting at or before x
+        jj = np.maximum(j, 0)
+        ok = (j >= 0) & (uk[jj] == qk) if len(uk) else np.zeros(len(qk), bool)
+        if not len(uk):
+            return np.asarray(seed, float) + np.zeros(len(qk))
+        return np.where(ok, self.before[jj] + np.clip(x - s[jj], 0.0, e[jj] - s[jj]), seed)
+
+
+def _unions(key: np.ndarray, start: np.ndarray, end: np.ndarray, cover: _Cover | None = None) -> _Unions:
+    """Merge overlapping intervals per key (end inf: an interval whose end a later slice tells,
+    at or after every time here), with the time each one's key covered before it: a cumsum
+    restarting at every key, from what `cover` carried (the key's last union is one of the
+    intervals, its time before the first). `cover` (None: nothing before) is left with each
+    key's last union."""
+    key, start, end = np.asarray(key, np.int64), np.asarray(start, float), np.asarray(end, float)
+    if cover is not None:
+        carried = np.flatnonzero(~np.isnan(cover.start))
+        key, start, end = np.r_[carried, key], np.r_[cover.start[carried], start], np.r_[cover.end[carried], end]
     keep = end > start
-    stream, d, start, end = stream[keep], d[keep], start[keep], end[keep]
-    o = np.lexsort((start, d, stream))
-    stream, d, start, end = stream[o], d[o], start[o], end[o]
-    key = stream * 2 + d
+    key, start, end = key[keep], start[keep], end[keep]
+    o = np.lexsort((start, key))
+    key, start, end = key[o], start[o], end[o]
     first = np.r_[True, key[1:] != key[:-1]] if len(key) else np.zeros(0, bool)
     # An interval starts a new union when it begins after every earlier interval of its key ended.
     prev_end = pd.Series(end).groupby(key).cummax().groupby(key).shift().to_numpy()
     new = first | (start > prev_end)
     gs = np.flatnonzero(new)
-    return pd.DataFrame({"stream": stream[gs], "d": d[gs], "start": start[gs],
-                         "end": np.maximum.reduceat(end, gs) if len(gs) else end[gs]})
+    uk, us = key[gs], start[gs]
+    ue = np.maximum.reduceat(end, gs) if len(gs) else end[gs]
+    ufirst = np.r_[True, uk[1:] != uk[:-1]] if len(uk) else np.zeros(0, bool)
+    # Time covered before each union of its key: a cumsum restarting at every key, from the
+    # key's time before (the seed, a row of its own ahead of the key's unions).
+    heads = np.flatnonzero(ufirst)
+    seed = cover.before[uk[heads]] if cover is not None else np.zeros(len(heads))
+    x = np.insert(ue - us, heads, seed)
+    at = heads + np.arange(len(heads))  # the seeds' rows in x
+    xfirst = np.zeros(len(x), bool)
+    xfirst[at] = True
+    cum = _cumsum_by_segment(x, xfirst)
+    rows = np.arange(len(uk)) + np.cumsum(ufirst)  # each union's row in x
+    before = cum[rows - 1]
+    if cover is not None:
+        last = np.r_[uk[1:] != uk[:-1], True] if len(uk) else np.zeros(0, bool)
+        k = uk[last]
+        # (an end not told yet: the union goes on; keep the ends known, or none)
+        known = np.maximum.reduceat(np.where(np.isinf(end), -np.inf, end), gs)[last] if len(gs) else ue[last]
+        cover.before[k], cover.start[k], cover.end[k] = before[last], us[last], np.maximum(known, us[last])
+    return _Unions(uk, us, ue, before)
 
 
 def _overlap_s(stalls: pd.DataFrame, iv: pd.DataFrame) -> np.ndarray:
@@ -167,25 +231,13 @@ def _overlap_s(stalls: pd.DataFrame, iv: pd.DataFrame) -> np.ndarray:
     out = np.zeros(len(stalls))
     if stalls.empty or iv.empty:
         return out
-    u = _union(iv)
-    if u.empty:
+    u = _unions(iv["stream"].to_numpy(np.int64) * 2 + iv["d"].to_numpy(np.int64), iv["start"].to_numpy(float),
+                iv["end"].to_numpy(float))
+    if not len(u.key):
         return out
-    uk = u["stream"].to_numpy() * 2 + u["d"].to_numpy()
-    s, e = u["start"].to_numpy(), u["end"].to_numpy()
-    first = np.r_[True, uk[1:] != uk[:-1]]
-    # Time covered before each interval of its key: a cumsum restarting at every key.
-    cum = _cumsum_by_segment(e - s, first)
-    before = np.where(first, 0.0, np.r_[0.0, cum[:-1]])
     qk = stalls["stream"].to_numpy(np.int64) * 2 + stalls["d"].to_numpy(np.int64)
-
-    def covered(qk, x):  # covered time of the query's key in (-inf, x]
-        j = _lex_count(uk, s, qk, x, "right") - 1  # the last interval of the key starting at or before x
-        jj = np.maximum(j, 0)
-        ok = (j >= 0) & (uk[jj] == qk)
-        return np.where(ok, before[jj] + np.clip(x - s[jj], 0.0, e[jj] - s[jj]), 0.0)
-
     # Both ends of every stall in one search (one lexsort), then end minus start.
-    c = covered(np.r_[qk, qk], np.r_[stalls["end"].to_numpy(float), stalls["start"].to_numpy(float)])
+    c = u.covered(np.r_[qk, qk], np.r_[stalls["end"].to_numpy(float), stalls["start"].to_numpy(float)], 0.0)
     return c[:len(qk)] - c[len(qk):]
 
 
@@ -240,9 +292,80 @@ def _steps_to_intervals(df: pd.DataFrame, group: list[str], state: str, stream_e
 # --- per-packet TCP state -------------------------------------------------------------------
 
 
-def _packets(cap: Capture, t0_ns: int) -> dict[str, np.ndarray]:
+@dataclass
+class _Seen:
+    """What a partition's packets so far tell of each connection direction: carried from one
+    slice of the partition's time to the next (docs/time-split.md §2.9), or made from the
+    partition at once. Arrays have a slot per connection and sender direction D: the sorted
+    connections' position · 2 + D (`_slots`). Bounded by the connections, but for `unacked`
+    (bytes in flight)."""
+
+    #: the connections' streams, sorted (cap.connections: whole in every slice)
+    stream: np.ndarray
+    #: D's highest sequence number sent and the highest ACK its peer sent, keyed (the stream in
+    #: the high bits: running_max_keyed; -1: none yet)
+    sent: np.ndarray
+    peer_ack: np.ndarray
+    #: the window the peer last advertised on a packet without SYN, and whether there was one
+    win: np.ndarray
+    win_ok: np.ndarray
+    #: the time of the connection's last row so far when D was window-limited there (NaN: it
+    #: was not): that interval ends at the connection's next packet, in a later slice
+    limited_from: np.ndarray
+    #: the tcp table's counts and sums so far; ``rows``: the packets D sent (a tcp row per slot
+    #: with any); window_limited_s adds the limited intervals one after the other (`_limited_s`)
+    rows: np.ndarray
+    data_packets: np.ndarray
+    data_bytes: np.ndarray
+    retransmissions: np.ndarray
+    zero_window_ads: np.ndarray
+    window_full_segments: np.ndarray
+    window_limited_s: np.ndarray
+    #: D's largest bytes in flight on its data segments, the smallest and largest window its
+    #: peer offered it (NaN: none yet)
+    inflight_max: np.ndarray
+    peer_win_min: np.ndarray
+    peer_win_max: np.ndarray
+    #: D's latest new-data segment: its time (NaN: none yet), packet and ts (ns)
+    data_t: np.ndarray
+    data_packet: np.ndarray
+    data_ts: np.ndarray
+    #: D's new-data segments no later ACK of the peer has covered yet (`_rtt`): stream, t,
+    #: keyed_end, packet, per D
+    unacked: dict
+    #: whether any direction was window-limited so far (none: window_limited_s is int64 zeros,
+    #: as np.bincount of no rows gives)
+    limited_any: bool = False
+
+    @classmethod
+    def nothing(cls, stream: np.ndarray) -> "_Seen":
+        n = 2 * len(stream)
+
+        def full(value, dtype):
+            return np.full(n, value, dtype)
+
+        none = {D: {"stream": np.zeros(0, np.int32), "t": np.zeros(0), "keyed_end": np.zeros(0, np.int64),
+                    "packet": np.zeros(0, np.int64)} for D in (0, 1)}
+        return cls(stream, full(-1, np.int64), full(-1, np.int64), full(0, np.int64), full(False, bool),
+                   full(np.nan, float), *(full(0, np.int64) for _ in range(6)), full(0.0, float),
+                   full(np.nan, float), full(np.nan, float), full(np.nan, float),
+                   full(np.nan, float), full(0, np.int64), full(0, np.int64), none)
+
+
+def _seen_before(cap: Capture, seen: "_Seen | None") -> _Seen:
+    """`seen` (None: the partition's first slice, or the partition whole: nothing seen yet)."""
+    return seen if seen is not None else _Seen.nothing(np.sort(cap.connections["stream"].to_numpy(np.int64)))
+
+
+def _slots(seen: _Seen, stream: np.ndarray, d) -> np.ndarray:
+    """The slot of each (stream, sender direction d) in `seen`'s arrays."""
+    return np.searchsorted(seen.stream, stream) * 2 + d
+
+
+def _packets(cap: Capture, t0_ns: int, seen: _Seen) -> dict[str, np.ndarray]:
     """Packets sorted by (stream, time, packet) with the state of both directions at each one:
-    for sender direction D, its highest sequence sent, the peer's latest ACK and window.
+    for sender direction D, its highest sequence sent, the peer's latest ACK and window, each
+    continued from what the slices before saw (`seen`, updated to the end of these packets).
 
     Plain numpy columns (a dict): a DataFrame of a million rows and twenty columns costs more to
     build than all the work on it. Per-stream state is a running max/last over rows sorted by
@@ -278,6 +401,10 @@ def _packets(cap: Capture, t0_ns: int) -> dict[str, np.ndarray]:
     first = np.r_[True, ~same] if len(stream) else np.zeros(0, bool)
     last = np.r_[~same, True] if len(stream) else np.zeros(0, bool)
     pk.update(first=first, last=last, next_t=np.where(last, t, np.r_[t[1:], 0.0]))
+    # each row's slot of sender direction 0 in `seen` (+ D: direction D's), found per stream run
+    starts = np.flatnonzero(first)  # each stream's run of rows
+    run_slot = _slots(seen, stream[starts], 0)
+    slot0 = np.repeat(run_slot, np.diff(np.r_[starts, len(stream)]))
     # Running maxima keep the stream in the high bits (running_max_keyed): a value is
     # present when the maximum is at least the row's own key, and differences of two keyed
     # values of a row are plain differences; no decoding over all rows.
@@ -287,17 +414,20 @@ def _packets(cap: Capture, t0_ns: int) -> dict[str, np.ndarray]:
     pk.update(hi=hi, keyed_end=keyed_end, keyed_ack=keyed_ack)
     wfull = np.zeros(len(stream), bool)
     full = data & ~ctl & scaled
-    starts = np.flatnonzero(first)  # each stream's run of rows
     pk["run_stream"] = stream[starts]
     for D in (0, 1):
         mine = d == D
-        sent = running_max_keyed(keyed_end, mine & data)  # < hi: nothing sent yet
-        peer_ack = running_max_keyed(keyed_ack, ~mine & ack_flag)  # < hi: no ACK yet
+        # (running maxima continued from the slices before: the larger of the two)
+        sent = np.maximum(running_max_keyed(keyed_end, mine & data), seen.sent[slot0 + D])  # < hi: nothing sent yet
+        peer_ack = np.maximum(running_max_keyed(keyed_ack, ~mine & ack_flag), seen.peer_ack[slot0 + D])  # < hi: no ACK yet
         # The peer's latest window; SYN windows are never scaled: skip them. Kept as integers
         # with a validity mask (lw = -1 reads the last row, masked): the float columns with NaN
         # for "unknown" are built by _window_state only for the rows the table and plot read.
+        # Before the stream's first such row here: the window the slices before saw last.
         lw = running_last(~mine & no_syn)
-        win, win_ok = window[lw], lw >= stream_start
+        here = lw >= stream_start
+        win = np.where(here, window[lw], seen.win[slot0 + D])
+        win_ok = here | seen.win_ok[slot0 + D]
         acked = peer_ack >= hi
         pk[f"state{D}"] = (sent, peer_ack, win, win_ok)
         # The sender may not send: the peer's window is zero, or what is unacknowledged (both
@@ -313,13 +443,35 @@ def _packets(cap: Capture, t0_ns: int) -> dict[str, np.ndarray]:
         inflight = np.where(mine & data & (sent >= hi) & acked, np.maximum(sent - peer_ack, 0), np.nan)
         peer_win = np.where(mine & win_ok, win, np.nan)
         if len(starts):
-            pk[f"run_inflight_max{D}"] = np.fmax.reduceat(inflight, starts)
-            pk[f"run_peer_win_min{D}"] = np.fmin.reduceat(peer_win, starts)
-            pk[f"run_peer_win_max{D}"] = np.fmax.reduceat(peer_win, starts)
-        else:
-            pk[f"run_inflight_max{D}"] = pk[f"run_peer_win_min{D}"] = pk[f"run_peer_win_max{D}"] = np.zeros(0)
+            slot = run_slot + D
+            seen.inflight_max[slot] = np.fmax(seen.inflight_max[slot], np.fmax.reduceat(inflight, starts))
+            seen.peer_win_min[slot] = np.fmin(seen.peer_win_min[slot], np.fmin.reduceat(peer_win, starts))
+            seen.peer_win_max[slot] = np.fmax(seen.peer_win_max[slot], np.fmax.reduceat(peer_win, starts))
+            # the state at each stream's last row, where the next slice goes on from
+            ends = np.flatnonzero(last)
+            seen.sent[slot], seen.peer_ack[slot] = sent[ends], peer_ack[ends]
+            seen.win[slot], seen.win_ok[slot] = win[ends], win_ok[ends]
     pk["wfull"] = wfull  # each row's own direction
+    _count(pk, seen, slot0)
     return pk
+
+
+def _count(pk: dict[str, np.ndarray], seen: _Seen, slot0: np.ndarray) -> None:
+    """Add the tcp table's counts of the packets `pk` to `seen`: per slot of the row's own
+    direction (`slot0`: each row's direction 0 slot)."""
+    g = slot0 + pk["d"]
+    n = len(seen.rows)
+
+    def count(x):  # integer bincount of the rows where x holds (no float weights over every row)
+        return np.bincount(g[x], minlength=n).astype(np.int64)
+
+    data = pk["data"]
+    seen.rows += np.bincount(g, minlength=n).astype(np.int64)
+    seen.data_packets += count(data)
+    seen.data_bytes += np.bincount(g, weights=pk["payload"], minlength=n).astype(np.int64)
+    seen.retransmissions += count(pk["retrans"] & data)
+    seen.zero_window_ads += count(pk["zero_window"])
+    seen.window_full_segments += count(pk["wfull"])
 
 
 def _window_state(pk: dict[str, np.ndarray], D: int, rows) -> tuple[np.ndarray, np.ndarray]:
@@ -332,49 +484,69 @@ def _window_state(pk: dict[str, np.ndarray], D: int, rows) -> tuple[np.ndarray, 
     return inflight, np.where(win_ok, win, np.nan)
 
 
-def _real_retransmissions(pk: dict[str, np.ndarray]) -> pd.DataFrame:
+def _real_retransmissions(pk: dict[str, np.ndarray], recent: pd.DataFrame | None = None) -> pd.DataFrame:
     """Retransmitted data segments (stream, d, t), without the capture's own duplicates: a copy of
     a segment (same seq and length) within DUPLICATE_S of another copy is the same packet seen on
-    two interfaces, not TCP loss recovery."""
+    two interfaces, not TCP loss recovery. `recent`: the first copies of the slices before that
+    a copy here may repeat (`_recent_originals`)."""
     cols = ["stream", "d", "seq", "payload", "t"]
     data, retrans = pk["data"], pk["retrans"]
     rt = pd.DataFrame({c: pk[c][retrans & data] for c in cols})
     # Only originals that can match a retransmission (its seq) go into the merge, not every segment.
     om = data & ~retrans & np.isin(pk["seq"], rt["seq"].to_numpy())
     orig = pd.DataFrame({c: pk[c][om] for c in cols})
+    if recent is not None and len(recent):
+        orig = pd.concat([recent[recent["seq"].isin(rt["seq"])], orig], ignore_index=True)
     m = rt.reset_index().merge(
         orig, on=["stream", "d", "seq", "payload"], suffixes=("", "_orig"))
     dup = m.loc[(m["t"] - m["t_orig"]).abs() < DUPLICATE_S, "index"].unique()
     return rt.drop(index=dup)[["stream", "d", "t"]]
 
 
-def _rtt(pk: dict[str, np.ndarray]) -> pd.DataFrame:
+def _rtt(pk: dict[str, np.ndarray], seen: _Seen) -> pd.DataFrame:
     """Segment→ACK time samples: each new-data segment to the first later peer packet whose ACK
-    covers its last byte (retransmitted segments excluded, Karn). Rows by (d, stream, segment)."""
+    covers its last byte (retransmitted segments excluded, Karn). Rows by (d, stream, segment);
+    the segments of the slices before that no ACK covered yet (`_Seen.unacked`) first, each
+    (d, stream)'s before the slice's own. Those of these packets no later ACK here covers are
+    left in `seen.unacked`."""
     stream, t, d = pk["stream"], pk["t"], pk["d"]
     ackf = (pk["flags"] & ACK) != 0
-    keyed_ack, keyed_end = pk["keyed_ack"], pk["keyed_end"]  # stream in the high bits
-    out_s, out_d, out_r = [], [], []
+    keyed_end = pk["keyed_end"]  # stream in the high bits
+    out_s, out_d, out_r, out_t, out_p = [], [], [], [], []
     for D in (0, 1):
         seg = np.flatnonzero(pk["new_data"] & (d == D))
         is_ack = ackf & (d != D)
         acks = np.flatnonzero(is_ack)
-        if not len(seg) or not len(acks):
-            continue
-        # The peer's cumulative ACK (running max per stream), increasing over all streams.
-        cm = np.maximum.accumulate(keyed_ack[acks])
+        before = seen.unacked[D]
+        # The peer's cumulative ACK (running max per stream, from the slices before too),
+        # increasing over all streams.
+        cm = pk[f"state{D}"][1][acks]
         # First peer ACK at or beyond the segment's end, and after the segment itself.
         # (The peer ACKs at or before each segment's row: a running count, not a second search.)
         k = np.maximum(np.searchsorted(cm, keyed_end[seg], side="left"), np.cumsum(is_ack)[seg])
+        kb = np.searchsorted(cm, before["keyed_end"], side="left")  # (every ACK here is later)
+        rows = {"stream": stream[seg], "t": t[seg], "keyed_end": keyed_end[seg], "packet": pk["packet"][seg]}
+        if len(kb):  # the slices' before first in each stream's rows (a stable sort by stream)
+            rows = {c: np.r_[before[c], v].astype(v.dtype) for c, v in rows.items()}
+            by = np.argsort(rows["stream"], kind="stable")
+            rows, k = {c: v[by] for c, v in rows.items()}, np.r_[kb, k][by]
         ok = k < len(acks)
-        ok[ok] = stream[acks[k[ok]]] == stream[seg[ok]]  # ... of the same connection
-        out_s.append(stream[seg[ok]])
+        ok[ok] = stream[acks[k[ok]]] == rows["stream"][ok]  # ... of the same connection
+        seen.unacked[D] = {c: v[~ok] for c, v in rows.items()}
+        if not len(k) or not len(acks):
+            continue
+        out_s.append(rows["stream"][ok])
         out_d.append(np.full(int(ok.sum()), D, np.int8))
-        out_r.append(t[acks[k[ok]]] - t[seg[ok]])
+        out_r.append(t[acks[k[ok]]] - rows["t"][ok])
+        out_t.append(rows["t"][ok])
+        out_p.append(rows["packet"][ok])
     return pd.DataFrame({
         "stream": np.concatenate(out_s) if out_s else np.zeros(0, np.int64),
         "d": np.concatenate(out_d) if out_d else np.zeros(0, np.int8),
         "rtt_s": np.concatenate(out_r) if out_r else np.zeros(0),
+        # the segment's time and packet: the rows' order across slices
+        "_t": np.concatenate(out_t) if out_t else np.zeros(0),
+        "_packet": np.concatenate(out_p) if out_p else np.zeros(0, np.int64),
     })
 
 
@@ -414,11 +586,16 @@ def _frames(cap: Capture, t0: pd.Timestamp, methods=FRAME_METHODS) -> tuple[pd.D
             deliver_streams)
 
 
-def _blocked(cap: Capture, fr: pd.DataFrame, f: pd.DataFrame, stream_end: pd.Series) -> pd.DataFrame:
+def _blocked(cap: Capture, fr: pd.DataFrame, f: pd.DataFrame, stream_end: pd.Series,
+             before: pd.DataFrame | None = None) -> pd.DataFrame:
     """connection.blocked → connection.unblocked intervals per stream (broker → client), with the
-    reason and the packets; a block never lifted lasts to the connection's last packet."""
+    reason and the packets; a block never lifted lasts to the connection's last packet (inf in a
+    slice of time before the last: its end is not known yet). `before`: the connection.blocked
+    rows of the blocks a slice before left open (`_open_blocks`), ahead of these frames."""
     m = fr["method"].isin(["connection.blocked", "connection.unblocked"]) & (fr["d"] == 1)
     ev = fr[m].assign(reason=f["reason"].array[m.to_numpy()].astype(object))  # only those rows converted
+    if before is not None and len(before):
+        ev = pd.concat([before, ev], ignore_index=True)
     ev = ev.sort_values(["stream", "t"], kind="mergesort")
     ev["blocked"] = ev["method"] == "connection.blocked"
     # Only state changes matter (a repeated connection.blocked does not restart the block).
@@ -437,14 +614,21 @@ def _blocked(cap: Capture, fr: pd.DataFrame, f: pd.DataFrame, stream_end: pd.Ser
     return out
 
 
-def _channel_flow(fr: pd.DataFrame, f: pd.DataFrame, stream_end: pd.Series) -> pd.DataFrame:
-    """channel.flow active=false → active=true: the receiving side must stop sending content, so
-    the stopped direction is the opposite of the frame's sender."""
+def _flow_events(fr: pd.DataFrame, f: pd.DataFrame, before: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The channel.flow frames (with ``stop``: active=false), sorted by (stream, d, channel, t),
+    after `before` (each channel's last one of the slices before, when it stopped the flow)."""
     m = (fr["method"] == "channel.flow").to_numpy()
-    if not m.any():
-        return _empty_iv(["stream", "d", "start", "end"])
     ev = fr[m].assign(stop=~f["active"].to_numpy()[m].astype(bool))
-    ev = ev.sort_values(["stream", "d", "channel", "t"], kind="mergesort")
+    if before is not None and len(before):
+        ev = pd.concat([before, ev], ignore_index=True)
+    return ev.sort_values(["stream", "d", "channel", "t"], kind="mergesort")
+
+
+def _channel_flow(ev: pd.DataFrame, stream_end: pd.Series) -> pd.DataFrame:
+    """channel.flow active=false → active=true (`_flow_events`): the receiving side must stop
+    sending content, so the stopped direction is the opposite of the frame's sender."""
+    if not len(ev):
+        return _empty_iv(["stream", "d", "start", "end"])
     iv = _steps_to_intervals(ev, ["stream", "d", "channel"], "stop", stream_end)
     iv["d"] = 1 - ev.loc[ev["stop"], "d"].to_numpy()
     return iv
@@ -452,14 +636,40 @@ def _channel_flow(fr: pd.DataFrame, f: pd.DataFrame, stream_end: pd.Series) -> p
 
 def _confirm_outstanding(fr: pd.DataFrame, f: pd.DataFrame, stream_end: pd.Series) -> pd.DataFrame:
     """Intervals where a channel in confirm mode had publishes awaiting basic.ack/nack."""
+    return _confirms(fr, f, stream_end, None)[0]
+
+
+#: what a slice of time leaves to the next of the channels in confirm mode (`_confirms`): per
+#: channel its first confirm.select and the publishes numbered; and the publishes not confirmed
+#: yet (a confirm before its publish, of a channel opened again, is not looked for in the
+#: slices before)
+_NO_CONFIRMS = {"sel": pd.DataFrame({"stream": pd.Series(dtype=np.int64), "channel": pd.Series(dtype=np.int64),
+                                     "select_t": pd.Series(dtype=float), "numbered": pd.Series(dtype=np.int64)}),
+                "pubs": pd.DataFrame({"stream": pd.Series(dtype=np.int64), "channel": pd.Series(dtype=np.int64),
+                                      "t": pd.Series(dtype=float), "seq": pd.Series(dtype=np.int64)})}
+
+
+def _confirms(fr: pd.DataFrame, f: pd.DataFrame, stream_end: pd.Series, before: dict | None):
+    """`_confirm_outstanding`, and what the next slice of time needs (`_NO_CONFIRMS`), from
+    `before` (None: nothing before). The publishes still awaiting a confirm are counted again
+    from their own time: the union of the intervals is the same (`_unions`)."""
+    before = before or _NO_CONFIRMS
     sel = fr[(fr["method"] == "confirm.select") & (fr["d"] == 0)].groupby(["stream", "channel"])["t"].min()
-    if sel.empty:
-        return _empty_iv(["stream", "start", "end"])
     sel = sel.rename("select_t").reset_index()
+    if len(before["sel"]):  # (the first confirm.select of a channel is the slices' before)
+        sel = pd.concat([before["sel"], sel], ignore_index=True).drop_duplicates(["stream", "channel"])
+        sel = sel.sort_values(["stream", "channel"], kind="stable", ignore_index=True)
+    if sel.empty:
+        return _empty_iv(["stream", "start", "end"]), before
+    sel["numbered"] = sel["numbered"].fillna(0).astype(np.int64) if "numbered" in sel else 0
     pubs = fr[(fr["method"] == "basic.publish") & (fr["d"] == 0)].merge(sel, on=["stream", "channel"])
     pubs = pubs[pubs["t"] >= pubs["select_t"]].sort_values(["stream", "channel", "t"], kind="mergesort")
     # Publish sequence numbers count from 1 after confirm.select, per channel.
-    pubs["seq"] = pubs.groupby(["stream", "channel"]).cumcount() + 1
+    pubs["seq"] = pubs.groupby(["stream", "channel"]).cumcount() + 1 + pubs["numbered"].astype(np.int64)
+    waiting = before["pubs"]
+    if len(waiting):
+        pubs = pd.concat([waiting, pubs[["stream", "channel", "t", "seq"]]], ignore_index=True).sort_values(
+            ["stream", "channel"], kind="stable", ignore_index=True)
     am = (fr["method"].isin(["basic.ack", "basic.nack"]) & (fr["d"] == 1)).to_numpy()
     acks = fr[am].assign(tag=f["delivery_tag"].to_numpy(dtype=float, na_value=np.nan)[am],
                          multiple=f["multiple"].fillna(False).to_numpy(bool)[am])
@@ -483,7 +693,8 @@ def _confirm_outstanding(fr: pd.DataFrame, f: pd.DataFrame, stream_end: pd.Serie
         mt[ok] = mult["t"].to_numpy()[mpos][k[ok]]
         pubs.iloc[ppos, pubs.columns.get_loc("multi_t")] = mt
     confirm_t = np.fmin(pubs["single_t"].to_numpy(float), pubs["multi_t"].to_numpy(float))
-    confirm_t = np.where(np.isnan(confirm_t), pubs["stream"].map(stream_end).to_numpy(float), confirm_t)
+    unconfirmed = np.isnan(confirm_t)
+    confirm_t = np.where(unconfirmed, pubs["stream"].map(stream_end).to_numpy(float), confirm_t)
     ev = pd.concat([
         pd.DataFrame({"stream": pubs["stream"].to_numpy(), "channel": pubs["channel"].to_numpy(),
                       "t": pubs["t"].to_numpy(), "delta": 1}),
@@ -491,19 +702,36 @@ def _confirm_outstanding(fr: pd.DataFrame, f: pd.DataFrame, stream_end: pd.Serie
                       "t": confirm_t, "delta": -1}),
     ]).sort_values(["stream", "channel", "t", "delta"], kind="mergesort").reset_index(drop=True)
     ev["outstanding"] = ev.groupby(["stream", "channel"])["delta"].cumsum() > 0
-    return _steps_to_intervals(ev, ["stream", "channel"], "outstanding", stream_end)
+    # what the next slice goes on from: the numbers given so far
+    numbered = pubs.groupby(["stream", "channel"])["seq"].max()
+    nxt = sel.set_index(["stream", "channel"])
+    nxt["numbered"] = np.maximum(nxt["numbered"], numbered.reindex(nxt.index).fillna(0)).astype(np.int64)
+    after = {"sel": nxt.reset_index()[list(_NO_CONFIRMS["sel"].columns)],
+             "pubs": pubs.loc[unconfirmed, ["stream", "channel", "t", "seq"]].reset_index(drop=True)}
+    return _steps_to_intervals(ev, ["stream", "channel"], "outstanding", stream_end), after
 
 
-def _prefetch_limited(cap: Capture, t0: pd.Timestamp) -> pd.DataFrame:
+def _prefetch_limited(cap: Capture, t0: pd.Timestamp, last: bool = True) -> pd.DataFrame:
     """Intervals (stream, start, end) where a consumer was at its prefetch limit: the steps of its
     credit series (amqpcap.derive.consumers) with ``at_limit`` (unacked ≥ prefetch, channel
-    (global) limit included), each holding until ``until_ts``. No rows without consumers."""
-    st = credit.consumer_state(cap)  # (looked up on the module: tests stand in a series of their own)
-    at_limit = st["at_limit"].to_numpy(bool)
-    start = (st["ts"] - t0).dt.total_seconds().to_numpy()
-    end = (st["until_ts"] - t0).dt.total_seconds().to_numpy()
-    return pd.DataFrame({"stream": st["stream"].to_numpy(np.int64)[at_limit], "start": start[at_limit],
-                         "end": end[at_limit]})
+    (global) limit included), each holding until ``until_ts``. No rows without consumers. In a
+    slice of a partition's time, the rows it tells (`amqpcap.derive.replay.told_state`), and
+    those whose next row a later slice tells, to inf."""
+    view = for_derivations(cap)
+    if seeds_of(view) is None:
+        st = credit.consumer_state(view)  # (looked up on the module: tests stand in a series of their own)
+        waiting = st.iloc[:0]
+    else:
+        st = told_state(view, last)
+        waiting = told_state(view, True).iloc[len(st):] if not last else st.iloc[:0]
+    out = []
+    for rows, until in ((st, None), (waiting, np.inf)):
+        at_limit = rows["at_limit"].to_numpy(bool)
+        start = (rows["ts"] - t0).dt.total_seconds().to_numpy()
+        end = (rows["until_ts"] - t0).dt.total_seconds().to_numpy() if until is None else np.full(len(rows), until)
+        out.append(pd.DataFrame({"stream": rows["stream"].to_numpy(np.int64)[at_limit], "start": start[at_limit],
+                                 "end": end[at_limit]}))
+    return pd.concat(out, ignore_index=True) if len(out[1]) else out[0]
 
 
 # --- the analyzer: a context round, a step per partition of whole connections, a merge --------
@@ -549,14 +777,11 @@ def stalls_join(blocks: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(blocks, ignore_index=True) if blocks else _empty_iv(["start", "end"])
 
 
-def _silences(pk: dict[str, np.ndarray], n_streams: int):
-    """RTT samples and statistics, and the silences long enough to be stalls (the table's
-    columns so far, rows in (stream, time) order). Returns (rtt, rtt_stats, path_rtt,
-    median_gap, st)."""
-    stream, d, t = pk["stream"], pk["d"], pk["t"]
-    # RTT per direction, and the path RTT: each direction's minimum segment→ACK time is the
-    # part of the round trip on one side of the capture point; together they make one RTT.
-    rtt = _rtt(pk)  # rows grouped by (d, stream): key d·2³² + stream increases, grouping is cheap
+def _rtt_stats(rtt: pd.DataFrame, n_streams: int) -> tuple[pd.DataFrame, np.ndarray]:
+    """Per direction (index stream·2 + d) the RTT samples' count, minimum, median and 90th
+    percentile; and per stream (index) the path RTT: each direction's minimum segment→ACK time is
+    the part of the round trip on one side of the capture point; together they make one RTT."""
+    # (rows grouped by (d, stream): key d·2³² + stream increases, grouping is cheap)
     rg = rtt["rtt_s"].groupby(rtt["d"].to_numpy(np.int64) << 32 | rtt["stream"].to_numpy(np.int64))
     rtt_stats = pd.DataFrame({"rtt_samples": rg.size(), "rtt_min_s": rg.min(), "rtt_p50_s": rg.median(),
                               "rtt_p90_s": rg.quantile(0.9)})
@@ -568,47 +793,119 @@ def _silences(pk: dict[str, np.ndarray], n_streams: int):
     mi = mins.index.to_numpy(np.int64)
     both = np.intersect1d(mi[mi % 2 == 0] // 2, mi[mi % 2 == 1] // 2)
     path_rtt[both] = mins.loc[both * 2].to_numpy() + mins.loc[both * 2 + 1].to_numpy()
+    return rtt_stats, path_rtt
 
-    # Silences: gaps between consecutive new-data segments of a direction. Rows of one direction,
-    # in (stream, time) order, then the other's: each connection direction is one contiguous run.
+
+def _gap_rows(pk: dict[str, np.ndarray], seen: _Seen) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Silences: gaps between consecutive new-data segments of a direction, each direction's
+    first segment here following its latest of the slices before (`seen`, then left with each
+    direction's latest). Returns every gap (key d·2³² + stream, gap; NaN: a direction's first
+    segment), the values of its median, and the candidate stalls: the gaps of at least
+    MIN_STALL_S (the threshold's floor), the table's columns so far, with ``carried`` (the
+    silence began in a slice before), in (stream, time) row order."""
+    stream, d, t = pk["stream"], pk["d"], pk["t"]
+    # Rows of one direction, in (stream, time) order, then the other's: each connection
+    # direction is one contiguous run.
     nd = np.r_[np.flatnonzero(pk["new_data"] & (d == 0)), np.flatnonzero(pk["new_data"] & (d == 1))]
     nd_stream, nd_d, nd_t = stream[nd], d[nd], t[nd]
     cont = np.r_[False, (nd_stream[1:] == nd_stream[:-1]) & (nd_d[1:] == nd_d[:-1])] if len(nd) else np.zeros(0, bool)
     prev = np.where(cont, np.r_[0, nd[:-1]], 0) if len(nd) else nd
-    gap = np.where(cont, nd_t - t[prev], np.nan)
-    # median per direction, grouped on a key increasing along the rows (d·2³² + stream)
-    med = pd.Series(gap).groupby(nd_d.astype(np.int64) << 32 | nd_stream).median()
+    start_t, start_packet, start_ts = t[prev], pk["packet"][prev].astype(np.int64), pk["ts"][prev]
+    # a direction's first segment here: the silence since its latest segment before
+    slot = _slots(seen, nd_stream, nd_d)
+    carried = ~cont & ~np.isnan(seen.data_t[slot])
+    start_t = np.where(carried, seen.data_t[slot], start_t)
+    start_packet = np.where(carried, seen.data_packet[slot], start_packet)
+    start_ts = np.where(carried, seen.data_ts[slot], start_ts)
+    gap = np.where(cont | carried, nd_t - start_t, np.nan)
+    tail = np.r_[~cont[1:], True] if len(nd) else np.zeros(0, bool)
+    seen.data_t[slot[tail]], seen.data_packet[slot[tail]], seen.data_ts[slot[tail]] = \
+        nd_t[tail], pk["packet"][nd[tail]], pk["ts"][nd[tail]]
+    gaps = pd.DataFrame({"key": nd_d.astype(np.int64) << 32 | nd_stream, "gap": gap})
+    # Candidates in (stream, time) row order, as the table's tie-breaking expects.
+    hit = np.flatnonzero(gap >= MIN_STALL_S)
+    hit = hit[np.argsort(nd[hit], kind="stable")]
+    last_row = nd[hit]
+    cand = pd.DataFrame({
+        "stream": stream[last_row], "d": d[last_row],
+        "start": start_t[hit], "end": t[last_row],
+        "first_packet": start_packet[hit], "last_packet": pk["packet"][last_row],
+        "start_ts": start_ts[hit], "end_ts": pk["ts"][last_row], "carried": carried[hit],
+    })
+    return gaps, cand
+
+
+def _median_gap(gaps: pd.DataFrame) -> pd.Series:
+    """The median gap per connection direction (index stream·2 + d; NaN: one segment only)."""
+    # grouped on a key increasing along the rows (d·2³² + stream)
+    med = gaps["gap"].groupby(gaps["key"].to_numpy(np.int64)).median()
     mk = med.index.to_numpy(np.int64)
-    median_gap = pd.Series(med.to_numpy(), index=(mk & 0xFFFFFFFF) * 2 + (mk >> 32))
-    # The threshold per connection direction (key stream·2 + d), then one gather per segment.
+    return pd.Series(med.to_numpy(), index=(mk & 0xFFFFFFFF) * 2 + (mk >> 32))
+
+
+def _stalls_of(cand: pd.DataFrame, median_gap: pd.Series, path_rtt: np.ndarray) -> pd.DataFrame:
+    """The candidate silences long enough to be stalls, with their threshold: MIN_STALL_S, and
+    GAP_FACTOR times the direction's median gap, and RTT_FACTOR path round trips."""
+    n_streams = len(path_rtt)
     mg = np.zeros(2 * n_streams)
     mg[median_gap.index.to_numpy()] = np.nan_to_num(median_gap.to_numpy(), nan=0.0)
     rtt_term = RTT_FACTOR * np.nan_to_num(np.repeat(path_rtt, 2), nan=0.0)
-    threshold = np.maximum(np.maximum(MIN_STALL_S, GAP_FACTOR * mg), rtt_term)[nd_stream * 2 + nd_d]
-    # Stalls in (stream, time) row order, as the table's tie-breaking expects.
-    hit = np.flatnonzero(gap >= threshold)
-    hit = hit[np.argsort(nd[hit], kind="stable")]
-    first_row, last_row = prev[hit], nd[hit]
-    st = pd.DataFrame({
-        "stream": stream[last_row], "d": d[last_row],
-        "start": t[first_row], "end": t[last_row],
-        "first_packet": pk["packet"][first_row], "last_packet": pk["packet"][last_row],
-        "threshold_s": threshold[hit],
-        "start_ts": pd.to_datetime(pk["ts"][first_row], unit="ns", utc=True).array,
-        "end_ts": pd.to_datetime(pk["ts"][last_row], unit="ns", utc=True).array,
-    })
+    key = cand["stream"].to_numpy(np.int64) * 2 + cand["d"].to_numpy(np.int64)
+    threshold = np.maximum(np.maximum(MIN_STALL_S, GAP_FACTOR * mg), rtt_term)[key]
+    st = cand.assign(threshold_s=threshold)
+    st = st[(st["end"] - st["start"]).to_numpy() >= threshold].reset_index(drop=True)
+    st["start_ts"] = pd.to_datetime(st["start_ts"].to_numpy(np.int64), unit="ns", utc=True).array
+    st["end_ts"] = pd.to_datetime(st["end_ts"].to_numpy(np.int64), unit="ns", utc=True).array
     st["duration_s"] = st["end"] - st["start"]
-    return rtt, rtt_stats, path_rtt, median_gap, st
+    return st
 
 
-def _limited(pk: dict[str, np.ndarray]) -> pd.DataFrame:
+def _limited(pk: dict[str, np.ndarray], seen: _Seen, last: bool) -> pd.DataFrame:
     """Intervals (stream, d, start, end) where direction d could not send: each window-limited
-    row to the stream's next packet (disjoint per (stream, d))."""
+    row to the stream's next packet (disjoint per (stream, d)); window_limited_s of `seen` added
+    up. A stream's last row here ends at its next packet, in a later slice: carried
+    (`_Seen.limited_from`) and put first in the slice that has that packet, but at the
+    partition's `last` slice, where it ends at its own time (the stream's end)."""
+    stream, t = pk["stream"], pk["t"]
+    heads = np.flatnonzero(pk["first"])
+    head_slot = _slots(seen, stream[heads], 0)
     lim = []
     for D in (0, 1):
         on = pk[f"limited{D}"]
-        lim.append(pd.DataFrame({"stream": pk["stream"][on], "d": D, "start": pk["t"][on], "end": pk["next_t"][on]}))
-    return pd.concat(lim, ignore_index=True)
+        carried = seen.limited_from[head_slot + D]
+        ends = ~np.isnan(carried)  # the intervals of the slices before that end here
+        if ends.any():
+            lim.append(pd.DataFrame({"stream": stream[heads][ends], "d": D, "start": carried[ends],
+                                     "end": t[heads][ends], "carried": True}))
+        seen.limited_from[head_slot + D] = np.nan
+        if last:
+            gone = np.flatnonzero(~np.isnan(seen.limited_from[D::2]))  # streams without packets since
+            if len(gone):
+                at = seen.limited_from[gone * 2 + D]
+                lim.append(pd.DataFrame({"stream": seen.stream[gone].astype(stream.dtype), "d": D, "start": at,
+                                         "end": at, "carried": True}))
+                seen.limited_from[gone * 2 + D] = np.nan
+        else:
+            tail = np.flatnonzero(pk["last"])
+            seen.limited_from[head_slot + D] = np.where(on[tail], t[tail], np.nan)
+            on = on & ~pk["last"]
+        lim.append(pd.DataFrame({"stream": stream[on], "d": D, "start": t[on], "end": pk["next_t"][on],
+                                 "carried": False}))
+    lim = pd.concat(lim, ignore_index=True)
+    _limited_s(lim, seen)
+    return lim
+
+
+def _limited_s(lim: pd.DataFrame, seen: _Seen) -> None:
+    """Add the lengths of the limited intervals `lim` to `seen.window_limited_s`, after the sum
+    so far and one after the other, in `lim`'s order (np.bincount: the whole partition's sum,
+    bit for bit, however its time is sliced)."""
+    n = len(seen.window_limited_s)
+    seen.limited_any |= bool(len(lim))
+    slot = _slots(seen, lim["stream"].to_numpy(np.int64), lim["d"].to_numpy(np.int64))
+    seen.window_limited_s = np.bincount(np.r_[np.arange(n), slot],
+                                        weights=np.r_[seen.window_limited_s, (lim["end"] - lim["start"]).to_numpy(float)],
+                                        minlength=n)
 
 
 def _causes(st: pd.DataFrame) -> pd.DataFrame:
@@ -650,55 +947,297 @@ def _stalls_table(st: pd.DataFrame) -> pd.DataFrame:
     }, columns=STALL_COLUMNS).sort_values(["start_ts", "stream"], kind="mergesort").reset_index(drop=True)
 
 
-def stalls_partial(cap: Capture, facts: CaptureFacts, blocks: pd.DataFrame) -> dict[str, Any]:
-    """A partition's stalls with their causes, its tcp rows, RTT samples, window-held directions
-    (with the packets a finding cites and the plot's series), blocks and capture gaps. `blocks`:
+#: the cause states whose time inside a stall is its evidence (each a `_Cover` carried from one
+#: slice of time to the next), and the events counted inside it (closed at its end, or not)
+COVERED = ("window_s", "flow_s", "prefetch_s", "confirm_s")
+COUNTED = (("gaps_n", True), ("zero_window_n", True), ("retrans_n", False))
+
+
+@dataclass
+class _Carry:
+    """What one slice of a partition's time leaves to the next (docs/time-split.md §2.9): the
+    TCP state (`_Seen`), and per connection direction (slots) the cause states' covered time so
+    far (`covers`, and ``block``: connection.blocked, for the window findings), each at the start
+    of the direction's open silence (`at_start`), the events since that start (`since`, with the
+    latest one's time and how many at it); per connection its latest packet's time, whether it
+    carried a basic.deliver, its publishes; the open blocks, the channel.flow stops, the
+    channels in confirm mode, the segments of the last moments (retransmissions' first
+    copies). Bounded by the connections and channels, but for the protocol windows (`_Seen.unacked`,
+    the publishes awaiting a confirm) and the segments of 2·DUPLICATE_S."""
+
+    seen: _Seen
+    covers: dict
+    at_start: dict
+    since: dict
+    since_t: dict
+    since_at_t: dict
+    last_t: np.ndarray
+    delivers: np.ndarray
+    publishes: np.ndarray
+    zw_in_block: np.ndarray
+    open_blocks: pd.DataFrame | None
+    flows: pd.DataFrame | None
+    confirms: dict | None
+    recent: pd.DataFrame | None
+    #: per slot: window-limited time outside connection.blocked so far, and the blocked time
+    #: covered at the start of the limited interval `_Seen.limited_from`
+    outside: np.ndarray
+    block_at_limited: np.ndarray
+    #: per slot: the zero windows its peer advertised and the window-full segments it sent, so
+    #: far (the findings cite the first ones)
+    cited: dict
+
+    @classmethod
+    def nothing(cls, part: Capture) -> "_Carry":
+        seen = _seen_before(part, None)
+        n, m = 2 * len(seen.stream), len(seen.stream)
+        return cls(seen, {k: _Cover.nothing(n) for k in (*COVERED, "block")}, {k: np.zeros(n) for k in COVERED},
+                   {k: np.zeros(n, np.int64) for k, _ in COUNTED}, {k: np.full(n, np.nan) for k, _ in COUNTED},
+                   {k: np.zeros(n, np.int64) for k, _ in COUNTED}, np.full(m, np.nan), np.zeros(m, bool),
+                   np.zeros(m, np.int64), np.zeros(m, np.int64), None, None, None, None, np.zeros(n), np.zeros(n),
+                   {"zero-window": np.zeros(n, np.int64), "window-full": np.zeros(n, np.int64)})
+
+
+def stalls_slice(part: Capture, facts: CaptureFacts, carry: _Carry | None, last: bool, blocks: pd.DataFrame):
+    """A slice of a partition's time (`amqpcap.partition.Slicing`; the partition itself: its one
+    slice): (what the next slice needs, the slice's piece for `stalls_pieces_joined`). `blocks`:
     every partition's connection.blocked intervals (the context round)."""
     t0 = _origin(facts)
-    pk = _packets(cap, facts.packets_t0_ns)
+    c = carry if carry is not None else _Carry.nothing(part)
+    seen = c.seen
+    pk = _packets(part, facts.packets_t0_ns, seen)
     stream, d, t = pk["stream"], pk["d"], pk["t"]
-    stream_end = pd.Series(t[pk["last"]], index=stream[pk["last"]])
-    rtt, rtt_stats, path_rtt, median_gap, st = _silences(pk, int(stream.max(initial=-1)) + 1)
+    tails = np.flatnonzero(pk["last"])
+    c.last_t[np.searchsorted(seen.stream, stream[tails])] = t[tails]
+    # a state still holding at the slice's end lasts to a time a later slice tells (inf); at the
+    # partition's last slice, to its connection's last packet
+    stream_end = pd.Series(c.last_t if last else np.inf, index=seen.stream)
+    rtt = _rtt(pk, seen)
+    data_t = seen.data_t.copy()
+    gaps, cand = _gap_rows(pk, seen)
+    moved = ~(np.isnan(seen.data_t) | (seen.data_t == data_t))  # slots whose silence starts here
+    lim = _limited(pk, seen, last)
+    cand_slot = _slots(seen, cand["stream"].to_numpy(np.int64), cand["d"].to_numpy(np.int64))
+    carried = cand["carried"].to_numpy(bool)
 
-    # Evidence for each cause over each stall.
-    gaps = cap.anomalies[cap.anomalies["kind"] == "capture-gap"]
-    gap_ev = pd.DataFrame({"stream": gaps["stream"].to_numpy(np.int64),
-                           "t": (gaps["ts"] - t0).dt.total_seconds().to_numpy()})
+    # Events counted inside each silence: those of the slices before (after its start), and here.
+    anomalies = part.anomalies[part.anomalies["kind"] == "capture-gap"]
+    gap_ev = pd.DataFrame({"stream": anomalies["stream"].to_numpy(np.int64),
+                           "t": (anomalies["ts"] - t0).dt.total_seconds().to_numpy()})
     # A gap in either direction hides what the window and ACKs did: both directions uncertain.
     gap_ev = pd.concat([gap_ev.assign(d=0), gap_ev.assign(d=1)], ignore_index=True)
-    st["gaps_n"] = _count_in(st, gap_ev)
-    lim = _limited(pk)
-    st["window_s"] = _overlap_s(st, lim)
     zw = pk["zero_window"]
-    st["zero_window_n"] = _count_in(st, pd.DataFrame({"stream": stream[zw], "d": 1 - d[zw], "t": t[zw]}))
-    st["retrans_n"] = _count_in(st, _real_retransmissions(pk), closed_end=False)
+    zw_ev = pd.DataFrame({"stream": stream[zw], "d": 1 - d[zw], "t": t[zw]})
+    retrans = _real_retransmissions(pk, c.recent)
+    c.recent = _recent_originals(pk, c.recent)
+    events = {"gaps_n": gap_ev, "zero_window_n": zw_ev, "retrans_n": retrans}
+    for col, closed in COUNTED:
+        cand[col] = _count_in(cand, events[col], closed) + _counted_before(c, col, closed, cand_slot, carried,
+                                                                             cand["end"].to_numpy(float))
+        _count_since(c, col, events[col], moved)
 
-    fr, f, consumers_streams = _frames(cap, t0)
-    blocked = _blocked(cap, fr, f, stream_end)
-    flow = pd.concat([blocked.assign(d=0)[["stream", "d", "start", "end"]],
-                      _channel_flow(fr, f, stream_end)], ignore_index=True)
-    st["flow_s"] = _overlap_s(st, flow)
-    # A memory/disk alarm blocks every publisher: consumers then get nothing new to deliver. A
-    # silent consumer direction during a block elsewhere (any partition's) is blamed on the
-    # alarm too.
-    silent = np.intersect1d(consumers_streams, st.loc[st["d"] == 1, "stream"].to_numpy(np.int64))
-    if len(blocks) and len(silent):
-        xb = pd.concat([blocks[["start", "end"]].assign(stream=s, d=1) for s in silent], ignore_index=True)
-        st["flow_s"] = np.maximum(st["flow_s"].to_numpy(), _overlap_s(st, xb))
-    st["prefetch_s"] = _overlap_s(st, _prefetch_limited(cap, t0).assign(d=1))
-    conf = _confirm_outstanding(fr, f, stream_end)
-    st["confirm_s"] = _overlap_s(st, conf.assign(d=0)) if len(conf) else 0.0
+    # The cause states as intervals (an end not known yet: inf), their time inside each silence.
+    fr, f, deliver_streams = _frames(part, t0)
+    c.delivers[np.searchsorted(seen.stream, deliver_streams)] = True
+    blocked = _blocked(part, fr, f, stream_end, c.open_blocks)
+    flows = _flow_events(fr, f, c.flows)
+    latest = flows.groupby(["stream", "d", "channel"]).tail(1)  # a channel's stop holds to its next channel.flow
+    c.flows = None if last else latest[latest["stop"].to_numpy(bool)]
+    conf, c.confirms = _confirms(fr, f, stream_end, c.confirms)
+    pending = np.flatnonzero(~np.isnan(seen.limited_from))
+    states = {
+        "window_s": pd.concat([lim[["stream", "d", "start", "end"]],
+                               pd.DataFrame({"stream": seen.stream[pending // 2], "d": pending % 2,
+                                             "start": seen.limited_from[pending], "end": np.inf})], ignore_index=True),
+        "flow_s": pd.concat([blocked.assign(d=0)[["stream", "d", "start", "end"]], _channel_flow(flows, stream_end)],
+                            ignore_index=True),
+        "prefetch_s": _prefetch_limited(part, t0, last).assign(d=1),
+        "confirm_s": conf.assign(d=0),
+    }
+    open_slots = np.flatnonzero(moved)
+    for col in COVERED:
+        iv = states[col]
+        seed = c.covers[col].before.copy()
+        u = _unions(_slots(seen, iv["stream"].to_numpy(np.int64), iv["d"].to_numpy(np.int64)),
+                    iv["start"].to_numpy(float), iv["end"].to_numpy(float), c.covers[col])
+        at_end = u.covered(cand_slot, cand["end"].to_numpy(float), seed[cand_slot])
+        at_start = np.where(carried, c.at_start[col][cand_slot],
+                            u.covered(cand_slot, cand["start"].to_numpy(float), seed[cand_slot]))
+        cand[col] = at_end - at_start
+        c.at_start[col][open_slots] = u.covered(open_slots, seen.data_t[open_slots], seed[open_slots])
+    # A silent consumer direction during a block of any partition: blamed on the alarm too, when
+    # its connection carries deliveries (the join knows: `_Carry.delivers`).
+    cand["xb_s"] = _overlap_s(cand.assign(stream=0), blocks[["start", "end"]].assign(stream=0, d=1)) \
+        if len(blocks) else 0.0
+
+    # The blocks (each told once, when lifted or at the last slice) and what the window findings
+    # read of them.
+    blocked = _block_publishes(blocked, fr, t0, part)
+    blocked = _blocks_so_far(c, blocked, pk, lim, seen, last)
+    pubs = fr.loc[(fr["method"] == "basic.publish").to_numpy() & (fr["d"] == 0).to_numpy(), "stream"]
+    c.publishes += np.bincount(np.searchsorted(seen.stream, pubs.to_numpy(np.int64)), minlength=len(seen.stream))
+    piece = {"rtt": rtt, "gaps": gaps, "cand": cand, "blocked": blocked,
+             "deliveries_while_blocked": _deliveries_in(blocks, part, t0),
+             "capture_gaps": anomalies[["stream", "bytes", "packet"]].reset_index(drop=True),
+             "cited": _cited(pk, c, seen), "rows": _plot_rows(pk)}
+    if last:
+        piece["carry"], piece["connections"], piece["has_blocks"] = c, part.connections, bool(len(blocks))
+    return c, piece
+
+
+def _counted_before(c: _Carry, col: str, closed: bool, slot: np.ndarray, carried: np.ndarray,
+                    end: np.ndarray) -> np.ndarray:
+    """The events the slices before counted inside the silences that began there (`carried`):
+    all after its start, but those at its end when it is open there."""
+    n = np.where(carried, c.since[col][slot], 0)
+    if not closed:
+        n = n - np.where(carried & (c.since_t[col][slot] == end), c.since_at_t[col][slot], 0)
+    return n
+
+
+def _count_since(c: _Carry, col: str, ev: pd.DataFrame, moved: np.ndarray) -> None:
+    """Count the events `ev` after the start of each direction's open silence (restarted where
+    a silence starts in this slice, `moved`), with the latest one's time and how many at it."""
+    seen = c.seen
+    since, since_t, at_t = c.since[col], c.since_t[col], c.since_at_t[col]
+    since[moved], since_t[moved], at_t[moved] = 0, np.nan, 0
+    if not len(ev):
+        return
+    slot = _slots(seen, ev["stream"].to_numpy(np.int64), ev["d"].to_numpy(np.int64))
+    et = ev["t"].to_numpy(float)
+    after = et > seen.data_t[slot]  # (NaN: no silence open yet, nothing counted)
+    slot, et = slot[after], et[after]
+    if not len(slot):
+        return
+    since += np.bincount(slot, minlength=len(since))
+    latest = np.full(len(since), -np.inf)
+    np.maximum.at(latest, slot, et)
+    here = latest > -np.inf
+    at_latest = np.bincount(slot[et == latest[slot]], minlength=len(since))
+    same = here & (since_t == latest)
+    at_t[:] = np.where(same, at_t + at_latest, np.where(here, at_latest, at_t))
+    since_t[:] = np.where(here, latest, since_t)
+
+
+def _recent_originals(pk: dict[str, np.ndarray], before: pd.DataFrame | None) -> pd.DataFrame:
+    """The first copies of data segments a later slice's copy may repeat within DUPLICATE_S
+    (`_real_retransmissions`): those of the last 2·DUPLICATE_S (a margin over float seconds)."""
+    cols = ["stream", "d", "seq", "payload", "t"]
+    since = pk["t"].max() - 2 * DUPLICATE_S if len(pk["t"]) else -np.inf
+    om = np.flatnonzero(pk["data"] & ~pk["retrans"] & (pk["t"] >= since))
+    now = pd.DataFrame({c_: pk[c_][om] for c_ in cols})
+    if before is None or not len(before):
+        return now
+    before = before[before["t"].to_numpy(float) >= since]
+    return pd.concat([before, now], ignore_index=True) if len(before) else now
+
+
+def _blocks_so_far(c: _Carry, blocked: pd.DataFrame, pk: dict, lim: pd.DataFrame, seen: _Seen,
+                   last: bool) -> pd.DataFrame:
+    """The blocks this slice tells (lifted here, or all at the `last` slice), with what the
+    slices before counted of them; those still holding carried (`_Carry.open_blocks`, their
+    connection.blocked row). Adds to the carry what the window findings read of the blocks:
+    zero windows the broker advertised inside them, and the window-limited time outside them."""
+    before = c.open_blocks
+    if before is not None and len(before):
+        prior = before.set_index(["stream", "packet"])[["publishes", "publish_body_bytes"]]
+        at = pd.MultiIndex.from_arrays([blocked["stream"].to_numpy(np.int64), blocked["blocked_packet"].to_numpy(np.int64)])
+        add = prior.reindex(at).fillna(0).to_numpy(np.int64)
+        blocked = blocked.assign(publishes=blocked["publishes"].to_numpy() + add[:, 0],
+                                 publish_body_bytes=blocked["publish_body_bytes"].to_numpy() + add[:, 1])
+    biv = blocked.assign(d=0)[["stream", "d", "start", "end"]].reset_index(drop=True)
+    zw = pk["zero_window"]  # the peer's zero window holds the other direction: d flipped
+    zw_ev = pd.DataFrame({"stream": pk["stream"][zw], "d": 1 - pk["d"][zw], "t": pk["t"][zw]})
+    c.zw_in_block += np.bincount(np.searchsorted(seen.stream, biv["stream"].to_numpy(np.int64)),
+                                 weights=_count_in(biv, zw_ev), minlength=len(seen.stream)).astype(np.int64)
+    # window-limited time outside the blocks, each limited interval's added one after the other
+    seed = c.covers["block"].before.copy()
+    u = _unions(_slots(seen, biv["stream"].to_numpy(np.int64), 0), biv["start"].to_numpy(float),
+                biv["end"].to_numpy(float), c.covers["block"])
+    ls = _slots(seen, lim["stream"].to_numpy(np.int64), lim["d"].to_numpy(np.int64))
+    at_start = np.where(lim["carried"].to_numpy(bool), c.block_at_limited[ls],
+                        u.covered(ls, lim["start"].to_numpy(float), seed[ls]))
+    dur = np.maximum((lim["end"] - lim["start"]).to_numpy(float)
+                     - (u.covered(ls, lim["end"].to_numpy(float), seed[ls]) - at_start), 0.0)
+    n = len(c.outside)
+    c.outside = np.bincount(np.r_[np.arange(n), ls], weights=np.r_[c.outside, dur], minlength=n)
+    pending = np.flatnonzero(~np.isnan(seen.limited_from))
+    c.block_at_limited[pending] = u.covered(pending, seen.limited_from[pending], seed[pending])
+    told = np.isfinite(blocked["end"].to_numpy(float)) | last
+    c.open_blocks = None if last else pd.DataFrame({
+        "packet": blocked["blocked_packet"].to_numpy()[~told], "stream": blocked["stream"].to_numpy()[~told],
+        "d": np.int8(1), "t": blocked["start"].to_numpy()[~told], "channel": 0, "method": "connection.blocked",
+        "reason": blocked["reason"].to_numpy()[~told], "publishes": blocked["publishes"].to_numpy()[~told],
+        "publish_body_bytes": blocked["publish_body_bytes"].to_numpy()[~told]})
+    return blocked[told].reset_index(drop=True)
+
+
+def _cited(pk: dict, c: _Carry, seen: _Seen) -> pd.DataFrame:
+    """The packets a window finding may cite (`_window_packets`): per direction the first
+    ZERO_WINDOW_PACKETS zero windows its peer advertised and the first WINDOW_FULL_PACKETS
+    window-full segments it sent, counted on from the slices before. Columns: stream, held,
+    kind, rank, packet, and the row's time (``_t``: their order across slices)."""
+    out = []
+    for kind, rows, held, n in (("zero-window", pk["zero_window"], 1 - pk["d"], ZERO_WINDOW_PACKETS),
+                                ("window-full", pk["wfull"], pk["d"], WINDOW_FULL_PACKETS)):
+        r = np.flatnonzero(rows)
+        key = pk["stream"][r].astype(np.int64) * 2 + held[r]
+        slot = _slots(seen, key // 2, key % 2)
+        rank = pd.Series(key).groupby(key).cumcount().to_numpy() + c.cited[kind][slot]  # (rows stay in pk order)
+        c.cited[kind] += np.bincount(slot, minlength=len(c.cited[kind]))
+        keep = rank < n
+        out.append(pd.DataFrame({"stream": key[keep] // 2, "held": key[keep] % 2, "kind": kind, "rank": rank[keep],
+                                 "packet": pk["packet"][r[keep]].astype(np.int64), "_t": pk["t"][r[keep]]}))
+    return pd.concat(out, ignore_index=True)
+
+
+def _plot_rows(pk: dict) -> dict:
+    """The columns of `pk` the window plot reads (`_stream_rows`)."""
+    return {k: pk[k] for k in ("stream", "t", "d", "data", "hi", "state0", "state1")}
+
+
+def stalls_pieces_joined(pieces: list[dict]) -> dict[str, Any]:
+    """The partition's partial from its slices' pieces (`stalls_slice`): the thresholds from
+    every gap and RTT sample, the stalls among the candidate silences, the tables."""
+    c = pieces[-1]["carry"]
+    seen = c.seen
+
+    def joined(name: str, order: list[str] | None = None) -> pd.DataFrame:
+        parts = [q[name] for q in pieces]
+        df = pd.concat([x for x in parts if len(x)] or parts[:1], ignore_index=True)
+        if order and len(pieces) > 1:  # (a stable sort: each slice's rows are in order already)
+            df = df.iloc[np.lexsort([df[k].to_numpy() for k in reversed(order)])].reset_index(drop=True)
+        return df
+
+    rtt = joined("rtt", ["d", "stream", "_t", "_packet"])
+    rtt_stats, path_rtt = _rtt_stats(rtt, int(seen.stream.max(initial=-1)) + 1)
+    median_gap = _median_gap(joined("gaps"))
+    st = _stalls_of(joined("cand", ["stream", "end", "last_packet"]), median_gap, path_rtt)
+    consumers = np.isin(st["stream"].to_numpy(np.int64), seen.stream[c.delivers])
+    xb = (st["d"].to_numpy() == 1) & consumers & pieces[-1]["has_blocks"]
+    st["flow_s"] = np.where(xb, np.maximum(st["flow_s"].to_numpy(), st["xb_s"].to_numpy(float)), st["flow_s"])
     stalls_tbl = _stalls_table(_causes(st))
-
-    tcp = _tcp_table(pk, rtt_stats, path_rtt, median_gap, st, lim)
-    sides = _window_sides(cap, pk, tcp, stalls_tbl, lim, blocked, fr)
+    tcp = _tcp_table(seen, rtt_stats, path_rtt, median_gap, st)
+    sides = _window_sides(pieces[-1]["connections"], c, tcp, stalls_tbl)
+    cited = joined("cited", ["stream", "_t", "packet"])
     return {"stalls": stalls_tbl, "tcp": tcp,
             # (the samples stay where they were made: only their percentiles are merged)
             "rtt": keep(rtt[["stream", "d", "rtt_s"]], "stalls-rtt", "stream"),
-            "sides": sides, "window_packets": _window_packets(pk, sides),
-            "blocked": _block_publishes(blocked, fr, t0, cap), "deliveries_while_blocked": _deliveries_in(blocks, cap, t0),
-            "gaps": gaps[["stream", "bytes", "packet"]],
-            "window_series": _window_series(pk, _window_directions(tcp, stalls_tbl).head(PLOT_MAX_DIRECTIONS))}
+            "sides": sides, "window_packets": _window_packets(cited, sides),
+            "blocked": joined("blocked", ["stream", "start", "blocked_packet"]),
+            "deliveries_while_blocked": sum(q["deliveries_while_blocked"] for q in pieces),
+            # (by packet: the anomalies' own order is the order the reassembly found them in)
+            "gaps": joined("capture_gaps").sort_values("packet", kind="stable", ignore_index=True),
+            "window_series": _window_series([q["rows"] for q in pieces],
+                                            _window_directions(tcp, stalls_tbl).head(PLOT_MAX_DIRECTIONS))}
+
+
+def stalls_partial(cap: Capture, facts: CaptureFacts, blocks: pd.DataFrame) -> dict[str, Any]:
+    """A partition's stalls with their causes, its tcp rows, RTT samples, window-held directions
+    (with the packets a finding cites and the plot's series), blocks and capture gaps: the
+    partition as its one slice of time. `blocks`: every partition's connection.blocked
+    intervals (the context round)."""
+    return stalls_pieces_joined([stalls_slice(cap, facts, None, True, blocks)[1]])
 
 
 def stalls_merge(partials: list[dict[str, Any]], records: None, facts: CaptureFacts, cap: Capture) -> AnalyzerResult:
@@ -731,7 +1270,8 @@ def stalls_merge(partials: list[dict[str, Any]], records: None, facts: CaptureFa
                           plots=plots)
 
 
-SPLIT = Split(partial=stalls_partial, merge=stalls_merge, context=stalls_context, join_context=stalls_join)
+SPLIT = Split(partial=stalls_partial, merge=stalls_merge, context=stalls_context, join_context=stalls_join,
+              slicing=Slicing(stalls_slice, join=stalls_pieces_joined, replays=True))
 
 
 @analyzer("stalls", split=SPLIT)
@@ -740,39 +1280,29 @@ def stalls(cap: Capture) -> AnalyzerResult:
     return run_whole(SPLIT, cap)
 
 
-def _tcp_table(pk, rtt_stats, path_rtt, median_gap, st, lim) -> pd.DataFrame:
-    """Per (stream, direction) of the packets: counts by np.bincount on the key stream·2 + d, the
-    per-stream window maxima/minima _packets reduced, and the window-limited time (``lim``)."""
-    stream, d, data = pk["stream"], pk["d"], pk["data"]
-    g = stream * 2 + d
-    keys = np.flatnonzero(np.bincount(g)) if len(g) else np.zeros(0, np.int64)  # sorted: stream, d
+def _tcp_table(seen: _Seen, rtt_stats, path_rtt, median_gap, st) -> pd.DataFrame:
+    """Per (stream, direction) of the packets: the counts, window maxima/minima and
+    window-limited time `seen` added up over them."""
+    slots = np.flatnonzero(seen.rows)  # sorted: stream, d
+    keys = seen.stream[slots // 2] * 2 + slots % 2
 
-    def count(x):  # integer bincount of the rows where x holds (no float weights over every row)
-        return np.bincount(g[x], minlength=len(keys) and keys[-1] + 1)[keys].astype(np.int64)
-
-    run = np.searchsorted(pk["run_stream"], keys // 2)  # each key's stream run
-    key_d = keys % 2
-
-    def per_key(name):  # the key's direction's value of its stream run, as nullable integers
-        v = np.where(key_d == 0, pk[f"{name}0"][run], pk[f"{name}1"][run]) if len(keys) else np.zeros(0)
-        return pd.array(v, dtype="Float64").astype("Int64")
+    def per_key(values):  # as nullable integers
+        return pd.array(values[slots], dtype="Float64").astype("Int64")
 
     rs = rtt_stats.reindex(keys)
     sg = st.assign(g=st["stream"].to_numpy(np.int64) * 2 + st["d"].to_numpy(np.int64)).groupby("g")["duration_s"]
     out = pd.DataFrame({
         "stream": (keys // 2).astype(np.int32),
         "direction": pd.Categorical(DIRS[keys % 2], categories=list(DIRS)),
-        "data_packets": count(data),
-        "data_bytes": np.bincount(g, weights=pk["payload"], minlength=len(keys) and keys[-1] + 1)[keys].astype(np.int64),
-        "retransmissions": count(pk["retrans"] & data),
-        "zero_window_ads": count(pk["zero_window"]),
-        "window_full_segments": count(pk["wfull"]),
-        "window_limited_s": np.bincount(lim["stream"].to_numpy(np.int64) * 2 + lim["d"].to_numpy(np.int64),
-                                        weights=(lim["end"] - lim["start"]).to_numpy(float),
-                                        minlength=len(keys) and keys[-1] + 1)[keys] if len(keys) else np.zeros(0),
-        "bytes_in_flight_max": per_key("run_inflight_max"),
-        "peer_window_min_bytes": per_key("run_peer_win_min"),
-        "peer_window_max_bytes": per_key("run_peer_win_max"),
+        "data_packets": seen.data_packets[slots],
+        "data_bytes": seen.data_bytes[slots],
+        "retransmissions": seen.retransmissions[slots],
+        "zero_window_ads": seen.zero_window_ads[slots],
+        "window_full_segments": seen.window_full_segments[slots],
+        "window_limited_s": seen.window_limited_s[slots].astype(float if seen.limited_any else np.int64),
+        "bytes_in_flight_max": per_key(seen.inflight_max),
+        "peer_window_min_bytes": per_key(seen.peer_win_min),
+        "peer_window_max_bytes": per_key(seen.peer_win_max),
         "rtt_samples": pd.array(rs["rtt_samples"].to_numpy(float), dtype="Float64").astype("Int64"),
         "rtt_min_s": rs["rtt_min_s"].to_numpy(float),
         "rtt_p50_s": rs["rtt_p50_s"].to_numpy(float),
@@ -823,8 +1353,7 @@ def _summary(stalls_tbl: pd.DataFrame, tcp: pd.DataFrame, rtt: list[Chunks]) -> 
     }}
 
 
-def _window_sides(cap: Capture, pk: dict, tcp: pd.DataFrame, stalls_tbl: pd.DataFrame, lim: pd.DataFrame,
-                  blocked: pd.DataFrame, fr: pd.DataFrame) -> pd.DataFrame:
+def _window_sides(connections: pd.DataFrame, c: _Carry, tcp: pd.DataFrame, stalls_tbl: pd.DataFrame) -> pd.DataFrame:
     """Per connection direction held back by its peer's TCP window: c2s rows are held by the
     broker's window, s2c rows by the client's. Columns: stream, d, window_limited_s (time with a
     zero or full peer window; for c2s without the time inside connection.blocked, the resource
@@ -832,28 +1361,21 @@ def _window_sides(cap: Capture, pk: dict, tcp: pd.DataFrame, stalls_tbl: pd.Data
     (advertised by the peer, outside connection.blocked for c2s), window_full_segments, stalls /
     stalled_s / longest_stall_s (its receiver-window stalls), peer_window_min_bytes,
     peer_window_max_bytes, connection_s, publishes (basic.publish frames it carried). Only the
-    directions that are subjects (WINDOW_MIN_S) are kept."""
-    dur = (lim["end"] - lim["start"]).to_numpy(float)
-    zw = pk["zero_window"]  # the peer's zero window holds the other direction: d flipped
-    zw_ev = pd.DataFrame({"stream": pk["stream"][zw], "d": 1 - pk["d"][zw], "t": pk["t"][zw]})
-    zw_in_block = pd.Series(dtype=np.int64)
-    if len(blocked):
-        biv = blocked.assign(d=0)[["stream", "d", "start", "end"]].reset_index(drop=True)
-        dur = np.maximum(dur - _overlap_s(lim, biv), 0.0)
-        zw_in_block = pd.Series(_count_in(biv, zw_ev), index=biv["stream"].to_numpy() * 2).groupby(level=0).sum()
+    directions that are subjects (WINDOW_MIN_S) are kept. The times and counts are those the
+    slices of time added up (`_Carry`)."""
     key = _direction_key(tcp)
     t = tcp.set_index(key)
-    lk = lim["stream"].to_numpy(np.int64) * 2 + lim["d"].to_numpy(np.int64)
+    slot = _slots(c.seen, key // 2, key % 2)
+    pos = slot // 2
     rw = stalls_tbl[stalls_tbl["cause"] == "receiver-window"]
     rg = rw["duration_s"].groupby(_direction_key(rw))
-    c = cap.connections.set_index("stream")
-    conn_s = (c["last_ts"] - c["first_ts"]).dt.total_seconds()
-    pubs = fr.loc[(fr["method"] == "basic.publish").to_numpy() & (fr["d"] == 0).to_numpy(), "stream"].value_counts()
+    conn = connections.set_index("stream")
+    conn_s = (conn["last_ts"] - conn["first_ts"]).dt.total_seconds()
     out = pd.DataFrame({
         "stream": key // 2, "d": key % 2,
-        "window_limited_s": _sum_per_key(lk, dur, key),
+        "window_limited_s": c.outside[slot].astype(float),
         "zero_window_ads": (t["zero_window_ads"].reindex(key ^ 1, fill_value=0).to_numpy()
-                            - zw_in_block.reindex(key, fill_value=0).to_numpy()),
+                            - np.where(key % 2 == 0, c.zw_in_block[pos], 0)),
         "window_full_segments": t["window_full_segments"].to_numpy(),
         "stalls": rg.size().reindex(key, fill_value=0).to_numpy(),
         "stalled_s": _sum_per_key(_direction_key(rw), rw["duration_s"].to_numpy(float), key),
@@ -861,7 +1383,7 @@ def _window_sides(cap: Capture, pk: dict, tcp: pd.DataFrame, stalls_tbl: pd.Data
         "peer_window_min_bytes": t["peer_window_min_bytes"].to_numpy(),
         "peer_window_max_bytes": t["peer_window_max_bytes"].to_numpy(),
         "connection_s": conn_s.reindex(key // 2).to_numpy(),
-        "publishes": pubs.reindex(key // 2, fill_value=0).to_numpy() * (key % 2 == 0),
+        "publishes": c.publishes[pos] * (key % 2 == 0),
     })
     cs = out["connection_s"].to_numpy(float)
     out["window_limited_share"] = np.where(cs > 0, out["window_limited_s"] / np.where(cs > 0, cs, 1.0), 0.0)
@@ -875,22 +1397,14 @@ def _duration(x: float) -> str:
     return f"{x:.2f} s" if x >= 0.1 else f"{x * 1e3:.1f} ms"
 
 
-def _window_packets(pk: dict, sides: pd.DataFrame) -> pd.DataFrame:
+def _window_packets(cited: pd.DataFrame, sides: pd.DataFrame) -> pd.DataFrame:
     """For each direction of `sides` (stream, held: the direction its peer's window held back),
-    the packets a window finding cites: the first ZERO_WINDOW_PACKETS zero windows its peer
-    advertised and the first WINDOW_FULL_PACKETS window-full segments it sent, in row order
+    the packets a window finding cites (`_cited`): the first ZERO_WINDOW_PACKETS zero windows its
+    peer advertised and the first WINDOW_FULL_PACKETS window-full segments it sent, in row order
     (stream, time). Columns: stream, held, kind (`zero-window`, `window-full`), rank, packet."""
     wanted = sides["stream"].to_numpy(np.int64) * 2 + sides["d"].to_numpy(np.int64)
-    out = []
-    for kind, rows, held, n in (("zero-window", pk["zero_window"], 1 - pk["d"], ZERO_WINDOW_PACKETS),
-                                ("window-full", pk["wfull"], pk["d"], WINDOW_FULL_PACKETS)):
-        r = np.flatnonzero(rows)
-        key = pk["stream"][r].astype(np.int64) * 2 + held[r]
-        r, key = r[np.isin(key, wanted)], key[np.isin(key, wanted)]
-        rank = pd.Series(key).groupby(key).cumcount().to_numpy()  # (rows stay in pk order)
-        keep = rank < n
-        out.append(pd.DataFrame({"stream": key[keep] // 2, "held": key[keep] % 2, "kind": kind, "rank": rank[keep],
-                                 "packet": pk["packet"][r[keep]].astype(np.int64)}))
+    mine = cited[np.isin(cited["stream"].to_numpy(np.int64) * 2 + cited["held"].to_numpy(np.int64), wanted)]
+    out = [mine[mine["kind"] == kind].drop(columns="_t") for kind in ("zero-window", "window-full")]
     return pd.concat(out, ignore_index=True)
 
 
@@ -1195,13 +1709,15 @@ def _window_directions(tcp: pd.DataFrame, stalls_tbl: pd.DataFrame) -> pd.DataFr
                                ascending=[False, False, False, True, True], kind="stable")
 
 
-def _window_series(pk: dict, cand: pd.DataFrame) -> dict[tuple[int, str], tuple[np.ndarray, ...]]:
+def _window_series(rows: list[dict], cand: pd.DataFrame) -> dict[tuple[int, str], tuple[np.ndarray, ...]]:
     """What the window plot draws of each direction of `cand` (rows of _window_directions):
-    {(stream, direction): (t, receiver's window, t, bytes in flight)}, binned (_binned)."""
+    {(stream, direction): (t, receiver's window, t, bytes in flight)}, binned (_binned), from the
+    packets' rows of each slice of time (`_plot_rows`)."""
     out = {}
     for stream, direction in zip(cand["stream"].astype(int), cand["direction"].astype(str)):
         D = 0 if direction == "c2s" else 1
-        s = _stream_rows(pk, stream)
+        s = pd.concat([_stream_rows(pk, stream) for pk in rows], ignore_index=True) if len(rows) > 1 \
+            else _stream_rows(rows[0], stream)
         w = s[f"peer_win{D}"].notna()
         m = (s["d"] == D) & s["data"]
         out[(stream, direction)] = (*_binned(s["t"].to_numpy()[w], s[f"peer_win{D}"].to_numpy()[w], "min"),
