@@ -218,7 +218,9 @@ def _sliced_everywhere(path: Path) -> tuple[dict, dict]:
     partition's backlog (as `run_whole` gives it). (Cut between the two, a consumer's start is
     its basic.consume in the slices, its consume-ok in the whole: a bug of the derivations over
     slices, `consumers_so_far`, left to fix there.)"""
-    from amqpcap.analyzers.consumers import SPLIT
+    from dataclasses import replace
+
+    from amqpcap.analyzers.consumers import SPLIT, consumers_slice
     from amqpcap.derive.stream_order import ns
     from amqpcap.partition import clean_cuts, context_for, facts_of, sliced_partial
 
@@ -230,7 +232,13 @@ def _sliced_everywhere(path: Path) -> tuple[dict, dict]:
     f = cap.frames
     after_consume = f.loc[(f["method"] == "basic.consume").to_numpy(bool), "packet"].to_numpy() + 1
     cuts = [p for p in cuts if p not in set(after_consume.tolist())]
-    return SPLIT.partial_with(cap, facts, backlog), sliced_partial(SPLIT, cap, facts, cuts, backlog)
+    whole = SPLIT.partial_with(cap, facts, backlog)
+    # the acks' gaps the slices told, with the backlog read at each (which the partial shows only
+    # through slow refills): the whole's, by packet
+    pieces = sliced_partial(replace(SPLIT, slicing=replace(SPLIT.slicing, join=list)), cap, facts, cuts, backlog)
+    told = pd.concat([p.gaps for p in pieces], ignore_index=True).sort_values("packet", kind="stable")
+    pd.testing.assert_frame_equal(told.reset_index(drop=True), consumers_slice(cap, facts, None, True, backlog)[1].gaps)
+    return whole, SPLIT.slicing.join(pieces)
 
 
 def _deliveries(c, channel, tags, ctag):
