@@ -25,7 +25,7 @@ from ..derive.backlog_join import BacklogPieces, answers_of
 from ..derive.columns import as_object, codes
 from ..derive.consumers import (CONSUMER, acked_deliveries, code_of, consumer_rows, consumer_state, with_final_prefetch,
                                 with_prefetch)
-from ..derive.deliveries import consumes, deliveries, tag_ranks
+from ..derive.deliveries import GET_TAG, consumes, deliveries, tag_ranks
 from ..derive.labels import channels_filter, connection_labels
 from ..derive.methods import KEY, chan_key, methods, pick, select
 from ..derive.refills import (ack_rows, backlog_answers, backlog_context, join_backlog_context,
@@ -743,8 +743,11 @@ def consumers_join(pieces: list[_Piece]) -> dict[str, Any]:
     gaps = _joined([p.gaps for p in pieces])
     s = _summary(st, c, acked, gaps, final.growth, final.labels)
     listed = _rows_of([p.consumes for p in pieces], "start_order")
-    # (text, as consumer_list's labels of any row are: it has rows whenever there are deliveries)
-    listed = _listed(listed[LISTED], pd.array(_labelled(final.labels, listed["stream"]), dtype="str"))
+    # (text, as consumer_list's labels are when it has a row: a basic.consume or a basic.deliver)
+    connection = _labelled(final.labels, listed["stream"])
+    if len(listed) or (d["consumer_tag"] != GET_TAG).to_numpy(bool).any():
+        connection = pd.array(connection, dtype="str")
+    listed = _listed(listed[LISTED], connection)
     return {"summary": s, "state": keep(st, "consumers-state", "stream"),
             "plotted": state_bins(*final.span, st) if len(st) else None,
             "no_ack": _no_ack_rows(d),
