@@ -208,3 +208,93 @@ def test_unlimited_consumers_that_keep_up_are_not_told():
     consumers with a prefetch limit are never unlimited."""
     for name in ("auto-ack.pcap", "healthy.pcap", "prefetch-consumers.pcap", "slow-prefetch1.pcap"):
         assert "unlimited-prefetch" not in {f.id for f in consumers(load(name)).findings}, name
+
+
+# -- slices of a partition's time (amqpcap.partition.Slicing) --------------------------------------
+
+def _sliced_everywhere(path: Path) -> tuple[dict, dict]:
+    """The consumers partial of the capture crafted at `path` whole, and cut before every packet
+    (`clean_cuts` every 1) but the basic.consume-ok right after its basic.consume, each given the
+    partition's backlog (as `run_whole` gives it). (Cut between the two, a consumer's start is
+    its basic.consume in the slices, its consume-ok in the whole: a bug of the derivations over
+    slices, `consumers_so_far`, left to fix there.)"""
+    from dataclasses import replace
+
+    from amqpcap.analyzers.consumers import SPLIT, consumers_slice
+    from amqpcap.derive.stream_order import ns
+    from amqpcap.partition import clean_cuts, context_for, facts_of, sliced_partial
+
+    cap = amqpcap.load(path)
+    facts = facts_of(cap)
+    backlog = context_for(SPLIT.join_context([SPLIT.context(cap, facts)]), 0)
+    cuts = clean_cuts(cap.packets["packet"].to_numpy(), ns(cap.packets["ts"]), 1)
+    assert len(cuts) == len(cap.packets) - 1
+    f = cap.frames
+    after_consume = f.loc[(f["method"] == "basic.consume").to_numpy(bool), "packet"].to_numpy() + 1
+    cuts = [p for p in cuts if p not in set(after_consume.tolist())]
+    whole = SPLIT.partial_with(cap, facts, backlog)
+    # the acks' gaps the slices told, with the backlog read at each (which the partial shows only
+    # through slow refills): the whole's, by packet
+    pieces = sliced_partial(replace(SPLIT, slicing=replace(SPLIT.slicing, join=list)), cap, facts, cuts, backlog)
+    told = pd.concat([p.gaps for p in pieces], ignore_index=True).sort_values("packet", kind="stable")
+    pd.testing.assert_frame_equal(told.reset_index(drop=True), consumers_slice(cap, facts, None, True, backlog)[1].gaps)
+    return whole, SPLIT.slicing.join(pieces)
+
+
+def _deliveries(c, channel, tags, ctag):
+    """basic.deliver frames (with their content) of `tags`, in one packet."""
+    return [f for tag in tags for f in (c.basic_deliver(channel, consumer_tag=ctag, delivery_tag=tag),
+                                        *c.content(channel, b"x"))]
+
+
+def test_consumers_cut_before_every_packet_are_the_whole_partitions(tmp_path):
+    """Consumers whose every packet is a slice of its own: acks waiting slices for their next
+    delivery (their backlog read from the partition's answers), a consumer without basic.qos
+    that falls behind while its client advertises a zero window, a no-ack consumer, a consumer
+    of a global qos, and one whose basic.consume is not in the capture (its prefetch estimated
+    at the end: the most it ever held)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import crafting as c
+    from test_partition import assert_same_partial
+
+    conv = c.TcpConversation().handshake()
+    send = lambda *items: conv.exchange(list(items))  # noqa: E731
+    send(*c.opening())
+    for ch in (2, 3, 4, 5):
+        send(("c2s", c.channel_open(ch)), ("s2c", c.channel_open_ok(ch)))
+    # channel 1: prefetch 3
+    send(("c2s", c.basic_qos(1, prefetch_count=3)), ("s2c", c.basic_qos_ok(1)),
+         ("c2s", c.basic_consume(1, queue="q", consumer_tag="ctag-1")), ("s2c", c.basic_consume_ok(1, "ctag-1")))
+    # channel 4: a global limit; channel 5: deliveries of a consumer started before the capture
+    send(("c2s", c.basic_qos(4, prefetch_count=2, global_=True)), ("s2c", c.basic_qos_ok(4)),
+         ("c2s", c.basic_consume(4, queue="g", consumer_tag="g-1")), ("s2c", c.basic_consume_ok(4, "g-1")))
+    send(("s2c", _deliveries(c, 5, [1], "old")), ("s2c", _deliveries(c, 1, [1], "ctag-1")),
+         ("s2c", _deliveries(c, 1, [2], "ctag-1")), ("s2c", _deliveries(c, 4, [1, 2], "g-1")),
+         ("c2s", c.basic_ack(1, 1)), ("s2c", _deliveries(c, 5, [2, 3], "old")), ("c2s", c.basic_ack(4, 2, multiple=True)),
+         ("c2s", c.basic_ack(5, 1)), ("s2c", _deliveries(c, 1, [3], "ctag-1")), ("s2c", _deliveries(c, 4, [3], "g-1")),
+         ("c2s", c.basic_ack(1, 3, multiple=True)), ("c2s", c.basic_ack(5, 3, multiple=True)),
+         ("s2c", _deliveries(c, 1, [4], "ctag-1")), ("c2s", c.basic_ack(1, 4)), ("c2s", c.basic_ack(4, 3)))
+    # channel 2: no basic.qos (unlimited), 60 deliveries unacked while the client's window is
+    # zero; channel 3: no-ack
+    send(("c2s", c.basic_consume(2, queue="big", consumer_tag="u-1")), ("s2c", c.basic_consume_ok(2, "u-1")),
+         ("c2s", c.basic_consume(3, queue="auto", consumer_tag="n-1", no_ack=True)), ("s2c", c.basic_consume_ok(3, "n-1")))
+    for first in range(1, 61, 15):
+        send(("s2c", _deliveries(c, 2, range(first, first + 15), "u-1")), ("s2c", _deliveries(c, 3, [first], "n-1")))
+        if first == 31:
+            conv.window = 0
+            conv.ack("c2s")
+            conv.window = 502
+    send(("c2s", c.basic_ack(2, 60, multiple=True)))
+    c.write_pcap(tmp_path / "consumers.pcap", conv.close().timed())
+    whole, sliced = _sliced_everywhere(tmp_path / "consumers.pcap")
+
+    s = whole["summary"].set_index("consumer_tag")
+    assert s.loc["ctag-1", "prefetch"] == 3 and s.loc["g-1", "channel_prefetch"] == 2
+    assert s.loc["old", "prefetch_estimated"] and s.loc["old", "prefetch"] == 3  # (tags 1 to 3 held at once)
+    assert s.loc["ctag-1", "acks"] == 3 and s.loc["u-1", "max_unacked"] == 60
+    u = whole["unlimited"].set_index("consumer_tag")
+    assert u.loc["u-1", "zero_windows"] == 1 and u.loc["u-1", "deliveries"] == 60
+    assert [(r["consumer_tag"], r["deliveries"]) for r in whole["no_ack"]] == [("n-1", 4)]
+    assert_same_partial(sliced, whole, "cut before every packet")

@@ -21,18 +21,21 @@ import pandas as pd
 from ..analysis import SEVERITY_RANK, AnalyzerResult, Finding, Plot, analyzer
 from ..capture import Capture
 from ..derive.backlog import BacklogAnswers
+from ..derive.backlog_join import BacklogPieces, answers_of
 from ..derive.columns import as_object, codes
-from ..derive.consumers import (CONSUMER, acked_deliveries, code_of, consumer_rows, consumer_state,
-                                consumer_state_with_codes, with_prefetch)
-from ..derive.deliveries import consumes, deliveries, tag_ranks
+from ..derive.consumers import (CONSUMER, acked_deliveries, code_of, consumer_rows, consumer_state, with_final_prefetch,
+                                with_prefetch)
+from ..derive.deliveries import GET_TAG, consumes, deliveries, tag_ranks
 from ..derive.labels import channels_filter, connection_labels
 from ..derive.methods import KEY, chan_key, methods, pick, select
-from ..derive.refills import (BACKLOG_CONTEXT_SLICING, ack_gaps, backlog_answers, backlog_context, join_backlog_context,
-                              slow_refills)
+from ..derive.refills import (BACKLOG_CONTEXT_SLICING, ack_rows, backlog_answers, backlog_context, join_backlog_context,
+                              slow_refills_of)
+from ..derive.replay import for_derivations, replay_after, state_maxima, told, told_consumers, told_state
+from ..derive.seeds import seeds_of
 from ..display_filters import stream_filter
 from ..kept_rows import keep, rows_table
 from ..names import connection_label, consumer_label, number, subject_namer
-from ..partition import CaptureFacts, Split, merge_rows, run_whole, taken
+from ..partition import CaptureFacts, Slicing, Split, facts_of, merge_rows, run_whole, taken
 
 
 def consumer_list(cap: Capture) -> pd.DataFrame:
@@ -44,11 +47,7 @@ def consumer_list(cap: Capture) -> pd.DataFrame:
     one). A capture started after the basic.consume shows the consumer only by its deliveries'
     tags: queue, no-ack and prefetch unknown (<NA>). Columns: connection, queue, prefetch,
     channel_prefetch, no_ack, consume_seen, consumer_tag, stream, channel; by queue, connection."""
-    cons = consumes(cap)[KEY + ["consumer_tag", "queue", "no_ack", "start_order"]]
-    c = with_prefetch(cap, with_prefetch(cap, cons, global_=True, name="channel_prefetch"))
-    c["prefetch"] = c["prefetch"].fillna(0)
-    c["no_ack"] = c["no_ack"].astype("boolean")
-    c["consume_seen"] = True
+    c = _consume_rows(cap, consumes(cap))
     m = methods(cap)
     seen = as_object(pick(cap, m, select(m, "basic.deliver", "s2c"), ["stream", "channel", "consumer_tag"])
                   .drop_duplicates(), "consumer_tag")
@@ -57,9 +56,29 @@ def consumer_list(cap: Capture) -> pd.DataFrame:
     seen = seen.assign(queue=None, prefetch=pd.array([pd.NA] * len(seen), dtype="Int64"),
                        channel_prefetch=pd.array([pd.NA] * len(seen), dtype="Int64"),
                        no_ack=pd.array([pd.NA] * len(seen), dtype="boolean"), consume_seen=False)
-    cols = ["stream", "channel", "consumer_tag", "queue", "prefetch", "channel_prefetch", "no_ack", "consume_seen"]
-    out = pd.concat([c[cols], seen[cols]], ignore_index=True) if len(seen) else c[cols].reset_index(drop=True)
-    out.insert(0, "connection", connection_labels(cap, out["stream"]))
+    out = pd.concat([c[LISTED], seen[LISTED]], ignore_index=True) if len(seen) else c[LISTED].reset_index(drop=True)
+    return _listed(out, connection_labels(cap, out["stream"]))
+
+
+#: consumer_list's columns but the connection
+LISTED = ["stream", "channel", "consumer_tag", "queue", "prefetch", "channel_prefetch", "no_ack", "consume_seen"]
+
+
+def _consume_rows(cap: Capture, cons: pd.DataFrame) -> pd.DataFrame:
+    """consumer_list's rows (LISTED, and start_order) of the basic.consume rows `cons` of
+    `consumes(cap)`, by start_order."""
+    cons = cons[KEY + ["consumer_tag", "queue", "no_ack", "start_order"]]
+    c = with_prefetch(cap, with_prefetch(cap, cons, global_=True, name="channel_prefetch"))
+    c["prefetch"] = c["prefetch"].fillna(0)
+    c["no_ack"] = c["no_ack"].astype("boolean")
+    c["consume_seen"] = True
+    return c[LISTED + ["start_order"]]
+
+
+def _listed(out: pd.DataFrame, connection: np.ndarray) -> pd.DataFrame:
+    """consumer_list's rows (LISTED) with their `connection`, by queue, connection, channel."""
+    out = out.reset_index(drop=True)
+    out.insert(0, "connection", connection)
     out["queue"] = out["queue"].astype(object)
     return out.sort_values(["queue", "connection", "channel"], na_position="last", kind="stable").reset_index(drop=True)
 
@@ -111,24 +130,30 @@ TIME_BINS = 400
 
 def consumer_summary(cap: Capture) -> pd.DataFrame:
     """One row per acknowledging consumer (see docs/analyzers/consumers.md)."""
-    sc = consumer_state_with_codes(cap)
-    st, st_code = sc.table, sc.code
-    c = consumer_rows(cap)
+    return consumers_partial(cap, facts_of(cap), cap.context.get("backlog"))["summary"]
+
+
+def _summary(st: pd.DataFrame, c: pd.DataFrame, acked: pd.DataFrame, gaps: pd.DataFrame,
+             growth: pd.api.extensions.ExtensionArray, labels: pd.Series) -> pd.DataFrame:
+    """`consumer_summary` of a partition from its tables: state rows `st` (in the whole's order,
+    by consumer), consumer rows `c` (in the whole's order), the acknowledging consumers'
+    deliveries `acked` (``code``: the consumer's run in `st`, `_runs`), the ack gaps, each
+    consumer's backlog `growth` (by row of `c`) and the connections' `labels` (by stream)."""
     cols = ["connection", "stream", "channel", "consumer_tag", "queue", "deliveries", "start_ts", "end_ts",
             "duration_s", "rate_per_s", "prefetch", "prefetch_estimated", "channel_prefetch", "max_unacked", "mean_unacked",
             "share_at_limit", "utilisation", "share_idle", "mean_deficit", "acks", "acks_multiple",
             "messages_per_ack", "deliver_to_ack_p50_s", "ack_to_next_deliver_p50_s", "backlog_growth_msgs"]
     if len(st) == 0:
         return pd.DataFrame({k: pd.Series(dtype=object) for k in cols})
+    st_code, keys = _runs(st)
     dur = st["duration_s"].to_numpy(float)
     w = st.assign(_d=dur, _u=dur * st["unacked"].to_numpy(float),
                   _lim=dur * st["at_limit"].to_numpy(bool), _idle=dur * (st["unacked"].to_numpy() == 0),
                   _def=dur * st["deficit"].astype(float).fillna(0).to_numpy(),
                   _has_def=dur * st["deficit"].notna().to_numpy())
-    a = acked_deliveries(cap)
-    d, code, keys = a.table, a.code, a.keys
     # grouped on the int64 consumer code (one cheap factorization per GroupBy object, where the
-    # four key columns with text cost one per call); float sums stay pandas' (compensated) sums
+    # four key columns with text cost one per call); float sums stay pandas' (compensated) sums,
+    # over the whole partition's rows in its order however many slices told them
     g = w.groupby(st_code, sort=False)
     agg = g.agg(T=("_d", "sum"), U=("_u", "sum"), L=("_lim", "sum"), I=("_idle", "sum"), DF=("_def", "sum"),
                 HD=("_has_def", "sum"), max_unacked=("unacked", "max"), prefetch=("prefetch", "last"),
@@ -146,21 +171,21 @@ def consumer_summary(cap: Capture) -> pd.DataFrame:
 
     # per consumer code: deliver→ack median, ack frames (distinct settling frames), multiple ones
     ncons = len(keys)
-    lat = pd.Series(d["latency_s"].to_numpy(float)).groupby(code).median().reindex(range(ncons))
-    settled = d["settle_order"].notna().to_numpy()
-    s_code, s_order = code[settled], d["settle_order"].to_numpy(np.int64, na_value=0)[settled]
+    code = acked["code"].to_numpy(np.int64)
+    lat = pd.Series(acked["latency_s"].to_numpy(float)).groupby(code).median().reindex(range(ncons))
+    s_order = acked["settle_order"].to_numpy(np.int64)
+    settled = s_order >= 0
+    s_code, s_order = code[settled], s_order[settled]
     frame = np.unique(s_code * (int(s_order.max(initial=0)) + 1) + s_order, return_index=True)[1]
     acks = np.bincount(s_code[frame], minlength=ncons).astype(np.int64)
-    acks_mult = np.bincount(s_code[frame], weights=d["settle_multiple"].to_numpy(bool, na_value=False)[settled][frame],
+    acks_mult = np.bincount(s_code[frame], weights=acked["settle_multiple"].to_numpy(bool)[settled][frame],
                             minlength=ncons).astype(np.int64)
     n_settled = np.bincount(s_code, minlength=ncons)
     mpa = np.where(acks > 0, n_settled / np.maximum(acks, 1), np.nan)
 
-    gaps = ack_gaps(cap)
-
     # the consumers with a state (inner join of c and agg), in c's order
     c_code = code_of(keys, c)
-    keep = np.isin(c_code, agg.index.to_numpy())
+    keep = c_code >= 0
     out = as_object(c.loc[keep].drop(columns=["prefetch"]), "consumer_tag").reset_index(drop=True)
     oc = c_code[keep]
     agg = agg.reindex(oc)
@@ -177,10 +202,27 @@ def consumer_summary(cap: Capture) -> pd.DataFrame:
     span = (out["end_ts"] - out["start_ts"]).dt.total_seconds()
     out["rate_per_s"] = out["deliveries"] / span.where(span > 0)
     # growth of the consumer's queue backlog (lower bound) from its start to its end, in messages
-    out["backlog_growth_msgs"] = backlog_answers(cap).growth_msgs[keep]
+    out["backlog_growth_msgs"] = growth[keep]
     out = out.sort_values(["stream", "channel", "start_ts"], kind="stable").reset_index(drop=True)
-    out["connection"] = connection_labels(cap, out["stream"])
+    out["connection"] = _labelled(labels, out["stream"])
     return out[cols]
+
+
+def _runs(st: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
+    """Each state row's consumer as a code, and the consumers (CONSUMER columns; row i: code i):
+    the rows are by consumer, so that a consumer is a run of rows and its code the run's number."""
+    first = np.zeros(len(st), bool)
+    first[:1] = True
+    for k in CONSUMER:
+        v = st[k].to_numpy(object if k == "consumer_tag" else np.int64)
+        first[1:] |= v[1:] != v[:-1]
+    keys = as_object(st.loc[first, CONSUMER], "consumer_tag").reset_index(drop=True)
+    return np.cumsum(first) - 1, keys
+
+
+def _labelled(labels: pd.Series, streams) -> np.ndarray:
+    """The connection label of each of `streams` (`connection_labels`), from the partition's."""
+    return labels.reindex(np.asarray(streams, np.int64)).to_numpy(object)
 
 
 #: severity by its rank (analysis.SEVERITY_RANK: info 0, warning 1, critical 2)
@@ -400,14 +442,15 @@ def _prefetch_one_finding(cap: Capture, g: pd.DataFrame, limits: pd.DataFrame) -
         impact=float(g["impact"].max()), subjects=_subjects(cap, g))
 
 
-def _unlimited(cap: Capture, s: pd.DataFrame, d: pd.DataFrame) -> pd.DataFrame:
+def _unlimited(c: pd.DataFrame, s: pd.DataFrame, d: pd.DataFrame, zero: pd.DataFrame) -> pd.DataFrame:
     """The consumers without a prefetch limit (consumer_list: prefetch 0 and no global qos, or
     no-ack; a consumer whose basic.consume is not in the capture is unknown, never unlimited)
     with at least MIN_DELIVERIES deliveries: connection, stream, channel, consumer_tag, queue,
     no_ack, deliveries, first and last delivery (ts_first, ts_last), max_unacked (acking ones),
     deliver_to_ack_p50_s, zero_windows (packets of the consumer's connection advertising a zero
-    receive window between its first and last delivery) and zero_window_packet (the first)."""
-    c = consumer_list(cap)
+    receive window between its first and last delivery) and zero_window_packet (the first).
+    `c`: consumer_list's rows of the basic.consume frames; `s`: consumer_summary; `d`: the
+    deliveries; `zero`: the zero-window packets (`_zero_windows`)."""
     unl = c["consume_seen"].to_numpy(bool) & (c["no_ack"].to_numpy(bool, na_value=False) | (
         (c["prefetch"].to_numpy(float, na_value=-1) == 0) & (c["channel_prefetch"].fillna(0).to_numpy(float) == 0)))
     c = as_object(c[unl], "consumer_tag")
@@ -420,13 +463,9 @@ def _unlimited(cap: Capture, s: pd.DataFrame, d: pd.DataFrame) -> pd.DataFrame:
     c = c[c["deliveries"] >= MIN_DELIVERIES]
     acking = as_object(s[key + ["max_unacked"]], "consumer_tag").groupby(key)["max_unacked"].max().reset_index()
     c = c.merge(acking, on=key, how="left").reset_index(drop=True)
-    p = cap.packets
-    zero = (p["direction"] == "c2s").to_numpy(bool) & (p["window"].to_numpy(np.int64) == 0) \
-        & ((p["flags"].to_numpy(np.int64) & NOT_A_WINDOW) == 0)
     # per consumer, its connection's zero windows between its first and last delivery: two
     # binary searches of (connection, time) among the zero-window packets
-    zs, zt = p["stream"].to_numpy(np.int64)[zero], p["ts"].array.asi8[zero]
-    zp = p["packet"].to_numpy(np.int64)[zero]
+    zs, zt, zp = (zero[k].to_numpy(np.int64) for k in ("stream", "ts", "packet"))
     by = np.lexsort((zt, zs))
     zs, zt, zp = zs[by], zt[by], zp[by]
     cs = c["stream"].to_numpy(np.int64)
@@ -492,15 +531,17 @@ def _unlimited_finding(cap: Capture, c: pd.DataFrame) -> Finding | None:
 
 
 def _limit_rows(cap: Capture) -> pd.DataFrame:
+    """`_limit_rows_of` the capture's state rows."""
+    return _limit_rows_of(consumer_state(cap))
+
+
+def _limit_rows_of(st: pd.DataFrame) -> pd.DataFrame:
     """Example packets of every consumer: the first 5 frames at which it was at its limit (any
-    epoch of its channel), found on the state rows' consumer codes. Columns: stream, channel,
-    consumer_tag, packet."""
-    sc = consumer_state_with_codes(cap)
-    st, st_code = sc.table, sc.code
-    keys = acked_deliveries(cap).keys
+    epoch of its channel), found on the state rows' consumer codes (`_runs`). Columns: stream,
+    channel, consumer_tag, packet."""
+    st_code, keys = _runs(st)
     key = ["stream", "channel", "consumer_tag"]
-    k3 = as_object(keys[key], "consumer_tag")
-    k3_code = codes(*(k3[k].to_numpy() for k in key))  # (equal across epochs)
+    k3_code = codes(*(keys[k].to_numpy() for k in key))  # (equal across epochs)
     rows = np.flatnonzero(st["at_limit"].to_numpy(bool))
     c = k3_code[st_code[rows]]
     rows = rows[pd.Series(c).groupby(c).cumcount().to_numpy() < 5]
@@ -514,14 +555,14 @@ def _limit_packets(limits: pd.DataFrame, g: pd.DataFrame) -> list[int]:
     return sorted(int(p) for p in limits["packet"].to_numpy(np.int64)[wanted])
 
 
-def _no_ack_rows(cap: Capture, d: pd.DataFrame) -> list[dict[str, Any]]:
+def _no_ack_rows(d: pd.DataFrame) -> list[dict[str, Any]]:
     """summary.json's row of each no-ack consumer: deliveries counted per (stream, channel, tag)
     code (sorted as the keys) by bincount; its connection named in the merge."""
     na = np.flatnonzero(d["no_ack"].to_numpy(bool))
     if not len(na):
         return []
     stream, channel = d["stream"].to_numpy(np.int64)[na], d["channel"].to_numpy(np.int64)[na]
-    code = codes(stream, channel, tag_ranks(cap, d)[na])
+    code = codes(stream, channel, tag_ranks(None, d.iloc[na]))
     first = np.unique(code, return_index=True)[1]
     tags = d["consumer_tag"].array.take(na[first])
     return [{"stream": st_, "channel": ch_, "consumer_tag": tag, "no_ack": True, "deliveries": n}
@@ -529,19 +570,228 @@ def _no_ack_rows(cap: Capture, d: pd.DataFrame) -> list[dict[str, Any]]:
                                         np.bincount(code).tolist())]
 
 
-def consumers_partial(cap: Capture, facts: CaptureFacts, backlog: BacklogAnswers) -> dict[str, Any]:
+def consumers_partial(cap: Capture, facts: CaptureFacts, backlog: BacklogPieces | None) -> dict[str, Any]:
     """A partition's consumers (summary rows, credit series, no-ack consumers, the unlimited
     ones that fell behind, their example packets and queues) and its slowly refilled channels,
     with the whole capture's `backlog` read at its acks and consumers."""
-    cap.context["backlog"] = backlog
-    s = consumer_summary(cap)
-    d = deliveries(cap)
-    st = consumer_state(cap)
-    return {"summary": s, "state": keep(st, "consumers-state", "stream"), "plotted": state_bins(cap, st) if len(st) else None,
-            "no_ack": _no_ack_rows(cap, d),
-            "slow": slow_refills(cap).index.to_numpy(), "limits": _limit_rows(cap),
-            "unlimited": _unlimited(cap, s, d) if len(d) else None,
-            "queues": consumer_rows(cap).drop_duplicates(CONSUMER)[CONSUMER + ["queue"]]}
+    return consumers_join([consumers_slice(cap, facts, None, True, backlog)[1]])
+
+
+@dataclass
+class _Acks:
+    """What a slice of a partition's time leaves the next one (`Slicing`): where its acks are in
+    the partition's backlog answers (`BacklogAnswers`: row i of them, the partition's i-th client
+    ack/nack/reject frame). Bounded by the acks replayed (those waiting for a next delivery)."""
+
+    #: client ack/nack/reject frames of the slices before (their own frames)
+    before: int
+    #: the row in the answers of each ack replayed to the next slice, by its whole order
+    waiting: dict[int, int]
+
+
+@dataclass
+class _Piece:
+    """What a slice tells (`consumers_slice`), each row once: the partition's partial is made
+    from the pieces of all its slices (`consumers_join`). Per message rows, which the join needs
+    (the state rows are the partial's own table; medians need every value)."""
+
+    #: state rows (`consumer_state`'s columns), by consumer and time when `state_in_order`, else
+    #: told out of order with their frame's whole order (``_order``: `replay.told_state`)
+    state: pd.DataFrame
+    state_in_order: bool
+    #: consumer rows (`consumer_rows`), with their start's whole order
+    consumers: pd.DataFrame
+    #: deliveries of acknowledging consumers: code (row of `acked_keys`), latency_s,
+    #: settle_order (whole; -1: not settled), settle_multiple
+    acked: pd.DataFrame
+    acked_keys: pd.DataFrame
+    #: every delivery: stream, channel, consumer_tag, ts, latency_s, no_ack
+    deliveries: pd.DataFrame
+    #: ack gaps (`ack_gaps`: the columns `_summary` and `slow_refills_of` read)
+    gaps: pd.DataFrame
+    #: consumer_list's rows of the basic.consume frames (`_consume_rows`)
+    consumes: pd.DataFrame
+    #: the slice's zero-window packets (`_zero_windows`)
+    zero: pd.DataFrame
+    #: the last slice's: the most unacked per consumer over the partition (None: every state row
+    #: has it already), the consumers' backlog growth (by whole consumer row), the connections'
+    #: labels (by stream), the capture's first and last ts
+    maxima: pd.DataFrame | None = None
+    growth: Any = None
+    labels: pd.Series | None = None
+    span: tuple | None = None
+
+
+def consumers_slice(part: Capture, facts: CaptureFacts, acks: _Acks | None, last: bool,
+                    backlog: BacklogPieces | None) -> tuple[_Acks, _Piece]:
+    """A slice of a partition's time (`amqpcap.partition.Slicing`; a whole partition is its own
+    one slice): the rows it tells of the derivations (`amqpcap.derive.replay.told`), its own
+    zero-window packets; the last slice also what only the end knows."""
+    view = for_derivations(part)
+    seeds = seeds_of(view)
+    acks = acks or _Acks(0, {})
+    answers = _answers(view, backlog)
+    d = deliveries(view)
+    told_d = told(view, d["order"].to_numpy(np.int64), last)
+    a = acked_deliveries(view)
+    told_a = told(view, a.table["order"].to_numpy(np.int64), last)
+    if seeds is None:
+        state, in_order = consumer_state(view), True
+    else:
+        state, in_order = told_state(view, last), False
+    cons = consumes(view)
+    told_c = told(view, cons["order"].to_numpy(np.int64), last)
+    piece = _Piece(state=state, state_in_order=in_order,
+                   consumers=consumer_rows(view)[told_consumers(view, last)],
+                   acked=pd.DataFrame({"code": a.code[told_a],
+                                       "latency_s": a.table["latency_s"].to_numpy(float)[told_a],
+                                       "settle_order": _whole(view, a.table["settle_order"])[told_a],
+                                       "settle_multiple": a.table["settle_multiple"].to_numpy(bool, na_value=False)[told_a]}),
+                   acked_keys=a.keys,
+                   deliveries=d.loc[told_d, ["stream", "channel", "consumer_tag", "ts", "latency_s", "no_ack"]],
+                   gaps=_told_gaps(view, answers, acks, last),
+                   consumes=_whole_start(view, _consume_rows(view, cons[told_c])),
+                   zero=_zero_windows(part))
+    if last:
+        piece.maxima = state_maxima(view) if seeds is not None else None
+        piece.growth = answers.growth_msgs
+        stream = part.connections["stream"].to_numpy(np.int64)
+        piece.labels = pd.Series(connection_labels(part, stream), index=stream, dtype=object)
+        piece.span = (part.summary["first_ts"], part.summary["last_ts"])
+    return acks, piece
+
+
+def _answers(view: Capture, backlog: BacklogPieces | None) -> BacklogAnswers:
+    """The partition's backlog answers (`backlog_answers`): of the whole partition, shared with
+    the other readers of `ack_gaps`; in a slice, read from the context (row i: the partition's
+    i-th ack, or consumer)."""
+    if seeds_of(view) is None:
+        view.context["backlog"] = backlog
+        return backlog_answers(view)
+    return answers_of(backlog) if backlog is not None else backlog_answers(view)
+
+
+def _whole(view: Capture, order: pd.Series) -> np.ndarray:
+    """Frame positions in `view` (Int64, <NA>: none) as the whole partition's (-1: none)."""
+    at = order.to_numpy(np.int64, na_value=-1)
+    seeds = seeds_of(view)
+    if seeds is None or not len(at):
+        return at
+    return np.where(at >= 0, seeds.whole_orders(np.maximum(at, 0)), -1)
+
+
+def _whole_start(view: Capture, rows: pd.DataFrame) -> pd.DataFrame:
+    """`rows` with their start_order the whole partition's."""
+    seeds = seeds_of(view)
+    if seeds is None or not len(rows):
+        return rows
+    return rows.assign(start_order=seeds.whole_orders(rows["start_order"].to_numpy(np.int64)))
+
+
+def _told_gaps(view: Capture, answers: BacklogAnswers, acks: _Acks, last: bool) -> pd.DataFrame:
+    """The ack gaps (`ack_gaps`' columns that `_summary` and `slow_refills_of` read) of the acks
+    the slice tells, their backlog read from the partition's `answers`; `acks` numbered on."""
+    rows = ack_rows(view).table
+    order = rows["order"].to_numpy(np.int64)
+    at = _answer_rows(view, order, acks, last)
+    keep = told(view, order, last)
+    rows, at = rows[keep], at[keep]
+    if (at < 0).any():
+        raise ValueError("an ack told without its row in the backlog answers")
+    cols = KEY + ["packet", "settled", "unacked_after", "queue", "next_deliver_packet", "gap_s"]
+    return rows[cols].assign(backlog_min=answers.backlog_min.take(at),
+                             backlog_min_gap=answers.backlog_min_gap.take(at)).reset_index(drop=True)
+
+
+def _answer_rows(view: Capture, order: np.ndarray, acks: _Acks, last: bool) -> np.ndarray:
+    """The row in the partition's backlog answers of each ack of `view` (frames at `order`, in
+    frame order): the slice's own numbered on from the slices before, a replayed one's as the
+    slice before left it (-1: a replayed frame the slice does not tell). Leaves in `acks` what
+    the next slice needs."""
+    seeds = seeds_of(view)
+    replayed = seeds.replayed if seeds is not None else 0
+    own = order >= replayed
+    at = np.full(len(order), -1, np.int64)
+    at[own] = acks.before + np.arange(int(own.sum()))
+    acks.before += int(own.sum())
+    if replayed:
+        at[~own] = [acks.waiting.get(w, -1) for w in seeds.whole_orders(order[~own]).tolist()]
+    if seeds is not None and not last:
+        later = replay_after(view)
+        waiting = np.isin(seeds.whole_orders(order), later.orders[later.pending]) & (at >= 0)
+        acks.waiting = dict(zip(seeds.whole_orders(order[waiting]).tolist(), at[waiting].tolist()))
+    return at
+
+
+def _zero_windows(part: Capture) -> pd.DataFrame:
+    """The packets of `part` in which a client advertised a zero receive window (not a SYN, FIN
+    or RST: NOT_A_WINDOW): stream, ts (ns), packet, in packet order."""
+    p = part.packets
+    zero = (p["direction"] == "c2s").to_numpy(bool) & (p["window"].to_numpy(np.int64) == 0) \
+        & ((p["flags"].to_numpy(np.int64) & NOT_A_WINDOW) == 0)
+    return pd.DataFrame({"stream": p["stream"].to_numpy(np.int64)[zero], "ts": p["ts"].array.asi8[zero],
+                         "packet": p["packet"].to_numpy(np.int64)[zero]})
+
+
+def consumers_join(pieces: list[_Piece]) -> dict[str, Any]:
+    """The partition's partial (`consumers_partial`) from its slices' pieces (`consumers_slice`)."""
+    final = pieces[-1]
+    st = _state_of(pieces)
+    c = _rows_of([p.consumers for p in pieces], "start_order")
+    acked = _acked_of(pieces, _runs(st)[1])
+    d = _joined([p.deliveries for p in pieces])
+    gaps = _joined([p.gaps for p in pieces])
+    s = _summary(st, c, acked, gaps, final.growth, final.labels)
+    listed = _rows_of([p.consumes for p in pieces], "start_order")
+    # (text, as consumer_list's labels are when it has a row: a basic.consume or a basic.deliver)
+    connection = _labelled(final.labels, listed["stream"])
+    if len(listed) or (d["consumer_tag"] != GET_TAG).to_numpy(bool).any():
+        connection = pd.array(connection, dtype="str")
+    listed = _listed(listed[LISTED], connection)
+    return {"summary": s, "state": keep(st, "consumers-state", "stream"),
+            "plotted": state_bins(*final.span, st) if len(st) else None,
+            "no_ack": _no_ack_rows(d),
+            "slow": slow_refills_of(d, gaps).index.to_numpy(), "limits": _limit_rows_of(st),
+            "unlimited": _unlimited(listed, s, d, _joined([p.zero for p in pieces])) if len(d) else None,
+            "queues": c.drop_duplicates(CONSUMER)[CONSUMER + ["queue"]]}
+
+
+def _joined(tables: list[pd.DataFrame]) -> pd.DataFrame:
+    """The pieces' rows of one table, in slice order (a slice without a row may give untyped
+    columns: left out)."""
+    if len(tables) == 1:
+        return tables[0].reset_index(drop=True)
+    return pd.concat([t for t in tables if len(t)] or tables[:1], ignore_index=True)
+
+
+def _rows_of(tables: list[pd.DataFrame], order: str) -> pd.DataFrame:
+    """The pieces' rows of a table in the whole's order, by the whole frame order `order`."""
+    rows = _joined(tables)
+    return rows if len(tables) == 1 else rows.sort_values(order, kind="stable").reset_index(drop=True)
+
+
+def _state_of(pieces: list[_Piece]) -> pd.DataFrame:
+    """The partition's state rows (`consumer_state`) from the rows its slices told: each
+    consumer's by time, then frame; an estimated prefetch the most of the consumer's whole
+    life (`with_final_prefetch`)."""
+    if len(pieces) == 1 and pieces[0].state_in_order:
+        return pieces[0].state
+    st = _joined([p.state for p in pieces]).sort_values(CONSUMER + ["ts", "_order"], kind="stable")
+    maxima = pieces[-1].maxima
+    at = code_of(maxima, st) if len(maxima) else np.full(len(st), -1)
+    st = with_final_prefetch(st, np.where(at >= 0, maxima["max_unacked"].to_numpy()[np.maximum(at, 0)], 0))
+    return st.drop(columns="_order").reset_index(drop=True)
+
+
+def _acked_of(pieces: list[_Piece], keys: pd.DataFrame) -> pd.DataFrame:
+    """The pieces' deliveries of acknowledging consumers with their consumer's code in `keys`
+    (`_runs` of the state rows; -1: a consumer without state rows)."""
+    out = []
+    for p in pieces:
+        to_keys = code_of(keys, p.acked_keys) if len(p.acked_keys) else np.zeros(0, np.int64)
+        code = p.acked["code"].to_numpy(np.int64)
+        out.append(p.acked.assign(code=to_keys[code] if len(code) else code))
+    return _joined(out)
 
 
 def consumers_merge(partials: list[dict[str, Any]], records: None, facts: CaptureFacts, cap: Capture) -> AnalyzerResult:
@@ -579,7 +829,7 @@ def consumers_merge(partials: list[dict[str, Any]], records: None, facts: Captur
 
 
 SPLIT = Split(partial=consumers_partial, merge=consumers_merge, context=backlog_context, join_context=join_backlog_context,
-              context_slicing=BACKLOG_CONTEXT_SLICING)
+              slicing=Slicing(consumers_slice, consumers_join, replays=True), context_slicing=BACKLOG_CONTEXT_SLICING)
 
 
 @analyzer("consumers", split=SPLIT)
@@ -588,7 +838,7 @@ def consumers(cap: Capture) -> AnalyzerResult:
     return run_whole(SPLIT, cap)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class StateBins:
     """What the consumers plot draws, per consumer (a row: the consumer's state rows, which are
     one partition's) and time bin of the capture (`amqpcap.plotting.time_edges`): computed by
@@ -605,13 +855,21 @@ class StateBins:
     prefetch: np.ndarray
     has_limit: np.ndarray
 
+    def __eq__(self, other: object) -> bool:
+        """The same consumers and numbers, exactly (a partition's, however its time was sliced)."""
+        if not isinstance(other, StateBins):
+            return NotImplemented
+        return (self.keys.equals(other.keys) and list(self.keys.dtypes) == list(other.keys.dtypes)
+                and all(np.array_equal(getattr(self, f), getattr(other, f), equal_nan=True)
+                        for f in ("covered", "at", "unacked_s", "prefetch", "has_limit")))
 
-def state_bins(cap: Capture, st: pd.DataFrame) -> StateBins:
-    """The consumers plot's numbers of the state rows `st` (`consumer_state`'s columns)."""
+
+def state_bins(t0: pd.Timestamp, t1: pd.Timestamp, st: pd.DataFrame) -> StateBins:
+    """The consumers plot's numbers of the state rows `st` (`consumer_state`'s columns), on the
+    time bins of the capture from `t0` to `t1` (its summary's first_ts and last_ts)."""
     from ..plotting import time_edges, time_per_bin
 
-    t0 = cap.summary["first_ts"]
-    edges = time_edges((cap.summary["last_ts"] - t0).total_seconds())
+    edges = time_edges((t1 - t0).total_seconds())
     code = st.groupby(CONSUMER, sort=True, observed=True).ngroup().to_numpy()
     keys = st[CONSUMER].drop_duplicates().sort_values(CONSUMER).reset_index(drop=True)
     n = len(keys)

@@ -129,7 +129,7 @@ def replay_after(cap: Capture) -> Replay:
     cons = consume_frames(cap)
     waiting_c = _pending_consumes(cons, current, m)
     acks = ack_rows(cap).table
-    waiting_a = _pending_acks(m, acks, current)
+    waiting_a = _pending_acks(m, acks, current, seeds)
     orders = np.unique(np.r_[
         waiting_d, dc.source_order[np.isin(d["order"].to_numpy(np.int64), waiting_d) & (dc.source_order >= 0)],
         waiting_p, waiting_c, waiting_a, _last_consumes(cons), _last_of(m, select(m, "basic.get", "c2s"), key),
@@ -165,13 +165,20 @@ def told(cap: Capture, order, last: bool) -> np.ndarray:
     seeds = seeds_of(cap)
     if seeds is None:
         return np.ones(len(order), bool)
-    mine = order >= seeds.replayed
-    if seeds.replayed:
-        mine |= seeds.replay.pending[np.minimum(order, seeds.replayed - 1)]
+    mine = _own_or_pending(seeds, order)
     if last:
         return mine
     later = replay_after(cap)
     return mine & ~np.isin(seeds.whole_orders(order), later.orders[later.pending])
+
+
+def _own_or_pending(seeds: Seeds, order: np.ndarray) -> np.ndarray:
+    """Whether each frame (at positions `order` of a slice) is the slice's own or a replayed
+    pending one: the rows a slice may tell (a replayed frame that is not pending was told)."""
+    mine = order >= seeds.replayed
+    if seeds.replayed:
+        mine |= seeds.replay.pending[np.minimum(order, seeds.replayed - 1)]
+    return mine
 
 
 def told_consumers(cap: Capture, last: bool) -> np.ndarray:
@@ -316,12 +323,14 @@ def _pending_deliveries(m: pd.DataFrame, d: pd.DataFrame, current: np.ndarray) -
     return order[open_ & current[_rows_of(m, order)]]
 
 
-def _pending_acks(m: pd.DataFrame, acks: pd.DataFrame, current: np.ndarray) -> np.ndarray:
+def _pending_acks(m: pd.DataFrame, acks: pd.DataFrame, current: np.ndarray, seeds: Seeds) -> np.ndarray:
     """Orders of the client acks/nacks/rejects still waiting for the next delivery of their tag
     space (`amqpcap.derive.refills.ack_rows`): at most as many as the deliveries outstanding when
-    the last delivery came."""
+    the last delivery came. Not a replayed ack that was told (a multiple ack replayed for
+    `match_settlements`: its next delivery, told with it, is not replayed)."""
     order = acks["order"].to_numpy(np.int64)
-    return order[acks["next_deliver_packet"].isna().to_numpy(bool) & current[_rows_of(m, order)]]
+    waiting = acks["next_deliver_packet"].isna().to_numpy(bool) & current[_rows_of(m, order)]
+    return order[waiting & _own_or_pending(seeds, order)]
 
 
 def _told_acks(acks: pd.DataFrame, orders: np.ndarray, waiting: np.ndarray) -> pd.DataFrame:
