@@ -362,10 +362,25 @@ def sliced_partial(split: Split, part: Capture, facts: CaptureFacts, cuts: list[
     """The partition step of `split` over `part` cut at the packets `cuts` (`clean_cuts`), slice
     after slice with the carry between them: the partition's partial, as ``partial`` gives it
     (`Split.partial_with`, given the partition's `context` when the split has a context step)."""
-    if split.slicing is None:
-        raise ValueError("this analyzer has no step over slices of time")
-    return _over_slices(split.slicing, part, cuts,
-                        lambda piece_of, carry, last: split.slice_step(piece_of, facts, carry, last, context))
+    return sliced_partials({"": split}, part, facts, cuts, {"": context})[""]
+
+
+def sliced_partials(splits: dict[str, Split], part: Capture, facts: CaptureFacts, cuts: list[int],
+                    contexts: dict[str, Any] | None = None) -> dict[str, Partial]:
+    """The partition steps of `splits` ({name: split}) over `part` cut at the packets `cuts`, in
+    one chain of slices, each slice made once and its derivations shared by every step (as
+    `amqpcap.slice_chain.slice_task` runs them on a worker): {name: its partial, as
+    `sliced_partial` gives it}, each given its context in `contexts` when it has a context step."""
+    contexts = contexts or {}
+    for split in splits.values():
+        if split.slicing is None:
+            raise ValueError("this analyzer has no step over slices of time")
+
+    def step(split: Split, context: Any) -> Callable[[Capture, Any, bool], tuple]:
+        return lambda piece_of, carry, last: split.slice_step(piece_of, facts, carry, last, context)
+
+    return _over_slices({name: (split.slicing, step(split, contexts.get(name))) for name, split in splits.items()},
+                        part, cuts)
 
 
 def sliced_context(split: Split, part: Capture, facts: CaptureFacts, cuts: list[int]) -> Any:
@@ -373,30 +388,37 @@ def sliced_context(split: Split, part: Capture, facts: CaptureFacts, cuts: list[
     runs its partition step: the partition's context, as ``context`` gives it."""
     if split.context_slicing is None:
         raise ValueError("this analyzer has no context step over slices of time")
-    return _over_slices(split.context_slicing, part, cuts,
-                        lambda piece_of, carry, last: split.context_slicing.step(piece_of, facts, carry, last))
+    return _over_slices({"": (split.context_slicing,
+                              lambda piece_of, carry, last: split.context_slicing.step(piece_of, facts, carry, last))},
+                        part, cuts)[""]
 
 
-def _over_slices(slicing: Slicing, part: Capture, cuts: list[int], step: Callable[[Capture, Any, bool], tuple]) -> Any:
-    """``slicing.join`` of the pieces of ``step(slice, carry, last)`` over `part` cut at `cuts`,
-    slice after slice with the carry between them (after the first pass when it replays)."""
+def _over_slices(steps: dict[str, tuple[Slicing, Callable[[Capture, Any, bool], tuple]]], part: Capture,
+                 cuts: list[int]) -> dict[str, Any]:
+    """For each of `steps` ({name: (its slicing, ``step(slice, carry, last)``)}), ``slicing.join``
+    of its pieces over `part` cut at `cuts`, slice after slice with each step's carry between
+    them (after the first pass when one replays: the slices are then given what the slice
+    before left open, which only `for_derivations` reads)."""
     from .derive.replay import ends_of, ends_step, next_replay, with_replay
 
     bounds = [0, *cuts, None]
     slices = list(zip(bounds, bounds[1:]))
+    replays = any(slicing.replays for slicing, _ in steps.values())
     ends = replay = None
-    if slicing.replays:
+    if replays:
         seen = None
         for first, end in slices:
             seen = ends_step(time_slice(part, first, end), seen)
         ends = ends_of(seen)
-    carry, pieces = None, []
+    carries: dict[str, Any] = dict.fromkeys(steps)
+    pieces: dict[str, list] = {name: [] for name in steps}
     for first, end in slices:
         piece_of = time_slice(part, first, end)
-        if slicing.replays:
+        if replays:
             with_replay(piece_of, replay, ends)
-        carry, piece = step(piece_of, carry, end is None)
-        pieces.append(piece)
-        if slicing.replays and end is not None:
+        for name, (_, step) in steps.items():
+            carries[name], piece = step(piece_of, carries[name], end is None)
+            pieces[name].append(piece)
+        if replays and end is not None:
             replay = next_replay(piece_of)
-    return slicing.join(pieces)
+    return {name: slicing.join(pieces[name]) for name, (slicing, _) in steps.items()}
