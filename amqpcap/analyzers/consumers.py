@@ -28,9 +28,9 @@ from ..derive.consumers import (CONSUMER, acked_deliveries, code_of, consumer_ro
 from ..derive.deliveries import GET_TAG, consumes, deliveries, tag_ranks
 from ..derive.labels import channels_filter, connection_labels
 from ..derive.methods import KEY, chan_key, methods, pick, select
-from ..derive.refills import (BACKLOG_CONTEXT_SLICING, ack_rows, backlog_answers, backlog_context, join_backlog_context,
-                              slow_refills_of)
-from ..derive.replay import for_derivations, replay_after, state_maxima, told, told_consumers, told_state
+from ..derive.refills import (BACKLOG_CONTEXT_SLICING, AnswerRows, backlog_answers, backlog_context,
+                              join_backlog_context, slow_refills_of, told_ack_gaps)
+from ..derive.replay import for_derivations, state_maxima, told, told_consumers, told_state
 from ..derive.seeds import seeds_of
 from ..display_filters import stream_filter
 from ..kept_rows import keep, rows_table
@@ -577,16 +577,9 @@ def consumers_partial(cap: Capture, facts: CaptureFacts, backlog: BacklogPieces 
     return consumers_join([consumers_slice(cap, facts, None, True, backlog)[1]])
 
 
-@dataclass
-class _Acks:
-    """What a slice of a partition's time leaves the next one (`Slicing`): where its acks are in
-    the partition's backlog answers (`BacklogAnswers`: row i of them, the partition's i-th client
-    ack/nack/reject frame). Bounded by the acks replayed (those waiting for a next delivery)."""
-
-    #: client ack/nack/reject frames of the slices before (their own frames)
-    before: int
-    #: the row in the answers of each ack replayed to the next slice, by its whole order
-    waiting: dict[int, int]
+#: the ack gaps' columns a piece keeps (those `_summary` and `slow_refills_of` read)
+GAPS = KEY + ["packet", "settled", "unacked_after", "queue", "next_deliver_packet", "gap_s", "backlog_min",
+              "backlog_min_gap"]
 
 
 @dataclass
@@ -622,15 +615,15 @@ class _Piece:
     span: tuple | None = None
 
 
-def consumers_slice(part: Capture, facts: CaptureFacts, acks: _Acks | None, last: bool,
-                    backlog: BacklogPieces | None) -> tuple[_Acks, _Piece]:
+def consumers_slice(part: Capture, facts: CaptureFacts, answer_rows: AnswerRows | None, last: bool,
+                    backlog: BacklogPieces | None) -> tuple[AnswerRows, _Piece]:
     """A slice of a partition's time (`amqpcap.partition.Slicing`; a whole partition is its own
     one slice): the rows it tells of the derivations (`amqpcap.derive.replay.told`), its own
     zero-window packets; the last slice also what only the end knows."""
     view = for_derivations(part)
     seeds = seeds_of(view)
-    acks = acks or _Acks(0, {})
     answers = _answers(view, backlog)
+    gaps, answer_rows = told_ack_gaps(view, answers, answer_rows, last)
     d = deliveries(view)
     told_d = told(view, d["order"].to_numpy(np.int64), last)
     a = acked_deliveries(view)
@@ -649,7 +642,7 @@ def consumers_slice(part: Capture, facts: CaptureFacts, acks: _Acks | None, last
                                        "settle_multiple": a.table["settle_multiple"].to_numpy(bool, na_value=False)[told_a]}),
                    acked_keys=a.keys,
                    deliveries=d.loc[told_d, ["stream", "channel", "consumer_tag", "ts", "latency_s", "no_ack"]],
-                   gaps=_told_gaps(view, answers, acks, last),
+                   gaps=gaps[GAPS].reset_index(drop=True),
                    consumes=_whole_start(view, _consume_rows(view, cons[told_c])),
                    zero=_zero_windows(part))
     if last:
@@ -658,7 +651,7 @@ def consumers_slice(part: Capture, facts: CaptureFacts, acks: _Acks | None, last
         stream = part.connections["stream"].to_numpy(np.int64)
         piece.labels = pd.Series(connection_labels(part, stream), index=stream, dtype=object)
         piece.span = (part.summary["first_ts"], part.summary["last_ts"])
-    return acks, piece
+    return answer_rows, piece
 
 
 def _answers(view: Capture, backlog: BacklogPieces | None) -> BacklogAnswers:
@@ -686,41 +679,6 @@ def _whole_start(view: Capture, rows: pd.DataFrame) -> pd.DataFrame:
     if seeds is None or not len(rows):
         return rows
     return rows.assign(start_order=seeds.whole_orders(rows["start_order"].to_numpy(np.int64)))
-
-
-def _told_gaps(view: Capture, answers: BacklogAnswers, acks: _Acks, last: bool) -> pd.DataFrame:
-    """The ack gaps (`ack_gaps`' columns that `_summary` and `slow_refills_of` read) of the acks
-    the slice tells, their backlog read from the partition's `answers`; `acks` numbered on."""
-    rows = ack_rows(view).table
-    order = rows["order"].to_numpy(np.int64)
-    at = _answer_rows(view, order, acks, last)
-    keep = told(view, order, last)
-    rows, at = rows[keep], at[keep]
-    if (at < 0).any():
-        raise ValueError("an ack told without its row in the backlog answers")
-    cols = KEY + ["packet", "settled", "unacked_after", "queue", "next_deliver_packet", "gap_s"]
-    return rows[cols].assign(backlog_min=answers.backlog_min.take(at),
-                             backlog_min_gap=answers.backlog_min_gap.take(at)).reset_index(drop=True)
-
-
-def _answer_rows(view: Capture, order: np.ndarray, acks: _Acks, last: bool) -> np.ndarray:
-    """The row in the partition's backlog answers of each ack of `view` (frames at `order`, in
-    frame order): the slice's own numbered on from the slices before, a replayed one's as the
-    slice before left it (-1: a replayed frame the slice does not tell). Leaves in `acks` what
-    the next slice needs."""
-    seeds = seeds_of(view)
-    replayed = seeds.replayed if seeds is not None else 0
-    own = order >= replayed
-    at = np.full(len(order), -1, np.int64)
-    at[own] = acks.before + np.arange(int(own.sum()))
-    acks.before += int(own.sum())
-    if replayed:
-        at[~own] = [acks.waiting.get(w, -1) for w in seeds.whole_orders(order[~own]).tolist()]
-    if seeds is not None and not last:
-        later = replay_after(view)
-        waiting = np.isin(seeds.whole_orders(order), later.orders[later.pending]) & (at >= 0)
-        acks.waiting = dict(zip(seeds.whole_orders(order[waiting]).tolist(), at[waiting].tolist()))
-    return at
 
 
 def _zero_windows(part: Capture) -> pd.DataFrame:

@@ -21,8 +21,8 @@ from ..derive.columns import codes, stable_argsort, text_ranks, value_at
 from ..derive.deliveries import DELIVER_METHODS, SETTLE_METHODS, Deliveries, confirms, deliveries_with_codes
 from ..derive.labels import channels_filter, connection_labels
 from ..derive.methods import chan_key, methods, pick, select
-from ..derive.refills import (BACKLOG_CONTEXT_SLICING, ack_rows, backlog_answers, backlog_context, join_backlog_context,
-                              slow_refills_of, waiting)
+from ..derive.refills import (BACKLOG_CONTEXT_SLICING, AnswerRows, backlog_answers, backlog_context,
+                              join_backlog_context, slow_refills_of, told_ack_gaps, waiting)
 from ..derive.replay import for_derivations, told
 from ..derive.seeds import seeds_of
 from ..kept_rows import columns as kept_columns
@@ -75,9 +75,6 @@ def _values(table, column: str, unless: str | None = None) -> Chunks:
 
 
 _NONE = np.zeros(0, np.int64)
-#: the ack gaps' columns (`amqpcap.derive.refills.ack_gaps`)
-GAPS = ["stream", "channel", "epoch", "packet", "ts", "order", "method", "multiple", "settled", "unacked_after", "queue",
-        "backlog_min", "backlog_min_gap", "next_deliver_packet", "next_deliver_ts", "gap_s"]
 #: the interleaving table's columns
 INTERLEAVING = ["stream", "channel", "delivers", "acks", "runs", "mean_deliver_run", "max_deliver_run", "mean_ack_run",
                 "max_ack_run", "alternation_ratio", "packets_multi_deliver", "max_delivers_per_packet",
@@ -281,13 +278,8 @@ class _Carry:
     derivations replay (`amqpcap.derive.replay`): bounded by the channels and by the acks
     waiting for their next delivery (at most the deliveries outstanding in their tag space)."""
 
-    #: client settling frames (basic.ack/nack/reject) so far: the backlog is answered per ack of
-    #: the partition, in frame order (`BacklogAnswers`), and the slice's first own ack is this one
-    acks: int
-    #: the acks a later slice tells (waiting for their next delivery; replayed to it): whole
-    #: order (sorted) and row among the partition's acks
-    waiting_orders: np.ndarray
-    waiting_rows: np.ndarray
+    #: where the next slice's acks are in the partition's backlog answers
+    answer_rows: AnswerRows
     #: each channel's latest tag space with deliveries or settling frames (SPACE rows): the runs
     #: its next frames go on
     spaces: pd.DataFrame
@@ -337,17 +329,17 @@ def latency_slice(part: Capture, facts: CaptureFacts, carry: _Carry | None, last
     """A slice of a partition's time (`amqpcap.partition.Slicing`; a whole partition is its own
     one slice): the rows it tells, with what the slices before left in `carry`, and the carry for
     the next slice."""
-    carry = carry or _Carry(0, _NONE, _NONE, _no_spaces())
+    carry = carry or _Carry(AnswerRows(), _no_spaces())
     part.context["backlog"] = backlog
     view = for_derivations(part)
     dc = deliveries_with_codes(view)
     tag, tags = _tag_ranks(dc)
     d = _told(view, dc.table.assign(_tag=tag), last)
     conf = _told(view, confirms(view), last)
-    gaps, acks, waiting = _told_gaps(view, part, carry, last)
+    gaps, answer_rows = told_ack_gaps(view, backlog_answers(part), carry.answer_rows, last)
     spaces = _spaces(view, carry.spaces)
     final = np.ones(len(spaces), bool) if last else ~_current(spaces)
-    carry = _Carry(acks, *waiting, spaces[~final].reset_index(drop=True))
+    carry = _Carry(answer_rows, spaces[~final].reset_index(drop=True))
     piece = _Piece(deliveries=d, gaps=gaps, confirms=conf, tags=tags,
                    spaces=spaces[final].reset_index(drop=True), raster=_raster_events(view))
     if last:
@@ -389,28 +381,6 @@ def _tag_ranks(dc: Deliveries) -> tuple[np.ndarray, np.ndarray]:
     text = np.zeros(int(number.max()) + 1, object)
     text[number] = np.asarray(dc.tag_labels, dtype=object)[dc.tag_code[first]]
     return rank, text
-
-
-def _told_gaps(view: Capture, part: Capture, carry: _Carry,
-               last: bool) -> tuple[pd.DataFrame, int, tuple[np.ndarray, np.ndarray]]:
-    """The acks the slice tells (`ack_gaps`' rows, with ``_order``), each with the backlog read
-    at it (the partition's answers, given to every slice, by the ack's row among the
-    partition's); the acks so far, and those a later slice tells (whole orders, rows)."""
-    rows = ack_rows(view).table
-    order = rows["order"].to_numpy(np.int64)
-    whole = _whole_orders(view, order)
-    own = order >= _replayed(view)
-    at = np.full(len(rows), -1, np.int64)
-    at[own] = carry.acks + np.arange(int(own.sum()), dtype=np.int64)
-    at[~own] = value_at(carry.waiting_orders, carry.waiting_rows, whole[~own], -1)
-    keep = told(view, order, last)
-    later = ~keep & (at >= 0)
-    answers = backlog_answers(part)
-    s = rows.assign(backlog_min=answers.backlog_min.take(at), backlog_min_gap=answers.backlog_min_gap.take(at),
-                    _order=whole)
-    if not keep.all():
-        s = s[keep]
-    return s[GAPS + ["_order"]].reset_index(drop=True), carry.acks + int(own.sum()), (whole[later], at[later])
 
 
 def _raster_events(view: Capture) -> pd.DataFrame:

@@ -8,7 +8,7 @@ relates publishing and consuming connections: scope CAPTURE.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -18,7 +18,7 @@ from ..partition import Slicing
 from .backlog import BacklogAnswers, BacklogQuestions, QueueEvents, frame_keys, queue_events, text_codes
 from .backlog_join import BACKLOG_JOIN, BacklogShares, answers_of, shares_of
 from .cache import CAPTURE, CONNECTION, derivation
-from .columns import asof, group_cumsum
+from .columns import asof, group_cumsum, value_at
 from .consumers import consumer_rows
 from .deliveries import GET_TAG, SETTLE_METHODS, deliveries, deliveries_with_codes
 from .methods import chan_key, methods, pick, select
@@ -121,6 +121,48 @@ def backlog_context(cap: Capture, facts) -> BacklogShares:
     one cell without `facts`). One function for both, so that it is joined once for them. The
     partition is the one slice of its time (`backlog_context_slice`)."""
     return backlog_context_join([backlog_context_slice(cap, facts, None, True)[1]])
+
+
+@dataclass(frozen=True)
+class AnswerRows:
+    """Where a slice's acks are in the partition's backlog answers (`BacklogAnswers`: row i is
+    the partition's i-th client ack/nack/reject frame), carried from a slice of its time to the
+    next (`told_ack_gaps`). Bounded by the acks replayed (those waiting for a next delivery)."""
+
+    #: the acks (own frames) of the slices before
+    before: int = 0
+    #: the row of each ack replayed to the next slice, by its whole order (sorted)
+    waiting_orders: np.ndarray = field(default_factory=lambda: _NONE)
+    waiting_rows: np.ndarray = field(default_factory=lambda: _NONE)
+
+
+def told_ack_gaps(view: Capture, answers: BacklogAnswers, before: AnswerRows | None,
+                  last: bool) -> tuple[pd.DataFrame, AnswerRows]:
+    """The acks that the slice `view` (as `for_derivations` gives it; a whole partition tells
+    every ack) tells, as `ack_gaps` rows with ``_order`` (their whole order), the backlog read at
+    each from the partition's `answers`; and where the next slice's acks are in them."""
+    from .replay import replay_after, told  # (replay reads ack_rows: imported here)
+
+    rows = ack_rows(view).table
+    order = rows["order"].to_numpy(np.int64)
+    seeds = seeds_of(view)
+    whole = seeds.whole_orders(order) if seeds is not None else order
+    before = before or AnswerRows()
+    own = order >= (seeds.replayed if seeds is not None else 0)
+    at = np.full(len(order), -1, np.int64)
+    at[own] = before.before + np.arange(int(own.sum()), dtype=np.int64)
+    at[~own] = value_at(before.waiting_orders, before.waiting_rows, whole[~own], -1)
+    keep = told(view, order, last)
+    if (at[keep] < 0).any():
+        raise ValueError("an ack told without its row in the backlog answers")
+    after = AnswerRows(before.before + int(own.sum()))
+    if seeds is not None and not last:
+        later = replay_after(view)
+        waiting = np.isin(whole, later.orders[later.pending]) & (at >= 0)
+        after = AnswerRows(after.before, whole[waiting], at[waiting])
+    at, s = at[keep], rows[keep].reset_index(drop=True)
+    return s.assign(backlog_min=answers.backlog_min.take(at), backlog_min_gap=answers.backlog_min_gap.take(at),
+                    _order=whole[keep])[GAP_COLUMNS + ["_order"]], after
 
 
 @dataclass(frozen=True)
@@ -236,6 +278,11 @@ def backlog_answers(cap: Capture) -> BacklogAnswers:
     return answers_of(got)
 
 
+#: `ack_gaps`' columns
+GAP_COLUMNS = ["stream", "channel", "epoch", "packet", "ts", "order", "method", "multiple", "settled", "unacked_after",
+               "queue", "backlog_min", "backlog_min_gap", "next_deliver_packet", "next_deliver_ts", "gap_s"]
+
+
 @derivation(CAPTURE)
 def ack_gaps(cap: Capture) -> pd.DataFrame:
     """One row per client ack/nack/reject: the next delivery on its channel and the gap.
@@ -249,9 +296,7 @@ def ack_gaps(cap: Capture) -> pd.DataFrame:
     if len(a.backlog_min) != len(rows.table):
         raise ValueError(f"the backlog was read at {len(a.backlog_min):,} acks, the partition has {len(rows.table):,}")
     s = rows.table.assign(backlog_min=a.backlog_min, backlog_min_gap=a.backlog_min_gap)
-    return s[["stream", "channel", "epoch", "packet", "ts", "order", "method", "multiple", "settled", "unacked_after",
-              "queue", "backlog_min", "backlog_min_gap", "next_deliver_packet", "next_deliver_ts",
-              "gap_s"]].reset_index(drop=True)
+    return s[GAP_COLUMNS].reset_index(drop=True)
 
 
 def _unacked_after(d: pd.DataFrame, d_space: np.ndarray, space: np.ndarray, order: np.ndarray) -> np.ndarray:
