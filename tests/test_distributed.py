@@ -166,15 +166,17 @@ def test_a_worker_killed_mid_analysis_is_replaced_and_the_result_is_exact(cluste
 def test_a_bucket_run_as_a_chain_of_slices_gives_its_partials_also_with_a_worker_killed(cluster, tmp_path):
     """A bucket too large for one worker runs as a chain of tasks over slices of its time
     (`amqpcap.slice_chain`): on the two workers, every step that can run over slices gives the
-    partial (or, for a context step, the context) of the bucket analysed in one task; and a
-    worker killed once it holds the carries of the third slice is replaced, Dask computes the
-    chain again, and the partials are still exact."""
+    partial (or, for a context step, the context) of the bucket analysed in one task, and so do
+    the second round's steps given their contexts joined (consumers, latency); and a worker
+    killed once it holds the carries of the third slice is replaced, Dask computes the chain
+    again, and the partials are still exact."""
     from dataclasses import fields
 
     from distributed import Client
 
     from amqpcap import dataset
     from amqpcap.engine import TALLY, _steps, bucket_step
+    from amqpcap.partition import context_for, joined_once
     from amqpcap.slice_chain import submit_in_slices
     from test_partition import assert_same_partial
     from test_replay import assert_same_tally
@@ -200,12 +202,25 @@ def test_a_bucket_run_as_a_chain_of_slices_gives_its_partials_also_with_a_worker
             else:
                 assert_same_partial(got[n], want[n], f"{n} of {where}")
 
+    firsts: dict = {}
     with Client(cluster, timeout=60) as c:
         for k in range(2):
             cuts = dataset.bucket_cuts(root, k, 400)
             assert len(cuts) >= 4, cuts
             whole = c.submit(bucket_step, str(root), k, facts, names, pure=False).result()
             same(submit_in_slices(c, str(root), k, cuts, facts, names, f"whole-{k}").result(), whole, f"bucket {k}")
+            firsts[k] = whole
+        # the second round: the steps given their contexts joined over both buckets (in this
+        # process, as `joined_once` joins them), each slice of the chain given its bucket's
+        second = sorted(n for n in names if _steps()[n].context is not None)
+        joined = joined_once(_steps(), {n: [firsts[k][n] for k in range(2)] for n in second})
+        for k in range(2):
+            contexts = {n: context_for(joined[n], k) for n in second}
+            want = c.submit(bucket_step, str(root), k, facts, second, contexts, pure=False).result()
+            got = submit_in_slices(c, str(root), k, dataset.bucket_cuts(root, k, 400), facts, second, f"second-{k}",
+                                   contexts=contexts).result()
+            for n in second:
+                assert_same_partial(got[n], want[n], f"{n} of bucket {k}, second round")
         pids = c.run(os.getpid)
         chain = submit_in_slices(c, str(root), 1, cuts, facts, names, "killed")
         third = "amqpcap-slice-carries-1-2-killed"
