@@ -26,6 +26,7 @@ import amqpcap
 from amqpcap.analysis import SEVERITY_RANK
 from amqpcap.analyzers import consumers as C
 from amqpcap.analyzers import latency as L
+from amqpcap.derive.refills import ack_gaps
 
 sys.path.insert(0, str(Path(__file__).parent))
 import crafting as c  # noqa: E402
@@ -320,7 +321,7 @@ def test_slow_refill_counts_only_acks_that_left_the_consumer_without_work(tmp_pa
     # slow-worker-2's 61 ms refills, but the consumer keeps one other message unacked all along:
     # after each ack it still had a message in hand, so no wait for the broker is proven
     cap = amqpcap.load(_write(tmp_path, "kept.pcap", [_conversation(40001, "busy-worker", _refill_body(60, 60, kept=True))]))
-    g = L.ack_gaps(cap)
+    g = ack_gaps(cap)
     assert (g["unacked_after"] == 1).all() and g["gap_s"].median() > 0.05
     assert not [f for f in L.latency(cap).findings if f.id == "broker-slow-refill"]
 
@@ -337,7 +338,7 @@ def test_basic_get_waits_are_not_the_brokers(tmp_path):
         body += [("c2s", get), ("s2c", [get_ok, *c.content(1, b"m")]), ("c2s", c.basic_ack(1, tag))]
         body += [("s2c", c.heartbeat())] * 10
     cap = amqpcap.load(_write(tmp_path, "get.pcap", [_conversation(40001, "poller", body)]))
-    g = L.ack_gaps(cap)
+    g = ack_gaps(cap)
     assert g["gap_s"].median() >= 0.01 and (g["backlog_min"].dropna() > 0).sum() >= 20
     assert not [f for f in L.latency(cap).findings if f.id == "broker-slow-refill"]
 
