@@ -95,6 +95,10 @@ CAPTURE_GAPS_CRITICAL_SHARE = 0.10
 PLOT_MAX_DIRECTIONS = 12
 PLOT_MAX_TIMELINE_ROWS = 40
 PLOT_BINS = 2000
+#: the window plot's finer bins over a connection's life, each slice of time adding its points
+#: to them (`_plot_bins`), from which a series of more than PLOT_BINS points is binned over its
+#: own time range: a direction busy for a moment of a long connection keeps its detail
+PLOT_FINE_BINS = 16 * PLOT_BINS
 
 DIRS = np.array(["c2s", "s2c"])
 FIN_SYN_RST = 0x07
@@ -986,6 +990,8 @@ class _Carry:
     #: per slot: the zero windows its peer advertised and the window-full segments it sent, so
     #: far (the findings cite the first ones)
     cited: dict
+    #: the window plot's points so far (`_plot_bins`): at most PLOT_FINE_BINS per direction
+    plot: "_PlotPoints | None" = None
 
     @classmethod
     def nothing(cls, part: Capture) -> "_Carry":
@@ -1079,9 +1085,11 @@ def stalls_slice(part: Capture, facts: CaptureFacts, carry: _Carry | None, last:
     piece = {"rtt": rtt, "gaps": gaps, "cand": cand, "blocked": blocked,
              "deliveries_while_blocked": _deliveries_in(blocks, part, t0),
              "capture_gaps": anomalies[["stream", "bytes", "packet"]].reset_index(drop=True),
-             "cited": _cited(pk, c, seen), "rows": _plot_rows(pk)}
+             "cited": _cited(pk, c, seen)}
+    c.plot = _plot_bins(pk, part.connections, facts.packets_t0_ns, c.plot)
     if last:
         piece["carry"], piece["connections"], piece["has_blocks"] = c, part.connections, bool(len(blocks))
+        piece["t0_ns"] = facts.packets_t0_ns
     return c, piece
 
 
@@ -1191,11 +1199,6 @@ def _cited(pk: dict, c: _Carry, seen: _Seen) -> pd.DataFrame:
     return pd.concat(out, ignore_index=True)
 
 
-def _plot_rows(pk: dict) -> dict:
-    """The columns of `pk` the window plot reads (`_stream_rows`)."""
-    return {k: pk[k] for k in ("stream", "t", "d", "data", "hi", "state0", "state1")}
-
-
 def stalls_pieces_joined(pieces: list[dict]) -> dict[str, Any]:
     """The partition's partial from its slices' pieces (`stalls_slice`): the thresholds from
     every gap and RTT sample, the stalls among the candidate silences, the tables."""
@@ -1228,7 +1231,7 @@ def stalls_pieces_joined(pieces: list[dict]) -> dict[str, Any]:
             "deliveries_while_blocked": sum(q["deliveries_while_blocked"] for q in pieces),
             # (by packet: the anomalies' own order is the order the reassembly found them in)
             "gaps": joined("capture_gaps").sort_values("packet", kind="stable", ignore_index=True),
-            "window_series": _window_series([q["rows"] for q in pieces],
+            "window_series": _window_series(c.plot, _life_s(pieces[-1]["connections"], pieces[-1]["t0_ns"]),
                                             _window_directions(tcp, stalls_tbl).head(PLOT_MAX_DIRECTIONS))}
 
 
@@ -1669,24 +1672,80 @@ def _capture_gaps(gaps: pd.DataFrame, cap: Capture, stalls_tbl: pd.DataFrame) ->
 # --- plots ------------------------------------------------------------------------------------
 
 
-def _binned(t: np.ndarray, y: np.ndarray, how: str) -> tuple[np.ndarray, np.ndarray]:
-    """At most PLOT_BINS points: the max (or min) of y per time bin, so peaks stay visible."""
-    if len(t) <= PLOT_BINS:
-        return t, y
-    edges = np.linspace(t.min(), t.max(), PLOT_BINS + 1)
-    b = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, PLOT_BINS - 1)
-    s = pd.Series(y).groupby(b)
-    v = s.max() if how == "max" else s.min()
-    return edges[v.index.to_numpy()], v.to_numpy()
+@dataclass
+class _PlotPoints:
+    """The window plot's points so far (`_plot_bins`), two series per connection direction:
+    the window its peer advertised (series 0) and its bytes in flight (series 1, stored negated
+    so that one minimum keeps the window's dips and the in-flight peaks). Each series is keyed
+    (stream·2 + sender direction)·2 + series. Per series: its points while it has at most
+    PLOT_BINS (`raw`: key, t, y, in time order), its points' count and time range (`extent`:
+    count, t_min, t_max), and its points' minimum per PLOT_FINE_BINS bin of its connection's
+    life (`fine`, index key·PLOT_FINE_BINS + bin): bounded by the directions, not the packets."""
+
+    raw: pd.DataFrame
+    extent: pd.DataFrame
+    fine: pd.Series
 
 
-def _stream_rows(pk: dict, stream: int) -> pd.DataFrame:
-    """The packet rows of one stream (rows are sorted by stream) with the columns the plot reads."""
-    lo, hi = np.searchsorted(pk["stream"], [stream, stream + 1])
-    out = pd.DataFrame({c: pk[c][lo:hi] for c in ("t", "d", "data")})
+def _plot_bins(pk: dict, connections: pd.DataFrame, t0_ns: int, before: _PlotPoints | None) -> _PlotPoints:
+    """The window plot's points of the slices before (`before`) with this slice's packets
+    added (`_PlotPoints`; min, max, count: exact in any order, so each slice adds its share)."""
+    life = _life_s(connections, t0_ns)
+    parts = []
     for D in (0, 1):
-        out[f"inflight{D}"], out[f"peer_win{D}"] = _window_state(pk, D, slice(lo, hi))
-    return out
+        inflight, peer_win = _window_state(pk, D, slice(None))
+        base = (pk["stream"].astype(np.int64) * 2 + D) * 2
+        w, m = ~np.isnan(peer_win), (pk["d"] == D) & pk["data"] & ~np.isnan(inflight)
+        parts += [pd.DataFrame({"key": base[w], "t": pk["t"][w], "y": peer_win[w]}),
+                  pd.DataFrame({"key": base[m] + 1, "t": pk["t"][m], "y": -inflight[m]})]
+    now = pd.concat(parts, ignore_index=True)
+    now = now.iloc[np.argsort(now["key"].to_numpy(), kind="stable")]  # (time order within each series)
+    stream = now["key"].to_numpy() // 4
+    lo, hi = (life[k].reindex(stream).to_numpy() for k in ("lo", "hi"))
+    span = np.where(hi > lo, hi - lo, 1.0)
+    b = np.clip(np.floor((now["t"].to_numpy() - lo) / span * PLOT_FINE_BINS), 0, PLOT_FINE_BINS - 1)
+    fine = now["y"].groupby(now["key"].to_numpy() * PLOT_FINE_BINS + b.astype(np.int64)).min()
+    g = now.groupby("key")
+    extent = pd.DataFrame({"count": g.size(), "t_min": g["t"].min(), "t_max": g["t"].max()})
+    raw = now
+    if before is not None:
+        fine = pd.concat([before.fine, fine]).groupby(level=0).min()
+        both = pd.concat([before.extent, extent])
+        g = both.groupby(level=0)
+        extent = pd.DataFrame({"count": g["count"].sum(), "t_min": g["t_min"].min(), "t_max": g["t_max"].max()})
+        raw = pd.concat([before.raw, now], ignore_index=True)
+        raw = raw.iloc[np.argsort(raw["key"].to_numpy(), kind="stable")]
+    few = extent.index[extent["count"].to_numpy() <= PLOT_BINS]
+    return _PlotPoints(raw[raw["key"].isin(few)].reset_index(drop=True), extent, fine)
+
+
+def _life_s(connections: pd.DataFrame, t0_ns: int) -> pd.DataFrame:
+    """Each connection's first and last packet (index: stream; columns lo, hi), seconds from
+    `t0_ns`: the time range of the window plot's finer bins (`_plot_bins`)."""
+    return pd.DataFrame({"lo": seconds(ns(connections["first_ts"]) - t0_ns),
+                         "hi": seconds(ns(connections["last_ts"]) - t0_ns)},
+                        index=connections["stream"].to_numpy(np.int64))
+
+
+def _series_points(plot: _PlotPoints, life: pd.DataFrame, key: int) -> tuple[np.ndarray, np.ndarray]:
+    """One series of the window plot (`_PlotPoints`' key): its points when at most PLOT_BINS,
+    else at most PLOT_BINS points, the extreme of each bin of its own time range (the finer
+    bins' minima gathered by their start), at the bin's start."""
+    sign = -1.0 if key % 2 else 1.0
+    if key not in plot.extent.index:
+        return np.zeros(0), np.zeros(0)
+    n, t_min, t_max = plot.extent.loc[key, ["count", "t_min", "t_max"]]
+    if n <= PLOT_BINS:
+        r = plot.raw[plot.raw["key"].to_numpy() == key]
+        return r["t"].to_numpy(), sign * r["y"].to_numpy()
+    idx = plot.fine.index.to_numpy(np.int64)
+    at = slice(*np.searchsorted(idx, [key * PLOT_FINE_BINS, (key + 1) * PLOT_FINE_BINS]))
+    lo, hi = life.at[key // 4, "lo"], life.at[key // 4, "hi"]
+    t = lo + (idx[at] % PLOT_FINE_BINS) * ((hi - lo) / PLOT_FINE_BINS)
+    edges = np.linspace(t_min, t_max, PLOT_BINS + 1)
+    b = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, PLOT_BINS - 1)
+    v = pd.Series(plot.fine.to_numpy()[at]).groupby(b).min()
+    return edges[v.index.to_numpy()], sign * v.to_numpy()
 
 
 def _window_directions(tcp: pd.DataFrame, stalls_tbl: pd.DataFrame) -> pd.DataFrame:
@@ -1709,19 +1768,15 @@ def _window_directions(tcp: pd.DataFrame, stalls_tbl: pd.DataFrame) -> pd.DataFr
                                ascending=[False, False, False, True, True], kind="stable")
 
 
-def _window_series(rows: list[dict], cand: pd.DataFrame) -> dict[tuple[int, str], tuple[np.ndarray, ...]]:
+def _window_series(plot: _PlotPoints, life: pd.DataFrame,
+                   cand: pd.DataFrame) -> dict[tuple[int, str], tuple[np.ndarray, ...]]:
     """What the window plot draws of each direction of `cand` (rows of _window_directions):
-    {(stream, direction): (t, receiver's window, t, bytes in flight)}, binned (_binned), from the
-    packets' rows of each slice of time (`_plot_rows`)."""
+    {(stream, direction): (t, receiver's window, t, bytes in flight)}, from the points gathered
+    slice by slice (`_plot_bins`; `life`: `_life_s`), each series binned (`_series_points`)."""
     out = {}
     for stream, direction in zip(cand["stream"].astype(int), cand["direction"].astype(str)):
-        D = 0 if direction == "c2s" else 1
-        s = pd.concat([_stream_rows(pk, stream) for pk in rows], ignore_index=True) if len(rows) > 1 \
-            else _stream_rows(rows[0], stream)
-        w = s[f"peer_win{D}"].notna()
-        m = (s["d"] == D) & s["data"]
-        out[(stream, direction)] = (*_binned(s["t"].to_numpy()[w], s[f"peer_win{D}"].to_numpy()[w], "min"),
-                                    *_binned(s["t"].to_numpy()[m], s[f"inflight{D}"].to_numpy()[m], "max"))
+        key = (stream * 2 + (0 if direction == "c2s" else 1)) * 2
+        out[(stream, direction)] = (*_series_points(plot, life, key), *_series_points(plot, life, key + 1))
     return out
 
 
