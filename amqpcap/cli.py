@@ -171,6 +171,10 @@ IngestSchedulerOpt = typer.Option(
          "dataset directory at the same path), or `local` for a cluster of this machine's cores")
 WorkersOpt = typer.Option(None, "--workers", min=1, max=256,
                           help="with --scheduler local: worker processes (default: one per core)")
+SlicePacketsOpt = typer.Option(
+    None, "--slice-packets", min=1, metavar="N",
+    help="on Dask: a bucket of more than N packets is analysed in slices of its time of about N packets, one after "
+         "the other (default: as many as half a worker's memory limit holds, about 1.6 KB a packet)")
 
 
 def _load(capture: List[str], port: Optional[List[int]], limit: Optional[List[str]] = None, bodies: bool = False,
@@ -591,7 +595,7 @@ def analyze(capture: List[str] = CapturesArg, port: Optional[List[int]] = PortOp
             fmt: str = FormatOpt, plots: bool = PlotsOpt, limit: Optional[List[str]] = LimitOpt,
             bodies: bool = BodiesOpt, tls_keylog: Optional[Path] = KeylogOpt, strict: bool = StrictOpt,
             scheduler: Optional[str] = SchedulerOpt, workers: Optional[int] = WorkersOpt,
-            in_memory: bool = InMemoryOpt) -> None:
+            in_memory: bool = InMemoryOpt, slice_packets: Optional[int] = SlicePacketsOpt) -> None:
     """Run every analyzer: findings first (who is to blame, with evidence), then the numbers.
 
     A capture larger than the in-memory size (--in-memory to decode it in this process anyway)
@@ -608,14 +612,15 @@ def analyze(capture: List[str] = CapturesArg, port: Optional[List[int]] = PortOp
         dataset_path = _large_dataset(capture)
         scheduler = "local" if dataset_path is not None else None
     if dataset_path is not None:
-        _analyze_dataset(dataset_path, scheduler, workers, out_dir, fmt, plots)
+        _analyze_dataset(dataset_path, scheduler, workers, out_dir, fmt, plots, slice_packets=slice_packets)
     elif scheduler is not None or (not in_memory and _is_large(capture)):
         why = ("" if scheduler is not None else
                f"the capture is larger than {IN_MEMORY_MAX_BYTES >> 20} MB (--in-memory: decode it here): ")
         ingest_args = dict(ports=ports_of(port, add_port), limits=parse_limits(limit), bodies=bodies,
                            tls_keylog=tls_keylog, strict=strict)
         with _temporary_directory(why) as tmp:
-            _analyze_dataset(tmp / "dataset", "local", workers, out_dir, fmt, plots, ingest=(capture, ingest_args))
+            _analyze_dataset(tmp / "dataset", "local", workers, out_dir, fmt, plots, ingest=(capture, ingest_args),
+                             slice_packets=slice_packets)
     else:
         from .analysis import run_all
 
@@ -627,7 +632,7 @@ def analyze(capture: List[str] = CapturesArg, port: Optional[List[int]] = PortOp
 
 
 def _analyze_dataset(path: Path | str, scheduler: str, workers: Optional[int], out_dir: Optional[Path], fmt: str,
-                     plots: bool, ingest: Optional[tuple] = None) -> None:
+                     plots: bool, ingest: Optional[tuple] = None, slice_packets: Optional[int] = None) -> None:
     """`analyze` of a dataset on Dask: its outline here (`amqpcap.dataset.read_outline`), its
     buckets on the cluster, the capture's own tables written from the dataset bucket by bucket.
     With `ingest` (capture, ingest arguments), the capture is first ingested into `path` on the
@@ -649,7 +654,7 @@ def _analyze_dataset(path: Path | str, scheduler: str, workers: Optional[int], o
         require_amqp(cap)
         rows_at = stack.enter_context(store(path))
         with _analyzing_progress() as progress:
-            results = analyze_on_dask(path, cap, client, progress=progress, store=rows_at)
+            results = analyze_on_dask(path, cap, client, progress=progress, store=rows_at, slice_packets=slice_packets)
         kept = stack.pop_all()  # (removed after the writing, below)
     with kept:
         base = {"connections": cap.connections, **stored_tables(str(path), ("frames", "packets")),

@@ -56,9 +56,15 @@ CONNECT_TIMEOUT_S = 10
 #: about what a worker holds per packet of the bucket it analyses, at its peak: a connection is
 #: analysed whole by one worker (measured: 3.06 GiB for a bucket of one PerfTest consumer's
 #: connection of 2.13M packets, `fixtures/record/record.sh long-connection`; 0.8 GiB for a
-#: bucket of 1,890 connections and 0.66M packets of the 10M-packet dataset). Only for telling a
-#: user why the workers died (`_largest_bucket`), never to refuse a run.
+#: bucket of 1,890 connections and 0.66M packets of the 10M-packet dataset). For sizing the
+#: slices of a bucket too large for a worker (`slice_packets_of`) and telling a user why the
+#: workers died (`_largest_bucket`), never to refuse a run.
 WORKER_BYTES_PER_PACKET = 1_600
+#: a bucket is analysed in one task while its packets need at most this share of a worker's
+#: memory limit (at `WORKER_BYTES_PER_PACKET`); a larger one in slices of its time that do
+#: (`amqpcap.slice_chain`): the rest of the worker holds the carries, the dataset reader's
+#: buffers and what the allocator keeps
+SLICE_MEMORY_SHARE = 0.5
 #: seconds to wait for a worker to tell its memory limit, after the workers died running a task
 WORKER_RESTART_WAIT_S = 10
 
@@ -258,13 +264,15 @@ class Steps:
 
 
 def submit_steps(path: str | os.PathLike[str], c: Any, store: str | None = None,
-                 slice_packets: int = SLICE_PACKETS) -> Steps:
+                 slice_packets: int | None = None) -> Steps:
     """Submit the split analyzers' steps over the dataset at `path` to the cluster of client `c`:
     a task per bucket (each analyzer's partial, or its context when it has a context step; a chain
-    of tasks over the slices of a bucket of more than `slice_packets` packets, `_submit_bucket`),
-    one over the records; per-message tables kept in `store` (`amqpcap.kept_rows.store`) when given.
-    `merged` submits the second round."""
+    of tasks over the slices of a bucket of more than `slice_packets` packets, `_submit_bucket`;
+    None: as many as the workers' memory holds, `slice_packets_of`), one over the records;
+    per-message tables kept in `store` (`amqpcap.kept_rows.store`) when given. `merged` submits
+    the second round."""
     root = os.fspath(path) if dataset.is_url(path) else str(Path(path).resolve())
+    slice_packets = slice_packets or slice_packets_of(c)
     m = dataset.manifest(root)
     facts = dataset.facts(root)
     names, token = list(_steps()), _token(root, store)
@@ -282,6 +290,21 @@ def _sliced_buckets(root: str, buckets: int, slice_packets: int) -> np.ndarray:
     if not can_slice(_steps()):
         return np.zeros(buckets, bool)
     return dataset.bucket_packets(dataset.read_outline(root).connections, buckets) > slice_packets
+
+
+def slice_packets_of(c: Any) -> int:
+    """The most packets a worker of the cluster of client `c` analyses in one task: those that
+    need `SLICE_MEMORY_SHARE` of the smallest memory limit of its workers; `SLICE_PACKETS` when
+    no worker tells one."""
+    limits = [limit for limit in _memory_limits(c) if limit]
+    if not limits:
+        return SLICE_PACKETS
+    return max(int(min(limits) * SLICE_MEMORY_SHARE / WORKER_BYTES_PER_PACKET), 1)
+
+
+def _memory_limits(c: Any) -> list[int]:
+    """The memory limit of each worker of the cluster of client `c` (0: none)."""
+    return [w.get("memory_limit") or 0 for w in c.scheduler_info().get("workers", {}).values()]
 
 
 def _submit_bucket(c: Any, root: str, k: int, facts: CaptureFacts, names: list[str], token: str, store: str | None,
@@ -309,7 +332,7 @@ def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], Non
     records: dict[str, Any] = {}
 
     def largest() -> str:  # (what a task given up on is told with: `result_of`)
-        return _largest_bucket(whole, steps.buckets)
+        return _largest_bucket(whole, steps.buckets, steps.sliced)
 
     def gather(futures: dict[Any, int | None], what: str) -> None:
         nonlocal done, records
@@ -411,7 +434,7 @@ def _merging_meanwhile(merge: Callable[[list[str]], None], names: list[str]) -> 
 
 def analyze(path: str | os.PathLike[str], outline: Capture, c: Any,
             progress: Callable[[str, int, int], None] | None = None, store: str | None = None,
-            slice_packets: int = SLICE_PACKETS) -> list[AnalyzerResult]:
+            slice_packets: int | None = None) -> list[AnalyzerResult]:
     """Every analyzer on the dataset at `path`, the partition steps on the cluster of client `c`;
     results in `analyzers` order, equal to `amqpcap.analysis.run_all` on the dataset read whole
     (the per-message tables kept in `store` when given, `amqpcap.kept_rows`: read or write them
@@ -419,7 +442,8 @@ def analyze(path: str | os.PathLike[str], outline: Capture, c: Any,
     `outline` (`amqpcap.dataset.read_outline`) is given the buckets' tally (`amqpcap.tally`), so
     that summary.json and the report are made from it as from the capture read whole.
     ``progress(what, done, total)`` as each task or analyzer ends. A bucket of more than
-    `slice_packets` packets runs in slices of its time, once every step can (`submit_steps`)."""
+    `slice_packets` packets (None: as many as the workers' memory holds) runs in slices of its
+    time, once every step can (`submit_steps`)."""
     steps = submit_steps(path, c, store, slice_packets)
     whole = [name for name in analyzers() if name not in splits()]
     total = steps.total + len(whole)
@@ -491,10 +515,10 @@ def result_of(fut: Any, task: str, holds: Callable[[], str] = lambda: "") -> Any
                           f"{_worker_memory(fut.client)}") from None
 
 
-def _largest_bucket(whole: Capture, buckets: int) -> str:
+def _largest_bucket(whole: Capture, buckets: int, sliced: dict[int, list[int]] | None = None) -> str:
     """What the bucket of the most packets holds, from the capture's connections: its packets,
-    its largest connection, and about what a worker needs to analyse it
-    (`WORKER_BYTES_PER_PACKET`)."""
+    its largest connection, and about what a worker needs to analyse it, or one of its slices
+    when it runs in `sliced` slices of its time ({bucket: its cuts}; `WORKER_BYTES_PER_PACKET`)."""
     c = whole.connections
     if not len(c):
         return ""
@@ -506,8 +530,13 @@ def _largest_bucket(whole: Capture, buckets: int) -> str:
     stream = int(mine["stream"].iloc[big])
     held = (f"1 connection of {total:,} packets (tcp.stream == {stream})" if len(mine) == 1 else
             f"{len(mine):,} connections and {total:,} packets (the largest, tcp.stream == {stream}, {packets[big]:,})")
+    cuts = (sliced or {}).get(k)
+    if cuts:
+        slices = len(cuts) + 1
+        return (f"The largest bucket, {k}, holds {held}, analysed in {slices:,} slices of its time, about "
+                f"{_gb(total // slices * WORKER_BYTES_PER_PACKET)} each in one worker")
     return (f"The largest bucket, {k}, holds {held}, about {_gb(total * WORKER_BYTES_PER_PACKET)} to analyse in one "
-            "worker (a connection is analysed whole by one worker)")
+            "worker")
 
 
 def _worker_memory(client: Any) -> str:
@@ -517,7 +546,7 @@ def _worker_memory(client: Any) -> str:
         client.wait_for_workers(1, timeout=WORKER_RESTART_WAIT_S)
     except (TimeoutError, OSError):
         pass
-    limits = [w.get("memory_limit") or 0 for w in client.scheduler_info().get("workers", {}).values()]
+    limits = _memory_limits(client)
     limit = ("the workers' memory limit is not known (none is running)" if not limits else
              f"the workers may use {_gb(min(limits))} each (a worker past its limit is stopped)" if min(limits) else
              "the workers have no memory limit")

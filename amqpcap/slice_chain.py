@@ -3,9 +3,10 @@
 A bucket's partition step (`amqpcap.engine.bucket_step`) holds the bucket's columns whole, about
 `amqpcap.engine.WORKER_BYTES_PER_PACKET` per packet: a bucket of one 20M-packet connection does
 not fit a worker. Such a bucket is cut where its time may be cut (`amqpcap.dataset.bucket_cuts`)
-into slices of about `SLICE_PACKETS` packets, and its steps run over the slices one after the
-other (`amqpcap.partition.Slicing`, docs/time-split.md §4.3), as `partition.sliced_partial` runs
-them in one process:
+into slices of about as many packets as half a worker's memory holds
+(`amqpcap.engine.slice_packets_of`), and its steps run over the slices one after the other
+(`amqpcap.partition.Slicing`, docs/time-split.md §4.3), as `partition.sliced_partial` runs them
+in one process:
 
 1. when a step reads the shared derivations, a first pass, slice after slice, finds what only
    the bucket's end tells (`amqpcap.derive.replay.ends_step`: the settles and closes to come);
@@ -29,8 +30,9 @@ from . import dataset
 from .kept_rows import keeping_in
 from .partition import CaptureFacts, Split, release_freed_memory
 
-#: a bucket of more packets than this is analysed in slices of about this many packets: one
-#: slice's columns take about 1.6 GB of a worker (`amqpcap.engine.WORKER_BYTES_PER_PACKET`)
+#: a bucket of more packets than this is analysed in slices of about this many packets when the
+#: workers tell no memory limit (else: `amqpcap.engine.slice_packets_of`): one slice's columns
+#: take about 1.6 GB of a worker (`amqpcap.engine.WORKER_BYTES_PER_PACKET`)
 SLICE_PACKETS = 1_000_000
 
 
