@@ -594,7 +594,8 @@ def test_the_context_step_over_slices_is_the_whole_partitions(tmp_path):
     lifted and then one never lifted (open across every later cut: it ends at its connection's
     last packet, which comes after the last block frame), and a consumer whose estimated prefetch
     is reached late. Each packet a slice, or cut once inside the open block: the blocks in the
-    whole's order and the consumer's lifetime maxima; and the partition step given it."""
+    whole's order and the consumer's lifetime maxima; and, cut there, the partition step given
+    it (each packet a slice: the tests above)."""
     from dataclasses import fields
 
     import numpy as np
@@ -617,5 +618,5 @@ def test_the_context_step_over_slices_is_the_whole_partitions(tmp_path):
         got = sliced_context(SPLIT, cap, facts, cuts)
         for field in fields(want):
             assert_same_partial(getattr(got, field.name), getattr(want, field.name), f"{field.name}, cut at {cuts}")
-        whole, sliced = _sliced_everywhere(cap, cuts)
-        assert_same_partial(sliced, whole, f"partial cut at {cuts}")
+    whole, sliced = _sliced_everywhere(cap, inside)
+    assert_same_partial(sliced, whole, f"partial cut at {inside}")
