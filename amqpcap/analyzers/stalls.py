@@ -741,13 +741,16 @@ def _final_prefetch(rows: pd.DataFrame, maxima: pd.DataFrame) -> pd.DataFrame:
     over its whole life (`maxima`, `StallsContext`), with their deficit and at_limit
     (`consumers.with_final_prefetch`): a slice of a partition's time judges them on the most so
     far. The rows themselves when they have it already (a whole partition's)."""
-    if not len(maxima) or not len(rows):
+    if not len(maxima):
         return rows
-    est = rows["prefetch_estimated"].to_numpy(bool)
-    at = credit.code_of(maxima, rows)
+    est = np.flatnonzero(rows["prefetch_estimated"].to_numpy(bool))
+    if not len(est):
+        return rows
+    at = credit.code_of(maxima, rows.iloc[est])
     prefetch = rows["prefetch"].to_numpy(np.int64)
-    most = np.where(at >= 0, maxima["max_unacked"].to_numpy(np.int64)[np.maximum(at, 0)], prefetch)
-    if np.array_equal(most[est], prefetch[est]):
+    most = prefetch.copy()
+    most[est[at >= 0]] = maxima["max_unacked"].to_numpy(np.int64)[at[at >= 0]]
+    if np.array_equal(most, prefetch):
         return rows
     return credit.with_final_prefetch(rows, most)
 
