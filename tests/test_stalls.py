@@ -411,18 +411,20 @@ def test_publisher_blocked_numbers_are_tsharks(results):
 # --- over slices of time: each packet a slice of its own (docs/time-split.md §2.9) ------------
 
 
-def _sliced_everywhere(cap) -> tuple[dict, dict]:
-    """The stalls partial of `cap` whole, and cut before every packet (`clean_cuts` every 1),
-    each given the capture's blocks (the context round)."""
+def _sliced_everywhere(cap, cuts: list[int] | None = None) -> tuple[dict, dict]:
+    """The stalls partial of `cap` whole, and cut before every packet (`clean_cuts` every 1; or
+    at `cuts`), each given the capture's context (the context round: its blocks, its consumers'
+    maxima)."""
     from amqpcap.analyzers.stalls import SPLIT
     from amqpcap.derive.stream_order import ns
-    from amqpcap.partition import clean_cuts, facts_of, sliced_partial
+    from amqpcap.partition import clean_cuts, context_for, facts_of, sliced_partial
 
     facts = facts_of(cap)
-    blocks = SPLIT.join_context([SPLIT.context(cap, facts)])
-    cuts = clean_cuts(cap.packets["packet"].to_numpy(), ns(cap.packets["ts"]), 1)
-    assert len(cuts) == len(cap.packets) - 1
-    return SPLIT.partial(cap, facts, blocks), sliced_partial(SPLIT, cap, facts, cuts, blocks)
+    context = context_for(SPLIT.join_context([SPLIT.context(cap, facts)]), 0)
+    if cuts is None:
+        cuts = clean_cuts(cap.packets["packet"].to_numpy(), ns(cap.packets["ts"]), 1)
+        assert len(cuts) == len(cap.packets) - 1
+    return SPLIT.partial(cap, facts, context), sliced_partial(SPLIT, cap, facts, cuts, context)
 
 
 def test_a_block_and_a_zero_window_over_slices_are_the_whole_partitions(tmp_path):
@@ -505,3 +507,116 @@ def test_confirms_awaited_and_a_channel_stopped_over_slices_are_the_whole_partit
     assert causes == (["broker-flow"] if flow else ["publisher-confirms"])
     assert whole["tcp"]["retransmissions"].sum() > 0  # the second copies: retransmissions, but not TCP's
     assert_same_partial(sliced, whole, "cut before every packet")
+
+
+def _consumer_at_most_late(client=("10.0.0.1", 40000)) -> list:
+    """The packets of a consumer started before the capture (neither basic.qos nor basic.consume:
+    its prefetch is estimated, the most it ever held unacknowledged): deliveries every 5 ms, each
+    acked 2 ms later, but the fifth acked only after 300 ms (the broker sends nothing meanwhile);
+    then three deliveries held at once (the most, 3: reached only at the end)."""
+    conv = c.TcpConversation(client=client).handshake()
+    conv.exchange(c.opening(connection_name="late-most"))
+    c.stamp(conv.packets, c.T0_NS, 5 * MS)
+    t = conv.packets[-1].time_ns + 5 * MS
+
+    def send(d: str, frames: list, at: int) -> None:
+        for s in conv.send_frames(d, frames):
+            s.time_ns = at
+
+    def deliver(tag: int, at: int) -> None:
+        send("s2c", [c.basic_deliver(1, consumer_tag="old", delivery_tag=tag), *c.content(1, b"x")], at)
+
+    for tag in range(1, 11):
+        held = 300 if tag == 5 else 2
+        deliver(tag, t)
+        send("c2s", [c.basic_ack(1, tag)], t + held * MS)
+        t += (held + 3) * MS
+    for tag in (11, 12, 13):
+        deliver(tag, t)
+        t += MS
+    send("c2s", [c.basic_ack(1, 13, multiple=True)], t + MS)
+    n = len(conv.packets)
+    conv.close()
+    for p in conv.packets[n:]:
+        t += MS
+        p.time_ns = t
+    return conv.packets
+
+
+def test_a_consumer_whose_prefetch_is_estimated_over_slices_is_the_whole_partitions(tmp_path):
+    """A consumer whose estimated prefetch (the most it ever held: 3) is reached only late: while
+    it holds one delivery for 300 ms, it is not at its limit, so the broker's silence is idle. The
+    slices before the end know only the most so far (1): given the partition's maxima by the
+    context round, each packet a slice, or cut once between the two, they judge it as the whole."""
+    from test_partition import assert_same_partial
+
+    from amqpcap.derive.consumers import consumer_state
+
+    packets = sorted(_consumer_at_most_late(), key=lambda p: p.time_ns)
+    cap = c.load(c.write_pcap(tmp_path / "late.pcap", packets))
+    st = consumer_state(cap)
+    assert st["prefetch_estimated"].all() and (st["prefetch"] == 3).all() and st["unacked"].max() == 3
+    held = st["duration_s"].idxmax()
+    assert st.loc[held, "unacked"] == 1 and not st.loc[held, "at_limit"]
+    # (between the two: the first of the three deliveries held at once)
+    between = int(cap.frames.loc[(cap.frames["delivery_tag"] == 11).to_numpy(bool, na_value=False), "packet"].iloc[0])
+    for cuts in (None, [between]):
+        whole, sliced = _sliced_everywhere(cap, cuts)
+        assert whole["stalls"].loc[whole["stalls"]["direction"] == "s2c", "cause"].astype(str).tolist() == ["idle"]
+        assert_same_partial(sliced, whole, f"cut at {cuts or 'every packet'}")
+
+
+def _blocked_twice(client=("10.0.0.1", 40001)) -> list:
+    """The packets of a publisher publishing every 5 ms, blocked by the broker (connection.blocked)
+    after its fifth publish, unblocked after its tenth, blocked again after its fifteenth and never
+    unblocked (it goes on publishing till its twentieth: into its socket buffers)."""
+    conv = c.TcpConversation(client=client).handshake()
+    conv.exchange(c.opening(connection_name="blocked-twice"))
+    c.stamp(conv.packets, c.T0_NS, 5 * MS)
+    t = conv.packets[-1].time_ns + 5 * MS
+    for i in range(1, 21):
+        for s in conv.send_frames("c2s", [c.basic_publish()] + c.content(body=b"x" * 20)):
+            s.time_ns = t
+        if i in (5, 10, 15):
+            (b,) = conv.send_frames("s2c", [c.connection_unblocked() if i == 10 else c.connection_blocked()])
+            b.time_ns = t + MS
+        t += 5 * MS
+    n = len(conv.packets)
+    conv.close()
+    for p in conv.packets[n:]:
+        t += MS
+        p.time_ns = t
+    return conv.packets
+
+
+def test_the_context_step_over_slices_is_the_whole_partitions(tmp_path):
+    """The context round of a partition of two connections (`StallsContext`): a publisher's block
+    lifted and then one never lifted (open across every later cut: it ends at its connection's
+    last packet, which comes after the last block frame), and a consumer whose estimated prefetch
+    is reached late. Each packet a slice, or cut once inside the open block: the blocks in the
+    whole's order and the consumer's lifetime maxima; and, cut there, the partition step given
+    it (each packet a slice: the tests above)."""
+    from dataclasses import fields
+
+    import numpy as np
+    from test_partition import assert_same_partial
+
+    from amqpcap.analyzers.stalls import SPLIT
+    from amqpcap.derive.stream_order import ns
+    from amqpcap.partition import clean_cuts, facts_of, sliced_context
+
+    packets = sorted(_blocked_twice() + _consumer_at_most_late(), key=lambda p: p.time_ns)
+    cap = c.load(c.write_pcap(tmp_path / "two.pcap", packets))
+    facts = facts_of(cap)
+    want = SPLIT.context(cap, facts)
+    assert len(want.blocks) == 2 and np.isfinite(want.blocks["end"]).all()
+    assert want.maxima["max_unacked"].tolist() == [3]
+    f = cap.frames
+    blocked = f.loc[(f["method"] == "connection.blocked").to_numpy(bool), "packet"].to_numpy()
+    inside = [int(blocked[-1]) + 1]
+    for cuts in (clean_cuts(cap.packets["packet"].to_numpy(), ns(cap.packets["ts"]), 1), inside):
+        got = sliced_context(SPLIT, cap, facts, cuts)
+        for field in fields(want):
+            assert_same_partial(getattr(got, field.name), getattr(want, field.name), f"{field.name}, cut at {cuts}")
+    whole, sliced = _sliced_everywhere(cap, inside)
+    assert_same_partial(sliced, whole, f"partial cut at {inside}")

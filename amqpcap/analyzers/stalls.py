@@ -13,7 +13,7 @@ Method and limits: docs/analyzers/stalls.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ import pandas as pd
 from ..analysis import AnalyzerResult, Finding, Plot, analyzer
 from ..capture import Capture
 from ..derive import consumers as credit
+from ..derive.columns import as_object
 from ..derive.labels import who
 from ..derive.replay import for_derivations, told_state
 from ..derive.seeds import seeds_of
@@ -30,7 +31,7 @@ from ..derive.stream_order import ns, running_last, running_max_keyed, seconds, 
 from ..display_filters import stream_filter
 from ..kept_rows import keep, part_frame
 from ..names import subject_namer
-from ..partition import CaptureFacts, Slicing, Split, merge_rows, run_whole, taken
+from ..partition import CaptureFacts, PerPartition, Slicing, Split, merge_rows, run_whole, taken
 from ..quantiles import Chunks, median_and_percentiles
 from ..wording import counted
 
@@ -715,12 +716,13 @@ def _confirms(fr: pd.DataFrame, f: pd.DataFrame, stream_end: pd.Series, before: 
     return _steps_to_intervals(ev, ["stream", "channel"], "outstanding", stream_end), after
 
 
-def _prefetch_limited(cap: Capture, t0: pd.Timestamp, last: bool = True) -> pd.DataFrame:
+def _prefetch_limited(cap: Capture, t0: pd.Timestamp, last: bool, maxima: pd.DataFrame) -> pd.DataFrame:
     """Intervals (stream, start, end) where a consumer was at its prefetch limit: the steps of its
     credit series (amqpcap.derive.consumers) with ``at_limit`` (unacked ≥ prefetch, channel
     (global) limit included), each holding until ``until_ts``. No rows without consumers. In a
     slice of a partition's time, the rows it tells (`amqpcap.derive.replay.told_state`), and
-    those whose next row a later slice tells, to inf."""
+    those whose next row a later slice tells, to inf. An estimated prefetch is the most its
+    consumer held over its whole life (`maxima`: the context round's), not the most so far."""
     view = for_derivations(cap)
     if seeds_of(view) is None:
         st = credit.consumer_state(view)  # (looked up on the module: tests stand in a series of their own)
@@ -729,13 +731,32 @@ def _prefetch_limited(cap: Capture, t0: pd.Timestamp, last: bool = True) -> pd.D
         st = told_state(view, last)
         waiting = told_state(view, True).iloc[len(st):] if not last else st.iloc[:0]
     out = []
-    for rows, until in ((st, None), (waiting, np.inf)):
+    for rows, until in ((_final_prefetch(st, maxima), None), (_final_prefetch(waiting, maxima), np.inf)):
         at_limit = rows["at_limit"].to_numpy(bool)
         start = (rows["ts"] - t0).dt.total_seconds().to_numpy()
         end = (rows["until_ts"] - t0).dt.total_seconds().to_numpy() if until is None else np.full(len(rows), until)
         out.append(pd.DataFrame({"stream": rows["stream"].to_numpy(np.int64)[at_limit], "start": start[at_limit],
                                  "end": end[at_limit]}))
     return pd.concat(out, ignore_index=True) if len(out[1]) else out[0]
+
+
+def _final_prefetch(rows: pd.DataFrame, maxima: pd.DataFrame) -> pd.DataFrame:
+    """Consumer state rows whose estimated prefetch is the most deliveries their consumer held
+    over its whole life (`maxima`, `StallsContext`), with their deficit and at_limit
+    (`consumers.with_final_prefetch`): a slice of a partition's time judges them on the most so
+    far. The rows themselves when they have it already (a whole partition's)."""
+    if not len(maxima):
+        return rows
+    est = np.flatnonzero(rows["prefetch_estimated"].to_numpy(bool))
+    if not len(est):
+        return rows
+    at = credit.code_of(maxima, rows.iloc[est])
+    prefetch = rows["prefetch"].to_numpy(np.int64)
+    most = prefetch.copy()
+    most[est[at >= 0]] = maxima["max_unacked"].to_numpy(np.int64)[at[at >= 0]]
+    if np.array_equal(most, prefetch):
+        return rows
+    return credit.with_final_prefetch(rows, most)
 
 
 # --- the analyzer: a context round, a step per partition of whole connections, a merge --------
@@ -764,21 +785,130 @@ def _stream_ends(cap: Capture, t0_ns: int, streams: np.ndarray) -> pd.Series:
     return pd.Series(seconds(last.to_numpy(np.int64) - t0_ns), index=last.index)
 
 
-def stalls_context(cap: Capture, facts: CaptureFacts) -> pd.DataFrame:
-    """What every partition needs of this one: its connections' connection.blocked intervals
-    (start, end: seconds from `_origin`). A resource alarm blocks the publishers, and starves
-    the consumers of every other connection."""
-    fr, f, _ = _frames(cap, _origin(facts), BLOCK_METHODS)
-    if fr.empty:
-        return _empty_iv(["start", "end"])
-    ends = _stream_ends(cap, facts.packets_t0_ns, fr["stream"].unique())
-    return _blocked(cap, fr, f, ends)[["start", "end"]]
+@dataclass(frozen=True)
+class StallsContext:
+    """What a partition's stalls step needs to know beyond its own slice of time (the context
+    round: `stalls_context`, `stalls_join`)."""
+
+    #: connection.blocked intervals (start, end: seconds from `_origin`): a partition's own, in
+    #: its context; every partition's, once joined. A resource alarm blocks the publishers, and
+    #: starves the consumers of every other connection.
+    blocks: pd.DataFrame
+    #: the partition's consumers whose prefetch is estimated (neither basic.qos nor basic.consume
+    #: in the capture: started before it) with the most deliveries each held unacknowledged over
+    #: its whole life (CONSUMER, max_unacked), their prefetch (`consumers.with_final_prefetch`):
+    #: a slice of the partition's time knows only the most so far
+    maxima: pd.DataFrame
 
 
-def stalls_join(blocks: list[pd.DataFrame]) -> pd.DataFrame:
-    """Every partition's blocks, as one table."""
-    blocks = [b for b in blocks if len(b)]
-    return pd.concat(blocks, ignore_index=True) if blocks else _empty_iv(["start", "end"])
+#: the columns of the blocks in a context; the maxima of no consumer
+_BLOCK_COLUMNS = ["start", "end"]
+_NO_MAXIMA = pd.DataFrame({"stream": pd.Series(dtype=np.int64), "channel": pd.Series(dtype=np.int64),
+                           "epoch": pd.Series(dtype=np.int64), "consumer_tag": pd.Series(dtype=object),
+                           "max_unacked": pd.Series(dtype=np.int64)})
+
+
+@dataclass(frozen=True)
+class _ContextCarry:
+    """What the context step over one slice of a partition's time leaves to the next
+    (`stalls_context_slice`). Bounded by the connections and their consumers."""
+
+    #: the connection.blocked rows of the blocks not lifted yet (`_blocked`'s ``before``), and
+    #: the seconds of the latest packet so far of their connections (a block never lifted ends
+    #: at its connection's last packet)
+    open_blocks: pd.DataFrame | None = None
+    last_t: pd.Series = field(default_factory=lambda: pd.Series(dtype=float))
+    #: the consumers with an estimated prefetch so far and the most each held unacknowledged
+    maxima: pd.DataFrame = field(default_factory=lambda: _NO_MAXIMA)
+
+
+def stalls_context(cap: Capture, facts: CaptureFacts) -> StallsContext:
+    """What every partition needs of this one: its connections' connection.blocked intervals,
+    and what its own step needs of its whole time: the lifetime maxima of its consumers with an
+    estimated prefetch (`StallsContext`). The partition is the one slice of its time
+    (`stalls_context_slice`)."""
+    return stalls_context_join([stalls_context_slice(cap, facts, None, True)[1]])
+
+
+def stalls_context_slice(part: Capture, facts: CaptureFacts, carry: _ContextCarry | None,
+                         last: bool) -> tuple[_ContextCarry, dict]:
+    """The context step over a slice of a partition's time (`amqpcap.partition.Slicing`; a
+    whole partition is its own one slice): the blocks it tells (lifted here, or every one at the
+    `last` slice) with their stream and connection.blocked packet (their place in the whole's
+    order), and at the last slice the consumers' maxima."""
+    carry = carry or _ContextCarry()
+    blocks, open_blocks, last_t = _blocks_told(part, facts, carry, last)
+    maxima = _estimated_maxima(part, carry.maxima)
+    return _ContextCarry(open_blocks, last_t, maxima), {"blocks": blocks, "maxima": maxima if last else None}
+
+
+def stalls_context_join(pieces: list[dict]) -> StallsContext:
+    """The partition's context from its slices' pieces (`stalls_context_slice`), in their order:
+    the blocks in the whole's order (by stream, start, then frame: as `_blocked` gives them)."""
+    told = [p["blocks"] for p in pieces if len(p["blocks"])]
+    if not told:
+        return StallsContext(_empty_iv(_BLOCK_COLUMNS), pieces[-1]["maxima"])
+    b = pd.concat(told, ignore_index=True)
+    by = np.lexsort((b["blocked_packet"].to_numpy(np.int64), b["start"].to_numpy(float), b["stream"].to_numpy(np.int64)))
+    return StallsContext(b[_BLOCK_COLUMNS].iloc[by].reset_index(drop=True), pieces[-1]["maxima"])
+
+
+def _blocks_told(part: Capture, facts: CaptureFacts, carry: _ContextCarry,
+                 last: bool) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.Series]:
+    """The blocks the slice `part` tells (stream, blocked_packet, start, end), the
+    connection.blocked rows of those still holding at its end and their connections' latest
+    packet time so far (`_ContextCarry`)."""
+    fr, f, _ = _frames(part, _origin(facts), BLOCK_METHODS)
+    before = carry.open_blocks
+    if fr.empty and before is None:
+        return _empty_iv(["stream", "blocked_packet", *_BLOCK_COLUMNS]), None, carry.last_t
+    streams = np.union1d(fr["stream"].to_numpy(np.int64),
+                         before["stream"].to_numpy(np.int64) if before is not None else np.zeros(0, np.int64))
+    # (seconds grow with the nanoseconds they are made from: the latest of the slices' latest)
+    last_t = pd.concat([carry.last_t, _stream_ends(part, facts.packets_t0_ns, streams)]).groupby(level=0).max()
+    # a block not lifted at the slice's end lasts to a time a later slice tells (inf), at the
+    # partition's last slice to its connection's last packet
+    blocked = _blocked(part, fr, f, last_t if last else pd.Series(np.inf, index=last_t.index), before)
+    told = np.isfinite(blocked["end"].to_numpy(float)) | last
+    still = blocked[~told]
+    open_blocks = None if not len(still) else pd.DataFrame({
+        "packet": still["blocked_packet"].to_numpy(np.int64), "stream": still["stream"].to_numpy(np.int64),
+        "d": np.int8(1), "t": still["start"].to_numpy(float), "channel": 0, "method": "connection.blocked",
+        "reason": still["reason"].to_numpy(object)})
+    return (blocked.loc[told, ["stream", "blocked_packet", *_BLOCK_COLUMNS]].reset_index(drop=True), open_blocks,
+            last_t[last_t.index.isin(still["stream"].to_numpy())])
+
+
+def _estimated_maxima(part: Capture, before: pd.DataFrame) -> pd.DataFrame:
+    """The consumers of the slice `part` (as the derivations see it) whose prefetch is estimated,
+    with the most deliveries each held unacknowledged so far (`consumer_state_with_codes`' own
+    maxima: with the slices' before), and those the slices `before` found (CONSUMER and
+    max_unacked, sorted by consumer). The consumer state is computed only when there is one."""
+    view = for_derivations(part)
+    c = credit.consumer_rows(view)
+    est = c[~c["qos_seen"].to_numpy(bool) & ~c["consume_seen"].to_numpy(bool)]
+    if not len(est):
+        return before
+    at = credit.code_of(credit.acked_deliveries(view).keys, est)
+    most = credit.consumer_state_with_codes(view).max_unacked
+    known = at >= 0  # (not: a consumer the slices before saw, with nothing of it in this one)
+    known[known] = most[at[known]] > np.iinfo(np.int64).min
+    now = est.loc[known, credit.CONSUMER].assign(max_unacked=most[at[known]])
+    both = pd.concat([t for t in (before, as_object(now, "consumer_tag")) if len(t)] or [_NO_MAXIMA], ignore_index=True)
+    out = both.groupby(credit.CONSUMER, as_index=False, sort=True)["max_unacked"].max()
+    return out.astype(_NO_MAXIMA.dtypes.to_dict())
+
+
+def stalls_join(contexts: list[StallsContext]) -> PerPartition:
+    """Each partition's context joined: every partition's blocks, as one table, and its own
+    consumers' maxima."""
+    told = [x.blocks for x in contexts if len(x.blocks)]
+    blocks = pd.concat(told, ignore_index=True) if told else _empty_iv(_BLOCK_COLUMNS)
+    return PerPartition([StallsContext(blocks, x.maxima) for x in contexts])
+
+
+#: the context step over slices of a partition's time (`amqpcap.partition.Split.context_slicing`)
+CONTEXT_SLICING = Slicing(stalls_context_slice, stalls_context_join, replays=True)
 
 
 def _rtt_stats(rtt: pd.DataFrame, n_streams: int) -> tuple[pd.DataFrame, np.ndarray]:
@@ -1004,11 +1134,13 @@ class _Carry:
                    {"zero-window": np.zeros(n, np.int64), "window-full": np.zeros(n, np.int64)})
 
 
-def stalls_slice(part: Capture, facts: CaptureFacts, carry: _Carry | None, last: bool, blocks: pd.DataFrame):
+def stalls_slice(part: Capture, facts: CaptureFacts, carry: _Carry | None, last: bool, context: StallsContext):
     """A slice of a partition's time (`amqpcap.partition.Slicing`; the partition itself: its one
-    slice): (what the next slice needs, the slice's piece for `stalls_pieces_joined`). `blocks`:
-    every partition's connection.blocked intervals (the context round)."""
+    slice): (what the next slice needs, the slice's piece for `stalls_pieces_joined`).
+    `context`: every partition's connection.blocked intervals, the lifetime maxima of the
+    partition's consumers with an estimated prefetch (the context round: `StallsContext`)."""
     t0 = _origin(facts)
+    blocks = context.blocks
     c = carry if carry is not None else _Carry.nothing(part)
     seen = c.seen
     pk = _packets(part, facts.packets_t0_ns, seen)
@@ -1057,7 +1189,7 @@ def stalls_slice(part: Capture, facts: CaptureFacts, carry: _Carry | None, last:
                                              "start": seen.limited_from[pending], "end": np.inf})], ignore_index=True),
         "flow_s": pd.concat([blocked.assign(d=0)[["stream", "d", "start", "end"]], _channel_flow(flows, stream_end)],
                             ignore_index=True),
-        "prefetch_s": _prefetch_limited(part, t0, last).assign(d=1),
+        "prefetch_s": _prefetch_limited(part, t0, last, context.maxima).assign(d=1),
         "confirm_s": conf.assign(d=0),
     }
     open_slots = np.flatnonzero(moved)
@@ -1235,12 +1367,11 @@ def stalls_pieces_joined(pieces: list[dict]) -> dict[str, Any]:
                                             _window_directions(tcp, stalls_tbl).head(PLOT_MAX_DIRECTIONS))}
 
 
-def stalls_partial(cap: Capture, facts: CaptureFacts, blocks: pd.DataFrame) -> dict[str, Any]:
+def stalls_partial(cap: Capture, facts: CaptureFacts, context: StallsContext) -> dict[str, Any]:
     """A partition's stalls with their causes, its tcp rows, RTT samples, window-held directions
     (with the packets a finding cites and the plot's series), blocks and capture gaps: the
-    partition as its one slice of time. `blocks`: every partition's connection.blocked
-    intervals (the context round)."""
-    return stalls_pieces_joined([stalls_slice(cap, facts, None, True, blocks)[1]])
+    partition as its one slice of time. `context`: the context round's (`StallsContext`)."""
+    return stalls_pieces_joined([stalls_slice(cap, facts, None, True, context)[1]])
 
 
 def stalls_merge(partials: list[dict[str, Any]], records: None, facts: CaptureFacts, cap: Capture) -> AnalyzerResult:
@@ -1274,7 +1405,7 @@ def stalls_merge(partials: list[dict[str, Any]], records: None, facts: CaptureFa
 
 
 SPLIT = Split(partial=stalls_partial, merge=stalls_merge, context=stalls_context, join_context=stalls_join,
-              slicing=Slicing(stalls_slice, join=stalls_pieces_joined, replays=True))
+              slicing=Slicing(stalls_slice, join=stalls_pieces_joined, replays=True), context_slicing=CONTEXT_SLICING)
 
 
 @analyzer("stalls", split=SPLIT)
