@@ -401,7 +401,7 @@ def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], Non
         # (`PerPartition`) goes with that bucket's task, as its argument (kept by the scheduler
         # for a retry)
         shared = list({id(v): v for v in joined.values() if not isinstance(v, PerPartition)}.values())
-        sent = dict(zip(map(id, shared), steps.client.scatter(shared, broadcast=True, hash=False)))
+        sent = dict(zip(map(id, shared), steps.client.scatter(shared, broadcast=True, hash=False) if shared else []))
 
         def contexts(i: int) -> dict[str, Any]:
             return {name: context_for(v, i) if isinstance(v, PerPartition) else sent[id(v)] for name, v in joined.items()}
