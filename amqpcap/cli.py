@@ -654,7 +654,8 @@ def _analyze_dataset(path: Path | str, scheduler: str, workers: Optional[int], o
         require_amqp(cap)
         rows_at = stack.enter_context(store(path))
         with _analyzing_progress() as progress:
-            results = analyze_on_dask(path, cap, client, progress=progress, store=rows_at, slice_packets=slice_packets)
+            results = analyze_on_dask(path, cap, client, progress=progress, store=rows_at, slice_packets=slice_packets,
+                                      tell=lambda line: err.print(line, highlight=False, soft_wrap=True))
         kept = stack.pop_all()  # (removed after the writing, below)
     with kept:
         base = {"connections": cap.connections, **stored_tables(str(path), ("frames", "packets")),

@@ -292,6 +292,15 @@ def _sliced_buckets(root: str, buckets: int, slice_packets: int) -> np.ndarray:
     return dataset.bucket_packets(dataset.read_outline(root).connections, buckets) > slice_packets
 
 
+def _sliced_line(sliced: dict[int, list[int]]) -> str:
+    """What a user is told of the buckets analysed in slices of their time ({bucket: its cuts})."""
+    slices = sum(len(cuts) + 1 for cuts in sliced.values())
+    which = f"bucket {next(iter(sliced))} is" if len(sliced) == 1 else f"{len(sliced)} buckets are"
+    return (f"{which} larger than a worker holds at once: analysed in {slices} slices of "
+            f"{'its' if len(sliced) == 1 else 'their'} time, one after the other (the same results, more time; "
+            "--slice-packets sets the size)")
+
+
 def slice_packets_of(c: Any) -> int:
     """The most packets a worker of the cluster of client `c` analyses in one task: those that
     need `SLICE_MEMORY_SHARE` of the smallest memory limit of its workers; `SLICE_PACKETS` when
@@ -434,7 +443,7 @@ def _merging_meanwhile(merge: Callable[[list[str]], None], names: list[str]) -> 
 
 def analyze(path: str | os.PathLike[str], outline: Capture, c: Any,
             progress: Callable[[str, int, int], None] | None = None, store: str | None = None,
-            slice_packets: int | None = None) -> list[AnalyzerResult]:
+            slice_packets: int | None = None, tell: Callable[[str], None] | None = None) -> list[AnalyzerResult]:
     """Every analyzer on the dataset at `path`, the partition steps on the cluster of client `c`;
     results in `analyzers` order, equal to `amqpcap.analysis.run_all` on the dataset read whole
     (the per-message tables kept in `store` when given, `amqpcap.kept_rows`: read or write them
@@ -443,8 +452,10 @@ def analyze(path: str | os.PathLike[str], outline: Capture, c: Any,
     that summary.json and the report are made from it as from the capture read whole.
     ``progress(what, done, total)`` as each task or analyzer ends. A bucket of more than
     `slice_packets` packets (None: as many as the workers' memory holds) runs in slices of its
-    time, once every step can (`submit_steps`)."""
+    time, once every step can (`submit_steps`); ``tell(line)`` says so."""
     steps = submit_steps(path, c, store, slice_packets)
+    if steps.sliced and tell:
+        tell(_sliced_line(steps.sliced))
     whole = [name for name in analyzers() if name not in splits()]
     total = steps.total + len(whole)
     results: dict[str, Any] = {}
@@ -500,11 +511,14 @@ def ingest(capture, out: str | os.PathLike[str], c: Any, progress: Callable[[str
 
 def result_of(fut: Any, task: str, holds: Callable[[], str] = lambda: "") -> Any:
     """`fut`'s result. When Dask gave up on the task (`KilledWorker`: the workers it was given
-    to died, `distributed.scheduler.allowed-failures` + 1 times), one line naming it, what the
+    to died, `distributed.scheduler.allowed-failures` + 1 times) or cancelled it (what it reads
+    was lost with the workers that held it), one line naming it, what the
     data holds (`holds()`) and the workers' memory limit: a worker past it is stopped by its
     nanny, the usual way a task kills every worker it meets. (The task named need not be the
     one that used the memory: every task given to a worker that dies counts that death, so a
     step queued beside a bucket too large can be given up on first.)"""
+    from concurrent.futures import CancelledError
+
     from distributed import KilledWorker
 
     try:
@@ -513,6 +527,10 @@ def result_of(fut: Any, task: str, holds: Callable[[], str] = lambda: "") -> Any
         what = holds()
         raise EngineError(f"Dask gave up on {task}: the workers it was given to died{'. ' + what if what else ''}; "
                           f"{_worker_memory(fut.client)}") from None
+    except CancelledError:  # (a task whose input was lost: data sent to workers that all died)
+        what = holds()
+        raise EngineError(f"Dask cancelled {task}: what it reads was lost with workers that died"
+                          f"{'. ' + what if what else ''}; {_worker_memory(fut.client)}") from None
 
 
 def _largest_bucket(whole: Capture, buckets: int, sliced: dict[int, list[int]] | None = None) -> str:

@@ -54,11 +54,12 @@ def submit_in_slices(client: Any, root: str, bucket: int, cuts: list[int], facts
     joined context, or a future of it}: the second round), those steps' partials."""
     slices = list(zip([0, *cuts], [*cuts, None]))
     if contexts is not None:  # (each slice of the bucket reads its context: sent to the workers once,
-        # once for the steps that share it, consumers' and latency's queue backlog)
+        # once for the steps that share it, consumers' and latency's queue backlog; a copy on
+        # each worker, so that one dying does not lose it: Dask cannot compute it again)
         sent: dict[int, Any] = {}
         for v in contexts.values():
             if not _is_future(v) and id(v) not in sent:
-                sent[id(v)] = client.scatter([v], hash=False)[0]
+                sent[id(v)] = client.scatter([v], broadcast=True, hash=False)[0]
         contexts = {name: v if _is_future(v) else sent[id(v)] for name, v in contexts.items()}
     ends = None
     if any(_slicing(_steps()[n], contexts is None).replays for n in names):
