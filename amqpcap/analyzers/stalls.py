@@ -942,10 +942,11 @@ class _Carry:
     far (`covers`, and ``block``: connection.blocked, for the window findings), each at the start
     of the direction's open silence (`at_start`), the events since that start (`since`, with the
     latest one's time and how many at it); per connection its latest packet's time, whether it
-    carried a basic.deliver, its publishes; the open blocks, the channel.flow stops, the
-    channels in confirm mode, the segments of the last moments (retransmissions' first
-    copies). Bounded by the connections and channels, but for the protocol windows (`_Seen.unacked`,
-    the publishes awaiting a confirm) and the segments of 2·DUPLICATE_S."""
+    carried a basic.deliver, its publishes, the earliest publish its channel opened again left
+    unconfirmed; the open blocks, the channel.flow stops, the segments of the last moments
+    (retransmissions' first copies). The publishes awaiting a confirm are not here: the
+    derivations replay them (`amqpcap.derive.replay`). Bounded by the connections and channels,
+    but for the protocol window `_Seen.unacked` and the segments of 2·DUPLICATE_S."""
 
     seen: _Seen
     covers: dict
