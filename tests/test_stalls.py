@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -225,27 +226,25 @@ def test_overlap_of_intervals_by_hand():
     assert list(_overlap_s(stalls_, iv)) == pytest.approx([2.0, 0.5, 0.0])
 
 
-def test_confirm_outstanding_by_hand():
-    from amqpcap.analyzers.stalls import _confirm_outstanding
+def test_confirm_outstanding_by_hand(tmp_path):
+    from amqpcap.analyzers.stalls import _confirm_outstanding, _origin
+    from amqpcap.partition import facts_of
 
     # confirm.select at 0; publishes at 1, 2, 3 (tags 1..3); multiple ack of tag 2 at 4; single
-    # ack of tag 3 at 5; a publish at 6 never confirmed (connection ends at 9).
-    fr = pd.DataFrame({
-        "packet": range(1, 8), "stream": 0, "d": [0, 0, 0, 0, 1, 1, 0], "t": [0.0, 1, 2, 3, 4, 5, 6], "channel": 1,
-        "method": ["confirm.select", "basic.publish", "basic.publish", "basic.publish", "basic.ack", "basic.ack",
-                   "basic.publish"]})
-    f = pd.DataFrame({"delivery_tag": pd.array([None, None, None, None, 2, 3, None], dtype="UInt64"),
-                      "multiple": pd.array([None, None, None, None, True, False, None], dtype="boolean")})
-    iv = _confirm_outstanding(fr, f, pd.Series({0: 9.0}))
-    iv = iv[iv["end"] > iv["start"]].sort_values("start")
+    # ack of tag 3 at 5; a publish at 6 never confirmed (connection ends at 9). Seconds.
+    conv = c.TcpConversation()
+    at = [(conv.send_frames("c2s", [c.confirm_select()]), 0)]
+    at += [(conv.send_frames("c2s", [c.basic_publish()] + c.content(body=b"x")), k) for k in (1, 2, 3)]
+    at += [(conv.send_frames("s2c", [c.basic_ack(delivery_tag=2, multiple=True)]), 4),
+           (conv.send_frames("s2c", [c.basic_ack(delivery_tag=3)]), 5),
+           (conv.send_frames("c2s", [c.basic_publish()] + c.content(body=b"x")), 6), ([conv.ack("c2s")], 9)]
+    for packets, k in at:
+        for p in packets:
+            p.time_ns = c.T0_NS + k * 1_000_000_000
+    cap = c.load(c.write_pcap(tmp_path / "by-hand.pcap", conv.packets))
+    iv = _confirm_outstanding(cap, _origin(facts_of(cap)), pd.Series({0: 9.0}))
     # Outstanding from 1 to 5, and from 6 to the end.
-    merged = []
-    for s, e in zip(iv["start"], iv["end"]):
-        if merged and s <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], e)
-        else:
-            merged.append([s, e])
-    assert merged == [[1.0, 5.0], [6.0, 9.0]]
+    assert _union(zip(iv["start"], iv["end"])) == [[1.0, 5.0], [6.0, 9.0]]
 
 
 def test_consumer_at_prefetch_limit_is_blamed(monkeypatch):
@@ -507,6 +506,109 @@ def test_confirms_awaited_and_a_channel_stopped_over_slices_are_the_whole_partit
     assert causes == (["broker-flow"] if flow else ["publisher-confirms"])
     assert whole["tcp"]["retransmissions"].sum() > 0  # the second copies: retransmissions, but not TCP's
     assert_same_partial(sliced, whole, "cut before every packet")
+
+
+def _confirms_on_a_channel_opened_again(tmp_path, lost: bool = False):
+    """A publisher in confirm mode on channel 1: ten publishes 5 ms apart, each confirmed (single
+    basic.ack of its own number) 1 ms later; the channel closed and opened again on the same
+    number, confirm.select again, and eleven more publishes numbered from 1 again (RabbitMQ's
+    publisher confirms: a new channel is a new sequence): the fifth's confirm waits 300 ms, the
+    publisher sending nothing meanwhile; after the tenth, 300 ms of nothing with every publish
+    confirmed, then the eleventh. With `lost`, the tenth of the first opening is never confirmed
+    (it is awaited to the connection's end). Returns the capture and each confirmed publish's
+    (time, its confirm's time) in seconds from the first packet: the intervals its confirm was
+    outstanding."""
+    conv = c.TcpConversation().handshake()
+    conv.exchange(c.opening())
+    conv.send_frames("c2s", [c.confirm_select()])
+    conv.send_frames("s2c", [c.confirm_select_ok()])
+    c.stamp(conv.packets, c.T0_NS, 5 * MS)
+    t = conv.packets[-1].time_ns + 5 * MS
+    awaited = []
+
+    def publish(tag: int, wait_ns: int, confirmed: bool = True) -> int:
+        for s in conv.send_frames("c2s", [c.basic_publish()] + c.content(body=b"x" * 20)):
+            s.time_ns = t
+        conv.ack("s2c").time_ns = t + 400_000
+        if not confirmed:
+            return t
+        (ok,) = conv.send_frames("s2c", [c.basic_ack(delivery_tag=tag)])
+        ok.time_ns = t + wait_ns
+        awaited.append((t, ok.time_ns))
+        return ok.time_ns
+
+    for tag in range(1, 11):
+        publish(tag, MS, confirmed=not (lost and tag == 10))
+        t += 5 * MS
+    for d, frame in (("c2s", c.channel_close(reply_code=200, reply_text="OK", class_id=0, method_id=0)),
+                     ("s2c", c.channel_close_ok()), ("c2s", c.channel_open()), ("s2c", c.channel_open_ok()),
+                     ("c2s", c.confirm_select()), ("s2c", c.confirm_select_ok())):
+        for s in conv.send_frames(d, [frame]):
+            s.time_ns = t
+        t += MS
+    for tag in range(1, 12):
+        if tag == 11:
+            t += 300 * MS  # every publish confirmed: the publisher is idle
+        confirmed = publish(tag, 300 * MS if tag == 5 else MS)
+        t = confirmed if tag == 5 else t  # it waits for the fifth's confirm
+        t += 5 * MS
+    n = len(conv.packets)
+    conv.close()
+    for p in conv.packets[n:]:
+        t += MS
+        p.time_ns = t
+    conv.packets.sort(key=lambda p: p.time_ns)
+    cap = c.load(c.write_pcap(tmp_path / "reopened.pcap", conv.packets))
+    first = min(p.time_ns for p in conv.packets)
+    return cap, [((a - first) / 1e9, (b - first) / 1e9) for a, b in awaited]
+
+
+def _union(intervals) -> list[list[float]]:
+    """Intervals (start, end) merged where they overlap or touch, sorted."""
+    out = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return out
+
+
+def test_confirms_of_a_channel_opened_again_are_its_own(tmp_path):
+    """A channel opened again numbers its publishes from 1 again: each publish waits for its own
+    channel opening's confirm, not for one of the channel before (AMQP 0-9-1 §4.2.4: a new
+    channel; RabbitMQ's confirms count per channel from confirm.select). The time outstanding is
+    exactly each publish to its own confirm, and the silence after every confirm came is idle."""
+    from amqpcap.analyzers.stalls import SPLIT, _origin, _confirm_outstanding
+    from amqpcap.partition import context_for, facts_of
+
+    cap, awaited = _confirms_on_a_channel_opened_again(tmp_path)
+    facts = facts_of(cap)
+    whole = SPLIT.partial(cap, facts, context_for(SPLIT.join_context([SPLIT.context(cap, facts)]), 0))
+    st = whole["stalls"]
+    assert st.loc[st["direction"] == "c2s", "cause"].astype(str).tolist() == ["publisher-confirms", "idle"]
+    iv = _confirm_outstanding(cap, _origin(facts), pd.Series({0: np.inf}), True)
+    got, expected = _union(zip(iv["start"], iv["end"])), _union(awaited)
+    assert len(got) == len(expected) == 21  # the fifth's 300 ms of the second opening among them
+    assert sum(got, []) == pytest.approx(sum(expected, []), abs=1e-9)
+
+
+@pytest.mark.parametrize("where", ["between the channel's openings", "before every packet"])
+@pytest.mark.parametrize("lost", [False, True])
+def test_confirms_of_a_channel_opened_again_over_slices_are_the_whole_partitions(tmp_path, where, lost):
+    """The same channel opened again, cut between its two openings (the second's confirms must
+    not settle a publish of the first, nor the first's a publish of the second) and before every
+    packet; with a publish of the first opening never confirmed (awaited to the connection's end,
+    past the slice where its channel is opened again)."""
+    from test_partition import assert_same_partial
+
+    cap, _ = _confirms_on_a_channel_opened_again(tmp_path, lost)
+    if where == "before every packet":
+        whole, sliced = _sliced_everywhere(cap)
+    else:
+        fr = cap.frames
+        whole, sliced = _sliced_everywhere(cap, [int(fr.loc[fr["method"] == "channel.open", "packet"].iloc[-1])])
+    assert_same_partial(sliced, whole, f"cut {where}")
 
 
 def _consumer_at_most_late(client=("10.0.0.1", 40000)) -> list:

@@ -25,7 +25,8 @@ from ..capture import Capture
 from ..derive import consumers as credit
 from ..derive.columns import as_object
 from ..derive.labels import who
-from ..derive.replay import for_derivations, told_state
+from ..derive.deliveries import confirms
+from ..derive.replay import for_derivations, told, told_state
 from ..derive.seeds import seeds_of
 from ..derive.stream_order import ns, running_last, running_max_keyed, seconds, stream_order
 from ..display_filters import stream_filter
@@ -558,10 +559,10 @@ def _rtt(pk: dict[str, np.ndarray], seen: _Seen) -> pd.DataFrame:
 # --- cause states as intervals --------------------------------------------------------------
 
 
-#: The only methods the cause states read (flow control, confirms). Of basic.deliver only the
-#: streams that carry one are needed (_frames returns them), not the rows.
-FRAME_METHODS = ["connection.blocked", "connection.unblocked", "channel.flow", "confirm.select", "basic.publish",
-                 "basic.ack", "basic.nack"]
+#: The only methods the cause states read (flow control; the publishes: a block's, and each
+#: connection's count). Of basic.deliver only the streams that carry one are needed (_frames
+#: returns them), not the rows. The confirms come from their derivation (`_awaited`).
+FRAME_METHODS = ["connection.blocked", "connection.unblocked", "channel.flow", "basic.publish"]
 
 
 def _frames(cap: Capture, t0: pd.Timestamp, methods=FRAME_METHODS) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray]:
@@ -587,7 +588,7 @@ def _frames(cap: Capture, t0: pd.Timestamp, methods=FRAME_METHODS) -> tuple[pd.D
         "channel": f["channel"].to_numpy()[keep].astype(np.int64),
         "method": method.take(keep),  # categorical: comparisons stay cheap
     })
-    return (fr, pd.DataFrame({c: f[c].array.take(keep) for c in ("reason", "active", "delivery_tag", "multiple")}),
+    return (fr, pd.DataFrame({c: f[c].array.take(keep) for c in ("reason", "active")}),
             deliver_streams)
 
 
@@ -639,81 +640,62 @@ def _channel_flow(ev: pd.DataFrame, stream_end: pd.Series) -> pd.DataFrame:
     return iv
 
 
-def _confirm_outstanding(fr: pd.DataFrame, f: pd.DataFrame, stream_end: pd.Series) -> pd.DataFrame:
-    """Intervals where a channel in confirm mode had publishes awaiting basic.ack/nack."""
-    return _confirms(fr, f, stream_end, None)[0]
+def _confirm_outstanding(cap: Capture, t0: pd.Timestamp, stream_end: pd.Series, last: bool = True,
+                         carry: _Carry | None = None) -> pd.DataFrame:
+    """Intervals (stream, start, end) where a publish on a channel in confirm mode awaited its
+    basic.ack/nack: each publish from its time to its confirm's, or to its connection's end
+    (`stream_end`) when none came (`_awaited`).
+
+    In a slice of a partition's time, a publish still awaited past the slice lasts to inf, and
+    the next slice gives it again from its own time (it is replayed there: the union of the
+    intervals is the same, `_unions`). A publish whose channel opened again before its confirm
+    came is awaited to its connection's end, but no later slice replays it: `carry` keeps the
+    earliest of them per connection (`_Carry.confirms`), given again in every later slice."""
+    pubs = _awaited(cap, t0, last)
+    before = carry.confirms if carry is not None and carry.confirms is not None else _NO_STREAMS
+    if carry is not None and not last:
+        carry.confirms = _earliest(before, pubs[pubs["ended"].to_numpy(bool)])
+    confirmed = pubs["confirmed"].to_numpy(float)
+    return pd.DataFrame({
+        "stream": np.r_[before.index.to_numpy(np.int64), pubs["stream"].to_numpy(np.int64)],
+        "start": np.r_[before.to_numpy(float), pubs["t"].to_numpy(float)],
+        "end": np.r_[before.index.map(stream_end).to_numpy(float),
+                     np.where(np.isnan(confirmed), pubs["stream"].map(stream_end).to_numpy(float), confirmed)]})
 
 
-#: what a slice of time leaves to the next of the channels in confirm mode (`_confirms`): per
-#: channel its first confirm.select and the publishes numbered; and the publishes not confirmed
-#: yet (a confirm before its publish, of a channel opened again, is not looked for in the
-#: slices before)
-_NO_CONFIRMS = {"sel": pd.DataFrame({"stream": pd.Series(dtype=np.int64), "channel": pd.Series(dtype=np.int64),
-                                     "select_t": pd.Series(dtype=float), "numbered": pd.Series(dtype=np.int64)}),
-                "pubs": pd.DataFrame({"stream": pd.Series(dtype=np.int64), "channel": pd.Series(dtype=np.int64),
-                                      "t": pd.Series(dtype=float), "seq": pd.Series(dtype=np.int64)})}
+def _awaited(cap: Capture, t0: pd.Timestamp, last: bool) -> pd.DataFrame:
+    """The publishes on a channel in confirm mode that the slice `cap` holds (its own, and those
+    still awaited before it: `amqpcap.derive.replay.told`; a whole partition: all), from the
+    `confirms` derivation: stream, t, confirmed (its confirm's time; NaN: none) and ended (told
+    without a confirm: no later slice awaits it, its channel was opened again or this is the
+    partition's `last` slice). Seconds from `t0`. The derivation numbers a channel's publishes
+    from 1 after the confirm.select of each opening of the channel and settles each by a later
+    confirm of that opening only (RabbitMQ's publisher confirms: a channel opened again, AMQP
+    0-9-1 §4.2.4, is a new sequence): the one matching rule of every analyzer."""
+    view = for_derivations(cap)
+    c = confirms(view)
+    if not len(c):
+        return pd.DataFrame({"stream": np.zeros(0, np.int64), "t": np.zeros(0), "confirmed": np.zeros(0),
+                             "ended": np.zeros(0, bool)})
+    c = c[told(view, c["order"].to_numpy(np.int64), True)]  # (a replayed publish not awaited was told)
+    confirmed = (pd.to_datetime(c["confirm_ts"], utc=True) - t0).dt.total_seconds().to_numpy(float)
+    final = told(view, c["order"].to_numpy(np.int64), last)
+    return pd.DataFrame({"stream": c["stream"].to_numpy(np.int64),
+                         "t": (c["ts"] - t0).dt.total_seconds().to_numpy(float), "confirmed": confirmed,
+                         "ended": final & np.isnan(confirmed)})
 
 
-def _confirms(fr: pd.DataFrame, f: pd.DataFrame, stream_end: pd.Series, before: dict | None):
-    """`_confirm_outstanding`, and what the next slice of time needs (`_NO_CONFIRMS`), from
-    `before` (None: nothing before). The publishes still awaiting a confirm are counted again
-    from their own time: the union of the intervals is the same (`_unions`)."""
-    before = before or _NO_CONFIRMS
-    sel = fr[(fr["method"] == "confirm.select") & (fr["d"] == 0)].groupby(["stream", "channel"])["t"].min()
-    sel = sel.rename("select_t").reset_index()
-    if len(before["sel"]):  # (the first confirm.select of a channel is the slices' before)
-        sel = pd.concat([before["sel"], sel], ignore_index=True).drop_duplicates(["stream", "channel"])
-        sel = sel.sort_values(["stream", "channel"], kind="stable", ignore_index=True)
-    if sel.empty:
-        return _empty_iv(["stream", "start", "end"]), before
-    sel["numbered"] = sel["numbered"].fillna(0).astype(np.int64) if "numbered" in sel else 0
-    pubs = fr[(fr["method"] == "basic.publish") & (fr["d"] == 0)].merge(sel, on=["stream", "channel"])
-    pubs = pubs[pubs["t"] >= pubs["select_t"]].sort_values(["stream", "channel", "t"], kind="mergesort")
-    # Publish sequence numbers count from 1 after confirm.select, per channel.
-    pubs["seq"] = pubs.groupby(["stream", "channel"]).cumcount() + 1 + pubs["numbered"].astype(np.int64)
-    waiting = before["pubs"]
-    if len(waiting):
-        pubs = pd.concat([waiting, pubs[["stream", "channel", "t", "seq"]]], ignore_index=True).sort_values(
-            ["stream", "channel"], kind="stable", ignore_index=True)
-    am = (fr["method"].isin(["basic.ack", "basic.nack"]) & (fr["d"] == 1)).to_numpy()
-    acks = fr[am].assign(tag=f["delivery_tag"].to_numpy(dtype=float, na_value=np.nan)[am],
-                         multiple=f["multiple"].fillna(False).to_numpy(bool)[am])
-    acks = acks.merge(sel[["stream", "channel"]], on=["stream", "channel"]).sort_values(["stream", "channel", "t"])
-    # A single confirm settles its own tag ...
-    single = acks[~acks["multiple"]].groupby(["stream", "channel", "tag"])["t"].min().rename("single_t")
-    pubs = pubs.merge(single, left_on=["stream", "channel", "seq"], right_index=True, how="left")
-    # ... a multiple one every tag up to it: the first multiple confirm whose running maximum tag
-    # reaches the publish's number (per channel in confirm mode: a few).
-    pubs["multi_t"] = np.nan
-    mult = acks[acks["multiple"]]
-    pg = pubs.groupby(["stream", "channel"]).indices
-    for key, mpos in mult.groupby(["stream", "channel"]).indices.items():
-        ppos = pg.get(key)
-        if ppos is None:
-            continue
-        cm = np.maximum.accumulate(mult["tag"].to_numpy()[mpos])
-        k = np.searchsorted(cm, pubs["seq"].to_numpy()[ppos], side="left")
-        ok = k < len(mpos)
-        mt = np.full(len(ppos), np.nan)
-        mt[ok] = mult["t"].to_numpy()[mpos][k[ok]]
-        pubs.iloc[ppos, pubs.columns.get_loc("multi_t")] = mt
-    confirm_t = np.fmin(pubs["single_t"].to_numpy(float), pubs["multi_t"].to_numpy(float))
-    unconfirmed = np.isnan(confirm_t)
-    confirm_t = np.where(unconfirmed, pubs["stream"].map(stream_end).to_numpy(float), confirm_t)
-    ev = pd.concat([
-        pd.DataFrame({"stream": pubs["stream"].to_numpy(), "channel": pubs["channel"].to_numpy(),
-                      "t": pubs["t"].to_numpy(), "delta": 1}),
-        pd.DataFrame({"stream": pubs["stream"].to_numpy(), "channel": pubs["channel"].to_numpy(),
-                      "t": confirm_t, "delta": -1}),
-    ]).sort_values(["stream", "channel", "t", "delta"], kind="mergesort").reset_index(drop=True)
-    ev["outstanding"] = ev.groupby(["stream", "channel"])["delta"].cumsum() > 0
-    # what the next slice goes on from: the numbers given so far
-    numbered = pubs.groupby(["stream", "channel"])["seq"].max()
-    nxt = sel.set_index(["stream", "channel"])
-    nxt["numbered"] = np.maximum(nxt["numbered"], numbered.reindex(nxt.index).fillna(0)).astype(np.int64)
-    after = {"sel": nxt.reset_index()[list(_NO_CONFIRMS["sel"].columns)],
-             "pubs": pubs.loc[unconfirmed, ["stream", "channel", "t", "seq"]].reset_index(drop=True)}
-    return _steps_to_intervals(ev, ["stream", "channel"], "outstanding", stream_end), after
+def _earliest(before: pd.Series, ended: pd.DataFrame) -> pd.Series:
+    """Per connection (index: stream), the earliest time of `before` and of the publishes
+    `ended` (stream, t)."""
+    earliest = ended["t"].groupby(ended["stream"].to_numpy(np.int64)).min()
+    if not len(ended) or not len(before):
+        return earliest if len(ended) else before
+    return pd.concat([before, earliest]).groupby(level=0).min()
+
+
+#: no connection's publish left without a confirm (`_Carry.confirms`)
+_NO_STREAMS = pd.Series(np.zeros(0), index=pd.Index(np.zeros(0, np.int64)))
 
 
 def _prefetch_limited(cap: Capture, t0: pd.Timestamp, last: bool, maxima: pd.DataFrame) -> pd.DataFrame:
@@ -1094,10 +1076,11 @@ class _Carry:
     far (`covers`, and ``block``: connection.blocked, for the window findings), each at the start
     of the direction's open silence (`at_start`), the events since that start (`since`, with the
     latest one's time and how many at it); per connection its latest packet's time, whether it
-    carried a basic.deliver, its publishes; the open blocks, the channel.flow stops, the
-    channels in confirm mode, the segments of the last moments (retransmissions' first
-    copies). Bounded by the connections and channels, but for the protocol windows (`_Seen.unacked`,
-    the publishes awaiting a confirm) and the segments of 2·DUPLICATE_S."""
+    carried a basic.deliver, its publishes, the earliest publish its channel opened again left
+    unconfirmed; the open blocks, the channel.flow stops, the segments of the last moments
+    (retransmissions' first copies). The publishes awaiting a confirm are not here: the
+    derivations replay them (`amqpcap.derive.replay`). Bounded by the connections and channels,
+    but for the protocol window `_Seen.unacked` and the segments of 2·DUPLICATE_S."""
 
     seen: _Seen
     covers: dict
@@ -1111,7 +1094,9 @@ class _Carry:
     zw_in_block: np.ndarray
     open_blocks: pd.DataFrame | None
     flows: pd.DataFrame | None
-    confirms: dict | None
+    #: per connection, the earliest publish left without a confirm when its channel opened
+    #: again (`_confirm_outstanding`: awaited to the connection's end)
+    confirms: pd.Series | None
     recent: pd.DataFrame | None
     #: per slot: window-limited time outside connection.blocked so far, and the blocked time
     #: covered at the start of the limited interval `_Seen.limited_from`
@@ -1181,7 +1166,7 @@ def stalls_slice(part: Capture, facts: CaptureFacts, carry: _Carry | None, last:
     flows = _flow_events(fr, f, c.flows)
     latest = flows.groupby(["stream", "d", "channel"]).tail(1)  # a channel's stop holds to its next channel.flow
     c.flows = None if last else latest[latest["stop"].to_numpy(bool)]
-    conf, c.confirms = _confirms(fr, f, stream_end, c.confirms)
+    conf = _confirm_outstanding(part, t0, stream_end, last, c)
     pending = np.flatnonzero(~np.isnan(seen.limited_from))
     states = {
         "window_s": pd.concat([lim[["stream", "d", "start", "end"]],

@@ -139,7 +139,8 @@ def replay_after(cap: Capture) -> Replay:
 
     seq = np.zeros(len(orders), np.int64)
     at = np.searchsorted(orders, p["order"].to_numpy(np.int64))
-    mine = (at < len(orders)) & (orders[np.minimum(at, len(orders) - 1)] == p["order"].to_numpy(np.int64))
+    mine = at < len(orders)  # (nothing replayed at all: a publish left unconfirmed by its channel opened again)
+    mine[mine] = orders[at[mine]] == p["order"].to_numpy(np.int64)[mine]
     seq[at[mine]] = p["seq"].to_numpy(np.int64)[mine]
     numbered = _numbered(p, seeds, current[_rows_of(m, p["order"])], open_keys, open_counts)
     rows = cap.frames.iloc[orders].reset_index(drop=True)
