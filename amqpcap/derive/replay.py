@@ -239,6 +239,8 @@ def _state_split(cap: Capture) -> _StateSplit:
         last_row[by[np.r_[st.code[by][1:] != st.code[by][:-1], True]]] = True
     wait = last_row & ~ended
     before = seeds.replay.state_rows if seeds is not None else pd.DataFrame()
+    if len(before):
+        before = before[~_answered_starts(cap, before)].reset_index(drop=True)
     done_before, waiting_before = _resolved(cap, before, rows, st.orders, cons)
     final = [t for t in (done_before, rows[~wait]) if len(t)]
     waiting = [t for t in (waiting_before, rows[wait]) if len(t)]
@@ -256,6 +258,21 @@ def _per_row(rows: pd.DataFrame, cons: pd.DataFrame, column: str, default):
     at = code_of(cons, rows) if len(cons) else np.full(len(rows), -1)
     values = cons[column].to_numpy(object) if len(cons) else np.zeros(0, object)
     return np.where(at >= 0, values[np.maximum(at, 0)] if len(values) else default, default)
+
+
+def _answered_starts(cap: Capture, before: pd.DataFrame) -> np.ndarray:
+    """Which rows the slices before withheld (`before`) are a consumer's start at its
+    basic.consume whose basic.consume-ok is one of the slice's own frames. The consumer exists
+    from its consume-ok (AMQP 0-9-1 §1.8.3.3/.4; `deliveries.consume_frames`): a slice where the
+    basic.consume is not answered yet starts it there, but only so far (the basic.consume is
+    replayed, pending); the slice that answers it starts it at the consume-ok
+    (`consumers._with_carried`), as the whole partition does, and that row goes."""
+    seeds = seeds_of(cap)
+    cons = consume_frames(cap)
+    order = cons["order"].to_numpy(np.int64)
+    ok = cons["ok_order"].to_numpy(np.float64, na_value=np.nan)
+    answered = (order < seeds.replayed) & (ok >= seeds.replayed)
+    return np.isin(before["_order"].to_numpy(np.int64), seeds.whole_orders(order[answered]))
 
 
 def _resolved(cap: Capture, before: pd.DataFrame, rows: pd.DataFrame, orders: np.ndarray,
