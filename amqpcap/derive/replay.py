@@ -25,8 +25,8 @@ by a protocol window:
 Rows that are not frames are carried as rows: each consumer's row until its tag space ends
 (`Replay.consumers`), each consumer's last state row until its next row or its end
 (`Replay.state_rows`; a start at a basic.consume awaiting its consume-ok: until its next row, or
-dropped when the consume-ok starts the consumer), the most deliveries each consumer held unacknowledged
-(`Replay.state_maxima`: an estimated prefetch is the most of its whole life).
+dropped when the consume-ok starts the consumer), the most deliveries each consumer held
+unacknowledged (`Replay.state_maxima`: an estimated prefetch is the most of its whole life).
 
 Unbounded only where the protocol window is: a consumer without basic.consume in the capture
 that never settles is no-ack (`Ends`), so its deliveries are not kept; a publisher whose confirms
