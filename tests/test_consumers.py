@@ -12,6 +12,7 @@ import pytest
 import amqpcap
 from amqpcap.analysis import SEVERITY_RANK
 from amqpcap.analyzers.consumers import consumer_state, consumers
+from amqpcap.derive.consumers import consumer_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -214,10 +215,8 @@ def test_unlimited_consumers_that_keep_up_are_not_told():
 
 def _sliced_everywhere(path: Path) -> tuple[dict, dict]:
     """The consumers partial of the capture crafted at `path` whole, and cut before every packet
-    (`clean_cuts` every 1) but the basic.consume-ok right after its basic.consume, each given the
-    partition's backlog (as `run_whole` gives it). (Cut between the two, a consumer's start is
-    its basic.consume in the slices, its consume-ok in the whole: a bug of the derivations over
-    slices, `consumers_so_far`, left to fix there.)"""
+    (`clean_cuts` every 1; also between each basic.consume and its basic.consume-ok), each given
+    the partition's backlog (as `run_whole` gives it)."""
     from dataclasses import replace
 
     from amqpcap.analyzers.consumers import SPLIT, consumers_slice
@@ -229,9 +228,6 @@ def _sliced_everywhere(path: Path) -> tuple[dict, dict]:
     backlog = context_for(SPLIT.join_context([SPLIT.context(cap, facts)]), 0)
     cuts = clean_cuts(cap.packets["packet"].to_numpy(), ns(cap.packets["ts"]), 1)
     assert len(cuts) == len(cap.packets) - 1
-    f = cap.frames
-    after_consume = f.loc[(f["method"] == "basic.consume").to_numpy(bool), "packet"].to_numpy() + 1
-    cuts = [p for p in cuts if p not in set(after_consume.tolist())]
     whole = SPLIT.partial_with(cap, facts, backlog)
     # the acks' gaps the slices told, with the backlog read at each (which the partial shows only
     # through slow refills): the whole's, by packet
@@ -298,3 +294,40 @@ def test_consumers_cut_before_every_packet_are_the_whole_partitions(tmp_path):
     assert u.loc["u-1", "zero_windows"] == 1 and u.loc["u-1", "deliveries"] == 60
     assert [(r["consumer_tag"], r["deliveries"]) for r in whole["no_ack"]] == [("n-1", 4)]
     assert_same_partial(sliced, whole, "cut before every packet")
+
+
+@pytest.mark.parametrize("name", ["prefetch-consumers.pcap", "rpc-nodelay.pcap"])
+def test_a_cut_between_basic_consume_and_its_consume_ok_gives_the_whole_partitions(name):
+    """Each basic.consume of a fixture in one slice and its basic.consume-ok in the next: the
+    consumer starts at its consume-ok (AMQP 0-9-1 §1.8.3.4) in the slices as in the whole, not at
+    the basic.consume the slice before saw unanswered (rpc-nodelay.pcap: tags the client names;
+    prefetch-consumers.pcap: tags the broker names in the consume-ok). The derivations' consumers
+    and state rows and every sliced analyzer's partial are the whole partition's."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_partition import SLICED, _context_of, assert_same_partial
+    from test_replay import sliced_tables
+
+    from amqpcap.analysis import splits
+    from amqpcap.derive.deliveries import consume_frames
+    from amqpcap.derive.stream_order import ns
+    from amqpcap.partition import clean_cuts, facts_of, sliced_partials
+
+    cap = load(name)
+    cons = consume_frames(cap)
+    packet, ts = cap.packets["packet"].to_numpy(np.int64), ns(cap.packets["ts"])
+    consume, ok = cons["packet"].to_numpy(np.int64), cons["ok_packet"].to_numpy(np.int64)
+    # the first clean cut after each basic.consume, at its consume-ok's packet at the latest
+    cuts = sorted({c for c in clean_cuts(packet, ts, 1) for a, b in zip(consume, ok) if a < c <= b})
+    assert len(cuts) == len(cons) > 0
+    got = sliced_tables(cap, cuts)
+    pd.testing.assert_frame_equal(got["consumers"], consumer_rows(cap), check_exact=True)
+    pd.testing.assert_frame_equal(got["state"], consumer_state(cap).reset_index(drop=True), check_exact=True)
+    facts = facts_of(cap)
+    sliced = {a: splits()[a] for a in SLICED}
+    joined: dict = {}
+    contexts = {a: _context_of(s, cap, facts, joined) for a, s in sliced.items()}
+    partials = sliced_partials(sliced, cap, facts, cuts, contexts)
+    for a, split in sliced.items():
+        assert_same_partial(partials[a], split.partial_with(cap, facts, contexts[a]), f"{a} cut after each basic.consume")

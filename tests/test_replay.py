@@ -202,3 +202,37 @@ def test_the_derivations_of_crafted_settles_cut_at_every_packet_are_the_whole(se
     got = sliced_tables(settles, clean_cuts(packet, ts, 1))
     pd.testing.assert_frame_equal(got["deliveries"], deliveries(settles), check_exact=True)
     pd.testing.assert_frame_equal(got["acks"], _acks(settles), check_exact=True)
+
+
+def test_consumers_whose_consume_ok_comes_slices_after_their_basic_consume_start_there(tmp_path):
+    """Every packet a slice: a basic.consume answered two slices later (another channel's
+    basic.consume between), one whose tag the broker names in its basic.consume-ok (AMQP 0-9-1
+    §1.8.3.3/.4), one whose channel.close the client sent before the consume-ok came, one whose
+    consume-ok the capture lost before its deliveries, one never answered. Each consumer starts
+    at its consume-ok (the last two at their basic.consume) in the slices as in the whole: its
+    consumer and state rows are the whole partition's."""
+    conv = c.TcpConversation().handshake()
+    send = lambda *items: conv.exchange(list(items))  # noqa: E731
+    send(*c.opening())
+    for ch in (2, 3, 4, 5):
+        send(("c2s", c.channel_open(ch)), ("s2c", c.channel_open_ok(ch)))
+    send(("c2s", c.basic_qos(1, prefetch_count=2)), ("s2c", c.basic_qos_ok(1)))
+    send(("c2s", c.basic_consume(1, queue="q", consumer_tag="ctag-1")),
+         ("c2s", c.basic_consume(2, queue="r", consumer_tag="")),
+         ("s2c", c.basic_consume_ok(1, "ctag-1")), ("s2c", c.basic_consume_ok(2, "amq.ctag-2")))
+    send(("s2c", _deliver(1, 1)), ("s2c", _deliver(2, 1, "amq.ctag-2")), ("c2s", c.basic_ack(1, 1)),
+         ("c2s", c.basic_ack(2, 1)), ("s2c", _deliver(1, 2)), ("c2s", c.basic_ack(1, 2)))
+    send(("c2s", [c.basic_consume(4, queue="t", consumer_tag="closing"), c.channel_close(4, 200, "bye", 0, 0)]),
+         ("s2c", c.basic_consume_ok(4, "closing")), ("s2c", c.channel_close_ok(4)))
+    send(("c2s", c.basic_consume(5, queue="u", consumer_tag="lost")), ("s2c", _deliver(5, 1, "lost")),
+         ("s2c", _deliver(5, 2, "lost")), ("c2s", c.basic_ack(5, 2, multiple=True)))
+    send(("c2s", c.basic_consume(3, queue="s", consumer_tag="late")))
+    cap = amqpcap.load(c.write_pcap(tmp_path / "consumes.pcap", conv.close().timed()))
+    packet, ts = cap.packets["packet"].to_numpy(np.int64), ns(cap.packets["ts"])
+    cuts = clean_cuts(packet, ts, 1)
+    assert len(cuts) == len(packet) - 1
+    got = sliced_tables(cap, cuts)
+    rows = consumer_rows(cap).set_index("consumer_tag")
+    assert list(rows.index) == ["ctag-1", "amq.ctag-2", "closing", "lost", "late"] and rows["consume_seen"].all()
+    pd.testing.assert_frame_equal(got["consumers"], consumer_rows(cap), check_exact=True)
+    pd.testing.assert_frame_equal(got["state"], consumer_state(cap).reset_index(drop=True), check_exact=True)

@@ -24,8 +24,9 @@ by a protocol window:
 
 Rows that are not frames are carried as rows: each consumer's row until its tag space ends
 (`Replay.consumers`), each consumer's last state row until its next row or its end
-(`Replay.state_rows`), the most deliveries each consumer held unacknowledged
-(`Replay.state_maxima`: an estimated prefetch is the most of its whole life).
+(`Replay.state_rows`; a start at a basic.consume awaiting its consume-ok: until its next row, or
+dropped when the consume-ok starts the consumer), the most deliveries each consumer held
+unacknowledged (`Replay.state_maxima`: an estimated prefetch is the most of its whole life).
 
 Unbounded only where the protocol window is: a consumer without basic.consume in the capture
 that never settles is no-ack (`Ends`), so its deliveries are not kept; a publisher whose confirms
@@ -114,11 +115,8 @@ def replay_after(cap: Capture) -> Replay:
     m = methods(cap)
     key = chan_key(m)
     epoch = m["epoch"].to_numpy(np.int64)
-    own = m["order"].to_numpy(np.int64) >= seeds.replayed
-    (open_keys,), open_counts = counts_added(
-        (seeds.replay.open_keys,), seeds.replay.open_counts, *_counted(key[own & select(m, "channel.open")]))
-    # (a frame in its channel's current tag space: a later frame can be matched to it)
-    current = _in_current_space(m, open_keys, open_counts)
+    spaces = _spaces(cap)
+    open_keys, open_counts, current = spaces.open_keys, spaces.open_counts, spaces.current
 
     dc = deliveries_with_codes(cap)
     d = dc.table
@@ -155,6 +153,28 @@ def replay_after(cap: Capture) -> Replay:
                   offset=seeds.replay.offset + len(cap.frames) - seeds.replayed,
                   open_keys=open_keys, open_counts=open_counts, numbered_keys=numbered[0],
                   numbered_epochs=numbered[1], numbered_counts=numbered[2])
+
+
+@dataclass(frozen=True)
+class _Spaces:
+    """The tag spaces of a slice's channels at its end (`_spaces`)."""
+
+    #: channel.open frames per channel key so far (keys sorted)
+    open_keys: np.ndarray
+    open_counts: np.ndarray
+    #: per method frame, whether it is in its channel's current tag space (a later frame can be
+    #: matched to it)
+    current: np.ndarray
+
+
+@derivation(CONNECTION)
+def _spaces(cap: Capture) -> _Spaces:
+    seeds = seeds_of(cap)
+    m = methods(cap)
+    own = m["order"].to_numpy(np.int64) >= seeds.replayed
+    (open_keys,), open_counts = counts_added(
+        (seeds.replay.open_keys,), seeds.replay.open_counts, *_counted(chan_key(m)[own & select(m, "channel.open")]))
+    return _Spaces(open_keys, open_counts, _in_current_space(m, open_keys, open_counts))
 
 
 def told(cap: Capture, order, last: bool) -> np.ndarray:
@@ -233,14 +253,18 @@ def _state_split(cap: Capture) -> _StateSplit:
     rows = st.table.assign(_order=st.orders)
     cons = consumers_so_far(cap)
     ended = _per_row(rows, cons, "ended", False).astype(bool)
-    # each consumer's last own row, by frame order, waits for its next row or its end
+    # each consumer's last own row, by frame order, waits for its next row or its end; a start
+    # at a basic.consume still awaiting its basic.consume-ok, for its next row (`_awaiting_ok`)
     last_row = np.zeros(len(rows), bool)
     if len(rows):
         by = np.lexsort((st.orders, st.code))
         last_row[by[np.r_[st.code[by][1:] != st.code[by][:-1], True]]] = True
-    wait = last_row & ~ended
+    awaiting = _awaiting_ok(cap)
+    wait = last_row & (~ended | np.isin(st.orders, awaiting))
     before = seeds.replay.state_rows if seeds is not None else pd.DataFrame()
-    done_before, waiting_before = _resolved(cap, before, rows, st.orders, cons)
+    if len(before):
+        before = before[~_answered_starts(cap, before)].reset_index(drop=True)
+    done_before, waiting_before = _resolved(cap, before, rows, st.orders, cons, awaiting)
     final = [t for t in (done_before, rows[~wait]) if len(t)]
     waiting = [t for t in (waiting_before, rows[wait]) if len(t)]
     maxima = _maxima(acked_deliveries(cap).keys, st.max_unacked,
@@ -259,11 +283,39 @@ def _per_row(rows: pd.DataFrame, cons: pd.DataFrame, column: str, default):
     return np.where(at >= 0, values[np.maximum(at, 0)] if len(values) else default, default)
 
 
+def _awaiting_ok(cap: Capture) -> np.ndarray:
+    """The whole orders of the basic.consume frames of the slice `cap` still awaiting their
+    basic.consume-ok, which the next slice replays (`_pending_consumes`); none in a whole
+    partition. A consumer's state row at one is its start known only so far: a later slice may
+    start it at the consume-ok (`_answered_starts`), even after its cancel or channel.close (a
+    client need not wait for the consume-ok to send those)."""
+    seeds = seeds_of(cap)
+    if seeds is None:
+        return _NONE
+    return seeds.whole_orders(_pending_consumes(consume_frames(cap), _spaces(cap).current, methods(cap)))
+
+
+def _answered_starts(cap: Capture, before: pd.DataFrame) -> np.ndarray:
+    """Which rows the slices before withheld (`before`) are a consumer's start at its
+    basic.consume whose basic.consume-ok is one of the slice's own frames. The consumer exists
+    from its consume-ok (AMQP 0-9-1 §1.8.3.3/.4; `deliveries.consume_frames`): a slice where the
+    basic.consume is not answered yet starts it there, but only so far (the basic.consume is
+    replayed, pending); the slice that answers it starts it at the consume-ok
+    (`consumers._with_carried`), as the whole partition does, and that row goes."""
+    seeds = seeds_of(cap)
+    cons = consume_frames(cap)
+    order = cons["order"].to_numpy(np.int64)
+    ok = cons["ok_order"].to_numpy(np.float64, na_value=np.nan)
+    answered = (order < seeds.replayed) & (ok >= seeds.replayed)
+    return np.isin(before["_order"].to_numpy(np.int64), seeds.whole_orders(order[answered]))
+
+
 def _resolved(cap: Capture, before: pd.DataFrame, rows: pd.DataFrame, orders: np.ndarray,
-              cons: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+              cons: pd.DataFrame, awaiting: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The rows the slices before withheld (`before`), split into those now resolved (their
     consumer's next row is among the slice's `rows` (frames at whole `orders`), or its end is
-    known), with their until_ts and duration_s, and those still waiting."""
+    known, unless the row is at a basic.consume `awaiting` its consume-ok) and those still
+    waiting, both with their until_ts and duration_s as known so far."""
     if not len(before):
         return before, before
     nat = np.iinfo(np.int64).min
@@ -282,12 +334,12 @@ def _resolved(cap: Capture, before: pd.DataFrame, rows: pd.DataFrame, orders: np
     end_ns = pd.to_datetime(end.where(end.notna(), pd.Series(last.array)), utc=True).array.asi8
     ts = before["ts"].array.asi8
     until = until_of(ts, nxt, end_ns)
-    done = (nxt != nat) | ended
+    done = (nxt != nat) | (ended & ~np.isin(before["_order"].to_numpy(np.int64), awaiting))
     out = before.copy()
     tsd = before["ts"].dtype
     out["until_ts"] = pd.Series(until.view("M8[ns]")).dt.tz_localize("UTC").astype(tsd).array
     out["duration_s"] = (out["until_ts"] - out["ts"]).dt.total_seconds()
-    return out[done].reset_index(drop=True), before[~done].reset_index(drop=True)
+    return out[done].reset_index(drop=True), out[~done].reset_index(drop=True)
 
 
 def _maxima(keys: pd.DataFrame, max_unacked: np.ndarray, before: pd.DataFrame) -> pd.DataFrame:
