@@ -342,6 +342,7 @@ def _sequence_numbers(cap: Capture, p: pd.DataFrame) -> np.ndarray:
     return seq
 
 
+@derivation(CONNECTION)
 def confirms(cap: Capture) -> pd.DataFrame:
     """One row per basic.publish on a channel in confirm mode, with the broker's basic.ack or
     basic.nack that confirmed it.
