@@ -83,12 +83,14 @@ def outputs(out: Path) -> dict[str, bytes]:
             and p.suffix in (".json", ".csv")}
 
 
-def test_analyze_on_a_real_cluster_is_the_local_run(cluster, stored, tmp_path):
-    local = subprocess.run([*AMQPCAP, "analyze", str(stored), "--out", str(tmp_path / "local"), "--no-plots"],
+def same_as_the_local_run(root: Path, tmp_path: Path, *dist_args: str) -> subprocess.CompletedProcess:
+    """`amqpcap analyze ROOT` in one process and with `dist_args` (--scheduler ...): both end
+    well, print the same findings and write the same tables and summary.json. The second run."""
+    local = subprocess.run([*AMQPCAP, "analyze", str(root), "--out", str(tmp_path / "local"), "--no-plots"],
                            capture_output=True, text=True)
     assert local.returncode == 0, local.stderr
-    dist = subprocess.run([*AMQPCAP, "analyze", str(stored), "--scheduler", cluster, "--out", str(tmp_path / "dist"),
-                           "--no-plots"], capture_output=True, text=True)
+    dist = subprocess.run([*AMQPCAP, "analyze", str(root), *dist_args, "--out", str(tmp_path / "dist"), "--no-plots"],
+                          capture_output=True, text=True, timeout=900)
     assert dist.returncode == 0, dist.stderr
     assert dist.stdout == local.stdout
     got, want = outputs(tmp_path / "dist"), outputs(tmp_path / "local")
@@ -96,6 +98,11 @@ def test_analyze_on_a_real_cluster_is_the_local_run(cluster, stored, tmp_path):
     assert got.keys() == want.keys()
     for k in want:
         assert got[k] == want[k], k
+    return dist
+
+
+def test_analyze_on_a_real_cluster_is_the_local_run(cluster, stored, tmp_path):
+    same_as_the_local_run(stored, tmp_path, "--scheduler", cluster)
 
 
 def test_a_dataset_named_by_an_fsspec_url_gives_the_local_run(cluster, stored, tmp_path):
@@ -302,18 +309,8 @@ def test_a_dataset_analysed_in_slices_of_time_gives_the_local_run(cluster, tmp_p
                    check=True, capture_output=True)
     sliced = dataset.bucket_packets(dataset.read_outline(root).connections, 2) > every
     assert sliced.any(), "no bucket is cut in slices: the test would not test them"
-    local = subprocess.run([*AMQPCAP, "analyze", str(root), "--out", str(tmp_path / "local"), "--no-plots"],
-                           capture_output=True, text=True)
-    assert local.returncode == 0, local.stderr
-    dist = subprocess.run([*AMQPCAP, "analyze", str(root), "--scheduler", cluster, "--slice-packets", str(every),
-                           "--out", str(tmp_path / "dist"), "--no-plots"], capture_output=True, text=True)
-    assert dist.returncode == 0, dist.stderr
+    dist = same_as_the_local_run(root, tmp_path, "--scheduler", cluster, "--slice-packets", str(every))
     assert SLICED_LINE.search(dist.stderr), dist.stderr
-    assert dist.stdout == local.stdout
-    got, want = outputs(tmp_path / "dist"), outputs(tmp_path / "local")
-    assert "summary.json" in want and got.keys() == want.keys()
-    for k in want:
-        assert got[k] == want[k], k
 
 
 def test_a_bucket_too_large_for_the_workers_memory_is_named_in_one_line(tmp_path):
@@ -365,20 +362,10 @@ def test_buckets_larger_than_half_a_workers_memory_are_analysed_in_slices_by_def
     root = tmp_path / "ds"
     subprocess.run([*AMQPCAP, "ingest", str(FIX / "ten-consumers.pcap"), "--out", str(root), "--buckets", "2"],
                    check=True, capture_output=True)
-    local = subprocess.run([*AMQPCAP, "analyze", str(root), "--out", str(tmp_path / "local"), "--no-plots"],
-                           capture_output=True, text=True)
-    assert local.returncode == 0, local.stderr
     with dask_cluster(2, ("--memory-limit", "10MB"), worker_env=TELLS_10_MB) as address:
         with Client(address, timeout=60) as c:
             every = slice_packets_of(c)
         assert every == 10_000_000 // 2 // 1_600
         assert (dataset.bucket_packets(dataset.read_outline(root).connections, 2) > every).all()
-        dist = subprocess.run([*AMQPCAP, "analyze", str(root), "--scheduler", address, "--out", str(tmp_path / "dist"),
-                               "--no-plots"], capture_output=True, text=True, timeout=900)
-    assert dist.returncode == 0, dist.stderr
+        dist = same_as_the_local_run(root, tmp_path, "--scheduler", address)
     assert SLICED_LINE.search(dist.stderr), dist.stderr
-    assert dist.stdout == local.stdout
-    got, want = outputs(tmp_path / "dist"), outputs(tmp_path / "local")
-    assert "summary.json" in want and got.keys() == want.keys()
-    for k in want:
-        assert got[k] == want[k], k

@@ -451,6 +451,15 @@ def test_a_window_held_publisher_over_slices_is_the_whole_partitions(tmp_path):
     assert_same_partial(sliced, whole, "cut before every packet")
 
 
+def _close(conv, t: int) -> None:
+    """Close the crafted connection `conv`, its closing packets 1 ms apart after `t` (ns)."""
+    n = len(conv.packets)
+    conv.close()
+    for p in conv.packets[n:]:
+        t += MS
+        p.time_ns = t
+
+
 def _confirming_publisher(tmp_path, flow: bool):
     """A publisher in confirm mode: publishes every 5 ms, each segment seen twice 200 µs apart
     (a capture on two interfaces: not a retransmission); the fifth is confirmed (multiple) 1 ms
@@ -485,11 +494,7 @@ def _confirming_publisher(tmp_path, flow: bool):
         t += 5 * MS
     (ok,) = conv.send_frames("s2c", [c.basic_ack(delivery_tag=20, multiple=True)])
     ok.time_ns = t
-    n = len(conv.packets)
-    conv.close()
-    for p in conv.packets[n:]:
-        t += MS
-        p.time_ns = t
+    _close(conv, t)
     conv.packets.sort(key=lambda p: p.time_ns)
     return c.load(c.write_pcap(tmp_path / "confirms.pcap", conv.packets))
 
@@ -552,11 +557,7 @@ def _confirms_on_a_channel_opened_again(tmp_path, lost: bool = False):
         confirmed = publish(tag, 300 * MS if tag == 5 else MS)
         t = confirmed if tag == 5 else t  # it waits for the fifth's confirm
         t += 5 * MS
-    n = len(conv.packets)
-    conv.close()
-    for p in conv.packets[n:]:
-        t += MS
-        p.time_ns = t
+    _close(conv, t)
     conv.packets.sort(key=lambda p: p.time_ns)
     cap = c.load(c.write_pcap(tmp_path / "reopened.pcap", conv.packets))
     first = min(p.time_ns for p in conv.packets)
@@ -637,11 +638,7 @@ def _consumer_at_most_late(client=("10.0.0.1", 40000)) -> list:
         deliver(tag, t)
         t += MS
     send("c2s", [c.basic_ack(1, 13, multiple=True)], t + MS)
-    n = len(conv.packets)
-    conv.close()
-    for p in conv.packets[n:]:
-        t += MS
-        p.time_ns = t
+    _close(conv, t)
     return conv.packets
 
 
@@ -683,11 +680,7 @@ def _blocked_twice(client=("10.0.0.1", 40001)) -> list:
             (b,) = conv.send_frames("s2c", [c.connection_unblocked() if i == 10 else c.connection_blocked()])
             b.time_ns = t + MS
         t += 5 * MS
-    n = len(conv.packets)
-    conv.close()
-    for p in conv.packets[n:]:
-        t += MS
-        p.time_ns = t
+    _close(conv, t)
     return conv.packets
 
 
