@@ -460,18 +460,24 @@ def _close(conv, t: int) -> None:
         p.time_ns = t
 
 
+def _in_confirm_mode():
+    """A crafted connection opened, its channel 1 in confirm mode, its packets 5 ms apart; and
+    the time (ns) 5 ms after its last."""
+    conv = c.TcpConversation().handshake()
+    conv.exchange(c.opening())
+    conv.send_frames("c2s", [c.confirm_select()])
+    conv.send_frames("s2c", [c.confirm_select_ok()])
+    c.stamp(conv.packets, c.T0_NS, 5 * MS)
+    return conv, conv.packets[-1].time_ns + 5 * MS
+
+
 def _confirming_publisher(tmp_path, flow: bool):
     """A publisher in confirm mode: publishes every 5 ms, each segment seen twice 200 µs apart
     (a capture on two interfaces: not a retransmission); the fifth is confirmed (multiple) 1 ms
     later; after the tenth, the confirms wait 300 ms (a multiple basic.ack then confirms them all) while the publisher sends nothing; with
     ``flow``, the broker then stops the channel (channel.flow active=false) for 400 ms: most of
     the silence."""
-    conv = c.TcpConversation().handshake()
-    conv.exchange(c.opening())
-    conv.send_frames("c2s", [c.confirm_select()])
-    conv.send_frames("s2c", [c.confirm_select_ok()])
-    c.stamp(conv.packets, c.T0_NS, 5 * MS)
-    t = conv.packets[-1].time_ns + 5 * MS
+    conv, t = _in_confirm_mode()
     for i in range(20):
         for s in conv.send_frames("c2s", [c.basic_publish()] + c.content(body=b"x" * 20)):
             s.time_ns = t
@@ -523,12 +529,7 @@ def _confirms_on_a_channel_opened_again(tmp_path, lost: bool = False):
     (it is awaited to the connection's end). Returns the capture and each confirmed publish's
     (time, its confirm's time) in seconds from the first packet: the intervals its confirm was
     outstanding."""
-    conv = c.TcpConversation().handshake()
-    conv.exchange(c.opening())
-    conv.send_frames("c2s", [c.confirm_select()])
-    conv.send_frames("s2c", [c.confirm_select_ok()])
-    c.stamp(conv.packets, c.T0_NS, 5 * MS)
-    t = conv.packets[-1].time_ns + 5 * MS
+    conv, t = _in_confirm_mode()
     awaited = []
 
     def publish(tag: int, wait_ns: int, confirmed: bool = True) -> int:
