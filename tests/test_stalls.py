@@ -218,7 +218,7 @@ def test_cli_writes_tables_and_plots(tmp_path):
 
 
 def test_overlap_of_intervals_by_hand():
-    from amqpcap.analyzers.stalls import _overlap_s
+    from amqpcap.analyzers.stalls.intervals import _overlap_s
 
     stalls_ = pd.DataFrame({"stream": [1, 1, 2], "d": [0, 0, 0], "start": [0.0, 10.0, 0.0], "end": [4.0, 12.0, 1.0]})
     iv = pd.DataFrame({"stream": [1, 1, 1], "d": [0, 0, 0], "start": [1.0, 2.0, 11.5], "end": [3.0, 2.5, 20.0]})
@@ -227,7 +227,8 @@ def test_overlap_of_intervals_by_hand():
 
 
 def test_confirm_outstanding_by_hand(tmp_path):
-    from amqpcap.analyzers.stalls import _confirm_outstanding, _origin
+    from amqpcap.analyzers.stalls.causes import _confirm_outstanding
+    from amqpcap.analyzers.stalls.context import _origin
     from amqpcap.partition import facts_of
 
     # confirm.select at 0; publishes at 1, 2, 3 (tags 1..3); multiple ack of tag 2 at 4; single
@@ -581,7 +582,9 @@ def test_confirms_of_a_channel_opened_again_are_its_own(tmp_path):
     channel opening's confirm, not for one of the channel before (AMQP 0-9-1 §4.2.4: a new
     channel; RabbitMQ's confirms count per channel from confirm.select). The time outstanding is
     exactly each publish to its own confirm, and the silence after every confirm came is idle."""
-    from amqpcap.analyzers.stalls import SPLIT, _origin, _confirm_outstanding
+    from amqpcap.analyzers.stalls import SPLIT
+    from amqpcap.analyzers.stalls.causes import _confirm_outstanding
+    from amqpcap.analyzers.stalls.context import _origin
     from amqpcap.partition import context_for, facts_of
 
     cap, awaited = _confirms_on_a_channel_opened_again(tmp_path)

@@ -1,0 +1,254 @@
+"""The stalls' findings, each told only when its mechanism was at work in this capture:
+receiver-window, broker-flow-control, publisher-blocked, capture-gaps (docs/findings.md).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ...analysis import Finding
+from ...capture import Capture
+from ...derive.labels import who
+from ...display_filters import stream_filter
+from ...names import subject_namer
+from ...wording import counted
+from .constants import (
+    CAPTURE_GAPS_CRITICAL_SHARE, CAPTURE_GAPS_INFO_MAX, CAPTURE_GAPS_WARNING_SHARE, DIRS, FLOW_CONTROL_DOC,
+    PUBLISHER_BLOCKED_CRITICAL_S, RECEIVER_WINDOW_CRITICAL_SHARE, RECEIVER_WINDOW_WARNING_S,
+    WINDOW_FULL_PACKETS, ZERO_WINDOW_PACKETS)
+
+
+def _duration(x: float) -> str:
+    """`1.21 s`, `3.0 ms`: a title's duration in a unit that shows it."""
+    return f"{x:.2f} s" if x >= 0.1 else f"{x * 1e3:.1f} ms"
+
+
+def _window_packets(cited: pd.DataFrame, sides: pd.DataFrame) -> pd.DataFrame:
+    """For each direction of `sides` (stream, held: the direction its peer's window held back),
+    the packets a window finding cites (`_cited`): the first ZERO_WINDOW_PACKETS zero windows its
+    peer advertised and the first WINDOW_FULL_PACKETS window-full segments it sent, in row order
+    (stream, time). Columns: stream, held, kind (`zero-window`, `window-full`), rank, packet."""
+    wanted = sides["stream"].to_numpy(np.int64) * 2 + sides["d"].to_numpy(np.int64)
+    mine = cited[np.isin(cited["stream"].to_numpy(np.int64) * 2 + cited["held"].to_numpy(np.int64), wanted)]
+    out = [mine[mine["kind"] == kind].drop(columns="_t") for kind in ("zero-window", "window-full")]
+    return pd.concat(out, ignore_index=True)
+
+
+def _window_finding_parts(cap: Capture, wp: pd.DataFrame, g: pd.DataFrame, stalls_tbl: pd.DataFrame,
+                          peer_filter: str):
+    """What receiver-window and broker-flow-control share: (severity, subjects, evidence) for the
+    directions ``g`` (rows of _window_sides, worst first). Severity from the worst: critical when
+    a connection spent RECEIVER_WINDOW_CRITICAL_SHARE of its time window-limited, warning from
+    RECEIVER_WINDOW_WARNING_S of it, else info; monotonic in both numbers."""
+    share, limited = float(g["window_limited_share"].max()), float(g["window_limited_s"].max())
+    severity = ("critical" if share >= RECEIVER_WINDOW_CRITICAL_SHARE
+                else "warning" if limited >= RECEIVER_WINDOW_WARNING_S else "info")
+    subject_of = subject_namer(cap)
+    subjects = [subject_of(int(r.stream), direction=str(DIRS[r.d]),
+                           window_limited_s=round(float(r.window_limited_s), 6),
+                           window_limited_share=round(float(r.window_limited_share), 4),
+                           zero_window_ads=int(r.zero_window_ads), window_full_segments=int(r.window_full_segments),
+                           stalls=int(r.stalls), stalled_s=round(float(r.stalled_s), 6),
+                           **({"publishes": int(r.publishes)} if r.d == 0 else {}))
+                for r in g.itertuples()]
+    streams = sorted(int(x) for x in g["stream"])
+    w = g.iloc[0]
+    wmin, wmax = g["peer_window_min_bytes"].dropna(), g["peer_window_max_bytes"].dropna()
+    held = int(g["d"].iloc[0])
+    # The way into Wireshark: the peer's zero windows, the held direction's window-full
+    # segments (the first of each, in stream order), and the bounds of its longest window
+    # stalls (a few of each).
+    rw = stalls_tbl[(stalls_tbl["cause"] == "receiver-window") & stalls_tbl["stream"].isin(streams)
+                    & (stalls_tbl["direction"] == DIRS[held])].nlargest(3, "duration_s")
+    mine = wp[wp["stream"].isin(streams) & (wp["held"] == held)].sort_values(["stream", "rank"], kind="stable")
+
+    def first(kind: str, n: int) -> list[int]:
+        return mine.loc[mine["kind"] == kind, "packet"].head(n).tolist()
+
+    packets = sorted(set(first("zero-window", ZERO_WINDOW_PACKETS) + first("window-full", WINDOW_FULL_PACKETS)
+                         + rw["first_packet"].tolist() + rw["last_packet"].tolist()))
+    evidence = {
+        "connections": len(g),
+        "window_limited_s": round(float(w["window_limited_s"]), 6),
+        "window_limited_share": round(float(w["window_limited_share"]), 4),
+        "stalled_s": round(float(w["stalled_s"]), 6),
+        "longest_stall_s": round(float(g["longest_stall_s"].max()), 6),
+        "stalls": int(g["stalls"].sum()),
+        "zero_window_ads": int(g["zero_window_ads"].sum()),
+        "window_full_segments": int(g["window_full_segments"].sum()),
+        "peer_window_min_bytes": int(wmin.min()) if len(wmin) else None,
+        "peer_window_max_bytes": int(wmax.max()) if len(wmax) else None,
+        "streams": streams,
+        "packets": [int(x) for x in packets],
+        "filter": f"{stream_filter(streams)} && {peer_filter}",
+    }
+    return severity, subjects, evidence
+
+
+def _port_match(cap: Capture, streams) -> str:
+    """The broker port(s) of these connections as a filter comparison: `== 5672`, `in {5671, 5672}`."""
+    ports = sorted({int(p) for p in cap.connections.loc[cap.connections["stream"].isin(list(streams)), "broker_port"]})
+    return f"== {ports[0]}" if len(ports) == 1 else "in {" + ", ".join(map(str, ports)) + "}"
+
+
+def _receiver_window(cap: Capture, wp: pd.DataFrame, sides: pd.DataFrame, stalls_tbl: pd.DataFrame) -> Finding | None:
+    """Clients that stopped reading: the broker's traffic to them (s2c) waited on their zero or
+    full receive window. One finding, every such connection a subject, worst first."""
+    g = sides[sides["d"] == 1]
+    if g.empty:
+        return None
+    port = _port_match(cap, g["stream"])
+    severity, subjects, ev = _window_finding_parts(
+        cap, wp, g, stalls_tbl, f"((tcp.analysis.zero_window && tcp.dstport {port}) || "
+                                f"(tcp.analysis.window_full && tcp.srcport {port}))")
+    w = subjects[0]
+    title = (f"{who([x['connection'] for x in subjects])} stopped reading: the broker's data waited on "
+             f"{'its' if len(subjects) == 1 else 'their'} zero or full TCP receive window"
+             f"{'' if len(subjects) == 1 else ', the first'} {_duration(w['window_limited_s'])}, "
+             f"{w['window_limited_share']:.0%} of the connection's time "
+             f"({counted(w['zero_window_ads'], 'zero-window advertisement')})")
+    advice = ("The client application, or its socket receive buffer, does not keep up: it left the socket unread "
+              "while the broker had data for it. Do not do slow work on the connection's I/O thread (blocking "
+              "callbacks, synchronous DB calls, long GC pauses); hand messages to a worker pool. Do not pin a small "
+              "SO_RCVBUF (let kernel autotuning grow it; see peer_window_max_bytes). Lower the prefetch (basic.qos) "
+              "so less data piles up unread.")
+    return Finding("receiver-window", severity, title, ev, advice, impact=min(float(g["window_limited_share"].max()), 1.0),
+                   subjects=subjects)
+
+
+def _broker_flow_control(cap: Capture, wp: pd.DataFrame, sides: pd.DataFrame, stalls_tbl: pd.DataFrame) -> Finding | None:
+    """The broker stopped reading clients: their traffic (c2s) waited on the broker's zero or full
+    receive window, outside any connection.blocked (that is publisher-blocked's resource alarm).
+    RabbitMQ does this to publishers under credit-based flow control. One finding, every such
+    connection a subject, worst first."""
+    g = sides[sides["d"] == 0]
+    if g.empty:
+        return None
+    port = _port_match(cap, g["stream"])
+    severity, subjects, ev = _window_finding_parts(
+        cap, wp, g, stalls_tbl, f"((tcp.analysis.zero_window && tcp.srcport {port}) || "
+                                f"(tcp.analysis.window_full && tcp.dstport {port}))")
+    ev["publishes"] = int(g["publishes"].sum())
+    w = subjects[0]
+    whom = "publishers" if (g["publishes"] > 0).all() else "connections"
+    title = (f"Broker flow control: the broker stopped reading {'its ' + whom[:-1] if len(subjects) == 1 else whom} "
+             f"{who([x['connection'] for x in subjects])}; its TCP receive window towards "
+             f"{'it' if len(subjects) == 1 else 'them'} was zero or full {_duration(w['window_limited_s'])}"
+             f"{'' if len(subjects) == 1 else ' for the first'}, {w['window_limited_share']:.0%} of the connection's "
+             f"time ({counted(w['zero_window_ads'], 'zero-window advertisement')})")
+    advice = ("RabbitMQ stopped reading these connections' sockets, so its TCP receive buffer filled and it advertised a "
+              "zero or full window: credit-based flow control (" + FLOW_CONTROL_DOC + "), which throttles "
+              "publishers that publish faster than the queues (or the channel and connection processes in front "
+              "of them) can take the messages; the management UI shows these connections in state 'flow' "
+              "(rabbitmqctl list_connections name state). Time under connection.blocked (a resource alarm, see "
+              "publisher-blocked) is not counted here. "
+              "The publishers are not at fault; the broker is at capacity for this load: spread the publishes over "
+              "more queues (one queue is one Erlang process, one core), keep the queues short (consumers that keep "
+              "up), use publisher confirms to bound what each publisher has in flight, or publish at a lower rate. "
+              "If the connections are not in 'flow', the broker is short of CPU.")
+    return Finding("broker-flow-control", severity, title, ev, advice,
+                   impact=min(float(g["window_limited_share"].max()), 1.0), subjects=subjects)
+
+
+def _publisher_blocked(blocked: pd.DataFrame, deliveries: int, cap: Capture) -> Finding | None:
+    """publisher-blocked: one finding, every blocked connection a subject (longest block first),
+    with the alarm's reason, how long, and what was published (`_block_publishes`) and delivered
+    (`_deliveries_in`) meanwhile."""
+    if blocked.empty:
+        return None
+    blocked = blocked.assign(dur=blocked["end"] - blocked["start"])
+    dur = blocked["dur"]
+    total, longest = float(dur.sum()), float(dur.max())
+    open_end = bool((~blocked["lifted"]).any())
+    severity = "critical" if longest >= PUBLISHER_BLOCKED_CRITICAL_S or open_end else "warning"
+    streams = sorted(blocked["stream"].unique().tolist())
+    reasons = sorted({str(r) for r in blocked["reason"] if isinstance(r, str)})
+    per = blocked.groupby("stream").agg(blocked_s=("dur", "sum"), longest=("dur", "max"), blocks=("dur", "size"),
+                                        publishes=("publishes", "sum"), body=("publish_body_bytes", "sum"),
+                                        open_end=("lifted", lambda x: bool((~x).any())),
+                                        reason=("reason", lambda x: ", ".join(sorted({str(v) for v in x
+                                                                                      if isinstance(v, str)}))))
+    per = per.sort_values(["longest", "publishes"], ascending=False, kind="stable").reset_index()
+    subject_of = subject_namer(cap)
+    subjects = [subject_of(r.stream, blocks=int(r.blocks), blocked_s=float(r.blocked_s),
+                           longest_blocked_s=float(r.longest), reason=r.reason or None,
+                           still_blocked_at_end=bool(r.open_end), publishes_while_blocked=int(r.publishes),
+                           publish_bytes_while_blocked=int(r.body),
+                           severity="critical" if r.longest >= PUBLISHER_BLOCKED_CRITICAL_S or r.open_end
+                                    else "warning")
+                for r in per.itertuples()]
+    packets = blocked["blocked_packet"].tolist() + blocked["unblocked_packet"].dropna().astype(int).tolist()
+    evidence = {
+        "blocks": int(len(blocked)),
+        "blocked_s": total,
+        "longest_blocked_s": longest,
+        "first_blocked_at_s": float(blocked["start"].min()),
+        "reasons": reasons,
+        "still_blocked_at_end": open_end,
+        "publishes_while_blocked": int(blocked["publishes"].sum()),
+        "publish_bytes_while_blocked": int(blocked["publish_body_bytes"].sum()),
+        "deliveries_while_blocked": deliveries,
+        "connections_with_this_finding": len(per),
+        "streams": streams,
+        "packets": sorted(int(x) for x in packets)[:20],
+        "filter": f"{stream_filter(streams)} && amqp.method.class == 10 && "
+                  "(amqp.method.method == 60 || amqp.method.method == 61)",
+    }
+    what = ", ".join(reasons) if reasons else "no reason given"
+    w = subjects[0]
+    whom = w["connection"] if len(per) == 1 else f"{len(per)} publishing connections (longest: {w['connection']})"
+    title = (f"The broker blocked {whom} for {longest:.2f} s (resource alarm: {what})"
+             + ("" if not evidence["publishes_while_blocked"] else
+                f"; {evidence['publishes_while_blocked']:,} publishes "
+                f"({evidence['publish_bytes_while_blocked']:,} body bytes) were written into the blocked "
+                f"connection{'s' if len(per) > 1 else ''} meanwhile")
+             + ("; no consumer got a delivery meanwhile" if evidence["deliveries_while_blocked"] == 0 else
+                f"; consumers got {evidence['deliveries_while_blocked']:,} deliveries meanwhile"))
+    advice = ("A broker resource alarm blocked every publishing connection ('low on memory': memory above "
+              "vm_memory_high_watermark; 'low on disk': free disk below disk_free_limit). Find why the broker ran "
+              "short: queues growing because consumers are slower than publishers (see the consumer findings), "
+              "large messages or long queues held in memory (use lazy or quorum queues, set max-length), or "
+              "too little RAM/disk for the load. Raise the limits only with the resources to back them. Make "
+              "publishers handle connection.blocked (Java BlockedListener, pika "
+              "add_on_connection_blocked_callback) instead of timing out: what they write while blocked waits "
+              "in socket buffers and client memory, unread by the broker.")
+    return Finding("publisher-blocked", severity, title, evidence, advice, impact=min(total / 10.0, 1.0),
+                   subjects=subjects)
+
+
+def _capture_gaps(gaps: pd.DataFrame, cap: Capture, stalls_tbl: pd.DataFrame) -> Finding | None:
+    if gaps.empty:
+        return None
+    n, missing = int(len(gaps)), int(gaps["bytes"].sum())
+    streams = sorted(int(s) for s in gaps["stream"].dropna().unique())
+    c = cap.connections[cap.connections["stream"].isin(streams)]
+    span = int((c["c2s_stream_bytes"] + c["s2c_stream_bytes"]).sum())
+    share = missing / span if span else 1.0
+    if share >= CAPTURE_GAPS_CRITICAL_SHARE:
+        severity = "critical"
+    elif n > CAPTURE_GAPS_INFO_MAX or share >= CAPTURE_GAPS_WARNING_SHARE:
+        severity = "warning"
+    else:
+        severity = "info"
+    per_stream = gaps.groupby("stream", observed=True)["bytes"].agg(["size", "sum"])
+    evidence = {
+        "gaps": n,
+        "bytes_missing": missing,
+        "missing_share": share,
+        "stalls_uncertain": int((stalls_tbl["cause"] == "capture-gap").sum()),
+        "gaps_by_stream": {int(s): int(r["size"]) for s, r in per_stream.iterrows()},
+        "bytes_missing_by_stream": {int(s): int(r["sum"]) for s, r in per_stream.iterrows()},
+        "streams": streams,
+        "packets": sorted(gaps["packet"].dropna().astype(int))[:10],  # the first ten, whatever the rows' order
+        "filter": f"{stream_filter(streams)} && (tcp.analysis.lost_segment || tcp.analysis.ack_lost_segment)",
+    }
+    title = (f"The capture lost {missing:,} bytes in {n} gaps ({share:.1%} of those connections' bytes): "
+             "conclusions about those intervals are uncertain")
+    advice = ("The capture, not the network, dropped packets (the peer acknowledged bytes the capture never "
+              "saw), so what happened inside those gaps (windows, frames, timing) cannot be known. Capture "
+              "again with a bigger kernel buffer (tcpdump -B 65536, in KiB), full packets or a snaplen that keeps "
+              "the AMQP frame headers (-s 0), a narrow capture filter ('tcp port 5672') rather than display "
+              "filtering later, writing to a fast local disk, and rotating files (-C/-G) on long captures. "
+              "tcpdump's 'packets dropped by kernel' line confirms it.")
+    return Finding("capture-gaps", severity, title, evidence, advice, impact=min(share, 1.0))
