@@ -1,0 +1,77 @@
+"""The clients analyzer: a step per partition of whole connections (over slices of its time when it
+is large), and a merge that names the connections and derives the findings from their rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ...analysis import AnalyzerResult, analyzer
+from ...capture import Capture
+from ...names import connection_names
+from ...partition import CaptureFacts, Slicing, Split, merge_rows, run_whole
+from .channels import _deleted_by
+from .constants import COLUMNS, NAMED, SUMMARY_COLUMNS, SUMMARY_CONNECTIONS
+from .findings import (
+    _cancelled_finding, _channel_churn_finding, _churn_finding, _polling_finding, _publish_wait_finding,
+    _transactions_finding, _unroutable_finding)
+from .step import clients_join, clients_partial, clients_slice
+
+
+def clients_merge(partials: list[dict[str, Any]], records: None, facts: CaptureFacts, cap: Capture) -> AnalyzerResult:
+    """The connections of every partition, named; the findings and summary from them."""
+    conns = merge_rows([p["connections"] for p in partials], ["stream"])
+    names = connection_names(cap)
+    for col in NAMED:
+        conns[col] = pd.Series(names[col].reindex(conns["stream"]).to_numpy(object), dtype=object)
+    conns = conns[COLUMNS]
+    examples = merge_rows([p["examples"] for p in partials], ["stream", "method", "packet"])
+    returns = merge_rows([p["returns"] for p in partials], ["stream", "exchange", "routing_key"])
+    deletes = merge_rows([p["deletes"] for p in partials], ["packet", "stream"])
+    cancels = _deleted_by(merge_rows([p["cancels"] for p in partials], ["packet", "stream", "channel"]), deletes)
+    confirming = merge_rows([p["confirming"] for p in partials], ["stream", "channel", "epoch"])
+    findings = [f for f in (_polling_finding(cap, conns, examples), _transactions_finding(cap, conns, examples),
+                            _unroutable_finding(cap, conns, returns, examples), _cancelled_finding(cap, cancels),
+                            _churn_finding(cap, conns), _publish_wait_finding(cap, confirming),
+                            _channel_churn_finding(cap, conns, examples))
+                if f is not None]
+    summary = {"clients": {
+        "connections": int(len(conns)),
+        "publishing": int((conns["publishes"] > 0).sum()),
+        "consuming": int(((conns["deliveries"] > 0) | (conns["consumes"] > 0) | (conns["gets_ok"] > 0)).sum()),
+        "polling": int((conns["gets"] > 0).sum()),
+        "transactional": int((conns["tx_selects"] > 0).sum()),
+        "confirming": int((conns["confirm_selects"] > 0).sum()),
+        "returned": int((conns["returns"] > 0).sum()),
+        "cancelled_by_broker": int((conns["cancelled_by_broker"] > 0).sum()),
+        "by_connection": _by_connection(conns),
+    }}
+    return AnalyzerResult("clients", tables={"connections": conns, "returns": returns, "cancels": cancels,
+                                             "confirming": confirming},
+                          summary=summary,
+                          findings=findings, plots=[])
+
+
+def _by_connection(conns: pd.DataFrame) -> list[dict[str, Any]]:
+    """The busiest SUMMARY_CONNECTIONS connections (messages published, delivered and got),
+    in summary.json's terms (missing numbers as null)."""
+    busy = conns["publishes"] + conns["deliveries"] + conns["gets_ok"]
+    top = conns.assign(busy_msgs=busy).sort_values(["busy_msgs", "stream"], ascending=[False, True], kind="stable")
+    out = []
+    for r in top.head(SUMMARY_CONNECTIONS)[list(SUMMARY_COLUMNS)].to_dict(orient="records"):
+        out.append({k: (None if isinstance(v, float) and np.isnan(v) else v.item() if isinstance(v, np.generic) else v)
+                    for k, v in r.items()})
+    return out
+
+
+SPLIT = Split(partial=clients_partial, merge=clients_merge,
+              slicing=Slicing(clients_slice, clients_join, replays=True))
+
+
+@analyzer("clients", split=SPLIT)
+def clients(cap: Capture) -> AnalyzerResult:
+    """What each connection does (publishes, consumes, gets, transactions, confirms) and the habits that cost most."""
+    return run_whole(SPLIT, cap)
