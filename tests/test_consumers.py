@@ -11,8 +11,8 @@ import pytest
 
 import amqpcap
 from amqpcap.analysis import SEVERITY_RANK
-from amqpcap.analyzers.consumers import consumer_state, consumers
-from amqpcap.derive.consumers import consumer_rows
+from amqpcap.analyzers.consumers import consumers
+from amqpcap.derive.consumers import consumer_rows, consumer_state
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -219,7 +219,8 @@ def _sliced_everywhere(path: Path) -> tuple[dict, dict]:
     the partition's backlog (as `run_whole` gives it)."""
     from dataclasses import replace
 
-    from amqpcap.analyzers.consumers import SPLIT, consumers_slice
+    from amqpcap.analyzers.consumers import SPLIT
+    from amqpcap.analyzers.consumers.step import consumers_slice
     from amqpcap.derive.stream_order import ns
     from amqpcap.partition import clean_cuts, context_for, facts_of, sliced_partial
 

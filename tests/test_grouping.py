@@ -26,7 +26,10 @@ import amqpcap
 from amqpcap.analysis import SEVERITY_RANK
 from amqpcap.analyzers import consumers as C
 from amqpcap.analyzers import latency as L
+from amqpcap.analyzers.consumers.findings import _findings
+from amqpcap.analyzers.consumers.limits import _limit_rows
 from amqpcap.derive.refills import ack_gaps
+from amqpcap.names import connection_label
 
 sys.path.insert(0, str(Path(__file__).parent))
 import crafting as c  # noqa: E402
@@ -216,7 +219,7 @@ def consumer_findings_of(cap, s):
     """The consumers analyzer's consumer-bound and prefetch-one findings for the rows `s`."""
     from amqpcap.derive.refills import slow_refills
 
-    return C._findings(cap, s, slow_refills(cap).index.to_numpy(), C._limit_rows(cap))
+    return _findings(cap, s, slow_refills(cap).index.to_numpy(), _limit_rows(cap))
 
 
 @settings(max_examples=40, deadline=None)
@@ -244,7 +247,7 @@ def test_raising_a_subjects_numbers_never_lowers_the_finding(sample, rows, which
     ranked = [(SEVERITY_RANK[x["severity"]], x["share_at_limit"]) for x in after[0].subjects]
     assert ranked == sorted(ranked, reverse=True)
     assert after[0].severity == after[0].subjects[0]["severity"]
-    assert {x["connection"] for x in after[0].subjects} == {C.connection_label(cap, k) for k in range(len(rows))}
+    assert {x["connection"] for x in after[0].subjects} == {connection_label(cap, k) for k in range(len(rows))}
 
 
 # -- latency findings grouped, on crafted captures -----------------------------------------------

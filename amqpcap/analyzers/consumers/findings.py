@@ -1,0 +1,248 @@
+"""The consumers analyzer's findings, each told only when its mechanism was at work: consumer-bound,
+prefetch-one, unlimited-prefetch (docs/findings.md).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ...analysis import SEVERITY_RANK, Finding
+from ...capture import Capture
+from ...derive.columns import as_object
+from ...derive.labels import channels_filter
+from ...display_filters import stream_filter
+from ...names import connection_label, consumer_label, number, subject_namer
+from .constants import EXAMPLE_SUBJECTS, MIN_DELIVERIES, UNLIMITED_UNACKED
+from .flags import _flags
+from .limits import _limit_packets
+
+
+def _findings(cap: Capture, s: pd.DataFrame, slow: np.ndarray, limits: pd.DataFrame) -> list[Finding]:
+    """One consumer-bound and one prefetch-one finding at most, each listing its consumers as
+    subjects, worst first (severity, then impact). `slow`: see `_flags`; `limits`: `_limit_rows`."""
+    if len(s) == 0:
+        return []
+    fl = _flags(s, slow)
+    out = []
+    for fid, build in (("bound", _bound_finding), ("one", _prefetch_one_finding)):
+        sel = fl[fid].to_numpy(bool)
+        if sel.any():
+            # worst first; ties in capture order (stream, channel: the order of s)
+            g = s.loc[sel].assign(sev_rank=fl.loc[sel, f"{fid}_rank"], impact=fl.loc[sel, f"{fid}_impact"],
+                                  one_ack=fl.loc[sel, "one_ack"], growth_ratio=fl.loc[sel, "growth_ratio"])
+            g = g.sort_values(["sev_rank", "impact"], ascending=False, kind="stable")
+            out.append(build(cap, g, limits))
+    return out
+
+
+#: severity by its rank (analysis.SEVERITY_RANK: info 0, warning 1, critical 2)
+SEVERITIES = {rank: name for name, rank in SEVERITY_RANK.items()}
+
+
+def _subjects(cap: Capture, g: pd.DataFrame) -> list[dict]:
+    """One subject per consumer of ``g`` (flagged rows of consumer_summary, worst first): its
+    connection, channel, queue and consumer tag, then its own numbers."""
+    subject_of = subject_namer(cap)
+    return [subject_of(r.stream, channel=int(r.channel), queue=None if pd.isna(r.queue) else str(r.queue),
+                       consumer_tag=str(r.consumer_tag), prefetch_msgs=int(r.prefetch),
+                       prefetch_estimated=bool(r.prefetch_estimated), deliveries=int(r.deliveries),
+                       rate_msgs_per_s=number(r.rate_per_s), share_at_limit=number(r.share_at_limit),
+                       deliver_to_ack_p50_s=number(r.deliver_to_ack_p50_s),
+                       ack_to_next_deliver_p50_s=number(r.ack_to_next_deliver_p50_s),
+                       messages_per_ack=number(r.messages_per_ack),
+                       backlog_growth_msgs=None if pd.isna(r.backlog_growth_msgs) else int(r.backlog_growth_msgs),
+                       backlog_growth_ratio=number(r.growth_ratio), severity=SEVERITIES[int(r.sev_rank)])
+            for r in g.itertuples(index=False)]
+
+
+def _who(cap: Capture, g: pd.DataFrame) -> tuple[str, str]:
+    """(the subjects as a title names them, the worst one's name): `queue Q on conn` for one
+    consumer; `10 consumers on queue Q` and the worst one's connection for several."""
+    w = g.iloc[0]
+    worst = consumer_label(cap, w.stream, w.queue, w.consumer_tag)
+    if len(g) == 1:
+        return worst, worst
+    queues = g["queue"].dropna().unique()
+    if len(queues) == 1 and g["queue"].notna().all():
+        return f"{len(g)} consumers on queue {queues[0]}", connection_label(cap, w.stream)
+    where = f" on {len(queues)} queues" if len(queues) > 1 else ""
+    return f"{len(g)} consumers{where}", worst
+
+
+def _common_evidence(cap: Capture, g: pd.DataFrame, methods: str, limits: pd.DataFrame) -> dict:
+    """Evidence every consumer finding carries: the worst consumer's numbers (the first subject),
+    totals over all subjects, the streams, example packets and the filter."""
+    w = g.iloc[0]
+    return {"streams": sorted({int(x) for x in g["stream"]}), "channel": int(w.channel),
+            "consumer_tag": str(w.consumer_tag), "prefetch_msgs": int(w.prefetch),
+            "prefetch_estimated": bool(w.prefetch_estimated), "deliveries": int(w.deliveries),
+            "rate_msgs_per_s": number(w.rate_per_s), "share_at_limit": number(w.share_at_limit),
+            "deliver_to_ack_p50_s": number(w.deliver_to_ack_p50_s),
+            "ack_to_next_deliver_p50_s": number(w.ack_to_next_deliver_p50_s),
+            "consumers_with_this_finding": int(len(g)),
+            "queues": sorted({str(q) for q in g["queue"].dropna()}),
+            "deliveries_total": int(g["deliveries"].sum()),
+            "rate_msgs_per_s_total": float(g["rate_per_s"].astype(float).fillna(0).sum()),
+            "packets": _limit_packets(limits, g.head(EXAMPLE_SUBJECTS)),
+            "filter": channels_filter(g["stream"], g["channel"])
+                      + f" && amqp.method.class == 60 && amqp.method.method in {methods}"}
+
+
+def _ms(v) -> str:
+    return "?" if v is None or pd.isna(v) else f"{float(v) * 1e3:.1f} ms"
+
+
+def _bound_finding(cap: Capture, g: pd.DataFrame, limits: pd.DataFrame) -> Finding:
+    w = g.iloc[0]
+    who, worst = _who(cap, g)
+    growth = g["backlog_growth_msgs"].astype("Float64").max()  # (a lower bound per consumer's life)
+    growth = None if pd.isna(growth) else int(growth)
+    sh = g["share_at_limit"].astype(float)
+    # (the refill time matters, and is said, only at prefetch 1: see _flags)
+    holds = f"holds each message a median {_ms(w.deliver_to_ack_p50_s)}" + (
+        f" while the broker refills in {_ms(w.ack_to_next_deliver_p50_s)}" if w.prefetch == 1 else "")
+    limit = (f"the highest unacked count seen ({w.prefetch}; no basic.qos in the capture)" if w.prefetch_estimated
+             else f"its prefetch limit ({w.prefetch})")
+    if len(g) == 1:
+        title = (f"The consumer is the bottleneck: {who} sat at {limit} "
+                 f"{w.share_at_limit:.0%} of the time; it {holds}")
+    else:
+        span = f"{sh.min():.0%}" if f"{sh.min():.0%}" == f"{sh.max():.0%}" else f"{sh.min():.0%}–{sh.max():.0%}"
+        title = (f"{who} are the bottleneck, at their prefetch limit {span} of the time "
+                 f"(worst: {worst}, {w.share_at_limit:.0%} at prefetch {w.prefetch}; it {holds})")
+    if growth and growth > 0:
+        title += f"; {'its' if len(g) == 1 else 'the'} queue grew by at least {growth} messages"
+    n_one = int(g["one_ack"].sum())
+    whose = "this consumer's" if len(g) == 1 else "these consumers'"
+    advice = (f"The broker waits for {whose} acks: look at the "
+              "work per message (slow handlers, synchronous I/O, locks), add consumers or threads, and raise the "
+              "prefetch if the work is I/O-bound. A growing queue means the consumers cannot keep up with the "
+              "publish rate.")
+    one = g[g["one_ack"].to_numpy(bool)]
+    d50, a50 = (number(one["deliver_to_ack_p50_s"].iloc[0]), number(one["ack_to_next_deliver_p50_s"].iloc[0])) if n_one \
+        else (None, None)
+    if d50 and a50 is not None:
+        # the consumer's rate is at most 1 / (d50 + a50) now, 1 / d50 with the refill hidden
+        which = "" if len(g) == 1 else f" ({n_one} of these consumers; numbers of the worst)"
+        advice += (f" At prefetch 1 with one ack per message{which}, each message also waits for the ack's round "
+                   f"trip and the broker's refill ({_ms(a50)} of each {_ms(d50 + a50)} cycle): a larger prefetch "
+                   f"(e.g. 50–300) with multiple=true acks saves that, at most {a50 / d50:.0%} more messages per "
+                   "second; the consumer's own work is the larger part.")
+    ev = _common_evidence(cap, g, "{60, 80, 90, 120}", limits)
+    ev.update(mean_unacked_msgs=number(w.mean_unacked), utilisation=number(w.utilisation),
+              backlog_growth_msgs=None if pd.isna(w.backlog_growth_msgs) else int(w.backlog_growth_msgs),
+              backlog_growth_ratio=number(w.growth_ratio), prefetch_one_consumers=n_one)
+    return Finding(id="consumer-bound", severity=SEVERITIES[int(g["sev_rank"].max())], title=title, evidence=ev,
+                   advice=advice, impact=float(g["impact"].max()), subjects=_subjects(cap, g))
+
+
+def _prefetch_one_finding(cap: Capture, g: pd.DataFrame, limits: pd.DataFrame) -> Finding:
+    w = g.iloc[0]
+    who, worst = _who(cap, g)
+    d50, a50 = number(w.deliver_to_ack_p50_s), number(w.ack_to_next_deliver_p50_s)
+    cycle = (d50 or 0) + (a50 or 0)
+    if len(g) == 1:
+        title = (f"Prefetch 1 with one ack per message: {who} gets {w.rate_per_s:.0f} msg/s one at a time, "
+                 f"each waiting for the previous ack ({w.share_at_limit:.0%} of its time at the limit)")
+    else:
+        title = (f"Prefetch 1 with one ack per message: {who} get their messages one at a time, each waiting "
+                 f"for the previous ack (worst: {worst}, {w.rate_per_s:.0f} msg/s, {w.share_at_limit:.0%} of its "
+                 f"time at the limit)")
+    ev = _common_evidence(cap, g, "{10, 60, 80}", limits)
+    ev.update(acks=int(w.acks), messages_per_ack=number(w.messages_per_ack), cycle_s=cycle,
+              max_rate_msgs_per_s=(1 / cycle) if cycle > 0 else None)
+    return Finding(
+        id="prefetch-one", severity=SEVERITIES[int(g["sev_rank"].max())], title=title, evidence=ev,
+        advice="Raise the prefetch (basic.qos prefetch_count, e.g. 50–300) so the broker keeps messages "
+               "in flight while the consumer works, and ack with multiple=true every few messages; "
+               "keep prefetch 1 only where strict one-at-a-time fairness between slow consumers matters.",
+        impact=float(g["impact"].max()), subjects=_subjects(cap, g))
+
+
+def _unlimited(c: pd.DataFrame, s: pd.DataFrame, d: pd.DataFrame, zero: pd.DataFrame) -> pd.DataFrame:
+    """The consumers without a prefetch limit (consumer_list: prefetch 0 and no global qos, or
+    no-ack; a consumer whose basic.consume is not in the capture is unknown, never unlimited)
+    with at least MIN_DELIVERIES deliveries: connection, stream, channel, consumer_tag, queue,
+    no_ack, deliveries, first and last delivery (ts_first, ts_last), max_unacked (acking ones),
+    deliver_to_ack_p50_s, zero_windows (packets of the consumer's connection advertising a zero
+    receive window between its first and last delivery) and zero_window_packet (the first).
+    `c`: consumer_list's rows of the basic.consume frames; `s`: consumer_summary; `d`: the
+    deliveries; `zero`: the zero-window packets (`_zero_windows`)."""
+    unl = c["consume_seen"].to_numpy(bool) & (c["no_ack"].to_numpy(bool, na_value=False) | (
+        (c["prefetch"].to_numpy(float, na_value=-1) == 0) & (c["channel_prefetch"].fillna(0).to_numpy(float) == 0)))
+    c = as_object(c[unl], "consumer_tag")
+    key = ["stream", "channel", "consumer_tag"]
+    dd = as_object(d[key + ["ts", "latency_s"]], "consumer_tag")
+    g = dd.groupby(key, sort=False)
+    per = g.agg(deliveries=("ts", "size"), ts_first=("ts", "min"), ts_last=("ts", "max"),
+                deliver_to_ack_p50_s=("latency_s", "median")).reset_index()
+    c = c.merge(per, on=key, how="inner")
+    c = c[c["deliveries"] >= MIN_DELIVERIES]
+    acking = as_object(s[key + ["max_unacked"]], "consumer_tag").groupby(key)["max_unacked"].max().reset_index()
+    c = c.merge(acking, on=key, how="left").reset_index(drop=True)
+    # per consumer, its connection's zero windows between its first and last delivery: two
+    # binary searches of (connection, time) among the zero-window packets
+    zs, zt, zp = (zero[k].to_numpy(np.int64) for k in ("stream", "ts", "packet"))
+    by = np.lexsort((zt, zs))
+    zs, zt, zp = zs[by], zt[by], zp[by]
+    cs = c["stream"].to_numpy(np.int64)
+    first = np.searchsorted(zs, cs, "left")
+    end = np.searchsorted(zs, cs, "right")
+    lo = np.array([first[i] + np.searchsorted(zt[first[i]:end[i]], t, "left")
+                   for i, t in enumerate(pd.to_datetime(c["ts_first"], utc=True).array.asi8)], dtype=np.int64)
+    hi = np.array([first[i] + np.searchsorted(zt[first[i]:end[i]], t, "right")
+                   for i, t in enumerate(pd.to_datetime(c["ts_last"], utc=True).array.asi8)], dtype=np.int64)
+    n = hi - lo
+    return c.assign(zero_windows=n, zero_window_packet=[int(zp[i]) if k else None for i, k in zip(lo, n)])
+
+
+def _unlimited_finding(cap: Capture, c: pd.DataFrame) -> Finding | None:
+    """unlimited-prefetch: consumers without a prefetch limit that fell behind (UNLIMITED_UNACKED
+    unacked, or a zero receive window), most unacked first. `c`: `_unlimited`'s rows, in
+    `consumer_list` order."""
+    if not len(c):
+        return None
+    unacked = c["max_unacked"].astype("Float64").fillna(0).to_numpy(float)
+    c = c.assign(unacked_peak=unacked)[(unacked >= UNLIMITED_UNACKED) | (c["zero_windows"].to_numpy() > 0)]
+    if not len(c):
+        return None
+    c = c.sort_values(["unacked_peak", "zero_windows", "deliveries"], ascending=False, kind="stable")
+    w = c.iloc[0]
+    who = consumer_label(cap, w.stream, w.queue, w.consumer_tag)
+    how = "consumes with no-ack (auto-ack)" if w.no_ack else "has no prefetch limit (no basic.qos: unlimited)"
+    held = [] if w.no_ack else [f"the broker pushed {int(w.unacked_peak):,} unacknowledged messages at once"]
+    if w.zero_windows:
+        held.append(f"its connection's TCP receive window filled ({int(w.zero_windows)} zero-window packets)")
+    if not w.no_ack and pd.notna(w.deliver_to_ack_p50_s):
+        held.append(f"each message waited a median {w.deliver_to_ack_p50_s:.2f} s in the client before its ack")
+    title = f"{who} {how} and fell behind: " + "; ".join(held)
+    if len(c) > 1:
+        title += f" ({len(c) - 1} more such consumer{'s' if len(c) > 2 else ''})"
+    packets = sorted({int(x) for x in c["zero_window_packet"].dropna()})[:EXAMPLE_SUBJECTS]
+    flt = (channels_filter(c["stream"], c["channel"]) + " && amqp.method.class == 60 && amqp.method.method in "
+           "{10, 20, 60, 80}")
+    if c["zero_windows"].any():
+        flt = f"({flt}) || ({stream_filter(c.loc[c['zero_windows'] > 0, 'stream'])} && tcp.analysis.zero_window)"
+    evidence = {"streams": sorted({int(x) for x in c["stream"]}), "channel": int(w.channel),
+                "consumer_tag": str(w.consumer_tag), "queue": None if pd.isna(w.queue) else str(w.queue),
+                "no_ack": bool(w.no_ack), "prefetch_msgs": None if w.no_ack else 0, "deliveries": int(w.deliveries),
+                "max_unacked_msgs": None if w.no_ack else int(w.unacked_peak),
+                "deliver_to_ack_p50_s": None if w.no_ack else number(w.deliver_to_ack_p50_s),
+                "zero_window_packets": int(w.zero_windows), "consumers_with_this_finding": int(len(c)),
+                "packets": packets, "filter": flt}
+    subject_of = subject_namer(cap)
+    subjects = [subject_of(r.stream, channel=int(r.channel), queue=None if pd.isna(r.queue) else str(r.queue),
+                           consumer_tag=str(r.consumer_tag), no_ack=bool(r.no_ack), deliveries=int(r.deliveries),
+                           max_unacked_msgs=None if r.no_ack else int(r.unacked_peak),
+                           deliver_to_ack_p50_s=None if r.no_ack else number(r.deliver_to_ack_p50_s),
+                           zero_window_packets=int(r.zero_windows), severity="warning")
+                for r in c.itertuples()]
+    return Finding(
+        id="unlimited-prefetch", severity="warning", title=title, evidence=evidence,
+        advice="Set a prefetch limit (basic.qos prefetch_count; RabbitMQ's Consumer Prefetch guide finds 100-300 "
+               "usually optimal) and ack manually: without one the broker pushes the whole queue into the "
+               "client, whose memory grows with it, messages wait in the client instead of in the queue where "
+               "other consumers could take them, and a crash redelivers all of them at once. With no-ack there "
+               "is no limit at all: the client's TCP buffers are the only brake.",
+        impact=float(min(1.0, max(unacked.max(initial=0) / (10 * UNLIMITED_UNACKED), 0.5))), subjects=subjects)

@@ -1,0 +1,59 @@
+"""Every consumer the capture shows, cheaply (no delivery matched): `amqpcap info`'s consumer list.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ...capture import Capture
+from ...derive.columns import as_object
+from ...derive.consumers import with_prefetch
+from ...derive.deliveries import consumes
+from ...derive.labels import connection_labels
+from ...derive.methods import KEY, methods, pick, select
+
+
+def consumer_list(cap: Capture) -> pd.DataFrame:
+    """Every consumer the capture shows (`amqpcap info`), cheap: no delivery is matched.
+
+    From each basic.consume (with the tag the broker confirmed): its queue, no-ack, ``prefetch``
+    (the per-consumer basic.qos in force at its start; 0 = unlimited, also when no qos came
+    before it: RabbitMQ's default) and ``channel_prefetch`` (a global qos in force; <NA> without
+    one). A capture started after the basic.consume shows the consumer only by its deliveries'
+    tags: queue, no-ack and prefetch unknown (<NA>). Columns: connection, queue, prefetch,
+    channel_prefetch, no_ack, consume_seen, consumer_tag, stream, channel; by queue, connection."""
+    c = _consume_rows(cap, consumes(cap))
+    m = methods(cap)
+    seen = as_object(pick(cap, m, select(m, "basic.deliver", "s2c"), ["stream", "channel", "consumer_tag"])
+                  .drop_duplicates(), "consumer_tag")
+    seen = seen.merge(as_object(c[["stream", "channel", "consumer_tag"]], "consumer_tag"), how="left", indicator=True)
+    seen = seen[seen["_merge"] == "left_only"].drop(columns="_merge")
+    seen = seen.assign(queue=None, prefetch=pd.array([pd.NA] * len(seen), dtype="Int64"),
+                       channel_prefetch=pd.array([pd.NA] * len(seen), dtype="Int64"),
+                       no_ack=pd.array([pd.NA] * len(seen), dtype="boolean"), consume_seen=False)
+    out = pd.concat([c[LISTED], seen[LISTED]], ignore_index=True) if len(seen) else c[LISTED].reset_index(drop=True)
+    return _listed(out, connection_labels(cap, out["stream"]))
+
+
+#: consumer_list's columns but the connection
+LISTED = ["stream", "channel", "consumer_tag", "queue", "prefetch", "channel_prefetch", "no_ack", "consume_seen"]
+
+
+def _consume_rows(cap: Capture, cons: pd.DataFrame) -> pd.DataFrame:
+    """consumer_list's rows (LISTED, and start_order) of the basic.consume rows `cons` of
+    `consumes(cap)`, by start_order."""
+    cons = cons[KEY + ["consumer_tag", "queue", "no_ack", "start_order"]]
+    c = with_prefetch(cap, with_prefetch(cap, cons, global_=True, name="channel_prefetch"))
+    c["prefetch"] = c["prefetch"].fillna(0)
+    c["no_ack"] = c["no_ack"].astype("boolean")
+    c["consume_seen"] = True
+    return c[LISTED + ["start_order"]]
+
+
+def _listed(out: pd.DataFrame, connection: np.ndarray) -> pd.DataFrame:
+    """consumer_list's rows (LISTED) with their `connection`, by queue, connection, channel."""
+    out = out.reset_index(drop=True)
+    out.insert(0, "connection", connection)
+    out["queue"] = out["queue"].astype(object)
+    return out.sort_values(["queue", "connection", "channel"], na_position="last", kind="stable").reset_index(drop=True)
