@@ -1,0 +1,76 @@
+"""The sizes analyzer: a step per partition (over slices of its time when it is large), one over the
+capture's records (every packet of the file, as Wireshark's `-z plen,tree`), and a merge.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ...analysis import AnalyzerResult, Plot, analyzer
+from ...capture import Capture
+from ...partition import CaptureFacts, Slicing, Split, merge_rows, run_whole
+from .bins import time_bins
+from .counts import packet_size_table
+from .plots import _plot_frames_per_packet, _plot_packet_sizes, _plot_segment_sizes, _plot_throughput
+from .step import sizes_partial, sizes_records, sizes_slice
+from .throughput import THROUGHPUT_SUMS, throughput_summary, throughput_table
+
+
+def sizes_merge(partials: list[dict[str, Any]], whole: np.ndarray, facts: CaptureFacts, cap: Capture) -> AnalyzerResult:
+    """The result from the partitions' partials and the records' plen counts (`whole`)."""
+    def rows(name: str, key: list[str]) -> pd.DataFrame:
+        return merge_rows([q[name] for q in partials], key)
+
+    sizes_t = packet_size_table(whole, rows("streams", ["stream", "direction", "b"]))
+    whole_t = sizes_t[sizes_t["direction"] == "all"]
+    amqp = sizes_t[sizes_t["direction"] != "all"]
+    payload_t = rows("payload", ["stream", "direction"])
+    fpp = rows("fpp", ["stream", "direction", "frames_per_packet"])
+    ppf = rows("ppf", ["stream", "direction", "_type", "packets_per_frame"])
+    width_s, n_bins = time_bins(facts)
+    bins = {k: np.sum([q["throughput"][k] for q in partials], axis=0) for k in THROUGHPUT_SUMS}
+    tp = throughput_table(bins, facts.t0_ns, width_s, n_bins)
+
+    total = int(whole_t["count"].sum())
+    fpp_all = fpp.groupby("frames_per_packet")["packets"].sum() if len(fpp) else pd.Series(dtype=np.int64)
+    # Frames per span from the (small) table, not a value_counts over every frame.
+    ppf_all = ppf.groupby("packets_per_frame")["frames"].sum() if len(ppf) else pd.Series(dtype=np.int64)
+    summary = {
+        "packet_sizes": {
+            "bins": [{"range": r, "count": int(c), "percent": float(pc)}
+                     for r, c, pc in zip(whole_t["range"], whole_t["count"], whole_t["percent"])],
+            "total": total,
+        },
+        "frames_per_packet": {str(int(k)): int(v) for k, v in fpp_all.items()},
+        "packets_per_frame": {str(int(k)): int(v) for k, v in ppf_all.items()},
+        "throughput": throughput_summary(tp, facts.duration_s, width_s),
+    }
+    hist = np.sum([q["segment_hist"] for q in partials], axis=0)
+    segments = np.sum([q["segments"] for q in partials], axis=0)
+    plots = [
+        Plot("sizes-packet-sizes", "Packet sizes (Wireshark plen buckets)", _plot_packet_sizes(whole_t, amqp)),
+        Plot("sizes-frames-per-packet", "AMQP frames per TCP data packet", _plot_frames_per_packet(fpp)),
+        Plot("sizes-throughput", "Throughput per direction over time", _plot_throughput(tp, width_s)),
+        Plot("sizes-segment-sizes", "TCP segment sizes over time", _plot_segment_sizes(hist, segments, facts.duration_s)),
+    ]
+    tables = {
+        "packet-sizes": sizes_t,
+        "payload-sizes": payload_t,
+        "frames-per-packet": fpp,
+        "packets-per-frame": ppf,
+        "throughput": tp,
+    }
+    return AnalyzerResult("sizes", tables=tables, summary=summary, findings=[], plots=plots)
+
+
+SPLIT = Split(partial=sizes_partial, merge=sizes_merge, records=sizes_records, records_columns=("frame_len",),
+              slicing=Slicing(sizes_slice, join=lambda pieces: pieces[-1]))
+
+
+@analyzer("sizes", split=SPLIT)
+def sizes(cap: Capture) -> AnalyzerResult:
+    """Packet sizes (Wireshark plen buckets), frames per packet and throughput over time."""
+    return run_whole(SPLIT, cap)
