@@ -176,11 +176,29 @@ def _no_offload_thread() -> None:
     dask.config.set({"distributed.comm.offload": False})
 
 
+#: Dask warns of a graph above 10 MB ("Sending large graph"): data repeated in a graph instead
+#: of scattered once. A bucket's own context (`PerPartition`: the queue backlog read at its
+#: acks, the stalls' consumers) goes with that bucket's second-round task, on purpose: the
+#: scheduler keeps it to run the task again when a worker dies (scattered, it would be lost with
+#: its worker). A busy bucket's is tens of MB (24.6 MiB for the consumer's bucket of a 2M-packet
+#: connection), so the warning told users of nothing they could change: it starts at this size.
+LARGE_GRAPH_WARNING = "1GiB"
+
+
+def _large_graphs_expected() -> None:
+    """Dask's large-graph warning from `LARGE_GRAPH_WARNING` on, in this process (the client's:
+    the warning is given where a graph is sent)."""
+    import dask
+
+    dask.config.set({"distributed.admin.large-graph-warning-threshold": LARGE_GRAPH_WARNING})
+
+
 @contextmanager
 def client(scheduler: str | None = None, workers: int | None = None) -> Iterator[Any]:
     """A `distributed.Client` of the cluster at `scheduler`, or of a local cluster of `workers`
     processes started here (stopped on exit)."""
     _no_offload_thread()
+    _large_graphs_expected()
     try:
         from distributed import Client, LocalCluster
     except ImportError:  # pragma: no cover - a dependency

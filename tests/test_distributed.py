@@ -369,3 +369,29 @@ def test_buckets_larger_than_half_a_workers_memory_are_analysed_in_slices_by_def
         assert (dataset.bucket_packets(dataset.read_outline(root).connections, 2) > every).all()
         dist = same_as_the_local_run(root, tmp_path, "--scheduler", address)
     assert SLICED_LINE.search(dist.stderr), dist.stderr
+
+
+def test_a_tasks_own_large_argument_is_not_warned_of(cluster):
+    """A bucket's own context goes with its task on purpose (the scheduler keeps it for a retry:
+    `engine.LARGE_GRAPH_WARNING`); Dask's "Sending large graph" warning, from 10 MB by default,
+    is not given to the user of the engine's client. The same task through a client with Dask's
+    default threshold is warned of (the warning is live in this Dask)."""
+    import warnings
+
+    import dask
+    from distributed import Client
+
+    from amqpcap import engine
+
+    context = b"x" * (20 << 20)
+
+    def warned(c) -> list[str]:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            assert c.submit(len, context, pure=False).result() == len(context)
+        return [str(w.message) for w in seen if "large graph" in str(w.message)]
+
+    with dask.config.set({"distributed.admin.large-graph-warning-threshold": "10MB"}), Client(cluster) as c:
+        assert warned(c)
+    with engine.client(cluster) as c:
+        assert not warned(c)
