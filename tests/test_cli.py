@@ -200,7 +200,7 @@ def test_exit_codes_documented():
     table = doc[doc.index("## Exit codes"):]
     documented = {int(c) for c in re.findall(r"^\| (\d+) \|", table, re.M)}
     used = {cls.exit_code for cls in vars(errors).values() if isinstance(cls, type) and issubclass(cls, errors.AmqpcapError)}
-    cli_src = (ROOT / "amqpcap" / "cli.py").read_text()
+    cli_src = "".join(p.read_text() for p in sorted((ROOT / "amqpcap" / "cli").glob("*.py")))
     used |= {int(c) for c in re.findall(r"sys\.exit\((\d+)\)", cli_src)}
     used |= {1}  # amqpcap verify: an unexplained difference from Wireshark
     assert used | {0} == documented

@@ -1,5 +1,4 @@
-"""Every consumer the capture shows, cheaply (no delivery matched): `amqpcap info`'s consumer list.
-"""
+"""Every consumer the capture shows, cheaply (no delivery matched): `amqpcap info`'s consumer list."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The summary's numbers of a latency: count, percentiles, max and mean over every partition's rows.
-"""
+"""The summary's numbers of a latency: count, percentiles, max and mean over every partition's rows."""
 
 from __future__ import annotations
 

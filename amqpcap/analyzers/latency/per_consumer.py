@@ -1,5 +1,4 @@
-"""Per consumer: deliveries, outcomes and its latency percentiles, named by its connection's label.
-"""
+"""Per consumer: deliveries, outcomes and its latency percentiles, named by its connection's label."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The sizes analyzer's plots: packet sizes, frames per packet, throughput, segment sizes over time.
-"""
+"""The sizes analyzer's plots: packet sizes, frames per packet, throughput, segment sizes over time."""
 
 from __future__ import annotations
 

@@ -1,0 +1,165 @@
+"""`amqpcap info`: what a capture holds: its connections, consumers and what was not decoded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, List, Optional
+
+from rich.table import Table
+
+from ..wording import counted
+from .app import app, out
+from .loading import _load
+from .options import (
+    AddPortOpt, AllConnectionsOpt, CapturesArg, INFO_CONNECTIONS, KeylogOpt, LimitOpt, PortOpt, StrictOpt)
+
+if TYPE_CHECKING:
+    from ..capture import Capture
+
+
+def _fmt_ts(ts) -> str:
+    from ..report import iso_utc
+
+    return "" if ts is None else iso_utc(ts)
+
+
+@app.command()
+def info(capture: List[str] = CapturesArg, port: Optional[List[int]] = PortOpt, limit: Optional[List[str]] = LimitOpt,
+         tls_keylog: Optional[Path] = KeylogOpt, all_connections: bool = AllConnectionsOpt,
+         add_port: Optional[List[int]] = AddPortOpt, strict: bool = StrictOpt) -> None:
+    """Print the capture summary, the AMQP connections (name, client, user@vhost, role) and the consumers in it."""
+    cap = _load(capture, port, limit, tls_keylog=tls_keylog, add_port=add_port, strict=strict)
+    s = cap.summary
+    head = Table(show_header=False, box=None, pad_edge=False)
+    head.add_column(style="bold")
+    head.add_column()
+    duration = (s["last_ts"] - s["first_ts"]).total_seconds() if s["first_ts"] is not None else 0.0
+    head.add_row("file", f"{s['path']} ({s['file_bytes']:,} bytes, {s['format']}{', gzip' if s['compressed'] else ''})")
+    if len(s["files"]) > 1:
+        read = [f for f in s["files"] if f["error"] is None]
+        head.add_row("files", f"{len(read):,} read as one capture, merged by time ({read[0]['name']} … {read[-1]['name']})"
+                     + (f"; {len(s['files']) - len(read):,} skipped" if len(read) < len(s["files"]) else ""))
+    head.add_row("link types", ", ".join(s["link_types"]))
+    head.add_row("packets", f"{s['packets']:,} ({s['tcp_packets']:,} TCP, {len(cap.packets):,} in AMQP connections)")
+    if s["first_ts"] is not None:
+        head.add_row("time", f"{_fmt_ts(s['first_ts'])} → {_fmt_ts(s['last_ts'])} ({duration:.3f} s)")
+    head.add_row("AMQP", f"{len(cap.connections)} connections, {len(cap.frames):,} frames")
+    brokers = sorted({_endpoint(a, p) for a, p in zip(cap.connections["broker_addr"], cap.connections["broker_port"])})
+    if brokers:
+        head.add_row("broker" if len(brokers) == 1 else "brokers", ", ".join(brokers))
+    head.add_row("anomalies", f"{len(cap.anomalies)}" + (f" ({_kinds(cap)})" if len(cap.anomalies) else ""))
+    out.print(head)
+
+    if len(cap.connections):
+        out.print(_connections_table(cap, all_connections))
+        consumers = _consumers_table(cap, all_connections)
+        if consumers is not None:
+            out.print(consumers)
+        methods = cap.frames["method"].value_counts()
+        methods = methods[methods > 0]
+        if len(methods):
+            m = Table(title="Methods", title_justify="left")
+            m.add_column("method")
+            m.add_column("frames", justify="right")
+            for name, n in methods.items():
+                m.add_row(str(name), f"{n:,}")
+            out.print(m)
+
+
+def _connections_table(cap: Capture, all_connections: bool) -> Table:
+    """The connections as the operator knows them (amqpcap.names): label, client library and
+    version, user@vhost and role first; addresses, the stream (Wireshark's tcp.stream), packets
+    and frames after; missing bytes and anomalies only when the capture has any. Long names fold
+    onto several lines rather than being cut."""
+    from ..names import connection_names, connection_roles
+
+    shown = _connections_shown(cap.connections, all_connections)
+    more = len(cap.connections) - len(shown)
+    names, roles = connection_names(cap), connection_roles(cap)
+    t = Table(title="AMQP connections" + (f" (the {len(shown)} with the most packets)" if more else ""),
+              title_justify="left",
+              caption=f"… and {counted(more, 'more connection')}: --all lists every one" if more else None,
+              caption_justify="left")
+    damaged = bool(len(cap.anomalies)) or bool(cap.connections["bytes_missing"].sum())
+    # one broker address for all (the usual case) is said once, above the table
+    one_broker = names["broker_endpoint"].nunique() == 1
+    cols = ["connection", "client", "user@vhost", "role", "address" if one_broker else "client → broker", "stream",
+            "packets", "frames"] + (["anomalies"] if damaged else [])
+    for col in cols:
+        numeric = col in ("stream", "packets", "frames", "anomalies")
+        # rich narrows the widest columns first: a name of a usual length is kept on one line
+        whole = (col == "connection" and out.width >= 100
+                 and names.loc[shown["stream"], "connection"].str.len().max() <= 32)
+        t.add_column(col, justify="right" if numeric else "left", overflow="fold", no_wrap=bool(whole))
+    for r in shown.itertuples(index=False):
+        n = names.loc[r.stream]
+        library = " ".join(x for x in (r.client_product, r.client_version) if isinstance(x, str))
+        client = library or ("(TLS, encrypted)" if r.tls and not r.tls_decrypted
+                             else "(AMQP 1.0, not analysed)" if r.protocol == "1.0"
+                             else "(capture started mid-connection)" if not r.protocol_header_seen else "")
+        row = [n["connection"], client, "@".join(x for x in (n["user"], n["vhost"]) if x), roles.loc[r.stream],
+               n["client_endpoint"] if one_broker else f"{n['client_endpoint']} → {n['broker_endpoint']}",
+               str(r.stream), f"{r.c2s_packets + r.s2c_packets:,}", f"{r.frames:,}"]
+        if damaged:
+            row.append(str(r.anomalies))
+        t.add_row(*row)
+    return t
+
+
+def _consumers_table(cap: Capture, all_connections: bool) -> Optional[Table]:
+    """The consumers (queue, connection, prefetch, consumer tag), at most INFO_CONNECTIONS rows
+    unless --all; None when the capture shows none."""
+    from ..analyzers.consumers import consumer_list
+
+    c = consumer_list(cap)
+    if not len(c):
+        return None
+    shown = c if all_connections else c.head(INFO_CONNECTIONS)
+    more = len(c) - len(shown)
+    t = Table(title="Consumers" + (f" (the first {len(shown)})" if more else ""), title_justify="left",
+              caption=f"… and {counted(more, 'more consumer')}: --all lists every one" if more else None,
+              caption_justify="left")
+    for col in ("queue", "connection", "prefetch", "consumer tag", "stream", "channel"):
+        t.add_column(col, justify="right" if col in ("prefetch", "stream", "channel") else "left", overflow="fold")
+    for r in shown.itertuples(index=False):
+        t.add_row("?" if _isna(r.queue) else str(r.queue), r.connection, _prefetch_text(r), str(r.consumer_tag),
+                  str(r.stream), str(r.channel))
+    return t
+
+
+def _prefetch_text(r) -> str:
+    """A consumer's prefetch as `info` shows it: the count, `unlimited`, `no-ack`, `N (channel)`
+    for a global qos, `?` when its basic.consume is not in the capture."""
+    if not r.consume_seen:
+        return "?"
+    if r.no_ack:
+        return "no-ack"
+    per = "unlimited" if r.prefetch == 0 else str(r.prefetch)
+    if _isna(r.channel_prefetch):
+        return per
+    return f"{r.channel_prefetch} (channel)" if r.prefetch == 0 else f"{per}, {r.channel_prefetch} (channel)"
+
+
+def _connections_shown(connections, all_connections: bool):
+    """The connections `info` lists: all of them, or the INFO_CONNECTIONS with the most packets
+    (ties: the lower stream), in stream order."""
+    if all_connections or len(connections) <= INFO_CONNECTIONS:
+        return connections
+    packets = connections["c2s_packets"] + connections["s2c_packets"]
+    busiest = packets.sort_values(ascending=False, kind="mergesort").index[:INFO_CONNECTIONS]
+    return connections.loc[sorted(busiest)]
+
+
+def _isna(v) -> bool:
+    import pandas as pd
+
+    return bool(pd.isna(v))
+
+
+def _endpoint(addr: str, port: int) -> str:
+    return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
+
+
+def _kinds(cap: Capture) -> str:
+    counts = cap.anomalies["kind"].value_counts()
+    return ", ".join(f"{k} {n}" for k, n in counts.items() if n)

@@ -1,0 +1,12 @@
+"""`amqpcap sample`: the path of the sample capture shipped with amqpcap."""
+
+from __future__ import annotations
+
+from ..sample import sample_path
+from .app import app, out
+
+
+@app.command()
+def sample() -> None:
+    """Print the path of the sample capture shipped with amqpcap."""
+    out.print(sample_path(), highlight=False, soft_wrap=True)
