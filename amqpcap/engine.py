@@ -351,55 +351,99 @@ def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], Non
     context step get a second round of bucket tasks, given their contexts joined, once the
     first round is in. The others are merged here while the workers run the queue backlogs'
     cells and that second round (`_merging_meanwhile`), not after it."""
-    from distributed import as_completed
+    m = _Merging(steps, whole, progress, done, total if total is not None else steps.total)
+    m.gather(steps.futures, "bucket")
+    meanwhile = _merging_meanwhile(m.merge, [name for name, split in m.splits.items() if split.context is None])
+    second = [name for name, split in m.splits.items() if split.context is not None]
+    if second:
+        m.second_round(second, meanwhile)
+    meanwhile()
+    m.merge(second)
+    return m.out
 
-    total = total if total is not None else steps.total
-    sp = _steps()
-    partials: dict[int, dict[str, Any]] = {}
-    records: dict[str, Any] = {}
 
-    def largest() -> str:  # (what a task given up on is told with: `result_of`)
-        return _largest_bucket(whole, steps.buckets, steps.sliced)
+@dataclass
+class _Merging:
+    """What `merged` holds while the rounds run: each bucket's partials as they come in, the
+    records step's, the results merged so far, and the tasks counted for the progress."""
 
-    def gather(futures: dict[Any, int | None], what: str) -> None:
-        nonlocal done, records
+    steps: Steps
+    whole: Capture
+    progress: Callable[[str, int, int], None] | None
+    done: int
+    total: int
+    splits: dict[str, Split] = field(default_factory=_steps)
+    #: {bucket: {analyzer: its partial}}; an analyzer's are dropped once merged
+    partials: dict[int, dict[str, Any]] = field(default_factory=dict)
+    records: dict[str, Any] = field(default_factory=dict)
+    out: dict[str, AnalyzerResult] = field(default_factory=dict)
+
+    def largest(self) -> str:
+        """What a task given up on is told with (`result_of`)."""
+        return _largest_bucket(self.whole, self.steps.buckets, self.steps.sliced)
+
+    def gather(self, futures: dict[Any, int | None], what: str) -> None:
+        """The results of `futures` ({future: its bucket, None: the records step}) as they end."""
+        from distributed import as_completed
+
         for fut in as_completed(futures):
             k = futures[fut]
             task = "the step over the capture's records" if k is None else f"the analysis of bucket {k}"
-            out_k = result_of(fut, task, largest)
+            out_k = result_of(fut, task, self.largest)
             if k is None:
-                records = out_k
+                self.records = out_k
             else:
-                partials.setdefault(k, {}).update(out_k)
+                self.partials.setdefault(k, {}).update(out_k)
             fut.release()
-            done += 1
-            if progress:
-                progress("records" if k is None else f"{what} {k}", done, total)
+            self.tell("records" if k is None else f"{what} {k}")
 
-    gather(steps.futures, "bucket")
-    out: dict[str, AnalyzerResult] = {}
+    def tell(self, what: str) -> None:
+        """One more task done."""
+        self.done += 1
+        if self.progress:
+            self.progress(what, self.done, self.total)
 
-    def merge(names: list[str]) -> None:
+    def merge(self, names: list[str]) -> None:
         """Merge the partials of `names` (each analyzer's partials dropped once merged:
         `partition.taken`)."""
         for name in names:
-            mine = [partials[k].pop(name) for k in sorted(partials)]
-            out[name] = sp[name].merge(mine, records.pop(name, None), steps.facts, whole)
+            mine = [self.partials[k].pop(name) for k in sorted(self.partials)]
+            self.out[name] = self.splits[name].merge(mine, self.records.pop(name, None), self.steps.facts, self.whole)
             del mine
             release_freed_memory()
 
-    meanwhile = _merging_meanwhile(merge, [name for name, split in sp.items() if split.context is None])
+    def second_round(self, names: list[str], meanwhile: Callable[[], None]) -> None:
+        """The partition steps of the analyzers `names` (those with a context step), each bucket
+        given their contexts joined; `meanwhile` run once the workers have them."""
+        steps = self.steps
+        buckets = sorted(self.partials)
+        joined = joined_once(self.splits, {name: [self.partials[k].pop(name) for k in buckets] for name in names},
+                             lambda join, contexts: self.in_cells(join, contexts, meanwhile))
+        # a value for every bucket sent to the workers once, not with every task (broadcast: a
+        # copy on each worker, so that one dying does not lose it); a value per bucket
+        # (`PerPartition`) goes with that bucket's task, as its argument (kept by the scheduler
+        # for a retry)
+        shared = list({id(v): v for v in joined.values() if not isinstance(v, PerPartition)}.values())
+        sent = dict(zip(map(id, shared), steps.client.scatter(shared, broadcast=True, hash=False) if shared else []))
+        given = [{name: context_for(v, i) if isinstance(v, PerPartition) else sent[id(v)] for name, v in joined.items()}
+                 for i in range(len(buckets))]
+        futures = {_submit_bucket(steps.client, steps.root, k, steps.facts, names, steps.token, steps.store,
+                                  steps.sliced.get(k), given[i], "round2-"): k
+                   for i, k in enumerate(buckets)}
+        del joined, shared, given  # on the workers now: not held here through the merge
+        meanwhile()
+        self.gather(futures, "bucket (second round)")
 
-    def in_cells(join: CellJoin, contexts: list) -> PerPartition:
+    def in_cells(self, join: CellJoin, contexts: list, meanwhile: Callable[[], None]) -> PerPartition:
         """The cells of `join` as a chain of tasks, each given the carry of the one before
         (a future: it stays on the workers) and its inputs read by a task of its own, which
         runs while the cells before it do (`cell_input_step`); their pieces gathered as they
         end. (A cell of the 100M-packet dataset spent half its time reading its inputs.)"""
-        nonlocal done, total
+        steps = self.steps
         plan, carry, inputs = join.plan(contexts)
         [plan_f] = steps.client.scatter([plan], broadcast=True, hash=False)
         [carry] = steps.client.scatter([carry], hash=False)  # (the consumers' points: MBs, not in the graph)
-        total += len(inputs)
+        self.total += len(inputs)
         pieces = []
         for r, cell_inputs in enumerate(inputs):
             after = pieces[r - 1 - CELLS_READ_AHEAD] if r > CELLS_READ_AHEAD else None
@@ -412,36 +456,10 @@ def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], Non
         del both, carry, plan_f, read, after
         meanwhile()  # (the cells are a chain: one worker at a time, one core free for this process)
         for r, fut in enumerate(pieces):
-            pieces[r] = result_of(fut, f"the queue backlogs' cell {r}", largest)
+            pieces[r] = result_of(fut, f"the queue backlogs' cell {r}", self.largest)
             fut.release()
-            done += 1
-            if progress:
-                progress(f"queue backlogs, cell {r}", done, total)
+            self.tell(f"queue backlogs, cell {r}")
         return PerPartition([join.context(plan, i, [p[i] for p in pieces]) for i in range(len(contexts))])
-
-    second = [name for name, split in sp.items() if split.context is not None]
-    if second:
-        buckets = sorted(partials)
-        joined = joined_once(sp, {name: [partials[k].pop(name) for k in buckets] for name in second}, in_cells)
-        # a value for every bucket sent to the workers once, not with every task (broadcast: a
-        # copy on each worker, so that one dying does not lose it); a value per bucket
-        # (`PerPartition`) goes with that bucket's task, as its argument (kept by the scheduler
-        # for a retry)
-        shared = list({id(v): v for v in joined.values() if not isinstance(v, PerPartition)}.values())
-        sent = dict(zip(map(id, shared), steps.client.scatter(shared, broadcast=True, hash=False) if shared else []))
-
-        def contexts(i: int) -> dict[str, Any]:
-            return {name: context_for(v, i) if isinstance(v, PerPartition) else sent[id(v)] for name, v in joined.items()}
-
-        futures = {_submit_bucket(steps.client, steps.root, k, steps.facts, second, steps.token, steps.store,
-                                  steps.sliced.get(k), contexts(i), "round2-"): k
-                   for i, k in enumerate(buckets)}
-        del joined, shared  # on the workers now: not held here through the merge
-        meanwhile()
-        gather(futures, "bucket (second round)")
-    meanwhile()
-    merge(second)
-    return out
 
 
 def _merging_meanwhile(merge: Callable[[list[str]], None], names: list[str]) -> Callable[[], None]:
