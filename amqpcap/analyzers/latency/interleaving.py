@@ -56,15 +56,9 @@ def _spaces(view: Capture, before: pd.DataFrame) -> pd.DataFrame:
     """Per tag space (stream, channel, epoch; columns SPACE, sorted): the runs and packets of its
     deliveries and settling frames up to the end of the slice `view` (as `for_derivations` gives
     it: its own frames after the replayed ones), going on from `before` (the slices before's)."""
-    m = methods(view)
-    own = m["order"].to_numpy(np.int64) >= _replayed(view)
-    rows = np.flatnonzero((select(m, DELIVER_METHODS, "s2c") | select(m, SETTLE_METHODS, "c2s")) & own)
-    if len(rows) == 0:
+    ev = _own_events(view)
+    if ev is None:
         return before
-    # by tag space (its code is sorted as (stream, channel, epoch)), then frame order: m is in
-    # frame order, so a stable sort on the code keeps that order within each space
-    rows = rows[stable_argsort(m["space"].to_numpy()[rows])]
-    ev = m.iloc[rows]
     space = ev["space"].to_numpy()
     kind = select(ev, DELIVER_METHODS)  # True: delivery, False: settling frame
     new_group = np.r_[True, space[1:] != space[:-1]]
@@ -73,12 +67,65 @@ def _spaces(view: Capture, before: pd.DataFrame) -> pd.DataFrame:
     n = len(first)
     out = pd.DataFrame({c: ev[c].to_numpy(np.int64)[first] for c in ("stream", "channel", "epoch")})
     was = _space_rows(before, out)  # each space's row before (-1: a space new in the slice)
+    carried = _carried_from(before, was)
+    out["delivers"] = carried("delivers") + _total(eg, kind, n)
+    out["acks"] = carried("acks") + _total(eg, ~kind, n)
+    _add_runs(out, carried, was, kind, new_group, eg)
+    _add_packets(out, carried, view, ev, eg, kind)
+    if not len(before):
+        return out[SPACE]
+    untouched = before.drop(index=before.index[was[was >= 0]])
+    both = pd.concat([untouched, out[SPACE]], ignore_index=True)
+    return both.sort_values(["stream", "channel", "epoch"], kind="stable", ignore_index=True)
+
+
+def _own_events(view: Capture) -> pd.DataFrame | None:
+    """The slice's own deliveries (s2c) and settling frames (c2s), not the replayed ones, as rows
+    of `methods`, by tag space (its code is sorted as (stream, channel, epoch)) then frame order;
+    None when there is none."""
+    m = methods(view)
+    own = m["order"].to_numpy(np.int64) >= _replayed(view)
+    rows = np.flatnonzero((select(m, DELIVER_METHODS, "s2c") | select(m, SETTLE_METHODS, "c2s")) & own)
+    if len(rows) == 0:
+        return None
+    # m is in frame order, so a stable sort on the code keeps that order within each space
+    rows = rows[stable_argsort(m["space"].to_numpy()[rows])]
+    return m.iloc[rows]
+
+
+def _carried_from(before: pd.DataFrame, was: np.ndarray):
+    """`carried(col, default=0)`: each space's `col` before (its row of `before` in `was`;
+    `default` for a space new in the slice)."""
+    n = len(was)
     old = before.iloc[np.maximum(was, 0)] if len(before) else None  # (None: nothing before)
 
     def carried(col: str, default=0) -> np.ndarray:
-        """Each space's `col` before (`default` for a space new in the slice)."""
         return np.where(was >= 0, old[col].to_numpy(), default) if old is not None else np.full(n, default)
 
+    return carried
+
+
+def _total(g: np.ndarray, w: np.ndarray, n: int) -> np.ndarray:
+    """Per space (`g`: each row's, of `n`), the sum of the whole numbers `w`."""
+    return np.bincount(g, weights=w, minlength=n).astype(np.int64)
+
+
+def _max_of(g: np.ndarray, v: np.ndarray, sel: np.ndarray, n: int) -> np.ndarray:
+    """Per space (of `n`), the maximum of ``v`` over the rows ``sel`` (0 without any); ``g`` is
+    sorted, so each space's rows are one segment and one reduceat takes every maximum."""
+    out = np.zeros(n, dtype=np.int64)
+    g, v = g[sel], v[sel]
+    if len(g):
+        seg = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+        out[g[seg]] = np.maximum.reduceat(v, seg)
+    return out
+
+
+def _add_runs(out: pd.DataFrame, carried, was: np.ndarray, kind: np.ndarray, new_group: np.ndarray,
+              eg: np.ndarray) -> None:
+    """The spaces' runs of deliveries and of acks (`kind`, by space `eg`, a new space at
+    `new_group`) added to `out`: their counts and longest, and each space's last run."""
+    n = len(out)
     # runs: a new one at each new space or change of kind; per run its space, kind and length
     starts = np.flatnonzero(new_group | np.r_[True, kind[1:] != kind[:-1]])
     length = np.diff(np.r_[starts, len(kind)])
@@ -88,24 +135,21 @@ def _spaces(view: Capture, before: pd.DataFrame) -> pd.DataFrame:
     goes_on = (was >= 0) & (carried("last_kind", False).astype(bool) == r_kind[run_first])
     length[run_first[goes_on]] += carried("last_run")[goes_on]
     run_last = np.r_[run_first[1:] - 1, len(starts) - 1]
+    out["deliver_runs"] = carried("deliver_runs") + _total(r_g, r_kind, n) - (goes_on & r_kind[run_first])
+    out["ack_runs"] = carried("ack_runs") + _total(r_g, ~r_kind, n) - (goes_on & ~r_kind[run_first])
+    out["max_deliver_run"] = np.maximum(carried("max_deliver_run"), _max_of(r_g, length, r_kind, n))
+    out["max_ack_run"] = np.maximum(carried("max_ack_run"), _max_of(r_g, length, ~r_kind, n))
+    out["last_kind"], out["last_run"] = r_kind[run_last], length[run_last].astype(np.int64)
 
-    def total(g, w):
-        return np.bincount(g, weights=w, minlength=n).astype(np.int64)
 
-    def max_of(g, v, sel):
-        """Per space, the maximum of ``v`` over the rows ``sel`` (0 without any); ``g`` is sorted,
-        so each space's rows are one segment and one reduceat takes every maximum."""
-        out = np.zeros(n, dtype=np.int64)
-        g, v = g[sel], v[sel]
-        if len(g):
-            seg = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-            out[g[seg]] = np.maximum.reduceat(v, seg)
-        return out
-
+def _add_packets(out: pd.DataFrame, carried, view: Capture, ev: pd.DataFrame, eg: np.ndarray,
+                 kind: np.ndarray) -> None:
+    """The spaces' packets carrying several deliveries or several acks added to `out`: their
+    counts and the most in one packet. A packet is in one slice: its counts are the slice's own."""
+    n = len(out)
     # events per (space, kind, packet): (space, kind, packet) packed into one int64 (space < n,
     # packet numbers < the frames' count), sorted; the runs of equal values are the counts, and
-    # each run's value gives back its space and kind (no factorization, no inverse needed). A
-    # packet is in one slice: its counts are the slice's own.
+    # each run's value gives back its space and kind (no factorization, no inverse needed).
     packet = view.frames["packet"].to_numpy(np.int64)[ev["order"].to_numpy()]
     npk = int(packet.max()) + 1
     packed = np.sort((eg * 2 + kind) * npk + packet)
@@ -113,23 +157,10 @@ def _spaces(view: Capture, before: pd.DataFrame) -> pd.DataFrame:
     cnt = np.diff(np.r_[run, len(packed)])
     p_g, p_kind = packed[run] // (2 * npk), (packed[run] // npk) % 2 == 1
     multi = cnt > 1
-
-    out["delivers"] = carried("delivers") + total(eg, kind)
-    out["acks"] = carried("acks") + total(eg, ~kind)
-    out["deliver_runs"] = carried("deliver_runs") + total(r_g, r_kind) - (goes_on & r_kind[run_first])
-    out["ack_runs"] = carried("ack_runs") + total(r_g, ~r_kind) - (goes_on & ~r_kind[run_first])
-    out["max_deliver_run"] = np.maximum(carried("max_deliver_run"), max_of(r_g, length, r_kind))
-    out["max_ack_run"] = np.maximum(carried("max_ack_run"), max_of(r_g, length, ~r_kind))
-    out["packets_multi_deliver"] = carried("packets_multi_deliver") + total(p_g, multi & p_kind)
-    out["max_delivers_per_packet"] = np.maximum(carried("max_delivers_per_packet"), max_of(p_g, cnt, p_kind))
-    out["packets_multi_ack"] = carried("packets_multi_ack") + total(p_g, multi & ~p_kind)
-    out["max_acks_per_packet"] = np.maximum(carried("max_acks_per_packet"), max_of(p_g, cnt, ~p_kind))
-    out["last_kind"], out["last_run"] = r_kind[run_last], length[run_last].astype(np.int64)
-    if old is None:
-        return out[SPACE]
-    untouched = before.drop(index=before.index[was[was >= 0]])
-    both = pd.concat([untouched, out[SPACE]], ignore_index=True)
-    return both.sort_values(["stream", "channel", "epoch"], kind="stable", ignore_index=True)
+    out["packets_multi_deliver"] = carried("packets_multi_deliver") + _total(p_g, multi & p_kind, n)
+    out["max_delivers_per_packet"] = np.maximum(carried("max_delivers_per_packet"), _max_of(p_g, cnt, p_kind, n))
+    out["packets_multi_ack"] = carried("packets_multi_ack") + _total(p_g, multi & ~p_kind, n)
+    out["max_acks_per_packet"] = np.maximum(carried("max_acks_per_packet"), _max_of(p_g, cnt, ~p_kind, n))
 
 
 def _no_spaces() -> pd.DataFrame:

@@ -57,60 +57,24 @@ def _slice(cap: Capture, carry: _Carry | None, last: bool) -> tuple[dict[str, np
     conn = _directions(cap)
     carry = carry or _Carry.nothing(cap, len(conn))
     s = _again(_segments(cap, carry, conn["g"].to_numpy()[::2] >> 1, last), carry, conn)
-    n, nk = len(s["g"]), len(conn)
-    g, k, payload, ts, end = s["g"], s["k"], s["payload_bytes"], s["ts_ns"], s["end"]
+    n, g, k = len(s["g"]), s["g"], s["k"]
     # The rows put again (one per direction at most, its first row: a run start): their own
     # values were counted in their slice, so they are adjusted on these rows alone.
     head = np.flatnonzero(s["again"])
-    head_k = k[head]
     # Rows are grouped by direction (g): group sums are `add.reduceat` over the group starts.
     same = np.zeros(n, bool)  # previous row: same stream direction
     np.equal(g[1:], g[:-1], out=same[1:])
     gs = np.flatnonzero(~same)
-    mss_k = conn["mss"].to_numpy()
-    small_limit_k = np.ceil(np.where(np.isnan(mss_k), SMALL_BYTES_UNKNOWN_MSS, SMALL_MSS_FRACTION * mss_k)).astype(np.int64)
-    merge_mss_k = np.where(np.isnan(mss_k), MERGE_MSS_UNKNOWN_BYTES, mss_k)
-    small = payload < small_limit_k[k]
-
-    prev_ts = _shifted(ts)
+    small_limit_k, merge_mss_k = _small_limits(conn["mss"].to_numpy())
+    small = s["payload_bytes"] < small_limit_k[k]
     prev_small = same & _shifted(small)
-
-    # Unbatched writes: a small segment sent while an earlier small segment of the direction
-    # was still unacknowledged by the peer (Nagle would have held it; with TCP_NODELAY it goes).
-    # Before the direction's first small segment here, the last small one is the carry's.
     latest_small = _running_last(small)
-    last_small = _shifted(latest_small)
-    last_small[:1] = -1
-    ls = np.maximum(last_small, 0)
-    here = (last_small >= 0) & (g[ls] == g)
-    small_while_unacked = small & here & (s["peer_acked"] < end[ls])
-    first_small = np.flatnonzero(small & ~here)  # (the direction's first small segment here)
-    kept_end = carry.small_end[k[first_small]]
-    small_while_unacked[first_small] = (kept_end != _NONE) & (s["peer_acked"][first_small] < kept_end)
+    small_while_unacked = _small_while_unacked(s, carry, small, latest_small)
 
-    # Coalescing: runs of small segments, each within COALESCE_WINDOW_S of the previous one
-    # and with no peer data in between, could have been written (and sent) together. A segment
-    # put again stands for its run so far; a direction's last run may go on in the next slice:
-    # its packets saved are counted once it ends.
-    pdc = s["peer_data_count"]
-    joins = prev_small & small & (ts - prev_ts <= _ns(COALESCE_WINDOW_S)) & (pdc == _shifted(pdc))
-    start = np.flatnonzero(~joins)  # every group start is a run start (joins needs `same`)
-    if n:
-        run_k = k[start]
-        run_segments = np.diff(np.r_[start, n])
-        # (sums of whole numbers below 2**53: exact in float64, in any order)
-        run_bytes = np.add.reduceat(payload, start, dtype=np.float64)
-        head_run = np.searchsorted(start, head)
-        run_segments[head_run] += carry.run_segments[head_k] - 1
-        run_bytes[head_run] += carry.run_bytes[head_k] - payload[head]
-        run_saved = np.maximum(run_segments - np.maximum(np.ceil(run_bytes / merge_mss_k[run_k]), 1), 0)
-        open_run = np.r_[run_k[1:] != run_k[:-1], True] & (not last)
-        carry.run_segments[run_k[open_run]] = run_segments[open_run]
-        carry.run_bytes[run_k[open_run]] = run_bytes[open_run].astype(np.int64)
-        carry.totals["packets_saved"] += np.bincount(run_k[~open_run], weights=run_saved[~open_run],
-                                                     minlength=nk).astype(np.int64)
+    joins = _joins(s, small, prev_small)
+    _count_runs(s, carry, joins, head, merge_mss_k, last)
     joined = joins.copy()
-    joined[head] = carry.joined[head_k]
+    joined[head] = carry.joined[k[head]]
     in_run = joined.copy()
     in_run[:-1] |= joins[1:]
     # Whether a direction's last segment here is in a run is told by its next segment.
@@ -123,16 +87,83 @@ def _slice(cap: Capture, carry: _Carry | None, last: bool) -> tuple[dict[str, np
 
     if last:
         piece["directions"] = _direction_rows(conn, carry, small_limit_k)
-    else:  # what the next slice reads of each direction's segments here: the last one, the last small one
-        gl = np.flatnonzero(group_last)
-        for c in _SEGMENT_COLUMNS:
-            carry.segment[c][k[gl]] = s[c][gl]
-        carry.joined[k[gl]] = joined[gl]
-        last_small = latest_small[gl]
-        mine = (last_small >= 0) & (g[np.maximum(last_small, 0)] == g[gl])
-        carry.small_end[k[gl][mine]] = end[last_small[mine]]
+    else:  # what the next slice reads of each direction's segments here
+        _keep_last_segments(s, carry, np.flatnonzero(group_last), joined, latest_small)
     s.update(small=small, in_run=in_run, stall=stall)
     return s, carry, piece
+
+
+def _small_limits(mss_k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per direction (its effective MSS `mss_k`, NaN: unknown): the payload below which a
+    segment is small, and the segment size the coalescing runs are counted in."""
+    small_limit_k = np.ceil(np.where(np.isnan(mss_k), SMALL_BYTES_UNKNOWN_MSS, SMALL_MSS_FRACTION * mss_k)).astype(np.int64)
+    merge_mss_k = np.where(np.isnan(mss_k), MERGE_MSS_UNKNOWN_BYTES, mss_k)
+    return small_limit_k, merge_mss_k
+
+
+def _small_while_unacked(s: dict[str, np.ndarray], carry: _Carry, small: np.ndarray,
+                         latest_small: np.ndarray) -> np.ndarray:
+    """Unbatched writes: a small segment sent while an earlier small segment of the direction
+    was still unacknowledged by the peer (Nagle would have held it; with TCP_NODELAY it goes).
+    Before the direction's first small segment here, the last small one is the carry's
+    (`latest_small`: each row's latest small row so far, -1: none)."""
+    g, k, end = s["g"], s["k"], s["end"]
+    last_small = _shifted(latest_small)
+    last_small[:1] = -1
+    ls = np.maximum(last_small, 0)
+    here = (last_small >= 0) & (g[ls] == g)
+    small_while_unacked = small & here & (s["peer_acked"] < end[ls])
+    first_small = np.flatnonzero(small & ~here)  # (the direction's first small segment here)
+    kept_end = carry.small_end[k[first_small]]
+    small_while_unacked[first_small] = (kept_end != _NONE) & (s["peer_acked"][first_small] < kept_end)
+    return small_while_unacked
+
+
+def _joins(s: dict[str, np.ndarray], small: np.ndarray, prev_small: np.ndarray) -> np.ndarray:
+    """Whether each segment goes on the coalescing run of the previous one: runs of small
+    segments, each within COALESCE_WINDOW_S of the previous one and with no peer data in
+    between, could have been written (and sent) together."""
+    ts, pdc = s["ts_ns"], s["peer_data_count"]
+    return prev_small & small & (ts - _shifted(ts) <= _ns(COALESCE_WINDOW_S)) & (pdc == _shifted(pdc))
+
+
+def _count_runs(s: dict[str, np.ndarray], carry: _Carry, joins: np.ndarray, head: np.ndarray,
+                merge_mss_k: np.ndarray, last: bool) -> None:
+    """The packets the coalescing runs (`joins`) would have saved added to the carry's totals. A
+    segment put again (`head`) stands for its run so far; a direction's last run may go on in
+    the next slice (unless `last`): it is kept in the carry, its packets saved counted once it
+    ends."""
+    n, k, payload = len(joins), s["k"], s["payload_bytes"]
+    if not n:
+        return
+    head_k = k[head]
+    start = np.flatnonzero(~joins)  # every group start is a run start (a join needs the same direction)
+    run_k = k[start]
+    run_segments = np.diff(np.r_[start, n])
+    # (sums of whole numbers below 2**53: exact in float64, in any order)
+    run_bytes = np.add.reduceat(payload, start, dtype=np.float64)
+    head_run = np.searchsorted(start, head)
+    run_segments[head_run] += carry.run_segments[head_k] - 1
+    run_bytes[head_run] += carry.run_bytes[head_k] - payload[head]
+    run_saved = np.maximum(run_segments - np.maximum(np.ceil(run_bytes / merge_mss_k[run_k]), 1), 0)
+    open_run = np.r_[run_k[1:] != run_k[:-1], True] & (not last)
+    carry.run_segments[run_k[open_run]] = run_segments[open_run]
+    carry.run_bytes[run_k[open_run]] = run_bytes[open_run].astype(np.int64)
+    carry.totals["packets_saved"] += np.bincount(run_k[~open_run], weights=run_saved[~open_run],
+                                                 minlength=len(merge_mss_k)).astype(np.int64)
+
+
+def _keep_last_segments(s: dict[str, np.ndarray], carry: _Carry, gl: np.ndarray, joined: np.ndarray,
+                        latest_small: np.ndarray) -> None:
+    """What the next slice reads of each direction's segments here (`gl`: each direction's last
+    row): its last segment, whether that joined the one before, the end of its last small one."""
+    g, k = s["g"], s["k"]
+    for c in _SEGMENT_COLUMNS:
+        carry.segment[c][k[gl]] = s[c][gl]
+    carry.joined[k[gl]] = joined[gl]
+    last_small = latest_small[gl]
+    mine = (last_small >= 0) & (g[np.maximum(last_small, 0)] == g[gl])
+    carry.small_end[k[gl][mine]] = s["end"][last_small[mine]]
 
 
 def _count(cap: Capture, s: dict[str, np.ndarray], carry: _Carry, gs: np.ndarray, head: np.ndarray,
