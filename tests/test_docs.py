@@ -84,7 +84,7 @@ SUMMARY_DOC = (ROOT / "docs" / "summary.md").read_text()
 
 def finding_ids_in_code() -> set[str]:
     """Finding ids written in the analyzers' source (as `Finding("id"` or `id="id"`)."""
-    src = "\n".join(p.read_text() for p in (ROOT / "amqpcap" / "analyzers").glob("*.py"))
+    src = "\n".join(p.read_text() for p in (ROOT / "amqpcap" / "analyzers").rglob("*.py"))
     return set(re.findall(r'Finding\(\s*"([a-z-]+)"', src)) | set(re.findall(r'\bid="([a-z-]+)"', src))
 
 
@@ -220,10 +220,11 @@ def test_every_evidence_key_in_the_source_documented():
     import ast
 
     missing = set()
-    for path in sorted((ROOT / "amqpcap" / "analyzers").glob("*.py")):
+    analyzers = ROOT / "amqpcap" / "analyzers"
+    for path in sorted(analyzers.rglob("*.py")):
         if path.name.startswith("_"):
             continue
-        doc = _page(path.stem)
+        doc = _page(path.relative_to(analyzers).parts[0].removesuffix(".py"))  # (a package's: its analyzer's page)
         for fn in ast.walk(ast.parse(path.read_text())):
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
