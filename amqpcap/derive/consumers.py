@@ -230,73 +230,22 @@ def consumer_state_with_codes(cap: Capture) -> ConsumerState:
     seeds = seeds_of(cap)
     c = consumer_rows(cap)
     a = acked_deliveries(cap)
-    d, code, keys = a.table, a.code, a.keys
+    keys = a.keys
     # consumer codes follow the sorted (stream, channel, epoch, consumer_tag): the output's order
     # (in a slice, -1 for a consumer of the slices before with nothing in this one)
     c_code = code_of(keys, c)
-    settled = d["settle_order"].notna().to_numpy()
-    # a consumer's start is an event of the slice holding its frame (orders: the whole's)
-    start_at = c["start_order"].to_numpy(np.int64)
-    if seeds is not None:
-        start_at = np.where(start_at >= seeds.replay.offset, start_at - seeds.replay.offset + seeds.replayed, -1)
-    start = c["consume_seen"].to_numpy(bool) & (start_at >= 0) & (c_code >= 0)
-    # the events: deliveries (+1), the frames settling them (−1), consume-oks (0), in this order.
-    # A slice's replayed deliveries (those the slices before left unsettled) are events too: its
-    # counts start from them; their rows are the slices' before (`_own_rows`)
-    ev_code = np.r_[code, code[settled], c_code[start]]
-    ev_order = np.r_[d["order"].to_numpy(np.int64), d["settle_order"].to_numpy(np.int64, na_value=0)[settled],
-                     start_at[start]]
-    ev_ts = np.r_[_i8(d["ts"]), _i8(d["settle_ts"])[settled], _i8(c["start_ts"])[start]]
-    ev_packet = np.r_[d["packet"].to_numpy(np.int64), d["settle_packet"].to_numpy(np.int64, na_value=0)[settled],
-                      c["start_packet"].to_numpy(np.int64)[start]]
-    ev_delta = np.r_[np.ones(len(d), np.int64), -np.ones(int(settled.sum()), np.int64), np.zeros(int(start.sum()), np.int64)]
-    if len(ev_code) == 0:
-        before = (_maxima_before(keys, seeds.replay.state_maxima) if seeds is not None
-                  else np.full(len(keys), np.iinfo(np.int64).min, dtype=np.int64))
-        return ConsumerState(_empty_state(cap), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), before)
-    # one row per (consumer, frame) (a multiple ack settles many deliveries at once): values of
-    # its first event (all of a frame's events have its ts and packet), deltas summed; rows by
-    # frame order, then consumer code. Only the order within each consumer matters below (the
-    # channel's count is read at the end of each frame's rows; the output is sorted by consumer)
-    ncons = len(keys)
-    _, first, inv = np.unique(ev_order * ncons + ev_code, return_index=True, return_inverse=True)
-    delta = np.bincount(inv.ravel(), weights=ev_delta, minlength=len(first)).astype(np.int64)
-    code, order, ts, packet = ev_code[first], ev_order[first], ev_ts[first], ev_packet[first]
-    del ev_code, ev_order, ev_ts, ev_packet, ev_delta, inv, first  # (a row per event: let go before the rest)
+    rows = _frame_rows(a.table, a.code, c, c_code, seeds, len(keys))
+    if rows is None:
+        return ConsumerState(_empty_state(cap), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
+                             _maxima_so_far(keys, seeds))
+    code, order, ts, packet, delta = rows
     by = stable_argsort(code)  # by consumer, then frame order
     unacked = group_cumsum(code, delta, by)
-    # the channel's unacked over all its consumers, as it stands after each frame (the frames
-    # of a tag space are contiguous runs of equal order)
-    kcode = codes(*(keys[k].to_numpy(np.int64) for k in KEY))[code]
-    ch = group_cumsum(kcode, delta)
-    run_end = np.r_[np.flatnonzero(order[1:] != order[:-1]), len(order) - 1]
-    channel_unacked = np.repeat(ch[run_end], np.diff(np.r_[-1, run_end]))
-
-    # per-consumer values, by code
-    per = np.full(ncons, -1, dtype=np.int64)
-    per[c_code[c_code >= 0]] = np.flatnonzero(c_code >= 0)
-    cp = per[code]  # the consumer's row in c
-    max_unacked = np.full(ncons, np.iinfo(np.int64).min, dtype=np.int64)
-    np.maximum.at(max_unacked, code, unacked)
-    if seeds is not None:
-        max_unacked = np.maximum(max_unacked, _maxima_before(keys, seeds.replay.state_maxima))
-    # no qos: with the basic.consume in the capture RabbitMQ's default applies (0 = unlimited);
-    # without it the limit is unknown and estimated as the highest unacked count observed
-    estimated = ~c["qos_seen"].to_numpy(bool)[cp] & ~c["consume_seen"].to_numpy(bool)[cp]
-    prefetch = c["prefetch"].to_numpy(np.int64, na_value=0)[cp]
-    prefetch[estimated] = max_unacked[code][estimated]
-
-    # channel-wide limit (global=true, RabbitMQ): the last one before each frame
-    m = methods(cap)
-    # (the rows of the slice's own frames: `_own_rows`)
-    qos = pick(cap, m, select(m, "basic.qos", "c2s"), KEY + ["order", "prefetch_count", "global"])
-    qos = qos[qos["global"].fillna(False).to_numpy(bool)]
-    chp_arr = pd.array(np.zeros(len(order), np.int64), dtype="Int64")
-    chp_arr[:] = pd.NA
-    if len(qos):
-        k = codes(*(np.r_[keys[c].to_numpy(np.int64)[code], qos[c].to_numpy(np.int64)] for c in KEY))
-        g = asof(k[:len(order)], order, k[len(order):], qos["order"].to_numpy(np.int64))
-        chp_arr = pd.array(qos["prefetch_count"].astype("Int64").to_numpy(), dtype="Int64").take(g, allow_fill=True)
+    channel_unacked = _channel_unacked(keys, code, order, delta)
+    cp = _rows_in(c_code, len(keys))[code]  # the consumer's row in c
+    max_unacked = _max_unacked(keys, code, unacked, seeds)
+    estimated, prefetch = _prefetch(c, cp, max_unacked[code])
+    chp_arr = _channel_prefetch(cap, keys, code, order)
 
     own = _own_rows(seeds, order)
     if not own.all():
@@ -305,37 +254,153 @@ def consumer_state_with_codes(cap: Capture) -> ConsumerState:
         chp_arr = chp_arr[own]
         by = stable_argsort(code)
     deficit, deficit_arr = _deficit(prefetch, unacked, chp_arr, channel_unacked)
+    until = until_of(ts, _next_ts(code, ts, by), _i8(c["end_ts"])[cp])
 
-    # each row holds until the consumer's next row, at most until its end (NaT compares false)
-    nat = np.iinfo(np.int64).min
-    nxt = np.full(len(order), nat, dtype=np.int64)
+    out_rows = _output_rows(code, ts, by)
+    oc = code[out_rows]
+    out = _state_table(keys, oc, ts[out_rows], until[out_rows], a.table["ts"].dtype, {
+        "packet": packet[out_rows], "unacked": unacked[out_rows], "prefetch": prefetch[out_rows],
+        "prefetch_estimated": estimated[out_rows], "channel_unacked": channel_unacked[out_rows],
+        "channel_prefetch": chp_arr.take(out_rows), "deficit": deficit_arr.take(out_rows),
+        "at_limit": (deficit <= 0)[out_rows]})
+    whole = order[out_rows] if seeds is None else seeds.whole_orders(order[out_rows])
+    return ConsumerState(out, oc, whole, max_unacked)
+
+
+def _consume_oks(c: pd.DataFrame, c_code: np.ndarray, seeds) -> tuple[np.ndarray, np.ndarray]:
+    """Each consumer's start as a position in the slice's frames (-1: before the slice), and
+    which starts are events here: a consume-ok in the capture, of the slice's own frames (a
+    consumer's start is an event of the slice holding its frame; orders: the whole's), of a
+    consumer with a code."""
+    start_at = c["start_order"].to_numpy(np.int64)
+    if seeds is not None:
+        start_at = np.where(start_at >= seeds.replay.offset, start_at - seeds.replay.offset + seeds.replayed, -1)
+    return start_at, c["consume_seen"].to_numpy(bool) & (start_at >= 0) & (c_code >= 0)
+
+
+def _events(d: pd.DataFrame, code: np.ndarray, c: pd.DataFrame, c_code: np.ndarray, seeds):
+    """The events changing the consumers' unacked counts, as (consumer code, order, ts, packet,
+    delta) columns: deliveries (+1), the frames settling them (−1), consume-oks (0), in this
+    order. A slice's replayed deliveries (those the slices before left unsettled) are events
+    too: its counts start from them; their rows are the slices' before (`_own_rows`)."""
+    settled = d["settle_order"].notna().to_numpy()
+    start_at, start = _consume_oks(c, c_code, seeds)
+    return (np.r_[code, code[settled], c_code[start]],
+            np.r_[d["order"].to_numpy(np.int64), d["settle_order"].to_numpy(np.int64, na_value=0)[settled],
+                  start_at[start]],
+            np.r_[_i8(d["ts"]), _i8(d["settle_ts"])[settled], _i8(c["start_ts"])[start]],
+            np.r_[d["packet"].to_numpy(np.int64), d["settle_packet"].to_numpy(np.int64, na_value=0)[settled],
+                  c["start_packet"].to_numpy(np.int64)[start]],
+            np.r_[np.ones(len(d), np.int64), -np.ones(int(settled.sum()), np.int64),
+                  np.zeros(int(start.sum()), np.int64)])
+
+
+def _frame_rows(d: pd.DataFrame, code: np.ndarray, c: pd.DataFrame, c_code: np.ndarray, seeds, ncons: int):
+    """One row per (consumer, frame) of the `_events` (a multiple ack settles many deliveries at
+    once) as (code, order, ts, packet, delta): values of its first event (all of a frame's
+    events have its ts and packet), deltas summed; rows by frame order, then consumer code.
+    None without events. Only the order within each consumer matters to the caller (the
+    channel's count is read at the end of each frame's rows; the output is sorted by consumer)."""
+    # (the row per event is this function's own: let go when it returns, before the rest)
+    ev_code, ev_order, ev_ts, ev_packet, ev_delta = _events(d, code, c, c_code, seeds)
+    if len(ev_code) == 0:
+        return None
+    _, first, inv = np.unique(ev_order * ncons + ev_code, return_index=True, return_inverse=True)
+    delta = np.bincount(inv.ravel(), weights=ev_delta, minlength=len(first)).astype(np.int64)
+    return ev_code[first], ev_order[first], ev_ts[first], ev_packet[first], delta
+
+
+def _channel_unacked(keys: pd.DataFrame, code: np.ndarray, order: np.ndarray, delta: np.ndarray) -> np.ndarray:
+    """The channel's unacked over all its consumers, as it stands after each frame (the frames
+    of a tag space are contiguous runs of equal order)."""
+    kcode = codes(*(keys[k].to_numpy(np.int64) for k in KEY))[code]
+    ch = group_cumsum(kcode, delta)
+    run_end = np.r_[np.flatnonzero(order[1:] != order[:-1]), len(order) - 1]
+    return np.repeat(ch[run_end], np.diff(np.r_[-1, run_end]))
+
+
+def _rows_in(c_code: np.ndarray, ncons: int) -> np.ndarray:
+    """Per consumer code, the consumer's row in ``c`` (whose codes are `c_code`; -1: none)."""
+    per = np.full(ncons, -1, dtype=np.int64)
+    per[c_code[c_code >= 0]] = np.flatnonzero(c_code >= 0)
+    return per
+
+
+def _max_unacked(keys: pd.DataFrame, code: np.ndarray, unacked: np.ndarray, seeds) -> np.ndarray:
+    """Per consumer code, the most deliveries it held unacknowledged so far: in these rows and
+    in the slices before."""
+    max_unacked = np.full(len(keys), np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(max_unacked, code, unacked)
+    if seeds is not None:
+        max_unacked = np.maximum(max_unacked, _maxima_before(keys, seeds.replay.state_maxima))
+    return max_unacked
+
+
+def _maxima_so_far(keys: pd.DataFrame, seeds) -> np.ndarray:
+    """`_max_unacked` without rows of its own: the slices' before, else nothing (int64 minimum)."""
+    if seeds is not None:
+        return _maxima_before(keys, seeds.replay.state_maxima)
+    return np.full(len(keys), np.iinfo(np.int64).min, dtype=np.int64)
+
+
+def _prefetch(c: pd.DataFrame, cp: np.ndarray, row_max_unacked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row (its consumer's row in ``c``: `cp`), whether its prefetch is estimated, and the
+    prefetch. No qos: with the basic.consume in the capture RabbitMQ's default applies (0 =
+    unlimited); without it the limit is unknown and estimated as the highest unacked count
+    observed (`row_max_unacked`: its consumer's, per row)."""
+    estimated = ~c["qos_seen"].to_numpy(bool)[cp] & ~c["consume_seen"].to_numpy(bool)[cp]
+    prefetch = c["prefetch"].to_numpy(np.int64, na_value=0)[cp]
+    prefetch[estimated] = row_max_unacked[estimated]
+    return estimated, prefetch
+
+
+def _channel_prefetch(cap: Capture, keys: pd.DataFrame, code: np.ndarray, order: np.ndarray):
+    """Per row, the channel-wide limit (global=true, RabbitMQ): the prefetch_count of the last
+    such basic.qos on the row's channel before its frame, as an Int64 array (<NA>: none)."""
+    m = methods(cap)
+    qos = pick(cap, m, select(m, "basic.qos", "c2s"), KEY + ["order", "prefetch_count", "global"])
+    qos = qos[qos["global"].fillna(False).to_numpy(bool)]
+    chp_arr = pd.array(np.zeros(len(order), np.int64), dtype="Int64")
+    chp_arr[:] = pd.NA
+    if len(qos):
+        k = codes(*(np.r_[keys[c].to_numpy(np.int64)[code], qos[c].to_numpy(np.int64)] for c in KEY))
+        g = asof(k[:len(order)], order, k[len(order):], qos["order"].to_numpy(np.int64))
+        chp_arr = pd.array(qos["prefetch_count"].astype("Int64").to_numpy(), dtype="Int64").take(g, allow_fill=True)
+    return chp_arr
+
+
+def _next_ts(code: np.ndarray, ts: np.ndarray, by: np.ndarray) -> np.ndarray:
+    """Each row's consumer's next row's ts (int64 ns; the int64 minimum, NaT, for its last);
+    `by`: the rows by consumer, then frame order."""
+    nxt = np.full(len(ts), np.iinfo(np.int64).min, dtype=np.int64)
     same = code[by][1:] == code[by][:-1]
     nxt[by[:-1][same]] = ts[by[1:][same]]
-    until = until_of(ts, nxt, _i8(c["end_ts"])[cp])
+    return nxt
 
-    # by consumer (sorted keys), then ts, stable. Timestamps mostly rise with frame order: then
-    # that is ``by`` already and the sort is spared
+
+def _output_rows(code: np.ndarray, ts: np.ndarray, by: np.ndarray) -> np.ndarray:
+    """The rows in the output's order: by consumer (sorted keys), then ts, stable. Timestamps
+    mostly rise with frame order: then that is `by` already and the sort is spared."""
     ts_by, code_by = ts[by], code[by]
     if np.all((ts_by[1:] >= ts_by[:-1]) | (code_by[1:] != code_by[:-1])):
-        out_rows = by
-    else:
-        out_rows = np.lexsort((ts, code))
-    tsd = d["ts"].dtype
-    ts_col = pd.Series(ts[out_rows].view("M8[ns]")).dt.tz_localize("UTC").astype(tsd)
-    until_col = pd.Series(until[out_rows].view("M8[ns]")).dt.tz_localize("UTC").astype(tsd)
-    oc = code[out_rows]
-    out = pd.DataFrame({
+        return by
+    return np.lexsort((ts, code))
+
+
+def _state_table(keys: pd.DataFrame, oc: np.ndarray, ts: np.ndarray, until: np.ndarray, tsd, values: dict
+                 ) -> pd.DataFrame:
+    """`consumer_state`'s table from its rows' consumer codes (`oc`), times (int64 ns; `tsd`:
+    the timestamps' type) and the other columns' `values`, all in the output's order."""
+    ts_col = pd.Series(ts.view("M8[ns]")).dt.tz_localize("UTC").astype(tsd)
+    until_col = pd.Series(until.view("M8[ns]")).dt.tz_localize("UTC").astype(tsd)
+    return pd.DataFrame({
         "stream": keys["stream"].to_numpy(np.int64)[oc], "channel": keys["channel"].to_numpy(np.int64)[oc],
         "epoch": keys["epoch"].to_numpy(np.int64)[oc],
         "consumer_tag": pd.Series(keys["consumer_tag"].to_numpy(object)[oc], dtype=object),
-        "packet": packet[out_rows], "ts": ts_col, "until_ts": until_col,
+        "packet": values["packet"], "ts": ts_col, "until_ts": until_col,
         "duration_s": (until_col - ts_col).dt.total_seconds(),
-        "unacked": unacked[out_rows], "prefetch": prefetch[out_rows], "prefetch_estimated": estimated[out_rows],
-        "channel_unacked": channel_unacked[out_rows], "channel_prefetch": chp_arr.take(out_rows),
-        "deficit": deficit_arr.take(out_rows), "at_limit": (deficit <= 0)[out_rows],
+        **{col: values[col] for col in STATE_COLUMNS[STATE_COLUMNS.index("unacked"):]},
     }, copy=False)  # (the columns are new: not copied again into blocks, 0.4 GB at 3.2M rows)
-    whole = order[out_rows] if seeds is None else seeds.whole_orders(order[out_rows])
-    return ConsumerState(out, oc, whole, max_unacked)
 
 
 def until_of(ts: np.ndarray, nxt: np.ndarray, end: np.ndarray) -> np.ndarray:

@@ -198,22 +198,47 @@ def deliveries_with_codes(cap: Capture) -> Deliveries:
     category set per column, shared by all frames); their text is made once, for the table."""
     m = methods(cap)
     f = cap.frames
+    d = _deliver_frames(cap, m)
+    get_rows = select(d, "basic.get-ok")
+    tag_labels, tc = _tag_codes(f["consumer_tag"], d["order"].to_numpy(np.int64), get_rows)
+    known, no_ack, qc, source_order = _sources(cap, m, d, tc, get_rows)
+    s = _settle_frames(cap, m)
+    # without the basic.consume, a channel whose client never settles anything is taken as no-ack
+    no_ack = np.where(known, no_ack, ~_has_settles(cap, d, s))
+    srow = _settling_rows(d, s, no_ack)
+    kind = _settle_kinds(s, srow)
+    out = _delivery_table(d, _text(tag_labels, tc), _text(f["queue"].cat.categories, qc), no_ack, known, s, srow,
+                          kind)
+    out["outcome"] = _text(OUTCOMES, _outcome_codes(cap, m, d, kind, no_ack))
+    return Deliveries(out, qc, tc, tag_labels, source_order)
+
+
+def _deliver_frames(cap: Capture, m: pd.DataFrame) -> pd.DataFrame:
+    """The basic.deliver and basic.get-ok frames with a delivery tag (``tag``, int64), in frame
+    order."""
     d = pick(cap, m, select(m, DELIVER_METHODS, "s2c"), KEY + ["space", "method", "delivery_tag", "packet", "ts",
                                                                "order", "redelivered"])
     d["tag"] = _tags(d["delivery_tag"])
-    d = d[d["tag"] >= 0].sort_values("order").reset_index(drop=True)
-    order = d["order"].to_numpy(np.int64)
-    get_rows = select(d, "basic.get-ok")
+    return d[d["tag"] >= 0].sort_values("order").reset_index(drop=True)
 
-    # consumer tags as codes into ``tag_labels``: the frames' categories, then "" (a missing tag
-    # counts as the empty one) and GET_TAG (for get-ok), unless they are categories already
-    cats = f["consumer_tag"].cat.categories
+
+def _tag_codes(consumer_tag: pd.Series, order: np.ndarray, get_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The labels and, per delivery (frames at `order` of cap.frames' `consumer_tag`), its
+    consumer tag as a code into them: the frames' categories, then "" (a missing tag counts as
+    the empty one) and GET_TAG (for get-ok, `get_rows`), unless they are categories already."""
+    cats = consumer_tag.cat.categories
     tag_labels = np.r_[np.asarray(cats, dtype=object), np.array(["", GET_TAG], dtype=object)]
-    tc = f["consumer_tag"].cat.codes.to_numpy().astype(np.int64)[order]
+    tc = consumer_tag.cat.codes.to_numpy().astype(np.int64)[order]
     tc[tc < 0] = cats.get_loc("") if "" in cats else len(cats)
     tc[get_rows] = cats.get_loc(GET_TAG) if GET_TAG in cats else len(cats) + 1
+    return tag_labels, tc
 
-    # no-ack and queue: from the consumer's basic.consume, or the basic.get before a get-ok
+
+def _sources(cap: Capture, m: pd.DataFrame, d: pd.DataFrame, tc: np.ndarray, get_rows: np.ndarray):
+    """What each delivery of `d` (consumer tag codes `tc`) takes from its consumer's
+    basic.consume, or from the basic.get before a get-ok: (whether it is in the capture, no_ack,
+    queue code, the source's order); missing: False, False, -1, -1."""
+    order = d["order"].to_numpy(np.int64)
     cons = consumes(cap)
     d_chan, c_chan = chan_key(d), chan_key(cons)
     key = codes(np.r_[d_chan, c_chan], np.r_[tc, cons["tag_code"].to_numpy(np.int64)])
@@ -227,38 +252,50 @@ def deliveries_with_codes(cap: Capture) -> Deliveries:
     no_ack_src = np.r_[gets["no_ack"].fillna(False).to_numpy(bool), cons["no_ack"].to_numpy(bool), False]
     queue_src = np.r_[gets["queue"].cat.codes.to_numpy().astype(np.int64), cons["queue_code"].to_numpy(np.int64), -1]
     src = np.where(known, np.where(get_rows, row, len(gets) + row), len(gets) + len(cons))
-    no_ack = no_ack_src[src]
     source_order = np.r_[gets["order"].to_numpy(np.int64), cons["order"].to_numpy(np.int64), -1][src]
-    qc = queue_src[src]
+    return known, no_ack_src[src], queue_src[src], source_order
 
-    # settling frames: the client's ack/nack/reject on the same channel (§1.8.3.13)
+
+def _settle_frames(cap: Capture, m: pd.DataFrame) -> pd.DataFrame:
+    """The settling frames: the client's ack/nack/reject (§1.8.3.13) with a delivery tag
+    (``tag``, int64) and ``multiple`` (bool)."""
     s = pick(cap, m, select(m, SETTLE_METHODS, "c2s"), KEY + ["space", "method", "delivery_tag", "multiple", "requeue",
                                                              "packet", "ts", "order"])
     s["tag"] = _tags(s["delivery_tag"])
     s["multiple"] = s["multiple"].fillna(False).astype(bool)  # basic.reject has no multiple bit
-    s = s[s["tag"] >= 0].reset_index(drop=True)
-    # without the basic.consume, a channel whose client never settles anything is taken as no-ack
-    has_settles = _has_settles(cap, d, s)
-    no_ack = np.where(known, no_ack, ~has_settles)
+    return s[s["tag"] >= 0].reset_index(drop=True)
 
+
+def _settling_rows(d: pd.DataFrame, s: pd.DataFrame, no_ack: np.ndarray) -> np.ndarray:
+    """The settling row of `s` per delivery of `d` (-1: none; a no-ack delivery is never
+    settled). The settle_* columns are taken whole with allow_fill (-1 gives <NA>/NaT) rather
+    than filled row by row."""
     acked = np.flatnonzero(~no_ack)
     row = match_settlements(d.iloc[acked], s)
-    # the settling row of ``s`` per delivery (-1: none). The settle_* columns are taken whole
-    # with allow_fill (-1 gives <NA>/NaT) rather than filled row by row.
     srow = np.full(len(d), -1, dtype=np.int64)
     srow[acked] = row
+    return srow
+
+
+def _settle_kinds(s: pd.DataFrame, srow: np.ndarray) -> np.ndarray:
+    """Per delivery (its settling row of `s`: `srow`), the settle method as 0 ack, 1 nack,
+    2 reject (the order of SETTLE_METHODS), -1 none."""
     has = srow >= 0
-    # settle method as 0 ack, 1 nack, 2 reject (the order of SETTLE_METHODS), -1 none
     want = s["method"].cat.categories.get_indexer(list(SETTLE_METHODS))
     s_kind = np.full(len(s["method"].cat.categories), -1, dtype=np.int64)
     s_kind[want[want >= 0]] = np.flatnonzero(want >= 0)
-    kind = np.where(has, s_kind[s["method"].cat.codes.to_numpy()][np.where(has, srow, 0)] if len(s) else -1, -1)
+    return np.where(has, s_kind[s["method"].cat.codes.to_numpy()][np.where(has, srow, 0)] if len(s) else -1, -1)
 
+
+def _delivery_table(d: pd.DataFrame, consumer_tag, queue, no_ack: np.ndarray, known: np.ndarray, s: pd.DataFrame,
+                    srow: np.ndarray, kind: np.ndarray) -> pd.DataFrame:
+    """`deliveries`' table but its outcome: the deliveries `d` with their text columns, what was
+    matched to them, and their settling frames of `s` (`srow`, settle kinds `kind`)."""
     out = pd.DataFrame({
         "stream": d["stream"].to_numpy(np.int64), "channel": d["channel"].to_numpy(np.int64),
-        "epoch": d["epoch"].to_numpy(np.int64), "consumer_tag": _text(tag_labels, tc),
-        "delivery_tag": d["delivery_tag"].array, "packet": d["packet"].array, "ts": d["ts"].array, "order": order,
-        "redelivered": d["redelivered"].array, "queue": _text(f["queue"].cat.categories, qc),
+        "epoch": d["epoch"].to_numpy(np.int64), "consumer_tag": consumer_tag,
+        "delivery_tag": d["delivery_tag"].array, "packet": d["packet"].array, "ts": d["ts"].array,
+        "order": d["order"].to_numpy(np.int64), "redelivered": d["redelivered"].array, "queue": queue,
         "no_ack": no_ack, "no_ack_known": known,
         "settle_packet": pd.array(s["packet"].to_numpy(np.int64), dtype="Int64").take(srow, allow_fill=True),
         "settle_ts": s["ts"].array.take(srow, allow_fill=True),
@@ -271,13 +308,20 @@ def deliveries_with_codes(cap: Capture) -> Deliveries:
             srow, allow_fill=True),
     })
     out["latency_s"] = (out["settle_ts"] - out["ts"]).dt.total_seconds()
-    # outcome codes into ``labels``: the settle method, else no-ack, closed or unsettled
-    labels = ["ack", "nack", "reject", "no-ack", "closed", "unsettled"]
+    return out
+
+
+#: the outcomes of a delivery, as `_outcome_codes` numbers them (the first three: SETTLE_METHODS')
+OUTCOMES = ["ack", "nack", "reject", "no-ack", "closed", "unsettled"]
+
+
+def _outcome_codes(cap: Capture, m: pd.DataFrame, d: pd.DataFrame, kind: np.ndarray, no_ack: np.ndarray) -> np.ndarray:
+    """Each delivery's outcome as a code into OUTCOMES: the settle method (`kind`), else no-ack,
+    closed or unsettled."""
     oc = np.where(kind >= 0, kind, 5)
     oc[no_ack] = 3
     oc[_closed_after(cap, m, d) & (oc == 5)] = 4
-    out["outcome"] = _text(labels, oc)
-    return Deliveries(out, qc, tc, tag_labels, source_order)
+    return oc
 
 
 def _has_settles(cap: Capture, d: pd.DataFrame, s: pd.DataFrame) -> np.ndarray:

@@ -88,12 +88,7 @@ def stalls_slice(part: Capture, facts: CaptureFacts, carry: _Carry | None, last:
     c = carry if carry is not None else _Carry.nothing(part)
     seen = c.seen
     pk = _packets(part, facts.packets_t0_ns, seen)
-    stream, d, t = pk["stream"], pk["d"], pk["t"]
-    tails = np.flatnonzero(pk["last"])
-    c.last_t[np.searchsorted(seen.stream, stream[tails])] = t[tails]
-    # a state still holding at the slice's end lasts to a time a later slice tells (inf); at the
-    # partition's last slice, to its connection's last packet
-    stream_end = pd.Series(c.last_t if last else np.inf, index=seen.stream)
+    stream_end = _stream_ends(c, pk, last)
     rtt = _rtt(pk, seen)
     data_t = seen.data_t.copy()
     gaps, cand = _gap_rows(pk, seen)
@@ -102,51 +97,10 @@ def stalls_slice(part: Capture, facts: CaptureFacts, carry: _Carry | None, last:
     cand_slot = _slots(seen, cand["stream"].to_numpy(np.int64), cand["d"].to_numpy(np.int64))
     carried = cand["carried"].to_numpy(bool)
 
-    # Events counted inside each silence: those of the slices before (after its start), and here.
     anomalies = part.anomalies[part.anomalies["kind"] == "capture-gap"]
-    gap_ev = pd.DataFrame({"stream": anomalies["stream"].to_numpy(np.int64),
-                           "t": (anomalies["ts"] - t0).dt.total_seconds().to_numpy()})
-    # A gap in either direction hides what the window and ACKs did: both directions uncertain.
-    gap_ev = pd.concat([gap_ev.assign(d=0), gap_ev.assign(d=1)], ignore_index=True)
-    zw = pk["zero_window"]
-    zw_ev = pd.DataFrame({"stream": stream[zw], "d": 1 - d[zw], "t": t[zw]})
-    retrans = _real_retransmissions(pk, c.recent)
-    c.recent = _recent_originals(pk, c.recent)
-    events = {"gaps_n": gap_ev, "zero_window_n": zw_ev, "retrans_n": retrans}
-    for col, closed in COUNTED:
-        cand[col] = _count_in(cand, events[col], closed) + _counted_before(c, col, closed, cand_slot, carried,
-                                                                             cand["end"].to_numpy(float))
-        _count_since(c, col, events[col], moved)
-
-    # The cause states as intervals (an end not known yet: inf), their time inside each silence.
-    fr, f, deliver_streams = _frames(part, t0)
-    c.delivers[np.searchsorted(seen.stream, deliver_streams)] = True
-    blocked = _blocked(part, fr, f, stream_end, c.open_blocks)
-    flows = _flow_events(fr, f, c.flows)
-    latest = flows.groupby(["stream", "d", "channel"]).tail(1)  # a channel's stop holds to its next channel.flow
-    c.flows = None if last else latest[latest["stop"].to_numpy(bool)]
-    conf = _confirm_outstanding(part, t0, stream_end, last, c)
-    pending = np.flatnonzero(~np.isnan(seen.limited_from))
-    states = {
-        "window_s": pd.concat([lim[["stream", "d", "start", "end"]],
-                               pd.DataFrame({"stream": seen.stream[pending // 2], "d": pending % 2,
-                                             "start": seen.limited_from[pending], "end": np.inf})], ignore_index=True),
-        "flow_s": pd.concat([blocked.assign(d=0)[["stream", "d", "start", "end"]], _channel_flow(flows, stream_end)],
-                            ignore_index=True),
-        "prefetch_s": _prefetch_limited(part, t0, last, context.maxima).assign(d=1),
-        "confirm_s": conf.assign(d=0),
-    }
-    open_slots = np.flatnonzero(moved)
-    for col in COVERED:
-        iv = states[col]
-        seed = c.covers[col].before.copy()
-        u = _unions(_slots(seen, iv["stream"].to_numpy(np.int64), iv["d"].to_numpy(np.int64)),
-                    iv["start"].to_numpy(float), iv["end"].to_numpy(float), c.covers[col])
-        at_end = u.covered(cand_slot, cand["end"].to_numpy(float), seed[cand_slot])
-        at_start = np.where(carried, c.at_start[col][cand_slot],
-                            u.covered(cand_slot, cand["start"].to_numpy(float), seed[cand_slot]))
-        cand[col] = at_end - at_start
-        c.at_start[col][open_slots] = u.covered(open_slots, seen.data_t[open_slots], seed[open_slots])
+    _count_events(c, cand, cand_slot, carried, moved, _counted_events(c, pk, anomalies, t0))
+    fr, f, blocked, states = _cause_states(part, t0, c, lim, stream_end, last, context)
+    _cover_states(c, cand, cand_slot, carried, moved, states)
     # A silent consumer direction during a block of any partition: blamed on the alarm too, when
     # its connection carries deliveries (the join knows: `_Carry.delivers`).
     cand["xb_s"] = _overlap_s(cand.assign(stream=0), blocks[["start", "end"]].assign(stream=0, d=1)) \
@@ -167,6 +121,92 @@ def stalls_slice(part: Capture, facts: CaptureFacts, carry: _Carry | None, last:
         piece["carry"], piece["connections"], piece["has_blocks"] = c, part.connections, bool(len(blocks))
         piece["t0_ns"] = facts.packets_t0_ns
     return c, piece
+
+
+def _stream_ends(c: _Carry, pk: dict, last: bool) -> pd.Series:
+    """Until when a state still holding at the slice's end lasts, per connection (by stream): to
+    a time a later slice tells (inf); at the partition's `last` slice, to its connection's last
+    packet. Keeps each connection's latest packet time in the carry."""
+    stream, t = pk["stream"], pk["t"]
+    tails = np.flatnonzero(pk["last"])
+    c.last_t[np.searchsorted(c.seen.stream, stream[tails])] = t[tails]
+    return pd.Series(c.last_t if last else np.inf, index=c.seen.stream)
+
+
+def _counted_events(c: _Carry, pk: dict, anomalies: pd.DataFrame, t0: pd.Timestamp) -> dict[str, pd.DataFrame]:
+    """The events counted inside each silence (stream, d, t), by COUNTED's column: capture gaps
+    (`anomalies`), zero windows, real retransmissions. Keeps the segments a later slice's copy
+    may repeat in the carry."""
+    gap_ev = pd.DataFrame({"stream": anomalies["stream"].to_numpy(np.int64),
+                           "t": (anomalies["ts"] - t0).dt.total_seconds().to_numpy()})
+    # A gap in either direction hides what the window and ACKs did: both directions uncertain.
+    gap_ev = pd.concat([gap_ev.assign(d=0), gap_ev.assign(d=1)], ignore_index=True)
+    stream, d, t = pk["stream"], pk["d"], pk["t"]
+    zw = pk["zero_window"]
+    zw_ev = pd.DataFrame({"stream": stream[zw], "d": 1 - d[zw], "t": t[zw]})
+    retrans = _real_retransmissions(pk, c.recent)
+    c.recent = _recent_originals(pk, c.recent)
+    return {"gaps_n": gap_ev, "zero_window_n": zw_ev, "retrans_n": retrans}
+
+
+def _count_events(c: _Carry, cand: pd.DataFrame, cand_slot: np.ndarray, carried: np.ndarray, moved: np.ndarray,
+                  events: dict[str, pd.DataFrame]) -> None:
+    """Add to the silences `cand` the `events` counted inside each: those of the slices before
+    (after its start), and here; carry the count since each open silence's start."""
+    for col, closed in COUNTED:
+        cand[col] = _count_in(cand, events[col], closed) + _counted_before(c, col, closed, cand_slot, carried,
+                                                                             cand["end"].to_numpy(float))
+        _count_since(c, col, events[col], moved)
+
+
+def _cause_states(part: Capture, t0: pd.Timestamp, c: _Carry, lim: pd.DataFrame, stream_end: pd.Series, last: bool,
+                  context: StallsContext):
+    """The cause states as intervals (stream, d, start, end; an end not known yet: inf), by
+    COVERED's column, with the frames they were read from and the slice's blocks: (fr, f,
+    blocked, states). Carries what a later slice needs of them."""
+    fr, f, deliver_streams = _frames(part, t0)
+    c.delivers[np.searchsorted(c.seen.stream, deliver_streams)] = True
+    blocked = _blocked(part, fr, f, stream_end, c.open_blocks)
+    flows = _flow_events(fr, f, c.flows)
+    latest = flows.groupby(["stream", "d", "channel"]).tail(1)  # a channel's stop holds to its next channel.flow
+    c.flows = None if last else latest[latest["stop"].to_numpy(bool)]
+    conf = _confirm_outstanding(part, t0, stream_end, last, c)
+    states = {
+        "window_s": _window_limited_intervals(c.seen, lim),
+        "flow_s": pd.concat([blocked.assign(d=0)[["stream", "d", "start", "end"]], _channel_flow(flows, stream_end)],
+                            ignore_index=True),
+        "prefetch_s": _prefetch_limited(part, t0, last, context.maxima).assign(d=1),
+        "confirm_s": conf.assign(d=0),
+    }
+    return fr, f, blocked, states
+
+
+def _window_limited_intervals(seen: _Seen, lim: pd.DataFrame) -> pd.DataFrame:
+    """The window-limited intervals: those ended here (`lim`), and those still open at the
+    slice's end (`_Seen.limited_from`; end inf)."""
+    pending = np.flatnonzero(~np.isnan(seen.limited_from))
+    return pd.concat([lim[["stream", "d", "start", "end"]],
+                      pd.DataFrame({"stream": seen.stream[pending // 2], "d": pending % 2,
+                                    "start": seen.limited_from[pending], "end": np.inf})], ignore_index=True)
+
+
+def _cover_states(c: _Carry, cand: pd.DataFrame, cand_slot: np.ndarray, carried: np.ndarray, moved: np.ndarray,
+                  states: dict[str, pd.DataFrame]) -> None:
+    """Add to the silences `cand` each cause state's time inside them (covered at the end less
+    covered at the start: the slices' before for one carried); carry each direction's covered
+    time at the start of its open silence (restarted where one starts here, `moved`)."""
+    seen = c.seen
+    open_slots = np.flatnonzero(moved)
+    for col in COVERED:
+        iv = states[col]
+        seed = c.covers[col].before.copy()
+        u = _unions(_slots(seen, iv["stream"].to_numpy(np.int64), iv["d"].to_numpy(np.int64)),
+                    iv["start"].to_numpy(float), iv["end"].to_numpy(float), c.covers[col])
+        at_end = u.covered(cand_slot, cand["end"].to_numpy(float), seed[cand_slot])
+        at_start = np.where(carried, c.at_start[col][cand_slot],
+                            u.covered(cand_slot, cand["start"].to_numpy(float), seed[cand_slot]))
+        cand[col] = at_end - at_start
+        c.at_start[col][open_slots] = u.covered(open_slots, seen.data_t[open_slots], seed[open_slots])
 
 
 def _counted_before(c: _Carry, col: str, closed: bool, slot: np.ndarray, carried: np.ndarray,

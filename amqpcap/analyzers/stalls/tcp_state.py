@@ -94,89 +94,149 @@ def _packets(cap: Capture, t0_ns: int, seen: _Seen) -> dict[str, np.ndarray]:
     build than all the work on it. Per-stream state is a running max/last over rows sorted by
     stream, with the stream folded into the key so nothing carries over between streams."""
     so = stream_order(cap)  # shared with the nagle analyzer
-    pk = {"stream": so["stream"], "packet": so["packet"], "ts": so["ts"], "t": seconds(so["ts"] - t0_ns),
-          "d": so["s2c"].astype(np.int8), "payload": so["payload_bytes"], "seq": so["seq"], "ack": so["ack"],
-          "flags": so["flags"], "window": so["window"], "retrans": so["retransmission"]}
-    # File order is not always time order (several interfaces): sort by time within a stream.
-    # Stream order keeps the file's (packet) order inside a stream, which already is the
-    # (stream, time, packet) order when each stream's packets are in time order: then no sort.
-    stream, t, packet = pk["stream"], pk["t"], pk["packet"]
-    same = stream[1:] == stream[:-1]
-    if not np.all(~same | ((t[1:] >= t[:-1]) & (packet[1:] > packet[:-1]))):
-        o = np.lexsort((packet, t, stream))
-        pk = {k: v[o] for k, v in pk.items()}
-        stream = pk["stream"]
-    c = cap.connections
-    # Without both SYNs the window field may be unscaled: only zero windows are trustworthy then.
-    scaled = np.zeros(int(max(stream.max(initial=-1), c["stream"].max() if len(c) else -1)) + 1, bool)
-    scaled[c["stream"].to_numpy(np.int64)] = c["handshake_seen"].fillna(False).to_numpy(bool)
-    scaled = scaled[stream]
-    d, payload, flags, window, ack = pk["d"], pk["payload"], pk["flags"], pk["window"], pk["ack"]
-    data = payload > 0
-    end_seq = pk["seq"] + payload
-    ack_flag = (flags & ACK) != 0
-    ctl = (flags & FIN_SYN_RST) != 0
-    no_syn = (flags & SYN) == 0
-    pk.update(scaled=scaled, data=data, new_data=data & ~pk["retrans"], end_seq=end_seq,
-              zero_window=(window == 0) & ~ctl)  # Wireshark's tcp.analysis.zero_window
-    # Rows where each stream begins, and each row's next packet time in its stream (the last
-    # row's own time: the stream's end).
-    first = np.r_[True, ~same] if len(stream) else np.zeros(0, bool)
-    last = np.r_[~same, True] if len(stream) else np.zeros(0, bool)
-    pk.update(first=first, last=last, next_t=np.where(last, t, np.r_[t[1:], 0.0]))
+    pk = _packet_columns(so, t0_ns)
+    # rows continuing the stream of the row before (the time sort below moves no row across streams)
+    same = pk["stream"][1:] == pk["stream"][:-1]
+    pk = _in_time_order(pk, same)
+    stream, flags = pk["stream"], pk["flags"]
+    ctl = _add_segment_facts(pk, _scaled(cap, stream))
+    _add_stream_runs(pk, same)
     # each row's slot of sender direction 0 in `seen` (+ D: direction D's), found per stream run
-    starts = np.flatnonzero(first)  # each stream's run of rows
+    starts = np.flatnonzero(pk["first"])  # each stream's run of rows
     run_slot = _slots(seen, stream[starts], 0)
     slot0 = np.repeat(run_slot, np.diff(np.r_[starts, len(stream)]))
     # Running maxima keep the stream in the high bits (running_max_keyed): a value is
     # present when the maximum is at least the row's own key, and differences of two keyed
     # values of a row are plain differences; no decoding over all rows.
-    hi = so["hi"]  # the in-stream time sort above never moves rows across streams
-    keyed_end, keyed_ack = end_seq + hi, ack + hi
-    stream_start = running_last(first)  # row where each row's stream begins
-    pk.update(hi=hi, keyed_end=keyed_end, keyed_ack=keyed_ack)
-    wfull = np.zeros(len(stream), bool)
-    full = data & ~ctl & scaled
+    hi = so["hi"]  # the in-stream time sort never moves rows across streams
+    pk.update(hi=hi, keyed_end=pk["end_seq"] + hi, keyed_ack=pk["ack"] + hi)
+    stream_start = running_last(pk["first"])  # row where each row's stream begins
     pk["run_stream"] = stream[starts]
+    ack_flag, no_syn = (flags & ACK) != 0, (flags & SYN) == 0
+    full = pk["data"] & ~ctl & pk["scaled"]
+    wfull = np.zeros(len(stream), bool)
     for D in (0, 1):
-        mine = d == D
-        # (running maxima continued from the slices before: the larger of the two)
-        sent = np.maximum(running_max_keyed(keyed_end, mine & data), seen.sent[slot0 + D])  # < hi: nothing sent yet
-        peer_ack = np.maximum(running_max_keyed(keyed_ack, ~mine & ack_flag), seen.peer_ack[slot0 + D])  # < hi: no ACK yet
-        # The peer's latest window; SYN windows are never scaled: skip them. Kept as integers
-        # with a validity mask (lw = -1 reads the last row, masked): the float columns with NaN
-        # for "unknown" are built by _window_state only for the rows the table and plot read.
-        # Before the stream's first such row here: the window the slices before saw last.
-        lw = running_last(~mine & no_syn)
-        here = lw >= stream_start
-        win = np.where(here, window[lw], seen.win[slot0 + D])
-        win_ok = here | seen.win_ok[slot0 + D]
-        acked = peer_ack >= hi
-        pk[f"state{D}"] = (sent, peer_ack, win, win_ok)
-        # The sender may not send: the peer's window is zero, or what is unacknowledged (both
-        # ends known) fills it; with a window > 0, max(in flight, 0) ≥ window is in flight ≥ window.
-        pk[f"limited{D}"] = win_ok & ((win == 0) | (scaled & (sent >= hi) & acked & (sent - peer_ack >= win)))
-        # Wireshark's tcp.analysis.window_full: the segment reaches the right edge of the window
-        # the peer last advertised (its ACK + window; on a row of D these are the peer's latest).
-        # Keyed values on both sides: end + stream key == keyed ACK + window.
-        wfull |= full & mine & acked & win_ok & (keyed_end == peer_ack + win)
-        # For the tcp table, per stream (a reduceat over its run of rows, NaN when nothing is
-        # known): D's largest in flight on its data segments, and the smallest and largest
-        # window the peer offered it, seen on D's rows.
-        inflight = np.where(mine & data & (sent >= hi) & acked, np.maximum(sent - peer_ack, 0), np.nan)
-        peer_win = np.where(mine & win_ok, win, np.nan)
+        mine = pk["d"] == D
+        state = _direction_state(pk, seen, slot0 + D, stream_start, mine, ack_flag, no_syn)
+        acked = state[1] >= hi
+        pk[f"state{D}"] = state
+        pk[f"limited{D}"] = _window_limited(pk, state, acked)
+        wfull |= full & mine & _at_window_edge(pk, state, acked)
         if len(starts):
-            slot = run_slot + D
-            seen.inflight_max[slot] = np.fmax(seen.inflight_max[slot], np.fmax.reduceat(inflight, starts))
-            seen.peer_win_min[slot] = np.fmin(seen.peer_win_min[slot], np.fmin.reduceat(peer_win, starts))
-            seen.peer_win_max[slot] = np.fmax(seen.peer_win_max[slot], np.fmax.reduceat(peer_win, starts))
-            # the state at each stream's last row, where the next slice goes on from
-            ends = np.flatnonzero(last)
-            seen.sent[slot], seen.peer_ack[slot] = sent[ends], peer_ack[ends]
-            seen.win[slot], seen.win_ok[slot] = win[ends], win_ok[ends]
+            _fold_run_extremes(pk, seen, run_slot + D, starts, state, acked, mine)
+            _carry_run_ends(seen, run_slot + D, state, np.flatnonzero(pk["last"]))
     pk["wfull"] = wfull  # each row's own direction
     _count(pk, seen, slot0)
     return pk
+
+
+def _packet_columns(so: dict[str, np.ndarray], t0_ns: int) -> dict[str, np.ndarray]:
+    """The columns of the stream-ordered packets `so` the stalls read, under their names here
+    (``t``: seconds since `t0_ns`; ``d``: the sender direction)."""
+    return {"stream": so["stream"], "packet": so["packet"], "ts": so["ts"], "t": seconds(so["ts"] - t0_ns),
+            "d": so["s2c"].astype(np.int8), "payload": so["payload_bytes"], "seq": so["seq"], "ack": so["ack"],
+            "flags": so["flags"], "window": so["window"], "retrans": so["retransmission"]}
+
+
+def _in_time_order(pk: dict[str, np.ndarray], same: np.ndarray) -> dict[str, np.ndarray]:
+    """`pk` sorted by (stream, time, packet) (`same`: the rows continuing their stream).
+
+    File order is not always time order (several interfaces): sort by time within a stream.
+    Stream order keeps the file's (packet) order inside a stream, which already is the
+    (stream, time, packet) order when each stream's packets are in time order: then no sort."""
+    stream, t, packet = pk["stream"], pk["t"], pk["packet"]
+    if np.all(~same | ((t[1:] >= t[:-1]) & (packet[1:] > packet[:-1]))):
+        return pk
+    o = np.lexsort((packet, t, stream))
+    return {k: v[o] for k, v in pk.items()}
+
+
+def _scaled(cap: Capture, stream: np.ndarray) -> np.ndarray:
+    """Whether each row's window field is scaled as the connection agreed: without both SYNs
+    the window field may be unscaled, and only zero windows are trustworthy then."""
+    c = cap.connections
+    scaled = np.zeros(int(max(stream.max(initial=-1), c["stream"].max() if len(c) else -1)) + 1, bool)
+    scaled[c["stream"].to_numpy(np.int64)] = c["handshake_seen"].fillna(False).to_numpy(bool)
+    return scaled[stream]
+
+
+def _add_segment_facts(pk: dict[str, np.ndarray], scaled: np.ndarray) -> np.ndarray:
+    """Add each row's own facts to `pk`: scaled, data, new_data, end_seq, zero_window. Returns
+    which rows carry FIN, SYN or RST."""
+    payload, flags = pk["payload"], pk["flags"]
+    data = payload > 0
+    ctl = (flags & FIN_SYN_RST) != 0
+    pk.update(scaled=scaled, data=data, new_data=data & ~pk["retrans"], end_seq=pk["seq"] + payload,
+              zero_window=(pk["window"] == 0) & ~ctl)  # Wireshark's tcp.analysis.zero_window
+    return ctl
+
+
+def _add_stream_runs(pk: dict[str, np.ndarray], same: np.ndarray) -> None:
+    """Add to `pk` the rows where each stream begins and ends (first, last; `same`: the rows
+    continuing their stream), and each row's next packet time in its stream (next_t; the last
+    row's own time: the stream's end)."""
+    t = pk["t"]
+    n = len(pk["stream"])
+    first = np.r_[True, ~same] if n else np.zeros(0, bool)
+    last = np.r_[~same, True] if n else np.zeros(0, bool)
+    pk.update(first=first, last=last, next_t=np.where(last, t, np.r_[t[1:], 0.0]))
+
+
+def _direction_state(pk: dict[str, np.ndarray], seen: _Seen, slot: np.ndarray, stream_start: np.ndarray,
+                     mine: np.ndarray, ack_flag: np.ndarray, no_syn: np.ndarray) -> tuple:
+    """Sender direction D's state at each row (`mine`: D's rows; `slot`: each row's slot of D in
+    `seen`): (its highest keyed sequence sent, the peer's highest keyed ACK, the peer's latest
+    window, whether there is one), each continued from the slices before."""
+    # (running maxima continued from the slices before: the larger of the two)
+    sent = np.maximum(running_max_keyed(pk["keyed_end"], mine & pk["data"]), seen.sent[slot])  # < hi: nothing sent yet
+    peer_ack = np.maximum(running_max_keyed(pk["keyed_ack"], ~mine & ack_flag), seen.peer_ack[slot])  # < hi: no ACK yet
+    # The peer's latest window; SYN windows are never scaled: skip them. Kept as integers
+    # with a validity mask (lw = -1 reads the last row, masked): the float columns with NaN
+    # for "unknown" are built by _window_state only for the rows the table and plot read.
+    # Before the stream's first such row here: the window the slices before saw last.
+    lw = running_last(~mine & no_syn)
+    here = lw >= stream_start
+    win = np.where(here, pk["window"][lw], seen.win[slot])
+    win_ok = here | seen.win_ok[slot]
+    return sent, peer_ack, win, win_ok
+
+
+def _window_limited(pk: dict[str, np.ndarray], state: tuple, acked: np.ndarray) -> np.ndarray:
+    """Whether the sender (direction D, its `state`; `acked`: an ACK of the peer known) may not
+    send: the peer's window is zero, or what is unacknowledged (both ends known) fills it; with
+    a window > 0, max(in flight, 0) ≥ window is in flight ≥ window."""
+    sent, peer_ack, win, win_ok = state
+    return win_ok & ((win == 0) | (pk["scaled"] & (sent >= pk["hi"]) & acked & (sent - peer_ack >= win)))
+
+
+def _at_window_edge(pk: dict[str, np.ndarray], state: tuple, acked: np.ndarray) -> np.ndarray:
+    """Wireshark's tcp.analysis.window_full, but for which rows it applies to: the segment
+    reaches the right edge of the window the peer last advertised (its ACK + window; on a row
+    of D these are the peer's latest). Keyed values on both sides: end + stream key == keyed
+    ACK + window."""
+    _, peer_ack, win, win_ok = state
+    return acked & win_ok & (pk["keyed_end"] == peer_ack + win)
+
+
+def _fold_run_extremes(pk: dict[str, np.ndarray], seen: _Seen, slot: np.ndarray, starts: np.ndarray, state: tuple,
+                       acked: np.ndarray, mine: np.ndarray) -> None:
+    """For the tcp table, per stream (a reduceat over its run of rows from `starts`, `slot`: its
+    slot of D; NaN when nothing is known), fold into `seen` D's largest in flight on its data
+    segments, and the smallest and largest window the peer offered it, seen on D's rows."""
+    sent, peer_ack, win, win_ok = state
+    inflight = np.where(mine & pk["data"] & (sent >= pk["hi"]) & acked, np.maximum(sent - peer_ack, 0), np.nan)
+    peer_win = np.where(mine & win_ok, win, np.nan)
+    seen.inflight_max[slot] = np.fmax(seen.inflight_max[slot], np.fmax.reduceat(inflight, starts))
+    seen.peer_win_min[slot] = np.fmin(seen.peer_win_min[slot], np.fmin.reduceat(peer_win, starts))
+    seen.peer_win_max[slot] = np.fmax(seen.peer_win_max[slot], np.fmax.reduceat(peer_win, starts))
+
+
+def _carry_run_ends(seen: _Seen, slot: np.ndarray, state: tuple, ends: np.ndarray) -> None:
+    """Keep in `seen` D's state at each stream's last row (`ends`; `slot`: its slot of D),
+    where the next slice goes on from."""
+    sent, peer_ack, win, win_ok = state
+    seen.sent[slot], seen.peer_ack[slot] = sent[ends], peer_ack[ends]
+    seen.win[slot], seen.win_ok[slot] = win[ends], win_ok[ends]
 
 
 def _count(pk: dict[str, np.ndarray], seen: _Seen, slot0: np.ndarray) -> None:
