@@ -88,7 +88,7 @@ def stalls_slice(part: Capture, facts: CaptureFacts, carry: _Carry | None, last:
     c = carry if carry is not None else _Carry.nothing(part)
     seen = c.seen
     pk = _packets(part, facts.packets_t0_ns, seen)
-    stream_end = _stream_ends(c, pk, last)
+    stream_end = _held_until(c, pk, last)
     rtt = _rtt(pk, seen)
     data_t = seen.data_t.copy()
     gaps, cand = _gap_rows(pk, seen)
@@ -123,7 +123,7 @@ def stalls_slice(part: Capture, facts: CaptureFacts, carry: _Carry | None, last:
     return c, piece
 
 
-def _stream_ends(c: _Carry, pk: dict, last: bool) -> pd.Series:
+def _held_until(c: _Carry, pk: dict, last: bool) -> pd.Series:
     """Until when a state still holding at the slice's end lasts, per connection (by stream): to
     a time a later slice tells (inf); at the partition's `last` slice, to its connection's last
     packet. Keeps each connection's latest packet time in the carry."""
