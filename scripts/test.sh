@@ -6,7 +6,7 @@
 # chromium (the report is checked in a real headless browser), with apt-get; the package in
 # editable mode with its test extras into ./.venv (scripts/install.sh: compiles the Rust core,
 # ~2 min); for the fuzz smoke run, Rust's nightly toolchain and cargo-fuzz (~3 min the first time).
-# Then: the Rust unit tests, pytest, and each cargo-fuzz target for ~20 s (~3 min in all).
+# Then: the Rust unit tests, pytest (over every core: pytest-xdist), and each cargo-fuzz target for ~20 s (~3 min in all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,7 +29,9 @@ bash scripts/install.sh '.[test]'
 py=${AMQPCAP_VENV:-.venv}/bin/python
 # Core unit tests (with the Arrow output and spill files), and the saved fuzz inputs (rust/fuzz/regressions) replayed on stable.
 cargo test -q --manifest-path rust/Cargo.toml --no-default-features --features fuzzing,arrow
-"$py" -m pytest -q
+# pytest over as many processes as there are cores (pytest-xdist; at most 4: each holds a capture's
+# tables and some start a Dask cluster or chromium), the 25 slowest tests listed at the end.
+"$py" -m pytest -q -n auto --maxprocesses=4 --durations=25
 
 # Fuzzing smoke run (docs/fuzzing.md): each cargo-fuzz target for ~20 s, seeded from fixtures/.
 # cargo-fuzz needs the nightly toolchain.

@@ -6,6 +6,7 @@ gives the in-process run's summary.json and tables."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,9 @@ from amqpcap.partition import clean_cuts, context_for, facts_of, partials_of, sl
 from amqpcap.report import _draw_plot as draw_plot
 from amqpcap.report import build_summary
 from amqpcap.tally import Tally, tally_of
+
+sys.path.insert(0, str(Path(__file__).parent))
+from slicing import slice_sizes  # noqa: E402
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 FIXTURES = sorted(p.name for p in FIX.iterdir() if p.name.endswith((".pcap", ".pcapng", ".pcap.gz")))
@@ -208,9 +212,8 @@ def test_clean_cuts_fall_where_no_packet_before_is_later_than_one_after():
 @pytest.mark.parametrize("name", FIXTURES)
 def test_a_partition_cut_in_slices_of_time_gives_the_partitions_partial(name):
     """Every analyzer that runs over slices of time gives the partial of the whole partition,
-    all in one chain of slices (as a worker runs them), cut into 7 slices and into slices of 50
-    packets (of 500 for flow-control.pcap.gz's 80,000 packets: 160 slices; no cut inside a time
-    back-step: three fixtures have some)."""
+    all in one chain of slices (as a worker runs them), cut into 7 slices and into finer slices
+    (`slicing.slice_sizes`; no cut inside a time back-step: three fixtures have some)."""
     assert {"heartbeats", "consumers", "latency", "stalls"} <= set(SLICED)
     cap = amqpcap.load(FIX / name)
     facts = facts_of(cap)
@@ -218,7 +221,7 @@ def test_a_partition_cut_in_slices_of_time_gives_the_partitions_partial(name):
     sliced = {a: splits()[a] for a in SLICED}
     joined: dict = {}  # (a context step shared by analyzers: joined once, as a run joins it)
     contexts = {a: _context_of(s, cap, facts, joined) for a, s in sliced.items()}
-    for every in (max(1, len(packet) // 7), 50 if len(packet) <= 20_000 else 500):
+    for every in slice_sizes(len(packet)):
         cuts = clean_cuts(packet, ts, every)
         assert cuts or len(packet) <= every
         got = sliced_partials(sliced, cap, facts, cuts, contexts)
@@ -236,8 +239,7 @@ CONTEXTS_SLICED = {s.context_slicing: n for n, s in sorted(splits().items(), rev
 def test_a_context_step_cut_in_slices_of_time_gives_the_partitions_context(name, monkeypatch):
     """Every context step that runs over slices of time (the queue backlog's questions: its
     events, acks and consumers) gives the whole partition's context, cut into 7 slices and
-    into slices of 50 packets (500 for flow-control.pcap.gz), with the capture's records cut
-    into 3 cells."""
+    into finer slices (`slicing.slice_sizes`), with the capture's records cut into 3 cells."""
     from dataclasses import fields
 
     from amqpcap.derive import backlog_join
@@ -247,7 +249,7 @@ def test_a_context_step_cut_in_slices_of_time_gives_the_partitions_context(name,
     facts = facts_of(cap)
     monkeypatch.setattr(backlog_join, "CELL_PACKETS", max(1, facts.records // 3))
     packet, ts = cap.packets["packet"].to_numpy(np.int64), ns(cap.packets["ts"])
-    for every in (max(1, len(packet) // 7), 50 if len(packet) <= 20_000 else 500):
+    for every in slice_sizes(len(packet)):
         cuts = clean_cuts(packet, ts, every)
         for a in CONTEXTS_SLICED.values():
             split = splits()[a]

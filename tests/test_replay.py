@@ -26,6 +26,7 @@ from amqpcap.tally import Tally, tally_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import crafting as c  # noqa: E402
+from slicing import slice_sizes  # noqa: E402
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 FIXTURES = sorted(p.name for p in FIX.iterdir() if p.name.endswith((".pcap", ".pcapng", ".pcap.gz")))
@@ -118,10 +119,11 @@ def sliced_tables(cap, cuts: list[int]) -> dict[str, pd.DataFrame]:
 @pytest.mark.parametrize("name", FIXTURES)
 def test_the_derivations_of_the_slices_are_the_whole_partitions(name):
     """Deliveries with what settled them, confirms, consumers started: each row told by one
-    slice, the same as the whole partition's (cut into 7 slices and into slices of 50 packets)."""
+    slice, the same as the whole partition's (cut into 7 slices and into finer slices:
+    `slicing.slice_sizes`)."""
     cap = amqpcap.load(FIX / name)
     packet, ts = cap.packets["packet"].to_numpy(np.int64), ns(cap.packets["ts"])
-    for every in (max(1, len(packet) // 7), 50):
+    for every in slice_sizes(len(packet)):
         cuts = clean_cuts(packet, ts, every)
         got = sliced_tables(cap, cuts)
         for table, fn in {**{n: f for n, (f, _) in TABLES.items()}, "state": consumer_state}.items():
@@ -151,11 +153,11 @@ def assert_same_tally(got: Tally, want: Tally, where: str) -> None:
 @pytest.mark.parametrize("name", FIXTURES)
 def test_the_tally_of_the_slices_is_the_whole_partitions(name):
     """summary.json's and the overview's counts: of a partition cut into 7 slices and into
-    slices of 50 packets, each delivery counted by the slice that tells it."""
+    finer slices (`slicing.slice_sizes`), each delivery counted by the slice that tells it."""
     cap = amqpcap.load(FIX / name)
     facts = facts_of(cap)
     packet, ts = cap.packets["packet"].to_numpy(np.int64), ns(cap.packets["ts"])
-    for every in (max(1, len(packet) // 7), 50):
+    for every in slice_sizes(len(packet)):
         cuts = clean_cuts(packet, ts, every)
         assert_same_tally(sliced_partial(tally.SPLIT, cap, facts, cuts), tally_of(cap), f"cut every {every} packets")
 
