@@ -5,10 +5,10 @@ A slice step costs tens of milliseconds per analyzer whatever its size (a slice'
 are pandas calls on small tables), so the number of slices, not of packets, is what a test pays:
 cut into slices of 50 packets, kernel-drops.pcap's 4,000 packets took 53 s in the partial test
 and 58 s in the context test (measured on 2 cores), and a serial run spent over 25 minutes in
-test_partition's two slicing tests. Each capture is cut twice: into 7
-slices, and into at most `FINE_SLICES` slices of at least 50 packets (a small capture's slices of
-50 packets cut it inside many consumers' and publishers' runs). Cuts before every packet are
-tested on the crafted captures made for it (test_stalls, test_replay's crafted settles)."""
+test_partition's two slicing tests. Each capture is cut twice: into 7 slices, and into at most
+`FINE_SLICES` slices of at least 50 packets (a small capture's slices of 50 packets cut it inside
+many consumers' and publishers' runs). Cuts before every packet are tested on the crafted
+captures made for it (test_stalls, test_consumers, test_replay's crafted settles)."""
 
 from __future__ import annotations
 
