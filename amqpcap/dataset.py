@@ -31,7 +31,7 @@ from . import __version__
 from .capture import Capture
 from .errors import AmqpcapError, CaptureError
 from .partition import UNREAD_COLUMNS, CaptureFacts, clean_cuts, facts_from_ts, release_freed_memory
-from .report import parquet_options
+from .table_files import parquet_options
 
 FORMAT = "amqpcap-dataset"
 VERSION = 1
@@ -362,7 +362,7 @@ def ingest_bucket(out: str | os.PathLike[str], buckets: int, k: int, capture_rec
 
 #: a bucket of more packets than this has its frames written to its Parquet file as they
 #: settle, while it is still decoded in another thread (`amqpcap.capture.decode_spilled`'s
-#: ``frames_sink``, `report.batches_from_sink`): the decode never holds a long connection's frames
+#: ``frames_sink``, `table_files.batches_from_sink`): the decode never holds a long connection's frames
 #: whole. The ingest of the long-connection recording of `fixtures/record/record.sh` (its
 #: consumer's bucket: 2.13M packets, 6.4M frames) peaked at 0.54-0.57 GiB in 5.9-6.9 s, against
 #: 0.93-0.94 GiB in 9.4-10.9 s with the frames made into Arrow a batch at a time after the decode
@@ -383,7 +383,7 @@ def _decode_bucket(out, buckets: int, k: int, capture_records: int, load_args: d
     written to their file while it decodes (in this thread; the decode runs in another), counted
     in ``written``."""
     from .capture import decode_spilled
-    from .report import batches_from_sink, write_arrow_file
+    from .table_files import batches_from_sink, write_arrow_file
 
     decode = functools.partial(decode_spilled, spill_path(out, k), capture_records, **load_args)
     if packets <= FRAMES_STREAM_MIN_PACKETS:
@@ -718,7 +718,7 @@ def packet_filter(name: str, packets: tuple[int, int | None] | None):
     None: to the end) holds, as a pyarrow filter (None: every row): those of its packets (its
     bodies: by their last packet; a row without a packet, in the first slice), as
     `amqpcap.partition.time_slice` cuts a partition in memory. The files are sorted by that
-    column, with its statistics (`amqpcap.report.PARQUET_STATISTICS_COLUMNS`): the row groups of
+    column, with its statistics (`amqpcap.table_files.PARQUET_STATISTICS_COLUMNS`): the row groups of
     other packets are skipped, not read."""
     if packets is None or name == "connections":
         return None

@@ -24,7 +24,7 @@ from .names import connection_names
 from .overview import rates_png
 from .tally import capture_tally
 from .plotting import consumer_labels
-from .report import iso_utc
+from .written_values import iso_utc
 from .wording import counted
 
 #: rows of a table shown in the page (all of them are in the file beside it)
@@ -398,9 +398,9 @@ def write_report(cap: Capture, results: list[AnalyzerResult], summary: dict[str,
     o = summary.get("overview")
     if o is None:  # a summary made without it
         from .overview import overview
-        from .report import _jsonable
+        from .written_values import jsonable
 
-        o = _jsonable(overview(cap, results))
+        o = jsonable(overview(cap, results))
     name = html.escape(Path(c["path"]).name)
     parts = [
         f"<!doctype html><html lang='en'><head><meta charset='utf-8'>"

@@ -74,7 +74,7 @@ def keep(df: pd.DataFrame, table: str, key: str, bucket: int | None = None) -> U
     where = _STORE.get()
     if where is None or not len(df):
         return df
-    from .report import arrow_table
+    from .table_files import arrow_table
 
     df = _without_helpers(df)
     return _kept(arrow_table(df), _Columns.of(df), table, key, where[1] if bucket is None else bucket)
@@ -97,7 +97,7 @@ def keep_each(df: pd.DataFrame, part: np.ndarray, n: int, key: str,
     where = _STORE.get()
     if where is None:
         return [df.iloc[lo:hi].reset_index(drop=True) for lo, hi in zip(bounds[:-1], bounds[1:])]
-    from .report import arrow_table
+    from .table_files import arrow_table
 
     empty = df.iloc[:0]
     df = _without_helpers(df)
@@ -195,16 +195,16 @@ class KeptRows:
         return _frame_of(t.take(order).select(wanted), self.parts[0].object_columns)
 
     def write(self, path_no_ext: Path, fmt: str) -> Path:
-        """As `amqpcap.report.write_table` writes the table held in memory (same text, same
+        """As `amqpcap.table_files.write_table` writes the table held in memory (same text, same
         values), a batch per bucket in memory at a time."""
-        from .report import _write_slices
+        from .table_files import write_slices
         from .stored_tables import _common_schema, _merged
 
         files = [_PartFile(p.path) for p in self.parts]
         # (pandas' metadata kept, as the frame written from memory has it: readers get back its
         # nullable integers)
         schema = _common_schema([f.schema_arrow for f in files]).with_metadata(files[0].schema_arrow.metadata)
-        return _write_slices(_merged(files, self.parts[0].key, schema), schema, path_no_ext.with_suffix("." + fmt), fmt)
+        return write_slices(_merged(files, self.parts[0].key, schema), schema, path_no_ext.with_suffix("." + fmt), fmt)
 
 
 def part_frame(part: Union[pd.DataFrame, KeptPart]) -> pd.DataFrame:
@@ -252,7 +252,7 @@ def parts_together(parts: list) -> tuple[pd.DataFrame, np.ndarray]:
     0.9 ms (half of the cells' reading, on 40 buckets of the 100M-packet dataset)."""
     import pyarrow as pa
 
-    from .report import arrow_table
+    from .table_files import arrow_table
 
     rows = np.array([len(p) if isinstance(p, pd.DataFrame) else p.rows for p in parts], np.int64)
     full = [p for p, n in zip(parts, rows) if n]

@@ -229,9 +229,9 @@ def rates_png(cap: Capture) -> bytes | None:
         return None
     import io
 
-    from .report import _matplotlib  # (the Agg backend, set once)
+    from .report import agg_pyplot
 
-    plt = _matplotlib()
+    plt = agg_pyplot()
     fig, ax = plt.subplots(figsize=(11, 2.6), layout="constrained")
     for (k, n), color in zip(counts.items(), ("C0", "C1", "C2")):
         ax.step(edges[:-1], n / width, where="post", color=color, lw=1.2, label=f"{k} msg/s")

@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .analysis import AnalyzerResult, Finding
-from .report import is_rate, is_seconds, iso_utc
+from .written_values import is_rate, is_seconds, iso_utc
 from .wording import counted
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}

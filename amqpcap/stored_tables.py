@@ -37,12 +37,12 @@ class StoredTable:
         return self.rows * 20
 
     def write(self, path_no_ext: Path, fmt: str) -> Path:
-        from .report import _write_slices
+        from .table_files import write_slices
 
         schema, slices = table_slices(self.root, self.name)
         if self.name == "bodies" and fmt == "csv":  # CSV holds text (`amqpcap.report.bodies_for_csv`)
             schema, slices = _bodies_as_text(schema, slices)
-        return _write_slices(slices, schema, path_no_ext.with_suffix("." + fmt), fmt)
+        return write_slices(slices, schema, path_no_ext.with_suffix("." + fmt), fmt)
 
 
 def _bodies_as_text(schema, slices):

@@ -146,10 +146,10 @@ def test_plots_and_tables(tmp_path):
 
 
 def test_summary_is_json_ready():
-    from amqpcap.report import _jsonable
+    from amqpcap.written_values import jsonable
 
     r = consumers(load("prefetch-consumers.pcap"))
-    text = json.dumps(_jsonable(r.summary))
+    text = json.dumps(jsonable(r.summary))
     assert len(json.loads(text)["consumers"]) == 3
     assert all(np.isfinite(c["mean_unacked"]) for c in r.summary["consumers"])
 

@@ -11,7 +11,7 @@ import pytest
 
 from amqpcap.kept_rows import (KeptRows, columns, frame, keep, keep_each, keeping_in, part_frame, parts_together,
                                rows_table, store, top_rows)
-from amqpcap.report import write_table
+from amqpcap.table_files import write_table
 
 
 def whole_table(n: int = 500) -> pd.DataFrame:

@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 
 import amqpcap
 from amqpcap import dataset, inputs, stored_tables
-from amqpcap.report import bodies_for_csv, write_table
+from amqpcap.report import bodies_for_csv
+from amqpcap.table_files import write_table
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 AMQPCAP = [sys.executable, "-m", "amqpcap"]

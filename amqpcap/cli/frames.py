@@ -27,7 +27,7 @@ def frames(
 ) -> None:
     """Write the frames table (one row per AMQP frame) to CSV or Parquet."""
     from ..dataset import is_dataset
-    from ..report import batches_from_sink, check_format, check_out_file, write_arrow_file, write_table_file
+    from ..table_files import batches_from_sink, check_format, check_out_file, write_arrow_file, write_table_file
 
     suffix = output.suffix.lower()
     if suffix not in (".csv", ".parquet"):

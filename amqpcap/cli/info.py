@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 def _fmt_ts(ts) -> str:
-    from ..report import iso_utc
+    from ..written_values import iso_utc
 
     return "" if ts is None else iso_utc(ts)
 

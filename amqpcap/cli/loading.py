@@ -53,7 +53,7 @@ def _check_outputs(fmt: str, out_dir: Optional[Path]) -> None:
     """Output options are checked before the capture is read: a format that cannot be written
     or a directory that cannot be made fails at once, never after the work or half-way through
     writing."""
-    from ..report import check_format, check_out_dir
+    from ..table_files import check_format, check_out_dir
 
     check_format(fmt)
     if out_dir is not None:
@@ -106,7 +106,7 @@ def _load(capture: List[str], port: Optional[List[int]], limit: Optional[List[st
         if arrow:
             from ..capture import decode_arrow
 
-            from ..report import PARQUET_ROW_GROUP_ROWS
+            from ..table_files import PARQUET_ROW_GROUP_ROWS
 
             cap = decode_arrow(capture, frames_sink=frames_sink, frames_batch_rows=PARQUET_ROW_GROUP_ROWS, **args)
         else:

@@ -1,6 +1,6 @@
 //! CSV text of an Arrow record batch, byte for byte what pyarrow's CSV writer
 //! (`pyarrow.csv.write_csv` with its default options) writes for the column types every table
-//! has once `amqpcap.report.as_csv_columns` has made timestamps text: integers in decimal,
+//! has once `amqpcap.table_files.as_csv_columns` has made timestamps text: integers in decimal,
 //! booleans `true`/`false`, text in double quotes (a quote doubled), dictionary text as its
 //! value, a missing value as an empty cell, a header of quoted names, `\n` after each row.
 //! Columns given as `raw` are text written as it is, unquoted: numbers Arrow made text (its

@@ -1,0 +1,220 @@
+"""Tables into CSV and Parquet files straight from Arrow: in slices as in one piece, from the
+core's batches as from the whole table, the core's CSV text byte for byte pyarrow's; the checks
+made before any work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import amqpcap
+import amqpcap.table_files as table_files
+from amqpcap.written_values import as_written
+from amqpcap.analysis import run_all
+
+ROOT = Path(__file__).resolve().parent.parent
+FIX = ROOT / "fixtures"
+
+
+def test_output_checks_create_nothing(tmp_path, monkeypatch):
+    from amqpcap.errors import UsageError
+
+    table_files.check_out_dir(tmp_path / "a" / "b" / "c")  # can be made: fine, and nothing is made
+    table_files.check_out_dir(tmp_path)
+    assert not list(tmp_path.iterdir())
+    (tmp_path / "file").write_text("x")
+    for bad in (tmp_path / "file", tmp_path / "file" / "out"):
+        with pytest.raises(UsageError, match="is not a directory"):
+            table_files.check_out_dir(bad)
+    with pytest.raises(UsageError, match="is a directory"):
+        table_files.check_out_file(tmp_path)
+    with pytest.raises(UsageError, match="no directory"):
+        table_files.check_out_file(tmp_path / "nope" / "x.csv")
+    table_files.check_out_file(tmp_path / "x.csv")
+    monkeypatch.setattr(table_files.os, "access", lambda path, mode: False)  # as a user without write permission
+    with pytest.raises(UsageError, match="permission denied"):
+        table_files.check_out_dir(tmp_path / "out")
+    with pytest.raises(UsageError, match="permission denied"):
+        table_files.check_out_file(tmp_path / "x.csv")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_csv_written_in_slices_equals_one_piece_and_pandas_reading(tmp_path, monkeypatch):
+    """The Arrow CSV writer in slices writes what it writes in one piece, and what pandas'
+    own writer made of `as_written` reads back as the same table (the text differs only in
+    quoting, `true`/`false` and `5` for 5.0)."""
+    cap = amqpcap.load(FIX / "confirms.pcap")
+    for name in ("frames", "packets", "anomalies", "connections"):
+        df = getattr(cap, name)
+        monkeypatch.setattr(table_files, "CSV_SLICE_ROWS", 7)  # many slices, the last one short
+        sliced = table_files.write_table_file(df, tmp_path / f"{name}.csv", "csv").read_text()
+        monkeypatch.setattr(table_files, "CSV_SLICE_ROWS", 10**9)
+        whole = table_files.write_table_file(df, tmp_path / f"{name}-whole.csv", "csv").read_text()
+        assert sliced == whole, name
+        assert len(sliced.splitlines()) == len(df) + 1
+        as_written(df).to_csv(tmp_path / "pandas.csv", index=False)
+        pd.testing.assert_frame_equal(pd.read_csv(tmp_path / f"{name}.csv"), pd.read_csv(tmp_path / "pandas.csv"),
+                                      check_dtype=False, obj=name)
+
+
+def test_parquet_reads_back_as_the_table(tmp_path, monkeypatch):
+    cap = amqpcap.load(FIX / "confirms.pcap")
+    monkeypatch.setattr(table_files, "CSV_SLICE_ROWS", 7)
+    for name in ("frames", "packets", "anomalies", "connections"):
+        df = getattr(cap, name)
+        back = pd.read_parquet(table_files.write_table_file(df, tmp_path / f"{name}.parquet", "parquet"))
+        # values compared as objects: an all-missing categorical column comes back as object
+        # (Parquet keeps no empty dictionary)
+        def values(d):
+            return d.astype(object).where(d.notna(), None)
+
+        pd.testing.assert_frame_equal(values(back), values(df), obj=name)
+        assert list(back.dtypes.astype(str)) == [str(t) if len(getattr(t, "categories", [0])) else "object"
+                                                for t in df.dtypes], name
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_frames_written_from_the_cores_batches_are_the_frames_table(fmt, tmp_path, monkeypatch):
+    """`amqpcap frames -o` writes the core's frames as they settle, while the capture is still
+    decoded (`batches_from_sink`, `write_arrow_file` of its RecordBatchReader): with batches of
+    1,000 rows, and CSV slices and Parquet row groups of 700 (cut across the batches), the file
+    holds what the whole Arrow table gives (byte for byte in CSV), and the frames `load` gives."""
+    from amqpcap.capture import decode_arrow
+
+    path = FIX / "kernel-drops.pcap"
+    monkeypatch.setattr(table_files, "CSV_SLICE_ROWS", 700)
+    monkeypatch.setattr(table_files, "PARQUET_ROW_GROUP_ROWS", 700)
+    sizes = []
+
+    def decode(sink):
+        return decode_arrow(path, frames_sink=lambda b: (sizes.append(b.num_rows), sink(b)), frames_batch_rows=1000)
+
+    batches, finished = table_files.batches_from_sink(decode)
+    rows = table_files.write_arrow_file(batches, tmp_path / f"batches.{fmt}", fmt)
+    assert finished().tables["frames"] is None
+    whole = decode_arrow(path).tables["frames"]
+    assert sizes[:-1] == [1000] * (len(sizes) - 1) and 0 < sizes[-1] <= 1000
+    assert table_files.write_arrow_file(whole, tmp_path / f"whole.{fmt}", fmt) == rows == whole.num_rows > 3000
+    if fmt == "csv":
+        assert (tmp_path / "batches.csv").read_bytes() == (tmp_path / "whole.csv").read_bytes()
+    else:
+        import pyarrow.parquet as pq
+
+        back = pq.read_table(tmp_path / "batches.parquet")
+        # (the batches' text columns have 32-bit codes: the same values)
+        assert back.column_names == whole.column_names
+        assert all(back[c].to_pylist() == whole[c].to_pylist() for c in whole.column_names)
+        assert pq.ParquetFile(tmp_path / "batches.parquet").num_row_groups > 4
+    frames = amqpcap.load(path).frames
+    read = pd.read_csv(tmp_path / "batches.csv") if fmt == "csv" else pd.read_parquet(tmp_path / "batches.parquet")
+    assert len(read) == len(frames) and (read["packet"].to_numpy() == frames["packet"].to_numpy()).all()
+
+
+def test_batches_from_a_sink_end_with_the_producers_result_or_error():
+    """`batches_from_sink`: the batches in order, then what the producer returned; a reader
+    given up early lets the producer run to its end; the producer's error is raised, before the
+    first batch at once."""
+    import pyarrow as pa
+
+    def producer(n: int, fail: bool = False):
+        def produce(sink):
+            for i in range(n):
+                sink(pa.record_batch({"i": [i]}))
+            if fail:
+                raise ValueError("bad bytes")
+            return n
+        return produce
+
+    reader, finished = table_files.batches_from_sink(producer(5))
+    assert [b["i"][0].as_py() for b in reader] == [0, 1, 2, 3, 4] and finished() == 5
+    reader, finished = table_files.batches_from_sink(producer(50))
+    reader.read_next_batch()  # (then the write fails)
+    assert finished() == 50
+    reader, finished = table_files.batches_from_sink(producer(3, fail=True))
+    assert len(list(reader)) == 3
+    with pytest.raises(ValueError, match="bad bytes"):
+        finished()
+    with pytest.raises(ValueError, match="bad bytes"):
+        table_files.batches_from_sink(producer(0, fail=True))
+
+
+def _pyarrow_csv(t, header: bool = True) -> bytes:
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    sink = pa.BufferOutputStream()
+    pcsv.write_csv(t, sink, pcsv.WriteOptions(include_header=header))
+    return sink.getvalue().to_pybytes()
+
+
+def _core_csv(t, header: bool = True):
+    return table_files.csv_text_by_core(t, header)
+
+
+@pytest.mark.parametrize("name", ["confirms.pcap", "kernel-drops.pcap", "midstream.pcap", "ten-consumers.pcap",
+                                  "huge-messages.pcap.gz", "channel-churn.pcap"])
+def test_the_cores_csv_text_is_pyarrows(name):
+    """Every table `analyze --out` writes as CSV (the capture's and every analyzer's), as text
+    columns (`as_csv_columns`): the core writes what pyarrow's CSV writer writes, byte for byte
+    (a table with a column type the core does not write, the bodies' bytes, is pyarrow's)."""
+    import pyarrow as pa
+
+    cap = amqpcap.load(FIX / name, bodies=True)
+    tables = {n: getattr(cap, n) for n in ("frames", "packets", "connections", "anomalies", "records", "bodies")}
+    for r in run_all(cap):
+        tables.update({f"{r.name}.{k}": df for k, df in r.tables.items()})
+    by_core = 0
+    for key, df in tables.items():
+        t = table_files.as_csv_columns(table_files.arrow_table(df, pa.Schema.from_pandas(df, preserve_index=False)))
+        got = _core_csv(t)
+        if got is None:
+            assert key == "bodies", key
+            continue
+        assert got == _pyarrow_csv(t), key
+        by_core += 1
+    assert by_core >= len(tables) - 1 > 10
+
+
+def test_the_cores_csv_text_quotes_and_leaves_empty_as_pyarrow_does():
+    """Text with quotes, commas, line breaks and non-ASCII letters, empty text and missing
+    values, every integer width at its extremes, booleans, dictionary text with missing keys
+    (plain and large text), a column of nulls, a quote in a column's name. (A categorical
+    with no category, a dictionary of nulls, is in the fixtures' frames above.)"""
+    import pyarrow as pa
+
+    texts = ['plain', 'a "quoted" word', 'comma, here', 'line\nbreak', 'cr\r\nlf', '', None, 'çà ✓', '"', '""']
+    n = len(texts)
+    columns = {"text": pa.array(texts), "large": pa.array(texts, pa.large_string()),
+               "dict": pa.array(texts).dictionary_encode(), "null": pa.nulls(n),
+               "large dict": pa.array(texts, pa.large_string()).dictionary_encode(),
+               'say "x"': pa.array([True, False, None] * 3 + [True])}
+    for t in (pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64()):
+        info = np.iinfo(t.to_pandas_dtype())
+        values = [int(info.min), int(info.max), 0, None, -1 if info.min < 0 else 1] * 2
+        columns[str(t)] = pa.array(values, t)
+    table = pa.table(columns)
+    assert _core_csv(table) == _pyarrow_csv(table)
+    assert _core_csv(table.slice(3, 4), header=False) == _pyarrow_csv(table.slice(3, 4), header=False)
+    empty = table.slice(0, 0)
+    assert _core_csv(empty) == _pyarrow_csv(empty) == _pyarrow_csv(table).split(b"\n")[0] + b"\n"
+    # no rows, and a categorical with no category (the frames of a capture without AMQP 0-9-1)
+    none = pa.schema([("reason", pa.dictionary(pa.int8(), pa.null())), ("n", pa.int32())]).empty_table()
+    assert _core_csv(none) == b'"reason","n"\n'
+    assert table_files._csv_text(none, True) == b'"reason","n"\n'
+
+
+def test_the_cores_csv_doubles_are_pyarrows():
+    """Doubles of every magnitude (random bits: subnormals, extremes, both signs), the decimal
+    values analyzers round to (`clean_floats`), and the edges of Arrow's decimal range."""
+    import pyarrow as pa
+
+    rng = np.random.default_rng(13)
+    bits = rng.integers(0, 2**64, 200_000, dtype=np.uint64).view(np.float64)
+    rounded = np.array([round(v, int(d)) for v, d in zip(rng.lognormal(0, 8, 20_000), rng.integers(0, 12, 20_000))])
+    edges = np.array([10.0**e * m for e in range(-12, 24) for m in (1, 1.5, 9.999999, -2.25)])
+    values = np.concatenate([bits[np.isfinite(bits)], rounded, edges, [0.0, -0.0, np.inf, -np.inf]])
+    table = pa.table({"x": pa.array(values), "y": pa.array(values[::-1], mask=rng.random(len(values)) < 0.1)})
+    assert _core_csv(table) == _pyarrow_csv(table)
