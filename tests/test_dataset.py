@@ -15,6 +15,8 @@ import pytest
 
 import amqpcap
 from amqpcap import dataset
+from amqpcap.dataset import ingestion
+from amqpcap.dataset.writing import capture_tables
 from amqpcap.analysis import run_all
 from amqpcap.report import build_summary
 
@@ -67,8 +69,8 @@ def test_a_buckets_frames_written_a_batch_at_a_time_are_the_same_capture(name, t
     `load` gives (midstream.pcap: connections whose client side is settled late)."""
     import pyarrow.parquet as pq
 
-    monkeypatch.setattr(dataset, "FRAMES_BATCH_ROWS", 1000)
-    monkeypatch.setattr(dataset, "FRAMES_STREAM_MIN_PACKETS", 0)
+    monkeypatch.setattr(ingestion, "FRAMES_BATCH_ROWS", 1000)
+    monkeypatch.setattr(ingestion, "FRAMES_STREAM_MIN_PACKETS", 0)
     direct = amqpcap.load(FIX / name, bodies=True)
     dataset.ingest(FIX / name, tmp_path / "ds", buckets=4, bodies=True)
     groups = [pq.ParquetFile(tmp_path / "ds" / "frames" / f"bucket={k}" / "part-0.parquet").num_row_groups
@@ -86,8 +88,8 @@ def test_duckdb_and_polars_read_the_dataset_as_tshark_counts_the_capture(tmp_pat
     import duckdb
     import polars as pl
 
-    monkeypatch.setattr(dataset, "FRAMES_BATCH_ROWS", 500)
-    monkeypatch.setattr(dataset, "FRAMES_STREAM_MIN_PACKETS", 0)
+    monkeypatch.setattr(ingestion, "FRAMES_BATCH_ROWS", 500)
+    monkeypatch.setattr(ingestion, "FRAMES_STREAM_MIN_PACKETS", 0)
     name = "ten-consumers.pcap"
     dataset.ingest(FIX / name, tmp_path / "ds", buckets=4)
     facts = json.loads((FIX / f"{name}.tshark.json").read_text())
@@ -220,7 +222,7 @@ def test_the_cores_arrow_tables_hold_the_values_load_gives(name):
 
     direct = amqpcap.load(FIX / name, bodies=True)
     arrow = decode_arrow(FIX / name, bodies=True).tables
-    for table, df in {**dataset._tables(direct), "records": direct.records}.items():
+    for table, df in {**capture_tables(direct), "records": direct.records}.items():
         t = arrow[table]
         assert t.column_names == list(df.columns), table
         assert t.num_rows == len(df), table
@@ -329,11 +331,11 @@ def test_the_next_bucket_is_decoded_while_one_is_written_unless_both_are_large(a
         order.append(f"stored {k}")
         return k
 
-    monkeypatch.setattr(dataset, "_decode_bucket", decode)
-    monkeypatch.setattr(dataset, "_store_bucket", store)
-    each = dataset.DECODE_AHEAD_MAX_BYTES // 2 + (0 if ahead else 1)
+    monkeypatch.setattr(ingestion, "_decode_bucket", decode)
+    monkeypatch.setattr(ingestion, "_store_bucket", store)
+    each = ingestion.DECODE_AHEAD_MAX_BYTES // 2 + (0 if ahead else 1)
     args = [("out", 3, k, 100, {}) for k in range(3)]
-    assert list(dataset._buckets_in_turn(args, lambda r, k: r, [each] * 3)) == [0, 1, 2]
+    assert list(ingestion._buckets_in_turn(args, lambda r, k: r, [each] * 3)) == [0, 1, 2]
     assert sorted(order) == ["decode 0", "decode 1", "decode 2", "stored 0", "stored 1", "stored 2"]
 
 
