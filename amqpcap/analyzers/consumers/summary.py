@@ -25,6 +25,38 @@ def _summary(st: pd.DataFrame, c: pd.DataFrame, acked: pd.DataFrame, gaps: pd.Da
     if len(st) == 0:
         return pd.DataFrame({k: pd.Series(dtype=object) for k in cols})
     st_code, keys = _runs(st)
+    agg = _time_shares(st, st_code)
+    lat, acks, acks_mult, mpa = _ack_counts(acked, len(keys))
+
+    # the consumers with a state (inner join of c and agg), in c's order
+    c_code = code_of(keys, c)
+    keep = c_code >= 0
+    out = as_object(c.loc[keep].drop(columns=["prefetch"]), "consumer_tag").reset_index(drop=True)
+    oc = c_code[keep]
+    agg = agg.reindex(oc)
+    for col in agg:
+        out[col] = agg[col].array
+    out["deliver_to_ack_p50_s"] = lat[oc]
+    out["acks"], out["acks_multiple"], out["messages_per_ack"] = acks[oc], acks_mult[oc], mpa[oc]
+    # the tag space's ack→next-deliver median, grouped on one int64 code of (stream, channel,
+    # epoch) numbered over the gaps' and the consumers' keys together (then a lookup per consumer)
+    ng = len(gaps)
+    kc = codes(*(np.r_[gaps[k].to_numpy(np.int64), out[k].to_numpy(np.int64)] for k in KEY))
+    a2d = pd.Series(gaps["gap_s"].to_numpy(float)).groupby(kc[:ng]).median()
+    out["ack_to_next_deliver_p50_s"] = a2d.reindex(kc[ng:]).to_numpy(float)
+    span = (out["end_ts"] - out["start_ts"]).dt.total_seconds()
+    out["rate_per_s"] = out["deliveries"] / span.where(span > 0)
+    # growth of the consumer's queue backlog (lower bound) from its start to its end, in messages
+    out["backlog_growth_msgs"] = growth[keep]
+    out = out.sort_values(["stream", "channel", "start_ts"], kind="stable").reset_index(drop=True)
+    out["connection"] = _labelled(labels, out["stream"])
+    return out[cols]
+
+
+def _time_shares(st: pd.DataFrame, st_code: np.ndarray) -> pd.DataFrame:
+    """Per consumer code (the state rows' `_runs`): its life (``duration_s``, the state rows'
+    durations' sum), prefetch and most unacked, and the time-weighted means and shares of its
+    state: unacked, at its limit, idle, deficit."""
     dur = st["duration_s"].to_numpy(float)
     w = st.assign(_d=dur, _u=dur * st["unacked"].to_numpy(float),
                   _lim=dur * st["at_limit"].to_numpy(bool), _idle=dur * (st["unacked"].to_numpy() == 0),
@@ -47,9 +79,13 @@ def _summary(st: pd.DataFrame, c: pd.DataFrame, acked: pd.DataFrame, gaps: pd.Da
     agg["share_idle"] = agg["I"] / T
     agg["mean_deficit"] = agg["DF"] / agg["HD"].where(agg["HD"] > 0)
     agg["duration_s"] = agg["T"]
+    return agg
 
-    # per consumer code: deliver→ack median, ack frames (distinct settling frames), multiple ones
-    ncons = len(keys)
+
+def _ack_counts(acked: pd.DataFrame, ncons: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per consumer code (row i: code i, of `ncons`) of the acknowledged deliveries `acked`: the
+    deliver→ack median, the ack frames (distinct settling frames), those with multiple set, and
+    messages per ack frame."""
     code = acked["code"].to_numpy(np.int64)
     lat = pd.Series(acked["latency_s"].to_numpy(float)).groupby(code).median().reindex(range(ncons))
     s_order = acked["settle_order"].to_numpy(np.int64)
@@ -61,30 +97,7 @@ def _summary(st: pd.DataFrame, c: pd.DataFrame, acked: pd.DataFrame, gaps: pd.Da
                             minlength=ncons).astype(np.int64)
     n_settled = np.bincount(s_code, minlength=ncons)
     mpa = np.where(acks > 0, n_settled / np.maximum(acks, 1), np.nan)
-
-    # the consumers with a state (inner join of c and agg), in c's order
-    c_code = code_of(keys, c)
-    keep = c_code >= 0
-    out = as_object(c.loc[keep].drop(columns=["prefetch"]), "consumer_tag").reset_index(drop=True)
-    oc = c_code[keep]
-    agg = agg.reindex(oc)
-    for col in agg:
-        out[col] = agg[col].array
-    out["deliver_to_ack_p50_s"] = lat.to_numpy()[oc]
-    out["acks"], out["acks_multiple"], out["messages_per_ack"] = acks[oc], acks_mult[oc], mpa[oc]
-    # the tag space's ack→next-deliver median, grouped on one int64 code of (stream, channel,
-    # epoch) numbered over the gaps' and the consumers' keys together (then a lookup per consumer)
-    ng = len(gaps)
-    kc = codes(*(np.r_[gaps[k].to_numpy(np.int64), out[k].to_numpy(np.int64)] for k in KEY))
-    a2d = pd.Series(gaps["gap_s"].to_numpy(float)).groupby(kc[:ng]).median()
-    out["ack_to_next_deliver_p50_s"] = a2d.reindex(kc[ng:]).to_numpy(float)
-    span = (out["end_ts"] - out["start_ts"]).dt.total_seconds()
-    out["rate_per_s"] = out["deliveries"] / span.where(span > 0)
-    # growth of the consumer's queue backlog (lower bound) from its start to its end, in messages
-    out["backlog_growth_msgs"] = growth[keep]
-    out = out.sort_values(["stream", "channel", "start_ts"], kind="stable").reset_index(drop=True)
-    out["connection"] = _labelled(labels, out["stream"])
-    return out[cols]
+    return lat.to_numpy(), acks, acks_mult, mpa
 
 
 def _runs(st: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
