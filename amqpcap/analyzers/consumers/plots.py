@@ -77,8 +77,7 @@ def _plot_state(cap: Capture, b: StateBins, queues: pd.DataFrame, path) -> None:
     line for a few, the median and 10th-90th percentile band of all of them for many."""
     import matplotlib.pyplot as plt
 
-    from ...plotting import (MAX_NAMED, consumer_labels, nan_stats, natural_order, percent_axis, plain, plain_axis,
-                            short, time_edges)
+    from ...plotting import consumer_labels, natural_order, plain_axis, time_edges
 
     t0 = cap.summary["first_ts"]
     edges = time_edges((cap.summary["last_ts"] - t0).total_seconds())
@@ -100,42 +99,9 @@ def _plot_state(cap: Capture, b: StateBins, queues: pd.DataFrame, path) -> None:
     rows_h = 0.3 * n + 0.7 if named else 4.0
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(11, rows_h + 3.4), sharex=True, layout="constrained",
                                    gridspec_kw={"height_ratios": [rows_h, 2.6]})
-    cmap = plt.get_cmap("Reds").with_extremes(bad="#e8e8e8")
-    img = ax1.imshow(share[order], aspect="auto", interpolation="nearest", cmap=cmap, vmin=0, vmax=1,
-                     extent=(edges[0], edges[-1], n - 0.5, -0.5))
-    # the colour bar beside the heatmap alone, not taking width from it (both panels keep one x scale)
-    cb = fig.colorbar(img, cax=ax1.inset_axes([1.01, 0.0, 0.012, 1.0]))
-    percent_axis(cb.ax.yaxis)
-    cb.ax.tick_params(labelsize=7)
-    if named:
-        ax1.set_yticks(range(n), [short(labels[i], 44) + ("  (no limit)" if not has_limit[i] else f"  {overall[i]:.0%}")
-                                  for i in order], fontsize=8)
-        ax1.set_title(f"{whose}time at the prefetch limit, per consumer (the number: over its whole life; "
-                      "grey: not consuming)", fontsize=9, loc="left")
-    else:
-        ax1.set_yticks([0, n - 1], ["worst", f"{n:,}th"], fontsize=8)
-        ax1.set_ylabel(f"{n:,} consumers, one row each", fontsize=8)
-        worst = [f"{short(labels[i], 32)} {overall[i]:.0%}" for i in order[:2] if overall[i] > 0]
-        ax1.set_title(f"{whose}time at the prefetch limit, {n:,} consumers, worst first"
-                      + (f" ({'; '.join(worst)})" if worst else ": none reached its limit"), fontsize=9, loc="left")
-
-    x = edges[:-1]
-    if n <= MAX_NAMED:
-        for j, i in enumerate(order):
-            ax2.step(x, unacked[i], where="post", color=f"C{j}", lw=1.2, label=short(labels[i], 44))
-            if prefetch[i] > 0:
-                ax2.axhline(prefetch[i], color=f"C{j}", ls=":", lw=1)
-        ax2.set_title("unacked messages, mean per time bin (dotted: prefetch)", fontsize=9, loc="left")
-    else:
-        lo, med, hi = nan_stats(unacked, [10, 50, 90])
-        ax2.fill_between(x, lo, hi, step="post", color="C0", alpha=0.25, lw=0, label="10th–90th percentile")
-        ax2.step(x, med, where="post", color="C0", lw=1.2, label=f"median of {n:,} consumers")
-        limits = np.unique(prefetch[prefetch > 0])
-        for p in {float(limits[0]), float(limits[-1])} if len(limits) else ():
-            ax2.axhline(p, color="grey", ls=":", lw=1)
-        ax2.set_title("unacked messages per consumer, mean per time bin (dotted: prefetch"
-                      + (f" {plain(limits[0])} to {plain(limits[-1])}" if len(limits) > 1 else "") + ")",
-                      fontsize=9, loc="left")
+    drawn = [labels[i] for i in order]
+    _limit_heatmap(fig, ax1, share[order], edges, drawn, overall[order], has_limit[order], named, whose)
+    _unacked_lines(ax2, edges[:-1], unacked[order], prefetch[order], drawn)
     ax2.set_ylim(0, max(float(np.nanmax(prefetch, initial=0)), float(np.nanmax(unacked, initial=0)), 1) * 1.15)
     plain_axis(ax2.yaxis)
     ax2.set_ylabel("messages")
@@ -143,3 +109,57 @@ def _plot_state(cap: Capture, b: StateBins, queues: pd.DataFrame, path) -> None:
     ax2.legend(fontsize=7, loc="upper right")
     ax2.set_xlim(edges[0], edges[-1])
     fig.savefig(path, dpi=100, bbox_inches="tight")
+
+
+def _limit_heatmap(fig, ax, share: np.ndarray, edges: np.ndarray, labels: list[str], overall: np.ndarray,
+                   has_limit: np.ndarray, named: bool, whose: str) -> None:
+    """The top panel: a row per consumer (in the order drawn) of the share of each time bin it
+    spent at its prefetch limit, `overall` its share over its whole life."""
+    import matplotlib.pyplot as plt
+
+    from ...plotting import percent_axis, short
+
+    n = len(share)
+    cmap = plt.get_cmap("Reds").with_extremes(bad="#e8e8e8")
+    img = ax.imshow(share, aspect="auto", interpolation="nearest", cmap=cmap, vmin=0, vmax=1,
+                    extent=(edges[0], edges[-1], n - 0.5, -0.5))
+    # the colour bar beside the heatmap alone, not taking width from it (both panels keep one x scale)
+    cb = fig.colorbar(img, cax=ax.inset_axes([1.01, 0.0, 0.012, 1.0]))
+    percent_axis(cb.ax.yaxis)
+    cb.ax.tick_params(labelsize=7)
+    if named:
+        ax.set_yticks(range(n), [short(labels[i], 44) + ("  (no limit)" if not has_limit[i] else f"  {overall[i]:.0%}")
+                                 for i in range(n)], fontsize=8)
+        ax.set_title(f"{whose}time at the prefetch limit, per consumer (the number: over its whole life; "
+                     "grey: not consuming)", fontsize=9, loc="left")
+    else:
+        ax.set_yticks([0, n - 1], ["worst", f"{n:,}th"], fontsize=8)
+        ax.set_ylabel(f"{n:,} consumers, one row each", fontsize=8)
+        worst = [f"{short(labels[i], 32)} {overall[i]:.0%}" for i in range(min(n, 2)) if overall[i] > 0]
+        ax.set_title(f"{whose}time at the prefetch limit, {n:,} consumers, worst first"
+                     + (f" ({'; '.join(worst)})" if worst else ": none reached its limit"), fontsize=9, loc="left")
+
+
+def _unacked_lines(ax, x: np.ndarray, unacked: np.ndarray, prefetch: np.ndarray, labels: list[str]) -> None:
+    """The bottom panel: unacked messages per time bin (`x`: the bins' starts) against the
+    prefetch, a line per consumer (in the order drawn) for a few, the median and the 10th-90th
+    percentile band for many."""
+    from ...plotting import MAX_NAMED, nan_stats, plain, short
+
+    n = len(unacked)
+    if n <= MAX_NAMED:
+        for j in range(n):
+            ax.step(x, unacked[j], where="post", color=f"C{j}", lw=1.2, label=short(labels[j], 44))
+            if prefetch[j] > 0:
+                ax.axhline(prefetch[j], color=f"C{j}", ls=":", lw=1)
+        ax.set_title("unacked messages, mean per time bin (dotted: prefetch)", fontsize=9, loc="left")
+    else:
+        lo, med, hi = nan_stats(unacked, [10, 50, 90])
+        ax.fill_between(x, lo, hi, step="post", color="C0", alpha=0.25, lw=0, label="10th–90th percentile")
+        ax.step(x, med, where="post", color="C0", lw=1.2, label=f"median of {n:,} consumers")
+        limits = np.unique(prefetch[prefetch > 0])
+        for p in {float(limits[0]), float(limits[-1])} if len(limits) else ():
+            ax.axhline(p, color="grey", ls=":", lw=1)
+        ax.set_title("unacked messages per consumer, mean per time bin (dotted: prefetch"
+                     + (f" {plain(limits[0])} to {plain(limits[-1])}" if len(limits) > 1 else "") + ")",
+                     fontsize=9, loc="left")
