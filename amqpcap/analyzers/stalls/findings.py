@@ -164,20 +164,7 @@ def _publisher_blocked(blocked: pd.DataFrame, deliveries: int, cap: Capture) -> 
     severity = "critical" if longest >= PUBLISHER_BLOCKED_CRITICAL_S or open_end else "warning"
     streams = sorted(blocked["stream"].unique().tolist())
     reasons = sorted({str(r) for r in blocked["reason"] if isinstance(r, str)})
-    per = blocked.groupby("stream").agg(blocked_s=("dur", "sum"), longest=("dur", "max"), blocks=("dur", "size"),
-                                        publishes=("publishes", "sum"), body=("publish_body_bytes", "sum"),
-                                        open_end=("lifted", lambda x: bool((~x).any())),
-                                        reason=("reason", lambda x: ", ".join(sorted({str(v) for v in x
-                                                                                      if isinstance(v, str)}))))
-    per = per.sort_values(["longest", "publishes"], ascending=False, kind="stable").reset_index()
-    subject_of = subject_namer(cap)
-    subjects = [subject_of(r.stream, blocks=int(r.blocks), blocked_s=float(r.blocked_s),
-                           longest_blocked_s=float(r.longest), reason=r.reason or None,
-                           still_blocked_at_end=bool(r.open_end), publishes_while_blocked=int(r.publishes),
-                           publish_bytes_while_blocked=int(r.body),
-                           severity="critical" if r.longest >= PUBLISHER_BLOCKED_CRITICAL_S or r.open_end
-                                    else "warning")
-                for r in per.itertuples()]
+    per, subjects = _blocked_connections(blocked, cap)
     packets = blocked["blocked_packet"].tolist() + blocked["unblocked_packet"].dropna().astype(int).tolist()
     evidence = {
         "blocks": int(len(blocked)),
@@ -215,6 +202,26 @@ def _publisher_blocked(blocked: pd.DataFrame, deliveries: int, cap: Capture) -> 
               "in socket buffers and client memory, unread by the broker.")
     return Finding("publisher-blocked", severity, title, evidence, advice, impact=min(total / 10.0, 1.0),
                    subjects=subjects)
+
+
+def _blocked_connections(blocked: pd.DataFrame, cap: Capture) -> tuple[pd.DataFrame, list[dict]]:
+    """The blocked connections (a row each: blocked_s, longest, blocks, publishes, body, open_end,
+    reason), longest block first, and the finding's subject for each."""
+    per = blocked.groupby("stream").agg(blocked_s=("dur", "sum"), longest=("dur", "max"), blocks=("dur", "size"),
+                                        publishes=("publishes", "sum"), body=("publish_body_bytes", "sum"),
+                                        open_end=("lifted", lambda x: bool((~x).any())),
+                                        reason=("reason", lambda x: ", ".join(sorted({str(v) for v in x
+                                                                                      if isinstance(v, str)}))))
+    per = per.sort_values(["longest", "publishes"], ascending=False, kind="stable").reset_index()
+    subject_of = subject_namer(cap)
+    subjects = [subject_of(r.stream, blocks=int(r.blocks), blocked_s=float(r.blocked_s),
+                           longest_blocked_s=float(r.longest), reason=r.reason or None,
+                           still_blocked_at_end=bool(r.open_end), publishes_while_blocked=int(r.publishes),
+                           publish_bytes_while_blocked=int(r.body),
+                           severity="critical" if r.longest >= PUBLISHER_BLOCKED_CRITICAL_S or r.open_end
+                                    else "warning")
+                for r in per.itertuples()]
+    return per, subjects
 
 
 def _capture_gaps(gaps: pd.DataFrame, cap: Capture, stalls_tbl: pd.DataFrame) -> Finding | None:
