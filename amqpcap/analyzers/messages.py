@@ -525,35 +525,11 @@ def _finding(cap: Capture, large: pd.DataFrame, conns: pd.DataFrame) -> Finding 
     """large-messages: one finding, the connections sending or receiving large messages as subjects."""
     if not len(large):
         return None
-    limit = large["max_message_size"].to_numpy(float, na_value=np.nan)
-    near = (large["body_size"].to_numpy(float) >= NEAR_MAX_SHARE * np.where(np.isnan(limit), np.inf, limit)) \
-        & ~large["refused"].to_numpy(bool)
-    large = large.assign(near=near, share_of_max=large["body_size"] / np.where(np.isnan(limit), np.nan, limit))
-    rank = np.where(large["refused"], 2, np.where(near, 1, 0))
-    large = large.assign(rank=rank)
-    per = large.groupby("stream").agg(rank=("rank", "max"), largest=("body_size", "max"),
-                                      frames=("body_frames", "max"), count=("body_size", "size"),
-                                      refused=("refused", "sum"), near=("near", "sum"),
-                                      transfer=("transfer_s", "max")).reset_index()
-    per = per.sort_values(["rank", "largest", "stream"], ascending=[False, False, True], kind="stable")
+    large, per = _ranked(large)
     severity = ("info", "warning", "critical")[int(per["rank"].max())]
-    w = large.sort_values(["rank", "body_size"], ascending=False, kind="stable").iloc[0]
-    who = w.connection
-    if w.refused:
-        head = (f"{who} sent a {_mb(w.body_size)} message the broker refused (over its max_message_size of "
-                f"{_mib(w.max_message_size)}): RabbitMQ closed the channel")
-    elif w.near:
-        head = (f"{who} sends messages near the broker's max_message_size: {_mb(w.body_size)}, "
-                f"{w.share_of_max:.0%} of {_mib(w.max_message_size)} ({w.max_message_size_source})")
-    else:
-        head = f"{who} sends large messages: up to {_mb(w.body_size)} in {int(w.body_frames):,} frames"
-    near_n = int(large["near"].sum())
-    refused_n = int(large["refused"].sum())
-    tail = f"; {len(large):,} large messages" + (f", {refused_n:,} refused" if refused_n > 1 else "") \
-        + (f", {near_n:,} near the limit" if near_n and not (w.near and near_n == len(large)) else "")
-    if len(per) > 1:
-        tail += f", on {len(per)} connections"
-    examples = large.sort_values(["rank", "body_size"], ascending=False, kind="stable").head(5)
+    worst_first = large.sort_values(["rank", "body_size"], ascending=False, kind="stable")
+    w, examples = worst_first.iloc[0], worst_first.head(5)
+    near_n, refused_n = int(large["near"].sum()), int(large["refused"].sum())
     subject_of = subject_namer(cap)
     subjects = [subject_of(r.stream, large_messages=int(r.count), body_bytes_max=int(r.largest),
                            body_frames_max=int(r.frames), near_max=int(r.near), refused=int(r.refused),
@@ -582,4 +558,43 @@ def _finding(cap: Capture, large: pd.DataFrame, conns: pd.DataFrame) -> Finding 
                    f"({float(w.transfer_s) * 1e3:,.1f} ms for the largest): publish large messages on a connection "
                    "of their own.")
     impact = 1.0 if w.refused else float(min(1.0, w.share_of_max)) if not pd.isna(w.share_of_max) else 0.1
-    return Finding("large-messages", severity, head + tail, evidence, advice, impact=impact, subjects=subjects)
+    return Finding("large-messages", severity, _title(w, large, per), evidence, advice, impact=impact,
+                   subjects=subjects)
+
+
+def _ranked(large: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The large messages with how bad each is (``near`` the broker's max_message_size,
+    ``share_of_max``, ``rank``: 2 refused, 1 near, 0 large), and a row per connection (its worst
+    rank, largest body, most frames, counts, longest transfer), worst first."""
+    limit = large["max_message_size"].to_numpy(float, na_value=np.nan)
+    near = (large["body_size"].to_numpy(float) >= NEAR_MAX_SHARE * np.where(np.isnan(limit), np.inf, limit)) \
+        & ~large["refused"].to_numpy(bool)
+    large = large.assign(near=near, share_of_max=large["body_size"] / np.where(np.isnan(limit), np.nan, limit))
+    rank = np.where(large["refused"], 2, np.where(near, 1, 0))
+    large = large.assign(rank=rank)
+    per = large.groupby("stream").agg(rank=("rank", "max"), largest=("body_size", "max"),
+                                      frames=("body_frames", "max"), count=("body_size", "size"),
+                                      refused=("refused", "sum"), near=("near", "sum"),
+                                      transfer=("transfer_s", "max")).reset_index()
+    per = per.sort_values(["rank", "largest", "stream"], ascending=[False, False, True], kind="stable")
+    return large, per
+
+
+def _title(w, large: pd.DataFrame, per: pd.DataFrame) -> str:
+    """The finding's title: the worst message `w`, then how many there are, and on how many
+    connections."""
+    who = w.connection
+    if w.refused:
+        head = (f"{who} sent a {_mb(w.body_size)} message the broker refused (over its max_message_size of "
+                f"{_mib(w.max_message_size)}): RabbitMQ closed the channel")
+    elif w.near:
+        head = (f"{who} sends messages near the broker's max_message_size: {_mb(w.body_size)}, "
+                f"{w.share_of_max:.0%} of {_mib(w.max_message_size)} ({w.max_message_size_source})")
+    else:
+        head = f"{who} sends large messages: up to {_mb(w.body_size)} in {int(w.body_frames):,} frames"
+    near_n, refused_n = int(large["near"].sum()), int(large["refused"].sum())
+    tail = f"; {len(large):,} large messages" + (f", {refused_n:,} refused" if refused_n > 1 else "") \
+        + (f", {near_n:,} near the limit" if near_n and not (w.near and near_n == len(large)) else "")
+    if len(per) > 1:
+        tail += f", on {len(per)} connections"
+    return head + tail
