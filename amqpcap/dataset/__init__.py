@@ -17,7 +17,9 @@ from .layout import (CAPTURE_TABLES, CONNECTION_TABLES, MANIFEST, ORDER, Dataset
 from .reading import bucket_cuts, facts, packet_filter, read, read_outline, read_partition, read_records
 from .writing import write
 
-__all__ = ["CAPTURE_TABLES", "CONNECTION_TABLES", "MANIFEST", "ORDER", "SPILL_DIR", "DatasetError", "Ingested", "Location", "StepResult",
-           "bucket_cuts", "bucket_file", "bucket_of", "bucket_packets", "default_buckets", "facts", "ingest",
-           "ingest_bucket", "is_dataset", "is_url", "location", "manifest", "packet_filter", "read", "read_outline",
-           "read_partition", "read_records", "spill_path", "split", "write"]
+__all__ = [
+    "CAPTURE_TABLES", "CONNECTION_TABLES", "MANIFEST", "ORDER", "SPILL_DIR", "DatasetError", "Ingested",
+    "Location", "StepResult", "bucket_cuts", "bucket_file", "bucket_of", "bucket_packets", "default_buckets",
+    "facts", "ingest", "ingest_bucket", "is_dataset", "is_url", "location", "manifest", "packet_filter",
+    "read", "read_outline", "read_partition", "read_records", "spill_path", "split", "write",
+]
