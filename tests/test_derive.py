@@ -202,3 +202,23 @@ def test_range_min_is_the_least_of_each_slice(n):
     lo[:3], hi[:3] = [0, 0, n], [n, 1, n]
     want = np.array([values[a:b].min() if b > a else 7 for a, b in zip(lo, hi)], np.int64)
     assert (range_min(values, lo, hi, 7) == want).all()
+
+
+@pytest.mark.parametrize("in_order", [False, True])
+def test_group_cumsum_is_pandas_grouped_cumsum(in_order):
+    """`columns.group_cumsum` gives pandas' ``groupby(code).cumsum()``, rows in any order or
+    already in group order (its path without a sort), one row groups and negative values too."""
+    import numpy as np
+    import pandas as pd
+
+    from amqpcap.derive.columns import group_cumsum
+
+    rng = np.random.default_rng(11)
+    code = rng.integers(0, 70_000, 50_000)  # (past 16 bits: not the radix sort's codes either)
+    if in_order:
+        code = np.sort(code)
+    values = rng.integers(-1_000, 1_000, len(code))
+    want = pd.Series(values).groupby(code).cumsum().to_numpy()
+    assert (group_cumsum(code, values) == want).all()
+    assert (group_cumsum(code[:1], values[:1]) == values[:1]).all()
+    assert len(group_cumsum(code[:0], values[:0])) == 0

@@ -61,6 +61,8 @@ def group_cumsum(code: np.ndarray, values: np.ndarray, idx: np.ndarray | None = 
     if len(code) == 0:
         return np.zeros(0, dtype=np.int64)
     if idx is None:
+        if (code[1:] >= code[:-1]).all():
+            return _sorted_group_cumsum(code, values)
         idx = stable_argsort(code)
     v = values[idx]
     run = np.cumsum(v)
@@ -72,6 +74,15 @@ def group_cumsum(code: np.ndarray, values: np.ndarray, idx: np.ndarray | None = 
     out[idx] = run
     return out
 
+
+def _sorted_group_cumsum(code: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """`group_cumsum` of rows already in group order (`code` non-decreasing: the backlog join's
+    events, sorted by queue): no sort and no gather (4.7M events of 7 copies of
+    flow-control.pcap.gz: 0.04 s instead of 0.34 s)."""
+    run = np.cumsum(values)
+    start = np.flatnonzero(np.r_[True, code[1:] != code[:-1]])
+    run -= np.repeat((run - values)[start], np.diff(np.r_[start, len(values)]))
+    return run
 
 def asof(left_key: np.ndarray, left_on: np.ndarray, right_key: np.ndarray, right_on: np.ndarray,
          direction: str = "backward", allow_exact_matches: bool = True) -> np.ndarray:

@@ -312,7 +312,7 @@ def _unacked_after(d: pd.DataFrame, d_space: np.ndarray, space: np.ndarray, orde
     delta = np.r_[np.ones(int(keep.sum()), np.int64), -np.ones(int(settled.sum()), np.int64)]
     by = np.lexsort((ev_order, ev_space))
     ev_space, ev_order = ev_space[by], ev_order[by]
-    run = group_cumsum(ev_space, delta[by], np.arange(len(by)))
+    run = group_cumsum(ev_space, delta[by])  # (in tag space order: no sort)
     hit = asof(space, order, ev_space, ev_order)  # (stable: the last event of the frame's order)
     out = np.zeros(len(order), dtype=np.int64)
     out[hit >= 0] = run[hit[hit >= 0]]
