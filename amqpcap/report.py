@@ -89,15 +89,22 @@ def write_results(results: list[AnalyzerResult], out: Path, fmt: str = "csv", pl
     return _run_jobs(jobs, _write_workers() if workers is None else workers, _Written(progress, len(jobs)))
 
 
-#: Writing tables and drawing plots is CPU work that holds the GIL (pandas' CSV writer,
-#: matplotlib), so it is shared between forked processes, not threads. A fork costs tens of
-#: milliseconds, so small outputs are written in this process. Forked writers inherit the
-#: tables (copy-on-write): nothing is pickled but the paths they return.
+#: Writing tables and drawing plots is CPU work, much of it holding the GIL (matplotlib, the
+#: tables' slices made Arrow), so it is shared between forked processes, not threads. A fork
+#: costs tens of milliseconds, so small outputs are written in this process: below
+#: `PARALLEL_MIN_CELLS` (about 0.35 s of CSV; without plots, the tables of ten-consumers.pcap,
+#: 2.9M cells, took 0.25 s in this process and 0.26-0.30 s shared with a forked writer; those of
+#: flow-control.pcap.gz, 27M cells, 1.04 s and 0.59-0.72 s). Forked writers inherit the tables
+#: (copy-on-write): nothing is pickled but the paths they return.
 WRITE_WORKERS_MAX = 4
-PARALLEL_MIN_CELLS = 2_000_000
-#: what a plot costs, in table cells written to CSV in the same time (measured on 1M-packet
-#: captures: a plot takes 0.15-0.8 s, a CSV cell ~0.45 us)
-PLOT_COST_CELLS = 800_000
+PARALLEL_MIN_CELLS = 10_000_000
+#: what a plot costs, in table cells written to CSV in the same time: a plot takes 0.3-2.2 s
+#: (on average 0.4 s on ten-consumers.pcap, 0.8 s on flow-control.pcap.gz, 0.9 s on 7 copies of
+#: it), a CSV cell 26-46 ns since the core writes CSV. At 800,000 (a cell was 0.45 us when pandas
+#: wrote CSV) the frames table of those 7 copies (147M cells, 3.7 s) outweighed their 11 plots:
+#: this process wrote it alone while one forked writer drew every plot. `write_outputs` with 2
+#: writers took 15.0-16.1 s then, 9.9-10.4 s at 25M (flow-control.pcap.gz: 11.2-12.8 s, 7.4-8.0 s)
+PLOT_COST_CELLS = 25_000_000
 
 
 @dataclass
@@ -218,9 +225,9 @@ def _run_here_or_forked(jobs: list[_Job], workers: int, written: _Written) -> li
     each written file is told to `written` as it is)."""
     global _FORKED_JOBS
     costs = [j.cost_cells for j in jobs]
-    if workers < 2 or sum(costs) < PARALLEL_MIN_CELLS or not can_fork():
+    groups = _balance(costs, workers) if workers >= 2 else []
+    if len(groups) < 2 or sum(costs) < PARALLEL_MIN_CELLS or not can_fork():  # (one job: nothing to share)
         return [written(j.write()) for j in jobs]
-    groups = _balance(costs, workers)
     paths: dict[int, Path] = {}
     _FORKED_JOBS = jobs
     try:

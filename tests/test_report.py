@@ -44,6 +44,24 @@ def test_fresh_jobs_go_where_the_load_is_lightest_and_the_others_stay_here():
     assert sorted(i for g in groups for i in g) == [1, 2, 3, 4]
 
 
+
+def test_one_job_of_any_size_is_written_here(tmp_path, monkeypatch):
+    """A single file to write (an analyzer's one table, or one plot) is written in this process,
+    however large: there is nothing to share with a writer."""
+    monkeypatch.setattr(report, "PARALLEL_MIN_CELLS", 0)
+    out = tmp_path / "one.txt"
+    jobs = [report._Job(10**9, lambda: (out.write_text("x"), out)[1])]
+    assert report._run_jobs(jobs, 2, report._Written(None, 1)) == [out] and out.read_text() == "x"
+
+
+def test_plots_are_balanced_against_a_large_table():
+    """The frames table of 7 copies of flow-control.pcap.gz (2.9M rows, 50 columns: about 3.7 s
+    of CSV) against 11 plots (0.3-2.2 s each, about 10 s in all): the writer of the table also
+    draws some of the plots (at least 3: about as long as the table), not the other writer all."""
+    costs = [2_937_326 * 50] + [report.PLOT_COST_CELLS] * 11
+    [table_writer] = [g for g in report._balance(costs, 2) if 0 in g]
+    assert len(table_writer) - 1 >= 3
+
 def test_forked_writers_write_the_same_files_as_one_process(tmp_path, monkeypatch):
     assert report.can_fork(), "a thread left running by an earlier test: the writers would not fork"
     cap = amqpcap.load(FIX / "prefetch-consumers.pcap", bodies=True)
