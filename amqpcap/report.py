@@ -18,6 +18,7 @@ import pandas as pd
 
 from .analysis import AnalyzerResult, Finding, Plot, rank
 from .capture import Capture
+from .partition import release_freed_memory
 from .table_files import check_format, write_table
 from .tally import capture_tally, frame_count, method_counts
 from .written_values import jsonable
@@ -228,6 +229,9 @@ def _run_here_or_forked(jobs: list[_Job], workers: int, written: _Written) -> li
     groups = _balance(costs, workers) if workers >= 2 else []
     if len(groups) < 2 or sum(costs) < PARALLEL_MIN_CELLS or not can_fork():  # (one job: nothing to share)
         return [written(j.write()) for j in jobs]
+    # the memory the analysis freed given back first: a forked writer's resident size starts as
+    # this process's (the million-connection hostile capture: 1,030 MB before, 694 MB after)
+    release_freed_memory()
     paths: dict[int, Path] = {}
     _FORKED_JOBS = jobs
     try:
