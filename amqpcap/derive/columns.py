@@ -64,12 +64,7 @@ def group_cumsum(code: np.ndarray, values: np.ndarray, idx: np.ndarray | None = 
         if (code[1:] >= code[:-1]).all():
             return _sorted_group_cumsum(code, values)
         idx = stable_argsort(code)
-    v = values[idx]
-    run = np.cumsum(v)
-    start = np.r_[True, code[idx][1:] != code[idx][:-1]]
-    # subtract the running sum before each group's first row
-    base = (run - v)[start]
-    run -= np.repeat(base, np.diff(np.r_[np.flatnonzero(start), len(v)]))
+    run = _sorted_group_cumsum(code[idx], values[idx])
     out = np.empty_like(run)
     out[idx] = run
     return out
@@ -77,12 +72,13 @@ def group_cumsum(code: np.ndarray, values: np.ndarray, idx: np.ndarray | None = 
 
 def _sorted_group_cumsum(code: np.ndarray, values: np.ndarray) -> np.ndarray:
     """`group_cumsum` of rows already in group order (`code` non-decreasing: the backlog join's
-    events, sorted by queue): no sort and no gather (4.7M events of 7 copies of
-    flow-control.pcap.gz: 0.04 s instead of 0.34 s)."""
+    events, sorted by queue): the running sum less the sum before each group's first row, no
+    sort and no gather (4.7M events of 7 copies of flow-control.pcap.gz: 0.04 s instead of 0.34 s)."""
     run = np.cumsum(values)
     start = np.flatnonzero(np.r_[True, code[1:] != code[:-1]])
     run -= np.repeat((run - values)[start], np.diff(np.r_[start, len(values)]))
     return run
+
 
 def asof(left_key: np.ndarray, left_on: np.ndarray, right_key: np.ndarray, right_on: np.ndarray,
          direction: str = "backward", allow_exact_matches: bool = True) -> np.ndarray:
