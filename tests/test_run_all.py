@@ -74,10 +74,15 @@ def test_a_shared_derivation_is_computed_once():
     assert len(calls) == 1
 
 
-def test_progress_is_called_once_per_analyzer_in_order():
-    from amqpcap.analysis import analyzers
+def test_progress_is_called_once_per_analyzer_in_run_order_and_results_come_in_name_order():
+    from amqpcap.analysis import RUN_FIRST, analyzers, run_order
 
     calls = []
-    run_all(amqpcap.load(FIX / "healthy.pcap"), progress=lambda *a: calls.append(a))
+    results = run_all(amqpcap.load(FIX / "healthy.pcap"), progress=lambda *a: calls.append(a))
     names = list(analyzers())
-    assert calls == [(name, i + 1, len(names)) for i, name in enumerate(names)]
+    # the analyzers with the largest working sets first (a renamed one would silently drop out)
+    assert set(RUN_FIRST) <= set(names)
+    ran = run_order(names)
+    assert ran[:len(RUN_FIRST)] == list(RUN_FIRST) and sorted(ran) == sorted(names)
+    assert calls == [(name, i + 1, len(names)) for i, name in enumerate(ran)]
+    assert [r.name for r in results] == names
