@@ -222,3 +222,21 @@ def test_group_cumsum_is_pandas_grouped_cumsum(in_order):
     assert (group_cumsum(code, values) == want).all()
     assert (group_cumsum(code[:1], values[:1]) == values[:1]).all()
     assert len(group_cumsum(code[:0], values[:0])) == 0
+
+
+def test_sorted_group_cummin_is_pandas_grouped_cummin():
+    """`columns.sorted_group_cummin` gives pandas' ``groupby(code).cummin()`` on rows in group
+    order: one-row groups, negative values, a group whose first row is its least, and values
+    whose range times the groups would not fit in an int64 (pandas' path)."""
+    import numpy as np
+    import pandas as pd
+
+    from amqpcap.derive.columns import sorted_group_cummin
+
+    rng = np.random.default_rng(12)
+    code = np.sort(rng.integers(0, 5_000, 50_000))
+    for values in (rng.integers(-1_000, 1_000, len(code)), rng.integers(-2**61, 2**61, len(code))):
+        want = pd.Series(values).groupby(code).cummin().to_numpy()
+        assert (sorted_group_cummin(code, values) == want).all()
+    assert (sorted_group_cummin(np.array([3, 3, 4]), np.array([-5, 7, 9])) == [-5, -5, 9]).all()
+    assert len(sorted_group_cummin(code[:0], code[:0])) == 0

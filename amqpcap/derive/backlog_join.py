@@ -35,7 +35,7 @@ import pandas as pd
 from ..kept_rows import keep_each, part_frame, parts_together
 from ..partition import CellJoin
 from .backlog import BacklogAnswers, BacklogQuestions
-from .columns import asof, group_cumsum, range_min
+from .columns import asof, group_cumsum, range_min, sorted_group_cummin
 
 #: packets of the capture per cell of the backlog join: what a cell task holds is the queue
 #: events and acks of this many packets (about 1 GB at 4M packets of one message each)
@@ -224,13 +224,15 @@ def cell_rows(p: BacklogPlan, carry: Carry, events: tuple[np.ndarray, ...]) -> C
     q, key, ts, delta = events
     # summed per (queue, frame), in (queue, frame) order
     by = np.lexsort((key, q))
-    q, key, ts, delta = q[by], key[by], ts[by], delta[by]
+    q, key, delta = q[by], key[by], delta[by]
     first = np.flatnonzero(np.r_[True, (q[1:] != q[:-1]) | (key[1:] != key[:-1])]) if len(q) else np.zeros(0, np.int64)
-    delta = np.add.reduceat(delta, first) if len(first) else delta
-    q, key, ts = q[first], key[first], ts[first]
+    if len(first) < len(q):  # (else no frame has two events of one queue: nothing to sum)
+        delta = np.add.reduceat(delta, first)
+        q, key, by = q[first], key[first], by[first]
+    ts = ts[by]
     run = carry.run_end[q] + group_cumsum(q, delta)
     # the running minimum of each queue, from its least value before the cell
-    low = np.minimum(pd.Series(run).groupby(q, sort=False).cummin().to_numpy(np.int64), carry.run_low[q])
+    low = np.minimum(sorted_group_cummin(q, run), carry.run_low[q])
     return CellRows(q, key, ts, run - np.minimum(low, 0), run, low)
 
 
