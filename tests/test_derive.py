@@ -240,3 +240,40 @@ def test_sorted_group_cummin_is_pandas_grouped_cummin():
         assert (sorted_group_cummin(code, values) == want).all()
     assert (sorted_group_cummin(np.array([3, 3, 4]), np.array([-5, 7, 9])) == [-5, -5, 9]).all()
     assert len(sorted_group_cummin(code[:0], code[:0])) == 0
+
+
+def test_publishes_routed_to_queues_are_the_merge_of_their_pairs():
+    """`backlog_join._routed` gives the rows of pandas' merge of publishes with routes on their
+    (exchange, routing key) pair, by queue, each route's rows in order: pairs no route takes,
+    missing codes (negative), a pair routed to several queues and a queue with several pairs."""
+    import numpy as np
+    import pandas as pd
+
+    from amqpcap.derive.backlog_join import _routed
+
+    rng = np.random.default_rng(13)
+    pair = rng.integers(-3, 40, 20_000)
+    route_pair = np.array([5, 5, 7, 9, 30, 7, 41])
+    route_q = np.array([2, 0, 0, 1, 2, 3, 1])
+    row, q = _routed(pair, route_pair, route_q)
+    want = pd.DataFrame({"pair": pair, "row": np.arange(len(pair))}).merge(
+        pd.DataFrame({"pair": route_pair, "q": route_q}), on="pair")
+    got = pd.DataFrame({"row": row, "q": q})
+    assert (np.diff(q) >= 0).all()
+    pd.testing.assert_frame_equal(got.sort_values(["q", "row"], ignore_index=True),
+                                  want[["row", "q"]].sort_values(["q", "row"], ignore_index=True))
+    assert [len(a) for a in _routed(pair[:0], route_pair, route_q)] == [0, 0]
+
+
+def test_events_ordered_by_queue_and_frame_as_lexsort_orders_them():
+    """`backlog_join._by_queue_and_frame` is `np.lexsort((key, q))`, equal pairs in row order,
+    also when (queue, key) does not fit in an int64."""
+    import numpy as np
+
+    from amqpcap.derive.backlog_join import _by_queue_and_frame
+
+    rng = np.random.default_rng(14)
+    q = rng.integers(0, 12, 30_000)
+    for key in (rng.integers(0, 5_000, len(q)), rng.integers(0, 2**62, len(q))):
+        assert (_by_queue_and_frame(q, key) == np.lexsort((key, q))).all()
+    assert len(_by_queue_and_frame(q[:0], q[:0])) == 0

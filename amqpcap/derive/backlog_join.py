@@ -223,7 +223,7 @@ def cell_rows(p: BacklogPlan, carry: Carry, events: tuple[np.ndarray, ...]) -> C
     since the lowest point of the running sum, and never below 0."""
     q, key, ts, delta = events
     # summed per (queue, frame), in (queue, frame) order
-    by = np.lexsort((key, q))
+    by = _by_queue_and_frame(q, key)
     q, key, delta = q[by], key[by], delta[by]
     first = np.flatnonzero(np.r_[True, (q[1:] != q[:-1]) | (key[1:] != key[:-1])]) if len(q) else np.zeros(0, np.int64)
     if len(first) < len(q):  # (else no frame has two events of one queue: nothing to sum)
@@ -236,9 +236,19 @@ def cell_rows(p: BacklogPlan, carry: Carry, events: tuple[np.ndarray, ...]) -> C
     return CellRows(q, key, ts, run - np.minimum(low, 0), run, low)
 
 
+def _by_queue_and_frame(q: np.ndarray, key: np.ndarray) -> np.ndarray:
+    """The stable order of events by (queue, frame key): one sort of the pair packed into an int64
+    (a merge of the runs `_cell_events` gives in order), or `np.lexsort` when it does not fit."""
+    if len(q) and key.min() >= 0 and (int(q.max()) + 1) * (int(key.max()) + 1) < 2**63:
+        return np.argsort(q * (int(key.max()) + 1) + key, kind="stable")
+    return np.lexsort((key, q))
+
+
 def _cell_events(p: BacklogPlan, inputs: list) -> tuple[np.ndarray, ...]:
     """The events of a cell's shares: queue (code), frame key, ts, delta; publishes joined with
-    every route of their (exchange, routing key), on the pair's codes (no text per row)."""
+    every route of their (exchange, routing key), on the pair's codes (no text per row). The
+    publishes come by queue (`_routed`), then the takes: `cell_rows` sorts them by (queue,
+    frame), which then finds them mostly in order."""
     pubs = parts_together([x[0] for x in inputs])[0]
     takes = parts_together([x[1] for x in inputs])[0]
     ex_code, ex_names = _codes(pubs["exchange"])
@@ -247,12 +257,12 @@ def _cell_events(p: BacklogPlan, inputs: list) -> tuple[np.ndarray, ...]:
     r_rk = pd.Index(rk_names).get_indexer(p.routes["routing_key"].to_numpy(object))
     seen = (r_ex >= 0) & (r_rk >= 0)  # (a route no publish took)
     width = len(rk_names) + 1
-    hits = pd.DataFrame({"pair": ex_code * width + rk_code, "row": np.arange(len(ex_code))}).merge(
-        pd.DataFrame({"pair": r_ex[seen] * width + r_rk[seen], "q": p.routes["q"].to_numpy(np.int64)[seen]}), on="pair")
-    hit_row = hits["row"].to_numpy(np.int64)
+    hit_row, hit_q = _routed(ex_code * width + rk_code, r_ex[seen] * width + r_rk[seen],
+                             p.routes["q"].to_numpy(np.int64)[seen])
     take_code, take_names = _codes(takes["queue"])
     to_q = pd.Index(p.names).get_indexer(take_names.astype(str)) if len(take_names) else np.zeros(0, np.int64)
     take_q = np.where(take_code >= 0, to_q[np.maximum(take_code, 0)] if len(to_q) else -1, -1).astype(np.int64)
+    ok = take_q >= 0  # (every take's queue is a consumed one: none is dropped)
 
     def col(d: pd.DataFrame, c: str) -> np.ndarray:
         return d[c].to_numpy(np.int64)
@@ -260,12 +270,26 @@ def _cell_events(p: BacklogPlan, inputs: list) -> tuple[np.ndarray, ...]:
     def keys(d: pd.DataFrame) -> np.ndarray:
         return p.frame_key(col(d, "packet"), col(d, "rank"))
 
-    q = np.r_[hits["q"].to_numpy(np.int64), take_q]
-    key = np.r_[keys(pubs)[hit_row], keys(takes)]
-    ts = np.r_[col(pubs, "ts")[hit_row], col(takes, "ts")]
-    delta = np.r_[np.ones(len(hit_row), np.int64), col(takes, "delta")]
-    ok = q >= 0  # (every take's queue is a consumed one: none is dropped)
-    return q[ok], key[ok], ts[ok], delta[ok]
+    q = np.concatenate([hit_q, take_q[ok]])
+    key = np.concatenate([keys(pubs)[hit_row], keys(takes)[ok]])
+    ts = np.concatenate([col(pubs, "ts")[hit_row], col(takes, "ts")[ok]])
+    delta = np.concatenate([np.ones(len(hit_row), np.int64), col(takes, "delta")[ok]])
+    return q, key, ts, delta
+
+
+def _routed(pair: np.ndarray, route_pair: np.ndarray, route_q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of `pair` (a publish's (exchange, routing key) code) joined with the routes of the
+    same pair to their queue `route_q`: (row, queue) of every hit, by queue, each route's rows in
+    their order (the join of `pd.merge`, without its hash table and its copies)."""
+    order = np.lexsort((route_pair, route_q))
+    route_pair, route_q = route_pair[order], route_q[order]
+    by_pair = np.argsort(pair, kind="stable")
+    lo = np.searchsorted(pair[by_pair], route_pair, "left")
+    count = np.searchsorted(pair[by_pair], route_pair, "right") - lo
+    # each route's positions in by_pair, lo to lo + count, one route after the other
+    first = np.cumsum(count) - count
+    at = np.arange(int(count.sum()), dtype=np.int64) + np.repeat(lo - first, count)
+    return by_pair[at], np.repeat(route_q, count)
 
 
 def cell(p: BacklogPlan, carry: Carry, given: CellInput, r: int) -> tuple[Carry, list]:
