@@ -230,10 +230,14 @@ def cell_rows(p: BacklogPlan, carry: Carry, events: tuple[np.ndarray, ...]) -> C
         delta = np.add.reduceat(delta, first)
         q, key, by = q[first], key[first], by[first]
     ts = ts[by]
-    run = carry.run_end[q] + group_cumsum(q, delta)
+    run = group_cumsum(q, delta)
+    run += carry.run_end[q]
     # the running minimum of each queue, from its least value before the cell
-    low = np.minimum(sorted_group_cummin(q, run), carry.run_low[q])
-    return CellRows(q, key, ts, run - np.minimum(low, 0), run, low)
+    low = sorted_group_cummin(q, run)
+    np.minimum(low, carry.run_low[q], out=low)
+    backlog_min = np.minimum(low, 0)
+    np.subtract(run, backlog_min, out=backlog_min)
+    return CellRows(q, key, ts, backlog_min, run, low)
 
 
 def _by_queue_and_frame(q: np.ndarray, key: np.ndarray) -> np.ndarray:
