@@ -130,10 +130,11 @@ def run_all(cap: Capture, workers: int = 1,
             progress: Callable[[str, int, int], None] | None = None) -> list[AnalyzerResult]:
     """Every analyzer on ``cap``, results in `analyzers` order (what ``amqpcap analyze`` runs).
 
-    One after the other by default, in `run_order` (the largest working sets first). With ``workers`` > 1 they run in that many threads: nearly
-    all of their time is in numpy and pandas kernels, which release the GIL, and what they
-    share (matched deliveries, consumer state, stream-ordered packets) is computed once
-    (`amqpcap.capture.computed_once`), so the results equal those of the serial run.
+    One after the other by default, in `run_order` (the largest working sets first). With
+    ``workers`` > 1 they run in that many threads: nearly all of their time is in numpy and
+    pandas kernels, which release the GIL, and what they share (matched deliveries, consumer
+    state, stream-ordered packets) is computed once (`amqpcap.capture.computed_once`), so the
+    results equal those of the serial run.
 
     Serial is the default because the threads' working sets add up while the time saved is
     small: on the 1M-packet benchmark (2 cores) five threads took 1.23-1.32 s against 1.39-1.89 s

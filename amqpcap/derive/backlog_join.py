@@ -243,8 +243,9 @@ def cell_rows(p: BacklogPlan, carry: Carry, events: tuple[np.ndarray, ...]) -> C
 def _by_queue_and_frame(q: np.ndarray, key: np.ndarray) -> np.ndarray:
     """The stable order of events by (queue, frame key): one sort of the pair packed into an int64
     (a merge of the runs `_cell_events` gives in order), or `np.lexsort` when it does not fit."""
-    if len(q) and key.min() >= 0 and (int(q.max()) + 1) * (int(key.max()) + 1) < 2**63:
-        return np.argsort(q * (int(key.max()) + 1) + key, kind="stable")
+    span = int(key.max()) + 1 if len(key) else 0
+    if len(q) and key.min() >= 0 and (int(q.max()) + 1) * span < 2**63:
+        return np.argsort(q * span + key, kind="stable")
     return np.lexsort((key, q))
 
 

@@ -75,9 +75,15 @@ def _sorted_group_cumsum(code: np.ndarray, values: np.ndarray) -> np.ndarray:
     events, sorted by queue): the running sum less the sum before each group's first row, no
     sort and no gather (4.7M events of 7 copies of flow-control.pcap.gz: 0.04 s instead of 0.34 s)."""
     run = np.cumsum(values)
-    start = np.flatnonzero(np.r_[True, code[1:] != code[:-1]])
-    run -= np.repeat(run[start] - values[start], np.diff(np.r_[start, len(values)]))
+    start, rows = _sorted_groups(code)
+    run -= np.repeat(run[start] - values[start], rows)
     return run
+
+
+def _sorted_groups(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The first row and the number of rows of each group of ``code`` (non-decreasing, not empty)."""
+    start = np.flatnonzero(np.r_[True, code[1:] != code[:-1]])
+    return start, np.diff(np.r_[start, len(code)])
 
 
 def sorted_group_cummin(code: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -90,12 +96,12 @@ def sorted_group_cummin(code: np.ndarray, values: np.ndarray) -> np.ndarray:
     values = np.asarray(values, np.int64)
     if len(values) == 0:
         return np.zeros(0, np.int64)
-    start = np.flatnonzero(np.r_[True, code[1:] != code[:-1]])
+    start, rows = _sorted_groups(code)
     lo = int(values.min())
     span = int(values.max()) - lo + 1
     if span * len(start) >= 2**62:
         return pd.Series(values).groupby(code, sort=False).cummin().to_numpy(np.int64)
-    shift = np.repeat(np.arange(len(start), dtype=np.int64) * span, np.diff(np.r_[start, len(values)]))
+    shift = np.repeat(np.arange(len(start), dtype=np.int64) * span, rows)
     # (in place: every new array of these sizes is memory the kernel clears first)
     low = np.subtract(values, lo)  # (from 0: no shift below it overflows)
     low -= shift
