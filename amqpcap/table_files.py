@@ -29,6 +29,15 @@ CSV_SLICE_ROWS = 25_000
 #: in 3 row groups 0.67 s and 7.4 MB.
 PARQUET_ROW_GROUP_ROWS = 1 << 20
 
+#: rows of a batch of frames that the core hands to `amqpcap frames -o` while it decodes (each
+#: a row group of its Parquet file, a run of CSV slices): the writer starts once that many rows
+#: are decoded, and after the decode ends only the last batch is left to write. On 7 copies of
+#: `fixtures/flow-control.pcap.gz` (2.9M frames), `frames -o X.parquet` took 2.5-2.9 s and
+#: peaked at 0.36 GB in batches of 2^18 rows, against 3.2-3.7 s and 0.66 GB in batches of
+#: 2^20 (four runs each, alternating); writing that table took as long in row groups of 2^18
+#: rows as of 2^20 (1.12 s; 2^17: 1.18 s) into a 1% larger file.
+STREAMED_FRAMES_BATCH_ROWS = 1 << 18
+
 #: threads formatting CSV slices side by side (pyarrow's formatting runs without the GIL); as
 #: many slices' text wait to be written, in order, at the most
 CSV_THREADS = 2

@@ -94,7 +94,8 @@ def _load(capture: List[str], port: Optional[List[int]], limit: Optional[List[st
           arrow: bool = False, frames_sink=None):
     """The capture, loaded (a `Capture`), its warnings told; with ``arrow``, a capture file's
     tables are left in Arrow as the core made them (`amqpcap.capture.decode_arrow`: a
-    `Decoded`, its frames given to ``frames_sink`` when given, in Parquet row groups' batches),
+    `Decoded`, its frames given to ``frames_sink`` when given, in batches of
+    `STREAMED_FRAMES_BATCH_ROWS`),
     for a command that only writes them."""
     from ..dataset import is_dataset
 
@@ -106,9 +107,9 @@ def _load(capture: List[str], port: Optional[List[int]], limit: Optional[List[st
         if arrow:
             from ..capture import decode_arrow
 
-            from ..table_files import PARQUET_ROW_GROUP_ROWS
+            from ..table_files import STREAMED_FRAMES_BATCH_ROWS
 
-            cap = decode_arrow(capture, frames_sink=frames_sink, frames_batch_rows=PARQUET_ROW_GROUP_ROWS, **args)
+            cap = decode_arrow(capture, frames_sink=frames_sink, frames_batch_rows=STREAMED_FRAMES_BATCH_ROWS, **args)
         else:
             from ..capture import load
 
