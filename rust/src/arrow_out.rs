@@ -31,11 +31,12 @@ fn values<T: arrow_array::ArrowPrimitiveType>(v: Vec<T::Native>, valid: Option<V
     PrimitiveArray::new(ScalarBuffer::from(v), valid.and_then(nulls))
 }
 
-/// Dictionary keys of `codes` (-1 = missing) in the width pandas would keep them in.
-fn dictionary(codes: Vec<i32>, dict: Vec<String>) -> Result<ArrayRef, ArrowError> {
+/// Dictionary keys of `codes` (-1 = missing) in `width` ([`code_width`] of the dictionary's
+/// size: the width pandas would keep them in).
+fn dictionary(codes: Vec<i32>, dict: Vec<String>, width: CodeWidth) -> Result<ArrayRef, ArrowError> {
     let valid: Vec<bool> = codes.iter().map(|&c| c >= 0).collect();
     let words: ArrayRef = Arc::new(StringArray::from(dict));
-    Ok(match code_width(words.len()) {
+    Ok(match width {
         CodeWidth::I8 => {
             let keys = values::<Int8Type>(codes.into_iter().map(|c| c.max(0) as i8).collect(), Some(valid));
             Arc::new(DictionaryArray::<Int8Type>::try_new(keys, words)?)
@@ -67,10 +68,18 @@ pub fn array(c: Column) -> Result<ArrayRef, ArrowError> {
         Column::NullU64(v, m) => Arc::new(UInt64Array::new(ScalarBuffer::from(v), nulls(m))),
         Column::NullBool(v, m) => Arc::new(BooleanArray::new(BooleanBuffer::from(v), nulls(m))),
         Column::NullTs(v, m) => Arc::new(TimestampNanosecondArray::new(ScalarBuffer::from(v), nulls(m)).with_timezone(UTC)),
-        Column::Str(codes, dict) => dictionary(codes, dict)?,
-        Column::Str8(codes, dict) => dictionary(codes.into_iter().map(i32::from).collect(), dict)?,
+        Column::Str(codes, dict) => {
+            let width = code_width(dict.len());
+            dictionary(codes, dict, width)?
+        }
+        Column::StrWide(codes, dict) => dictionary(codes, dict, CodeWidth::I32)?,
+        Column::Str8(codes, dict) => {
+            let width = code_width(dict.len());
+            dictionary(codes.into_iter().map(i32::from).collect(), dict, width)?
+        }
         Column::Cat(codes, names) => {
-            dictionary(codes.into_iter().map(i32::from).collect(), names.into_iter().map(String::from).collect())?
+            let width = code_width(names.len());
+            dictionary(codes.into_iter().map(i32::from).collect(), names.into_iter().map(String::from).collect(), width)?
         }
         Column::Text(codes, dict) => {
             let bytes: usize = codes.iter().filter(|&&c| c >= 0).map(|&c| dict[c as usize].len()).sum();

@@ -219,7 +219,7 @@ fn column_len(c: &Column) -> usize {
         NullI64(v, m) | NullTs(v, m) => same_len(v.len(), m.len()),
         NullU64(v, m) => same_len(v.len(), m.len()),
         NullBool(v, m) => same_len(v.len(), m.len()),
-        Str(codes, dict) => {
+        Str(codes, dict) | StrWide(codes, dict) => {
             assert!(codes.iter().all(|&c| c >= -1 && (c as i64) < dict.len() as i64), "string code out of range");
             codes.len()
         }
@@ -257,7 +257,7 @@ fn ints(c: &Column) -> Vec<Option<i64>> {
     match c {
         I8(v) | Cat(v, _) | Str8(v, _) => v.iter().map(|&x| Some(x as i64)).collect(),
         I16(v) => v.iter().map(|&x| Some(x as i64)).collect(),
-        I32(v) | Str(v, _) => v.iter().map(|&x| Some(x as i64)).collect(),
+        I32(v) | Str(v, _) | StrWide(v, _) => v.iter().map(|&x| Some(x as i64)).collect(),
         I64(v) | Ts(v) => v.iter().map(|&x| Some(x)).collect(),
         Bool(v) => v.iter().map(|&x| Some(x as i64)).collect(),
         NullI16(v, m) => masked(v, m),
@@ -295,7 +295,7 @@ fn same_texts(some: &Table, all: &Table, start: usize, what: &str) {
         let whole = column(all, name);
         assert_eq!(ints(c), ints(whole)[start..start + n], "{name} of {what}");
         match (c, whole) {
-            (Column::Str(_, a), Column::Str8(_, b) | Column::Str(_, b)) => assert!(b.starts_with(a), "{name} of {what}"),
+            (Column::StrWide(_, a), Column::Str8(_, b) | Column::Str(_, b)) => assert!(b.starts_with(a), "{name} of {what}"),
             // (a dictionary fixed in advance: `method`)
             (Column::Str8(_, a), Column::Str8(_, b)) => assert_eq!(a, b, "{name} of {what}"),
             (Column::Cat(_, a), Column::Cat(_, b)) => assert_eq!(a, b, "{name} of {what}"),

@@ -81,7 +81,7 @@ mod python {
             Column::NullU64(v, m) => ("null_u64", arr(py, v), arr(py, missing(m))).into_pyobject(py)?,
             Column::NullBool(v, m) => ("null_bool", arr(py, v), arr(py, missing(m))).into_pyobject(py)?,
             Column::NullTs(v, m) => ("null_ts", arr(py, v), arr(py, missing(m))).into_pyobject(py)?,
-            Column::Str(c, dict) => {
+            Column::Str(c, dict) | Column::StrWide(c, dict) => {
                 let n = dict.len();
                 ("str", codes(py, c, n), PyList::new(py, dict)?).into_pyobject(py)?
             }

@@ -28,6 +28,12 @@ pub enum Column {
     /// such a categorical. Sparse argument columns are spread straight into this width: with
     /// i32 codes the ~25 text columns of a million-frame table held ~80 MB more at the peak.
     Str8(Vec<i8>, Vec<String>),
+    /// `Str` of a table handed out a batch at a time while its rows still come
+    /// ([`BuilderRows::text_wide`]): its Arrow keys are 32-bit whatever the dictionary's size,
+    /// so that every batch has one schema while the dictionary grows (a file's batches must:
+    /// the `correlation_id`s of `fixtures/rpc-nodelay.pcap` outgrow 8-bit keys in its second
+    /// thousand frames).
+    StrWide(Vec<i32>, Vec<String>),
     /// A fixed vocabulary (direction, frame type, anomaly kind): codes into the names, -1 missing.
     Cat(Vec<i8>, Vec<&'static str>),
     /// Free text for the small tables (connections, anomaly details), dictionary-encoded like
@@ -236,7 +242,7 @@ impl Column {
         match self {
             Column::I8(v) | Column::Cat(v, _) | Column::Str8(v, _) => take_vec(v, order),
             Column::I16(v) => take_vec(v, order),
-            Column::I32(v) | Column::Str(v, _) | Column::Text(v, _) => take_vec(v, order),
+            Column::I32(v) | Column::Str(v, _) | Column::StrWide(v, _) | Column::Text(v, _) => take_vec(v, order),
             Column::I64(v) | Column::Ts(v) => take_vec(v, order),
             Column::Bool(v) => take_vec(v, order),
             Column::NullI16(v, m) => (take_vec(v, order), take_vec(m, order)).1,
@@ -275,7 +281,7 @@ impl Column {
             Column::NullI64(v, m) | Column::NullTs(v, m) => (v.shrink_to_fit(), m.shrink_to_fit()).1,
             Column::NullU64(v, m) => (v.shrink_to_fit(), m.shrink_to_fit()).1,
             Column::NullBool(v, m) => (v.shrink_to_fit(), m.shrink_to_fit()).1,
-            Column::Str(c, _) => c.shrink_to_fit(),
+            Column::Str(c, _) | Column::StrWide(c, _) => c.shrink_to_fit(),
             Column::Str8(c, _) => c.shrink_to_fit(),
             Column::Cat(c, _) => c.shrink_to_fit(),
             Column::Text(c, _) => c.shrink_to_fit(),
@@ -479,7 +485,11 @@ impl SparseStr {
         for (r, c) in self.rows.into_iter().zip(self.codes) {
             codes[r as usize] = c;
         }
-        Column::Str(codes, self.dict.values)
+        if self.wide {
+            Column::StrWide(codes, self.dict.values)
+        } else {
+            Column::Str(codes, self.dict.values)
+        }
     }
 }
 
