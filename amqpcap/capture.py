@@ -1,7 +1,8 @@
 """Loading a capture into the ingestion tables (documented column by column in docs/tables.md).
 
-The native core hands over whole column arrays; this module only wraps them into pandas
-dtypes (nullable integers, categoricals, UTC timestamps) without per-row Python work.
+The native core hands over whole column arrays (`amqpcap.core_columns` wraps them into pandas
+dtypes without per-row Python work), or Arrow record batches (`decode_arrow`). pandas is
+imported when first needed, so that a decode to Arrow starts without waiting for it.
 """
 
 from __future__ import annotations
@@ -10,15 +11,15 @@ import functools
 import os
 import threading
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, TypeVar
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
 
 from . import _core
 from .display_filters import stream_filter
 from .errors import UsageError, from_core
 from .wording import counted
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: AMQP (5672) and AMQPS (5671, AMQP over TLS: detected and reported as encrypted unless a
 #: key log decrypts it)
@@ -60,7 +61,7 @@ class Capture:
     connections: pd.DataFrame
     anomalies: pd.DataFrame
     #: every record of the file (also non-TCP): packet, ts, frame_len
-    records: pd.DataFrame = field(default_factory=pd.DataFrame)
+    records: pd.DataFrame = field(default_factory=lambda: _pandas().DataFrame())
     #: message bodies, one row per message; None unless ``load(..., bodies=True)``
     bodies: pd.DataFrame | None = None
     summary: dict[str, Any] = field(default_factory=dict)
@@ -94,7 +95,13 @@ class Capture:
         )
 
 
-_NAT = np.iinfo(np.int64).min
+def _pandas():
+    """pandas, imported when first needed: `decode_arrow` starts the decode of `amqpcap frames
+    -o` without it (its tables stay Arrow until the decode's summary is made)."""
+    import pandas
+
+    return pandas
+
 
 _LOCKS_GUARD = threading.Lock()
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -114,59 +121,6 @@ def computed_once(fn: _F) -> _F:
             return fn(cap, *args, **kwargs)
 
     return locked  # type: ignore[return-value]
-
-
-_UTC = pd.DatetimeTZDtype(unit="ns", tz="UTC")
-
-
-def _timestamps(values: np.ndarray, missing: np.ndarray | None = None) -> pd.arrays.DatetimeArray:
-    if missing is not None and missing.any():
-        values[missing] = _NAT
-    try:
-        # Wraps the int64 nanoseconds without a copy (the public constructors copy).
-        return pd.arrays.DatetimeArray._simple_new(values.view("M8[ns]"), dtype=_UTC)
-    except (AttributeError, TypeError):  # pragma: no cover - other pandas versions
-        return pd.array(values.view("M8[ns]"), dtype="M8[ns]").tz_localize("UTC")
-
-
-def _categorical(codes: np.ndarray, categories: list[str]) -> pd.Categorical:
-    return pd.Categorical.from_codes(codes, categories=pd.Index(categories, dtype=object), validate=False)
-
-
-def _column(col: tuple) -> Any:
-    kind = col[0]
-    if kind in ("i8", "i16", "i32", "i64", "bool"):
-        return col[1]
-    if kind == "ts":
-        return _timestamps(col[1])
-    # nullable columns come as (values, missing mask), the layout pandas keeps as is
-    if kind in ("null_i16", "null_i32", "null_u32", "null_i64", "null_u64"):
-        return pd.arrays.IntegerArray(col[1], col[2])
-    if kind == "null_bool":
-        return pd.arrays.BooleanArray(col[1], col[2])
-    if kind == "null_ts":
-        return _timestamps(col[1], col[2])
-    if kind in ("str", "cat"):
-        return _categorical(col[1], col[2])
-    if kind == "bytes":
-        return pd.array(col[1], dtype=object)
-    if kind == "text":
-        # dictionary codes (-1 = missing) into str objects shared between rows
-        lookup = np.empty(len(col[2]) + 1, dtype=object)
-        lookup[: len(col[2])] = col[2]
-        return pd.array(lookup[col[1]], dtype=object)
-    raise ValueError(f"unknown column encoding {kind!r}")
-
-
-def _frame(table: list[tuple[str, tuple]]) -> pd.DataFrame:
-    """Columns are taken out of ``table`` one by one so each raw array is released as soon as
-    pandas holds it (peak memory stays near one copy of the tables)."""
-    columns = {}
-    table.reverse()
-    while table:
-        name, col = table.pop()
-        columns[name] = _column(col)
-    return pd.DataFrame(columns, copy=False)
 
 
 def _ports(ports: int | Iterable[int] | None) -> tuple[int, ...]:
@@ -225,21 +179,24 @@ def load(
         from .dataset import read
 
         return read(path)  # stored by `amqpcap ingest` (amqpcap.dataset): decoded already
+    pd = _pandas()
+    from .core_columns import pandas_frame
+
     d = _decoded(path, ports, limits, tls_keylog, bodies, strict, progress, arrow=False)
     raw = d.tables
-    records = _frame(raw.pop("records"))
+    records = pandas_frame(raw.pop("records"))
     records["source_file"] = pd.Categorical.from_codes(records["source_file"].to_numpy(),
                                                        categories=pd.Index(d.files, dtype=object))
     body_rows = raw.pop("bodies")
     return Capture(
         path=d.summary["path"],
         ports=d.ports,
-        frames=_frame(raw.pop("frames")),
-        packets=_frame(raw.pop("packets")),
+        frames=pandas_frame(raw.pop("frames")),
+        packets=pandas_frame(raw.pop("packets")),
         connections=d.connections,
-        anomalies=_frame(raw.pop("anomalies")),
+        anomalies=pandas_frame(raw.pop("anomalies")),
         records=records,
-        bodies=_frame(body_rows) if body_rows is not None else None,
+        bodies=pandas_frame(body_rows) if body_rows is not None else None,
         summary=d.summary,
     )
 
@@ -312,6 +269,8 @@ def decode_arrow(path, ports=DEFAULT_PORTS, limits: Limits | None = None, tls_ke
         names = pa.DictionaryArray.from_arrays(column, pa.array(files, pa.string()))
         return batch.set_column(i, pa.field("source_file", names.type), names)
 
+    # pandas, which the decode's summary needs when it ends, is imported meanwhile
+    threading.Thread(target=_pandas, name="amqpcap-import-pandas").start()
     records = _batch_sink(records_sink and (lambda b: records_sink(named(b))))
     d = _decoded(path, ports, limits, tls_keylog, bodies, strict, progress, arrow=True, records_sink=records,
                  files=files, spill=spill, frames=(_batch_sink(frames_sink), frames_batch_rows))
@@ -383,7 +342,9 @@ def _decoded(path, ports, limits, tls_keylog, bodies, strict, progress, arrow: b
         except _core.CoreCaptureError as e:
             raise from_core(*e.args) from None
         if not arrow:
-            return raw, _frame(raw.pop("connections"))
+            from .core_columns import pandas_frame
+
+            return raw, pandas_frame(raw.pop("connections"))
         _arrow_tables(raw)
         return raw, _tls_columns(raw["connections"])
 
@@ -457,7 +418,7 @@ def _decode(files: list[str], ports: list[int], limits: dict, bodies: bool, decr
 
 
 def _utc(ns: int | None) -> pd.Timestamp | None:
-    return pd.Timestamp(ns, unit="ns", tz="UTC") if ns is not None else None
+    return _pandas().Timestamp(ns, unit="ns", tz="UTC") if ns is not None else None
 
 
 def _files_summary(files: list[dict]) -> list[dict]:

@@ -7,13 +7,14 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
-from typing import Any, Callable
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Callable
 
 from .errors import UsageError
-from .written_values import clean_floats, iso_utc_arrow
+
+# (numpy, pandas and the text formats are imported where used: `amqpcap frames -o X.parquet`
+# starts its decode without waiting for pandas' import)
+if TYPE_CHECKING:
+    import pandas as pd
 
 FORMATS = ("csv", "parquet")
 
@@ -96,8 +97,11 @@ def as_csv_columns(t):
     timestamps as ISO 8601 UTC text (Arrow's strftime gives `iso_utc_ns`'s text: nanoseconds,
     `Z`), floats without binary noise (`clean_floats`). Nulls stay null: empty cells.
     Categories stay dictionaries: both CSV writers write a dictionary's text as its value."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
+
+    from .written_values import clean_floats, iso_utc_arrow
 
     columns = list(t.columns)
     for i, (name, col) in enumerate(zip(t.column_names, t.columns)):

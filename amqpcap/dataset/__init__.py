@@ -11,15 +11,28 @@ One module per question: `layout` (where rows are, the manifest), `writing` (fil
 `ingestion` (a capture decoded into buckets), `reading` (a dataset read back).
 """
 
-from .ingestion import SPILL_DIR, Ingested, StepResult, ingest, ingest_bucket, spill_path, split
-from .layout import (CAPTURE_TABLES, CONNECTION_TABLES, MANIFEST, ORDER, DatasetError, Location, bucket_file, bucket_of,
-                     bucket_packets, default_buckets, is_dataset, is_url, location, manifest)
-from .reading import bucket_cuts, facts, packet_filter, read, read_outline, read_partition, read_records
-from .writing import write
+import importlib
 
-__all__ = [
-    "CAPTURE_TABLES", "CONNECTION_TABLES", "MANIFEST", "ORDER", "SPILL_DIR", "DatasetError", "Ingested",
-    "Location", "StepResult", "bucket_cuts", "bucket_file", "bucket_of", "bucket_packets", "default_buckets",
-    "facts", "ingest", "ingest_bucket", "is_dataset", "is_url", "location", "manifest", "packet_filter",
-    "read", "read_outline", "read_partition", "read_records", "spill_path", "split", "write",
-]
+#: the module of each name the package gives, imported when the name is first used (PEP 562):
+#: a command that only asks whether a path is a dataset (`amqpcap frames CAPTURE -o X`) starts
+#: its decode without importing pandas, which the other modules need
+_MODULE_OF = {
+    **dict.fromkeys(("SPILL_DIR", "Ingested", "StepResult", "ingest", "ingest_bucket", "spill_path", "split"), "ingestion"),
+    **dict.fromkeys(("CAPTURE_TABLES", "CONNECTION_TABLES", "MANIFEST", "ORDER", "DatasetError", "Location",
+                     "bucket_file", "bucket_of", "bucket_packets", "default_buckets", "is_dataset", "is_url",
+                     "location", "manifest"), "layout"),
+    **dict.fromkeys(("bucket_cuts", "facts", "packet_filter", "read", "read_outline", "read_partition",
+                     "read_records"), "reading"),
+    "write": "writing",
+}
+
+
+def __getattr__(name: str):
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_MODULE_OF[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = list(_MODULE_OF)

@@ -10,12 +10,15 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from ..errors import AmqpcapError
+
+# (numpy and pandas are imported by the functions that use them: whether a path is a dataset is
+# asked before a capture is decoded, which should not wait for pandas' import)
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
 
 FORMAT = "amqpcap-dataset"
 VERSION = 1
@@ -54,6 +57,8 @@ def bucket_of(stream: np.ndarray, buckets: int) -> np.ndarray:
     32 bits), so that a run of consecutive streams (a burst of short connections) spreads over
     the buckets instead of filling them in turn. Defined once, in the core (rust/src/partition.rs),
     which also decodes a pass's buckets by it."""
+    import numpy as np
+
     from .. import _core
 
     return _core.bucket_of(np.ascontiguousarray(stream, dtype=np.int64), buckets)
@@ -62,6 +67,8 @@ def bucket_of(stream: np.ndarray, buckets: int) -> np.ndarray:
 def bucket_packets(connections: pd.DataFrame, buckets: int) -> np.ndarray:
     """The packets of each bucket's connections (their `c2s_packets` and `s2c_packets`), from
     the capture's connections table."""
+    import numpy as np
+
     bucket = bucket_of(connections["stream"].to_numpy(), buckets)
     packets = (connections["c2s_packets"] + connections["s2c_packets"]).to_numpy(np.int64)
     return np.bincount(bucket, weights=packets, minlength=buckets).astype(np.int64)
@@ -139,6 +146,9 @@ def is_dataset(path: str | os.PathLike[str]) -> bool:
 
 
 def to_json(v: Any) -> Any:
+    import numpy as np
+    import pandas as pd
+
     if isinstance(v, pd.Timestamp):
         return {"ts_ns": int(v.value)}
     if isinstance(v, dict):
@@ -153,6 +163,8 @@ def to_json(v: Any) -> Any:
 def from_json(v: Any) -> Any:
     if isinstance(v, dict):
         if set(v) == {"ts_ns"}:
+            import pandas as pd
+
             return pd.Timestamp(v["ts_ns"], unit="ns", tz="UTC")
         return {k: from_json(x) for k, x in v.items()}
     if isinstance(v, list):
