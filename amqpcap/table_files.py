@@ -99,17 +99,35 @@ def as_csv_columns(t):
     Categories stay dictionaries: both CSV writers write a dictionary's text as its value."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    from .written_values import clean_floats, iso_utc_arrow
+    from .written_values import iso_utc_arrow
+
+    t = _clean_floats(t)
+    columns = list(t.columns)
+    for i, col in enumerate(t.columns):
+        if pa.types.is_timestamp(col.type):
+            ns = _nanoseconds(col).cast(pa.int64()).fill_null(np.iinfo(np.int64).min)
+            columns[i] = iso_utc_arrow(ns.to_numpy().view("datetime64[ns]"))  # the minimum is NaT: null
+    return pa.table(columns, names=t.column_names)
+
+
+def _nanoseconds(col):
+    """A timestamp column in nanoseconds (in its time zone)."""
+    import pyarrow as pa
+
+    return col.cast(pa.timestamp("ns", tz=col.type.tz))
+
+
+def _clean_floats(t):
+    """The Arrow table `t` with its float columns as every text output writes them (`clean_floats`)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from .written_values import clean_floats
 
     columns = list(t.columns)
     for i, (name, col) in enumerate(zip(t.column_names, t.columns)):
-        kind = col.type
-        if pa.types.is_timestamp(kind):
-            ns = pc.fill_null(col.cast(pa.timestamp("ns", tz=kind.tz)).cast(pa.int64()), np.iinfo(np.int64).min)
-            columns[i] = iso_utc_arrow(ns.to_numpy().view("datetime64[ns]"))  # the minimum is NaT: null
-        elif pa.types.is_floating(kind):
+        if pa.types.is_floating(col.type):
             values = col.to_numpy(zero_copy_only=False)  # nulls as NaN
             columns[i] = pa.array(clean_floats(values, str(name)), mask=np.isnan(values))
     return pa.table(columns, names=t.column_names)
@@ -213,18 +231,18 @@ def _csv_text(t, header: bool):
     import pyarrow as pa
     import pyarrow.csv as pcsv
 
-    c = as_csv_columns(t)
-    text = csv_text_by_core(c, header)
+    text = csv_text_by_core(_clean_floats(t), header)
     if text is not None:
         return text
     sink = pa.BufferOutputStream()
-    pcsv.write_csv(c, sink, pcsv.WriteOptions(include_header=header))
+    pcsv.write_csv(as_csv_columns(t), sink, pcsv.WriteOptions(include_header=header))
     return sink.getvalue()
 
 
 def csv_text_by_core(t, header: bool) -> bytes | None:
-    """The CSV text of the Arrow table `t` of text, integer, boolean and float columns, as
-    pyarrow's CSV writer writes it, written by the core (`rust/src/csv_out.rs`); None when a
+    """The CSV text of the Arrow table `t` of text, integer, boolean, float and timestamp
+    columns, as pyarrow's CSV writer writes it once `as_csv_columns` has made timestamps text,
+    written by the core (`rust/src/csv_out.rs`, which makes them text itself); None when a
     column is of another type. Floats are made text by Arrow's own cast, which writes what its
     CSV writer writes (the core writes that text unquoted)."""
     import pyarrow as pa
@@ -235,6 +253,9 @@ def csv_text_by_core(t, header: bool) -> bytes | None:
     raw = [i for i, f in enumerate(t.schema) if pa.types.is_floating(f.type)]
     for i in raw:
         t = t.set_column(i, t.field(i).name, pc.cast(t.column(i), pa.string()))
+    for i, f in enumerate(t.schema):
+        if pa.types.is_timestamp(f.type) and f.type.unit != "ns":
+            t = t.set_column(i, f.name, _nanoseconds(t.column(i)))
     # (a table of no rows may have no batch: one empty batch, for the header)
     batches = t.to_batches() or [pa.record_batch([pa.nulls(0, f.type) for f in t.schema], schema=t.schema)]
     texts = [_core.csv_text(*b.__arrow_c_array__(), header and i == 0, raw) for i, b in enumerate(batches)]

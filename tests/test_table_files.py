@@ -162,8 +162,9 @@ def _core_csv(t, header: bool = True):
                                   "huge-messages.pcap.gz", "channel-churn.pcap"])
 def test_the_cores_csv_text_is_pyarrows(name):
     """Every table `analyze --out` writes as CSV (the capture's and every analyzer's), as text
-    columns (`as_csv_columns`): the core writes what pyarrow's CSV writer writes, byte for byte
-    (a table with a column type the core does not write, the bodies' bytes, is pyarrow's)."""
+    columns (`as_csv_columns`): the core writes what pyarrow's CSV writer writes, byte for byte,
+    given the text columns or the table as it is (the core makes timestamps text itself; a table
+    with a column type the core does not write, the bodies' bytes, is pyarrow's)."""
     import pyarrow as pa
 
     cap = amqpcap.load(FIX / name, bodies=True)
@@ -172,12 +173,13 @@ def test_the_cores_csv_text_is_pyarrows(name):
         tables.update({f"{r.name}.{k}": df for k, df in r.tables.items()})
     by_core = 0
     for key, df in tables.items():
-        t = table_files.as_csv_columns(table_files.arrow_table(df, pa.Schema.from_pandas(df, preserve_index=False)))
+        table = table_files.arrow_table(df, pa.Schema.from_pandas(df, preserve_index=False))
+        t = table_files.as_csv_columns(table)
         got = _core_csv(t)
         if got is None:
             assert key == "bodies", key
             continue
-        assert got == _pyarrow_csv(t), key
+        assert got == bytes(table_files._csv_text(table, True)) == _pyarrow_csv(t), key
         by_core += 1
     assert by_core >= len(tables) - 1 > 10
 
@@ -208,6 +210,28 @@ def test_the_cores_csv_text_quotes_and_leaves_empty_as_pyarrow_does():
     none = pa.schema([("reason", pa.dictionary(pa.int8(), pa.null())), ("n", pa.int32())]).empty_table()
     assert _core_csv(none) == b'"reason","n"\n'
     assert table_files._csv_text(none, True) == b'"reason","n"\n'
+
+
+def test_the_cores_csv_timestamps_are_numpys_iso_text():
+    """Nanosecond timestamps the core makes text: numpy's ISO 8601 text of each (with `Z`),
+    quoted; before 1970, on leap days, at both ends of the nanosecond range, in another time
+    zone (the text is UTC's); NaT and nulls an empty cell. Other units are made nanoseconds."""
+    import pyarrow as pa
+
+    rng = np.random.default_rng(7)
+    ns = np.concatenate([rng.integers(np.iinfo(np.int64).min + 1, np.iinfo(np.int64).max, 2000, dtype=np.int64),
+                         np.array([0, -1, 1, 951_782_400_000_000_000, 4_107_542_400_000_000_000 - 1,
+                                   np.iinfo(np.int64).max, np.iinfo(np.int64).min + 1], dtype=np.int64)])
+    expected = [f'"{x}Z"' for x in np.datetime_as_string(ns.view("datetime64[ns]"), unit="ns")]
+    for tz in ("UTC", "Europe/Paris"):
+        col = pa.array(ns, pa.timestamp("ns", tz=tz))
+        text = _core_csv(pa.table({"ts": col}), header=False).decode()
+        assert text.splitlines() == expected
+    missing = pa.table({"ts": pa.array([0, None, np.iinfo(np.int64).min], pa.timestamp("ns", tz="UTC")),
+                        "us": pa.array([1_500_000, None, 0], pa.timestamp("us"))})
+    assert _core_csv(missing, header=False) == (b'"1970-01-01T00:00:00.000000000Z","1970-01-01T00:00:01.500000000Z"\n'
+                                                b',\n,"1970-01-01T00:00:00.000000000Z"\n')
+    assert _core_csv(missing) == _pyarrow_csv(table_files.as_csv_columns(missing))
 
 
 def test_the_cores_csv_doubles_are_pyarrows():
