@@ -224,7 +224,7 @@ class Decoded:
 
 
 #: rows of the `frames` table in a batch that `decode_arrow` hands to its ``frames_sink``, by
-#: default (`amqpcap frames -o` gives the Parquet row group's size, `amqpcap.dataset` its own)
+#: default (`amqpcap frames -o` gives `table_files.STREAMED_FRAMES_BATCH_ROWS`, `amqpcap.dataset` its own)
 FRAMES_BATCH_ROWS = 1 << 20
 
 
