@@ -246,3 +246,19 @@ def test_the_cores_csv_doubles_are_pyarrows():
     values = np.concatenate([bits[np.isfinite(bits)], rounded, edges, [0.0, -0.0, np.inf, -np.inf]])
     table = pa.table({"x": pa.array(values), "y": pa.array(values[::-1], mask=rng.random(len(values)) < 0.1)})
     assert _core_csv(table) == _pyarrow_csv(table)
+
+
+def test_frames_decode_starts_before_pandas_is_imported(tmp_path):
+    """What `amqpcap frames CAPTURE -o X` imports before the core decodes (the CLI's modules,
+    whether the input is a dataset, `decode_arrow`, the writers) does not import pandas, whose
+    import (about 0.4 s) then runs beside the decode instead of before it."""
+    import subprocess
+    import sys
+
+    code = ("import sys, amqpcap.cli.frames, amqpcap.cli.loading, amqpcap.table_files\n"
+            "from amqpcap.capture import decode_arrow\n"
+            "from amqpcap.dataset import is_dataset\n"
+            f"assert not is_dataset({str(tmp_path)!r})\n"
+            "print(sorted(m for m in ('pandas', 'numpy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    assert out.strip() == "[]"
