@@ -206,6 +206,12 @@ def test_the_cores_csv_text_quotes_and_leaves_empty_as_pyarrow_does():
     assert _core_csv(table.slice(3, 4), header=False) == _pyarrow_csv(table.slice(3, 4), header=False)
     empty = table.slice(0, 0)
     assert _core_csv(empty) == _pyarrow_csv(empty) == _pyarrow_csv(table).split(b"\n")[0] + b"\n"
+    # columns with no value in the rows written (only their commas): first, in runs, last
+    runs = pa.table({"a": pa.nulls(n, pa.int32()), "b": columns["int8"], "c": pa.nulls(n),
+                     "d": pa.array([None] * n, pa.string()).dictionary_encode(), "e": columns["dict"],
+                     "f": pa.nulls(n, pa.bool_())})
+    for part in (runs, runs.slice(6, 1), runs.slice(3, 1), runs.select(["a"]), runs.select(["a", "c"])):
+        assert _core_csv(part) == _pyarrow_csv(part)
     # no rows, and a categorical with no category (the frames of a capture without AMQP 0-9-1)
     none = pa.schema([("reason", pa.dictionary(pa.int8(), pa.null())), ("n", pa.int32())]).empty_table()
     assert _core_csv(none) == b'"reason","n"\n'

@@ -28,6 +28,8 @@ pub struct Unsupported(pub String);
 struct Cells<'a> {
     values: Values<'a>,
     valid: Option<NullBuffer>,
+    /// No row has a value: only the column's separators are written.
+    empty: bool,
 }
 
 enum Values<'a> {
@@ -89,13 +91,14 @@ fn unsigned(a: &ArrayRef) -> Option<Vec<u64>> {
     })
 }
 
-/// A dictionary of text: each row's key as an index into its values.
-fn keys(a: &ArrayRef) -> Option<Texts<'_>> {
+/// A dictionary of text: each row's key as an index into its values (none when no row is
+/// written, `empty`).
+fn keys(a: &ArrayRef, empty: bool) -> Option<Texts<'_>> {
     let DataType::Dictionary(key, _) = a.data_type() else { return None };
     macro_rules! by {
         ($t:ty) => {{
             let d = a.as_dictionary::<$t>();
-            let k = d.keys().values().iter().map(|&k| k as usize).collect();
+            let k = if empty { Vec::new() } else { d.keys().values().iter().map(|&k| k as usize).collect() };
             Texts::Keys(k, Box::new(plain(d.values())?))
         }};
     }
@@ -108,6 +111,7 @@ fn keys(a: &ArrayRef) -> Option<Texts<'_>> {
 }
 
 fn cells<'a>(name: &str, a: &'a ArrayRef, raw: bool) -> Result<Cells<'a>, Unsupported> {
+    let empty = a.logical_null_count() == a.len();
     let values = if raw {
         match plain(a) {
             Some(t) => Values::Raw(t),
@@ -125,14 +129,14 @@ fn cells<'a>(name: &str, a: &'a ArrayRef, raw: bool) -> Result<Cells<'a>, Unsupp
             DataType::Null => Values::Empty,
             // (a categorical with no category: every row missing)
             DataType::Dictionary(_, value) if **value == DataType::Null => Values::Empty,
-            other => match keys(a) {
+            other => match keys(a, empty) {
                 Some(t) => Values::Text(t),
                 None => return Err(Unsupported(format!("{name}: {other}"))),
             },
         }
     };
     // (a dictionary's: its keys' and its values')
-    Ok(Cells { values, valid: a.logical_nulls() })
+    Ok(Cells { values, valid: a.logical_nulls(), empty })
 }
 
 /// `text` in double quotes, a quote in it doubled.
@@ -260,16 +264,34 @@ pub fn csv_text(batch: &RecordBatch, header: bool, raw: &[usize]) -> Result<Vec<
         }
         out.push(b'\n');
     }
+    let (steps, trailing) = row_steps(&columns);
+    let commas = vec![b','; columns.len()];
     for row in 0..batch.num_rows() {
-        for (i, c) in columns.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
+        for &(separators, c) in &steps {
+            out.extend_from_slice(&commas[..separators]);
             c.write(row, &mut out);
         }
+        out.extend_from_slice(&commas[..trailing]);
         out.push(b'\n');
     }
     Ok(out)
+}
+
+/// How a row is written: each column with a value in some row, after the separators that come
+/// before it (its own and those of the empty columns before it, which write nothing else), then
+/// the separators of the empty columns at the end. Most of the frames table's 52 columns are
+/// empty in a slice of 25,000 rows (a method's arguments), so a row is mostly a run of commas.
+fn row_steps<'c, 'a>(columns: &'c [Cells<'a>]) -> (Vec<(usize, &'c Cells<'a>)>, usize) {
+    let mut steps = Vec::new();
+    let mut pending = 0;
+    for (i, c) in columns.iter().enumerate() {
+        pending += usize::from(i > 0);
+        if !c.empty {
+            steps.push((pending, c));
+            pending = 0;
+        }
+    }
+    (steps, pending)
 }
 
 #[cfg(test)]
