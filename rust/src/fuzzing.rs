@@ -20,7 +20,7 @@ use crate::error::CaptureError;
 use crate::ingest::{Ingest, Output, TableSink};
 use crate::limits::Limits;
 use crate::partition::{bucket_of, Partition};
-use crate::tables::{Column, Table};
+use crate::tables::{Column, Spread, SpreadValues, Table};
 use crate::tcp::reassembly::{Chunk, GapCause, PacketRef, Reassembler};
 
 /// Caps small enough for fuzz-sized inputs to reach them. The resync window holds two
@@ -240,6 +240,29 @@ fn column_len(c: &Column) -> usize {
             assert!(ends.windows(2).all(|w| w[0] <= w[1]) && ends.last().map_or(true, |&e| e <= data.len()), "byte offsets out of order");
             ends.len()
         }
+        Spread(s) => {
+            assert!(s.rows.windows(2).all(|w| w[0] < w[1]) && s.rows.last().is_none_or(|&r| (r as usize) < s.len), "sparse rows out of order");
+            assert_eq!(spread_values(s).len(), s.rows.len(), "sparse rows and values differ in number");
+            if let SpreadValues::Text { codes, texts, .. } = &s.values {
+                assert!(codes.iter().all(|&c| c >= 0 && (c as usize) < texts.len()), "sparse text code out of range");
+            }
+            s.len
+        }
+    }
+}
+
+/// A sparse column's values as integers (text: their codes).
+fn spread_values(s: &Spread) -> Vec<i64> {
+    fn all<T: Copy + Into<i64>>(v: &[T]) -> Vec<i64> {
+        v.iter().map(|&x| x.into()).collect()
+    }
+    match &s.values {
+        SpreadValues::I16(v) => all(v),
+        SpreadValues::I32(v) | SpreadValues::Text { codes: v, .. } => all(v),
+        SpreadValues::U32(v) => all(v),
+        SpreadValues::I64(v) | SpreadValues::Ts(v) => v.clone(),
+        SpreadValues::U64(v) => v.iter().map(|&x| x as i64).collect(),
+        SpreadValues::Bool(v) => v.iter().map(|&x| x as i64).collect(),
     }
 }
 
@@ -267,6 +290,15 @@ fn ints(c: &Column) -> Vec<Option<i64>> {
         NullU64(v, m) => v.iter().zip(m).map(|(&x, &ok)| ok.then_some(x as i64)).collect(),
         NullBool(v, m) => v.iter().zip(m).map(|(&x, &ok)| ok.then_some(x as i64)).collect(),
         Text(..) | Bytes(..) => panic!("text or bytes column read as integers"),
+        // (as its dense column reads: a text's code, -1 where a row has none)
+        Spread(s) => {
+            let missing = matches!(s.values, SpreadValues::Text { .. }).then_some(-1);
+            let mut out = vec![missing; s.len];
+            for (&r, x) in s.rows.iter().zip(spread_values(s)) {
+                out[r as usize] = Some(x);
+            }
+            out
+        }
     }
 }
 
@@ -299,6 +331,12 @@ fn same_texts(some: &Table, all: &Table, start: usize, what: &str) {
             // (a dictionary fixed in advance: `method`)
             (Column::Str8(_, a), Column::Str8(_, b)) => assert_eq!(a, b, "{name} of {what}"),
             (Column::Cat(_, a), Column::Cat(_, b)) => assert_eq!(a, b, "{name} of {what}"),
+            (Column::Spread(a), Column::Spread(b)) => match (&a.values, &b.values) {
+                (SpreadValues::Text { texts: a, wide: true, .. }, SpreadValues::Text { texts: b, wide: false, .. }) => {
+                    assert!(b.starts_with(a), "{name} of {what}")
+                }
+                (a, b) => assert_eq!(std::mem::discriminant(a), std::mem::discriminant(b), "{name} of {what}"),
+            },
             _ => assert_eq!(std::mem::discriminant(c), std::mem::discriminant(whole), "{name} of {what}"),
         }
     }

@@ -66,6 +66,9 @@ mod python {
     }
 
     fn column<'py>(py: Python<'py>, mut c: Column) -> PyResult<Bound<'py, PyTuple>> {
+        if let Column::Spread(s) = c {
+            return column(py, s.dense());
+        }
         c.shrink();
         let t = match c {
             Column::I8(v) => ("i8", arr(py, v)).into_pyobject(py)?,
@@ -102,6 +105,7 @@ mod python {
                 let n = dict.len();
                 ("text", codes(py, c, n), PyList::new(py, dict)?).into_pyobject(py)?
             }
+            Column::Spread(_) => unreachable!("made dense above"),
         };
         Ok(t)
     }

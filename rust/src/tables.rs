@@ -42,6 +42,95 @@ pub enum Column {
     Text(Vec<i32>, Vec<String>),
     /// Byte strings (message bodies): all concatenated, and where each row's ends.
     Bytes(Vec<u8>, Vec<usize>),
+    /// A column most rows leave empty, as its builder kept it ([`Sparse`], [`SparseStr`]).
+    Spread(Spread),
+}
+
+/// A sparse column over `len` rows: the rows that have a value (ascending) and their values.
+/// Arrow gets it without a dense copy (`arrow_out`: zeroed buffers with the values set in
+/// them); numpy and the rest read it as [`Spread::dense`] makes it.
+pub struct Spread {
+    pub len: usize,
+    pub rows: Vec<u32>,
+    pub values: SpreadValues,
+}
+
+/// The values of a [`Spread`], one per row that has one.
+pub enum SpreadValues {
+    I16(Vec<i16>),
+    I32(Vec<i32>),
+    U32(Vec<u32>),
+    I64(Vec<i64>),
+    U64(Vec<u64>),
+    Bool(Vec<bool>),
+    /// Nanoseconds since the epoch.
+    Ts(Vec<i64>),
+    /// Codes into the texts; `wide`: [`Column::StrWide`]'s 32-bit keys whatever the texts' number.
+    Text { codes: Vec<i32>, texts: Vec<String>, wide: bool },
+}
+
+impl Spread {
+    /// The column with every row (a `Null*` column, or `Str8`/`Str`/`StrWide` text).
+    pub fn dense(self) -> Column {
+        let Spread { len, rows, values } = self;
+        fn spread<T: Copy + Default>(len: usize, rows: &[u32], values: Vec<T>) -> (Vec<T>, Vec<bool>) {
+            let mut dense = vec![T::default(); len];
+            let mut valid = vec![false; len];
+            for (&r, v) in rows.iter().zip(values) {
+                dense[r as usize] = v;
+                valid[r as usize] = true;
+            }
+            (dense, valid)
+        }
+        match values {
+            SpreadValues::I16(v) => {
+                let (v, m) = spread(len, &rows, v);
+                Column::NullI16(v, m)
+            }
+            SpreadValues::I32(v) => {
+                let (v, m) = spread(len, &rows, v);
+                Column::NullI32(v, m)
+            }
+            SpreadValues::U32(v) => {
+                let (v, m) = spread(len, &rows, v);
+                Column::NullU32(v, m)
+            }
+            SpreadValues::I64(v) => {
+                let (v, m) = spread(len, &rows, v);
+                Column::NullI64(v, m)
+            }
+            SpreadValues::U64(v) => {
+                let (v, m) = spread(len, &rows, v);
+                Column::NullU64(v, m)
+            }
+            SpreadValues::Bool(v) => {
+                let (v, m) = spread(len, &rows, v);
+                Column::NullBool(v, m)
+            }
+            SpreadValues::Ts(v) => {
+                let (v, m) = spread(len, &rows, v);
+                Column::NullTs(v, m)
+            }
+            SpreadValues::Text { codes, texts, wide } => {
+                if texts.len() < STR8_MAX_CATEGORIES && !wide {
+                    let mut dense = vec![-1i8; len];
+                    for (&r, c) in rows.iter().zip(codes) {
+                        dense[r as usize] = c as i8;
+                    }
+                    return Column::Str8(dense, texts);
+                }
+                let mut dense = vec![-1i32; len];
+                for (&r, c) in rows.iter().zip(codes) {
+                    dense[r as usize] = c;
+                }
+                if wide {
+                    Column::StrWide(dense, texts)
+                } else {
+                    Column::Str(dense, texts)
+                }
+            }
+        }
+    }
 }
 
 pub type Table = Vec<(&'static str, Column)>;
@@ -239,6 +328,10 @@ fn take_vec<T: Copy>(v: &mut Vec<T>, order: &[u32]) {
 impl Column {
     /// Reorder the rows: row `i` becomes the old row `order[i]`.
     pub fn take(&mut self, order: &[u32]) {
+        if let Column::Spread(_) = self {
+            let Column::Spread(spread) = std::mem::replace(self, Column::I8(Vec::new())) else { unreachable!() };
+            *self = spread.dense();
+        }
         match self {
             Column::I8(v) | Column::Cat(v, _) | Column::Str8(v, _) => take_vec(v, order),
             Column::I16(v) => take_vec(v, order),
@@ -263,6 +356,7 @@ impl Column {
                 *data = out;
                 *ends = out_ends;
             }
+            Column::Spread(_) => unreachable!("made dense above"),
         }
     }
 
@@ -286,6 +380,18 @@ impl Column {
             Column::Cat(c, _) => c.shrink_to_fit(),
             Column::Text(c, _) => c.shrink_to_fit(),
             Column::Bytes(d, e) => (d.shrink_to_fit(), e.shrink_to_fit()).1,
+            Column::Spread(s) => {
+                s.rows.shrink_to_fit();
+                match &mut s.values {
+                    SpreadValues::I16(v) => v.shrink_to_fit(),
+                    SpreadValues::I32(v) => v.shrink_to_fit(),
+                    SpreadValues::U32(v) => v.shrink_to_fit(),
+                    SpreadValues::I64(v) | SpreadValues::Ts(v) => v.shrink_to_fit(),
+                    SpreadValues::U64(v) => v.shrink_to_fit(),
+                    SpreadValues::Bool(v) => v.shrink_to_fit(),
+                    SpreadValues::Text { codes, .. } => codes.shrink_to_fit(),
+                }
+            }
         }
     }
 }
@@ -355,8 +461,8 @@ fn reorder_entries<T: Copy>(rows: &mut Vec<u32>, values: &mut Vec<T>, inverse: &
 
 /// A column that most rows leave empty (method arguments, content properties): only the rows
 /// that have a value are stored while decoding, in ascending order (a row's value is pushed
-/// with the row: [`BuilderRows::rows_slice`] finds a range of rows by it); `finish` spreads
-/// them over all rows.
+/// with the row: [`BuilderRows::rows_slice`] finds a range of rows by it); `finish` hands them
+/// on as they are ([`Column::Spread`]), to be spread over all rows by whoever reads them.
 pub struct Sparse<T> {
     rows: Vec<u32>,
     values: Vec<T>,
@@ -376,16 +482,6 @@ impl<T: Copy + Default> Sparse<T> {
             self.rows.push(row as u32);
             self.values.push(v);
         }
-    }
-    /// (values, validity) over `n` rows.
-    pub fn dense(self, n: usize) -> (Vec<T>, Vec<bool>) {
-        let mut values = vec![T::default(); n];
-        let mut valid = vec![false; n];
-        for (r, v) in self.rows.into_iter().zip(self.values) {
-            values[r as usize] = v;
-            valid[r as usize] = true;
-        }
-        (values, valid)
     }
 }
 
@@ -408,19 +504,29 @@ impl<T: Copy> BuilderRows for Sparse<T> {
 macro_rules! sparse_finish {
     ($t:ty, $variant:ident) => {
         impl Sparse<$t> {
+            /// The column over `n` rows.
             pub fn finish(self, n: usize) -> Column {
-                let (v, m) = self.dense(n);
-                Column::$variant(v, m)
+                Column::Spread(Spread { len: n, rows: self.rows, values: SpreadValues::$variant(self.values) })
             }
         }
     };
 }
-sparse_finish!(i16, NullI16);
-sparse_finish!(i32, NullI32);
-sparse_finish!(i64, NullI64);
-sparse_finish!(u32, NullU32);
-sparse_finish!(u64, NullU64);
-sparse_finish!(bool, NullBool);
+sparse_finish!(i16, I16);
+sparse_finish!(i32, I32);
+sparse_finish!(u32, U32);
+sparse_finish!(u64, U64);
+sparse_finish!(bool, Bool);
+
+impl Sparse<i64> {
+    /// The column over `n` rows: integers.
+    pub fn finish(self, n: usize) -> Column {
+        Column::Spread(Spread { len: n, rows: self.rows, values: SpreadValues::I64(self.values) })
+    }
+    /// The column over `n` rows: nanoseconds since the epoch.
+    pub fn finish_ts(self, n: usize) -> Column {
+        Column::Spread(Spread { len: n, rows: self.rows, values: SpreadValues::Ts(self.values) })
+    }
+}
 
 /// pandas keeps a categorical's codes as int8 below this many categories (`coerce_indexer_dtype`).
 pub const STR8_MAX_CATEGORIES: usize = i8::MAX as usize;
@@ -473,23 +579,10 @@ impl SparseStr {
             self.codes.push(c);
         }
     }
+    /// The column over `n` rows.
     pub fn finish(self, n: usize) -> Column {
-        if self.dict.values.len() < STR8_MAX_CATEGORIES && !self.wide {
-            let mut codes = vec![-1i8; n];
-            for (r, c) in self.rows.into_iter().zip(self.codes) {
-                codes[r as usize] = c as i8;
-            }
-            return Column::Str8(codes, self.dict.values);
-        }
-        let mut codes = vec![-1i32; n];
-        for (r, c) in self.rows.into_iter().zip(self.codes) {
-            codes[r as usize] = c;
-        }
-        if self.wide {
-            Column::StrWide(codes, self.dict.values)
-        } else {
-            Column::Str(codes, self.dict.values)
-        }
+        let values = SpreadValues::Text { codes: self.codes, texts: self.dict.values, wide: self.wide };
+        Column::Spread(Spread { len: n, rows: self.rows, values })
     }
 }
 

@@ -243,7 +243,6 @@ fn frames_table(f: FramesBuilder, direction: Vec<i8>, ts: Vec<i64>) -> Table {
     let n = f.rows();
     let method_names: Vec<String> = METHODS.iter().map(|m| m.name.to_string()).collect();
     debug_assert_eq!(method_names.len(), METHOD_COUNT);
-    let (ts_values, ts_valid) = f.message_timestamp.dense(n);
     vec![
         ("packet", Column::I32(f.packet)),
         ("first_packet", Column::I32(f.first_packet)),
@@ -296,7 +295,7 @@ fn frames_table(f: FramesBuilder, direction: Vec<i8>, ts: Vec<i64>) -> Table {
         ("reply_to", f.reply_to.finish(n)),
         ("expiration", f.expiration.finish(n)),
         ("message_id", f.message_id.finish(n)),
-        ("message_timestamp", Column::NullTs(ts_values, ts_valid)),
+        ("message_timestamp", f.message_timestamp.finish_ts(n)),
     ]
 }
 
