@@ -206,12 +206,13 @@ class Decoded:
     """A capture as the core decoded it, before its tables are made pandas frames: `tables` as
     the core hands them (column lists, or with ``arrow`` pyarrow Tables, ``connections`` among
     them; ``bodies`` None unless asked for), the summary `load` gives. `connections` is the
-    connections table as `load` gives it, or with ``arrow`` only its TLS columns (stream,
-    broker_port, tls, tls_decrypted). `written`: the rows of each table its sinks wrote while
+    connections table as `load` gives it, or with ``arrow`` only its `TLS_COLUMNS` (in pandas;
+    in Arrow when decoded with ``pandas=False``, as the summary's times are the core's
+    nanoseconds then: `decode_arrow`). `written`: the rows of each table its sinks wrote while
     it decoded (set by the writer: `amqpcap.dataset`)."""
 
     tables: dict[str, Any]
-    connections: pd.DataFrame
+    connections: Any
     summary: dict[str, Any]
     ports: tuple[int, ...]
     files: list[str]
@@ -232,7 +233,7 @@ def decode_arrow(path, ports=DEFAULT_PORTS, limits: Limits | None = None, tls_ke
                  strict: bool = False, progress=None,
                  records_sink: Callable[[Any], None] | None = None, spill: tuple[str, int] | None = None,
                  frames_sink: Callable[[Any], None] | None = None,
-                 frames_batch_rows: int = FRAMES_BATCH_ROWS) -> Decoded:
+                 frames_batch_rows: int = FRAMES_BATCH_ROWS, pandas: bool = True) -> Decoded:
     """What `load` decodes, with the tables as pyarrow Tables made by the core (no pandas in
     between: `amqpcap.dataset.ingest` writes them to Parquet as they are). ``records.source_file``
     is a dictionary of the file names, as `load` makes it.
@@ -251,11 +252,16 @@ def decode_arrow(path, ports=DEFAULT_PORTS, limits: Limits | None = None, tls_ke
     RecordBatches of ``frames_batch_rows`` rows (the last one fewer, at least one batch) in the
     table's order as they settle while the capture is read, and ``tables["frames"]`` is None.
     Their text columns have 32-bit dictionary codes whatever the dictionary's size, and each
-    batch's dictionary holds the texts met so far (so the batches share one schema)."""
+    batch's dictionary holds the texts met so far (so the batches share one schema).
+
+    With ``pandas=False`` nothing imports pandas (`amqpcap frames -o`: its import took a quarter
+    of the CPU the command uses): ``connections`` is an Arrow table of `TLS_COLUMNS`, and the
+    summary's times stay the core's nanoseconds since the epoch (``first_ts_ns``,
+    ``last_ts_ns``, each file's too). Not with a key log."""
     import pyarrow as pa
 
-    if (records_sink is not None or frames_sink is not None) and tls_keylog is not None:
-        raise ValueError("records_sink and frames_sink are not used with a TLS key log")
+    if (records_sink is not None or frames_sink is not None or not pandas) and tls_keylog is not None:
+        raise ValueError("records_sink, frames_sink and pandas=False are not used with a TLS key log")
     from .inputs import capture_files
 
     files = capture_files(path)
@@ -266,16 +272,30 @@ def decode_arrow(path, ports=DEFAULT_PORTS, limits: Limits | None = None, tls_ke
         column = batch.column(i)
         if isinstance(column, pa.ChunkedArray):
             column = column.combine_chunks()
-        names = pa.DictionaryArray.from_arrays(column, pa.array(files, pa.string()))
+        names = pa.DictionaryArray.from_arrays(column, _string_array(files))
         return batch.set_column(i, pa.field("source_file", names.type), names)
 
-    # pandas, which the decode's summary needs when it ends, is imported meanwhile
-    threading.Thread(target=_pandas, name="amqpcap-import-pandas").start()
+    if pandas:  # (which the decode's summary needs when it ends: imported meanwhile)
+        threading.Thread(target=_pandas, name="amqpcap-import-pandas").start()
     records = _batch_sink(records_sink and (lambda b: records_sink(named(b))))
     d = _decoded(path, ports, limits, tls_keylog, bodies, strict, progress, arrow=True, records_sink=records,
-                 files=files, spill=spill, frames=(_batch_sink(frames_sink), frames_batch_rows))
+                 files=files, spill=spill, frames=(_batch_sink(frames_sink), frames_batch_rows), pandas=pandas)
     d.tables["records"] = named(d.tables["records"])
     return d
+
+
+def _string_array(texts: list[str]):
+    """`texts` as an Arrow string array, made without pandas (`pyarrow.array` of a list imports
+    it, to ask whether the list is a pandas object)."""
+    import array
+
+    import pyarrow as pa
+
+    data = [t.encode() for t in texts]
+    ends = array.array("i", [0])
+    for d in data:
+        ends.append(ends[-1] + len(d))
+    return pa.StringArray.from_buffers(len(data), pa.py_buffer(ends), pa.py_buffer(b"".join(data)))
 
 
 def decode_spilled(path: str | os.PathLike[str], capture_records: int, ports=DEFAULT_PORTS, limits: Limits | None = None,
@@ -317,10 +337,11 @@ RECORDS_BATCH_ROWS = 1 << 20
 
 
 def _decoded(path, ports, limits, tls_keylog, bodies, strict, progress, arrow: bool,
-             records_sink=None, files: list[str] | None = None, spill=None, frames=(None, FRAMES_BATCH_ROWS)) -> Decoded:
+             records_sink=None, files: list[str] | None = None, spill=None, frames=(None, FRAMES_BATCH_ROWS),
+             pandas: bool = True) -> Decoded:
     """The core's decode of the capture at `path` (see `load`; `files`: its files, when known
     already) and its summary; with a key log, decoded again with the plaintext of the TLS
-    connections it decrypts."""
+    connections it decrypts. ``pandas=False``: as `decode_arrow`'s."""
     from .inputs import capture_files, describe, missing_ring_files
 
     files = capture_files(path) if files is None else files
@@ -346,6 +367,8 @@ def _decoded(path, ports, limits, tls_keylog, bodies, strict, progress, arrow: b
 
             return raw, pandas_frame(raw.pop("connections"))
         _arrow_tables(raw)
+        if not pandas:
+            return raw, raw["connections"].select(list(TLS_COLUMNS))
         return raw, _tls_columns(raw["connections"])
 
     raw, connections = decode()
@@ -361,11 +384,11 @@ def _decoded(path, ports, limits, tls_keylog, bodies, strict, progress, arrow: b
             raw, connections = decode(decryption.core_argument())
     summary = dict(raw.pop("summary"))
     summary["path"] = name
-    summary["files"] = _files_summary(summary["files"])
+    summary["files"] = _files_summary(summary["files"], pandas)
     summary["file_bytes"] = sum(f["file_bytes"] or 0 for f in summary["files"])
-    for key in ("first_ts", "last_ts"):
-        ns = summary.pop(f"{key}_ns")
-        summary[key] = _utc(ns)
+    if pandas:
+        for key in ("first_ts", "last_ts"):
+            summary[key] = _utc(summary.pop(f"{key}_ns"))
     summary["warnings"] = list(summary["warnings"]) + missing_ring_files(files)
     if spill is None:  # (else the connections are decoded bucket by bucket, from the spill)
         summary["warnings"] += tls_warnings(connections, tls_keylog, decryption) + protocol_warnings(connections)
@@ -373,10 +396,14 @@ def _decoded(path, ports, limits, tls_keylog, bodies, strict, progress, arrow: b
     return Decoded(raw, connections, summary, port_list, files)
 
 
+#: what the TLS step and the summary's warnings read of the connections table
+TLS_COLUMNS = ("stream", "broker_port", "tls", "tls_decrypted", "protocol")
+
+
 def _tls_columns(t) -> pd.DataFrame:
-    """Of the connections table in Arrow, what the TLS step and the summary's warnings read (the
-    whole table is the caller's, still in Arrow)."""
-    return t.select(["stream", "broker_port", "tls", "tls_decrypted", "protocol"]).to_pandas()
+    """Of the connections table in Arrow, `TLS_COLUMNS` as pandas (the whole table is the
+    caller's, still in Arrow)."""
+    return t.select(list(TLS_COLUMNS)).to_pandas()
 
 
 #: seconds between two calls of a `load` progress callback
@@ -421,8 +448,9 @@ def _utc(ns: int | None) -> pd.Timestamp | None:
     return _pandas().Timestamp(ns, unit="ns", tz="UTC") if ns is not None else None
 
 
-def _files_summary(files: list[dict]) -> list[dict]:
-    """The core's account of each file, with its size and timestamps as Timestamps."""
+def _files_summary(files: list[dict], timestamps: bool = True) -> list[dict]:
+    """The core's account of each file, with its size and timestamps as Timestamps (with
+    ``timestamps=False`` as the core gives them: ``first_ts_ns``, ``last_ts_ns``)."""
     out = []
     for f in files:
         f = dict(f)
@@ -430,7 +458,8 @@ def _files_summary(files: list[dict]) -> list[dict]:
             f["file_bytes"] = os.path.getsize(f["name"])
         except OSError:
             f["file_bytes"] = None
-        f["first_ts"], f["last_ts"] = _utc(f.pop("first_ts_ns")), _utc(f.pop("last_ts_ns"))
+        if timestamps:
+            f["first_ts"], f["last_ts"] = _utc(f.pop("first_ts_ns")), _utc(f.pop("last_ts_ns"))
         out.append(f)
     return out
 
@@ -439,10 +468,14 @@ def _files_summary(files: list[dict]) -> list[dict]:
 NAMED_STREAMS = 10
 
 
-def protocol_warnings(connections: pd.DataFrame) -> list[str]:
+def protocol_warnings(connections) -> list[str]:
     """Say which connections speak AMQP 1.0: the core frames them (connections: `protocol`,
-    `frames`), but no analyzer reads them yet, so no finding speaks of them."""
-    amqp10 = connections.loc[connections["protocol"] == "1.0", "stream"].tolist()
+    `frames`), but no analyzer reads them yet, so no finding speaks of them. `connections`: a
+    pandas frame or an Arrow table (`amqpcap.table_columns`)."""
+    from .table_columns import column_list
+
+    protocols = column_list(connections, "protocol")
+    amqp10 = [s for s, p in zip(column_list(connections, "stream"), protocols) if p == "1.0"]
     if not amqp10:
         return []
     n = len(amqp10)
@@ -451,14 +484,18 @@ def protocol_warnings(connections: pd.DataFrame) -> list[str]:
             f"{'its' if n == 1 else 'their'} frames are decoded and counted, not analysed (amqpcap analyses AMQP 0-9-1)"]
 
 
-def tls_warnings(connections: pd.DataFrame, keylog, decryption) -> list[str]:
-    """Say which TLS connections were skipped: nothing of a capture goes missing silently."""
-    if "tls" not in connections:
+def tls_warnings(connections, keylog, decryption) -> list[str]:
+    """Say which TLS connections were skipped: nothing of a capture goes missing silently.
+    `connections`: a pandas frame or an Arrow table (`amqpcap.table_columns`)."""
+    from .table_columns import column_list, has_column
+
+    if not has_column(connections, "tls"):
         return []
     out = list(decryption.warnings) if decryption else []
-    if keylog is not None and not connections["tls"].any():
+    tls = column_list(connections, "tls")
+    if keylog is not None and not any(tls):
         out.append(f"no TLS connection on the AMQP ports: the key log {os.fspath(keylog)} was not used")
-    skipped = int((connections["tls"] & ~connections["tls_decrypted"]).sum())
+    skipped = sum(bool(t) and not d for t, d in zip(tls, column_list(connections, "tls_decrypted")))
     if skipped:
         n = "1 TLS connection is" if skipped == 1 else f"{skipped} TLS connections are"
         if keylog is None:

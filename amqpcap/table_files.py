@@ -123,6 +123,9 @@ def _clean_floats(t):
     import numpy as np
     import pyarrow as pa
 
+    if not any(pa.types.is_floating(f.type) for f in t.schema):
+        # (`written_values` imports pandas: `amqpcap frames -o X.csv` does not need it)
+        return t if isinstance(t, pa.Table) else pa.Table.from_batches([t])
     from .written_values import clean_floats
 
     columns = list(t.columns)
@@ -165,7 +168,8 @@ def write_arrow_file(t, path: Path, fmt: str) -> int:
             rows += b.num_rows
             yield from (b.slice(start, step) for start in range(0, b.num_rows, step))
         if not rows:
-            yield t.schema.empty_table()  # (the file still has its columns: a CSV header)
+            # (the file still has its columns: a CSV header; `Schema.empty_table` imports pandas)
+            yield pa.Table.from_batches([], schema=t.schema)
 
     write_slices(slices(), t.schema, path, fmt)
     return rows

@@ -268,3 +268,52 @@ def test_frames_decode_starts_before_pandas_is_imported(tmp_path):
             "print(sorted(m for m in ('pandas', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("capture,suffix", [("kernel-drops.pcap", ".parquet"), ("amqp10.pcap", ".csv"),
+                                            ("tls.pcap", ".parquet")])
+def test_frames_written_as_they_settle_never_import_pandas(tmp_path, capture, suffix):
+    """`amqpcap frames CAPTURE -o X` does not import pandas at all (its import was a quarter of
+    the command's CPU): the decode's summary, its warnings and the anomalies' line are read from
+    Arrow (`decode_arrow(pandas=False)`). Run on captures with anomalies, AMQP 1.0 and TLS
+    connections, whose warnings are the ones `amqpcap info` prints, from pandas."""
+    import subprocess
+    import sys
+
+    out = tmp_path / f"frames{suffix}"
+    code = ("import sys\nfrom amqpcap.cli import main\n"
+            f"sys.argv = ['amqpcap', 'frames', {str(FIX / capture)!r}, '-o', {str(out)!r}]\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+            "print(sorted(m for m in ('pandas', 'pyarrow.pandas_compat') if m in sys.modules))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=_plain_env())
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"
+    info = subprocess.run([sys.executable, "-m", "amqpcap", "info", str(FIX / capture)], capture_output=True, text=True,
+                          cwd=ROOT, env=_plain_env())
+    warnings = [line for line in run.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings and warnings == [line for line in info.stderr.splitlines() if line.startswith("warning:")]
+    frames = amqpcap.load(FIX / capture).frames
+    written = pd.read_parquet(out) if suffix == ".parquet" else pd.read_csv(out)
+    assert len(written) == len(frames)
+
+
+def _plain_env():
+    import os
+
+    return {**os.environ, "COLUMNS": "400", "NO_COLOR": "1"}
+
+
+@pytest.mark.parametrize("capture", ["kernel-drops.pcap", "amqp10.pcap", "tls.pcap", "midstream.pcap",
+                                     "huge-messages.pcap.gz", "zero-window.pcap"])
+def test_warnings_read_from_arrow_are_those_read_from_pandas(capture):
+    """The summary's warnings and the anomalies' line of a decode that leaves pandas out
+    (`decode_arrow(pandas=False)`: Arrow tables, `amqpcap.table_columns`) are those of `load()`."""
+    from amqpcap.capture import decode_arrow
+    from amqpcap.cli import anomaly_warning
+
+    path = FIX / capture
+    lean, whole = decode_arrow(path, pandas=False), amqpcap.load(path)
+    assert lean.summary["warnings"] == whole.summary["warnings"]
+    assert anomaly_warning(lean.tables["anomalies"]) == anomaly_warning(whole.anomalies)
+    assert len(lean.connections) == len(whole.connections)
+    assert lean.summary["first_ts_ns"] == whole.summary["first_ts"].value

@@ -15,8 +15,6 @@ from ..wording import counted
 from .app import err
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from ..capture import Capture, Limits
 
 
@@ -65,21 +63,44 @@ def _warn(text: str) -> None:
     err.print(text, highlight=False, markup=False, soft_wrap=True)
 
 
-def anomaly_warning(a: pd.DataFrame) -> Optional[str]:
-    """One line saying what was not decoded (the anomalies table by kind), or None."""
+def anomaly_warning(a) -> Optional[str]:
+    """One line saying what was not decoded (the anomalies table by kind: a pandas frame, or an
+    Arrow table read without pandas), or None."""
     if not len(a):
         return None
-    kinds = a["kind"].astype(str)
     parts = []
-    for kind, rows in a.groupby(kinds, sort=False):
-        text = f"{kind} {len(rows):,}"
-        if kind in _BYTE_KINDS and rows["bytes"].sum():
-            text += f" ({int(rows['bytes'].sum()):,} bytes)"
-        elif rows["stream"].isna().all() and len(rows) <= 2 and kind != "capture-truncated":  # that one has its own warning
-            text += " (" + "; ".join(str(d) for d in rows["detail"]) + ")"
+    for kind, rows, size, no_stream, details in _anomaly_kinds(a):
+        text = f"{kind} {rows:,}"
+        if kind in _BYTE_KINDS and size:
+            text += f" ({size:,} bytes)"
+        elif no_stream and rows <= 2 and kind != "capture-truncated":  # that one has its own warning
+            text += " (" + "; ".join(str(d) for d in details()) + ")"
         parts.append(text)
     return (f"not everything in the capture was decoded ({len(a):,} row{'s' if len(a) > 1 else ''} in the anomalies "
             f"table): " + ", ".join(parts))
+
+
+def _anomaly_kinds(a):
+    """Per anomaly kind, in the order the kinds first appear in the anomalies table `a`: (kind,
+    rows, their bytes, whether none has a stream, a function giving their details)."""
+    from ..table_columns import is_arrow
+
+    if not is_arrow(a):
+        for kind, rows in a.groupby(a["kind"].astype(str), sort=False):
+            yield kind, len(rows), int(rows["bytes"].sum()), bool(rows["stream"].isna().all()), rows["detail"].tolist
+        return
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    # (the kinds are a short fixed list: each one's rows picked out in turn. `group_by` would
+    # import pyarrow's query engine, and a scalar made of a Python value pandas: each kind is
+    # compared as the scalar `unique` gives)
+    kinds = pc.cast(a.column("kind"), pa.string())
+    for scalar in pc.unique(kinds):  # (in the order they first appear)
+        kind, mine = scalar.as_py(), pc.equal(kinds, scalar)
+        size = pc.sum(a.column("bytes").filter(mine)).as_py()
+        yield (kind, pc.sum(mine).as_py(), int(size or 0), pc.count(a.column("stream").filter(mine)).as_py() == 0,
+               lambda mine=mine: a.column("detail").filter(mine).to_pylist())
 
 
 def ports_of(port: Optional[List[int]], add_port: Optional[List[int]] = None) -> tuple[int, ...]:
@@ -96,7 +117,8 @@ def _load(capture: List[str], port: Optional[List[int]], limit: Optional[List[st
     tables are left in Arrow as the core made them (`amqpcap.capture.decode_arrow`: a
     `Decoded`, its frames given to ``frames_sink`` when given, in batches of
     `STREAMED_FRAMES_BATCH_ROWS`),
-    for a command that only writes them."""
+    for a command that only writes them; with a ``frames_sink`` (and no key log), pandas is
+    not imported (``pandas=False``)."""
     from ..dataset import is_dataset
 
     capture = _one_name(capture)
@@ -109,15 +131,15 @@ def _load(capture: List[str], port: Optional[List[int]], limit: Optional[List[st
 
             from ..table_files import STREAMED_FRAMES_BATCH_ROWS
 
-            cap = decode_arrow(capture, frames_sink=frames_sink, frames_batch_rows=STREAMED_FRAMES_BATCH_ROWS, **args)
+            cap = decode_arrow(capture, frames_sink=frames_sink, frames_batch_rows=STREAMED_FRAMES_BATCH_ROWS,
+                               pandas=frames_sink is None, **args)
         else:
             from ..capture import load
 
             cap = load(capture, **args)
     for w in cap.summary.get("warnings", []):
         _warn(w)
-    anomalies = cap.anomaly_rows() if arrow else cap.anomalies
-    w = anomaly_warning(anomalies)
+    w = anomaly_warning(cap.tables["anomalies"] if arrow else cap.anomalies)
     if w:
         _warn(w)
     return cap
