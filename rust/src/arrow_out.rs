@@ -18,7 +18,7 @@ use arrow_array::{
 use arrow_buffer::{bit_util, ArrowNativeType, BooleanBuffer, MutableBuffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{ArrowError, Field, Schema};
 
-use crate::tables::{code_width, CodeWidth, Column, Spread, SpreadValues, Table};
+use crate::tables::{code_width, filled, CodeWidth, Column, Spread, SpreadValues, Table};
 
 const UTC: &str = "UTC";
 
@@ -166,13 +166,10 @@ fn set_bits(len: usize, set: impl Iterator<Item = usize>) -> BooleanBuffer {
     BooleanBuffer::new(bits.into(), 0, len)
 }
 
-/// `len` values, zero but at `rows`, which take `values`.
+/// `len` values, zero but at `rows`, which take `values` (zero: a page of the buffer no value
+/// falls in is never written).
 fn scattered<T: ArrowNativeType>(len: usize, rows: &[u32], values: Vec<T>) -> ScalarBuffer<T> {
-    let mut dense = vec![T::default(); len];
-    for (&r, v) in rows.iter().zip(values) {
-        dense[r as usize] = v;
-    }
-    ScalarBuffer::from(dense)
+    ScalarBuffer::from(filled(len, rows, values, T::default()))
 }
 
 /// Dictionary keys of type `K` for a sparse text column (0 and null where a row has none).

@@ -73,56 +73,25 @@ impl Spread {
     /// The column with every row (a `Null*` column, or `Str8`/`Str`/`StrWide` text).
     pub fn dense(self) -> Column {
         let Spread { len, rows, values } = self;
-        fn spread<T: Copy + Default>(len: usize, rows: &[u32], values: Vec<T>) -> (Vec<T>, Vec<bool>) {
-            let mut dense = vec![T::default(); len];
-            let mut valid = vec![false; len];
-            for (&r, v) in rows.iter().zip(values) {
-                dense[r as usize] = v;
-                valid[r as usize] = true;
-            }
-            (dense, valid)
+        let valid = || filled(len, &rows, std::iter::repeat(true), false);
+        macro_rules! nullable {
+            ($values:expr, $column:path) => {
+                $column(filled(len, &rows, $values, Default::default()), valid())
+            };
         }
         match values {
-            SpreadValues::I16(v) => {
-                let (v, m) = spread(len, &rows, v);
-                Column::NullI16(v, m)
-            }
-            SpreadValues::I32(v) => {
-                let (v, m) = spread(len, &rows, v);
-                Column::NullI32(v, m)
-            }
-            SpreadValues::U32(v) => {
-                let (v, m) = spread(len, &rows, v);
-                Column::NullU32(v, m)
-            }
-            SpreadValues::I64(v) => {
-                let (v, m) = spread(len, &rows, v);
-                Column::NullI64(v, m)
-            }
-            SpreadValues::U64(v) => {
-                let (v, m) = spread(len, &rows, v);
-                Column::NullU64(v, m)
-            }
-            SpreadValues::Bool(v) => {
-                let (v, m) = spread(len, &rows, v);
-                Column::NullBool(v, m)
-            }
-            SpreadValues::Ts(v) => {
-                let (v, m) = spread(len, &rows, v);
-                Column::NullTs(v, m)
+            SpreadValues::I16(v) => nullable!(v, Column::NullI16),
+            SpreadValues::I32(v) => nullable!(v, Column::NullI32),
+            SpreadValues::U32(v) => nullable!(v, Column::NullU32),
+            SpreadValues::I64(v) => nullable!(v, Column::NullI64),
+            SpreadValues::U64(v) => nullable!(v, Column::NullU64),
+            SpreadValues::Bool(v) => nullable!(v, Column::NullBool),
+            SpreadValues::Ts(v) => nullable!(v, Column::NullTs),
+            SpreadValues::Text { codes, texts, wide: false } if texts.len() < STR8_MAX_CATEGORIES => {
+                Column::Str8(filled(len, &rows, codes.into_iter().map(|c| c as i8), -1), texts)
             }
             SpreadValues::Text { codes, texts, wide } => {
-                if texts.len() < STR8_MAX_CATEGORIES && !wide {
-                    let mut dense = vec![-1i8; len];
-                    for (&r, c) in rows.iter().zip(codes) {
-                        dense[r as usize] = c as i8;
-                    }
-                    return Column::Str8(dense, texts);
-                }
-                let mut dense = vec![-1i32; len];
-                for (&r, c) in rows.iter().zip(codes) {
-                    dense[r as usize] = c;
-                }
+                let dense = filled(len, &rows, codes, -1);
                 if wide {
                     Column::StrWide(dense, texts)
                 } else {
@@ -131,6 +100,15 @@ impl Spread {
             }
         }
     }
+}
+
+/// `len` values, `empty` but at `rows` (ascending, each below `len`), which take `values`.
+pub(crate) fn filled<T: Copy>(len: usize, rows: &[u32], values: impl IntoIterator<Item = T>, empty: T) -> Vec<T> {
+    let mut out = vec![empty; len];
+    for (&r, v) in rows.iter().zip(values) {
+        out[r as usize] = v;
+    }
+    out
 }
 
 pub type Table = Vec<(&'static str, Column)>;
