@@ -29,6 +29,7 @@ AMQPCAP_CHILD = r"""
 import json, sys, time
 t0 = time.perf_counter()
 import amqpcap
+import amqpcap.capture, pandas  # (imported by load() on first use: timed as imports, not load)
 t1 = time.perf_counter()
 cap = amqpcap.load(sys.argv[1])
 t2 = time.perf_counter()
