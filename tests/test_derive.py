@@ -277,3 +277,30 @@ def test_events_ordered_by_queue_and_frame_as_lexsort_orders_them():
     for key in (rng.integers(0, 5_000, len(q)), rng.integers(0, 2**62, len(q))):
         assert (_by_queue_and_frame(q, key) == np.lexsort((key, q))).all()
     assert len(_by_queue_and_frame(q[:0], q[:0])) == 0
+
+
+@pytest.mark.parametrize("fixture", ["prefetch-consumers.pcap", "confirms.pcap"])
+def test_a_partition_is_freed_when_its_steps_are_done(fixture):
+    """Every analyzer's partition step leaves no reference cycle through the capture: a Dask
+    worker frees a bucket when its task returns, not when the garbage collector next runs (a
+    capture keeping itself among its derivations held several buckets per worker: 2.5 GiB where
+    1 was needed on a 10M-packet dataset)."""
+    import gc
+    import weakref
+
+    from amqpcap.engine import _steps
+    from amqpcap.partition import facts_of
+
+    cap = amqpcap.load(FIX / fixture)
+    facts = facts_of(cap)
+    gc.collect()
+    gc.disable()
+    try:
+        for name, split in _steps().items():
+            part = amqpcap.load(FIX / fixture)
+            out = split.partial(part, facts) if split.context is None else split.context(part, facts)
+            freed = weakref.ref(part)
+            del part, out
+            assert freed() is None, f"{name}'s step left the capture in a reference cycle"
+    finally:
+        gc.enable()
