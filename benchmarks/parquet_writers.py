@@ -7,8 +7,8 @@ hands `amqpcap frames -o` and the ingest, in one run (issue 13: "the `parquet` c
 
 The capture's frames are decoded once, in batches of `table_files.STREAMED_FRAMES_BATCH_ROWS`
 rows, and kept as an Arrow IPC stream (a file cannot replace a dictionary). Each writer then writes those same batches from memory, a
-row group per batch, with the options amqpcap gives pyarrow (`table_files.parquet_options`):
-pyarrow in this process, arrow-rs in `rust/examples/parquet_write.rs` (built here with
+row group per batch, with the options amqpcap gives pyarrow (`table_files.parquet_options`, whose column lists
+the example is given): pyarrow in this process, arrow-rs in `rust/examples/parquet_write.rs` (built here with
 `cargo build --release --example parquet_write --features parquet-bench`). Prints the best of
 --repeat write times of each (CPU of one thread: both writers use one here), their ratio and
 file sizes, and checks that pyarrow reads arrow-rs' file back as the same table.
@@ -52,11 +52,16 @@ def pyarrow_write(batches: list, path: str, repeat: int) -> float:
     return min(times)
 
 
-def arrow_rs_write(ipc: str, path: str, repeat: int) -> float:
+def arrow_rs_write(ipc: str, path: str, repeat: int, schema) -> float:
+    """The example's best time, given `parquet_options`' column lists (one source for both)."""
+    from amqpcap.table_files import parquet_options
+
+    o = parquet_options(schema)
+    lists = [",".join(o["write_statistics"]), ",".join(o["use_dictionary"]), ",".join(o["column_encoding"])]
     manifest = str(RUST / "Cargo.toml")
     subprocess.run(["cargo", "build", "--quiet", "--release", "--manifest-path", manifest, "--example",
                     "parquet_write", "--no-default-features", "--features", "parquet-bench"], check=True)
-    out = subprocess.run([str(RUST / "target/release/examples/parquet_write"), ipc, path, str(repeat)],
+    out = subprocess.run([str(RUST / "target/release/examples/parquet_write"), ipc, path, str(repeat), *lists],
                          check=True, capture_output=True, text=True).stdout
     return float(out)
 
@@ -86,7 +91,7 @@ def main() -> int:
             for b in batches:
                 w.write_batch(b)
         py = pyarrow_write(batches, f"{d}/pyarrow.parquet", args.repeat)
-        rs = arrow_rs_write(ipc, f"{d}/arrow-rs.parquet", args.repeat)
+        rs = arrow_rs_write(ipc, f"{d}/arrow-rs.parquet", args.repeat, batches[0].schema)
         sizes = {k: Path(f"{d}/{k}.parquet").stat().st_size for k in ("pyarrow", "arrow-rs")}
         expected = decoded(pa.Table.from_batches(batches))
         same = {k: decoded(pq.read_table(f"{d}/{k}.parquet")).equals(expected) for k in sizes}

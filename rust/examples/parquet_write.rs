@@ -1,40 +1,49 @@
 //! The arrow-rs side of `benchmarks/parquet_writers.py`: write the record batches of an Arrow
 //! IPC stream to Parquet with the `parquet` crate, encoded as `amqpcap.table_files.parquet_options`
-//! asks of pyarrow (statistics of the four columns readers filter on, a dictionary for the
-//! dictionary columns only, integers and timestamps DELTA_BINARY_PACKED, snappy pages, one row
-//! group per batch), and print the best time of `repeat` writes in seconds.
+//! asks of pyarrow (the benchmark passes its three lists: the columns with statistics, with a
+//! dictionary, and DELTA_BINARY_PACKED), snappy pages, one row group per batch; and print the
+//! best time of `repeat` writes in seconds.
 //!
-//! cargo run --release --example parquet_write --features parquet-bench -- IN.arrow OUT.parquet REPEAT
+//! cargo run --release --example parquet_write --features parquet-bench -- \
+//!     IN.arrow OUT.parquet REPEAT STATISTICS DICTIONARY DELTA   (each list comma-separated)
 
 use std::fs::File;
 use std::time::Instant;
 
 use arrow_ipc::reader::StreamReader;
-use arrow_schema::{DataType, Schema};
+use arrow_schema::Schema;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, Encoding};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
-/// `amqpcap.table_files.PARQUET_STATISTICS_COLUMNS`
-const STATISTICS_COLUMNS: [&str; 4] = ["stream", "packet", "ts", "last_packet"];
+/// The comma-separated column names of one list.
+fn list(s: &str) -> Vec<&str> {
+    s.split(',').filter(|c| !c.is_empty()).collect()
+}
 
-fn properties(schema: &Schema, batch_rows: usize) -> WriterProperties {
+/// The columns `parquet_options` gives each option, as the benchmark passes them.
+struct Options<'a> {
+    statistics: Vec<&'a str>,
+    dictionary: Vec<&'a str>,
+    delta: Vec<&'a str>,
+}
+
+fn properties(schema: &Schema, batch_rows: usize, o: &Options<'_>) -> WriterProperties {
     let mut b = WriterProperties::builder()
         .set_compression(Compression::SNAPPY)
         .set_dictionary_enabled(false)
         .set_statistics_enabled(EnabledStatistics::None)
         .set_max_row_group_size(batch_rows.max(1));
     for f in schema.fields() {
-        let path = ColumnPath::from(f.name().as_str());
-        match f.data_type() {
-            DataType::Dictionary(..) => b = b.set_column_dictionary_enabled(path.clone(), true),
-            t if t.is_integer() || matches!(t, DataType::Timestamp(..)) => {
-                b = b.set_column_encoding(path.clone(), Encoding::DELTA_BINARY_PACKED)
-            }
-            _ => {}
+        let (name, path) = (f.name().as_str(), ColumnPath::from(f.name().as_str()));
+        if o.dictionary.contains(&name) {
+            b = b.set_column_dictionary_enabled(path.clone(), true);
         }
-        if STATISTICS_COLUMNS.contains(&f.name().as_str()) {
+        if o.delta.contains(&name) {
+            b = b.set_column_encoding(path.clone(), Encoding::DELTA_BINARY_PACKED);
+        }
+        if o.statistics.contains(&name) {
             b = b.set_column_statistics_enabled(path, EnabledStatistics::Chunk);
         }
     }
@@ -43,9 +52,10 @@ fn properties(schema: &Schema, batch_rows: usize) -> WriterProperties {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let [_, input, output, repeat] = args.as_slice() else {
-        return Err("usage: parquet_write IN.arrow OUT.parquet REPEAT".into());
+    let [_, input, output, repeat, statistics, dictionary, delta] = args.as_slice() else {
+        return Err("usage: parquet_write IN.arrow OUT.parquet REPEAT STATISTICS DICTIONARY DELTA".into());
     };
+    let options = Options { statistics: list(statistics), dictionary: list(dictionary), delta: list(delta) };
     let reader = StreamReader::try_new(std::io::BufReader::new(File::open(input)?), None)?;
     let schema = reader.schema();
     let batches = reader.collect::<Result<Vec<_>, _>>()?;
@@ -53,7 +63,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut best = f64::INFINITY;
     for _ in 0..repeat.parse::<usize>()? {
         let start = Instant::now();
-        let mut w = ArrowWriter::try_new(File::create(output)?, schema.clone(), Some(properties(&schema, batch_rows)))?;
+        let mut w = ArrowWriter::try_new(File::create(output)?, schema.clone(), Some(properties(&schema, batch_rows, &options)))?;
         for b in &batches {
             w.write(b)?;
             w.flush()?; // a row group per batch, as pyarrow's writer makes one per write
