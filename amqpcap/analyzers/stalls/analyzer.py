@@ -16,7 +16,7 @@ from ...partition import CaptureFacts, Slicing, Split, merge_rows, run_whole, ta
 from .constants import PLOT_MAX_DIRECTIONS
 from .context import CONTEXT_SLICING, StallsContext, _origin, stalls_context, stalls_join
 from .findings import _broker_flow_control, _capture_gaps, _publisher_blocked, _receiver_window, _window_packets
-from .plots import _life_s, _plot_timeline, _plot_window, _window_directions, _window_series
+from .plots import _drawn_points, _life_s, _plot_timeline, _plot_window, _window_directions, _window_series
 from .silences import _causes, _median_gap, _rtt_stats, _stalls_of, _stalls_table
 from .step import stalls_slice
 from .tables import _rtt_values, _summary, _tcp_table, _window_sides
@@ -46,6 +46,10 @@ def stalls_pieces_joined(pieces: list[dict]) -> dict[str, Any]:
     tcp = _tcp_table(seen, rtt_stats, path_rtt, median_gap, st)
     sides = _window_sides(pieces[-1]["connections"], c, tcp, stalls_tbl)
     cited = joined("cited", ["stream", "_t", "packet"])
+    drawn = _window_directions(tcp, stalls_tbl).head(PLOT_MAX_DIRECTIONS)
+    connections, t0_ns = pieces[-1]["connections"], pieces[-1]["t0_ns"]
+    plot = c.plot if c.plot is not None else \
+        _drawn_points(pieces[-1]["plot_columns"], drawn["stream"].to_numpy(np.int64), connections, t0_ns)
     return {"stalls": stalls_tbl, "tcp": tcp,
             # (the samples stay where they were made: only their percentiles are merged)
             "rtt": keep(rtt[["stream", "d", "rtt_s"]], "stalls-rtt", "stream"),
@@ -54,8 +58,7 @@ def stalls_pieces_joined(pieces: list[dict]) -> dict[str, Any]:
             "deliveries_while_blocked": sum(q["deliveries_while_blocked"] for q in pieces),
             # (by packet: the anomalies' own order is the order the reassembly found them in)
             "gaps": joined("capture_gaps").sort_values("packet", kind="stable", ignore_index=True),
-            "window_series": _window_series(c.plot, _life_s(pieces[-1]["connections"], pieces[-1]["t0_ns"]),
-                                            _window_directions(tcp, stalls_tbl).head(PLOT_MAX_DIRECTIONS))}
+            "window_series": _window_series(plot, _life_s(connections, t0_ns), drawn)}
 
 
 def stalls_partial(cap: Capture, facts: CaptureFacts, context: StallsContext) -> dict[str, Any]:

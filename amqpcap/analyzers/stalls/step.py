@@ -17,7 +17,7 @@ from .causes import (
 from .constants import DUPLICATE_S, WINDOW_FULL_PACKETS, ZERO_WINDOW_PACKETS
 from .context import StallsContext, _origin
 from .intervals import _Cover, _count_in, _overlap_s, _unions
-from .plots import _PlotPoints, _plot_bins
+from .plots import _PlotPoints, _plot_bins, _plot_columns
 from .silences import _gap_rows, _limited
 from .tcp_state import _Seen, _packets, _real_retransmissions, _rtt, _seen_before, _slots
 
@@ -64,7 +64,8 @@ class _Carry:
     #: per slot: the zero windows its peer advertised and the window-full segments it sent, so
     #: far (the findings cite the first ones)
     cited: dict
-    #: the window plot's points so far (`_plot_bins`): at most PLOT_FINE_BINS per direction
+    #: the window plot's points so far (`_plot_bins`): at most PLOT_FINE_BINS per direction (None
+    #: for a partition that is its one slice: its join gathers the drawn directions' only)
     plot: "_PlotPoints | None" = None
 
     @classmethod
@@ -116,7 +117,10 @@ def stalls_slice(part: Capture, facts: CaptureFacts, carry: _Carry | None, last:
              "deliveries_while_blocked": _deliveries_in(blocks, part, t0),
              "capture_gaps": anomalies[["stream", "bytes", "packet"]].reset_index(drop=True),
              "cited": _cited(pk, c, seen)}
-    c.plot = _plot_bins(pk, part.connections, facts.packets_t0_ns, c.plot)
+    if carry is None and last:  # the partition is its one slice: the join gathers the drawn points
+        piece["plot_columns"] = _plot_columns(pk)
+    else:
+        c.plot = _plot_bins(pk, part.connections, facts.packets_t0_ns, c.plot)
     if last:
         piece["carry"], piece["connections"], piece["has_blocks"] = c, part.connections, bool(len(blocks))
         piece["t0_ns"] = facts.packets_t0_ns
