@@ -443,6 +443,21 @@ def _block_2gb(path):
     return facts(recs[:9], conv)
 
 
+@case("pcapng-block-claims-5-bytes.pcapng",
+      "pcapng with a Process Information Block after its 10th packet block claiming 5 bytes, fewer than any "
+      "block has (pcap-parser 0.17 subtracted 12 from it: found by the capture_merge fuzz target)",
+      warning="a block claims 5 bytes", kinds=["capture-truncated"])
+def _block_5_bytes(path):
+    conv = opened()
+    publish(conv, 10)
+    recs = encode(conv.timed())
+    c.write_pcapng(path, [c.Interface(tsresol=9)], [(0, r) for r in recs])
+    blocks = _split_blocks(path.read_bytes())
+    blocks.insert(2 + 10, struct.pack("<II", 0x8000_0001, 5) + bytes(16))
+    path.write_bytes(b"".join(blocks))
+    return facts(recs[:10], conv)
+
+
 @case("mixed-linktypes.pcapng", "two interfaces: Ethernet with a conversation, and IEEE 802.11 radio packets",
       warning="unsupported-link-type", kinds=["unsupported-link-type"])
 def _mixed_linktypes(path):

@@ -147,6 +147,12 @@ fn open_source<'a>(mut input: impl Read + Send + 'a, name: &str) -> Result<(Sour
     Ok((Cursor::new(head).chain(rest), false, error))
 }
 
+/// The fewest bytes a pcapng block has: its type and its total length, before and after the body
+/// (pcapng, draft-ietf-opsawg-pcapng §3.1). pcap-parser 0.17 checks a Process Information Block's
+/// length against 4 and then subtracts 12 from it (an overflow: found by the `capture_merge`
+/// fuzz target), so a shorter block is refused here, before it is parsed.
+const PCAPNG_MIN_BLOCK_BYTES: u64 = 12;
+
 /// Length a record claims, read from its header, to tell "large record" from "garbage".
 fn claimed_record_len(data: &[u8], pcapng: bool, big_endian: bool) -> Option<u64> {
     let at = if pcapng { 4 } else { 8 };
@@ -274,10 +280,26 @@ impl<'a> RecordReader<'a> {
         false
     }
 
+    /// The length the next pcapng block claims, when it is less than any block has (the first
+    /// block, the section header, is told by its magic and parsed whole by pcap-parser).
+    fn undersized_block(&self) -> Option<u64> {
+        if !self.pcapng {
+            return None;
+        }
+        claimed_record_len(self.reader.data(), true, self.big_endian).filter(|&n| n < PCAPNG_MIN_BLOCK_BYTES)
+    }
+
     /// Read up to the next packet record (see [`record`](Self::record)); false at the end of
     /// the file or where it cannot be read further (the warning is in the summary).
     pub fn advance(&mut self) -> bool {
         while !self.ended {
+            if let Some(claimed) = self.undersized_block() {
+                let why = format!(
+                    "corrupt data after {} packets (a block claims {claimed} bytes; a pcapng block has at least {PCAPNG_MIN_BLOCK_BYTES}); the rest of the file is skipped",
+                    self.summary.records
+                );
+                return self.stop(why);
+            }
             match self.reader.next() {
                 Ok((offset, block)) => {
                     // The block borrows the reader: what it yields is copied into fields
@@ -441,6 +463,27 @@ mod tests {
         assert_eq!(read_capture_from(&b""[..], "x.pcap", 1 << 20, |_| {}).unwrap_err(), CaptureError::Empty("x.pcap is empty".into()));
         let missing = "/nonexistent/x.pcap";
         assert!(matches!(read_capture(missing, 1 << 20, |_| {}), Err(CaptureError::Unreadable(m)) if m.starts_with("cannot open /nonexistent/x.pcap")));
+    }
+
+    /// A pcapng block claiming fewer bytes than a block has stops the read with a warning; it
+    /// never reaches pcap-parser, which subtracted 12 from a Process Information Block's length
+    /// (an overflow panic in builds with overflow checks, the fuzz targets' and the tests').
+    #[test]
+    fn a_pcapng_block_shorter_than_any_block_is_corrupt_data() {
+        let mut f = Vec::new();
+        for word in [0x0A0D_0D0Au32, 28, 0x1A2B_3C4D, 1, u32::MAX, u32::MAX, 28] {
+            f.extend_from_slice(&word.to_le_bytes()); // section header: version 1.0, length unknown
+        }
+        f.extend_from_slice(&0x8000_0001u32.to_le_bytes()); // a Process Information Block ...
+        f.extend_from_slice(&5u32.to_le_bytes()); // ... of 5 bytes
+        f.extend_from_slice(&[0; 16]);
+        let s = read_capture_from(&f[..], "x.pcapng", 1 << 20, |_| panic!("no packet")).unwrap();
+        assert_eq!(s.format, "pcapng");
+        assert!(s.truncated);
+        assert_eq!(
+            s.warnings,
+            ["corrupt data after 0 packets (a block claims 5 bytes; a pcapng block has at least 12); the rest of the file is skipped"]
+        );
     }
 
     #[test]
