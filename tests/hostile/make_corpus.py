@@ -412,15 +412,21 @@ def _split_blocks(data: bytes) -> list[bytes]:
     return out
 
 
-@case("pcapng-corrupt-block.pcapng", "pcapng whose 15th packet block has a trailing length that disagrees with its header",
-      warning="corrupt data after 14 packets", kinds=["capture-truncated"])
-def _corrupt_block(path):
+def _ten_publishes_as_pcapng_blocks(path) -> tuple[c.TcpConversation, list, list[bytes]]:
+    """A conversation publishing 10 messages, written to `path` as pcapng and cut into its blocks
+    (SHB, IDB, then one EPB per record), for a case to corrupt one and write them back."""
     conv = opened()
     publish(conv, 10)
     recs = encode(conv.timed())
     c.write_pcapng(path, [c.Interface(tsresol=9)], [(0, r) for r in recs])
-    blocks = _split_blocks(path.read_bytes())
-    # blocks: SHB, IDB, then one EPB per record; corrupt the 15th record's
+    return conv, recs, _split_blocks(path.read_bytes())
+
+
+@case("pcapng-corrupt-block.pcapng", "pcapng whose 15th packet block has a trailing length that disagrees with its header",
+      warning="corrupt data after 14 packets", kinds=["capture-truncated"])
+def _corrupt_block(path):
+    conv, recs, blocks = _ten_publishes_as_pcapng_blocks(path)
+    # corrupt the 15th record's block
     bad = bytearray(blocks[2 + 14])
     bad[-4:] = struct.pack("<I", len(bad) + 4)
     blocks[2 + 14] = bytes(bad)
@@ -431,11 +437,7 @@ def _corrupt_block(path):
 @case("pcapng-block-claims-2gb.pcapng", "pcapng whose 10th packet block claims to be 2 GiB long",
       warning="claims 2147483648 bytes", kinds=["capture-truncated"])
 def _block_2gb(path):
-    conv = opened()
-    publish(conv, 10)
-    recs = encode(conv.timed())
-    c.write_pcapng(path, [c.Interface(tsresol=9)], [(0, r) for r in recs])
-    blocks = _split_blocks(path.read_bytes())
+    conv, recs, blocks = _ten_publishes_as_pcapng_blocks(path)
     bad = bytearray(blocks[2 + 9])
     struct.pack_into("<I", bad, 4, 2 * GiB)
     blocks[2 + 9] = bytes(bad)
@@ -448,11 +450,7 @@ def _block_2gb(path):
       "block has (pcap-parser 0.17 subtracted 12 from it: found by the capture_merge fuzz target)",
       warning="a block claims 5 bytes", kinds=["capture-truncated"])
 def _block_5_bytes(path):
-    conv = opened()
-    publish(conv, 10)
-    recs = encode(conv.timed())
-    c.write_pcapng(path, [c.Interface(tsresol=9)], [(0, r) for r in recs])
-    blocks = _split_blocks(path.read_bytes())
+    conv, recs, blocks = _ten_publishes_as_pcapng_blocks(path)
     blocks.insert(2 + 10, struct.pack("<II", 0x8000_0001, 5) + bytes(16))
     path.write_bytes(b"".join(blocks))
     return facts(recs[:10], conv)
