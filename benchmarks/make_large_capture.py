@@ -8,6 +8,7 @@ octet counts up), so there is no limit on the copies. The AMQP bytes are the rec
 untouched.
 
     python benchmarks/make_large_capture.py fixtures/rpc-nodelay.pcap /tmp/large.pcap --packets 1000000
+    python benchmarks/make_large_capture.py SOURCE /dev/stdout --packets 100000000 | editcap -c 2000000 - ring/ring.pcap
 
 Only classic pcap sources with Ethernet, Linux SLL/SLL2 or raw IPv4 framing are supported
 (what tcpdump writes on Linux). TCP checksums are left as recorded (nobody here checks them).
@@ -107,7 +108,7 @@ def main() -> None:
                         out[addr_off + 1] = (out[addr_off + 1] + net) % 256
             yield ts + shift, i, out, origlen
 
-    total = 0
+    total, size = 0, len(header)
     with open(args.output, "wb") as f:
         f.write(header)
         for ts, _, rec, origlen in heapq.merge(*(copy(i) for i in range(copies)), key=lambda r: (r[0], r[1])):
@@ -117,8 +118,10 @@ def main() -> None:
             f.write(struct.pack(endian + "IIII", sec, frac, len(rec), origlen))
             f.write(rec)
             total += 1
-    size = args.output.stat().st_size
-    print(f"{args.output}: {total:,} packets, {size / 1e6:.1f} MB, {copies} copies of {args.source.name}")
+            size += 16 + len(rec)
+    # on stderr: the output may be /dev/stdout, piped into `editcap -c` to make a ring
+    print(f"{args.output}: {total:,} packets, {size / 1e6:.1f} MB, {copies} copies of {args.source.name}",
+          file=sys.stderr)
 
 
 if __name__ == "__main__":
