@@ -163,6 +163,19 @@ def test_an_unfinished_dataset_is_refused_in_one_line(tmp_path):
         "ingest the capture again"]
 
 
+def test_reading_what_is_no_dataset_says_so_not_that_an_ingest_failed(tmp_path):
+    """`dataset.read` of a path with nothing there, or of a directory no ingest wrote into, is
+    not told to ingest again as if an ingest had stopped part way."""
+    with pytest.raises(dataset.DatasetError) as missing:
+        dataset.read(tmp_path / "nothing-here")
+    assert str(missing.value) == f"no amqpcap dataset at {tmp_path / 'nothing-here'}: no such file or directory"
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "readme.txt").write_text("not a dataset")
+    with pytest.raises(dataset.DatasetError) as foreign:
+        dataset.read(tmp_path / "notes")
+    assert str(foreign.value).startswith(f"{tmp_path / 'notes'} is not an amqpcap dataset (no manifest.json")
+
+
 WRITE_LIMITED = r"""
 import resource, signal, sys
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead

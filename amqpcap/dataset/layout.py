@@ -136,13 +136,23 @@ def location(path: str | os.PathLike[str] | Location) -> Location:
     return Location(fs, root, name)
 
 
-def is_dataset(path: str | os.PathLike[str]) -> bool:
+def is_dataset(path: str | os.PathLike[str] | Location) -> bool:
     """A directory (or URL) written by `write` or `ingest` (finished or not)."""
     loc = location(path)
     try:
         return loc.is_dir() and (loc.exists(MANIFEST) or loc.is_dir("capture"))
     except OSError:
         return False
+
+
+def _without_manifest(loc: Location) -> str:
+    """Why a directory without a manifest is refused: an ingest that did not finish (its
+    `capture` table is written first, `is_dataset`), or no dataset at all."""
+    if is_dataset(loc):
+        return f"{loc.name} is an incomplete amqpcap dataset (no {MANIFEST}: the ingest did not finish); ingest the capture again"
+    if not loc.exists():
+        return f"no amqpcap dataset at {loc.name}: no such file or directory"
+    return f"{loc.name} is not an amqpcap dataset (no {MANIFEST}; `amqpcap ingest CAPTURE --out DIR` writes one)"
 
 
 def to_json(v: Any) -> Any:
@@ -178,8 +188,7 @@ def manifest(path: str | os.PathLike[str] | Location) -> dict:
     try:
         m = json.loads(loc.read_text(MANIFEST))
     except FileNotFoundError:
-        raise DatasetError(f"{loc.name} is an incomplete amqpcap dataset (no {MANIFEST}: the ingest did not finish); "
-                           "ingest the capture again") from None
+        raise DatasetError(_without_manifest(loc)) from None
     except (OSError, ValueError) as e:
         raise DatasetError(f"cannot read {loc.path(MANIFEST)}: {e}") from None
     if m.get("format") != FORMAT or m.get("version") != VERSION:
