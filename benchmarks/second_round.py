@@ -16,11 +16,12 @@ Prints each run; the first run of a bucket pays for the cold page cache and impo
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from amqpcap import dataset, engine
+from amqpcap import AmqpcapError, dataset, engine
 from amqpcap.kept_rows import keeping_in
 from amqpcap.partition import context_for, joined_once
 
@@ -56,6 +57,12 @@ def main() -> None:
     ap.add_argument("--buckets", type=int, nargs="+", default=[2, 5, 9])
     ap.add_argument("--repeat", type=int, default=2)
     a = ap.parse_args()
+    try:
+        buckets = dataset.manifest(a.dataset)["buckets"]
+    except AmqpcapError as e:
+        sys.exit(f"second_round.py: {e}")
+    if not all(0 <= k < buckets for k in a.buckets):
+        sys.exit(f"second_round.py: {a.dataset} has buckets 0 to {buckets - 1}")
     for _ in range(a.repeat):
         for k in a.buckets:
             print(one_bucket(a.dataset.resolve(), k), flush=True)
