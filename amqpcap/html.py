@@ -248,11 +248,14 @@ def _rate(v) -> float:
     return math.nan if v is None else float(v)
 
 
-def _overview(cap: Capture, o: dict[str, Any], n_findings: int) -> str:
-    """The verdict, the story and small tables: queues, consumers, publishes not routed to a queue."""
+def _overview(cap: Capture, o: dict[str, Any]) -> str:
+    """The verdict (the worst problem, or "no problem found": info notes are never the verdict),
+    the story and small tables: queues, consumers, publishes not routed to a queue."""
     v = o["verdict"]
     sev = v["severity"] or "ok"
-    more = f' <a href="#findings">{counted(n_findings, "finding")} below</a>' if n_findings else ""
+    links = [f'<a href="#{anchor}">{counted(n, noun)} below</a>'
+             for anchor, noun, n in (("findings", "finding", v["problems"]), ("notes", "note", v["notes"])) if n]
+    more = (" " + ", ".join(links)) if links else ""
     parts = [f'<div class="verdict {sev}"><span class="sev">{html.escape(sev)}</span> {html.escape(v["text"])}{more}</div>',
              f'<p class="story">{html.escape(o["story"])}</p>']
     png = rates_png(cap)
@@ -319,8 +322,16 @@ def _files_note(files: list[dict]) -> str:
             + (f", {skipped} skipped (see the warnings)" if skipped else ""))
 
 
+def _explains(f: dict[str, Any]) -> str:
+    """What a finding explains (consequences folded into it: amqpcap/consequences.py), in words."""
+    items = [f"<li><code>{html.escape(e['finding'])}</code> on {html.escape(counted(len(e['streams']), 'connection'))} "
+             f"(tcp.stream {html.escape(', '.join(map(str, e['streams'][:10])))}{', …' if len(e['streams']) > 10 else ''}): "
+             f"{html.escape(e['why'])}</li>" for e in f["evidence"].get("explains", [])]
+    return f"<p><b>Also explains</b> (not a separate problem):</p><ul>{''.join(items)}</ul>" if items else ""
+
+
 def _finding(f: dict[str, Any]) -> str:
-    evidence = {k: v for k, v in f["evidence"].items() if k != "filter"}
+    evidence = {k: v for k, v in f["evidence"].items() if k not in ("filter", "explains")}
     flt = f["evidence"].get("filter", "")
     rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td class=t>{html.escape(_value(v, k))}</td></tr>"
                    for k, v in evidence.items())
@@ -329,6 +340,7 @@ def _finding(f: dict[str, Any]) -> str:
         f'<div class="finding {f["severity"]}"><span class="sev">{f["severity"]}</span> '
         f'<code>{html.escape(f["id"])}</code><h3>{html.escape(f["title"])}</h3>'
         + (f"<b>Who</b> ({counted(len(who), 'subject')}):" + _subjects(who) if who else "")
+        + _explains(f)
         + f'<p><b>What to try:</b> {html.escape(f.get("advice", ""))}</p>'
         + (f'<div>Wireshark display filter (click to select):<pre class="filter">{html.escape(flt)}</pre></div>'
            if flt else "")
@@ -414,12 +426,18 @@ def write_report(cap: Capture, results: list[AnalyzerResult], summary: dict[str,
     ]
     if c["warnings"]:
         parts.append("<p><b>Warnings:</b> " + "; ".join(html.escape(w) for w in c["warnings"]) + "</p>")
-    parts.append(_overview(cap, o, len(summary["findings"])))
-    parts.append(f"<section id='findings'><h2>Findings ({len(summary['findings'])})</h2>")
-    if summary["findings"]:
-        parts += [_finding(f) for f in summary["findings"]]
+    parts.append(_overview(cap, o))
+    problems = [f for f in summary["findings"] if f["severity"] != "info"]
+    notes = [f for f in summary["findings"] if f["severity"] == "info"]
+    parts.append(f"<section id='findings'><h2>Findings ({len(problems)})</h2>")
+    if problems:
+        parts += [_finding(f) for f in problems]
     else:
-        parts.append("<p>No findings: nothing in this capture crossed a threshold (docs/findings.md).</p>")
+        parts.append("<p>No problem found: nothing in this capture crossed a warning threshold (docs/findings.md)."
+                     + (" The notes below are worth knowing, not problems on their own." if notes else "") + "</p>")
+    if notes:
+        parts.append(f"</section><section id='notes'><h2>Notes ({len(notes)})</h2>")
+        parts += [_finding(f) for f in notes]
     links = [x for x in (_file_link(out, s) for s in ("frames", "packets")) if x]
     parts.append("</section><h2>Details</h2><p class='note'>Click to open. Tables show a few rows and their key "
                  "columns; the files beside this report hold every row and column"

@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .analysis import AnalyzerResult, rank
+from .analysis import AnalyzerResult
 from .capture import Capture
+from .consequences import settled
 from .names import consumer_label
 from .tally import Tally, capture_tally, frame_count, lossy_streams, rate_edges
 from .wording import counted
@@ -172,12 +173,15 @@ def _prefetch(results: list[AnalyzerResult]) -> pd.DataFrame:
 
 
 def _verdict(results: list[AnalyzerResult], o: dict[str, Any]) -> dict[str, Any]:
-    """The worst finding's title, or "no problem found" with the capture's main numbers."""
-    findings = rank([f for r in results for f in r.findings])
-    if findings:
-        w = findings[0]
-        return {"severity": w.severity, "finding": w.id, "findings": len(findings), "text": w.title}
-    return {"severity": None, "finding": None, "findings": 0,
+    """The worst problem's title (a warning or critical finding), or "no problem found" with the
+    capture's main numbers; info findings are notes, counted but never the verdict."""
+    findings = settled(results)
+    problems = [f for f in findings if f.severity != "info"]
+    notes = len(findings) - len(problems)
+    if problems:
+        w = problems[0]
+        return {"severity": w.severity, "finding": w.id, "problems": len(problems), "notes": notes, "text": w.title}
+    return {"severity": None, "finding": None, "problems": 0, "notes": notes,
             "text": f"no problem found: {o['connections']['total']:,} connections, "
                     f"{_num(o['published_msgs_s'])} msgs/s published, {_num(o['delivered_msgs_s'])} delivered"}
 

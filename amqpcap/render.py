@@ -19,8 +19,8 @@ from .wording import counted
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 
 
-def findings_table(findings: list[Finding]) -> Table:
-    t = Table(title="Findings", title_justify="left", show_lines=True)
+def findings_table(findings: list[Finding], title: str = "Findings") -> Table:
+    t = Table(title=title, title_justify="left", show_lines=True)
     t.add_column("severity")
     t.add_column("id")
     t.add_column("finding")
@@ -29,7 +29,9 @@ def findings_table(findings: list[Finding]) -> Table:
         t.add_row(
             f"[{SEVERITY_STYLE[f.severity]}]{f.severity}[/]",
             f.id,
-            f"{f.title}\n[dim]{f.advice}[/dim]",
+            f"{f.title}\n[dim]{f.advice}[/dim]" + "".join(
+                f"\n[dim]Also explains {e['finding']} (not a separate problem): {e['why']}.[/dim]"
+                for e in f.evidence.get("explains", [])),
             str(f.evidence.get("filter", "")),
         )
     return t
@@ -282,12 +284,16 @@ def summary_renderables(summary: dict[str, Any]) -> list[RenderableType]:
     return out
 
 
-def no_findings_line(connections: int, packets: int, analyzer_names: list[str]) -> str:
+def no_findings_line(connections: int, packets: int, analyzer_names: list[str], notes: int = 0) -> str:
     """What was checked when nothing crossed a threshold: "No findings" alone reads like a
-    clean bill of health whatever was looked at."""
+    clean bill of health whatever was looked at. With info notes (not problems on their own),
+    "no problem found", and how many notes follow."""
     by = f"{len(analyzer_names)} analyzers" if len(analyzer_names) > 1 else f"the {analyzer_names[0]} analyzer"
-    return (f"No findings: {counted(connections, 'AMQP connection')}, {counted(packets, 'packet')} checked by {by}; "
-            f"nothing crossed a threshold (docs/findings.md).")
+    checked = f"{counted(connections, 'AMQP connection')}, {counted(packets, 'packet')} checked by {by}"
+    if notes:
+        return (f"No problem found: {checked}; nothing crossed a warning threshold (docs/findings.md); "
+                f"{counted(notes, 'note')} below.")
+    return f"No findings: {checked}; nothing crossed a threshold (docs/findings.md)."
 
 
 def print_result(console: Console, result: AnalyzerResult, rows: int = 0, no_findings: str = "No findings.") -> None:

@@ -16,7 +16,8 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from .analysis import AnalyzerResult, Finding, Plot, rank
+from .analysis import AnalyzerResult, Finding, Plot
+from .consequences import settled
 from .capture import Capture
 from .partition import release_freed_memory
 from .table_files import check_format, write_table
@@ -333,7 +334,7 @@ def build_summary(cap: Capture, results: list[AnalyzerResult]) -> dict[str, Any]
                                "redacted": redaction_summary(cap)}
     for r in results:
         summary.update(r.summary)
-    findings: list[Finding] = rank([f for r in results for f in r.findings])
+    findings: list[Finding] = settled(results)
     summary["findings"] = [f.to_json() for f in findings]
     from .overview import overview
 

@@ -133,12 +133,13 @@ def test_verdict_is_the_worst_finding_or_no_problem_with_the_numbers():
     results = run_all(cap)
     findings = [f for r in results for f in r.findings]
     v = overview(cap, results)["verdict"]
-    assert findings and v["findings"] == len(findings)
-    worst = max(findings, key=lambda f: ({"info": 0, "warning": 1, "critical": 2}[f.severity], f.impact))
+    problems = [f for f in findings if f.severity != "info"]
+    assert problems and v["problems"] == len(problems) and v["notes"] == len(findings) - len(problems)
+    worst = max(problems, key=lambda f: ({"warning": 1, "critical": 2}[f.severity], f.impact))
     assert (v["severity"], v["text"]) == (worst.severity, worst.title)
     quiet = [dataclasses.replace(r, findings=[]) for r in results]
     assert overview(cap, quiet)["verdict"] == {
-        "severity": None, "finding": None, "findings": 0,
+        "severity": None, "finding": None, "problems": 0, "notes": 0,
         "text": f"no problem found: 3 connections, {606 / duration:,.0f} msgs/s published, "
                 f"{454 / duration:,.0f} delivered"}
 

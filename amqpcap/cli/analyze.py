@@ -40,11 +40,11 @@ class _Writing:
         return False
 
 
-def _no_findings(cap: Capture, names: list[str]) -> str:
+def _no_findings(cap: Capture, names: list[str], notes: int = 0) -> str:
     from ..render import no_findings_line
     from ..tally import packet_count
 
-    return no_findings_line(len(cap.connections), packet_count(cap), names)
+    return no_findings_line(len(cap.connections), packet_count(cap), names, notes)
 
 
 def _analyzer_command(name: str, fn, help_text: str):
@@ -152,17 +152,21 @@ def _analyze_dataset(path: Path | str, scheduler: str, workers: Optional[int], o
 
 def _tell_analysis(cap: Capture, results, out_dir: Optional[Path], fmt: str, plots: bool, base=None) -> None:
     """The findings on stdout, and with --out every output (`amqpcap.report.write_outputs`)."""
-    from ..analysis import rank
+    from ..consequences import settled
     from ..render import findings_table
     from ..report import build_summary, write_outputs
 
     summary = build_summary(cap, results)
-    findings = rank([f for r in results for f in r.findings])
+    findings = settled(results)
+    problems = [f for f in findings if f.severity != "info"]
+    notes = [f for f in findings if f.severity == "info"]
     out.print(_capture_line(cap), highlight=False)
-    if findings:
-        out.print(findings_table(findings))
+    if problems:
+        out.print(findings_table(problems))
     else:
-        out.print(_no_findings(cap, [r.name for r in results]), highlight=False)
+        out.print(_no_findings(cap, [r.name for r in results], len(notes)), highlight=False)
+    if notes:
+        out.print(findings_table(notes, title="Notes (info: not a problem on their own)"))
     note = undecoded_note(cap)
     if note:
         out.print(note, highlight=False)
