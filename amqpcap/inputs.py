@@ -106,8 +106,9 @@ def missing_ring_files(files: list[str]) -> list[str]:
     return out
 
 
-#: `amqpcap analyze CAPTURE` decodes a capture up to this size in memory, where its tables take
-#: about 5 times its size (measured: 8.7 GB for the 1.8 GB capture of issue 13); a larger one
+#: `amqpcap analyze CAPTURE` decodes a capture up to this size in memory, where its memory
+#: follows its packets, not its bytes: ~100 MB plus 1-4 KB per packet (benchmarks/memory_factor.py:
+#: 9x the capture for small messages, 0.5x for 1-4 MiB ones; README.md); a larger one
 #: goes through a temporary dataset on a local Dask cluster (`amqpcap.cli.analyze`). Bytes on disk, a
 #: gzip file's counted GZIP_RATIO times (what pcap typically shrinks by: 3-5x)
 IN_MEMORY_MAX_BYTES = 512 << 20

@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""How much memory `amqpcap analyze CAPTURE --out DIR` takes, against the capture's size and its
+packet count: the figures README.md and amqpcap/inputs.py quote ("Memory" in docs/speed.md).
+
+    python benchmarks/memory_factor.py CAPTURE [CAPTURE ...]
+    python benchmarks/memory_factor.py --made          # the captures below, made from fixtures
+
+Each capture is analysed in a child process of its own (`--in-memory`, so a large one is not
+sent to Dask); its peak RSS is the kernel's (wait4's ru_maxrss). Printed per capture: bytes,
+packets, peak RSS, RSS / capture bytes, and RSS above the bare interpreter's per packet. --made
+builds, with benchmarks/make_large_capture.py, a capture of small PerfTest messages (copies of
+fixtures/prefetch-consumers.pcap, ~75 MB) and one of 1-4 MiB messages (copies of
+fixtures/huge-messages.pcap.gz, ~250 MB), in a temporary directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MADE = (("small-messages", "prefetch-consumers.pcap", 300_000), ("large-messages", "huge-messages.pcap.gz", 60_000))
+
+
+def peak_rss(cmd: list[str]) -> int:
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(p.pid, 0)
+    if status != 0:
+        sys.exit(f"{' '.join(cmd)} failed (status {status})")
+    return usage.ru_maxrss * 1024
+
+
+def packets(capture: Path) -> int:
+    out = subprocess.run([sys.executable, "-m", "amqpcap", "info", str(capture), "--json"], capture_output=True,
+                         text=True)
+    if out.returncode == 0:
+        try:
+            return int(json.loads(out.stdout)["capture"]["packets"])
+        except (ValueError, KeyError):
+            pass
+    import amqpcap
+
+    return int(amqpcap.load(capture).summary["packets"])
+
+
+def make(tmp: Path) -> list[Path]:
+    made = []
+    for name, source, n in MADE:
+        src = ROOT / "fixtures" / source
+        if source.endswith(".gz"):
+            plain = tmp / source[:-3]
+            plain.write_bytes(gzip.decompress(src.read_bytes()))
+            src = plain
+        out = tmp / f"{name}.pcap"
+        subprocess.run([sys.executable, str(ROOT / "benchmarks" / "make_large_capture.py"), str(src), str(out),
+                        "--packets", str(n)], check=True, stderr=subprocess.DEVNULL)
+        made.append(out)
+    return made
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("captures", nargs="*", type=Path)
+    ap.add_argument("--made", action="store_true", help="also the two captures made from fixtures (module doc)")
+    a = ap.parse_args()
+    base = peak_rss([sys.executable, "-c", "import amqpcap, amqpcap.analysis, pandas, pyarrow"])
+    print(f"bare interpreter with amqpcap imported: {base / 2**20:.0f} MiB")
+    with tempfile.TemporaryDirectory(prefix="amqpcap-memory-") as tmp:
+        caps = list(a.captures) + (make(Path(tmp)) if a.made else [])
+        for cap in caps:
+            rss = peak_rss([sys.executable, "-m", "amqpcap", "analyze", str(cap), "--in-memory", "--out",
+                            str(Path(tmp) / f"out-{cap.name}")])
+            size, n = cap.stat().st_size, packets(cap)
+            print(json.dumps({"capture": cap.name, "capture_mb": round(size / 1e6, 1), "packets": n,
+                              "peak_rss_mb": round(rss / 1e6), "rss_per_capture_byte": round(rss / size, 2),
+                              "rss_above_bare_per_packet_bytes": round((rss - base) / n)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
