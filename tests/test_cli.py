@@ -7,6 +7,7 @@ import gzip
 import json
 import os
 import re
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -590,3 +591,30 @@ def test_connections_without_a_decoded_frame_say_only_tcp_was_analysed():
     r = run("analyze", ROOT / "fixtures" / "tls.pcap")  # AMQPS without its key log
     assert r.returncode == 0, r.stderr
     assert "(encrypted with TLS: --tls-keylog FILE decrypts it), so only TCP was analysed" in " ".join(r.stdout.split())
+
+
+# --- 8. a reader that goes away ends the output quietly ----------------------------------------
+
+@pytest.mark.parametrize("args", [("info", ROOT / "fixtures" / "healthy.pcap"), ("analyze", SAMPLE),
+                                  ("latency", SAMPLE, "--rows", "5"), ("verify", ROOT / "fixtures" / "healthy.pcap"),
+                                  ("sample",)], ids=lambda a: a[0])
+def test_a_closed_pipe_ends_quietly(args, tmp_path):
+    """`amqpcap ... | head -n 3`, and a reader gone before the first write (`| true`: the write
+    is certain to find the pipe closed): exit 0 or 141 (SIGPIPE's), nothing on stderr."""
+    command = " ".join(shlex.quote(str(a)) for a in (sys.executable, "-m", "amqpcap", *args))
+    for reader in ("head -n 3", "true"):
+        r = subprocess.run(["bash", "-c", f"{command} 2>{tmp_path / 'stderr'} | {reader} >/dev/null; "
+                                          "echo ${PIPESTATUS[0]}"],
+                           capture_output=True, text=True, timeout=180, cwd=ROOT)
+        assert r.stdout.strip() in ("0", "141"), (reader, r.stdout, (tmp_path / "stderr").read_text())
+        assert (tmp_path / "stderr").read_text() == "", reader
+
+
+def test_a_closed_pipe_still_writes_the_out_directory(tmp_path):
+    command = " ".join(shlex.quote(str(a)) for a in (sys.executable, "-m", "amqpcap", "analyze", SAMPLE,
+                                                      "--out", tmp_path / "out", "--no-plots"))
+    r = subprocess.run(["bash", "-c", f"{command} | true; echo ${{PIPESTATUS[0]}}"], capture_output=True, text=True,
+                       timeout=180, cwd=ROOT)
+    assert r.stdout.strip() == "0", r
+    assert "files written to" in r.stderr
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())

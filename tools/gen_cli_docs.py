@@ -31,6 +31,9 @@ OTHER_EXIT_CODES = [
         "command at all): typer/click prints the usage and the error"),
     (70, "internal error (a bug): one line on stderr; `AMQPCAP_DEBUG=1` shows the traceback"),
     (130, "interrupted (Ctrl-C)"),
+    (141, "stdout was closed by its reader (`| head -3`) during a write that did not go through the "
+          "console (which goes quiet instead: the command finishes, writes its files and exits with its usual "
+          "code: Output on stdout, above)"),
 ]
 
 TYPE_NAMES = {Path: "PATH", int: "INTEGER", str: "TEXT", float: "FLOAT", bool: "BOOLEAN"}
@@ -199,6 +202,9 @@ def render() -> str:
         "  separators, `–` where there was nothing to measure), its findings (or what was checked),",
         "  then its tables by name and size. `--rows N` prints the first N rows of each table;",
         "  `--out DIR` writes them whole.",
+        "- A reader that goes away (`amqpcap info capture.pcap | head -3`) ends the output quietly: no",
+        "  message, and the command finishes its work (`--out DIR` is still written) and exits with",
+        "  its usual code.",
         "- A capture with no AMQP connection (no packets, no TCP, nothing on the AMQP ports nor a",
         "  connection opened with the AMQP protocol header) is not analysed: one line on stderr says",
         "  which, and the exit code is 3 (`analyze`, the analyzer subcommands and `frames`; `info`",
