@@ -618,3 +618,89 @@ def test_a_closed_pipe_still_writes_the_out_directory(tmp_path):
     assert r.stdout.strip() == "0", r
     assert "files written to" in r.stderr
     assert json.loads((tmp_path / "out" / "summary.json").read_text())
+
+
+# --- 9. tables fit the terminal by leaving columns out, never by cutting one -------------------
+
+def run_on_terminal(columns: int, *args: str) -> str:
+    """amqpcap's stdout on a pseudo-terminal `columns` wide (COLUMNS, as a terminal of that width
+    says; rich reads it only with LINES), without styles (TERM=dumb). A file or a pipe is always
+    given 120 columns."""
+    import pty
+
+    main, child = pty.openpty()
+    env = {**os.environ, "COLUMNS": str(columns), "LINES": "50", "TERM": "dumb", "NO_COLOR": "1"}
+    p = subprocess.Popen([sys.executable, "-m", "amqpcap", *map(str, args)], stdin=subprocess.DEVNULL, stdout=child,
+                         stderr=subprocess.PIPE, cwd=ROOT, env=env)
+    os.close(child)
+    chunks = []
+    while True:
+        try:
+            data = os.read(main, 1 << 16)
+        except OSError:  # EIO: the child's end is closed
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(main)
+    _, stderr = p.communicate(timeout=120)
+    assert p.returncode == 0, stderr
+    return b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+def _printed_tables(stdout: str, prefix: str) -> dict[str, tuple[list[str], list[str]]]:
+    """{table: (the headers printed, the columns the line under it says were left out)} of each
+    bordered table whose title starts with `prefix`."""
+    lines = stdout.splitlines()
+    tables = {}
+    for i, line in enumerate(lines):
+        if not (line.startswith(prefix) and i + 2 < len(lines) and lines[i + 1].startswith("┏")):
+            continue
+        header = [cell.strip() for cell in lines[i + 2].strip().strip("┃").split("┃")]
+        end = next(j for j in range(i, len(lines)) if lines[j].startswith("└"))
+        after = []
+        for rest in lines[end + 1:]:
+            if rest.startswith(prefix) or rest.startswith("┏"):
+                break
+            after.append(rest)
+        note = re.search(r"left out to fit \d+ columns: (.+?);", " ".join(" ".join(after).split()))
+        tables[line.split(" (")[0].strip().removeprefix(prefix)] = (header, note.group(1).split(", ") if note else [])
+    return tables
+
+
+def test_table_rows_fit_the_terminal_by_leaving_columns_out(tmp_path):
+    """prefetch1.pcap's latency tables on an 80- and a 200-column terminal: each header whole (the
+    written CSV's column names, independent of how the terminal cut them), every line within the
+    width, no cell cut ("…"), and the columns not shown named under the table."""
+    r = run("latency", ROOT / "fixtures" / "prefetch1.pcap", "--out", tmp_path, "--no-plots")
+    assert r.returncode == 0, r.stderr
+    shown = {}
+    for columns in (80, 200):
+        stdout = run_on_terminal(columns, "latency", ROOT / "fixtures" / "prefetch1.pcap", "--rows", "2")
+        assert all(len(line) <= columns for line in stdout.splitlines()), stdout
+        assert not [line for line in stdout.splitlines() if line[:1] in "┃│" and "…" in line], stdout
+        tables = _printed_tables(stdout, "latency: ")
+        assert set(tables) == {p.stem.removeprefix("latency-") for p in tmp_path.glob("latency-*.csv")}, stdout
+        for name, (header, left_out) in tables.items():
+            written = list(pd.read_csv(tmp_path / f"latency-{name}.csv", nrows=0).columns)
+            assert header == [c for c in written if c not in left_out], (name, stdout)
+            assert {"stream", "channel"} <= set(header), (name, stdout)  # the names of what a row is about, always
+        assert "connection" in tables["consumers"][0]
+        shown[columns] = sum(len(header) for header, _ in tables.values())
+        if columns == 80:
+            assert any(left_out for _, left_out in tables.values()), stdout  # (else this tests nothing)
+    assert shown[200] > shown[80]
+
+
+def test_info_fits_the_terminal_by_leaving_columns_out():
+    """ten-consumers.pcap on an 80-column terminal: the connections and consumers tables keep
+    their names whole, on one line each (perf-test-consumer-N, as PerfTest names them)."""
+    stdout = run_on_terminal(80, "info", ROOT / "fixtures" / "ten-consumers.pcap")
+    assert all(len(line) <= 80 for line in stdout.splitlines()), stdout
+    tables = _printed_tables(stdout, "")
+    connections, consumers = tables["AMQP connections"], tables["Consumers"]
+    assert connections[0][0] == "connection" and "stream" in connections[0], stdout
+    assert consumers[0][:2] == ["queue", "connection"], stdout
+    for n in range(10):
+        assert re.search(rf"^│ perf-test-consumer-{n} +│", stdout, re.M), stdout
+    assert not [line for line in stdout.splitlines() if line[:1] in "┃│" and "…" in line], stdout

@@ -202,6 +202,12 @@ def render() -> str:
         "  separators, `–` where there was nothing to measure), its findings (or what was checked),",
         "  then its tables by name and size. `--rows N` prints the first N rows of each table;",
         "  `--out DIR` writes them whole.",
+        "- Tables fit the width of the terminal (or `COLUMNS`; 120 columns when stdout is a file or",
+        "  a pipe) by leaving columns out, never by cutting a header or a value short: the columns that",
+        "  name what a row is about (connection, queue, consumer tag, stream, channel, …) are always",
+        "  shown, then every other column, in order, that still fits whole; a line under the table",
+        "  names the columns left out (`--out DIR` writes the table whole). The findings' free text",
+        "  wraps onto more lines.",
         "- A reader that goes away (`amqpcap info capture.pcap | head -3`) ends the output quietly: no",
         "  message, and the command finishes its work (`--out DIR` is still written) and exits with",
         "  its usual code.",
@@ -268,6 +274,7 @@ def render() -> str:
         "| variable | effect |",
         "|---|---|",
         "| `AMQPCAP_DEBUG=1` | show the Python traceback of an internal error instead of one line |",
+        "| `COLUMNS=N` | on a terminal, the width tables are fitted to (default: the terminal's); a file or a pipe gets 120 columns |",
         "",
     ]
     return "\n".join(lines)
