@@ -10,6 +10,7 @@ import re
 import shlex
 import shutil
 import statistics
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -118,6 +119,54 @@ def test_unusable_input_is_one_line(tmp_path, case):
     assert len(lines) == 1 and lines[0].startswith("amqpcap: error:") and words in lines[0], r.stderr
     with pytest.raises(amqpcap.CaptureError):
         amqpcap.load(path)
+
+
+#: what Rust's Debug and Python's repr of an internal error look like: never in a message
+INTERNAL_NAMES = re.compile(r"Incomplete|Error\(|Some\(|Err\(|Kind|None\b|\b[A-Z][a-z]+[A-Z]\w*|\w\(\d")
+
+
+def _cut_headers(tmp: Path) -> dict[str, tuple[Path, str]]:
+    """Captures cut inside their first header, built here: a pcap file header (24 bytes:
+    magic, versions 2.4, zone, sigfigs, snaplen, link type) and a pcapng section header block
+    (28 bytes: type, length, byte-order magic, versions 1.0, section length, length again)."""
+    pcap = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)
+    shb = struct.pack("<IIIHHqI", 0x0A0D0D0A, 28, 0x1A2B3C4D, 1, 0, -1, 28)
+    cases = {"pcap cut at 20 bytes": (pcap[:20], "ends after 20 bytes, inside the pcap file header (24 bytes)"),
+             "pcap cut at 3 bytes": (pcap[:3], "ends after 3 bytes"),
+             "pcapng cut at 20 bytes": (shb[:20], "ends after 20 bytes, inside the pcapng section header block (28 bytes)"),
+             "pcapng cut at 10 bytes": (shb[:10], "ends after 10 bytes, inside the pcapng section header block")}
+    out = {}
+    for name, (data, words) in cases.items():
+        path = tmp / (name.replace(" ", "-") + (".pcapng" if "pcapng" in name else ".pcap"))
+        path.write_bytes(data)
+        out[name] = (path, words)
+    return out
+
+
+@pytest.mark.parametrize("case", ["pcap cut at 20 bytes", "pcap cut at 3 bytes", "pcapng cut at 20 bytes",
+                                  "pcapng cut at 10 bytes"])
+def test_a_cut_capture_header_is_said_in_words(tmp_path, case):
+    path, words = _cut_headers(tmp_path)[case]
+    for command in ("info", "analyze"):
+        r = run(command, path)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("amqpcap: error:"), r.stderr
+        assert words in lines[0] and not INTERNAL_NAMES.search(lines[0].removeprefix(f"amqpcap: error: {path}")), lines
+
+
+def test_anomaly_details_are_words():
+    """The anomalies the hostile corpus makes (tests/hostile/make_corpus.py: basic.ack (60.80) and
+    queue.declare (50.10) cut short, a content header of class 20, a method, a content header and
+    a body frame that do not end with 0xce) are told in words, not in the core's type names."""
+    details = {}
+    for name in ("malformed-methods.pcap", "bad-frame-ends.pcap"):
+        a = amqpcap.load(HOSTILE / name).anomalies
+        for kind, detail in zip(a["kind"], a["detail"]):
+            details.setdefault(kind, []).append(detail)
+    assert [d for ds in details.values() for d in ds if INTERNAL_NAMES.search(d)] == [], details
+    assert sorted(d.split(":")[0] for d in details["malformed-method"]) == ["class 50 method 10", "class 60 method 80"]
+    assert "class 20" in details["malformed-header"][0]
+    assert sorted(d.split(" frame ")[0] for d in details["bad-frame-end"]) == ["body", "content header", "method"]
 
 
 def test_capture_cut_mid_record_decodes_and_warns(tmp_path):
