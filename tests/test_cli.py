@@ -7,8 +7,10 @@ import gzip
 import json
 import os
 import re
+import shlex
 import shutil
 import statistics
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -117,6 +119,54 @@ def test_unusable_input_is_one_line(tmp_path, case):
     assert len(lines) == 1 and lines[0].startswith("amqpcap: error:") and words in lines[0], r.stderr
     with pytest.raises(amqpcap.CaptureError):
         amqpcap.load(path)
+
+
+#: what Rust's Debug and Python's repr of an internal error look like: never in a message
+INTERNAL_NAMES = re.compile(r"Incomplete|Error\(|Some\(|Err\(|Kind|None\b|\b[A-Z][a-z]+[A-Z]\w*|\w\(\d")
+
+
+def _cut_headers(tmp: Path) -> dict[str, tuple[Path, str]]:
+    """Captures cut inside their first header, built here: a pcap file header (24 bytes:
+    magic, versions 2.4, zone, sigfigs, snaplen, link type) and a pcapng section header block
+    (28 bytes: type, length, byte-order magic, versions 1.0, section length, length again)."""
+    pcap = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)
+    shb = struct.pack("<IIIHHqI", 0x0A0D0D0A, 28, 0x1A2B3C4D, 1, 0, -1, 28)
+    cases = {"pcap cut at 20 bytes": (pcap[:20], "ends after 20 bytes, inside the pcap file header (24 bytes)"),
+             "pcap cut at 3 bytes": (pcap[:3], "ends after 3 bytes"),
+             "pcapng cut at 20 bytes": (shb[:20], "ends after 20 bytes, inside the pcapng section header block (28 bytes)"),
+             "pcapng cut at 10 bytes": (shb[:10], "ends after 10 bytes, inside the pcapng section header block")}
+    out = {}
+    for name, (data, words) in cases.items():
+        path = tmp / (name.replace(" ", "-") + (".pcapng" if "pcapng" in name else ".pcap"))
+        path.write_bytes(data)
+        out[name] = (path, words)
+    return out
+
+
+@pytest.mark.parametrize("case", ["pcap cut at 20 bytes", "pcap cut at 3 bytes", "pcapng cut at 20 bytes",
+                                  "pcapng cut at 10 bytes"])
+def test_a_cut_capture_header_is_said_in_words(tmp_path, case):
+    path, words = _cut_headers(tmp_path)[case]
+    for command in ("info", "analyze"):
+        r = run(command, path)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("amqpcap: error:"), r.stderr
+        assert words in lines[0] and not INTERNAL_NAMES.search(lines[0].removeprefix(f"amqpcap: error: {path}")), lines
+
+
+def test_anomaly_details_are_words():
+    """The anomalies the hostile corpus makes (tests/hostile/make_corpus.py: basic.ack (60.80) and
+    queue.declare (50.10) cut short, a content header of class 20, a method, a content header and
+    a body frame that do not end with 0xce) are told in words, not in the core's type names."""
+    details = {}
+    for name in ("malformed-methods.pcap", "bad-frame-ends.pcap"):
+        a = amqpcap.load(HOSTILE / name).anomalies
+        for kind, detail in zip(a["kind"], a["detail"]):
+            details.setdefault(kind, []).append(detail)
+    assert [d for ds in details.values() for d in ds if INTERNAL_NAMES.search(d)] == [], details
+    assert sorted(d.split(":")[0] for d in details["malformed-method"]) == ["class 50 method 10", "class 60 method 80"]
+    assert "class 20" in details["malformed-header"][0]
+    assert sorted(d.split(" frame ")[0] for d in details["bad-frame-end"]) == ["body", "content header", "method"]
 
 
 def test_capture_cut_mid_record_decodes_and_warns(tmp_path):
@@ -590,3 +640,116 @@ def test_connections_without_a_decoded_frame_say_only_tcp_was_analysed():
     r = run("analyze", ROOT / "fixtures" / "tls.pcap")  # AMQPS without its key log
     assert r.returncode == 0, r.stderr
     assert "(encrypted with TLS: --tls-keylog FILE decrypts it), so only TCP was analysed" in " ".join(r.stdout.split())
+
+
+# --- 8. a reader that goes away ends the output quietly ----------------------------------------
+
+@pytest.mark.parametrize("args", [("info", ROOT / "fixtures" / "healthy.pcap"), ("analyze", SAMPLE),
+                                  ("latency", SAMPLE, "--rows", "5"), ("verify", ROOT / "fixtures" / "healthy.pcap"),
+                                  ("sample",)], ids=lambda a: a[0])
+def test_a_closed_pipe_ends_quietly(args, tmp_path):
+    """`amqpcap ... | head -n 3`, and a reader gone before the first write (`| true`: the write
+    is certain to find the pipe closed): exit 0 or 141 (SIGPIPE's), nothing on stderr."""
+    command = " ".join(shlex.quote(str(a)) for a in (sys.executable, "-m", "amqpcap", *args))
+    for reader in ("head -n 3", "true"):
+        r = subprocess.run(["bash", "-c", f"{command} 2>{tmp_path / 'stderr'} | {reader} >/dev/null; "
+                                          "echo ${PIPESTATUS[0]}"],
+                           capture_output=True, text=True, timeout=180, cwd=ROOT)
+        assert r.stdout.strip() in ("0", "141"), (reader, r.stdout, (tmp_path / "stderr").read_text())
+        assert (tmp_path / "stderr").read_text() == "", reader
+
+
+def test_a_closed_pipe_still_writes_the_out_directory(tmp_path):
+    command = " ".join(shlex.quote(str(a)) for a in (sys.executable, "-m", "amqpcap", "analyze", SAMPLE,
+                                                      "--out", tmp_path / "out", "--no-plots"))
+    r = subprocess.run(["bash", "-c", f"{command} | true; echo ${{PIPESTATUS[0]}}"], capture_output=True, text=True,
+                       timeout=180, cwd=ROOT)
+    assert r.stdout.strip() == "0", r
+    assert "files written to" in r.stderr
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())
+
+
+# --- 9. tables fit the terminal by leaving columns out, never by cutting one -------------------
+
+def run_on_terminal(columns: int, *args: str) -> str:
+    """amqpcap's stdout on a pseudo-terminal `columns` wide (COLUMNS, as a terminal of that width
+    says; rich reads it only with LINES), without styles (TERM=dumb). A file or a pipe is always
+    given 120 columns."""
+    import pty
+
+    main, child = pty.openpty()
+    env = {**os.environ, "COLUMNS": str(columns), "LINES": "50", "TERM": "dumb", "NO_COLOR": "1"}
+    p = subprocess.Popen([sys.executable, "-m", "amqpcap", *map(str, args)], stdin=subprocess.DEVNULL, stdout=child,
+                         stderr=subprocess.PIPE, cwd=ROOT, env=env)
+    os.close(child)
+    chunks = []
+    while True:
+        try:
+            data = os.read(main, 1 << 16)
+        except OSError:  # EIO: the child's end is closed
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(main)
+    _, stderr = p.communicate(timeout=120)
+    assert p.returncode == 0, stderr
+    return b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+def _printed_tables(stdout: str, prefix: str) -> dict[str, tuple[list[str], list[str]]]:
+    """{table: (the headers printed, the columns the line under it says were left out)} of each
+    bordered table whose title starts with `prefix`."""
+    lines = stdout.splitlines()
+    tables = {}
+    for i, line in enumerate(lines):
+        if not (line.startswith(prefix) and i + 2 < len(lines) and lines[i + 1].startswith("┏")):
+            continue
+        header = [cell.strip() for cell in lines[i + 2].strip().strip("┃").split("┃")]
+        end = next(j for j in range(i, len(lines)) if lines[j].startswith("└"))
+        after = []
+        for rest in lines[end + 1:]:
+            if rest.startswith(prefix) or rest.startswith("┏"):
+                break
+            after.append(rest)
+        note = re.search(r"left out to fit \d+ columns: (.+?);", " ".join(" ".join(after).split()))
+        tables[line.split(" (")[0].strip().removeprefix(prefix)] = (header, note.group(1).split(", ") if note else [])
+    return tables
+
+
+def test_table_rows_fit_the_terminal_by_leaving_columns_out(tmp_path):
+    """prefetch1.pcap's latency tables on an 80- and a 200-column terminal: each header whole (the
+    written CSV's column names, independent of how the terminal cut them), every line within the
+    width, no cell cut ("…"), and the columns not shown named under the table."""
+    r = run("latency", ROOT / "fixtures" / "prefetch1.pcap", "--out", tmp_path, "--no-plots")
+    assert r.returncode == 0, r.stderr
+    shown = {}
+    for columns in (80, 200):
+        stdout = run_on_terminal(columns, "latency", ROOT / "fixtures" / "prefetch1.pcap", "--rows", "2")
+        assert all(len(line) <= columns for line in stdout.splitlines()), stdout
+        assert not [line for line in stdout.splitlines() if line[:1] in "┃│" and "…" in line], stdout
+        tables = _printed_tables(stdout, "latency: ")
+        assert set(tables) == {p.stem.removeprefix("latency-") for p in tmp_path.glob("latency-*.csv")}, stdout
+        for name, (header, left_out) in tables.items():
+            written = list(pd.read_csv(tmp_path / f"latency-{name}.csv", nrows=0).columns)
+            assert header == [c for c in written if c not in left_out], (name, stdout)
+            assert {"stream", "channel"} <= set(header), (name, stdout)  # the names of what a row is about, always
+        assert "connection" in tables["consumers"][0]
+        shown[columns] = sum(len(header) for header, _ in tables.values())
+        if columns == 80:
+            assert any(left_out for _, left_out in tables.values()), stdout  # (else this tests nothing)
+    assert shown[200] > shown[80]
+
+
+def test_info_fits_the_terminal_by_leaving_columns_out():
+    """ten-consumers.pcap on an 80-column terminal: the connections and consumers tables keep
+    their names whole, on one line each (perf-test-consumer-N, as PerfTest names them)."""
+    stdout = run_on_terminal(80, "info", ROOT / "fixtures" / "ten-consumers.pcap")
+    assert all(len(line) <= 80 for line in stdout.splitlines()), stdout
+    tables = _printed_tables(stdout, "")
+    connections, consumers = tables["AMQP connections"], tables["Consumers"]
+    assert connections[0][0] == "connection" and "stream" in connections[0], stdout
+    assert consumers[0][:2] == ["queue", "connection"], stdout
+    for n in range(10):
+        assert re.search(rf"^│ perf-test-consumer-{n} +│", stdout, re.M), stdout
+    assert not [line for line in stdout.splitlines() if line[:1] in "┃│" and "…" in line], stdout

@@ -31,6 +31,9 @@ OTHER_EXIT_CODES = [
         "command at all): typer/click prints the usage and the error"),
     (70, "internal error (a bug): one line on stderr; `AMQPCAP_DEBUG=1` shows the traceback"),
     (130, "interrupted (Ctrl-C)"),
+    (141, "stdout was closed by its reader (`| head -3`) during a write that did not go through the "
+          "console (which goes quiet instead: the command finishes, writes its files and exits with its usual "
+          "code: Output on stdout, above)"),
 ]
 
 TYPE_NAMES = {Path: "PATH", int: "INTEGER", str: "TEXT", float: "FLOAT", bool: "BOOLEAN"}
@@ -199,6 +202,15 @@ def render() -> str:
         "  separators, `–` where there was nothing to measure), its findings (or what was checked),",
         "  then its tables by name and size. `--rows N` prints the first N rows of each table;",
         "  `--out DIR` writes them whole.",
+        "- Tables fit the width of the terminal (or `COLUMNS`; 120 columns when stdout is a file or",
+        "  a pipe) by leaving columns out, never by cutting a header or a value short: the columns that",
+        "  name what a row is about (connection, queue, consumer tag, stream, channel, …) are always",
+        "  shown, then every other column, in order, that still fits whole; a line under the table",
+        "  names the columns left out (`--out DIR` writes the table whole). The findings' free text",
+        "  wraps onto more lines.",
+        "- A reader that goes away (`amqpcap info capture.pcap | head -3`) ends the output quietly: no",
+        "  message, and the command finishes its work (`--out DIR` is still written) and exits with",
+        "  its usual code.",
         "- A capture with no AMQP connection (no packets, no TCP, nothing on the AMQP ports nor a",
         "  connection opened with the AMQP protocol header) is not analysed: one line on stderr says",
         "  which, and the exit code is 3 (`analyze`, the analyzer subcommands and `frames`; `info`",
@@ -262,6 +274,7 @@ def render() -> str:
         "| variable | effect |",
         "|---|---|",
         "| `AMQPCAP_DEBUG=1` | show the Python traceback of an internal error instead of one line |",
+        "| `COLUMNS=N` | on a terminal, the width tables are fitted to (default: the terminal's); a file or a pipe gets 120 columns |",
         "",
     ]
     return "\n".join(lines)

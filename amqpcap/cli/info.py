@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional
 
+from rich.console import Group
 from rich.table import Table
 
 from ..wording import counted
@@ -31,8 +32,8 @@ def info(capture: List[str] = CapturesArg, port: Optional[List[int]] = PortOpt, 
     cap = _load(capture, port, limit, tls_keylog=tls_keylog, add_port=add_port, strict=strict)
     s = cap.summary
     head = Table(show_header=False, box=None, pad_edge=False)
-    head.add_column(style="bold")
-    head.add_column()
+    head.add_column(style="bold", no_wrap=True)
+    head.add_column(overflow="fold")  # (a path without spaces longer than the console folds, never cut)
     duration = (s["last_ts"] - s["first_ts"]).total_seconds() if s["first_ts"] is not None else 0.0
     head.add_row("file", f"{s['path']} ({s['file_bytes']:,} bytes, {s['format']}{', gzip' if s['compressed'] else ''})")
     if len(s["files"]) > 1:
@@ -66,31 +67,30 @@ def info(capture: List[str] = CapturesArg, port: Optional[List[int]] = PortOpt, 
             out.print(m)
 
 
-def _connections_table(cap: Capture, all_connections: bool) -> Table:
+#: what the line under a table of `info` says of the columns it left out to fit
+_WHOLE = "a wider terminal (COLUMNS=N) shows them"
+
+
+def _connections_table(cap: Capture, all_connections: bool) -> Group:
     """The connections as the operator knows them (amqpcap.names): label, client library and
     version, user@vhost and role first; addresses, the stream (Wireshark's tcp.stream), packets
-    and frames after; missing bytes and anomalies only when the capture has any. Long names fold
-    onto several lines rather than being cut."""
+    and frames after; missing bytes and anomalies only when the capture has any. As many as fit
+    the console whole (`amqpcap.render.fitted_table`): the label and the stream always, a label
+    longer than the console folds onto several lines rather than being cut."""
     from ..names import connection_names, connection_roles
+    from ..render import fitted_table, left_out_note
 
     shown = _connections_shown(cap.connections, all_connections)
     more = len(cap.connections) - len(shown)
     names, roles = connection_names(cap), connection_roles(cap)
-    t = Table(title="AMQP connections" + (f" (the {len(shown)} with the most packets)" if more else ""),
-              title_justify="left",
-              caption=f"… and {counted(more, 'more connection')}: --all lists every one" if more else None,
-              caption_justify="left")
     damaged = bool(len(cap.anomalies)) or bool(cap.connections["bytes_missing"].sum())
     # one broker address for all (the usual case) is said once, above the table
     one_broker = names["broker_endpoint"].nunique() == 1
     cols = ["connection", "client", "user@vhost", "role", "address" if one_broker else "client → broker", "stream",
             "packets", "frames"] + (["anomalies"] if damaged else [])
-    for col in cols:
-        numeric = col in ("stream", "packets", "frames", "anomalies")
-        # rich narrows the widest columns first: a name of a usual length is kept on one line
-        whole = (col == "connection" and out.width >= 100
-                 and names.loc[shown["stream"], "connection"].str.len().max() <= 32)
-        t.add_column(col, justify="right" if numeric else "left", overflow="fold", no_wrap=bool(whole))
+    columns = [(col, dict(justify="right" if col in ("stream", "packets", "frames", "anomalies") else "left",
+                          overflow="fold")) for col in cols]
+    rows = []
     for r in shown.itertuples(index=False):
         n = names.loc[r.stream]
         library = " ".join(x for x in (r.client_product, r.client_version) if isinstance(x, str))
@@ -102,29 +102,39 @@ def _connections_table(cap: Capture, all_connections: bool) -> Table:
                str(r.stream), f"{r.c2s_packets + r.s2c_packets:,}", f"{r.frames:,}"]
         if damaged:
             row.append(str(r.anomalies))
-        t.add_row(*row)
-    return t
+        rows.append(row)
+    t, fitted = fitted_table(out, lambda: Table(title_justify="left", caption_justify="left"), columns, rows,
+                             keep=[cols.index("connection"), cols.index("stream")])
+    t.title = "AMQP connections" + (f" (the {len(shown)} with the most packets)" if more else "")
+    t.caption = f"… and {counted(more, 'more connection')}: --all lists every one" if more else None
+    note = left_out_note(cols, fitted, out, _WHOLE)
+    return Group(t, *([note] if note else []))
 
 
-def _consumers_table(cap: Capture, all_connections: bool) -> Optional[Table]:
+def _consumers_table(cap: Capture, all_connections: bool) -> Optional[Group]:
     """The consumers (queue, connection, prefetch, consumer tag), at most INFO_CONNECTIONS rows
-    unless --all; None when the capture shows none."""
+    unless --all, as many columns as fit (the queue and the connection always); None when the
+    capture shows none."""
     from ..analyzers.consumers import consumer_list
+    from ..render import fitted_table, left_out_note
 
     c = consumer_list(cap)
     if not len(c):
         return None
     shown = c if all_connections else c.head(INFO_CONNECTIONS)
     more = len(c) - len(shown)
-    t = Table(title="Consumers" + (f" (the first {len(shown)})" if more else ""), title_justify="left",
-              caption=f"… and {counted(more, 'more consumer')}: --all lists every one" if more else None,
-              caption_justify="left")
-    for col in ("queue", "connection", "prefetch", "consumer tag", "stream", "channel"):
-        t.add_column(col, justify="right" if col in ("prefetch", "stream", "channel") else "left", overflow="fold")
-    for r in shown.itertuples(index=False):
-        t.add_row("?" if _isna(r.queue) else str(r.queue), r.connection, _prefetch_text(r), str(r.consumer_tag),
-                  str(r.stream), str(r.channel))
-    return t
+    cols = ["queue", "connection", "prefetch", "consumer tag", "stream", "channel"]
+    columns = [(col, dict(justify="right" if col in ("prefetch", "stream", "channel") else "left", overflow="fold"))
+               for col in cols]
+    rows = [["?" if _isna(r.queue) else str(r.queue), r.connection, _prefetch_text(r), str(r.consumer_tag),
+             str(r.stream), str(r.channel)] for r in shown.itertuples(index=False)]
+    # the consumer tag (the broker's random amq.ctag, mostly) only when all else fits
+    t, fitted = fitted_table(out, lambda: Table(title_justify="left", caption_justify="left"), columns, rows,
+                             keep=[0, 1], then=[2, 4, 5, 3])
+    t.title = "Consumers" + (f" (the first {len(shown)})" if more else "")
+    t.caption = f"… and {counted(more, 'more consumer')}: --all lists every one" if more else None
+    note = left_out_note(cols, fitted, out, _WHOLE)
+    return Group(t, *([note] if note else []))
 
 
 def _prefetch_text(r) -> str:

@@ -216,7 +216,7 @@ def _wrong_magic(path):
 
 
 @case("short-header.pcap", "the first 12 bytes of a pcap file header (it has 24)", exit=2,
-      warning="capture header cannot be read", kinds=None)
+      warning="the file ends after 12 bytes, inside the pcap file header (24 bytes)", kinds=None)
 def _short_header(path):
     path.write_bytes(pcap_header()[:12])
 

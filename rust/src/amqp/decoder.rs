@@ -411,7 +411,7 @@ impl Decoder {
                                 AnomalyKind::OversizedFrame,
                                 packet,
                                 h.size as u64,
-                                format!("{:?} frame of {} bytes exceeds the buffering cap", h.frame_type, h.size),
+                                format!("{} frame of {} bytes exceeds the buffering cap", h.frame_type.name(), h.size),
                             );
                             self.state = State::Resync;
                             continue;
@@ -422,7 +422,7 @@ impl Decoder {
                         }
                         let end = rest[total - 1];
                         if end != FRAME_END {
-                            sink.anomaly(AnomalyKind::BadFrameEnd, packet, total as u64, format!("{:?} frame ends with 0x{end:02x}, not 0xce", h.frame_type));
+                            sink.anomaly(AnomalyKind::BadFrameEnd, packet, total as u64, format!("{} frame ends with 0x{end:02x}, not 0xce", h.frame_type.name()));
                             self.state = State::Resync;
                             continue;
                         }

@@ -25,6 +25,16 @@ pub enum FrameType {
 }
 
 impl FrameType {
+    /// Its name in messages (the 0-9-1 spec's words).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Method => "method",
+            Self::Header => "content header",
+            Self::Body => "body",
+            Self::Heartbeat => "heartbeat",
+        }
+    }
+
     pub fn from_octet(b: u8) -> Option<Self> {
         match b {
             1 => Some(Self::Method),
@@ -46,6 +56,20 @@ pub enum Invalid {
     Truncated,
     /// A field table whose entries do not fit its declared length, or an unknown value type.
     BadFieldTable,
+}
+
+/// In words, for the anomalies' details (the caller says of what: a method, a content header).
+impl std::fmt::Display for Invalid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Invalid::UnknownFrameType(t) => write!(f, "frame type {t} is none of 0-9-1's (1, 2, 3, 8)"),
+            Invalid::BadFrameEnd(b) => write!(f, "the frame ends with 0x{b:02x}, not 0xce"),
+            Invalid::UnknownMethod(c, m) => write!(f, "class {c} method {m} is no method of 0-9-1"),
+            Invalid::UnknownClass(c) => write!(f, "class {c} is no class of 0-9-1 with content"),
+            Invalid::Truncated => write!(f, "shorter than the spec requires"),
+            Invalid::BadFieldTable => write!(f, "a field table whose entries overrun its length, or of an unknown value type"),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

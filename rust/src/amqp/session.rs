@@ -70,7 +70,7 @@ impl FrameSink for Sink<'_> {
                     }
                     Err(e) => {
                         f.class_id.push(payload.get(..2).map(|b| u16::from_be_bytes([b[0], b[1]]) as i16));
-                        self.anomaly(AnomalyKind::MalformedHeader, ev.packet, ev.header.size as u64, format!("{e:?}"));
+                        self.anomaly(AnomalyKind::MalformedHeader, ev.packet, ev.header.size as u64, e.to_string());
                     }
                 }
                 let f = &mut *self.frames;

@@ -56,12 +56,90 @@ fn describe_start(b: &[u8]) -> String {
     format!("it starts with {}{}", hex.join(" "), if printable { ", which looks like text" } else { "" })
 }
 
+/// The first four bytes of a pcap (µs and ns, either byte order, and the modified pcap of
+/// Alexey Kuznetsov's patches) or a pcapng file.
+const CAPTURE_MAGICS: [u32; 7] = [0xa1b2c3d4, 0xd4c3b2a1, 0xa1b23c4d, 0x4d3cb2a1, 0xa1b2cd34, 0x34cdb2a1, PCAPNG_MAGIC];
+/// A pcapng file starts with a section header block, whose block type this is.
+const PCAPNG_MAGIC: u32 = 0x0a0d0d0a;
+/// The pcap file header (magic, versions, zone, accuracy, snaplen, link type).
+const PCAP_HEADER_BYTES: usize = 24;
+/// The fewest bytes of a pcapng section header block: type, length, byte-order magic,
+/// versions, section length and the trailing length (draft-ietf-opsawg-pcapng §4.1).
+const PCAPNG_SHB_MIN_BYTES: usize = 28;
+
 fn is_capture_magic(b: &[u8]) -> bool {
-    b.len() >= 4
-        && matches!(
-            u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
-            0xa1b2c3d4 | 0xd4c3b2a1 | 0xa1b23c4d | 0x4d3cb2a1 | 0xa1b2cd34 | 0x34cdb2a1 | 0x0a0d0d0a
-        )
+    b.len() >= 4 && CAPTURE_MAGICS.contains(&u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// A whole input of fewer than 4 bytes that begins as a capture does: a file cut short.
+fn is_cut_magic(b: &[u8]) -> bool {
+    b.len() < 4 && CAPTURE_MAGICS.iter().any(|m| m.to_be_bytes().starts_with(b))
+}
+
+/// The input the capture is in: `the file`, or its decompressed content.
+fn what_ends(compressed: bool) -> &'static str {
+    if compressed {
+        "the decompressed capture"
+    } else {
+        "the file"
+    }
+}
+
+/// What the capture's first bytes were, as far as messages about its header need them.
+struct Head {
+    /// Its first bytes (up to 64).
+    start: Vec<u8>,
+    /// Its length, when it ends within the bytes sniffed (else it is longer than any header).
+    len: Option<usize>,
+    compressed: bool,
+}
+
+/// Why the capture header at the start of `head` cannot be read, in words: where the input
+/// ends in it when it is cut (pcap-parser says `Incomplete(4)`, or, for a pcapng section header
+/// block it cannot parse whole, that no header was recognized), else what is wrong with it.
+fn header_error(name: &str, head: &Head, e: &PcapError<&[u8]>) -> String {
+    let b = &head.start;
+    let cut = |header: &str, size: String, n: usize| {
+        format!("{name}: {} ends after {n} bytes, inside {header} ({size})", what_ends(head.compressed))
+    };
+    if b.len() >= 4 && u32::from_be_bytes([b[0], b[1], b[2], b[3]]) == PCAPNG_MAGIC {
+        let header = "the pcapng section header block";
+        // its length (bytes 4-8) is in the byte order its byte-order magic (bytes 8-12) shows
+        let len = match (b.get(4..8), b.get(8..12)) {
+            (Some(l), Some([0x1a, 0x2b, 0x3c, 0x4d])) => Some(u32::from_be_bytes([l[0], l[1], l[2], l[3]]) as usize),
+            (Some(l), Some([0x4d, 0x3c, 0x2b, 0x1a])) => Some(u32::from_le_bytes([l[0], l[1], l[2], l[3]]) as usize),
+            _ => None,
+        };
+        if let Some(n) = head.len.filter(|&n| n < len.unwrap_or(0).max(PCAPNG_SHB_MIN_BYTES)) {
+            let size = match len {
+                Some(l) if l >= PCAPNG_SHB_MIN_BYTES => format!("{l} bytes"),
+                _ => format!("at least {PCAPNG_SHB_MIN_BYTES} bytes"),
+            };
+            return cut(header, size, n);
+        }
+        if b.len() >= 12 && len.is_none() {
+            return format!("{name}: {header} has no byte-order magic (1a 2b 3c 4d, either way round)");
+        }
+        return format!("{name}: {header} cannot be read: {}", pcap_error_words(e));
+    }
+    if let Some(n) = head.len.filter(|&n| n < PCAP_HEADER_BYTES) {
+        return cut("the pcap file header", format!("{PCAP_HEADER_BYTES} bytes"), n);
+    }
+    format!("{name}: the pcap file header cannot be read: {}", pcap_error_words(e))
+}
+
+/// A pcap-parser error in words, of what was being read (its Display shows the parser's input
+/// bytes and nom's error kinds: `Internal parser error Verify, input [...]`).
+fn pcap_error_words<I>(e: &PcapError<I>) -> &'static str {
+    match e {
+        PcapError::Eof => "the bytes end before it",
+        PcapError::Incomplete(_) | PcapError::UnexpectedEof => "the bytes end inside it",
+        PcapError::ReadError => "its bytes could not be read",
+        PcapError::BufferTooSmall => "it is larger than the read buffer",
+        PcapError::HeaderNotRecognized | PcapError::NomError(..) | PcapError::OwnedNomError(..) => {
+            "a length, a version or a magic number in it is wrong"
+        }
+    }
 }
 
 /// The sniffed prefix, then the rest of the input.
@@ -107,9 +185,8 @@ impl<R: Read> Read for StopAtError<R> {
 
 /// Sniff the input's first bytes: gzip, pcap or pcapng, or an error naming what it is instead.
 /// `name` stands for the input in messages (the path, for files). Returns the capture's bytes
-/// (decompressed), whether it was compressed, and where a read error that ended the bytes early
-/// is noted.
-fn open_source<'a>(mut input: impl Read + Send + 'a, name: &str) -> Result<(Source<'a>, bool, ReadError), CaptureError> {
+/// (decompressed), its first bytes, and where a read error that ended the bytes early is noted.
+fn open_source<'a>(mut input: impl Read + Send + 'a, name: &str) -> Result<(Source<'a>, Head, ReadError), CaptureError> {
     let head = read_prefix(&mut input, SNIFF_BYTES).map_err(|e| CaptureError::Unreadable(format!("cannot read {name}: {e}")))?;
     if head.is_empty() {
         return Err(CaptureError::Empty(format!("{name} is empty")));
@@ -133,18 +210,36 @@ fn open_source<'a>(mut input: impl Read + Send + 'a, name: &str) -> Result<(Sour
                 )));
             }
         }
+        if is_cut_magic(&inner) {
+            return Err(CaptureError::NotACapture(format!(
+                "{name}: the decompressed capture ends after {} bytes, inside the 4 that say pcap or pcapng",
+                inner.len()
+            )));
+        }
         if !is_capture_magic(&inner) {
             return Err(CaptureError::NotACapture(format!(
                 "{name} is gzip-compressed but holds no pcap or pcapng capture ({})",
                 describe_start(&inner)
             )));
         }
-        return Ok((Cursor::new(inner).chain(gz), true, error));
+        let head = sniffed(&inner, true);
+        return Ok((Cursor::new(inner).chain(gz), head, error));
+    }
+    if is_cut_magic(&head) {
+        return Err(CaptureError::NotACapture(format!(
+            "{name}: the file ends after {} bytes, inside the 4 that say pcap or pcapng",
+            head.len()
+        )));
     }
     if !is_capture_magic(&head) {
         return Err(CaptureError::NotACapture(format!("{name} is not a pcap or pcapng capture ({})", describe_start(&head))));
     }
-    Ok((Cursor::new(head).chain(rest), false, error))
+    let sniffed = sniffed(&head, false);
+    Ok((Cursor::new(head).chain(rest), sniffed, error))
+}
+
+fn sniffed(head: &[u8], compressed: bool) -> Head {
+    Head { start: head[..head.len().min(64)].to_vec(), len: (head.len() < SNIFF_BYTES).then_some(head.len()), compressed }
 }
 
 /// The fewest bytes a pcapng block has: its type and its total length, before and after the body
@@ -239,11 +334,12 @@ impl<'a> RecordReader<'a> {
     /// Sniff and open `input`; `name` stands for it in messages. Nothing is read past the
     /// capture header until [`advance`](Self::advance).
     pub fn open(input: impl Read + Send + 'a, name: &str, max_record_bytes: u64, buffer_bytes: usize) -> Result<Self, CaptureError> {
-        let (source, compressed, read_error) = open_source(input, name)?;
+        let (source, head, read_error) = open_source(input, name)?;
+        let compressed = head.compressed;
         let reader = match create_reader(buffer_bytes, source) {
             Ok(r) => r,
             Err(PcapError::Eof) => return Err(CaptureError::Empty(format!("{name} is empty"))),
-            Err(e) => return Err(CaptureError::NotACapture(format!("{name}: the capture header cannot be read ({e:?})"))),
+            Err(e) => return Err(CaptureError::NotACapture(header_error(name, &head, &e))),
         };
         Ok(RecordReader {
             name: name.to_string(),
@@ -372,7 +468,7 @@ impl<'a> RecordReader<'a> {
                 Err(PcapError::Eof) => self.ended = true,
                 Err(PcapError::Incomplete(_)) => {
                     if let Err(e) = self.reader.refill() {
-                        let why = format!("reading stopped after {} packets: {e:?}", self.summary.records);
+                        let why = format!("reading stopped after {} packets: {}", self.summary.records, pcap_error_words(&e));
                         return self.stop(why);
                     }
                 }
@@ -396,12 +492,16 @@ impl<'a> RecordReader<'a> {
                         return self.stop(format!("record {next} of {claimed} bytes could not be buffered"));
                     }
                     if let Err(e) = self.reader.refill() {
-                        let why = format!("reading stopped after {} packets: {e:?}", self.summary.records);
+                        let why = format!("reading stopped after {} packets: {}", self.summary.records, pcap_error_words(&e));
                         return self.stop(why);
                     }
                 }
                 Err(e) => {
-                    let why = format!("corrupt data after {} packets ({e:?}); the rest of the file is skipped", self.summary.records);
+                    let what = match e {
+                        PcapError::ReadError => "the next bytes could not be read",
+                        _ => "a length, a version or a magic number in the next block or record is wrong",
+                    };
+                    let why = format!("corrupt data after {} packets ({what}); the rest of the file is skipped", self.summary.records);
                     return self.stop(why);
                 }
             }

@@ -149,7 +149,10 @@ impl FramesBuilder {
                 f.method.push(-1);
                 Err(match e {
                     Invalid::UnknownMethod(c, m) => (AnomalyKind::UnknownMethod, format!("class {c} method {m}")),
-                    other => (AnomalyKind::MalformedMethod, format!("{other:?} in method {ids:?}")),
+                    other => (AnomalyKind::MalformedMethod, match ids {
+                        Some((c, m)) => format!("class {c} method {m}: {other}"),
+                        None => other.to_string(),
+                    }),
                 })
             }
         }
