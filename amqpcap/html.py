@@ -319,7 +319,21 @@ def _files_note(files: list[dict]) -> str:
             + (f", {skipped} skipped (see the warnings)" if skipped else ""))
 
 
-def _finding(f: dict[str, Any]) -> str:
+def _filter_note(f: dict[str, Any], out: Path | None) -> str:
+    """What a finding's filter leaves out (`filter_covers`), with the file listing every
+    connection when there is one (`amqpcap.report.write_finding_streams`)."""
+    covers = f["evidence"].get("filter_covers")
+    if not covers:
+        return ""
+    from .report import finding_streams_file
+
+    name = finding_streams_file(f["id"])
+    every = (f'; every connection in <a href="{html.escape(name)}">{html.escape(name)}</a>'
+             if out is not None and (out / name).exists() else "")
+    return f"<p class='note'>filter: {html.escape(covers)}{every}</p>"
+
+
+def _finding(f: dict[str, Any], out: Path | None = None) -> str:
     evidence = {k: v for k, v in f["evidence"].items() if k != "filter"}
     flt = f["evidence"].get("filter", "")
     rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td class=t>{html.escape(_value(v, k))}</td></tr>"
@@ -330,8 +344,8 @@ def _finding(f: dict[str, Any]) -> str:
         f'<code>{html.escape(f["id"])}</code><h3>{html.escape(f["title"])}</h3>'
         + (f"<b>Who</b> ({counted(len(who), 'subject')}):" + _subjects(who) if who else "")
         + f'<p><b>What to try:</b> {html.escape(f.get("advice", ""))}</p>'
-        + (f'<div>Wireshark display filter (click to select):<pre class="filter">{html.escape(flt)}</pre></div>'
-           if flt else "")
+        + (f'<div>Wireshark display filter (click to select):<pre class="filter">{html.escape(flt)}</pre>'
+           f'{_filter_note(f, out)}</div>' if flt else "")
         + _details("Evidence", f'<table class="evidence">{rows}</table>', "the numbers behind it")
         + "</div>"
     )
@@ -417,7 +431,7 @@ def write_report(cap: Capture, results: list[AnalyzerResult], summary: dict[str,
     parts.append(_overview(cap, o, len(summary["findings"])))
     parts.append(f"<section id='findings'><h2>Findings ({len(summary['findings'])})</h2>")
     if summary["findings"]:
-        parts += [_finding(f) for f in summary["findings"]]
+        parts += [_finding(f, out) for f in summary["findings"]]
     else:
         parts.append("<p>No findings: nothing in this capture crossed a threshold (docs/findings.md).</p>")
     links = [x for x in (_file_link(out, s) for s in ("frames", "packets")) if x]

@@ -30,7 +30,8 @@ def findings_table(findings: list[Finding]) -> Table:
             f"[{SEVERITY_STYLE[f.severity]}]{f.severity}[/]",
             f.id,
             f"{f.title}\n[dim]{f.advice}[/dim]",
-            str(f.evidence.get("filter", "")),
+            str(f.evidence.get("filter", ""))
+            + (f"\n[dim]filter: {f.evidence['filter_covers']}[/dim]" if "filter_covers" in f.evidence else ""),
         )
     return t
 

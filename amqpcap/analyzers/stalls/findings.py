@@ -10,7 +10,7 @@ import pandas as pd
 from ...analysis import Finding
 from ...capture import Capture
 from ...derive.labels import who
-from ...display_filters import stream_filter
+from ...display_filters import filter_evidence, streams_part
 from ...inputs import ring_holes
 from ...names import subject_namer
 from ...wording import counted
@@ -83,7 +83,7 @@ def _window_finding_parts(cap: Capture, wp: pd.DataFrame, g: pd.DataFrame, stall
         "peer_window_max_bytes": int(wmax.max()) if len(wmax) else None,
         "streams": streams,
         "packets": [int(x) for x in packets],
-        "filter": f"{stream_filter(streams)} && {peer_filter}",
+        **filter_evidence(streams_part(streams), f" && {peer_filter}"),
     }
     return severity, subjects, evidence
 
@@ -181,8 +181,8 @@ def _publisher_blocked(blocked: pd.DataFrame, deliveries: int, cap: Capture) -> 
         "connections_with_this_finding": len(per),
         "streams": streams,
         "packets": sorted(int(x) for x in packets)[:20],
-        "filter": f"{stream_filter(streams)} && amqp.method.class == 10 && "
-                  "(amqp.method.method == 60 || amqp.method.method == 61)",
+        **filter_evidence(streams_part(streams), " && amqp.method.class == 10 && "
+                                                 "(amqp.method.method == 60 || amqp.method.method == 61)"),
     }
     what = ", ".join(reasons) if reasons else "no reason given"
     w = subjects[0]
@@ -306,7 +306,7 @@ def _capture_gaps(gaps: pd.DataFrame, cap: Capture, stalls_tbl: pd.DataFrame) ->
         "bytes_missing_by_stream": {int(s): int(r["sum"]) for s, r in per_stream.iterrows()},
         "streams": streams,
         "packets": sorted(gaps["packet"].dropna().astype(int))[:10],  # the first ten, whatever the rows' order
-        "filter": f"{stream_filter(streams)} && (tcp.analysis.lost_segment || tcp.analysis.ack_lost_segment)",
+        **filter_evidence(streams_part(streams), " && (tcp.analysis.lost_segment || tcp.analysis.ack_lost_segment)"),
     }
     files = [f for h in lost_in for f in h["files"]]
     named = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
