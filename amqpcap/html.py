@@ -330,7 +330,21 @@ def _explains(f: dict[str, Any]) -> str:
     return f"<p><b>Also explains</b> (not a separate problem):</p><ul>{''.join(items)}</ul>" if items else ""
 
 
-def _finding(f: dict[str, Any]) -> str:
+def _filter_note(f: dict[str, Any], out: Path | None) -> str:
+    """What a finding's filter leaves out (`filter_covers`), with the file listing every
+    connection when there is one (`amqpcap.report.write_finding_streams`)."""
+    covers = f["evidence"].get("filter_covers")
+    if not covers:
+        return ""
+    from .report import finding_streams_file
+
+    name = finding_streams_file(f["id"])
+    every = (f'; every connection in <a href="{html.escape(name)}">{html.escape(name)}</a>'
+             if out is not None and (out / name).exists() else "")
+    return f"<p class='note'>filter: {html.escape(covers)}{every}</p>"
+
+
+def _finding(f: dict[str, Any], out: Path | None = None) -> str:
     evidence = {k: v for k, v in f["evidence"].items() if k not in ("filter", "explains")}
     flt = f["evidence"].get("filter", "")
     rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td class=t>{html.escape(_value(v, k))}</td></tr>"
@@ -342,8 +356,8 @@ def _finding(f: dict[str, Any]) -> str:
         + (f"<b>Who</b> ({counted(len(who), 'subject')}):" + _subjects(who) if who else "")
         + _explains(f)
         + f'<p><b>What to try:</b> {html.escape(f.get("advice", ""))}</p>'
-        + (f'<div>Wireshark display filter (click to select):<pre class="filter">{html.escape(flt)}</pre></div>'
-           if flt else "")
+        + (f'<div>Wireshark display filter (click to select):<pre class="filter">{html.escape(flt)}</pre>'
+           f'{_filter_note(f, out)}</div>' if flt else "")
         + _details("Evidence", f'<table class="evidence">{rows}</table>', "the numbers behind it")
         + "</div>"
     )
@@ -431,13 +445,13 @@ def write_report(cap: Capture, results: list[AnalyzerResult], summary: dict[str,
     notes = [f for f in summary["findings"] if f["severity"] == "info"]
     parts.append(f"<section id='findings'><h2>Findings ({len(problems)})</h2>")
     if problems:
-        parts += [_finding(f) for f in problems]
+        parts += [_finding(f, out) for f in problems]
     else:
         parts.append("<p>No problem found: nothing in this capture crossed a warning threshold (docs/findings.md)."
                      + (" The notes below are worth knowing, not problems on their own." if notes else "") + "</p>")
     if notes:
         parts.append(f"</section><section id='notes'><h2>Notes ({len(notes)})</h2>")
-        parts += [_finding(f) for f in notes]
+        parts += [_finding(f, out) for f in notes]
     links = [x for x in (_file_link(out, s) for s in ("frames", "packets")) if x]
     parts.append("</section><h2>Details</h2><p class='note'>Click to open. Tables show a few rows and their key "
                  "columns; the files beside this report hold every row and column"

@@ -82,28 +82,58 @@ def describe(spec, files: list[str]) -> str:
     return f"{files[0]} and {len(files) - 1} more files"
 
 
-def missing_ring_files(files: list[str]) -> list[str]:
-    """Warnings for ring files that are not in the set: for each group of names that differ
-    only in the number tcpdump -C/-W appends (and a .gz or .pcapng added since), the numbers
-    between the lowest and highest present that are absent, when the numbers present fill at
-    least `RING_MIN_DENSITY` of that range. A -G ring (names from strftime) cannot be checked
-    by name; its holes show as capture gaps in the connections that crossed them."""
-    groups: dict[str, set[int]] = {}
+def _rings(files: list[str]) -> dict[str, dict[int, str]]:
+    """The rings among `files`: for each group of names that differ only in the number tcpdump
+    -C/-W appends (and a .gz or .pcapng added since), its files by number, when they are two
+    or more and fill at least `RING_MIN_DENSITY` of the range between the lowest and highest."""
+    groups: dict[str, dict[int, str]] = {}
     for path in files:
         m = _RING_NAME.match(path)
         if m:  # a file converted or compressed since still holds its place in the ring
-            groups.setdefault(m["base"], set()).add(int(m["number"]))
+            groups.setdefault(m["base"], {})[int(m["number"])] = path
+    return {base: numbers for base, numbers in groups.items()
+            if len(numbers) >= 2 and len(numbers) >= RING_MIN_DENSITY * (max(numbers) - min(numbers) + 1)}
+
+
+def missing_ring_files(files: list[str]) -> list[str]:
+    """Warnings for ring files that are not in the set (`_rings`): the numbers between the
+    lowest and highest present that are absent. A -G ring (names from strftime) cannot be
+    checked by name; its holes show as capture gaps in the connections that crossed them."""
     out = []
-    for base, numbers in groups.items():
-        if len(numbers) < 2:
-            continue
+    for base, numbers in _rings(files).items():
         lo, hi = min(numbers), max(numbers)
         absent = [n for n in range(lo, hi + 1) if n not in numbers]
-        if absent and len(numbers) >= RING_MIN_DENSITY * (hi - lo + 1):
+        if absent:
             shown = ", ".join(map(str, absent[:10])) + (f" and {len(absent) - 10} more" if len(absent) > 10 else "")
             out.append(f"ring {Path(base).name}N: file number {shown} of {lo}-{hi} is missing; "
                        "connections that crossed it have a capture gap there")
     return out
+
+
+def ring_holes(files: list[dict]) -> list[dict]:
+    """Where a ring read as this capture has no packets because files are missing: for each run
+    of absent numbers of a ring (`_rings`) among the files read (`files`: the summary's, each with
+    ``name``, ``error``, ``first_ts``, ``last_ts``; a file skipped unread is absent too), its
+    ``files`` (the missing names, spelled as their neighbours are: same padding and suffix),
+    ``after`` and ``before`` (the neighbours' names) and ``from_ts`` / ``to_ts``: the last packet
+    of the file before and the first of the file after, between which the missing files' packets
+    were. A run whose neighbours hold no packet is left out (no time to place it)."""
+    read = {f["name"]: f for f in files if f.get("error") is None}
+    out = []
+    for base, numbers in _rings(list(read)).items():
+        present = sorted(numbers)
+        for a, b in zip(present, present[1:]):
+            if b == a + 1:
+                continue
+            after, before = read[numbers[a]], read[numbers[b]]
+            if after.get("last_ts") is None or before.get("first_ts") is None:
+                continue
+            m = _RING_NAME.match(numbers[a])
+            width = len(m["number"]) if m["number"].startswith("0") and len(m["number"]) > 1 else 0
+            out.append({"files": [f"{Path(base).name}{str(n).zfill(width)}{m['suffix']}" for n in range(a + 1, b)],
+                        "after": Path(numbers[a]).name, "before": Path(numbers[b]).name,
+                        "from_ts": after["last_ts"], "to_ts": before["first_ts"]})
+    return sorted(out, key=lambda h: h["from_ts"])
 
 
 #: `amqpcap analyze CAPTURE` decodes a capture up to this size in memory, where its memory

@@ -37,7 +37,8 @@ def findings_table(findings: list[Finding], title: str = "Findings") -> Table:
             f"{f.title}\n[dim]{f.advice}[/dim]" + "".join(
                 f"\n[dim]Also explains {e['finding']} (not a separate problem): {e['why']}.[/dim]"
                 for e in f.evidence.get("explains", [])),
-            str(f.evidence.get("filter", "")),
+            str(f.evidence.get("filter", ""))
+            + (f"\n[dim]filter: {f.evidence['filter_covers']}[/dim]" if "filter_covers" in f.evidence else ""),
         )
     return t
 

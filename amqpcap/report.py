@@ -41,7 +41,7 @@ def write_outputs(cap: Capture, results: list[AnalyzerResult], summary: dict[str
     them), and report.html when the plots are drawn. ``base``: the capture's tables and bodies
     when `cap` does not hold them (a dataset's outline: `amqpcap.stored_tables`). ``progress``:
     see `write_results`."""
-    written = [write_summary(summary, out)]
+    written = [write_summary(summary, out)] + write_finding_streams(cap, summary, out)
     if base is None:
         written += write_results(results, out, fmt, plots=plots, bodies=cap.bodies, base=base_tables(cap),
                                  progress=progress)
@@ -51,6 +51,29 @@ def write_outputs(cap: Capture, results: list[AnalyzerResult], summary: dict[str
         from .html import write_report  # it embeds the PNGs written above
 
         written.append(write_report(cap, results, summary, out))
+    return written
+
+
+def finding_streams_file(finding_id: str) -> str:
+    """The file beside the report listing every connection of a finding whose filter names only
+    some of them (`amqpcap.display_filters.covered_filter`)."""
+    return f"findings-{finding_id}-streams.csv"
+
+
+def write_finding_streams(cap: Capture, summary: dict[str, Any], out: Path) -> list[Path]:
+    """For each finding whose display filter names only some of its connections (evidence
+    `streams_total`), every one of its `streams` with its connection label, a row each
+    (`finding_streams_file`): what the filter could not list."""
+    from .derive.labels import connection_labels
+
+    written = []
+    for f in summary["findings"]:
+        if "streams_total" not in f["evidence"]:
+            continue
+        streams = f["evidence"]["streams"]
+        path = out / finding_streams_file(f["id"])
+        pd.DataFrame({"stream": streams, "connection": connection_labels(cap, streams)}).to_csv(path, index=False)
+        written.append(path)
     return written
 
 

@@ -145,6 +145,54 @@ def test_a_missing_ring_file_is_named(tmp_path, cut):
     assert missing_ring_files([str(p) for p in ring]) == []
 
 
+def tshark_epochs_ns(path: Path) -> list[int]:
+    """Each packet's time in the file, as tshark prints it (9 decimals), in nanoseconds."""
+    return [int(t.replace(".", "")) for t in run("tshark", "-r", path, "-T", "fields", "-e", "frame.time_epoch").split()]
+
+
+def test_a_missing_ring_file_is_the_cause_of_its_gaps_not_the_kernel(tmp_path, cut):
+    """A tcpdump ring of the fixture's editcap split with its middle file removed: capture-gaps
+    blames the missing file (its name, where it was, the bytes it held) and not the capture
+    tool's kernel buffer; what the file held is read from the file itself, by tshark."""
+    from amqpcap.analysis import run_all
+
+    ring = [tmp_path / f"ring.pcap{i}" for i in range(5)]
+    for p, part in zip(ring, cut):
+        p.write_bytes(part.read_bytes())
+    # what the middle file holds: every sender direction's TCP payload (none retransmitted)
+    held = [line.split("\t") for line in run("tshark", "-r", ring[2], "-Y", "tcp.len > 0", "-T", "fields",
+                                               "-e", "tcp.srcport", "-e", "tcp.dstport", "-e", "tcp.len",
+                                               "-e", "tcp.analysis.retransmission").splitlines()]
+    assert held and not any(r[3] for r in held)
+    lost_bytes, directions = sum(int(r[2]) for r in held), {(r[0], r[1]) for r in held}
+    ring[2].unlink()
+    cap = amqpcap.load(tmp_path)
+    f = next(x for r in run_all(cap) for x in r.findings if x.id == "capture-gaps")
+    assert f.evidence["by_cause"]["missing-file"]["bytes_missing"] == lost_bytes == f.evidence["bytes_missing"]
+    # each direction that sent data inside the file has one hole (they all go on after it)
+    assert f.evidence["by_cause"]["missing-file"]["gaps"] == len(directions)
+    assert list(f.evidence["by_cause"]) == ["missing-file"]
+    (hole,) = f.evidence["missing_files"]
+    assert (hole["files"], hole["after"], hole["before"]) == (["ring.pcap2"], "ring.pcap1", "ring.pcap3")
+    assert pd.Timestamp(hole["from_ts"]).value == tshark_epochs_ns(ring[1])[-1]
+    assert pd.Timestamp(hole["to_ts"]).value == tshark_epochs_ns(ring[3])[0]
+    assert "ring.pcap2" in f.title and "ring.pcap2" in f.advice
+    assert "-B" not in f.advice and "kernel buffer" not in f.advice
+    assert f.severity == "warning"  # worth saying; no capture tool to fix
+
+
+def test_a_capture_cut_at_both_ends_has_no_gap(tmp_path):
+    """Connections open before the capture began and after it ended lose no bytes to it: a
+    direction's bytes count from its first packet, and the peer's ACKs of bytes sent before it
+    are old ones (editcap keeps the fixture's packets 500-1200, inside all its connections)."""
+    mid = tmp_path / "mid.pcap"
+    run("editcap", "-r", SOURCE, mid, "500-1200")
+    cap = amqpcap.load(mid)
+    # every connection was open before the capture's first packet and after its last
+    assert run("tshark", "-r", mid, "-Y", "tcp.flags.syn == 1 || tcp.flags.fin == 1 || tcp.flags.reset == 1") == ""
+    assert not (cap.anomalies["kind"] == "capture-gap").any()
+
+
 def test_an_unreadable_file_of_a_set_is_skipped_with_a_warning_or_stops_strict(cut, tmp_path):
     bad = tmp_path / "bad.pcap"
     bad.write_bytes(b"\xd4\xc3\xb2\xa1 not a real header")

@@ -148,6 +148,8 @@ def test_kernel_drops(results):
     # gaps tshark notices only through the peer's ACK).
     assert f.evidence["gaps"] >= facts("kernel-drops.pcap")["tcp_analysis"]["lost_segment"]
     assert f.severity in ("warning", "critical")
+    # one file, so no ring file is missing: every gap is a drop, and the advice is the kernel buffer's
+    assert list(f.evidence["by_cause"]) == ["kernel-drops"] and f.evidence["missing_files"] == []
     assert "-B" in f.advice
     check_evidence(f)
     # tshark counts the same retransmission.

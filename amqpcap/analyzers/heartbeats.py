@@ -23,7 +23,7 @@ from ..analysis import AnalyzerResult, Finding, analyzer
 from ..capture import Capture
 from ..derive.methods import methods, select
 from ..derive.labels import connection_labels
-from ..display_filters import stream_filter
+from ..display_filters import filter_evidence, streams_part
 from ..names import subject_namer
 from ..partition import CaptureFacts, Slicing, Split, merge_rows, run_whole
 from ..wording import counted
@@ -284,7 +284,7 @@ def _finding(cap: Capture, conns: pd.DataFrame) -> Finding | None:
         "connections_heartbeat_disabled": counts[PROBLEMS[2]],
         "connections_with_this_finding": len(bad), "streams": sorted(int(s) for s in bad["stream"]),
         "packets": [int(w.end_packet)] if w.problem == PROBLEMS[0] and not pd.isna(w.end_packet) else [],
-        "filter": f"{stream_filter(loud['stream'])} && {FILTER}",
+        **filter_evidence(streams_part(loud['stream']), f" && {FILTER}"),
     }
     advice = " ".join(ADVICE[p] for p in PROBLEMS if counts[p])
     impact = 1.0 if counts[PROBLEMS[0]] else 0.2 if counts[PROBLEMS[1]] else 0.1

@@ -26,7 +26,7 @@ from ..derive.deliveries import TEXT
 from ..derive.columns import counts_added, stable_argsort, value_at
 from ..derive.methods import methods, select
 from ..derive.labels import connection_labels
-from ..display_filters import stream_filter
+from ..display_filters import filter_evidence, streams_part
 from ..names import subject_namer
 from ..partition import CaptureFacts, Slicing, Split, merge_rows, run_whole
 
@@ -546,7 +546,7 @@ def _finding(cap: Capture, large: pd.DataFrame, conns: pd.DataFrame) -> Finding 
         "large_messages": int(len(large)), "near_max_messages": near_n, "refused_messages": refused_n,
         "connections_with_this_finding": int(len(per)), "streams": sorted(int(s) for s in per["stream"]),
         "packets": sorted(int(p) for p in examples["packet"]),
-        "filter": f"{stream_filter(per['stream'])} && ({FILTER})",
+        **filter_evidence(streams_part(per['stream']), f" && ({FILTER})"),
     }
     advice = ("Keep large payloads out of the broker: put them in a blob store (S3, a file share, a database) "
               "and publish a reference, or split them into chunks an application reassembles. A message is "

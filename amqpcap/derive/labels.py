@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..display_filters import stream_filter
+from ..display_filters import FilterPart, streams_part
 from ..capture import Capture
 from ..names import connection_names
 
@@ -29,13 +29,13 @@ def connection_labels(cap: Capture | None, streams) -> np.ndarray:
     return label
 
 
-def channels_filter(streams, channels) -> str:
+def channels_filter(streams, channels) -> FilterPart:
     """Wireshark display filter for the (stream, channel) pairs of a finding's subjects: the
-    streams (`amqpcap.display_filters.stream_filter`), and the channel when they all share one. Channels of
-    different streams cannot be paired in one short filter; the methods a finding adds narrow it."""
+    streams (`amqpcap.display_filters.streams_part`, with how many of them it names), and the
+    channel when they all share one. Channels of different streams cannot be paired in one short
+    filter; the methods a finding adds narrow it."""
     chans = {int(c) for c in channels}
-    flt = stream_filter(streams)
-    return flt + (f" && amqp.channel == {chans.pop()}" if len(chans) == 1 else "")
+    return streams_part(streams, then=f" && amqp.channel == {chans.pop()}" if len(chans) == 1 else "")
 
 
 def who(labels: list[str], shown: int = 2) -> str:

@@ -12,7 +12,7 @@ import pandas as pd
 
 from ...analysis import Finding
 from ...capture import Capture
-from ...display_filters import stream_filter
+from ...display_filters import filter_evidence, streams_part
 from ...names import connection_names, subject, subject_namer
 from .channels import _peak_per_s
 from .constants import (
@@ -34,7 +34,7 @@ def _where(per: pd.DataFrame, examples: pd.DataFrame, method: str, frames_filter
     connections' frames `frames_filter`."""
     return {"connections_with_this_finding": len(per), "streams": sorted(int(s) for s in per["stream"]),
             "packets": _packets(examples, int(per["stream"].iloc[0]), method),
-            "filter": f"{stream_filter(per['stream'])} && {frames_filter}"}
+            **filter_evidence(streams_part(per['stream']), f" && {frames_filter}")}
 
 
 def _polling_finding(cap: Capture, conns: pd.DataFrame, examples: pd.DataFrame) -> Finding | None:
@@ -192,7 +192,7 @@ def _cancelled_finding(cap: Capture, cancels: pd.DataFrame) -> Finding | None:
             "cancel_at_s": None if t0 is None else float((w.ts - t0).total_seconds()),
             "streams": sorted({int(s) for s in c["stream"]}),
             "packets": sorted(int(p) for p in c["packet"].head(EXAMPLE_PACKETS)),
-            "filter": f"{stream_filter(c['stream'])} && {FILTER_CANCEL}",
+            **filter_evidence(streams_part(c['stream']), f" && {FILTER_CANCEL}"),
         },
         advice="The broker cancelled these consumers itself (basic.cancel from the broker: their queue was deleted, "
                "or the node holding it went down). A consumer that does not handle the cancel notification "
@@ -248,7 +248,7 @@ def _churn_finding(cap: Capture, conns: pd.DataFrame) -> Finding | None:
             "opens_per_s_peak": w["opens_per_s_peak"], "lifetime_p50_s": w["lifetime_p50_s"],
             "messages_per_connection_p50": w["messages_per_connection_p50"],
             "applications_with_this_finding": n, "applications": applications, "streams": streams,
-            "filter": f"{stream_filter(streams)} && {FILTER_OPEN}",
+            **filter_evidence(streams_part(streams), f" && {FILTER_OPEN}"),
         },
         advice="Open a connection once and keep it for the life of the process (one per application, with a "
                "channel per thread), instead of a connection per message or per task: each open costs a TCP "
@@ -291,7 +291,7 @@ def _publish_wait_finding(cap: Capture, confirming: pd.DataFrame) -> Finding | N
             "publish_rate_per_s": None if pd.isna(w.publish_rate_per_s) else float(w.publish_rate_per_s),
             "channel": int(w.channel), "channels_with_this_finding": n,
             "streams": sorted({int(s) for s in c["stream"]}), "packets": [int(w.first_packet)],
-            "filter": f"{stream_filter(c['stream'])} && {FILTER_CONFIRM}",
+            **filter_evidence(streams_part(c['stream']), f" && {FILTER_CONFIRM}"),
         },
         advice="Keep a window of outstanding confirms instead of waiting for each one: publish, and handle the "
                "broker's acks asynchronously (a confirm listener or callback), or publish a batch and wait for "

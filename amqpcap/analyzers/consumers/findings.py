@@ -11,7 +11,7 @@ from ...analysis import SEVERITY_RANK, Finding
 from ...capture import Capture
 from ...derive.columns import as_object
 from ...derive.labels import channels_filter
-from ...display_filters import stream_filter
+from ...display_filters import covered_filter, filter_evidence, stream_filter
 from ...names import connection_label, consumer_label, number, subject_namer
 from .constants import EXAMPLE_SUBJECTS, MIN_DELIVERIES, UNLIMITED_UNACKED
 from .flags import _flags
@@ -85,8 +85,8 @@ def _common_evidence(cap: Capture, g: pd.DataFrame, methods: str, limits: pd.Dat
             "deliveries_total": int(g["deliveries"].sum()),
             "rate_msgs_per_s_total": float(g["rate_per_s"].astype(float).fillna(0).sum()),
             "packets": _limit_packets(limits, g.head(EXAMPLE_SUBJECTS)),
-            "filter": channels_filter(g["stream"], g["channel"])
-                      + f" && amqp.method.class == 60 && amqp.method.method in {methods}"}
+            **filter_evidence(channels_filter(g["stream"], g["channel"]),
+                              f" && amqp.method.class == 60 && amqp.method.method in {methods}")}
 
 
 def _ms(v) -> str:
@@ -220,9 +220,9 @@ def _unlimited_finding(cap: Capture, c: pd.DataFrame) -> Finding | None:
     if len(c) > 1:
         title += f" ({len(c) - 1} more such consumer{'s' if len(c) > 2 else ''})"
     packets = sorted({int(x) for x in c["zero_window_packet"].dropna()})[:EXAMPLE_SUBJECTS]
-    flt = (channels_filter(c["stream"], c["channel"]) + " && amqp.method.class == 60 && amqp.method.method in "
-           "{10, 20, 60, 80}")
-    if c["zero_windows"].any():
+    part = channels_filter(c["stream"], c["channel"])
+    flt = part.text + " && amqp.method.class == 60 && amqp.method.method in {10, 20, 60, 80}"
+    if c["zero_windows"].any():  # (its streams are some of part's: part's coverage tells)
         flt = f"({flt}) || ({stream_filter(c.loc[c['zero_windows'] > 0, 'stream'])} && tcp.analysis.zero_window)"
     evidence = {"streams": sorted({int(x) for x in c["stream"]}), "channel": int(w.channel),
                 "consumer_tag": str(w.consumer_tag), "queue": None if pd.isna(w.queue) else str(w.queue),
@@ -230,7 +230,7 @@ def _unlimited_finding(cap: Capture, c: pd.DataFrame) -> Finding | None:
                 "max_unacked_msgs": None if w.no_ack else int(w.unacked_peak),
                 "deliver_to_ack_p50_s": None if w.no_ack else number(w.deliver_to_ack_p50_s),
                 "zero_window_packets": int(w.zero_windows), "consumers_with_this_finding": int(len(c)),
-                "packets": packets, "filter": flt}
+                "packets": packets, **covered_filter(flt, part)}
     subject_of = subject_namer(cap)
     subjects = [subject_of(r.stream, channel=int(r.channel), queue=None if pd.isna(r.queue) else str(r.queue),
                            consumer_tag=str(r.consumer_tag), no_ack=bool(r.no_ack), deliveries=int(r.deliveries),

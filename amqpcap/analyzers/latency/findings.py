@@ -9,6 +9,7 @@ import pandas as pd
 from ...analysis import Finding
 from ...capture import Capture
 from ...derive.labels import channels_filter
+from ...display_filters import filter_evidence
 from ...names import connection_label, consumer_label, number, subject_namer
 from .channels import SEVERITIES
 
@@ -55,8 +56,8 @@ def _refill_findings(cap: Capture, per: pd.DataFrame) -> list[Finding]:
             "channels_with_this_finding": n, "queues": sorted({str(q) for q in per["queue"].dropna()}),
             "streams": sorted({int(s) for s in per["stream"]}), "channel": int(w.channel),
             "packets": list(w.worst_packets),
-            "filter": channels_filter(per["stream"], per["channel"])
-                      + " && amqp.method.class == 60 && amqp.method.method in {60, 80, 90, 120}",
+            **filter_evidence(channels_filter(per["stream"], per["channel"]),
+                              " && amqp.method.class == 60 && amqp.method.method in {60, 80, 90, 120}"),
         },
         advice="The consumer acks quickly but the broker sends the next message late although the queue has "
                "messages: check the broker's load (CPU, queue process, disk for persistent/quorum queues, "
@@ -105,9 +106,9 @@ def _redelivery_findings(cap: Capture, per: pd.DataFrame) -> list[Finding]:
             "deliveries_total": int(per["deliveries"].sum()), "redelivered_total": int(per["redelivered"].sum()),
             "streams": sorted({int(s) for s in per["stream"]}), "channel": int(w.channel),
             "packets": list(w.example_packets),
-            "filter": channels_filter(per["stream"], per["channel"])
-                      + " && (amqp.method.arguments.redelivered == 1 || (amqp.method.class == 60 && "
-                        "amqp.method.method in {90, 120} && amqp.method.arguments.requeue == 1))",
+            **filter_evidence(channels_filter(per["stream"], per["channel"]),
+                              " && (amqp.method.arguments.redelivered == 1 || (amqp.method.class == 60 && "
+                              "amqp.method.method in {90, 120} && amqp.method.arguments.requeue == 1))"),
         },
         advice="The consumer rejects or nacks messages with requeue=true and gets them back: a poisoned "
                "message can loop forever. Requeue only transient failures, reject others with "

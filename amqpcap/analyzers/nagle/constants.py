@@ -82,5 +82,7 @@ STALL_SHARE_CRITICAL = 0.20
 #: At most this many packet numbers in a finding's example list and frame-number filters.
 EXAMPLE_PACKETS = 10
 FILTER_PACKETS = 100
+#: small-packets: connection directions its display filter names at most (one clause each)
+FILTER_DIRECTIONS = 10
 
 FLAG_FIN, FLAG_SYN, FLAG_RST, FLAG_ACK = 0x01, 0x02, 0x04, 0x10

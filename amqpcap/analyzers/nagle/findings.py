@@ -9,17 +9,13 @@ import pandas as pd
 
 from ...analysis import Finding
 from ...capture import Capture
+from ...display_filters import FilterPart, filter_evidence, packets_part
 from ...names import subject_namer
 from ...derive.labels import who
 from .constants import (
     AVOIDABLE_MIN_PACKETS, AVOIDABLE_RATE_CRITICAL, AVOIDABLE_RATE_INFO, AVOIDABLE_RATE_WARNING,
-    AVOIDABLE_SHARE_MIN, EXAMPLE_PACKETS, FILTER_PACKETS, SMALL_SHARE_MIN, STALL_MIN_COUNT,
+    AVOIDABLE_SHARE_MIN, EXAMPLE_PACKETS, FILTER_DIRECTIONS, FILTER_PACKETS, SMALL_SHARE_MIN, STALL_MIN_COUNT,
     STALL_SHARE_CRITICAL, STALL_SHARE_WARNING)
-
-
-def _frames_filter(packets) -> str:
-    # Comma-separated: Wireshark >= 4.0 rejects whitespace-separated set members.
-    return "frame.number in {" + ", ".join(str(int(x)) for x in sorted(set(packets))) + "}"
 
 
 def _dir_clause(stream: int, direction: str, port: int, extra: str) -> str:
@@ -67,7 +63,7 @@ def small_packets_finding(cap: Capture, seg: dict[str, np.ndarray], d: pd.DataFr
     hit_g = hit["stream"].to_numpy(np.int64) * 2 + (hit["direction"] == "s2c").to_numpy()
     examples = seg["packet"][seg["in_run"] & np.isin(seg["g"], hit_g)][:EXAMPLE_PACKETS].tolist()
     clauses = [_dir_clause(int(r.stream), r.direction, int(r.broker_port), f" && tcp.len > 0 && tcp.len < {int(r.small_limit_bytes)}")
-               for r in hit.head(10).itertuples()]
+               for r in hit.head(FILTER_DIRECTIONS).itertuples()]
     subject_of = subject_namer(cap)
     subjects = [subject_of(int(r.stream), direction=r.direction, carries=r.carries,
                            carries_share=round(float(r.carries_share), 3), data_segments=int(r.data_segments),
@@ -98,7 +94,7 @@ def small_packets_finding(cap: Capture, seg: dict[str, np.ndarray], d: pd.DataFr
             "packets_saved_share": round(saved / n_data, 3),
             "streams": sorted({int(s) for s in hit["stream"]}),
             "packets": examples,
-            "filter": " || ".join(clauses),
+            **filter_evidence(FilterPart(" || ".join(clauses), len(clauses), len(hit), "directions")),
         },
         advice=" ".join(CARRIES_ADVICE[k] for k in kinds),
         impact=min(1.0, worst / AVOIDABLE_RATE_CRITICAL),
@@ -145,7 +141,7 @@ def nagle_finding(cap: Capture, d: pd.DataFrame, stalls: pd.DataFrame) -> Findin
             "directions": len(hit),
             "streams": sorted({int(s) for s in hit["stream"]}),
             "packets": st[["previous_packet", "ack_packet", "packet"]].head(3).to_numpy().ravel().tolist(),
-            "filter": _frames_filter(st["packet"].head(FILTER_PACKETS).tolist()),
+            **filter_evidence(packets_part(st["packet"], FILTER_PACKETS)),
         },
         advice=("Write-write-read with Nagle on: each small write after the first waited until the first was "
                 "acknowledged, while only that one small segment was in flight and the receive window was open "

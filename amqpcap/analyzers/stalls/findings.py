@@ -10,9 +10,11 @@ import pandas as pd
 from ...analysis import Finding
 from ...capture import Capture
 from ...derive.labels import who
-from ...display_filters import stream_filter
+from ...display_filters import filter_evidence, streams_part
+from ...inputs import ring_holes
 from ...names import subject_namer
 from ...wording import counted
+from ...written_values import iso_utc
 from .constants import (
     CAPTURE_GAPS_CRITICAL_SHARE, CAPTURE_GAPS_INFO_MAX, CAPTURE_GAPS_WARNING_SHARE, DIRS, FLOW_CONTROL_DOC,
     PUBLISHER_BLOCKED_CRITICAL_S, RECEIVER_WINDOW_CRITICAL_SHARE, RECEIVER_WINDOW_WARNING_S,
@@ -81,7 +83,7 @@ def _window_finding_parts(cap: Capture, wp: pd.DataFrame, g: pd.DataFrame, stall
         "peer_window_max_bytes": int(wmax.max()) if len(wmax) else None,
         "streams": streams,
         "packets": [int(x) for x in packets],
-        "filter": f"{stream_filter(streams)} && {peer_filter}",
+        **filter_evidence(streams_part(streams), f" && {peer_filter}"),
     }
     return severity, subjects, evidence
 
@@ -179,8 +181,8 @@ def _publisher_blocked(blocked: pd.DataFrame, deliveries: int, cap: Capture) -> 
         "connections_with_this_finding": len(per),
         "streams": streams,
         "packets": sorted(int(x) for x in packets)[:20],
-        "filter": f"{stream_filter(streams)} && amqp.method.class == 10 && "
-                  "(amqp.method.method == 60 || amqp.method.method == 61)",
+        **filter_evidence(streams_part(streams), " && amqp.method.class == 10 && "
+                                                 "(amqp.method.method == 60 || amqp.method.method == 61)"),
     }
     what = ", ".join(reasons) if reasons else "no reason given"
     w = subjects[0]
@@ -224,38 +226,114 @@ def _blocked_connections(blocked: pd.DataFrame, cap: Capture) -> tuple[pd.DataFr
     return per, subjects
 
 
-def _capture_gaps(gaps: pd.DataFrame, cap: Capture, stalls_tbl: pd.DataFrame) -> Finding | None:
-    if gaps.empty:
-        return None
-    n, missing = int(len(gaps)), int(gaps["bytes"].sum())
-    streams = sorted(int(s) for s in gaps["stream"].dropna().unique())
-    c = cap.connections[cap.connections["stream"].isin(streams)]
-    span = int((c["c2s_stream_bytes"] + c["s2c_stream_bytes"]).sum())
+#: why a capture gap's bytes are missing, in the order the advice tells them (docs/analyzers/stalls.md#capture-gaps)
+GAP_CAUSES = ("missing-file", "kernel-drops")
+
+
+def _gap_severity(n: int, missing: int, span: int) -> str:
+    """The severity of `n` gaps missing `missing` of their connections' `span` stream bytes."""
     share = missing / span if span else 1.0
     if share >= CAPTURE_GAPS_CRITICAL_SHARE:
-        severity = "critical"
-    elif n > CAPTURE_GAPS_INFO_MAX or share >= CAPTURE_GAPS_WARNING_SHARE:
-        severity = "warning"
-    else:
-        severity = "info"
+        return "critical"
+    if n > CAPTURE_GAPS_INFO_MAX or share >= CAPTURE_GAPS_WARNING_SHARE:
+        return "warning"
+    return "info"
+
+
+def _gap_causes(gaps: pd.DataFrame, cap: Capture) -> tuple[np.ndarray, np.ndarray, list[dict]]:
+    """Each gap's cause (`GAP_CAUSES`) and ring hole (index into the holes, -1: none), and the
+    holes of the ring read as this capture (`amqpcap.inputs.ring_holes`). A gap is a missing
+    file's when its bytes were lost in the file's time: its direction's data before it
+    (``after_ts``; none: its connection's first packet) is no later than the last packet of the
+    file before the hole and its own packet no earlier than the first of the file after. The
+    capture's start and end make no gap (a direction's bytes count from its first packet, and
+    only bytes the peer acknowledged are missing), so the rest were dropped while capturing."""
+    holes = ring_holes(cap.summary.get("files", []))
+    hole = np.full(len(gaps), -1)
+    if holes and len(gaps):
+        first = cap.connections.set_index("stream")["first_ts"]
+        first_ns = first.reindex(gaps["stream"].to_numpy(np.int64, na_value=-1)).array.asi8
+        after = gaps["after_ts"].to_numpy(np.int64)
+        after = np.where(after >= 0, after, first_ns)  # (NaT: the smallest int64, before any hole)
+        ts = gaps["ts"].to_numpy(np.int64)
+        for i, h in reversed(list(enumerate(holes))):  # the earliest hole a gap spans names it
+            hole[(after <= pd.Timestamp(h["from_ts"]).value) & (ts >= pd.Timestamp(h["to_ts"]).value)] = i
+    return np.where(hole >= 0, GAP_CAUSES[0], GAP_CAUSES[1]), hole, holes
+
+
+def _capture_gaps(gaps: pd.DataFrame, cap: Capture, stalls_tbl: pd.DataFrame) -> Finding | None:
+    """capture-gaps: bytes the capture lost, told by cause (`_gap_causes`): a ring's missing
+    file, or drops while capturing. Severity from the share of their connections' bytes lost,
+    cause by cause; a missing file is at most a warning (the capture tool dropped nothing)."""
+    if gaps.empty:
+        return None
+    cause, hole, holes = _gap_causes(gaps, cap)
+    n, missing = int(len(gaps)), int(gaps["bytes"].sum())
+    span_of = (cap.connections["c2s_stream_bytes"] + cap.connections["s2c_stream_bytes"]).groupby(
+        cap.connections["stream"]).sum()
+
+    def span(rows: pd.DataFrame) -> int:
+        return int(span_of.reindex(rows["stream"].dropna().unique()).fillna(0).sum())
+
+    streams = sorted(int(s) for s in gaps["stream"].dropna().unique())
+    share = missing / span(gaps) if span(gaps) else 1.0
+    by_cause, severities = {}, []
+    for c in GAP_CAUSES:
+        g = gaps[cause == c]
+        if g.empty:
+            continue
+        sev = _gap_severity(len(g), int(g["bytes"].sum()), span(g))
+        severities.append("warning" if c == "missing-file" and sev == "critical" else sev)
+        by_cause[c] = {"gaps": int(len(g)), "bytes_missing": int(g["bytes"].sum()),
+                       "streams": sorted(int(s) for s in g["stream"].dropna().unique())}
+    severity = next(s for s in ("critical", "warning", "info") if s in severities)
+    lost_in = []  # the ring's holes the gaps fell in, with what each took
+    for i, h in enumerate(holes):
+        g = gaps[hole == i]
+        if len(g):
+            lost_in.append({"files": h["files"], "after": h["after"], "before": h["before"],
+                            "from_ts": iso_utc(h["from_ts"]), "to_ts": iso_utc(h["to_ts"]),
+                            "gaps": int(len(g)), "bytes_missing": int(g["bytes"].sum())})
     per_stream = gaps.groupby("stream", observed=True)["bytes"].agg(["size", "sum"])
     evidence = {
         "gaps": n,
         "bytes_missing": missing,
         "missing_share": share,
+        "by_cause": by_cause,
+        "missing_files": lost_in,
         "stalls_uncertain": int((stalls_tbl["cause"] == "capture-gap").sum()),
         "gaps_by_stream": {int(s): int(r["size"]) for s, r in per_stream.iterrows()},
         "bytes_missing_by_stream": {int(s): int(r["sum"]) for s, r in per_stream.iterrows()},
         "streams": streams,
         "packets": sorted(gaps["packet"].dropna().astype(int))[:10],  # the first ten, whatever the rows' order
-        "filter": f"{stream_filter(streams)} && (tcp.analysis.lost_segment || tcp.analysis.ack_lost_segment)",
+        **filter_evidence(streams_part(streams), " && (tcp.analysis.lost_segment || tcp.analysis.ack_lost_segment)"),
     }
-    title = (f"The capture lost {missing:,} bytes in {n} gaps ({share:.1%} of those connections' bytes): "
-             "conclusions about those intervals are uncertain")
-    advice = ("The capture, not the network, dropped packets (the peer acknowledged bytes the capture never "
-              "saw), so what happened inside those gaps (windows, frames, timing) cannot be known. Capture "
-              "again with a bigger kernel buffer (tcpdump -B 65536, in KiB), full packets or a snaplen that keeps "
-              "the AMQP frame headers (-s 0), a narrow capture filter ('tcp port 5672') rather than display "
-              "filtering later, writing to a fast local disk, and rotating files (-C/-G) on long captures. "
-              "tcpdump's 'packets dropped by kernel' line confirms it.")
-    return Finding("capture-gaps", severity, title, evidence, advice, impact=min(share, 1.0))
+    files = [f for h in lost_in for f in h["files"]]
+    named = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+    whole = f"{missing:,} bytes in {counted(n, 'gap')} ({share:.1%} of those connections' bytes)"
+    if list(by_cause) == ["missing-file"]:
+        title = (f"The ring is missing {'file' if len(files) == 1 else 'files'} {named}: the connections that crossed "
+                 f"{'it' if len(files) == 1 else 'them'} lost {whole}; conclusions about that interval are uncertain")
+    elif list(by_cause) == ["kernel-drops"]:
+        title = f"The capture lost {whole}: conclusions about those intervals are uncertain"
+    else:
+        title = (f"The capture lost {whole}: {by_cause['missing-file']['bytes_missing']:,} in the ring's missing "
+                 f"{'file' if len(files) == 1 else 'files'} {named}, {by_cause['kernel-drops']['bytes_missing']:,} "
+                 "dropped while capturing; conclusions about those intervals are uncertain")
+    advice = []
+    for h in lost_in:
+        advice.append(f"{'File ' + h['files'][0] + ' is' if len(h['files']) == 1 else 'Files ' + ', '.join(h['files']) + ' are'}"
+                      f" missing from the ring (between {h['after']}'s last packet, {h['from_ts']}, and "
+                      f"{h['before']}'s first, {h['to_ts']}): its packets were never read, so the connections "
+                      "that crossed it lost their bytes there. Find the file (a copy left behind, a ring that "
+                      "overwrote it: tcpdump -W keeps only its last files) and analyze the whole ring, or accept "
+                      "that this interval cannot be known. The files read are sound: the capture tool's buffer "
+                      "did not cause this.")
+    if "kernel-drops" in by_cause:
+        advice.append("The capture, not the network, dropped packets (the peer acknowledged bytes the capture never "
+                      "saw), so what happened inside those gaps (windows, frames, timing) cannot be known. Capture "
+                      "again with a bigger kernel buffer (tcpdump -B 65536, in KiB), full packets or a snaplen that "
+                      "keeps the AMQP frame headers (-s 0), a narrow capture filter ('tcp port 5672') rather than "
+                      "display filtering later, writing to a fast local disk, and rotating files (-C/-G) on long "
+                      "captures. tcpdump's 'packets dropped by kernel' line confirms it.")
+    return Finding("capture-gaps", severity, title, evidence, " ".join(advice), impact=min(share, 1.0))

@@ -91,7 +91,7 @@ def stalls_slice(part: Capture, facts: CaptureFacts, carry: _Carry | None, last:
     pk = _packets(part, facts.packets_t0_ns, seen)
     stream_end = _held_until(c, pk, last)
     rtt = _rtt(pk, seen)
-    data_t = seen.data_t.copy()
+    data_t, data_ts = seen.data_t.copy(), seen.data_ts.copy()
     gaps, cand = _gap_rows(pk, seen)
     moved = ~(np.isnan(seen.data_t) | (seen.data_t == data_t))  # slots whose silence starts here
     lim = _limited(pk, seen, last)
@@ -115,7 +115,7 @@ def stalls_slice(part: Capture, facts: CaptureFacts, carry: _Carry | None, last:
     c.publishes += np.bincount(np.searchsorted(seen.stream, pubs.to_numpy(np.int64)), minlength=len(seen.stream))
     piece = {"rtt": rtt, "gaps": gaps, "cand": cand, "blocked": blocked,
              "deliveries_while_blocked": _deliveries_in(blocks, part, t0),
-             "capture_gaps": anomalies[["stream", "bytes", "packet"]].reset_index(drop=True),
+             "capture_gaps": _capture_gap_rows(anomalies, pk, seen, data_t, data_ts),
              "cited": _cited(pk, c, seen)}
     if carry is None and last:  # the partition is its one slice: the join gathers the drawn points
         piece["plot_columns"] = _plot_columns(pk)
@@ -125,6 +125,38 @@ def stalls_slice(part: Capture, facts: CaptureFacts, carry: _Carry | None, last:
         piece["carry"], piece["connections"], piece["has_blocks"] = c, part.connections, bool(len(blocks))
         piece["t0_ns"] = facts.packets_t0_ns
     return c, piece
+
+
+def _capture_gap_rows(anomalies: pd.DataFrame, pk: dict, seen, data_t: np.ndarray, data_ts: np.ndarray) -> pd.DataFrame:
+    """The slice's capture gaps (stream, bytes, packet) with when their bytes were lost: after
+    ``after_ts``, the latest new-data segment of the gap's direction before its packet (here, else
+    the slices' before: `data_t`, `data_ts`, as `seen` held them before this slice; -1: none, so
+    after the connection's first packet), and before ``ts``, the gap's packet (ns). The
+    capture-gaps finding tells a ring's missing file from drops by that interval."""
+    stream = anomalies["stream"].to_numpy(np.int64, na_value=-1)
+    d = (anomalies["direction"] == "s2c").to_numpy(np.int64)
+    packet = anomalies["packet"].to_numpy(np.int64, na_value=-1)
+    pos = np.minimum(np.searchsorted(seen.stream, stream), max(len(seen.stream) - 1, 0))
+    known = (seen.stream[pos] == stream) if len(seen.stream) else np.zeros(len(stream), bool)
+    slot = pos * 2 + d
+    # new-data rows keyed (slot, packet): the one before each gap's packet is a searchsorted away
+    nd = np.flatnonzero(pk["new_data"])
+    key = _slots(seen, pk["stream"][nd], pk["d"][nd].astype(np.int64)) << 32 | pk["packet"][nd].astype(np.int64)
+    order = np.argsort(key, kind="stable")
+    key, nd_ts = key[order], pk["ts"][nd][order]
+    at = np.searchsorted(key, slot << 32 | packet) - 1
+    if len(key):
+        here = (at >= 0) & ((key[np.maximum(at, 0)] >> 32) == slot)
+        in_slice = nd_ts[np.maximum(at, 0)]
+    else:
+        here, in_slice = np.zeros(len(slot), bool), np.zeros(len(slot), np.int64)
+    if len(seen.stream):
+        before = np.where(np.isnan(data_t[slot]), -1, data_ts[slot])
+    else:
+        before = np.full(len(slot), -1)
+    after_ts = np.where(known, np.where(here, in_slice, before), -1)
+    return anomalies[["stream", "bytes", "packet"]].reset_index(drop=True).assign(
+        after_ts=after_ts.astype(np.int64), ts=anomalies["ts"].array.asi8)
 
 
 def _held_until(c: _Carry, pk: dict, last: bool) -> pd.Series:
