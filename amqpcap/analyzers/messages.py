@@ -39,8 +39,8 @@ MANY_FRAMES = 100
 #: large-messages is a warning when a body reaches this share of the broker's max_message_size
 #: (the next larger message may be refused) ...
 NEAR_MAX_SHARE = 0.5
-#: ... and critical when the broker refused one: RabbitMQ closes the channel with 406
-#: PRECONDITION_FAILED "message size N is larger than configured max size M"
+#: ... and critical when the broker refused one: RabbitMQ closes the channel with
+#: PRECONDITION_FAILED (406) "message size N is larger than configured max size M"
 REFUSED_TEXT = re.compile(r"message size (\d+) is larger than configured max size (\d+)")
 #: RabbitMQ's default max_message_size by server version (its Limits guide): 16 MiB from 4.0,
 #: 128 MiB from 3.8 (before 3.8 no limit below the 2 GiB protocol ceiling)

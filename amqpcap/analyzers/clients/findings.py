@@ -14,6 +14,8 @@ from ...analysis import Finding
 from ...capture import Capture
 from ...display_filters import stream_filter
 from ...names import connection_names, subject, subject_namer
+from ...reply_codes import NO_ROUTE, NOT_ALLOWED
+from ...wording import reply_code
 from .channels import _peak_per_s
 from .constants import (
     CHANNEL_CHURN_MIN, CHANNEL_FEW_MESSAGES, CHANNEL_LEAK_SHARE, CHANNEL_WARN_OPENS_PER_S, CHURN_FEW_MESSAGES,
@@ -126,8 +128,9 @@ def _unroutable_finding(cap: Capture, conns: pd.DataFrame, returns: pd.DataFrame
     w, n = per.iloc[0], len(per)
     mine = returns[returns["stream"] == w.stream].sort_values("returns", ascending=False, kind="stable")
     top = mine.iloc[0]
-    reply = " ".join(str(x) for x in (top.reply_code, top.reply_text) if x is not None)
-    numbers = (f"{int(w.returns):,} of its {int(w.publishes):,} publishes came back unroutable ({reply}), most to "
+    reply = reply_code(None if top.reply_code is None else int(top.reply_code),
+                       None if top.reply_text is None else str(top.reply_text))
+    numbers = (f"{int(w.returns):,} of its {int(w.publishes):,} publishes came back unroutable with {reply}, most to "
                f"exchange '{top.exchange}' with routing key '{top.routing_key}'")
     title = (f"{w.connection} publishes messages no queue takes: {numbers}" if n == 1 else
              f"{n} connections publish messages no queue takes: worst {w.connection}, {numbers}")
@@ -148,7 +151,8 @@ def _unroutable_finding(cap: Capture, conns: pd.DataFrame, returns: pd.DataFrame
                               "publishes": int(d.publishes)} for d in dest.itertuples()],
             "returns_total": int(per["returns"].sum()), **_where(per, examples, "basic.return", FILTER_RETURN),
         },
-        advice="The broker returns these mandatory publishes (basic.return, NO_ROUTE): no queue is bound to the "
+        advice=f"The broker returns these mandatory publishes with basic.return, {reply_code(NO_ROUTE)}: no queue is "
+               "bound to the "
                "exchange with that routing key, so the messages are dropped. Declare and bind the queue the "
                "publisher expects (check the exchange name and routing key), or give the exchange an alternate "
                "exchange to catch what nothing takes. With publisher confirms the return comes before the ack: "
@@ -352,6 +356,6 @@ def _channel_churn_finding(cap: Capture, conns: pd.DataFrame, examples: pd.DataF
                "there. RabbitMQ's Channels guide asks to investigate channel churn consistently above 100/s."
                + (" Channels opened and never closed leak: each holds a process and memory on the broker, and "
                   "once channel_max are open the next channel.open fails and RabbitMQ closes the connection "
-                  "(530 NOT_ALLOWED). Close every channel you open (a with-block or finally), or reuse a fixed "
+                  f"with {reply_code(NOT_ALLOWED)}. Close every channel you open (a with-block or finally), or reuse a fixed "
                   "set." if per["leak"].any() else ""),
         impact=float(1.0 / max(float(w.messages_per_channel), 1.0)), subjects=subjects)
