@@ -261,6 +261,28 @@ def test_connection_churn_is_named_with_tsharks_numbers():
                                                                   if fr["method"] == (10, 40) and fr["stream"] in opened)
 
 
+@pytest.mark.parametrize("name, fid, words", [
+    ("churn.pcap", "connection-churn", "carrying 1 message published each (medians)"),
+    ("channel-churn.pcap", "channel-churn", "{published:.1f} messages published per channel"),
+    ("channel-leak.pcap", "channel-churn", "{published:.1f} messages published per channel"),
+])
+def test_churn_titles_count_messages_with_their_direction(name, fid, words):
+    """The churn findings' messages each way: these publishers consume nothing (tshark: no
+    basic.deliver nor basic.get-ok on their connections), so the title says "published" and
+    never "delivered", with tshark's publishes (per channel opened: channel.open)."""
+    f = finding(name, fid)
+    ref = reference(FIX / name)
+    mine = [ref[s] for s in f.evidence["streams"]]
+    assert sum(r["deliveries"] + r["gets_ok"] for r in mine) == 0
+    w = ref[f.evidence["streams"][0]] if fid == "channel-churn" else None
+    published = w["publishes"] / w["channels_opened"] if w else None
+    assert words.format(published=published) in f.title, f.title
+    assert "delivered" not in f.title
+    if w:
+        assert f.evidence["published_per_channel"] == pytest.approx(published)
+        assert f.evidence["delivered_per_channel"] == 0
+
+
 def test_publish_and_wait_is_named_with_tsharks_numbers():
     f = finding("publish-wait.pcap", "publish-and-wait")
     ev = f.evidence
