@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
+from .reply_codes import REPLY_CODE_NAMES
+
 
 def counted(n: int, noun: str, plural: str | None = None) -> str:
     """``counted(1, "connection")`` → "1 connection", ``counted(2_000, "frame")`` → "2,000 frames"."""
     return f"{n:,} {noun if n == 1 else (plural or noun + 's')}"
+
+
+def reply_code(code: int | None, text: str | None = None) -> str:
+    """A reply code in words, its name first and the number after it: ``reply_code(312)`` →
+    "NO_ROUTE (312)", so that the number never reads as a count beside other counts. The name
+    is the AMQP 0-9-1 spec's (`amqpcap.reply_codes`, generated from it); a code the spec does
+    not name takes the reply-text's first word ("SOME_CODE (399)"), else "reply code 399"."""
+    if code is None:
+        return text or "no reply code"
+    name = REPLY_CODE_NAMES.get(int(code)) or (str(text).split()[0] if text and str(text).split() else None)
+    return f"{name} ({int(code)})" if name else f"reply code {int(code)}"

@@ -173,6 +173,44 @@ def test_unroutable_messages_are_named_with_tsharks_numbers():
     assert set(ev["packets"]) <= {int(r[0]) for r in rows}
 
 
+def test_the_unroutable_title_names_the_reply_code_after_the_counts():
+    """unroutable.pcap: the title's counts are of returns and publishes, and the reply code is
+    named, its name first ("NO_ROUTE (312)"), never a bare number beside them that reads as a
+    count ("30 of 60 returned (312 NO_ROUTE)"). The number of returns is tshark's count of
+    basic.return (fixtures/unroutable.pcap.tshark.json), the code and its name the wire's."""
+    import json
+
+    f = finding("unroutable.pcap", "unroutable-messages")
+    facts = json.loads((FIX / "unroutable.pcap.tshark.json").read_text())
+    returns = facts["methods"]["60.50"]  # basic.return
+    assert f.evidence["returns"] == returns == 30
+    assert f"{returns:,} of its {f.evidence['publishes']:,} publishes came back unroutable with NO_ROUTE (312)" \
+        in f.title, f.title
+    assert "312 NO_ROUTE" not in f.title and "(312 " not in f.title
+    assert "NO_ROUTE (312)" in f.advice
+
+
+def test_reply_code_names_are_the_specs():
+    """amqpcap/reply_codes.py is what tools/gen_spec.py makes of the AMQP 0-9-1 spec JSON (one
+    source for the code → name table), and a reply code reads as its name, then the number."""
+    from amqpcap import reply_codes
+    from amqpcap.wording import reply_code
+
+    spec_path = ROOT.parent / "shared" / "spec" / "amqp-rabbitmq-0.9.1.json"
+    if spec_path.exists():
+        import json
+
+        sys.path.insert(0, str(ROOT / "tools"))
+        import gen_spec
+
+        assert (ROOT / "amqpcap" / "reply_codes.py").read_text() == \
+            gen_spec.reply_codes_source(json.loads(spec_path.read_text()))
+    # the spec's numbers (AMQP 0-9-1 §1.2 constants), and how a code reads
+    assert (reply_codes.NO_ROUTE, reply_codes.CONNECTION_FORCED, reply_codes.PRECONDITION_FAILED) == (312, 320, 406)
+    assert reply_code(312) == "NO_ROUTE (312)" and reply_code(530, "NOT_ALLOWED - too many") == "NOT_ALLOWED (530)"
+    assert reply_code(399, "ODD_THING - x") == "ODD_THING (399)" and reply_code(399) == "reply code 399"
+
+
 def test_a_consumer_cancelled_by_the_broker_is_named_with_tsharks_numbers():
     f = finding("cancelled.pcap", "consumer-cancelled")
     ev = f.evidence
@@ -221,6 +259,28 @@ def test_connection_churn_is_named_with_tsharks_numbers():
     frames = tshark_methods(str(FIX / "churn.pcap"))
     assert packets_of(FIX / "churn.pcap", ev["filter"]) == sorted(fr["packet"] for fr in frames
                                                                   if fr["method"] == (10, 40) and fr["stream"] in opened)
+
+
+@pytest.mark.parametrize("name, fid, words", [
+    ("churn.pcap", "connection-churn", "carrying 1 message published each (medians)"),
+    ("channel-churn.pcap", "channel-churn", "{published:.1f} messages published per channel"),
+    ("channel-leak.pcap", "channel-churn", "{published:.1f} messages published per channel"),
+])
+def test_churn_titles_count_messages_with_their_direction(name, fid, words):
+    """The churn findings' messages each way: these publishers consume nothing (tshark: no
+    basic.deliver nor basic.get-ok on their connections), so the title says "published" and
+    never "delivered", with tshark's publishes (per channel opened: channel.open)."""
+    f = finding(name, fid)
+    ref = reference(FIX / name)
+    mine = [ref[s] for s in f.evidence["streams"]]
+    assert sum(r["deliveries"] + r["gets_ok"] for r in mine) == 0
+    w = ref[f.evidence["streams"][0]] if fid == "channel-churn" else None
+    published = w["publishes"] / w["channels_opened"] if w else None
+    assert words.format(published=published) in f.title, f.title
+    assert "delivered" not in f.title
+    if w:
+        assert f.evidence["published_per_channel"] == pytest.approx(published)
+        assert f.evidence["delivered_per_channel"] == 0
 
 
 def test_publish_and_wait_is_named_with_tsharks_numbers():

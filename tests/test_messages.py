@@ -31,8 +31,8 @@ pytestmark = pytest.mark.skipif(not shutil.which("tshark"), reason="needs tshark
 
 def tshark_contents(path: Path) -> tuple[list[dict], list[tuple[int, int, str]]]:
     """From tshark alone: every content header (stream, channel, packet, body_size, body frames
-    after it on its channel and direction), and the broker's channel.close frames (stream,
-    channel, reply text)."""
+    after it on its channel and direction, s2c: sent by the broker), and the broker's
+    channel.close frames (stream, channel, reply text)."""
     fields = ["tcp.stream", "frame.number", "tcp.srcport", "amqp.type", "amqp.channel", "amqp.header.body-size",
               "amqp.method.class", "amqp.method.method", "amqp.method.arguments.reply_text"]
     out = subprocess.run(["tshark", "-r", str(path), "-Y", "amqp", "-T", "fields", "-E", "occurrence=a",
@@ -49,7 +49,7 @@ def tshark_contents(path: Path) -> tuple[list[dict], list[tuple[int, int, str]]]
             key = (int(stream), int(ch), sport == "5672")
             if ty == "2":
                 current[key] = {"stream": int(stream), "channel": int(ch), "packet": int(number),
-                                "body_size": int(next(sizes_it)), "body_frames": 0}
+                                "body_size": int(next(sizes_it)), "body_frames": 0, "s2c": sport == "5672"}
                 headers.append(current[key])
             elif ty == "3" and key in current:
                 current[key]["body_frames"] += 1
@@ -86,9 +86,56 @@ def test_large_messages_are_tsharks():
     (f,) = [f for f in result.findings if f.id == "large-messages"]
     assert f.severity == "critical"
     assert f.evidence["body_bytes"] == 1_500_000 and f.evidence["refused"]
-    assert f.evidence["near_max_messages"] == 3  # 900,000 is 86 % of 1 MiB
+    assert f.evidence["near_max_messages_c2s"] == 3  # 900,000 is 86 % of 1 MiB (published)
     assert f.subjects[0]["connection"] == "amqpcap-bulk-uploader"
-    assert result.summary["messages"]["messages"] == len(headers)
+    assert result.summary["messages"]["messages_c2s"] == sum(not h["s2c"] for h in headers)
+    assert result.summary["messages"]["messages_s2c"] == sum(h["s2c"] for h in headers)
+
+
+def test_large_messages_are_counted_each_way_in_the_huge_messages_title():
+    """huge-messages.pcap.gz: the four large bodies are published (c2s) and none delivered; the
+    title says so ("large messages: 4 published"), and the near ones are published too."""
+    path = FIX / "huge-messages.pcap.gz"
+    headers, _ = tshark_contents(path)
+    want = [h for h in headers if h["body_size"] >= 1 << 20 or h["body_frames"] >= 100]
+    published, delivered = sum(not h["s2c"] for h in want), sum(h["s2c"] for h in want)
+    assert (published, delivered) == (4, 0)  # the scenario: pika publishes, nothing consumes
+    (f,) = messages(amqpcap.load(path)).findings
+    assert f"; large messages: {published} published (3 published near the limit)" in f.title, f.title
+    assert "delivered" not in f.title and "4 large messages" not in f.title
+    assert (f.evidence["large_messages_c2s"], f.evidence["large_messages_s2c"]) == (published, delivered)
+    assert (f.evidence["near_max_messages_c2s"], f.evidence["near_max_messages_s2c"]) == (3, 0)
+
+
+def test_a_message_published_and_delivered_is_counted_once_each_way(monkeypatch):
+    """large-messages.pcap: PerfTest publishes its 400 kB messages and consumes them, so each
+    crosses the wire twice, a content header each way. With the large threshold below 400 kB
+    every one is large: the finding, the tables and the summary count them published and
+    delivered apart, as tshark's content headers per direction (amqp.header.body-size on the
+    broker's port or not) count them, never one total of both."""
+    threshold = 300_000
+    monkeypatch.setattr(messages_module, "LARGE_BODY_BYTES", threshold)
+    path = FIX / "large-messages.pcap"
+    headers, _ = tshark_contents(path)
+    big = [h for h in headers if h["body_size"] >= threshold]
+    published, delivered = sum(not h["s2c"] for h in big), sum(h["s2c"] for h in big)
+    assert published > 0 and delivered > 0  # the scenario: one producer, one consumer, one queue
+    result = messages(amqpcap.load(path))
+    (f,) = result.findings
+    assert f"large messages: {published} published and {delivered} delivered" in f.title, f.title
+    assert f"{published + delivered} large messages" not in f.title
+    assert (f.evidence["large_messages_c2s"], f.evidence["large_messages_s2c"]) == (published, delivered)
+    s = result.summary["messages"]
+    assert (s["large_messages_c2s"], s["large_messages_s2c"]) == (published, delivered)
+    assert (s["messages_c2s"], s["messages_s2c"]) == (sum(not h["s2c"] for h in headers),
+                                                      sum(h["s2c"] for h in headers))
+    assert "messages" not in s and "large_messages" not in s
+    conns = result.tables["connections"]
+    assert (int(conns["large_messages_c2s"].sum()), int(conns["large_messages_s2c"].sum())) == (published, delivered)
+    # the subjects, each with its own direction: the consumer receives, the producer sends
+    by_name = {x["connection"]: x for x in f.subjects}
+    assert by_name["perf-test-consumer-0"]["large_messages_s2c"] == delivered
+    assert by_name["perf-test-producer-0"]["large_messages_c2s"] == published
 
 
 @pytest.mark.parametrize("name", ["large-messages.pcap", "tls-plaintext.pcap", "healthy.pcap"])

@@ -39,8 +39,8 @@ MANY_FRAMES = 100
 #: large-messages is a warning when a body reaches this share of the broker's max_message_size
 #: (the next larger message may be refused) ...
 NEAR_MAX_SHARE = 0.5
-#: ... and critical when the broker refused one: RabbitMQ closes the channel with 406
-#: PRECONDITION_FAILED "message size N is larger than configured max size M"
+#: ... and critical when the broker refused one: RabbitMQ closes the channel with
+#: PRECONDITION_FAILED (406) "message size N is larger than configured max size M"
 REFUSED_TEXT = re.compile(r"message size (\d+) is larger than configured max size (\d+)")
 #: RabbitMQ's default max_message_size by server version (its Limits guide): 16 MiB from 4.0,
 #: 128 MiB from 3.8 (before 3.8 no limit below the 2 GiB protocol ceiling)
@@ -54,7 +54,10 @@ LARGE_COLUMNS = ["stream", "connection", "direction", "channel", "packet", "ts",
                  "transfer_s", "other_channel_frames_during", "other_channels_active", "refused",
                  "max_message_size", "max_message_size_source"]
 CONN_COLUMNS = ["stream", "messages_c2s", "messages_s2c", "body_bytes_p50", "body_bytes_max",
-                "body_frames_max", "large_messages", "refused_messages"]
+                "body_frames_max", "large_messages_c2s", "large_messages_s2c", "refused_messages"]
+#: a direction in words: c2s content is published (basic.publish), s2c content is the broker's
+#: (basic.deliver, and basic.get-ok and basic.return alike: the message comes to the client)
+DIRECTION_WORDS = {"c2s": "published", "s2c": "delivered"}
 
 
 @dataclass
@@ -162,7 +165,9 @@ class _Seen:
     #: (for the median: every message's size is needed, and sizes repeat; `_with_sizes`)
     sizes: tuple[np.ndarray, np.ndarray, np.ndarray]
     body_frames_max: np.ndarray
-    large: np.ndarray
+    #: per direction: the large messages done (a message published and then delivered is two
+    #: messages on the wire, one each way: counted apart, never added up)
+    large: dict[str, np.ndarray]
     refused: np.ndarray
     #: the largest max size a refusal of the broker named (NaN: none so far)
     told: np.ndarray
@@ -177,7 +182,8 @@ class _Seen:
 
         no_message = {c: np.zeros(0, t) for c, t in MESSAGE_COLUMNS.items()}
         return cls(0, no_message, _Counts.none(), _Counts.none(), {"c2s": zeros(), "s2c": zeros()},
-                   (np.zeros(0, np.int64), np.zeros(0, float), np.zeros(0, np.int64)), zeros(), zeros(), zeros(),
+                   (np.zeros(0, np.int64), np.zeros(0, float), np.zeros(0, np.int64)), zeros(),
+                   {"c2s": zeros(), "s2c": zeros()}, zeros(),
                    np.full(n, np.nan), None)
 
 
@@ -368,7 +374,9 @@ def _count(seen: _Seen, stream: np.ndarray, msgs: dict[str, np.ndarray], done: n
     seen.messages["s2c"] += np.bincount(pos[~c2s], minlength=len(stream)).astype(np.int64)
     seen.sizes = _with_sizes(seen.sizes, pos, msgs["body_size"][done])
     np.maximum.at(seen.body_frames_max, pos, msgs["body_frames"][done])
-    seen.large += np.bincount(pos[big[done]], minlength=len(stream)).astype(np.int64)
+    large = big[done]
+    seen.large["c2s"] += np.bincount(pos[c2s & large], minlength=len(stream)).astype(np.int64)
+    seen.large["s2c"] += np.bincount(pos[~c2s & large], minlength=len(stream)).astype(np.int64)
     seen.refused += np.bincount(pos[msgs["refused"][done]], minlength=len(stream)).astype(np.int64)
     seen.top = _largest(seen.top, _large_rows(_take(msgs, done & big)))
 
@@ -461,7 +469,8 @@ def _rows(cap: Capture, seen: _Seen) -> dict[str, pd.DataFrame]:
                           "messages_s2c": seen.messages["s2c"]})
     conns["body_bytes_p50"], conns["body_bytes_max"] = _median_and_max(seen.sizes, len(stream))
     conns["body_frames_max"] = seen.body_frames_max
-    conns["large_messages"] = seen.large
+    conns["large_messages_c2s"] = seen.large["c2s"]
+    conns["large_messages_s2c"] = seen.large["s2c"]
     conns["refused_messages"] = seen.refused
     # (named in the merge: labels depend on every connection)
     return {"large": large[[c for c in LARGE_COLUMNS if c != "connection"]].reset_index(drop=True),
@@ -487,12 +496,14 @@ def messages_merge(partials: list[dict[str, pd.DataFrame]], records: None, facts
     large["direction"] = pd.Series(large["direction"].to_numpy(object), dtype=object)
     large["max_message_size_source"] = pd.Series(large["max_message_size_source"].to_numpy(object), dtype=object)
     conns = merge_rows([p["connections"] for p in partials], ["stream"])
-    total = int(conns["messages_c2s"].sum() + conns["messages_s2c"].sum())
+    # every count by its direction: a message published and delivered in the capture is a
+    # content each way, and one total of both would count it twice
     summary = {"messages": {
-        "messages": total,
+        "messages_c2s": int(conns["messages_c2s"].sum()), "messages_s2c": int(conns["messages_s2c"].sum()),
         "body_bytes_max": None if not len(conns) or conns["body_bytes_max"].isna().all()
         else int(conns["body_bytes_max"].max()),
-        "large_messages": int(conns["large_messages"].sum()),
+        "large_messages_c2s": int(conns["large_messages_c2s"].sum()),
+        "large_messages_s2c": int(conns["large_messages_s2c"].sum()),
         "refused_messages": int(conns["refused_messages"].sum()),
     }}
     finding = _finding(cap, large, conns)
@@ -525,15 +536,16 @@ def _finding(cap: Capture, large: pd.DataFrame, conns: pd.DataFrame) -> Finding 
     """large-messages: one finding, the connections sending or receiving large messages as subjects."""
     if not len(large):
         return None
-    large, per = _ranked(large)
+    large, per = _ranked(large, conns)
     severity = ("info", "warning", "critical")[int(per["rank"].max())]
     worst_first = large.sort_values(["rank", "body_size"], ascending=False, kind="stable")
     w, examples = worst_first.iloc[0], worst_first.head(5)
-    near_n, refused_n = int(large["near"].sum()), int(large["refused"].sum())
+    refused_n = int(large["refused"].sum())
     subject_of = subject_namer(cap)
-    subjects = [subject_of(r.stream, large_messages=int(r.count), body_bytes_max=int(r.largest),
-                           body_frames_max=int(r.frames), near_max=int(r.near), refused=int(r.refused),
-                           transfer_s_max=float(r.transfer), severity=("info", "warning", "critical")[int(r.rank)])
+    subjects = [subject_of(r.stream, large_messages_c2s=int(r.large_c2s), large_messages_s2c=int(r.large_s2c),
+                           body_bytes_max=int(r.largest), body_frames_max=int(r.frames), near_max_c2s=int(r.near_c2s),
+                           near_max_s2c=int(r.near_s2c), refused=int(r.refused), transfer_s_max=float(r.transfer),
+                           severity=("info", "warning", "critical")[int(r.rank)])
                 for r in per.itertuples()]
     held = w.other_channels_active and w.other_channel_frames_during == 0
     evidence = {
@@ -543,7 +555,9 @@ def _finding(cap: Capture, large: pd.DataFrame, conns: pd.DataFrame) -> Finding 
         "max_message_size_source": w.max_message_size_source,
         "share_of_max": None if pd.isna(w.share_of_max) else float(w.share_of_max),
         "transfer_s": float(w.transfer_s), "other_channels_held_s": float(w.transfer_s) if held else 0.0,
-        "large_messages": int(len(large)), "near_max_messages": near_n, "refused_messages": refused_n,
+        "large_messages_c2s": int(per["large_c2s"].sum()), "large_messages_s2c": int(per["large_s2c"].sum()),
+        "near_max_messages_c2s": int(per["near_c2s"].sum()), "near_max_messages_s2c": int(per["near_s2c"].sum()),
+        "near_max_at_least": bool(per["cut"].any()), "refused_messages": refused_n,
         "connections_with_this_finding": int(len(per)), "streams": sorted(int(s) for s in per["stream"]),
         "packets": sorted(int(p) for p in examples["packet"]),
         **filter_evidence(streams_part(per['stream']), f" && ({FILTER})"),
@@ -562,39 +576,61 @@ def _finding(cap: Capture, large: pd.DataFrame, conns: pd.DataFrame) -> Finding 
                    subjects=subjects)
 
 
-def _ranked(large: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _ranked(large: pd.DataFrame, conns: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The large messages with how bad each is (``near`` the broker's max_message_size,
     ``share_of_max``, ``rank``: 2 refused, 1 near, 0 large), and a row per connection (its worst
-    rank, largest body, most frames, counts, longest transfer), worst first."""
+    rank, largest body, most frames, longest transfer; its large messages each way from `conns`,
+    which counts them all, and those near the limit each way from the table's rows, ``cut``
+    when the table kept fewer rows than it has large messages: then its near counts are lower
+    bounds), worst first."""
     limit = large["max_message_size"].to_numpy(float, na_value=np.nan)
     near = (large["body_size"].to_numpy(float) >= NEAR_MAX_SHARE * np.where(np.isnan(limit), np.inf, limit)) \
         & ~large["refused"].to_numpy(bool)
     large = large.assign(near=near, share_of_max=large["body_size"] / np.where(np.isnan(limit), np.nan, limit))
     rank = np.where(large["refused"], 2, np.where(near, 1, 0))
     large = large.assign(rank=rank)
+    c2s = (large["direction"] == "c2s").to_numpy(bool)
+    large = large.assign(near_c2s=near & c2s, near_s2c=near & ~c2s)
     per = large.groupby("stream").agg(rank=("rank", "max"), largest=("body_size", "max"),
-                                      frames=("body_frames", "max"), count=("body_size", "size"),
-                                      refused=("refused", "sum"), near=("near", "sum"),
-                                      transfer=("transfer_s", "max")).reset_index()
+                                      frames=("body_frames", "max"), rows=("body_size", "size"),
+                                      refused=("refused", "sum"), near_c2s=("near_c2s", "sum"),
+                                      near_s2c=("near_s2c", "sum"), transfer=("transfer_s", "max")).reset_index()
+    counts = conns.set_index("stream").reindex(per["stream"])
+    per["large_c2s"] = counts["large_messages_c2s"].to_numpy(np.int64)
+    per["large_s2c"] = counts["large_messages_s2c"].to_numpy(np.int64)
+    per["cut"] = per["large_c2s"] + per["large_s2c"] > per["rows"]
     per = per.sort_values(["rank", "largest", "stream"], ascending=[False, False, True], kind="stable")
     return large, per
 
 
+def _each_way(c2s: int, s2c: int) -> str:
+    """Counts of messages, each with its direction: "30 published and 30 delivered", "4
+    published", "2 delivered". A message published and then delivered crosses the wire twice:
+    one number for both would count it twice."""
+    ways = [f"{n:,} {DIRECTION_WORDS[d]}" for d, n in (("c2s", c2s), ("s2c", s2c)) if n]
+    return " and ".join(ways) or "0"
+
+
 def _title(w, large: pd.DataFrame, per: pd.DataFrame) -> str:
-    """The finding's title: the worst message `w`, then how many there are, and on how many
-    connections."""
+    """The finding's title: the worst message `w`, then how many large messages there are each
+    way (published, delivered), those near the limit and refused, and on how many connections."""
     who = w.connection
+    does = "sends" if w.direction == "c2s" else "receives"
     if w.refused:
         head = (f"{who} sent a {_mb(w.body_size)} message the broker refused (over its max_message_size of "
                 f"{_mib(w.max_message_size)}): RabbitMQ closed the channel")
     elif w.near:
-        head = (f"{who} sends messages near the broker's max_message_size: {_mb(w.body_size)}, "
+        head = (f"{who} {does} messages near the broker's max_message_size: {_mb(w.body_size)}, "
                 f"{w.share_of_max:.0%} of {_mib(w.max_message_size)} ({w.max_message_size_source})")
     else:
-        head = f"{who} sends large messages: up to {_mb(w.body_size)} in {int(w.body_frames):,} frames"
-    near_n, refused_n = int(large["near"].sum()), int(large["refused"].sum())
-    tail = f"; {len(large):,} large messages" + (f", {refused_n:,} refused" if refused_n > 1 else "") \
-        + (f", {near_n:,} near the limit" if near_n and not (w.near and near_n == len(large)) else "")
+        head = f"{who} {does} large messages: up to {_mb(w.body_size)} in {int(w.body_frames):,} frames"
+    large_c2s, large_s2c = int(per["large_c2s"].sum()), int(per["large_s2c"].sum())
+    near_c2s, near_s2c = int(per["near_c2s"].sum()), int(per["near_s2c"].sum())
+    refused_n = int(large["refused"].sum())
+    more = [f"{refused_n:,} refused"] if refused_n > 1 else []
+    if (near_c2s or near_s2c) and not (w.near and (near_c2s, near_s2c) == (large_c2s, large_s2c)):
+        more.append(("at least " if per["cut"].any() else "") + f"{_each_way(near_c2s, near_s2c)} near the limit")
+    tail = f"; large messages: {_each_way(large_c2s, large_s2c)}" + (f" ({'; '.join(more)})" if more else "")
     if len(per) > 1:
         tail += f", on {len(per)} connections"
     return head + tail

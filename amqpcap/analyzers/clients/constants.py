@@ -53,7 +53,7 @@ CHANNEL_FEW_MESSAGES = 2
 CHANNEL_WARN_OPENS_PER_S = 100
 #: ... or, a channel leak (channels opened and never closed), when its open channels reached this
 #: share of the negotiated channel_max: the next channel.open past it fails (RabbitMQ closes the
-#: connection: 530 NOT_ALLOWED). RabbitMQ's Channels guide names the leak; 2047 is its default
+#: connection: NOT_ALLOWED (530)). RabbitMQ's Channels guide names the leak; 2047 is its default
 CHANNEL_LEAK_SHARE = 0.8
 #: AMQP 0-9-1 §1.4.2.6 connection.tune: channel-max 0 means no limit but the 16-bit channel number
 NO_CHANNEL_MAX = 65535

@@ -14,6 +14,8 @@ from ...analysis import Finding
 from ...capture import Capture
 from ...display_filters import filter_evidence, streams_part
 from ...names import connection_names, subject, subject_namer
+from ...reply_codes import NO_ROUTE, NOT_ALLOWED
+from ...wording import reply_code
 from .channels import _peak_per_s
 from .constants import (
     CHANNEL_CHURN_MIN, CHANNEL_FEW_MESSAGES, CHANNEL_LEAK_SHARE, CHANNEL_WARN_OPENS_PER_S, CHURN_FEW_MESSAGES,
@@ -35,6 +37,19 @@ def _where(per: pd.DataFrame, examples: pd.DataFrame, method: str, frames_filter
     return {"connections_with_this_finding": len(per), "streams": sorted(int(s) for s in per["stream"]),
             "packets": _packets(examples, int(per["stream"].iloc[0]), method),
             **filter_evidence(streams_part(per['stream']), f" && {frames_filter}")}
+
+
+def _each_way(published: float, delivered: float, number: str = "g") -> str:
+    """Messages with their direction, a number each way: "4.8 messages published", "1 message
+    published and 1 delivered", "3 messages delivered" (delivered: basic.deliver and
+    basic.get-ok). A connection that publishes and consumes the same message has it once each
+    way: one number for both would count it twice."""
+    ways = [(v, w) for v, w in ((published, "published"), (delivered, "delivered")) if v]
+    if not ways:
+        return "no messages"
+    (v, w), *rest = ways
+    head = f"{v:{number}} message{'' if v == 1 else 's'} {w}"
+    return head + "".join(f" and {x:{number}} {y}" for x, y in rest)
 
 
 def _polling_finding(cap: Capture, conns: pd.DataFrame, examples: pd.DataFrame) -> Finding | None:
@@ -126,8 +141,9 @@ def _unroutable_finding(cap: Capture, conns: pd.DataFrame, returns: pd.DataFrame
     w, n = per.iloc[0], len(per)
     mine = returns[returns["stream"] == w.stream].sort_values("returns", ascending=False, kind="stable")
     top = mine.iloc[0]
-    reply = " ".join(str(x) for x in (top.reply_code, top.reply_text) if x is not None)
-    numbers = (f"{int(w.returns):,} of its {int(w.publishes):,} publishes came back unroutable ({reply}), most to "
+    reply = reply_code(None if top.reply_code is None else int(top.reply_code),
+                       None if top.reply_text is None else str(top.reply_text))
+    numbers = (f"{int(w.returns):,} of its {int(w.publishes):,} publishes came back unroutable with {reply}, most to "
                f"exchange '{top.exchange}' with routing key '{top.routing_key}'")
     title = (f"{w.connection} publishes messages no queue takes: {numbers}" if n == 1 else
              f"{n} connections publish messages no queue takes: worst {w.connection}, {numbers}")
@@ -148,7 +164,8 @@ def _unroutable_finding(cap: Capture, conns: pd.DataFrame, returns: pd.DataFrame
                               "publishes": int(d.publishes)} for d in dest.itertuples()],
             "returns_total": int(per["returns"].sum()), **_where(per, examples, "basic.return", FILTER_RETURN),
         },
-        advice="The broker returns these mandatory publishes (basic.return, NO_ROUTE): no queue is bound to the "
+        advice=f"The broker returns these mandatory publishes with basic.return, {reply_code(NO_ROUTE)}: no queue is "
+               "bound to the "
                "exchange with that routing key, so the messages are dropped. Declare and bind the queue the "
                "publisher expects (check the exchange name and routing key), or give the exchange an alternate "
                "exchange to catch what nothing takes. With publisher confirms the return comes before the ack: "
@@ -215,10 +232,12 @@ def _churn_finding(cap: Capture, conns: pd.DataFrame) -> Finding | None:
         span_s = (opens.max() - opens.min()) / 1e9
         msgs = g["publishes"] + g["deliveries"] + g["gets_ok"]
         peak = _peak_per_s(opens)
+        published, delivered = float(g["publishes"].median()), float((g["deliveries"] + g["gets_ok"]).median())
         rows.append({"application": app, "connections": len(g), "opens_per_s_peak": peak,
                      "opens_per_s": (len(g) - 1) / span_s if span_s > 0 else None,
                      "lifetime_p50_s": float(g["duration_s"].median()),
                      "messages_per_connection_p50": float(msgs.median()),
+                     "published_per_connection_p50": published, "delivered_per_connection_p50": delivered,
                      "loud": bool(msgs.median() <= CHURN_FEW_MESSAGES or peak >= CHURN_WARN_OPENS_PER_S),
                      "members": g.sort_values("first_ts")})
     if not rows:
@@ -227,8 +246,8 @@ def _churn_finding(cap: Capture, conns: pd.DataFrame) -> Finding | None:
     w, n = rows[0], len(rows)
     rate = "" if w["opens_per_s"] is None else f" ({w['opens_per_s']:.1f}/s, at most {w['opens_per_s_peak']} in a second)"
     numbers = (f"{w['connections']:,} connections opened and closed{rate}, living {w['lifetime_p50_s'] * 1e3:,.0f} ms "
-               f"and carrying {w['messages_per_connection_p50']:g} message"
-               f"{'' if w['messages_per_connection_p50'] == 1 else 's'} each (medians)")
+               f"and carrying {_each_way(w['published_per_connection_p50'], w['delivered_per_connection_p50'])} each "
+               f"(medians)")
     title = (f"{w['application']} opens a connection per few messages: {numbers}" if n == 1 else
              f"{n} applications churn connections: worst {w['application']}, {numbers}")
     streams = sorted(int(s) for r in rows for s in r["members"]["stream"])
@@ -239,7 +258,8 @@ def _churn_finding(cap: Capture, conns: pd.DataFrame) -> Finding | None:
                            severity="warning" if r["loud"] else "info")
                 for r in rows for c in r["members"].itertuples()]
     applications = [{k: r[k] for k in ("application", "connections", "opens_per_s", "opens_per_s_peak", "lifetime_p50_s",
-                                       "messages_per_connection_p50")} | {"severity": "warning" if r["loud"] else "info"}
+                                       "messages_per_connection_p50", "published_per_connection_p50",
+                                       "delivered_per_connection_p50")} | {"severity": "warning" if r["loud"] else "info"}
                     for r in rows]
     return Finding(
         id="connection-churn", severity="warning" if any(r["loud"] for r in rows) else "info", title=title,
@@ -247,6 +267,8 @@ def _churn_finding(cap: Capture, conns: pd.DataFrame) -> Finding | None:
             "application": w["application"], "connections": w["connections"], "opens_per_s": w["opens_per_s"],
             "opens_per_s_peak": w["opens_per_s_peak"], "lifetime_p50_s": w["lifetime_p50_s"],
             "messages_per_connection_p50": w["messages_per_connection_p50"],
+            "published_per_connection_p50": w["published_per_connection_p50"],
+            "delivered_per_connection_p50": w["delivered_per_connection_p50"],
             "applications_with_this_finding": n, "applications": applications, "streams": streams,
             **filter_evidence(streams_part(streams), f" && {FILTER_OPEN}"),
         },
@@ -303,7 +325,9 @@ def _publish_wait_finding(cap: Capture, confirming: pd.DataFrame) -> Finding | N
 def _channel_churn_finding(cap: Capture, conns: pd.DataFrame, examples: pd.DataFrame) -> Finding | None:
     """channel-churn: connections opening a channel per operation (or 100 a second)."""
     msgs = conns["publishes"] + conns["deliveries"] + conns["gets_ok"]
-    per = conns.assign(messages_per_channel=msgs / conns["channels_opened"].where(conns["channels_opened"] > 0, 1))
+    opened = conns["channels_opened"].where(conns["channels_opened"] > 0, 1)
+    per = conns.assign(messages_per_channel=msgs / opened, published_per_channel=conns["publishes"] / opened,
+                       delivered_per_channel=(conns["deliveries"] + conns["gets_ok"]) / opened)
     limit = per["channel_max"].astype("Float64").fillna(np.nan).to_numpy(float)
     limit = np.where(limit == 0, NO_CHANNEL_MAX, limit)
     per = per.assign(channel_max_share=per["channels_open_peak"] / limit)
@@ -319,7 +343,7 @@ def _channel_churn_finding(cap: Capture, conns: pd.DataFrame, examples: pd.DataF
     rtt = w.channel_open_round_trip_p50_s
     cost = "" if pd.isna(rtt) else f", each open a {rtt * 1e3:.2f} ms round trip"
     numbers = (f"{int(w.channels_opened):,} channels opened ({int(w.channel_opens_per_s_peak)} in its busiest second), "
-               f"{w.messages_per_channel:.1f} messages per channel{cost}")
+               f"{_each_way(w.published_per_channel, w.delivered_per_channel, '.1f')} per channel{cost}")
     if w.leak:
         numbers = (f"{int(w.channels_open_peak):,} channels open at once, {w.channel_max_share:.0%} of the negotiated "
                    f"channel_max ({int(w.channel_max) or NO_CHANNEL_MAX:,}); "
@@ -342,6 +366,8 @@ def _channel_churn_finding(cap: Capture, conns: pd.DataFrame, examples: pd.DataF
         evidence={
             "channels_opened": int(w.channels_opened), "channel_opens_per_s_peak": int(w.channel_opens_per_s_peak),
             "messages_per_channel": float(w.messages_per_channel),
+            "published_per_channel": float(w.published_per_channel),
+            "delivered_per_channel": float(w.delivered_per_channel),
             "channel_open_round_trip_p50_s": None if pd.isna(rtt) else float(rtt),
             "channels_open_peak": int(w.channels_open_peak),
             "channel_max": None if pd.isna(w.channel_max) else int(w.channel_max), "leak": bool(w.leak),
@@ -352,6 +378,6 @@ def _channel_churn_finding(cap: Capture, conns: pd.DataFrame, examples: pd.DataF
                "there. RabbitMQ's Channels guide asks to investigate channel churn consistently above 100/s."
                + (" Channels opened and never closed leak: each holds a process and memory on the broker, and "
                   "once channel_max are open the next channel.open fails and RabbitMQ closes the connection "
-                  "(530 NOT_ALLOWED). Close every channel you open (a with-block or finally), or reuse a fixed "
+                  f"with {reply_code(NOT_ALLOWED)}. Close every channel you open (a with-block or finally), or reuse a fixed "
                   "set." if per["leak"].any() else ""),
         impact=float(1.0 / max(float(w.messages_per_channel), 1.0)), subjects=subjects)

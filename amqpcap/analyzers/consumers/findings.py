@@ -112,7 +112,7 @@ def _bound_finding(cap: Capture, g: pd.DataFrame, limits: pd.DataFrame) -> Findi
         title = (f"{who} are the bottleneck, at their prefetch limit {span} of the time "
                  f"(worst: {worst}, {w.share_at_limit:.0%} at prefetch {w.prefetch}; it {holds})")
     if growth and growth > 0:
-        title += f"; {'its' if len(g) == 1 else 'the'} queue grew by at least {growth} messages"
+        title += f"; {'its' if len(g) == 1 else 'the'} queue grew by at least {growth:,} messages"
     n_one = int(g["one_ack"].sum())
     whose = "this consumer's" if len(g) == 1 else "these consumers'"
     advice = (f"The broker waits for {whose} acks: look at the "

@@ -19,7 +19,7 @@ from .findings import _broker_flow_control, _capture_gaps, _publisher_blocked, _
 from .plots import _drawn_points, _life_s, _plot_timeline, _plot_window, _window_directions, _window_series
 from .silences import _causes, _median_gap, _rtt_stats, _stalls_of, _stalls_table
 from .step import stalls_slice
-from .tables import _rtt_values, _summary, _tcp_table, _window_sides
+from .tables import _episodes, _rtt_values, _summary, _tcp_table, _window_sides
 
 
 def stalls_pieces_joined(pieces: list[dict]) -> dict[str, Any]:
@@ -44,7 +44,7 @@ def stalls_pieces_joined(pieces: list[dict]) -> dict[str, Any]:
     st["flow_s"] = np.where(xb, np.maximum(st["flow_s"].to_numpy(), st["xb_s"].to_numpy(float)), st["flow_s"])
     stalls_tbl = _stalls_table(_causes(st))
     tcp = _tcp_table(seen, rtt_stats, path_rtt, median_gap, st)
-    sides = _window_sides(pieces[-1]["connections"], c, tcp, stalls_tbl)
+    sides = _window_sides(pieces[-1]["connections"], c, tcp, stalls_tbl, _episodes(joined("limited")))
     cited = joined("cited", ["stream", "_t", "packet"])
     drawn = _window_directions(tcp, stalls_tbl).head(PLOT_MAX_DIRECTIONS)
     connections, t0_ns = pieces[-1]["connections"], pieces[-1]["t0_ns"]

@@ -22,8 +22,27 @@ from .constants import (
 
 
 def _duration(x: float) -> str:
-    """`1.21 s`, `3.0 ms`: a title's duration in a unit that shows it."""
-    return f"{x:.2f} s" if x >= 0.1 else f"{x * 1e3:.1f} ms"
+    """`1.21 s`, `3.0 ms`, `0.076 ms`: a title's duration in a unit that shows it."""
+    return f"{x:.2f} s" if x >= 0.1 else f"{x * 1e3:.1f} ms" if x >= 1e-3 else f"{x * 1e3:.2g} ms"
+
+
+def _share(x: float) -> str:
+    """`63%`, `0.15%`: a share of time that does not read as none when it is small but some."""
+    return f"{x:.0%}" if x >= 0.01 or x <= 0 else f"{x * 100:.2g}%"
+
+
+def _times(n: int, p50_s: float, longest_s: float, total_s: float) -> str:
+    """How often and how long, never a sum alone: `87 times, median 0.076 ms, longest 1.20 s,
+    1.21 s in all`; `twice, 2.56 s and 0.009 ms, 2.56 s in all`; `once, 2.41 s`. A total of
+    many short intervals read as one duration would tell of a stop that never happened. (The
+    median of two is their mean, a length neither had: two are told each.)"""
+    if n <= 1:
+        return f"once, {_duration(total_s)}"
+    if n == 2:
+        return (f"twice, {_duration(longest_s)} and {_duration(max(total_s - longest_s, 0.0))}, "
+                f"{_duration(total_s)} in all")
+    return (f"{n:,} times, median {_duration(p50_s)}, longest {_duration(longest_s)}, "
+            f"{_duration(total_s)} in all")
 
 
 def _window_packets(cited: pd.DataFrame, sides: pd.DataFrame) -> pd.DataFrame:
@@ -50,6 +69,10 @@ def _window_finding_parts(cap: Capture, wp: pd.DataFrame, g: pd.DataFrame, stall
     subjects = [subject_of(int(r.stream), direction=str(DIRS[r.d]),
                            window_limited_s=round(float(r.window_limited_s), 6),
                            window_limited_share=round(float(r.window_limited_share), 4),
+                           window_limited_episodes=int(r.window_limited_episodes),
+                           window_limited_p50_s=None if np.isnan(r.window_limited_p50_s)
+                           else round(float(r.window_limited_p50_s), 6),
+                           window_limited_longest_s=round(float(r.window_limited_longest_s), 6),
                            zero_window_ads=int(r.zero_window_ads), window_full_segments=int(r.window_full_segments),
                            stalls=int(r.stalls), stalled_s=round(float(r.stalled_s), 6),
                            **({"publishes": int(r.publishes)} if r.d == 0 else {}))
@@ -74,6 +97,9 @@ def _window_finding_parts(cap: Capture, wp: pd.DataFrame, g: pd.DataFrame, stall
         "connections": len(g),
         "window_limited_s": round(float(w["window_limited_s"]), 6),
         "window_limited_share": round(float(w["window_limited_share"]), 4),
+        "window_limited_episodes": int(w["window_limited_episodes"]),
+        "window_limited_p50_s": None if np.isnan(w["window_limited_p50_s"]) else round(float(w["window_limited_p50_s"]), 6),
+        "window_limited_longest_s": round(float(w["window_limited_longest_s"]), 6),
         "stalled_s": round(float(w["stalled_s"]), 6),
         "longest_stall_s": round(float(g["longest_stall_s"].max()), 6),
         "stalls": int(g["stalls"].sum()),
@@ -86,6 +112,12 @@ def _window_finding_parts(cap: Capture, wp: pd.DataFrame, g: pd.DataFrame, stall
         **filter_evidence(streams_part(streams), f" && {peer_filter}"),
     }
     return severity, subjects, evidence
+
+
+def _window_times(sub: dict) -> str:
+    """A window subject's zero or full windows: how many, the median and longest, and in all."""
+    return _times(sub["window_limited_episodes"], sub["window_limited_p50_s"] or 0.0, sub["window_limited_longest_s"],
+                  sub["window_limited_s"])
 
 
 def _port_match(cap: Capture, streams) -> str:
@@ -107,8 +139,8 @@ def _receiver_window(cap: Capture, wp: pd.DataFrame, sides: pd.DataFrame, stalls
     w = subjects[0]
     title = (f"{who([x['connection'] for x in subjects])} stopped reading: the broker's data waited on "
              f"{'its' if len(subjects) == 1 else 'their'} zero or full TCP receive window"
-             f"{'' if len(subjects) == 1 else ', the first'} {_duration(w['window_limited_s'])}, "
-             f"{w['window_limited_share']:.0%} of the connection's time "
+             f"{'' if len(subjects) == 1 else ', on the first connection'} {_window_times(w)} = "
+             f"{_share(w['window_limited_share'])} of {'the' if len(subjects) == 1 else 'its'} connection's time "
              f"({counted(w['zero_window_ads'], 'zero-window advertisement')})")
     advice = ("The client application, or its socket receive buffer, does not keep up: it left the socket unread "
               "while the broker had data for it. Do not do slow work on the connection's I/O thread (blocking "
@@ -136,8 +168,9 @@ def _broker_flow_control(cap: Capture, wp: pd.DataFrame, sides: pd.DataFrame, st
     whom = "publishers" if (g["publishes"] > 0).all() else "connections"
     title = (f"Broker flow control: the broker stopped reading {'its ' + whom[:-1] if len(subjects) == 1 else whom} "
              f"{who([x['connection'] for x in subjects])}; its TCP receive window towards "
-             f"{'it' if len(subjects) == 1 else 'them'} was zero or full {_duration(w['window_limited_s'])}"
-             f"{'' if len(subjects) == 1 else ' for the first'}, {w['window_limited_share']:.0%} of the connection's "
+             f"{'it' if len(subjects) == 1 else 'them'} was zero or full"
+             f"{'' if len(subjects) == 1 else ', towards the first'} {_window_times(w)} = "
+             f"{_share(w['window_limited_share'])} of {'the' if len(subjects) == 1 else 'its'} connection's "
              f"time ({counted(w['zero_window_ads'], 'zero-window advertisement')})")
     advice = ("RabbitMQ stopped reading these connections' sockets, so its TCP receive buffer filled and it advertised a "
               "zero or full window: credit-based flow control (" + FLOW_CONTROL_DOC + "), which throttles "
@@ -171,6 +204,7 @@ def _publisher_blocked(blocked: pd.DataFrame, deliveries: int, cap: Capture) -> 
     evidence = {
         "blocks": int(len(blocked)),
         "blocked_s": total,
+        "blocked_p50_s": float(dur.median()),
         "longest_blocked_s": longest,
         "first_blocked_at_s": float(blocked["start"].min()),
         "reasons": reasons,
@@ -187,7 +221,10 @@ def _publisher_blocked(blocked: pd.DataFrame, deliveries: int, cap: Capture) -> 
     what = ", ".join(reasons) if reasons else "no reason given"
     w = subjects[0]
     whom = w["connection"] if len(per) == 1 else f"{len(per)} publishing connections (longest: {w['connection']})"
-    title = (f"The broker blocked {whom} for {longest:.2f} s (resource alarm: {what})"
+    # the worst connection's blocks: how many, how long each (median, longest) and in all
+    how_long = (f"for {_duration(w['blocked_s'])}" if w["blocks"] == 1 else
+                _times(w["blocks"], w["blocked_p50_s"], w["longest_blocked_s"], w["blocked_s"]))
+    title = (f"The broker blocked {whom} {how_long} (resource alarm: {what})"
              + ("" if not evidence["publishes_while_blocked"] else
                 f"; {evidence['publishes_while_blocked']:,} publishes "
                 f"({evidence['publish_bytes_while_blocked']:,} body bytes) were written into the blocked "
@@ -207,9 +244,10 @@ def _publisher_blocked(blocked: pd.DataFrame, deliveries: int, cap: Capture) -> 
 
 
 def _blocked_connections(blocked: pd.DataFrame, cap: Capture) -> tuple[pd.DataFrame, list[dict]]:
-    """The blocked connections (a row each: blocked_s, longest, blocks, publishes, body, open_end,
-    reason), longest block first, and the finding's subject for each."""
+    """The blocked connections (a row each: blocked_s, longest, blocks, p50 (the median block),
+    publishes, body, open_end, reason), longest block first, and the finding's subject for each."""
     per = blocked.groupby("stream").agg(blocked_s=("dur", "sum"), longest=("dur", "max"), blocks=("dur", "size"),
+                                        p50=("dur", "median"),
                                         publishes=("publishes", "sum"), body=("publish_body_bytes", "sum"),
                                         open_end=("lifted", lambda x: bool((~x).any())),
                                         reason=("reason", lambda x: ", ".join(sorted({str(v) for v in x
@@ -217,7 +255,7 @@ def _blocked_connections(blocked: pd.DataFrame, cap: Capture) -> tuple[pd.DataFr
     per = per.sort_values(["longest", "publishes"], ascending=False, kind="stable").reset_index()
     subject_of = subject_namer(cap)
     subjects = [subject_of(r.stream, blocks=int(r.blocks), blocked_s=float(r.blocked_s),
-                           longest_blocked_s=float(r.longest), reason=r.reason or None,
+                           blocked_p50_s=float(r.p50), longest_blocked_s=float(r.longest), reason=r.reason or None,
                            still_blocked_at_end=bool(r.open_end), publishes_while_blocked=int(r.publishes),
                            publish_bytes_while_blocked=int(r.body),
                            severity="critical" if r.longest >= PUBLISHER_BLOCKED_CRITICAL_S or r.open_end

@@ -121,6 +121,9 @@ def stalls_slice(part: Capture, facts: CaptureFacts, carry: _Carry | None, last:
         piece["plot_columns"] = _plot_columns(pk)
     else:
         c.plot = _plot_bins(pk, part.connections, facts.packets_t0_ns, c.plot)
+    # the window-limited intervals with their time outside connection.blocked: the join makes
+    # them into episodes (`_episodes`), which may run on from one slice into the next
+    piece["limited"] = lim[["stream", "d", "start", "end", "outside_s"]]
     if last:
         piece["carry"], piece["connections"], piece["has_blocks"] = c, part.connections, bool(len(blocks))
         piece["t0_ns"] = facts.packets_t0_ns
@@ -321,6 +324,7 @@ def _blocks_so_far(c: _Carry, blocked: pd.DataFrame, pk: dict, lim: pd.DataFrame
                      - (u.covered(ls, lim["end"].to_numpy(float), seed[ls]) - at_start), 0.0)
     n = len(c.outside)
     c.outside = np.bincount(np.r_[np.arange(n), ls], weights=np.r_[c.outside, dur], minlength=n)
+    lim["outside_s"] = dur  # (each interval's own part of it: the window findings' episodes, `_episodes`)
     pending = np.flatnonzero(~np.isnan(seen.limited_from))
     c.block_at_limited[pending] = u.covered(pending, seen.limited_from[pending], seed[pending])
     told = np.isfinite(blocked["end"].to_numpy(float)) | last

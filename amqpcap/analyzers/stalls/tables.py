@@ -9,7 +9,9 @@ import pandas as pd
 
 from ...kept_rows import part_frame
 from ...quantiles import Chunks, median_and_percentiles
-from .constants import CAUSES, CAUSE_SHARE, DIRS, GAP_FACTOR, MIN_STALL_S, RTT_FACTOR, TCP_COLUMNS, WINDOW_MIN_S
+from .constants import (
+    CAUSES, CAUSE_SHARE, DIRS, GAP_FACTOR, MIN_STALL_S, RECEIVER_WINDOW_CRITICAL_SHARE, RTT_FACTOR, TCP_COLUMNS,
+    WINDOW_MIN_S)
 from .intervals import _direction_key, _sum_per_key
 from .step import _Carry
 from .tcp_state import _Seen, _slots
@@ -88,15 +90,42 @@ def _summary(stalls_tbl: pd.DataFrame, tcp: pd.DataFrame, rtt: list[Chunks]) -> 
     }}
 
 
-def _window_sides(connections: pd.DataFrame, c: _Carry, tcp: pd.DataFrame, stalls_tbl: pd.DataFrame) -> pd.DataFrame:
+def _episodes(limited: pd.DataFrame) -> pd.DataFrame:
+    """Per connection direction (index stream·2 + d) its window-limited episodes: a run of
+    window-limited intervals (`_limited`: each limited packet to the connection's next one),
+    each starting where the one before ended, is one time the peer's window was zero or full,
+    from the packet that closed it to the one that opened it again. Its length is its time
+    outside connection.blocked (``outside_s``); an episode of none (inside a block, or at the
+    connection's last packet) is not counted. Columns: window_limited_episodes,
+    window_limited_p50_s (the median episode), window_limited_longest_s. The intervals come in
+    any order of slices: sorted here, an episode running on from one slice into the next is one."""
+    cols = ["window_limited_episodes", "window_limited_p50_s", "window_limited_longest_s"]
+    if not len(limited):
+        return pd.DataFrame({c: [] for c in cols}, index=pd.Index([], dtype=np.int64))
+    key = limited["stream"].to_numpy(np.int64) * 2 + limited["d"].to_numpy(np.int64)
+    start, end = limited["start"].to_numpy(float), limited["end"].to_numpy(float)
+    o = np.lexsort((end, start, key))
+    key, start, end, outside = key[o], start[o], end[o], limited["outside_s"].to_numpy(float)[o]
+    # a new episode: another direction, or a gap since the interval before (an unlimited moment)
+    new = np.r_[True, (key[1:] != key[:-1]) | (start[1:] > end[:-1])]
+    first = np.flatnonzero(new)
+    ep = pd.DataFrame({"key": key[first], "s": np.add.reduceat(outside, first)})
+    g = ep[ep["s"] > 0].groupby("key")["s"]
+    return pd.DataFrame({"window_limited_episodes": g.size(), "window_limited_p50_s": g.median(),
+                         "window_limited_longest_s": g.max()})
+
+
+def _window_sides(connections: pd.DataFrame, c: _Carry, tcp: pd.DataFrame, stalls_tbl: pd.DataFrame,
+                  episodes: pd.DataFrame) -> pd.DataFrame:
     """Per connection direction held back by its peer's TCP window: c2s rows are held by the
     broker's window, s2c rows by the client's. Columns: stream, d, window_limited_s (time with a
     zero or full peer window; for c2s without the time inside connection.blocked, the resource
     alarm's own finding), window_limited_share (of the connection's duration), zero_window_ads
     (advertised by the peer, outside connection.blocked for c2s), window_full_segments, stalls /
-    stalled_s / longest_stall_s (its receiver-window stalls), peer_window_min_bytes,
+    stalled_s / longest_stall_s (its receiver-window stalls), window_limited_episodes /
+    window_limited_p50_s / window_limited_longest_s (`episodes`: `_episodes`), peer_window_min_bytes,
     peer_window_max_bytes, connection_s, publishes (basic.publish frames it carried). Only the
-    directions that are subjects (WINDOW_MIN_S) are kept. The times and counts are those the
+    directions that are subjects are kept (`_held_back`). The times and counts are those the
     slices of time added up (`_Carry`)."""
     key = _direction_key(tcp)
     t = tcp.set_index(key)
@@ -115,6 +144,9 @@ def _window_sides(connections: pd.DataFrame, c: _Carry, tcp: pd.DataFrame, stall
         "stalls": rg.size().reindex(key, fill_value=0).to_numpy(),
         "stalled_s": _sum_per_key(_direction_key(rw), rw["duration_s"].to_numpy(float), key),
         "longest_stall_s": rg.max().reindex(key, fill_value=0.0).to_numpy(),
+        "window_limited_episodes": episodes["window_limited_episodes"].reindex(key, fill_value=0).to_numpy(np.int64),
+        "window_limited_p50_s": episodes["window_limited_p50_s"].reindex(key).to_numpy(float),
+        "window_limited_longest_s": episodes["window_limited_longest_s"].reindex(key, fill_value=0.0).to_numpy(float),
         "peer_window_min_bytes": t["peer_window_min_bytes"].to_numpy(),
         "peer_window_max_bytes": t["peer_window_max_bytes"].to_numpy(),
         "connection_s": conn_s.reindex(key // 2).to_numpy(),
@@ -122,6 +154,21 @@ def _window_sides(connections: pd.DataFrame, c: _Carry, tcp: pd.DataFrame, stall
     })
     cs = out["connection_s"].to_numpy(float)
     out["window_limited_share"] = np.where(cs > 0, out["window_limited_s"] / np.where(cs > 0, cs, 1.0), 0.0)
-    keep = (out["zero_window_ads"] > 0) | (out["window_limited_s"] >= WINDOW_MIN_S) | (out["stalls"] > 0)
-    return out[keep].sort_values(["window_limited_share", "window_limited_s", "stream"],
+    return out[_held_back(out)].sort_values(["window_limited_share", "window_limited_s", "stream"],
                                  ascending=[False, False, True]).reset_index(drop=True)
+
+
+def _held_back(sides: pd.DataFrame) -> np.ndarray:
+    """Which directions of `sides` (`_window_sides`' rows) its peer's window held back long
+    enough to matter, the window findings' subjects: window-limited for WINDOW_MIN_S (= a stall's
+    floor, MIN_STALL_S) in all, or for RECEIVER_WINDOW_CRITICAL_SHARE of a connection too short
+    for that, or with a `receiver-window` stall. A zero window the broker advertised (c2s held)
+    is always one: RabbitMQ's reader stops reading the socket only under flow control. A zero
+    window of a client is not by itself: a client reading a large message at loopback speed
+    fills its receive buffer for moments shorter than the message takes to arrive
+    (large-messages.pcap: 7 windows of 0.32 ms median, 0.90 ms at most, while each 400 kB
+    message takes 2.4 ms, 3.0 ms in all, 0.15% of the connection) and TCP paces the broker to
+    its reads: the window at work, not a reader that stopped (docs/analyzers/stalls.md)."""
+    limited = sides["window_limited_s"].to_numpy(float)
+    return ((limited >= WINDOW_MIN_S) | (sides["window_limited_share"].to_numpy(float) >= RECEIVER_WINDOW_CRITICAL_SHARE)
+            | (sides["stalls"].to_numpy() > 0) | ((sides["d"].to_numpy() == 0) & (sides["zero_window_ads"].to_numpy() > 0)))
