@@ -26,9 +26,10 @@ def consumer_bound_severity(growth, growth_ratio, estimated) -> np.ndarray:
 
 def _growth_ratio(s: pd.DataFrame) -> np.ndarray:
     """Per consumer: its queue's backlog growth per second of its life over the summed delivery
-    rates of all the queue's consumers (a consumer without a known queue: its own rate)."""
+    rates of all the queue's consumers, per second active (`delivered_msgs_per_s`; a consumer
+    without a known queue: its own rate)."""
     life = (s["end_ts"] - s["start_ts"]).dt.total_seconds().to_numpy(float)
-    rate = s["rate_per_s"].astype(float).fillna(0)
+    rate = s["delivered_msgs_per_s"].astype(float).fillna(0)
     queue = s["queue"].astype(object)
     taken = rate.groupby(queue.fillna("")).transform("sum").where(queue.notna(), rate).to_numpy(float)
     growth = s["backlog_growth_msgs"].astype("Float64").to_numpy(float, na_value=np.nan)
@@ -59,7 +60,7 @@ def _flags(s: pd.DataFrame, slow: np.ndarray) -> pd.DataFrame:
     dta = s["deliver_to_ack_p50_s"].astype(float).to_numpy()
     a2d = s["ack_to_next_deliver_p50_s"].astype(float).to_numpy()
     mpa = s["messages_per_ack"].astype(float).to_numpy()
-    rate = s["rate_per_s"].astype(float).fillna(0).to_numpy()
+    rate = s["delivered_msgs_per_s"].astype(float).fillna(0).to_numpy()
     growth = s["backlog_growth_msgs"].astype("Float64").to_numpy(float, na_value=np.nan)
     ratio = _growth_ratio(s)
     estimated = s["prefetch_estimated"].astype(bool).to_numpy()
