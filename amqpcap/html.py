@@ -19,6 +19,7 @@ import pandas as pd
 
 from .analysis import AnalyzerResult, analyzers
 from .capture import Capture
+from .derive.rates import PER_S_ACTIVE
 from .kept_rows import top_rows
 from .names import connection_names
 from .overview import rates_png
@@ -188,7 +189,14 @@ def _value(v: Any, key: str = "", decimals: int | None = None) -> str:
 
 
 def _header(col: str) -> str:
-    return f'<th title="{html.escape(col)}">{html.escape(col.replace("_", " "))}</th>'
+    """A column's header: its name spaced, a rate's span said (`amqpcap.derive.rates`); the name
+    itself as its title."""
+    text = col.replace("_", " ")
+    if col in PER_S_ACTIVE:
+        text = text.replace("per s", "per s active")
+    elif col.endswith("_msgs_per_capture_s"):
+        text = text.removesuffix("capture s") + "s of capture"
+    return f'<th title="{html.escape(col)}">{html.escape(text)}</th>'
 
 
 def _column_decimals(df: pd.DataFrame, c) -> int | None:
@@ -285,8 +293,8 @@ def _rate(v) -> float:
 
 
 #: the overview tables' rate headers, each naming its span (`amqpcap.derive.rates`)
-PER_CAPTURE_S = {k: f"{k} msgs per s of capture" for k in ("published", "delivered", "acked")}
-PER_S_ACTIVE = {"delivered": "delivered msgs per s active"}
+CAPTURE_RATE_HEADER = {k: f"{k} msgs per s of capture" for k in ("published", "delivered", "acked")}
+ACTIVE_RATE_HEADER = {"delivered": "delivered msgs per s active"}
 
 
 def _overview(cap: Capture, o: dict[str, Any], n_findings: int) -> str:
@@ -302,9 +310,9 @@ def _overview(cap: Capture, o: dict[str, Any], n_findings: int) -> str:
                      f'src="data:image/png;base64,{base64.b64encode(png).decode()}">')
     cols = []
     if o["queues"]:
-        q = pd.DataFrame([{"queue": r["queue"], PER_CAPTURE_S["published"]: _rate(r["published_msgs_per_capture_s"]),
-                           PER_CAPTURE_S["delivered"]: _rate(r["delivered_msgs_per_capture_s"]),
-                           PER_CAPTURE_S["acked"]: _rate(r["acked_msgs_per_capture_s"]),
+        q = pd.DataFrame([{"queue": r["queue"], CAPTURE_RATE_HEADER["published"]: _rate(r["published_msgs_per_capture_s"]),
+                           CAPTURE_RATE_HEADER["delivered"]: _rate(r["delivered_msgs_per_capture_s"]),
+                           CAPTURE_RATE_HEADER["acked"]: _rate(r["acked_msgs_per_capture_s"]),
                            "growth (msgs)": "unknown" if r["growth_msgs"] is None else f"≥ {r['growth_msgs']:,}"}
                           for r in o["queues"]])
         unknown = sorted({r["growth_basis"] for r in o["queues"] if r["growth_msgs"] is None})
@@ -319,9 +327,9 @@ def _overview(cap: Capture, o: dict[str, Any], n_findings: int) -> str:
         acked = [_rate(r["acked_msgs_per_capture_s"]) for r in rows]
         d = _decimals(acked)  # (the column's one precision, though it also holds text)
         c = pd.DataFrame({"connection" if queue else "consumer": labels,
-                          PER_CAPTURE_S["delivered"]: [_rate(r["delivered_msgs_per_capture_s"]) for r in rows],
-                          PER_S_ACTIVE["delivered"]: [_rate(r["delivered_msgs_per_s"]) for r in rows],
-                          PER_CAPTURE_S["acked"]: ["no-ack" if r["no_ack"] else _value(a, decimals=d)
+                          CAPTURE_RATE_HEADER["delivered"]: [_rate(r["delivered_msgs_per_capture_s"]) for r in rows],
+                          ACTIVE_RATE_HEADER["delivered"]: [_rate(r["delivered_msgs_per_s"]) for r in rows],
+                          CAPTURE_RATE_HEADER["acked"]: ["no-ack" if r["no_ack"] else _value(a, decimals=d)
                                                    for r, a in zip(rows, acked)],
                           "prefetch": [math.nan if r["prefetch"] is None else float(r["prefetch"]) for r in rows]})
         more = o["consumers_total"] - len(rows)
@@ -335,7 +343,7 @@ def _overview(cap: Capture, o: dict[str, Any], n_findings: int) -> str:
     unrouted = [p for p in o["publishes"] if not p["queues"]]
     if unrouted:
         p = pd.DataFrame([{"exchange": r["exchange"] or "(default)", "routing key": r["routing_key"],
-                           PER_CAPTURE_S["published"]: _rate(r["published_msgs_per_capture_s"])} for r in unrouted])
+                           CAPTURE_RATE_HEADER["published"]: _rate(r["published_msgs_per_capture_s"])} for r in unrouted])
         cols.append("<h3>Publishes the capture does not route to a queue</h3>" + _html_table(p)
                     + "<p class='note'>no queue.bind for them in the capture</p>")
     if cols:

@@ -26,11 +26,16 @@ import numpy as np
 import pandas as pd
 
 
+#: the columns and keys holding a rate per second active (report.html's headers say "active";
+#: those per second of capture end in ``_per_capture_s``)
+PER_S_ACTIVE = frozenset({"delivered_msgs_per_s", "delivered_msgs_per_s_total"})
+
+
 def _ns(ts) -> np.ndarray:
     """Timestamps as int64 nanoseconds since the epoch (NaT: the int64 minimum)."""
     a = ts.array if isinstance(ts, (pd.Series, pd.Index)) else ts
     if isinstance(a, pd.arrays.DatetimeArray):
-        return a.asi8
+        return a.as_unit("ns").asi8
     a = np.asarray(a)
     return a.astype("M8[ns]").view(np.int64) if a.dtype.kind == "M" else a.astype(np.int64)
 
