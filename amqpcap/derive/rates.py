@@ -69,6 +69,16 @@ def msgs_per_capture_s(count, capture_s: float):
     return n / capture_s if capture_s > 0 else np.full(len(n), np.nan)
 
 
+def msgs_per_span_s(count, span_s) -> np.ndarray:
+    """``count / span_s`` per row (NaN for no span): per second of a span the caller names, for
+    a number compared with another over that same span (the consumers analyzer's backlog growth
+    ratio: a queue's growth over a consumer's life against what its consumers took in it).
+    Not a rate shown as such: those are `msgs_per_s_active` and `msgs_per_capture_s`."""
+    n, span = np.asarray(count, dtype=float), np.asarray(span_s, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(span > 0, n / np.where(span > 0, span, 1.0), np.nan)
+
+
 def capture_s(summary: dict) -> float:
     """The capture's duration in seconds, first to last record (0 without records): the span of
     `msgs_per_capture_s`."""
