@@ -61,7 +61,7 @@ KEY_COLUMNS: dict[str, tuple[list[str], tuple[str, bool] | None]] = {
                         ("returns", True)),
     "clients/cancels": (["connection", "queue", "ts", "resubscribed", "deleted_by", "packet", "stream"], None),
     "clients/confirming": (["connection", "publishes", "sequential_share", "waiting_share", "confirm_latency_p50_s",
-                            "publish_rate_per_s", "stream"], ("waiting_share", True)),
+                            "published_msgs_per_s", "stream"], ("waiting_share", True)),
     "heartbeats/connections": (["connection", "heartbeat_s", "problem", "c2s_longest_silence_s", "s2c_longest_silence_s",
                                 "ended_by", "silence_before_end_s", "stream"], ("silence_before_end_s", True)),
     "messages/large": (["connection", "ts", "body_size", "body_frames", "refused", "max_message_size", "transfer_s",
