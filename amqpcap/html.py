@@ -293,8 +293,8 @@ def _rate(v) -> float:
 
 
 #: the overview tables' rate headers, each naming its span (`amqpcap.derive.rates`)
-CAPTURE_RATE_HEADER = {k: f"{k} msgs per s of capture" for k in ("published", "delivered", "acked")}
-ACTIVE_RATE_HEADER = {"delivered": "delivered msgs per s active"}
+CAPTURE_RATE_HEADER = {k: f"{k} per s of capture" for k in ("published", "delivered", "acked")}
+ACTIVE_RATE_HEADER = {"delivered": "delivered per s active"}
 
 
 def _overview(cap: Capture, o: dict[str, Any], n_findings: int) -> str:
@@ -316,8 +316,7 @@ def _overview(cap: Capture, o: dict[str, Any], n_findings: int) -> str:
                            "growth (msgs)": "unknown" if r["growth_msgs"] is None else f"≥ {r['growth_msgs']:,}"}
                           for r in o["queues"]])
         unknown = sorted({r["growth_basis"] for r in o["queues"] if r["growth_msgs"] is None})
-        cols.append("<h3>Queues</h3>" + _html_table(q) + "<p class='note'>msgs per s of capture: over the whole "
-                    "capture; growth: "
+        cols.append("<h3>Queues</h3>" + _html_table(q) + "<p class='note'>messages per s of capture; growth: "
                     "published into the queue minus delivered, a lower bound (summary.json says how each was "
                     "inferred)." + "".join(f" Unknown: {html.escape(u)}." for u in unknown) + "</p>")
     if o["consumers"]:
@@ -335,9 +334,8 @@ def _overview(cap: Capture, o: dict[str, Any], n_findings: int) -> str:
         more = o["consumers_total"] - len(rows)
         title = f"Consumers of queue {html.escape(queue)}" if queue else "Consumers"
         cols.append(f"<h3>{title}</h3>" + _html_table(c)
-                    + "<p class='note'>msgs per s of capture: over the whole capture (a queue's consumers add up "
-                      "to its rate); per s active: between the consumer's first and last delivery (the rate in "
-                      "the consumers and latency tables)"
+                    + "<p class='note'>messages per s of capture (a queue's consumers add up to its rate) and per s "
+                      "active: from the consumer's first delivery to its last"
                     + (f"; the {len(rows)} busiest of {o['consumers_total']:,}, every one in "
                        "consumers-consumers.csv and latency-consumers.csv" if more > 0 else "") + "</p>")
     unrouted = [p for p in o["publishes"] if not p["queues"]]

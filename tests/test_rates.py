@@ -139,11 +139,13 @@ def test_report_tables_show_the_rate_with_its_span_and_one_precision_per_column(
     out, want, _ = analysed
     labels = pd.read_csv(out / "consumers-consumers.csv").set_index("stream")["connection"]
     tables = _html_tables(out / "report.html")
-    active = {"delivered_msgs_per_s", "delivered msgs per s active"}
+    from amqpcap.html import ACTIVE_RATE_HEADER, CAPTURE_RATE_HEADER
+
+    active = {"delivered_msgs_per_s", ACTIVE_RATE_HEADER["delivered"]}
     seen = {"active": 0, "capture": 0}
     for t in tables:
         for col in t.columns:
-            if col not in active and col != "delivered msgs per s of capture":
+            if col not in active and col != CAPTURE_RATE_HEADER["delivered"]:
                 continue
             kind = "active" if col in active else "capture"
             cells = [c for c in t[col] if c]
