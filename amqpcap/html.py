@@ -19,6 +19,7 @@ import pandas as pd
 
 from .analysis import AnalyzerResult, analyzers
 from .capture import Capture
+from .derive.rates import PER_S_ACTIVE
 from .kept_rows import top_rows
 from .names import connection_names
 from .overview import rates_png
@@ -40,11 +41,11 @@ MAX_SUBJECT_COLS = 8
 #: shown ((column, descending) or None: the table's own order). ``connection`` is the
 #: connection's label, added from ``stream``. Columns a table does not have are skipped.
 KEY_COLUMNS: dict[str, tuple[list[str], tuple[str, bool] | None]] = {
-    "consumers/consumers": (["connection", "queue", "deliveries", "rate_per_s", "prefetch", "share_at_limit",
+    "consumers/consumers": (["connection", "queue", "deliveries", "delivered_msgs_per_s", "prefetch", "share_at_limit",
                              "deliver_to_ack_p50_s", "backlog_growth_msgs", "stream"], None),
     "consumers/state": (["connection", "ts", "unacked", "prefetch", "deficit", "at_limit", "duration_s", "packet",
                          "stream"], None),
-    "latency/consumers": (["connection", "queue", "deliveries", "rate_per_s", "deliver_to_ack_p50_s",
+    "latency/consumers": (["connection", "queue", "deliveries", "delivered_msgs_per_s", "deliver_to_ack_p50_s",
                            "deliver_to_ack_p99_s", "ack_to_next_deliver_p50_s", "redelivered", "stream"], None),
     "latency/deliveries": (["connection", "queue", "ts", "latency_s", "outcome", "redelivered", "packet",
                             "settle_packet", "stream"], None),
@@ -54,13 +55,13 @@ KEY_COLUMNS: dict[str, tuple[list[str], tuple[str, bool] | None]] = {
                          ("latency_s", True)),
     "latency/interleaving": (["connection", "delivers", "acks", "runs", "alternation_ratio", "max_deliver_run",
                               "max_ack_run", "stream"], None),
-    "clients/connections": (["connection", "client", "publish_rate_per_s", "delivery_rate_per_s", "get_rate_per_s",
+    "clients/connections": (["connection", "client", "publish_rate_per_s", "delivered_msgs_per_s", "get_rate_per_s",
                              "tx_commits", "confirm_selects", "stream"], ("publishes", True)),
     "clients/returns": (["connection", "exchange", "routing_key", "returns", "publishes", "reply_text", "stream"],
                         ("returns", True)),
     "clients/cancels": (["connection", "queue", "ts", "resubscribed", "deleted_by", "packet", "stream"], None),
     "clients/confirming": (["connection", "publishes", "sequential_share", "waiting_share", "confirm_latency_p50_s",
-                            "publish_rate_per_s", "stream"], ("waiting_share", True)),
+                            "published_msgs_per_s", "stream"], ("waiting_share", True)),
     "heartbeats/connections": (["connection", "heartbeat_s", "problem", "c2s_longest_silence_s", "s2c_longest_silence_s",
                                 "ended_by", "silence_before_end_s", "stream"], ("silence_before_end_s", True)),
     "messages/large": (["connection", "direction", "ts", "body_size", "body_frames", "refused", "max_message_size", "transfer_s",
@@ -134,13 +135,39 @@ def _num(v: float) -> str:
     return f"{v:.{min(digits, 9)}f}".rstrip("0").rstrip(".")
 
 
+def _decimals(values) -> int | None:
+    """One number of decimals for a table column's floats (`_html_table`), so that its numbers
+    line up (144.3 beside 144.0, not beside 144): as many as give its largest absolute value 4
+    significant digits (none from 1,000 up), at most 9; None when every value is whole (printed
+    as integers) or none is finite."""
+    v = np.array([float(x) for x in values if isinstance(x, (float, np.floating, int, np.integer))
+                  and not isinstance(x, (bool, np.bool_))], dtype=float)
+    v = v[np.isfinite(v)]
+    if not len(v) or (v == np.round(v)).all():
+        return None
+    top = float(np.abs(v).max())
+    return min(max(0, 3 - math.floor(math.log10(top))), 9) if top else 0
+
+
+def _share_decimals(values) -> int:
+    """One number of decimals for a column of shares shown as percentages: 1 when one of them is
+    below 10 % (and not 0), else 0."""
+    v = np.array([float(x) for x in values if isinstance(x, (float, np.floating))], dtype=float)
+    v = np.abs(v[np.isfinite(v)])
+    return 1 if ((v > 0) & (v < 0.1)).any() else 0
+
+
 def _is_share(key: str) -> bool:
     """Columns and evidence keys holding a share of 1 (shown as a percentage)."""
     return key.startswith("share") or key.endswith("_share") or key == "utilisation"
 
 
-def _value(v: Any, key: str = "") -> str:
+def _value(v: Any, key: str = "", decimals: int | None = None) -> str:
+    """A value as a cell or an evidence line shows it; `decimals`: its table column's
+    (`_decimals`, `_share_decimals`), else the value's own (`_num`)."""
     if key and _is_share(key) and isinstance(v, (float, np.floating)) and math.isfinite(v):
+        if decimals is not None:
+            return f"{v:.{decimals}%}"
         return f"{v:.1%}" if v < 0.1 else f"{v:.0%}"
     if v is None or v is pd.NA or v is pd.NaT:
         return ""
@@ -149,6 +176,8 @@ def _value(v: Any, key: str = "") -> str:
     if isinstance(v, (int, np.integer)):
         return f"{int(v):,}"
     if isinstance(v, (float, np.floating)):
+        if decimals is not None and math.isfinite(v):
+            return f"{float(v):,.{decimals}f}"
         return _num(float(v))
     if isinstance(v, pd.Timestamp):  # the one format of every output (ISO 8601 UTC, Z)
         return iso_utc(v)
@@ -160,16 +189,31 @@ def _value(v: Any, key: str = "") -> str:
 
 
 def _header(col: str) -> str:
-    return f'<th title="{html.escape(col)}">{html.escape(col.replace("_", " "))}</th>'
+    """A column's header: its name spaced, a rate's span said (`amqpcap.derive.rates`); the name
+    itself as its title."""
+    text = col.replace("_", " ")
+    if col in PER_S_ACTIVE:
+        text = text.replace("per s", "per s active")
+    elif col.endswith("_msgs_per_capture_s"):
+        text = text.removesuffix("capture s") + "s of capture"
+    return f'<th title="{html.escape(col)}">{html.escape(text)}</th>'
+
+
+def _column_decimals(df: pd.DataFrame, c) -> int | None:
+    """The decimals of column `c`'s numbers (`_decimals`; shares: `_share_decimals`)."""
+    values = df[c].tolist()
+    return _share_decimals(values) if _is_share(str(c)) else _decimals(values)
 
 
 def _html_table(df: pd.DataFrame, cls: str = "") -> str:
-    """Cells formatted by _value; text columns left-aligned."""
+    """Cells formatted by _value, each column's numbers with one number of decimals
+    (`_column_decimals`); text columns left-aligned."""
     text = [c for c in df.columns if not (pd.api.types.is_numeric_dtype(df[c]) or pd.api.types.is_bool_dtype(df[c])
                                           or pd.api.types.is_datetime64_any_dtype(df[c]))]
     head = "".join(_header(c).replace("<th ", '<th class="t" ', 1) if c in text else _header(c) for c in df.columns)
-    body = "".join("<tr>" + "".join(f'<td{" class=t" if c in text else ""}>{html.escape(_value(v, str(c)))}</td>'
-                                    for c, v in zip(df.columns, row)) + "</tr>"
+    decimals = [_column_decimals(df, c) for c in df.columns]
+    body = "".join("<tr>" + "".join(f'<td{" class=t" if c in text else ""}>{html.escape(_value(v, str(c), d))}</td>'
+                                    for c, v, d in zip(df.columns, row, decimals)) + "</tr>"
                    for row in df.itertuples(index=False, name=None))
     # (the wrapper scrolls a table sideways only if a single word is wider than the page)
     return f'<div class="tw"><table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
@@ -248,6 +292,11 @@ def _rate(v) -> float:
     return math.nan if v is None else float(v)
 
 
+#: the overview tables' rate headers, each naming its span (`amqpcap.derive.rates`)
+CAPTURE_RATE_HEADER = {k: f"{k} per s of capture" for k in ("published", "delivered", "acked")}
+ACTIVE_RATE_HEADER = {"delivered": "delivered per s active"}
+
+
 def _overview(cap: Capture, o: dict[str, Any]) -> str:
     """The verdict (the worst problem, or "no problem found": info notes are never the verdict),
     the story and small tables: queues, consumers, publishes not routed to a queue."""
@@ -264,31 +313,38 @@ def _overview(cap: Capture, o: dict[str, Any]) -> str:
                      f'src="data:image/png;base64,{base64.b64encode(png).decode()}">')
     cols = []
     if o["queues"]:
-        q = pd.DataFrame([{"queue": r["queue"], "published msg/s": _rate(r["published_msgs_s"]),
-                           "delivered msg/s": _rate(r["delivered_msgs_s"]), "acked msg/s": _rate(r["acked_msgs_s"]),
+        q = pd.DataFrame([{"queue": r["queue"], CAPTURE_RATE_HEADER["published"]: _rate(r["published_msgs_per_capture_s"]),
+                           CAPTURE_RATE_HEADER["delivered"]: _rate(r["delivered_msgs_per_capture_s"]),
+                           CAPTURE_RATE_HEADER["acked"]: _rate(r["acked_msgs_per_capture_s"]),
                            "growth (msgs)": "unknown" if r["growth_msgs"] is None else f"≥ {r['growth_msgs']:,}"}
                           for r in o["queues"]])
         unknown = sorted({r["growth_basis"] for r in o["queues"] if r["growth_msgs"] is None})
-        cols.append("<h3>Queues</h3>" + _html_table(q) + "<p class='note'>msg/s over the whole capture; growth: "
+        cols.append("<h3>Queues</h3>" + _html_table(q) + "<p class='note'>messages per s of capture; growth: "
                     "published into the queue minus delivered, a lower bound (summary.json says how each was "
                     "inferred)." + "".join(f" Unknown: {html.escape(u)}." for u in unknown) + "</p>")
     if o["consumers"]:
         rows = o["consumers"]
         labels, queue = consumer_labels(cap, [r["stream"] for r in rows], [r["channel"] for r in rows],
                                         [r["queue"] for r in rows], [r["consumer_tag"] for r in rows])
+        acked = [_rate(r["acked_msgs_per_capture_s"]) for r in rows]
+        d = _decimals(acked)  # (the column's one precision, though it also holds text)
         c = pd.DataFrame({"connection" if queue else "consumer": labels,
-                          "delivered msg/s": [_rate(r["delivered_msgs_s"]) for r in rows],
-                          "acked msg/s": ["no-ack" if r["no_ack"] else _num(_rate(r["acked_msgs_s"])) for r in rows],
+                          CAPTURE_RATE_HEADER["delivered"]: [_rate(r["delivered_msgs_per_capture_s"]) for r in rows],
+                          ACTIVE_RATE_HEADER["delivered"]: [_rate(r["delivered_msgs_per_s"]) for r in rows],
+                          CAPTURE_RATE_HEADER["acked"]: ["no-ack" if r["no_ack"] else _value(a, decimals=d)
+                                                   for r, a in zip(rows, acked)],
                           "prefetch": [math.nan if r["prefetch"] is None else float(r["prefetch"]) for r in rows]})
         more = o["consumers_total"] - len(rows)
         title = f"Consumers of queue {html.escape(queue)}" if queue else "Consumers"
         cols.append(f"<h3>{title}</h3>" + _html_table(c)
-                    + (f"<p class='note'>the {len(rows)} busiest of {o['consumers_total']:,}; every one in "
-                       "consumers-consumers.csv and latency-consumers.csv</p>" if more > 0 else ""))
+                    + "<p class='note'>messages per s of capture (a queue's consumers add up to its rate) and per s "
+                      "active: from the consumer's first delivery to its last"
+                    + (f"; the {len(rows)} busiest of {o['consumers_total']:,}, every one in "
+                       "consumers-consumers.csv and latency-consumers.csv" if more > 0 else "") + "</p>")
     unrouted = [p for p in o["publishes"] if not p["queues"]]
     if unrouted:
         p = pd.DataFrame([{"exchange": r["exchange"] or "(default)", "routing key": r["routing_key"],
-                           "published msg/s": _rate(r["published_msgs_s"])} for r in unrouted])
+                           CAPTURE_RATE_HEADER["published"]: _rate(r["published_msgs_per_capture_s"])} for r in unrouted])
         cols.append("<h3>Publishes the capture does not route to a queue</h3>" + _html_table(p)
                     + "<p class='note'>no queue.bind for them in the capture</p>")
     if cols:

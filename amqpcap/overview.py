@@ -2,9 +2,11 @@
 consumed, messages per second per queue and per consumer, whether a queue grew, and the verdict.
 
 `overview(cap, results)` is the top of report.html and ``overview`` in summary.json
-(docs/summary.md). Rates are counts divided by the capture's duration (one window for every
-rate, so a queue's publish, deliver and ack rates compare directly and consumers' rates add
-up to their queue's).
+(docs/summary.md). Rates are `amqpcap.derive.rates`' and named by their span: ``…_per_capture_s``
+(the count over the capture's duration: one window for every rate, so a queue's publish,
+deliver and ack rates compare directly and consumers' rates add up to their queue's) and, per
+consumer, also ``delivered_msgs_per_s`` (per second active: between its first and last
+delivery, the number its consumers and latency tables show).
 
 Publishes name an exchange and a routing key, not a queue. A publish is counted for a queue
 only where the capture shows the route (AMQP 0-9-1 §3.1.3):
@@ -29,6 +31,7 @@ import pandas as pd
 from .analysis import AnalyzerResult
 from .capture import Capture
 from .consequences import settled
+from .derive.rates import capture_s, msgs_per_capture_s, msgs_per_s_active
 from .names import consumer_label
 from .tally import Tally, capture_tally, frame_count, lossy_streams, rate_edges
 from .wording import counted
@@ -42,8 +45,7 @@ ROLES = ("publisher", "consumer", "both", "idle", "amqp-1.0")
 def overview(cap: Capture, results: list[AnalyzerResult]) -> dict[str, Any]:
     """JSON-ready overview of the capture (see the module doc and docs/summary.md), from its
     tally (`amqpcap.tally`: counted per partition and added)."""
-    s = cap.summary
-    duration = (s["last_ts"] - s["first_ts"]).total_seconds() if s["first_ts"] is not None else 0.0
+    duration = capture_s(cap.summary)
     rate = _rate(duration)
     t = capture_tally(cap)
     pubs = t.publishes
@@ -53,9 +55,9 @@ def overview(cap: Capture, results: list[AnalyzerResult]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "duration_s": duration,
         "connections": {"total": int(len(cap.connections)), **{r: int(roles.get(r, 0)) for r in ROLES}},
-        "published": int(pubs["published"].sum()), "published_msgs_s": rate(pubs["published"].sum()),
-        "delivered": t.delivered, "delivered_msgs_s": rate(t.delivered),
-        "acked": t.acked, "acked_msgs_s": rate(t.acked),
+        "published": int(pubs["published"].sum()), "published_msgs_per_capture_s": rate(pubs["published"].sum()),
+        "delivered": t.delivered, "delivered_msgs_per_capture_s": rate(t.delivered),
+        "acked": t.acked, "acked_msgs_per_capture_s": rate(t.acked),
         "no_ack_delivered": t.no_ack_delivered,
         "queues": _queues(t, routed, lossy, rate),
         "connections_with_lost_bytes": int(len(lossy)),
@@ -68,7 +70,8 @@ def overview(cap: Capture, results: list[AnalyzerResult]) -> dict[str, Any]:
 
 
 def _rate(duration: float):
-    return lambda n: float(n) / duration if duration > 0 else None
+    """Per second of capture (`msgs_per_capture_s`) over `duration`."""
+    return lambda n: msgs_per_capture_s(n, duration)
 
 
 def _routes(t: Tally) -> pd.DataFrame:
@@ -103,10 +106,11 @@ def _queues(t: Tally, routed: pd.DataFrame, lossy: np.ndarray, rate) -> list[dic
     rows = []
     for name, r in out.head(MAX_ROWS).iterrows():  # at most MAX_ROWS queues
         growth, basis = _growth(str(name), r, unattributed)
-        rows.append({"queue": str(name), "published": int(r["published"]), "published_msgs_s": rate(r["published"]),
+        rows.append({"queue": str(name), "published": int(r["published"]),
+                     "published_msgs_per_capture_s": rate(r["published"]),
                      "routed_by": r["routed_by"] if isinstance(r["routed_by"], str) else None,
-                     "delivered": int(r["delivered"]), "delivered_msgs_s": rate(r["delivered"]),
-                     "acked": int(r["acked"]), "acked_msgs_s": rate(r["acked"]),
+                     "delivered": int(r["delivered"]), "delivered_msgs_per_capture_s": rate(r["delivered"]),
+                     "acked": int(r["acked"]), "acked_msgs_per_capture_s": rate(r["acked"]),
                      "growth_msgs": growth, "growth_basis": basis})
     return rows
 
@@ -139,24 +143,30 @@ def _destinations(pubs: pd.DataFrame, routed: pd.DataFrame, rate) -> tuple[int, 
     per = pubs.groupby(key, as_index=False)[["published", "returned"]].sum()
     top = per.sort_values("published", ascending=False, kind="stable").head(MAX_ROWS)
     return int(len(per)), [
-        {"exchange": e, "routing_key": k, "published": int(n), "published_msgs_s": rate(n), "returned": int(ret),
+        {"exchange": e, "routing_key": k, "published": int(n), "published_msgs_per_capture_s": rate(n),
+         "returned": int(ret),
          "queues": queues.get((e, k), [])}
         for e, k, n, ret in top[key + ["published", "returned"]].itertuples(index=False)]
 
 
 def _consumers(cap: Capture, per_consumer: pd.DataFrame, results: list[AnalyzerResult],
                rate) -> tuple[int, list[dict[str, Any]]]:
-    """(consumers in all, the busiest MAX_ROWS): deliveries/s, acks/s and prefetch each, named as
+    """(consumers in all, the busiest MAX_ROWS): deliveries per second of capture and per second
+    active (`amqpcap.derive.rates`), acks per second of capture and prefetch each, named as
     names.consumer_label names them. A consumer is (stream, channel, consumer tag); basic.get
     deliveries count as one consumer per channel."""
     key = ["stream", "channel", "consumer_tag"]
     c = per_consumer.merge(_prefetch(results), on=key, how="left").sort_values(["delivered", "stream"],
                                                                                 ascending=[False, True])
+    c = c.head(MAX_ROWS)  # at most MAX_ROWS consumers
+    active = msgs_per_s_active(c["delivered"], c["first_ts"], c["last_ts"])
     rows = [{"consumer": consumer_label(cap, s, q, t), "stream": int(s), "channel": int(ch), "consumer_tag": t, "queue": q,
-             "delivered": int(n), "delivered_msgs_s": rate(n), "acked": int(a), "acked_msgs_s": rate(a),
+             "delivered": int(n), "delivered_msgs_per_capture_s": rate(n),
+             "delivered_msgs_per_s": None if np.isnan(act) else float(act),
+             "acked": int(a), "acked_msgs_per_capture_s": rate(a),
              "no_ack": bool(na), "prefetch": None if na or pd.isna(p) else int(p)}
-            for s, ch, t, n, a, na, q, p in c[key + ["delivered", "acked", "no_ack", "queue", "prefetch"]]
-            .head(MAX_ROWS).itertuples(index=False)]  # at most MAX_ROWS consumers
+            for (s, ch, t, n, a, na, q, p), act in zip(c[key + ["delivered", "acked", "no_ack", "queue", "prefetch"]]
+                                                       .itertuples(index=False), active)]
     return int(len(c)), rows
 
 
@@ -183,7 +193,8 @@ def _verdict(results: list[AnalyzerResult], o: dict[str, Any]) -> dict[str, Any]
         return {"severity": w.severity, "finding": w.id, "problems": len(problems), "notes": notes, "text": w.title}
     return {"severity": None, "finding": None, "problems": 0, "notes": notes,
             "text": f"no problem found: {o['connections']['total']:,} connections, "
-                    f"{_num(o['published_msgs_s'])} msgs/s published, {_num(o['delivered_msgs_s'])} delivered"}
+                    f"{_num(o['published_msgs_per_capture_s'])} msgs/s published, "
+                    f"{_num(o['delivered_msgs_per_capture_s'])} delivered"}
 
 
 def _num(v: float | None) -> str:
@@ -204,17 +215,18 @@ def story(o: dict[str, Any]) -> str:
     text = [f"{dur}, {c['total']:,} connection{'s' if c['total'] != 1 else ''}"
             + (f" ({who})" if who else "") + "."]
     if o["published"] or o["delivered"]:
-        text.append(f"Publishers sent {_num(o['published_msgs_s'])} msg/s ({o['published']:,} messages); "
-                    f"consumers were delivered {_num(o['delivered_msgs_s'])} msg/s ({o['delivered']:,}) and acked "
-                    f"{_num(o['acked_msgs_s'])} msg/s"
+        text.append(f"Publishers sent {_num(o['published_msgs_per_capture_s'])} msg/s ({o['published']:,} messages); "
+                    f"consumers were delivered {_num(o['delivered_msgs_per_capture_s'])} msg/s ({o['delivered']:,}) "
+                    f"and acked {_num(o['acked_msgs_per_capture_s'])} msg/s"
                     + (f" ({o['no_ack_delivered']:,} deliveries were no-ack)." if o["no_ack_delivered"] else "."))
     if o["connections_with_lost_bytes"]:
         text.append(f"The capture lost bytes of {counted(o['connections_with_lost_bytes'], 'connection')}: "
                     "their counts here are lower bounds.")
     for q in o["queues"][:3]:
         if q["growth_msgs"] is not None and q["growth_msgs"] > 0:
-            text.append(f"Queue {q['queue']} took in {_num(q['published_msgs_s'])} msg/s and gave out "
-                        f"{_num(q['delivered_msgs_s'])} msg/s: it grew by at least {q['growth_msgs']:,} messages.")
+            text.append(f"Queue {q['queue']} took in {_num(q['published_msgs_per_capture_s'])} msg/s and gave out "
+                        f"{_num(q['delivered_msgs_per_capture_s'])} msg/s: it grew by at least {q['growth_msgs']:,} "
+                        "messages.")
     return " ".join(text)
 
 

@@ -195,7 +195,9 @@ def fmt_value(key: str, v: Any) -> str:
 
 def label(key: str) -> str:
     """A summary key as a label: its unit moves to the value (`p50_s` → `p50`)."""
-    if key.endswith("_per_s"):
+    if key.endswith("_per_capture_s"):  # (its value says /s: "delivered msgs over the capture: 144.3/s")
+        key = key[: -len("_per_capture_s")] + "_over_the_capture"
+    elif key.endswith("_per_s"):
         key = key[: -len("_per_s")]
     elif key.endswith("_s"):
         key = key[:-2]

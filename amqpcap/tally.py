@@ -56,7 +56,8 @@ class Tally:
     queues: pd.DataFrame
     #: deliveries whose queue the capture does not name
     unattributed: int
-    #: per consumer (CONSUMER_KEY): delivered, acked, no_ack (any), queue
+    #: per consumer (CONSUMER_KEY): delivered, acked, no_ack (any), queue, first_ts and last_ts
+    #: (its first and last delivery: the span of `amqpcap.derive.rates.msgs_per_s_active`)
     consumers: pd.DataFrame
     #: deliveries in all, acked, no-ack
     delivered: int
@@ -183,7 +184,7 @@ def _queue_counts(part: Capture, d: pd.DataFrame, acked: np.ndarray) -> pd.DataF
 
 def _consumer_counts(d: pd.DataFrame, acked: np.ndarray, first_order: np.ndarray | None = None) -> pd.DataFrame:
     """Per consumer (CONSUMER_KEY; basic.get deliveries: one per channel), in order of first
-    delivery; of a slice (`first_order`: its deliveries' whole orders), with each consumer's
+    delivery, with its first and last delivery's ts; of a slice (`first_order`: its deliveries' whole orders), with each consumer's
     first delivery's and first queue's orders (``_first``, ``_queue_first``)."""
     d = d.assign(acked=acked, consumer_tag=d["consumer_tag"].astype(object))
     if first_order is not None:
@@ -191,7 +192,7 @@ def _consumer_counts(d: pd.DataFrame, acked: np.ndarray, first_order: np.ndarray
     g = d.groupby(CONSUMER_KEY, sort=False)
     more = {} if first_order is None else {"_first": ("_first", "min"), "_queue_first": ("_queue_first", "min")}
     return g.agg(delivered=("acked", "size"), acked=("acked", "sum"), no_ack=("no_ack", "any"),
-                 queue=("queue", "first"), **more).reset_index()
+                 queue=("queue", "first"), first_ts=("ts", "min"), last_ts=("ts", "max"), **more).reset_index()
 
 
 def lossy_streams(cap: Capture) -> np.ndarray:
@@ -271,12 +272,14 @@ def _slices_joined(pieces: list[Tally]) -> Tally:
     whole = Tally.joined(pieces)
     c = pd.concat([p.consumers for p in pieces], ignore_index=True)
     first = c.groupby(CONSUMER_KEY, sort=False).agg(
-        _first=("_first", "min"), delivered=("delivered", "sum"), acked=("acked", "sum"), no_ack=("no_ack", "any"))
+        _first=("_first", "min"), delivered=("delivered", "sum"), acked=("acked", "sum"), no_ack=("no_ack", "any"),
+        first_ts=("first_ts", "min"), last_ts=("last_ts", "max"))
     # each consumer's queue: that of its first delivery naming one
     named = c[c["queue"].notna()].sort_values("_queue_first", kind="stable").drop_duplicates(CONSUMER_KEY)
     first = first.join(named.set_index(CONSUMER_KEY)["queue"]).sort_values("_first", kind="stable")
     consumers = first.drop(columns="_first").reset_index()
     consumers["queue"] = consumers["queue"].astype(c["queue"].dtype)
+    consumers = consumers[CONSUMER_KEY + ["delivered", "acked", "no_ack", "queue", "first_ts", "last_ts"]]
     queues = pd.concat([p.queues for p in pieces]).groupby(level=0, sort=True).sum()
     queues.index = queues.index.astype(object)  # (text, as each slice's; the groupby makes it str)
     flags = pd.concat([p.roles for p in pieces]).groupby(level=0, sort=True).any()

@@ -20,8 +20,9 @@ SECONDS_DECIMALS = 9
 #: measured to, fewer than the 15-17 at which a double's representation error shows.
 SIGNIFICANT_DIGITS = 12
 #: `_s` names a time in seconds, except in rates: `rate_per_s`, `mbit_s` (Mbit/s),
-#: `packets_s`, `published_msgs_s`, `small_segments_s`, `packets_saved_s` (per second)
-_RATE = re.compile(r"(?:_per_s|(?:^|_)(?:mbit|packets|msgs|messages|segments|saved|frames|bytes)_s)$")
+#: `packets_s`, `published_msgs_s`, `small_segments_s`, `packets_saved_s` (per second),
+#: `delivered_msgs_per_capture_s` (per second of the capture: `amqpcap.derive.rates`)
+_RATE = re.compile(r"(?:_per_s|_per_capture_s|(?:^|_)(?:mbit|packets|msgs|messages|segments|saved|frames|bytes)_s)$")
 
 
 def is_rate(name: str) -> bool:

@@ -460,7 +460,7 @@ def test_analyze_out_writes_the_capture_tables_as_parquet(tmp_path):
 
 ISO_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z$")
 NUMBER = re.compile(r"^-?(\d+)\.(\d+)(?:e[-+]?\d+)?$|^-?(\d+)e[-+]?\d+$")
-RATE_S = ("_per_s", "mbit_s", "packets_s", "msgs_s", "segments_s", "saved_s")
+RATE_S = ("_per_s", "_per_capture_s", "mbit_s", "packets_s", "msgs_s", "segments_s", "saved_s")
 
 
 def significant_digits(text: str) -> int:

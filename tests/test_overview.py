@@ -46,8 +46,8 @@ def test_counts_rates_and_roles_equal_tsharks(name):
     o = overview(cap, [])
     published, delivered = f["methods"].get("60.40", 0), f["methods"].get("60.60", 0) + f["methods"].get("60.71", 0)
     assert (o["published"], o["delivered"]) == (published, delivered)
-    assert o["published_msgs_s"] == pytest.approx(published / duration)
-    assert o["delivered_msgs_s"] == pytest.approx(delivered / duration)
+    assert o["published_msgs_per_capture_s"] == pytest.approx(published / duration)
+    assert o["delivered_msgs_per_capture_s"] == pytest.approx(delivered / duration)
     roles = tshark_roles(f)
     assert {k: o["connections"][k] for k in roles} == roles
     assert o["connections"]["idle"] == len(cap.connections) - sum(roles.values())
@@ -76,7 +76,7 @@ def test_sample_story_publish_deliver_and_growth():
     assert q["queue"] == "amqpcap-slow-prefetch1"
     assert q["routed_by"] == "queue.bind"  # PerfTest publishes to exchange "direct", bound in the capture
     assert (q["published"], q["delivered"], q["growth_msgs"]) == (606, 454, 606 - 454)
-    assert 0.8 * 200 <= q["published_msgs_s"] <= 200  # -r 200 over a capture that also holds the setup
+    assert 0.8 * 200 <= q["published_msgs_per_capture_s"] <= 200  # -r 200 over a capture that also holds the setup
     (c,) = o["consumers"]
     assert c["prefetch"] == 1 and c["consumer"] == "queue amqpcap-slow-prefetch1 on perf-test-consumer-0"
     assert "grew by at least 152 messages" in o["story"]

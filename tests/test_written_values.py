@@ -55,7 +55,7 @@ def test_is_seconds_reads_the_unit_from_the_name():
     for name in ("latency_s", "p50_s", "deliver_to_ack_p99_s", "stall_time_s", "bin_s", "connection_s"):
         assert written_values.is_seconds(name) and not written_values.is_rate(name), name
     for name in ("rate_per_s", "mbit_s", "peak_mbit_s", "packets_s", "published_msgs_s", "small_segments_s",
-                 "packets_saved_s", "max_rate_msgs_per_s"):
+                 "packets_saved_s", "max_rate_msgs_per_s", "delivered_msgs_per_capture_s"):
         assert written_values.is_rate(name) and not written_values.is_seconds(name), name
 
 

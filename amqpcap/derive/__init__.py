@@ -13,6 +13,8 @@ One module per question, each a function of a Capture kept by `derivation` (the 
 - refills: per ack, the broker's next delivery; the channels it refills slowly. CAPTURE.
 - stream_order: the packets' TCP columns in (stream, packet) order. CONNECTION.
 - columns, labels: whole-column tools and labels, kept nowhere.
+- rates: messages per second, each named by its span (per second active, per second of the
+  capture): the one definition every table, finding and the overview reads. Kept nowhere.
 - `amqpcap.names.connection_names` (CAPTURE: a label shared by connections is told apart by
   stream) and `connection_roles` (CONNECTION) are derivations too.
 

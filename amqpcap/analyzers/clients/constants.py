@@ -63,7 +63,7 @@ EXAMPLE_PACKETS = 5
 SUMMARY_CONNECTIONS = 50
 #: what summary.json lists of each connection
 SUMMARY_COLUMNS = ("connection", "stream", "client", "user", "duration_s", "publishes", "publish_rate_per_s", "returns",
-                   "deliveries", "delivery_rate_per_s", "gets", "get_rate_per_s", "get_empty_share", "acks",
+                   "deliveries", "delivered_msgs_per_s", "gets", "get_rate_per_s", "get_empty_share", "acks",
                    "confirm_selects", "tx_commits", "publishes_per_commit")
 
 #: (column, method, direction) counted per connection
@@ -101,7 +101,7 @@ FILTER_CHANNEL_OPEN = "amqp.method.class == 20 && amqp.method.method in {10, 11}
 #: capture's connections show
 NAMED = ("connection", "application", "client", "user", "vhost")
 COLUMNS = ["connection", "stream", "application", "client", "user", "vhost", "first_ts", "duration_s",
-           *(c for c, _, _ in COUNTED), "publishes_in_tx", "publish_rate_per_s", "delivery_rate_per_s",
+           *(c for c, _, _ in COUNTED), "publishes_in_tx", "publish_rate_per_s", "delivered_msgs_per_s",
            "get_rate_per_s", "get_empty_share", "get_round_trip_p50_s", "publishes_per_commit",
            "commit_round_trip_p50_s", "channel_open_round_trip_p50_s", "channel_opens_per_s_peak",
            "channels_open_peak", "channel_max"]

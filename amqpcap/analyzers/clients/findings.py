@@ -301,7 +301,7 @@ def _publish_wait_finding(cap: Capture, confirming: pd.DataFrame) -> Finding | N
     subjects = [subject_of(r.stream, channel=int(r.channel), publishes=int(r.publishes),
                            sequential_share=float(r.sequential_share), waiting_share=float(r.waiting_share),
                            confirm_latency_p50_s=float(r.confirm_latency_p50_s),
-                           publish_rate_per_s=None if pd.isna(r.publish_rate_per_s) else float(r.publish_rate_per_s),
+                           published_msgs_per_s=None if pd.isna(r.published_msgs_per_s) else float(r.published_msgs_per_s),
                            severity="warning")
                 for r in c.itertuples()]
     return Finding(
@@ -310,7 +310,7 @@ def _publish_wait_finding(cap: Capture, confirming: pd.DataFrame) -> Finding | N
             "publishes": int(w.publishes), "sequential_share": float(w.sequential_share),
             "waiting_share": float(w.waiting_share), "confirm_latency_p50_s": float(w.confirm_latency_p50_s),
             "max_rate_per_s": cap_rate,
-            "publish_rate_per_s": None if pd.isna(w.publish_rate_per_s) else float(w.publish_rate_per_s),
+            "published_msgs_per_s": None if pd.isna(w.published_msgs_per_s) else float(w.published_msgs_per_s),
             "channel": int(w.channel), "channels_with_this_finding": n,
             "streams": sorted({int(s) for s in c["stream"]}), "packets": [int(w.first_packet)],
             **filter_evidence(streams_part(c['stream']), f" && {FILTER_CONFIRM}"),

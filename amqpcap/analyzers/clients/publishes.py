@@ -11,6 +11,7 @@ from ...capture import Capture
 from ...derive.columns import codes, counts_added
 from ...derive.deliveries import confirms
 from ...derive.methods import select
+from ...derive.rates import msgs_per_s_active
 from ...derive.replay import for_derivations, told
 from ...derive.seeds import CHANNELS, chan_keys
 from .constants import DESTINATION
@@ -67,10 +68,11 @@ def _confirming(c: pd.DataFrame) -> pd.DataFrame:
     (`c`: `_confirmed`'s rows): publishes (confirmed), sequential_share (of its publishes after
     the first, those sent after the previous one was confirmed), waiting_share (the publishes'
     confirm latencies summed over the time from its first publish to its last confirm),
-    confirm_latency_p50_s, publish_rate_per_s, first_packet."""
+    confirm_latency_p50_s, published_msgs_per_s (per second active: `amqpcap.derive.rates`),
+    first_packet."""
     key = ["stream", "channel", "epoch"]
-    cols = [*key, "publishes", "sequential_share", "waiting_share", "confirm_latency_p50_s", "publish_rate_per_s",
-            "first_packet"]
+    cols = [*key, "publishes", "sequential_share", "waiting_share", "confirm_latency_p50_s",
+            "published_msgs_per_s", "first_packet"]
     rows = []
     for k, g in c.groupby(key, sort=True):
         g = g.sort_values("seq")
@@ -79,7 +81,7 @@ def _confirming(c: pd.DataFrame) -> pd.DataFrame:
         latency = (confirmed - ts) / 1e9
         rows.append((*k, len(g), float(np.mean(ts[1:] >= confirmed[:-1])) if len(g) > 1 else np.nan,
                      float(latency.sum() / span_s) if span_s > 0 else np.nan, float(np.median(latency)),
-                     (len(g) - 1) / ((ts.max() - ts.min()) / 1e9) if ts.max() > ts.min() else np.nan,
+                     float(msgs_per_s_active([len(g)], [ts.min()], [ts.max()])[0]),
                      int(g["packet"].iloc[0])))
     out = pd.DataFrame(rows, columns=cols)
     return out.astype({c_: np.int64 if c_ in (*key, "publishes", "first_packet") else float for c_ in cols})

@@ -69,6 +69,10 @@ class _Seen:
     queues: dict
     #: the whole order of each connection's last basic.consume (-1: none yet)
     last_consume: np.ndarray
+    #: each connection's first and last basic.deliver so far (ts in ns; the int64 maximum and
+    #: minimum: none yet), the span of its `delivered_msgs_per_s`
+    first_deliver: np.ndarray
+    last_deliver: np.ndarray
 
     @classmethod
     def nothing(cls, n: int) -> "_Seen":
@@ -84,7 +88,8 @@ class _Seen:
                    waiting={**{name: _Waiting.nothing(np.int64) for name in ROUND_TRIPS},
                             "consume": _Waiting.nothing(object)},
                    open_now=zeros(), open_peak=zeros(), recent_pos=_NONE, recent_ts=_NONE, opens_peak=zeros(),
-                   queues={}, last_consume=np.full(n, -1, np.int64))
+                   queues={}, last_consume=np.full(n, -1, np.int64),
+                   first_deliver=np.full(n, np.iinfo(np.int64).max), last_deliver=np.full(n, np.iinfo(np.int64).min))
 
 
 @dataclass

@@ -11,6 +11,7 @@ import pandas as pd
 
 from ...capture import Capture
 from ...derive.methods import methods, select
+from ...derive.rates import msgs_per_s_active
 from ...partition import CaptureFacts
 from .channels import _cancels, _open_channels, _opens_per_s, _queue_deletes
 from .constants import COLUMNS, COUNTED, EXAMPLES, NAMED, ROUND_TRIPS
@@ -45,6 +46,10 @@ def clients_slice(part: Capture, facts: CaptureFacts, seen: _Seen | None, last: 
     _remember_queues(part, m, seen)
     consumes = np.flatnonzero(select(m, "basic.consume", "c2s"))
     np.maximum.at(seen.last_consume, pos[consumes], seen.frames + m["order"].to_numpy(np.int64)[consumes])
+    delivers = np.flatnonzero(select(m, "basic.deliver", "s2c"))
+    deliver_ns = part.frames["ts"].array.asi8[m["order"].to_numpy(np.int64)[delivers]]
+    np.minimum.at(seen.first_deliver, pos[delivers], deliver_ns)
+    np.maximum.at(seen.last_deliver, pos[delivers], deliver_ns)
     _count_publishes(part, m, seen, last)
     _open_channels(m, pos, seen)
     _opens_per_s(part, m, pos, seen)
@@ -86,7 +91,8 @@ def _rows(cap: Capture, seen: _Seen) -> pd.DataFrame:
     out["publishes_in_tx"] = _publishes_in_tx(seen, stream)
     span = np.where(out["duration_s"] > 0, out["duration_s"], np.nan)
     out["publish_rate_per_s"] = out["publishes"] / span
-    out["delivery_rate_per_s"] = out["deliveries"] / span
+    # per second active: between the connection's first and last basic.deliver (amqpcap.derive.rates)
+    out["delivered_msgs_per_s"] = msgs_per_s_active(out["deliveries"], seen.first_deliver, seen.last_deliver)
     out["get_rate_per_s"] = out["gets"] / span
     answered = out["gets_ok"] + out["gets_empty"]
     out["get_empty_share"] = np.where(answered > 0, out["gets_empty"] / answered.where(answered > 0, 1), np.nan)

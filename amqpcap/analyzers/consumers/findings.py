@@ -47,7 +47,7 @@ def _subjects(cap: Capture, g: pd.DataFrame) -> list[dict]:
     return [subject_of(r.stream, channel=int(r.channel), queue=None if pd.isna(r.queue) else str(r.queue),
                        consumer_tag=str(r.consumer_tag), prefetch_msgs=int(r.prefetch),
                        prefetch_estimated=bool(r.prefetch_estimated), deliveries=int(r.deliveries),
-                       rate_msgs_per_s=number(r.rate_per_s), share_at_limit=number(r.share_at_limit),
+                       delivered_msgs_per_s=number(r.delivered_msgs_per_s), share_at_limit=number(r.share_at_limit),
                        deliver_to_ack_p50_s=number(r.deliver_to_ack_p50_s),
                        ack_to_next_deliver_p50_s=number(r.ack_to_next_deliver_p50_s),
                        messages_per_ack=number(r.messages_per_ack),
@@ -77,13 +77,13 @@ def _common_evidence(cap: Capture, g: pd.DataFrame, methods: str, limits: pd.Dat
     return {"streams": sorted({int(x) for x in g["stream"]}), "channel": int(w.channel),
             "consumer_tag": str(w.consumer_tag), "prefetch_msgs": int(w.prefetch),
             "prefetch_estimated": bool(w.prefetch_estimated), "deliveries": int(w.deliveries),
-            "rate_msgs_per_s": number(w.rate_per_s), "share_at_limit": number(w.share_at_limit),
+            "delivered_msgs_per_s": number(w.delivered_msgs_per_s), "share_at_limit": number(w.share_at_limit),
             "deliver_to_ack_p50_s": number(w.deliver_to_ack_p50_s),
             "ack_to_next_deliver_p50_s": number(w.ack_to_next_deliver_p50_s),
             "consumers_with_this_finding": int(len(g)),
             "queues": sorted({str(q) for q in g["queue"].dropna()}),
             "deliveries_total": int(g["deliveries"].sum()),
-            "rate_msgs_per_s_total": float(g["rate_per_s"].astype(float).fillna(0).sum()),
+            "delivered_msgs_per_s_total": float(g["delivered_msgs_per_s"].astype(float).fillna(0).sum()),
             "packets": _limit_packets(limits, g.head(EXAMPLE_SUBJECTS)),
             **filter_evidence(channels_filter(g["stream"], g["channel"]),
                               f" && amqp.method.class == 60 && amqp.method.method in {methods}")}
@@ -143,11 +143,13 @@ def _prefetch_one_finding(cap: Capture, g: pd.DataFrame, limits: pd.DataFrame) -
     d50, a50 = number(w.deliver_to_ack_p50_s), number(w.ack_to_next_deliver_p50_s)
     cycle = (d50 or 0) + (a50 or 0)
     if len(g) == 1:
-        title = (f"Prefetch 1 with one ack per message: {who} gets {w.rate_per_s:.0f} msg/s one at a time, "
+        title = (f"Prefetch 1 with one ack per message: {who} gets {w.delivered_msgs_per_s:.0f} msg/s while active, "
+                 "one at a time, "
                  f"each waiting for the previous ack ({w.share_at_limit:.0%} of its time at the limit)")
     else:
         title = (f"Prefetch 1 with one ack per message: {who} get their messages one at a time, each waiting "
-                 f"for the previous ack (worst: {worst}, {w.rate_per_s:.0f} msg/s, {w.share_at_limit:.0%} of its "
+                 f"for the previous ack (worst: {worst}, {w.delivered_msgs_per_s:.0f} msg/s while active, "
+                 f"{w.share_at_limit:.0%} of its "
                  f"time at the limit)")
     ev = _common_evidence(cap, g, "{10, 60, 80}", limits)
     ev.update(acks=int(w.acks), messages_per_ack=number(w.messages_per_ack), cycle_s=cycle,

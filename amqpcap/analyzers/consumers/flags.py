@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ...derive.methods import chan_key
+from ...derive.rates import msgs_per_span_s
 from .constants import (
     BACKLOG_GROWTH_MSGS, BACKLOG_GROWTH_RATIO, CONSUMER_BOUND_SHARE, CONSUMER_DOMINANCE, MIN_DELIVERIES,
     ONE_ACK_PER_MESSAGE_SHARE, PREFETCH_ONE_MIN_RATE_PER_S, PREFETCH_ONE_WARNING_SHARE_AT_LIMIT)
@@ -26,9 +27,11 @@ def consumer_bound_severity(growth, growth_ratio, estimated) -> np.ndarray:
 
 def _growth_ratio(s: pd.DataFrame) -> np.ndarray:
     """Per consumer: its queue's backlog growth per second of its life over the summed delivery
-    rates of all the queue's consumers (a consumer without a known queue: its own rate)."""
+    rates of all the queue's consumers, each per second of its life too (`msgs_per_span_s`: the
+    growth and what was taken compared over one span, not `delivered_msgs_per_s`, which leaves
+    idle time out; a consumer without a known queue: its own rate)."""
     life = (s["end_ts"] - s["start_ts"]).dt.total_seconds().to_numpy(float)
-    rate = s["rate_per_s"].astype(float).fillna(0)
+    rate = pd.Series(msgs_per_span_s(s["deliveries"].to_numpy(float), life), index=s.index).fillna(0)
     queue = s["queue"].astype(object)
     taken = rate.groupby(queue.fillna("")).transform("sum").where(queue.notna(), rate).to_numpy(float)
     growth = s["backlog_growth_msgs"].astype("Float64").to_numpy(float, na_value=np.nan)
@@ -59,7 +62,7 @@ def _flags(s: pd.DataFrame, slow: np.ndarray) -> pd.DataFrame:
     dta = s["deliver_to_ack_p50_s"].astype(float).to_numpy()
     a2d = s["ack_to_next_deliver_p50_s"].astype(float).to_numpy()
     mpa = s["messages_per_ack"].astype(float).to_numpy()
-    rate = s["rate_per_s"].astype(float).fillna(0).to_numpy()
+    rate = s["delivered_msgs_per_s"].astype(float).fillna(0).to_numpy()
     growth = s["backlog_growth_msgs"].astype("Float64").to_numpy(float, na_value=np.nan)
     ratio = _growth_ratio(s)
     estimated = s["prefetch_estimated"].astype(bool).to_numpy()

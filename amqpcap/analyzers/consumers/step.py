@@ -55,7 +55,7 @@ class _Piece:
     state_in_order: bool
     #: consumer rows (`consumer_rows`), with their start's whole order
     consumers: pd.DataFrame
-    #: deliveries of acknowledging consumers: code (row of `acked_keys`), latency_s,
+    #: deliveries of acknowledging consumers: code (row of `acked_keys`), ts, latency_s,
     #: settle_order (whole; -1: not settled), settle_multiple
     acked: pd.DataFrame
     acked_keys: pd.DataFrame
@@ -97,7 +97,7 @@ def consumers_slice(part: Capture, facts: CaptureFacts, answer_rows: AnswerRows 
     told_c = told(view, cons["order"].to_numpy(np.int64), last)
     piece = _Piece(state=state, state_in_order=in_order,
                    consumers=consumer_rows(view)[told_consumers(view, last)],
-                   acked=pd.DataFrame({"code": a.code[told_a],
+                   acked=pd.DataFrame({"code": a.code[told_a], "ts": a.table["ts"].array[told_a],
                                        "latency_s": a.table["latency_s"].to_numpy(float)[told_a],
                                        "settle_order": _whole(view, a.table["settle_order"])[told_a],
                                        "settle_multiple": a.table["settle_multiple"].to_numpy(bool, na_value=False)[told_a]}),

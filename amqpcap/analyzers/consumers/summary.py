@@ -10,6 +10,7 @@ import pandas as pd
 from ...derive.columns import as_object, codes
 from ...derive.consumers import CONSUMER, code_of
 from ...derive.methods import KEY
+from ...derive.rates import msgs_per_s_active
 
 
 def _summary(st: pd.DataFrame, c: pd.DataFrame, acked: pd.DataFrame, gaps: pd.DataFrame,
@@ -19,7 +20,7 @@ def _summary(st: pd.DataFrame, c: pd.DataFrame, acked: pd.DataFrame, gaps: pd.Da
     deliveries `acked` (``code``: the consumer's run in `st`, `_runs`), the ack gaps, each
     consumer's backlog `growth` (by row of `c`) and the connections' `labels` (by stream)."""
     cols = ["connection", "stream", "channel", "consumer_tag", "queue", "deliveries", "start_ts", "end_ts",
-            "duration_s", "rate_per_s", "prefetch", "prefetch_estimated", "channel_prefetch", "max_unacked", "mean_unacked",
+            "duration_s", "delivered_msgs_per_s", "prefetch", "prefetch_estimated", "channel_prefetch", "max_unacked", "mean_unacked",
             "share_at_limit", "utilisation", "share_idle", "mean_deficit", "acks", "acks_multiple",
             "messages_per_ack", "deliver_to_ack_p50_s", "ack_to_next_deliver_p50_s", "backlog_growth_msgs"]
     if len(st) == 0:
@@ -44,8 +45,9 @@ def _summary(st: pd.DataFrame, c: pd.DataFrame, acked: pd.DataFrame, gaps: pd.Da
     kc = codes(*(np.r_[gaps[k].to_numpy(np.int64), out[k].to_numpy(np.int64)] for k in KEY))
     a2d = pd.Series(gaps["gap_s"].to_numpy(float)).groupby(kc[:ng]).median()
     out["ack_to_next_deliver_p50_s"] = a2d.reindex(kc[ng:]).to_numpy(float)
-    span = (out["end_ts"] - out["start_ts"]).dt.total_seconds()
-    out["rate_per_s"] = out["deliveries"] / span.where(span > 0)
+    # per second active: between the consumer's first and last delivery (amqpcap.derive.rates)
+    first_ns, last_ns = _delivery_span(acked, len(keys))
+    out["delivered_msgs_per_s"] = msgs_per_s_active(out["deliveries"], first_ns[oc], last_ns[oc])
     # growth of the consumer's queue backlog (lower bound) from its start to its end, in messages
     out["backlog_growth_msgs"] = growth[keep]
     out = out.sort_values(["stream", "channel", "start_ts"], kind="stable").reset_index(drop=True)
@@ -80,6 +82,21 @@ def _time_shares(st: pd.DataFrame, st_code: np.ndarray) -> pd.DataFrame:
     agg["mean_deficit"] = agg["DF"] / agg["HD"].where(agg["HD"] > 0)
     agg["duration_s"] = agg["T"]
     return agg
+
+
+def _delivery_span(acked: pd.DataFrame, ncons: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per consumer code (row i: code i, of `ncons`): its first and last delivery's ts (ns; the
+    int64 minimum when none) among the deliveries `acked`."""
+    code = acked["code"].to_numpy(np.int64)
+    ts = pd.to_datetime(acked["ts"], utc=True).array.asi8 if len(acked) else np.zeros(0, np.int64)
+    mine = code >= 0
+    code, ts = code[mine], ts[mine]
+    none = np.iinfo(np.int64).min
+    first, last = np.full(ncons, np.iinfo(np.int64).max), np.full(ncons, none)
+    np.minimum.at(first, code, ts)
+    np.maximum.at(last, code, ts)
+    first[last == none] = none
+    return first, last
 
 
 def _ack_counts(acked: pd.DataFrame, ncons: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

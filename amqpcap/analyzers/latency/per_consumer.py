@@ -10,6 +10,7 @@ import pandas as pd
 from ...derive.columns import codes
 from ...derive.labels import connection_labels
 from ...derive.methods import chan_key
+from ...derive.rates import msgs_per_s_active
 
 
 @dataclass
@@ -66,8 +67,8 @@ def consumer_latency(d: pd.DataFrame, gaps: pd.DataFrame, tags: np.ndarray, labe
         "deliver_to_ack_p50_s": lat.median().to_numpy(), "deliver_to_ack_p90_s": lat.quantile(0.9).to_numpy(),
         "deliver_to_ack_p99_s": lat.quantile(0.99).to_numpy(), "deliver_to_ack_max_s": lat.max().to_numpy(),
     })
-    span = (g["ts"].max() - g["ts"].min()).dt.total_seconds().to_numpy()
-    out["rate_per_s"] = np.where(span > 0, (out["deliveries"] - 1) / np.where(span > 0, span, 1), np.nan)
+    # per second active: between the consumer's first and last delivery (amqpcap.derive.rates)
+    out["delivered_msgs_per_s"] = msgs_per_s_active(out["deliveries"], g["ts"].min(), g["ts"].max())
     # ack→next-deliver is per channel; attach it to the channel's consumers
     gg = gaps["gap_s"].groupby(chan_key(gaps))
     ch = pd.DataFrame({"ack_to_next_deliver_p50_s": gg.median(), "ack_to_next_deliver_p90_s": gg.quantile(0.9),
