@@ -23,11 +23,11 @@ from .analysis import AnalyzerResult, Finding, rank
 
 #: small-packets' ``carries`` (what the small segments hold) that a one-message-at-a-time
 #: pattern produces by itself: a client that publishes one message and then waits (for
-#: tx.commit-ok, for a confirm) or is answered one message at a time (basic.return) cannot put
-#: two messages in one segment, so batching writes is not the advice: the pattern is. A client
-#: writing each message's frames in separate segments ("split") does that whatever it waits for,
-#: so that stays a finding of its own.
-ONE_AT_A_TIME_CARRIES = ("message", "other")
+#: tx.commit-ok, for a confirm) or is answered one message at a time (basic.return) has nothing
+#: queued to coalesce a write with, so even its frames leave one per segment ("split": pika on
+#: fixtures/transactions-busy.pcap and unroutable-busy.pcap, 2,000 messages each); the pattern,
+#: not the write calls, is what to change first. Acks alone in their segments are not this.
+ONE_AT_A_TIME_CARRIES = ("message", "split", "other")
 
 #: publish-and-wait's wait is Nagle's when Nagle's median stall on the same connection is at least
 #: this share of the median confirm latency: the confirm comes back only after the held write

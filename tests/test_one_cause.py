@@ -77,11 +77,12 @@ def test_small_packets_of_one_message_per_segment_fold_into_transactions_on_the_
 
 
 def test_a_consequence_is_folded_only_where_the_causes_mechanism_made_it():
-    """Frames split over segments are the client's writes, whatever it waits for; acks one per
-    segment fold into prefetch-one, not into transactions."""
+    """Acks one per segment fold into prefetch-one, not into transactions; frames split over
+    segments are a consumer's own writes, not prefetch 1's."""
     tx = _finding("transactions", "warning", {"stream": 3})
     split = _finding("small-packets", "info", {"stream": 3, "direction": "c2s", "carries": "split"})
-    assert [f.id for f in _settled(split, tx)] == ["transactions", "small-packets"]
+    assert [f.id for f in _settled(split, _finding("prefetch-one", "info", {"stream": 3}))] == [
+        "prefetch-one", "small-packets"]
     acks = _finding("small-packets", "info", {"stream": 3, "direction": "c2s", "carries": "ack"})
     assert [f.id for f in _settled(acks, tx)] == ["transactions", "small-packets"]
     one = _finding("prefetch-one", "info", {"stream": 3, "channel": 1})
@@ -98,3 +99,24 @@ def test_settling_leaves_the_analyzers_results_as_they_were():
     settled(results)
     overview(cap, results)
     assert [(f.id, len(f.subjects), sorted(f.evidence)) for r in results for f in r.findings] == before
+
+
+@pytest.mark.parametrize("name, cause", [("transactions-busy.pcap", "transactions"),
+                                         ("unroutable-busy.pcap", "unroutable-messages")])
+def test_small_packets_of_a_message_at_a_time_are_evidence_of_the_pattern(tmp_path, name, cause):
+    """fixtures/record/record.sh stage 10: pika, 2,000 transactions of one publish each / 2,020
+    mandatory publishes of which 2,000 come back NO_ROUTE, as fast as the client goes."""
+    summary, page, _ = _analyze(name, tmp_path)
+    assert [f["id"] for f in summary["findings"]] == [cause]
+    (explained,) = summary["findings"][0]["evidence"]["explains"]
+    assert explained["finding"] == "small-packets" and explained["streams"] == [0]
+
+
+def test_the_healthy_heartbeat_capture_has_no_problem(tmp_path):
+    """fixtures/record/record.sh stage 10: a pika publisher and consumer at 50 msg/s, prefetch 50,
+    a multiple ack every 10, heartbeat 2 s: nothing wrong but the short heartbeat (a note)."""
+    summary, page, stdout = _analyze("healthy-heartbeat.pcap", tmp_path)
+    v = summary["overview"]["verdict"]
+    assert (v["severity"], v["problems"], v["notes"]) == (None, 0, 1)
+    assert v["text"].startswith("no problem found: 2 connections")
+    assert '<div class="verdict ok">' in page
