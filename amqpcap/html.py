@@ -397,7 +397,7 @@ def _filter_note(f: dict[str, Any], out: Path | None) -> str:
     name = finding_streams_file(f["id"])
     every = (f'; every connection in <a href="{html.escape(name)}">{html.escape(name)}</a>'
              if out is not None and (out / name).exists() else "")
-    return f"<p class='note'>filter: {html.escape(covers)}{every}</p>"
+    return f" <span class='note'>(filter: {html.escape(covers)}{every})</span>"
 
 
 def _finding(f: dict[str, Any], out: Path | None = None) -> str:
@@ -412,8 +412,8 @@ def _finding(f: dict[str, Any], out: Path | None = None) -> str:
         + (f"<b>Who</b> ({counted(len(who), 'subject')}):" + _subjects(who) if who else "")
         + _explains(f)
         + f'<p><b>What to try:</b> {html.escape(f.get("advice", ""))}</p>'
-        + (f'<div>Wireshark display filter (click to select):<pre class="filter">{html.escape(flt)}</pre>'
-           f'{_filter_note(f, out)}</div>' if flt else "")
+        + (f'<div>Wireshark display filter (click to select){_filter_note(f, out)}:<pre class="filter">'
+           f'{html.escape(flt)}</pre></div>' if flt else "")
         + _details("Evidence", f'<table class="evidence">{rows}</table>', "the numbers behind it")
         + "</div>"
     )

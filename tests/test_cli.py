@@ -327,7 +327,7 @@ def test_consumers_and_sizes_print_the_numbers_of_the_scenario():
     assert _lines(r.stdout, "prefetch")[0].split()[-1] == "1"
     assert _lines(r.stdout, "deliveries")[0].split()[-1] == str(f["methods"]["60.60"])
     assert re.search(r"^share at limit +\d+(\.\d+)? %$", r.stdout, re.M), r.stdout  # a share as percent
-    assert re.search(r"^rate +\d+(\.\d+)?/s$", r.stdout, re.M), r.stdout
+    assert re.search(r"^delivered msgs +\d+(\.\d+)?/s$", r.stdout, re.M), r.stdout  # per second active
     r = run("sizes", SAMPLE)
     assert r.returncode == 0, r.stderr
     assert _lines(r.stdout, "total")[0].split()[-1] == f"{f['packets']:,}"  # thousands separated
