@@ -131,8 +131,12 @@ def _num(v: float) -> str:
         return f"{int(v):,}"
     if abs(v) >= 1000:
         return f"{v:,.0f}"
-    digits = max(0, 3 - math.floor(math.log10(abs(v)))) if v else 0
-    return f"{v:.{min(digits, 9)}f}".rstrip("0").rstrip(".")
+    return f"{v:.{_four_digits_decimals(v)}f}".rstrip("0").rstrip(".")
+
+
+def _four_digits_decimals(v: float) -> int:
+    """The decimals that give `v` 4 significant digits (none from 1,000 up), at most 9."""
+    return min(max(0, 3 - math.floor(math.log10(abs(v)))), 9) if v else 0
 
 
 def _decimals(values) -> int | None:
@@ -145,8 +149,7 @@ def _decimals(values) -> int | None:
     v = v[np.isfinite(v)]
     if not len(v) or (v == np.round(v)).all():
         return None
-    top = float(np.abs(v).max())
-    return min(max(0, 3 - math.floor(math.log10(top))), 9) if top else 0
+    return _four_digits_decimals(float(np.abs(v).max()))
 
 
 def _share_decimals(values) -> int:
