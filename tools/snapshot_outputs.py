@@ -56,6 +56,9 @@ def snapshot(outdir: Path, jobs: int) -> None:
 
 
 def compare(a: Path, b: Path) -> int:
+    missing = [str(d) for d in (a, b) if not (d / "manifest.json").is_file()]
+    if missing:
+        sys.exit(f"no snapshot at {', '.join(missing)} (no manifest.json: make one with {Path(__file__).name} DIR)")
     ma, mb = (json.loads((d / "manifest.json").read_text()) for d in (a, b))
     differ = 0
     for name in sorted(set(ma) | set(mb)):
