@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .errors import (
+from .model.errors import (
     AmqpcapError,
     CaptureError,
     EmptyCaptureError,
@@ -18,10 +18,10 @@ from .errors import (
     UnreadableCaptureError,
     UnsupportedCaptureError,
 )
-from .sample import sample_path
+from .io.sample import sample_path
 
 if TYPE_CHECKING:
-    from .capture import DEFAULT_PORTS, Capture, Limits, load
+    from .io.load import DEFAULT_PORTS, Capture, Limits, load
 
 __all__ = [
     "DEFAULT_PORTS",
@@ -38,16 +38,16 @@ __all__ = [
 ]
 __version__ = "0.1.0"
 
-#: what `import amqpcap` gives without importing it: `amqpcap.capture` imports pandas and numpy
+#: what `import amqpcap` gives without importing it: `amqpcap.io.load` imports pandas and numpy
 #: (0.4 s), which `amqpcap --version`, `--help` and `ingest` do not need
 _FROM_CAPTURE = ("DEFAULT_PORTS", "Capture", "Limits", "load")
 
 
 def __getattr__(name: str) -> Any:
-    """`load`, `Capture`, `Limits` and `DEFAULT_PORTS` (from `amqpcap.capture`), and the
-    submodules (``amqpcap.dataset``), imported when first asked for (PEP 562)."""
+    """`load`, `Capture`, `Limits` and `DEFAULT_PORTS` (from `amqpcap.io.load`), and the
+    submodules (``amqpcap.io.dataset``), imported when first asked for (PEP 562)."""
     if name in _FROM_CAPTURE:
-        value = getattr(importlib.import_module(".capture", __name__), name)
+        value = getattr(importlib.import_module(".io.load", __name__), name)
     elif not name.startswith("__"):
         try:
             value = importlib.import_module(f".{name}", __name__)

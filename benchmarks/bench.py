@@ -29,7 +29,7 @@ AMQPCAP_CHILD = r"""
 import json, sys, time
 t0 = time.perf_counter()
 import amqpcap
-import amqpcap.capture, pandas  # (imported by load() on first use: timed as imports, not load)
+import amqpcap.io.load, pandas  # (imported by load() on first use: timed as imports, not load)
 t1 = time.perf_counter()
 cap = amqpcap.load(sys.argv[1])
 t2 = time.perf_counter()
@@ -38,8 +38,8 @@ info = {"import_s": t1 - t0, "load_s": t2 - t1, "packets": cap.summary["packets"
 if "--analyze" in sys.argv:
     import tempfile
     from pathlib import Path
-    from amqpcap.analysis import rank, run_all
-    from amqpcap.report import build_summary, write_outputs
+    from amqpcap.analysis.registry import rank, run_all
+    from amqpcap.report.outputs import build_summary, write_outputs
     results = run_all(cap)
     summary = build_summary(cap, results)
     findings = rank([f for r in results for f in r.findings])
@@ -74,7 +74,7 @@ def main() -> None:
     size = os.path.getsize(args.capture)
 
     # what the process holds before any capture: the interpreter with amqpcap and pandas imported
-    base_rss = min(run([sys.executable, "-c", "import amqpcap, amqpcap.analysis"])[1] for _ in range(2))
+    base_rss = min(run([sys.executable, "-c", "import amqpcap, amqpcap.analysis.registry"])[1] for _ in range(2))
     best = None
     for _ in range(args.repeat):
         wall, rss, out = run([sys.executable, "-c", AMQPCAP_CHILD, args.capture] + (["--analyze"] if args.analyze else []))

@@ -32,9 +32,11 @@ import time
 from pathlib import Path
 
 import amqpcap
-from amqpcap import dataset, engine, kept_rows
-from amqpcap.analysis import splits
-from amqpcap.partition import run_whole
+from amqpcap.io import dataset
+from amqpcap.engine import on_dask as engine
+from amqpcap.io import kept_rows
+from amqpcap.analysis.registry import splits
+from amqpcap.analysis.partition import run_whole
 
 
 def _worker_peak_rss_mib() -> float:
@@ -71,7 +73,7 @@ class Phases:
 def split_results_on(c, root: Path, phases: Phases | None = None) -> None:
     """engine.analyze's split part: the partition and records steps on the cluster, the merge
     here with the dataset's outline; the per-message tables kept by the workers beside the
-    dataset, as `amqpcap analyze` keeps them (`amqpcap.kept_rows`)."""
+    dataset, as `amqpcap analyze` keeps them (`amqpcap.io.kept_rows`)."""
     with kept_rows.store(root) as store:
         engine.merged(engine.submit_steps(root, c, store), dataset.read_outline(root), phases)
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """How much memory `amqpcap analyze CAPTURE --out DIR` takes, against the capture's size and its
-packet count: the figures README.md and amqpcap/inputs.py quote ("Memory" in docs/speed.md).
+packet count: the figures README.md and amqpcap/io/inputs.py quote ("Memory" in docs/speed.md).
 
     python benchmarks/memory_factor.py CAPTURE [CAPTURE ...]
     python benchmarks/memory_factor.py --made          # the captures below, made from fixtures
@@ -62,7 +62,7 @@ def main() -> int:
     ap.add_argument("captures", nargs="*", type=Path)
     ap.add_argument("--made", action="store_true", help="also the two captures made from fixtures (module doc)")
     a = ap.parse_args()
-    base = peak_rss([sys.executable, "-c", "import amqpcap, amqpcap.analysis, pandas, pyarrow"])
+    base = peak_rss([sys.executable, "-c", "import amqpcap, amqpcap.analysis.registry, pandas, pyarrow"])
     print(f"bare interpreter with amqpcap imported: {base / 2**20:.0f} MiB")
     with tempfile.TemporaryDirectory(prefix="amqpcap-memory-") as tmp:
         caps = list(a.captures) + (make(Path(tmp)) if a.made else [])

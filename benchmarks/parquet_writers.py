@@ -27,8 +27,8 @@ RUST = Path(__file__).resolve().parent.parent / "rust"
 
 
 def frames_batches(capture: Path) -> list:
-    from amqpcap.capture import decode_arrow
-    from amqpcap.table_files import STREAMED_FRAMES_BATCH_ROWS
+    from amqpcap.io.load import decode_arrow
+    from amqpcap.io.table_files import STREAMED_FRAMES_BATCH_ROWS
 
     batches: list = []
     decode_arrow(str(capture), frames_sink=batches.append, frames_batch_rows=STREAMED_FRAMES_BATCH_ROWS,
@@ -39,7 +39,7 @@ def frames_batches(capture: Path) -> list:
 def pyarrow_write(batches: list, path: str, repeat: int) -> float:
     import pyarrow.parquet as pq
 
-    from amqpcap.table_files import parquet_options
+    from amqpcap.io.table_files import parquet_options
 
     schema = batches[0].schema
     times = []
@@ -54,7 +54,7 @@ def pyarrow_write(batches: list, path: str, repeat: int) -> float:
 
 def arrow_rs_write(ipc: str, path: str, repeat: int, schema) -> float:
     """The example's best time, given `parquet_options`' column lists (one source for both)."""
-    from amqpcap.table_files import parquet_options
+    from amqpcap.io.table_files import parquet_options
 
     o = parquet_options(schema)
     lists = [",".join(o["write_statistics"]), ",".join(o["use_dictionary"]), ",".join(o["column_encoding"])]

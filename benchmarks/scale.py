@@ -49,8 +49,8 @@ MAX_STREAMS = 1_000_000
 def on_dask(ring: Path, dataset: Path, workers: int) -> tuple[float, list[float]]:
     """`amqpcap ingest RING --scheduler local --workers N`'s work, timed once the cluster is up:
     wall seconds and each worker's peak RSS (MiB)."""
-    from amqpcap import engine
-    from amqpcap.capture import Limits
+    from amqpcap.engine import on_dask as engine
+    from amqpcap.io.load import Limits
 
     with engine.client(workers=workers) as c:
         t = time.perf_counter()

@@ -5,7 +5,7 @@ bucket could save (docs/dataset.md, "What one pass over a bucket could save").
 
     python3 benchmarks/second_round.py DATASET [--buckets 2 5 9] [--repeat 2]
 
-For each bucket, in this process (no cluster), through the steps `amqpcap.engine.bucket_step`
+For each bucket, in this process (no cluster), through the steps `amqpcap.engine.on_dask.bucket_step`
 runs: the first round (the read, the context steps, the partials of the analyzers without a
 context, the tally), then the second round's steps (the analyzers with a context step) twice: on the bucket just used
 ("warm"), and on the bucket read again ("cold", as a second-round task does). The context is
@@ -21,9 +21,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from amqpcap import AmqpcapError, dataset, engine
-from amqpcap.kept_rows import keeping_in
-from amqpcap.partition import context_for, joined_once
+from amqpcap import AmqpcapError
+from amqpcap.io import dataset
+from amqpcap.engine import on_dask as engine
+from amqpcap.io.kept_rows import keeping_in
+from amqpcap.analysis.partition import context_for, joined_once
 
 
 def _timed(fn):

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """A dataset analysed with its largest bucket in one task and as chains of tasks over slices of
-its time (`amqpcap.slice_chain`), every analyzer, both rounds, on a local Dask cluster of one
+its time (`amqpcap.engine.slices`), every analyzer, both rounds, on a local Dask cluster of one
 worker process started afresh for each way, in one run.
 
     python3 benchmarks/slices.py DATASET [--every 250000 1000000]
 
 DATASET: written by `amqpcap ingest CAPTURE --out DATASET` (e.g. the long PerfTest connection of
-`fixtures/record/record.sh long-connection`). Each way is `amqpcap.engine.analyze` (what
+`fixtures/record/record.sh long-connection`). Each way is `amqpcap.engine.on_dask.analyze` (what
 `amqpcap analyze DATASET --scheduler ... --slice-packets N` runs, without the writing): the
 buckets of more than N packets in slices of about N packets; "one task" gives N above every
 bucket. Prints, for each way, the wall time (starting the cluster not included) and the
@@ -21,8 +21,9 @@ import argparse
 import time
 from pathlib import Path
 
-from amqpcap import dataset, engine
-from amqpcap.slice_chain import can_slice
+from amqpcap.io import dataset
+from amqpcap.engine import on_dask as engine
+from amqpcap.engine.slices import can_slice
 
 
 def _worker_peak_rss_mib() -> float:

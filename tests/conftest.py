@@ -1,4 +1,4 @@
-"""Test-wide setting: Dask's offload thread off (`amqpcap.engine._no_offload_thread`) before any
+"""Test-wide setting: Dask's offload thread off (`amqpcap.engine.on_dask._no_offload_thread`) before any
 test imports `distributed`, so that a test using a Dask client in this process leaves no thread
 behind for the report tests, which fork writers only from a process without one."""
 

@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 import amqpcap
-from amqpcap.analysis import run_all
+from amqpcap.analysis.registry import run_all
 
 sys.path.insert(0, str(Path(__file__).parent))
 from accounting import assert_byte_accounting  # noqa: E402
@@ -91,7 +91,7 @@ def test_the_warnings_filter_is_one_wireshark_accepts(streams):
     space-separated members, `{0 1}`, is a syntax error since Wireshark 4.0)."""
     import re
 
-    from amqpcap.capture import NAMED_STREAMS, protocol_warnings
+    from amqpcap.io.load import NAMED_STREAMS, protocol_warnings
 
     conns = pd.DataFrame({"stream": streams, "protocol": ["1.0"] * len(streams)})
     [said] = protocol_warnings(conns)
@@ -104,7 +104,7 @@ def test_the_warnings_filter_is_one_wireshark_accepts(streams):
 
 
 def test_the_summary_counts_it_as_an_amqp10_connection(cap):
-    from amqpcap.overview import overview, story
+    from amqpcap.report.overview import overview, story
 
     o = overview(cap, run_all(cap))
     assert o["connections"]["total"] == 2 and o["connections"]["amqp-1.0"] == 1

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import amqpcap
-from amqpcap.analysis import analyzers
-from amqpcap.consequences import settled
-from amqpcap.report import build_summary
+from amqpcap.analysis.registry import analyzers
+from amqpcap.analysis.consequences import settled
+from amqpcap.report.outputs import build_summary
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "fixtures"
@@ -142,7 +142,7 @@ SITUATIONS = {
     "memory-alarm.pcap": {"publisher-blocked"},
     "nack-requeue.pcap": {"redelivery-loop"},
     # the raw client publishes, then waits for the confirm, which Nagle holds ~44 ms: one cause,
-    # the publish-and-wait folded into it (amqpcap/consequences.py)
+    # the publish-and-wait folded into it (amqpcap/analysis/consequences.py)
     "nagle-write-write-read.pcap": {"nagle-delayed-ack"},
     "slow-prefetch1.pcap": {"consumer-bound"},
     "ten-consumers.pcap": {"consumer-bound", "small-packets"},  # -q 1 -L 5000 for 10; -r 3000 -s 64
@@ -190,7 +190,7 @@ def test_a_findings_filter_names_a_bounded_number_of_streams_the_worst_first():
     """A finding over the 28,380 connections of a 10M-packet capture printed a filter of every
     stream number (7,900 lines of terminal): the filter names at most MAX_FILTER_STREAMS, the
     first given (subjects come worst first), in increasing order."""
-    from amqpcap.display_filters import MAX_FILTER_STREAMS, stream_filter
+    from amqpcap.model.display_filters import MAX_FILTER_STREAMS, stream_filter
 
     worst_first = list(range(5000, 0, -1))
     named = [int(x) for x in stream_filter(worst_first).removeprefix("tcp.stream in {").removesuffix("}").split(", ")]

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 import amqpcap
-from amqpcap.analysis import run_all
-from amqpcap.report import build_summary, write_outputs
+from amqpcap.analysis.registry import run_all
+from amqpcap.report.outputs import build_summary, write_outputs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from browser import CHROMIUM, Browser  # noqa: E402

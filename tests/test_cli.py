@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 import amqpcap
-from amqpcap.analysis import analyzers
+from amqpcap.analysis.registry import analyzers
 from amqpcap.cli import INFO_CONNECTIONS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -244,7 +244,7 @@ def test_exit_codes_documented():
     """docs/cli.md's table lists every exit code the command line uses."""
     import re
 
-    from amqpcap import errors
+    from amqpcap.model import errors
 
     doc = (ROOT / "docs" / "cli.md").read_text()
     table = doc[doc.index("## Exit codes"):]
@@ -363,16 +363,16 @@ def test_every_analyzer_subcommand_summarises_before_its_verdict(name):
 
 # --- 2. output options are checked before any work --------------------------------------------
 
-#: runs the CLI with amqpcap.capture.load (what the CLI loads a capture with, imported when it
+#: runs the CLI with amqpcap.io.load.load (what the CLI loads a capture with, imported when it
 #: does) replaced by a function that prints LOADED and exits 99: whatever fails before it did no work
 UNLOADED = """
 import sys
-import amqpcap.capture
+import amqpcap.io.load
 import amqpcap.cli as cli
 def loaded(*args, **kwargs):
     print("LOADED")
     raise SystemExit(99)
-amqpcap.capture.load = loaded
+amqpcap.io.load.load = loaded
 sys.argv = ["amqpcap", *sys.argv[1:]]
 cli.main()
 """

@@ -191,10 +191,10 @@ def test_the_unroutable_title_names_the_reply_code_after_the_counts():
 
 
 def test_reply_code_names_are_the_specs():
-    """amqpcap/reply_codes.py is what tools/gen_spec.py makes of the AMQP 0-9-1 spec JSON (one
+    """amqpcap/model/reply_codes.py is what tools/gen_spec.py makes of the AMQP 0-9-1 spec JSON (one
     source for the code → name table), and a reply code reads as its name, then the number."""
-    from amqpcap import reply_codes
-    from amqpcap.wording import reply_code
+    from amqpcap.model import reply_codes
+    from amqpcap.model.wording import reply_code
 
     spec_path = ROOT.parent / "shared" / "spec" / "amqp-rabbitmq-0.9.1.json"
     if spec_path.exists():
@@ -203,7 +203,7 @@ def test_reply_code_names_are_the_specs():
         sys.path.insert(0, str(ROOT / "tools"))
         import gen_spec
 
-        assert (ROOT / "amqpcap" / "reply_codes.py").read_text() == \
+        assert (ROOT / "amqpcap" / "model" / "reply_codes.py").read_text() == \
             gen_spec.reply_codes_source(json.loads(spec_path.read_text()))
     # the spec's numbers (AMQP 0-9-1 §1.2 constants), and how a code reads
     assert (reply_codes.NO_ROUTE, reply_codes.CONNECTION_FORCED, reply_codes.PRECONDITION_FAILED) == (312, 320, 406)
@@ -426,14 +426,14 @@ def test_a_low_heartbeat_without_a_drop_is_info():
     assert {s["problem"] for s in f.subjects} == {"heartbeat-low"}
 
 
-# -- slices of a partition's time (amqpcap.partition.Slicing) --------------------------------------
+# -- slices of a partition's time (amqpcap.analysis.partition.Slicing) --------------------------------------
 
 def _sliced_everywhere(path: Path, step_ns: int = 1_000_000) -> tuple[dict, dict]:
     """The clients partial of the capture crafted at `path` whole, and cut before every packet
     (`clean_cuts` every 1)."""
     from amqpcap.analyzers.clients import SPLIT
     from amqpcap.derive.stream_order import ns
-    from amqpcap.partition import clean_cuts, facts_of, sliced_partial
+    from amqpcap.analysis.partition import clean_cuts, facts_of, sliced_partial
 
     cap = amqpcap.load(path)
     facts = facts_of(cap)

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import amqpcap
-from amqpcap.analysis import SEVERITY_RANK
+from amqpcap.analysis.registry import SEVERITY_RANK
 from amqpcap.analyzers.consumers import consumers
 from amqpcap.derive.consumers import consumer_rows, consumer_state
 
@@ -136,7 +136,7 @@ def test_global_qos_limits_the_channel(tmp_path):
 
 
 def test_plots_and_tables(tmp_path):
-    from amqpcap.report import write_result
+    from amqpcap.report.outputs import write_result
 
     files = write_result(consumers(load("slow-prefetch1.pcap")), tmp_path)
     names = {p.name for p in files}
@@ -146,7 +146,7 @@ def test_plots_and_tables(tmp_path):
 
 
 def test_summary_is_json_ready():
-    from amqpcap.written_values import jsonable
+    from amqpcap.model.written_values import jsonable
 
     r = consumers(load("prefetch-consumers.pcap"))
     text = json.dumps(jsonable(r.summary))
@@ -211,7 +211,7 @@ def test_unlimited_consumers_that_keep_up_are_not_told():
         assert "unlimited-prefetch" not in {f.id for f in consumers(load(name)).findings}, name
 
 
-# -- slices of a partition's time (amqpcap.partition.Slicing) --------------------------------------
+# -- slices of a partition's time (amqpcap.analysis.partition.Slicing) --------------------------------------
 
 def _sliced_everywhere(path: Path) -> tuple[dict, dict]:
     """The consumers partial of the capture crafted at `path` whole, and cut before every packet
@@ -222,7 +222,7 @@ def _sliced_everywhere(path: Path) -> tuple[dict, dict]:
     from amqpcap.analyzers.consumers import SPLIT
     from amqpcap.analyzers.consumers.step import consumers_slice
     from amqpcap.derive.stream_order import ns
-    from amqpcap.partition import clean_cuts, context_for, facts_of, sliced_partial
+    from amqpcap.analysis.partition import clean_cuts, context_for, facts_of, sliced_partial
 
     cap = amqpcap.load(path)
     facts = facts_of(cap)
@@ -310,10 +310,10 @@ def test_a_cut_between_basic_consume_and_its_consume_ok_gives_the_whole_partitio
     from test_partition import SLICED, _context_of, assert_same_partial
     from test_replay import sliced_tables
 
-    from amqpcap.analysis import splits
+    from amqpcap.analysis.registry import splits
     from amqpcap.derive.deliveries import consume_frames
     from amqpcap.derive.stream_order import ns
-    from amqpcap.partition import clean_cuts, facts_of, sliced_partials
+    from amqpcap.analysis.partition import clean_cuts, facts_of, sliced_partials
 
     cap = load(name)
     cons = consume_frames(cap)

@@ -1,4 +1,4 @@
-"""The dataset path (`amqpcap ingest`, amqpcap.dataset): every fixture stored as a Parquet
+"""The dataset path (`amqpcap ingest`, amqpcap.io.dataset): every fixture stored as a Parquet
 dataset and read back gives the tables and summary.json `load()` gives; the layout is readable
 by pyarrow as a hive-partitioned dataset with each connection whole in one bucket; an
 unfinished dataset is refused and a failed write leaves no manifest."""
@@ -14,11 +14,11 @@ import pandas as pd
 import pytest
 
 import amqpcap
-from amqpcap import dataset
-from amqpcap.dataset import ingestion
-from amqpcap.dataset.writing import capture_tables
-from amqpcap.analysis import run_all
-from amqpcap.report import build_summary
+from amqpcap.io import dataset
+from amqpcap.io.dataset import ingestion
+from amqpcap.io.dataset.writing import capture_tables
+from amqpcap.analysis.registry import run_all
+from amqpcap.report.outputs import build_summary
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 FIXTURES = sorted(p.name for p in FIX.iterdir() if p.name.endswith((".pcap", ".pcapng", ".pcap.gz")))
@@ -109,7 +109,7 @@ def test_the_split_spills_each_connection_into_its_bucket(tmp_path):
     """The first step of ingest: it decodes no connection but numbers streams as a whole
     decode does (port reuse included), writes every record, and spills each connection's
     packets into its bucket's file, from which that bucket's connections alone are decoded."""
-    from amqpcap.capture import decode_arrow, decode_spilled
+    from amqpcap.io.load import decode_arrow, decode_spilled
 
     whole = amqpcap.load(FIX / "ten-consumers.pcap")
     spill = tmp_path / "spill"
@@ -231,7 +231,7 @@ def test_the_cores_arrow_tables_hold_the_values_load_gives(name):
     categoricals as dictionaries of strings, free text as strings."""
     import pyarrow as pa
 
-    from amqpcap.capture import decode_arrow
+    from amqpcap.io.load import decode_arrow
 
     direct = amqpcap.load(FIX / name, bodies=True)
     arrow = decode_arrow(FIX / name, bodies=True).tables
@@ -359,7 +359,7 @@ def test_a_buckets_slice_of_time_is_read_as_it_is_cut_in_memory(name, tmp_path):
     whole, and the bucket's clean cuts are read from two of its packets' columns (dumpcap.pcapng
     has packets out of time order; the others have bodies, anomalies, a capture started midway)."""
     from amqpcap.derive.stream_order import ns
-    from amqpcap.partition import clean_cuts, time_slice
+    from amqpcap.analysis.partition import clean_cuts, time_slice
 
     dataset.ingest(FIX / name, tmp_path / "ds", buckets=2, bodies=True)
     sliced = 0

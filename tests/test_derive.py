@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import amqpcap
-from amqpcap.analysis import analyzers
+from amqpcap.analysis.registry import analyzers
 from amqpcap.analyzers.stalls import stalls
 from amqpcap.derive import CAPTURE, CONNECTION, derivation
 
@@ -288,8 +288,8 @@ def test_a_partition_is_freed_when_its_steps_are_done(fixture):
     import gc
     import weakref
 
-    from amqpcap.engine import _steps
-    from amqpcap.partition import facts_of
+    from amqpcap.engine.on_dask import _steps
+    from amqpcap.analysis.partition import facts_of
 
     cap = amqpcap.load(FIX / fixture)
     facts = facts_of(cap)

@@ -124,8 +124,9 @@ def test_a_dataset_named_by_an_fsspec_url_gives_the_local_run(cluster, stored, t
 def test_a_worker_killed_mid_analysis_is_replaced_and_the_result_is_exact(cluster, stored):
     from distributed import Client
 
-    from amqpcap import engine, kept_rows
-    from amqpcap.analysis import run_all
+    from amqpcap.engine import on_dask as engine
+    from amqpcap.io import kept_rows
+    from amqpcap.analysis.registry import run_all
 
     cap = amqpcap.load(stored)
     want = run_all(cap)
@@ -174,7 +175,7 @@ def test_a_worker_killed_mid_analysis_is_replaced_and_the_result_is_exact(cluste
 
 def test_a_bucket_run_as_a_chain_of_slices_gives_its_partials_also_with_a_worker_killed(cluster, tmp_path):
     """A bucket too large for one worker runs as a chain of tasks over slices of its time
-    (`amqpcap.slice_chain`): on the two workers, every step that can run over slices gives the
+    (`amqpcap.engine.slices`): on the two workers, every step that can run over slices gives the
     partial (or, for a context step, the context) of the bucket analysed in one task, and so do
     the second round's steps given their contexts joined (consumers, latency); and a worker
     killed once it holds the carries of the third slice is replaced, Dask computes the chain
@@ -183,10 +184,10 @@ def test_a_bucket_run_as_a_chain_of_slices_gives_its_partials_also_with_a_worker
 
     from distributed import Client
 
-    from amqpcap import dataset
-    from amqpcap.engine import TALLY, _steps, bucket_step
-    from amqpcap.partition import context_for, joined_once
-    from amqpcap.slice_chain import submit_in_slices
+    from amqpcap.io import dataset
+    from amqpcap.engine.on_dask import TALLY, _steps, bucket_step
+    from amqpcap.analysis.partition import context_for, joined_once
+    from amqpcap.engine.slices import submit_in_slices
     from test_partition import assert_same_partial
     from test_replay import assert_same_tally
 
@@ -259,7 +260,7 @@ def test_ingest_on_a_real_cluster_is_the_capture(cluster, tmp_path):
 
 
 def test_an_ingest_worker_that_does_not_see_the_dataset_says_so(tmp_path):
-    from amqpcap import engine
+    from amqpcap.engine import on_dask as engine
 
     with pytest.raises(engine.EngineError, match="does not see the dataset directory .*ds"):
         engine.ingest_step(str(tmp_path / "ds"), 1, 0, 10, {})
@@ -280,8 +281,8 @@ def test_scheduler_needs_a_dataset():
 
 
 def test_a_worker_that_does_not_see_the_dataset_says_so(tmp_path):
-    from amqpcap import engine
-    from amqpcap.partition import CaptureFacts
+    from amqpcap.engine import on_dask as engine
+    from amqpcap.analysis.partition import CaptureFacts
 
     with pytest.raises(engine.EngineError, match="does not see the dataset at .*same path"):
         engine.bucket_step(str(tmp_path / "elsewhere"), 0, CaptureFacts(0, 0), ["sizes"])
@@ -295,13 +296,13 @@ SLICED_LINE = re.compile(r"(bucket \d+ is|\d+ buckets are) larger than a worker 
                                          ("midstream.pcap", 200), ("confirms.pcap", 150)])
 def test_a_dataset_analysed_in_slices_of_time_gives_the_local_run(cluster, tmp_path, name, every):
     """`amqpcap analyze DATASET --scheduler ADDRESS --slice-packets N`: every bucket of more than N
-    packets runs as chains of tasks over slices of its time (`amqpcap.slice_chain`), the context
+    packets runs as chains of tasks over slices of its time (`amqpcap.engine.slices`), the context
     round's and the second round's too, and the findings and every table are those of the local
     run, which reads the dataset whole in one process (a block held across a cut:
     memory-alarm.pcap; consumers whose prefetch is estimated: midstream.pcap; confirms)."""
-    from amqpcap import dataset
-    from amqpcap.engine import _steps
-    from amqpcap.slice_chain import can_slice
+    from amqpcap.io import dataset
+    from amqpcap.engine.on_dask import _steps
+    from amqpcap.engine.slices import can_slice
 
     assert can_slice(_steps()), "a step cannot run over slices: the engine would not cut any bucket"
     root = tmp_path / "ds"
@@ -356,8 +357,8 @@ def test_buckets_larger_than_half_a_workers_memory_are_analysed_in_slices_by_def
     the findings and every table are the local run's."""
     from distributed import Client
 
-    from amqpcap import dataset
-    from amqpcap.engine import slice_packets_of
+    from amqpcap.io import dataset
+    from amqpcap.engine.on_dask import slice_packets_of
 
     root = tmp_path / "ds"
     subprocess.run([*AMQPCAP, "ingest", str(FIX / "ten-consumers.pcap"), "--out", str(root), "--buckets", "2"],
@@ -381,7 +382,7 @@ def test_a_tasks_own_large_argument_is_not_warned_of(cluster):
     import dask
     from distributed import Client
 
-    from amqpcap import engine
+    from amqpcap.engine import on_dask as engine
 
     context = b"x" * (20 << 20)
 

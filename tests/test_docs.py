@@ -101,8 +101,8 @@ def test_every_finding_id_documented():
 
 @pytest.mark.parametrize("name", ["memory-alarm.pcap", "kernel-drops.pcap", "slow-prefetch1.pcap"])
 def test_emitted_findings_and_summary_keys_documented(name):
-    from amqpcap.analysis import analyzers
-    from amqpcap.report import build_summary
+    from amqpcap.analysis.registry import analyzers
+    from amqpcap.report.outputs import build_summary
 
     cap = amqpcap.load(ROOT / "fixtures" / name)
     s = build_summary(cap, [fn(cap) for fn, _ in analyzers().values()])
@@ -129,7 +129,7 @@ ANALYZER_FIXTURES = ("healthy.pcap", "slow-prefetch1.pcap", "confirms.pcap", "au
 @pytest.fixture(scope="module")
 def analyzer_runs():
     """[(fixture, capture, [AnalyzerResult...])] for every analyzer on every fixture above."""
-    from amqpcap.analysis import analyzers
+    from amqpcap.analysis.registry import analyzers
 
     runs = []
     for name in ANALYZER_FIXTURES:
@@ -185,7 +185,7 @@ def test_every_summary_key_documented(analyzer_runs):
     """Top-level summary.json keys in docs/summary.md; every key under an analyzer's part of
     summary.json on that analyzer's page (keys that are data, e.g. the counts of
     `frames_per_packet` by number, are exempt: they are numbers)."""
-    from amqpcap.report import build_summary
+    from amqpcap.report.outputs import build_summary
 
     missing = set()
     for name, cap, results in analyzer_runs:
@@ -242,7 +242,7 @@ def test_every_evidence_key_in_the_source_documented():
 
 
 def test_every_analyzer_has_a_page_and_every_finding_a_link():
-    from amqpcap.analysis import analyzers
+    from amqpcap.analysis.registry import analyzers
 
     for name in analyzers():
         _page(name)

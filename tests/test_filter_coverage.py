@@ -84,7 +84,7 @@ def test_a_filter_that_cannot_name_every_connection_says_so(churn, tmp_path):
 def test_a_filter_naming_every_connection_says_nothing_more():
     """A filter that names every connection adds no key (what analyze writes is unchanged); one
     more connection than fits is told."""
-    from amqpcap.display_filters import covered_filter, streams_part
+    from amqpcap.model.display_filters import covered_filter, streams_part
 
     assert covered_filter("x", streams_part(range(40))) == {"filter": "x"}
     ev = covered_filter("x", streams_part(range(101)))
@@ -92,7 +92,7 @@ def test_a_filter_naming_every_connection_says_nothing_more():
 
 
 def test_the_coverage_keys_are_documented():
-    from amqpcap.display_filters import COVERED
+    from amqpcap.model.display_filters import COVERED
 
     doc = (ROOT / "docs" / "findings.md").read_text()
     keys = ["filter_covers"] + [k for stem, _ in COVERED.values() for k in (f"filter_{stem}", f"{stem}_total")]

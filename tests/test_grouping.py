@@ -23,13 +23,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import amqpcap
-from amqpcap.analysis import SEVERITY_RANK
+from amqpcap.analysis.registry import SEVERITY_RANK
 from amqpcap.analyzers import consumers as C
 from amqpcap.analyzers import latency as L
 from amqpcap.analyzers.consumers.findings import _findings
 from amqpcap.analyzers.consumers.limits import _limit_rows
 from amqpcap.derive.refills import ack_gaps
-from amqpcap.names import connection_label
+from amqpcap.derive.names import connection_label
 
 sys.path.insert(0, str(Path(__file__).parent))
 import crafting as c  # noqa: E402

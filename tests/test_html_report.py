@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 import amqpcap
-from amqpcap import html as report_html
-from amqpcap.analysis import run_all
-from amqpcap.plotting import TIME_BINS, WORST_NAMED, plain, time_per_bin
-from amqpcap.report import build_summary, write_outputs
+from amqpcap.report import html as report_html
+from amqpcap.analysis.registry import run_all
+from amqpcap.derive.plotting import TIME_BINS, WORST_NAMED, plain, time_per_bin
+from amqpcap.report.outputs import build_summary, write_outputs
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "fixtures"

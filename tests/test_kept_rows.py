@@ -1,4 +1,4 @@
-"""Per-message tables kept in the buckets' files (amqpcap.kept_rows) read back, written and
+"""Per-message tables kept in the buckets' files (amqpcap.io.kept_rows) read back, written and
 previewed as the table held whole in memory is: the whole table here is built directly (pandas),
 split by its partition key the way buckets split a capture, and compared with what the kept
 parts give."""
@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from amqpcap.kept_rows import (KeptRows, columns, frame, keep, keep_each, keeping_in, part_frame, parts_together,
+from amqpcap.io.kept_rows import (KeptRows, columns, frame, keep, keep_each, keeping_in, part_frame, parts_together,
                                rows_table, store, top_rows)
-from amqpcap.table_files import write_table
+from amqpcap.io.table_files import write_table
 
 
 def whole_table(n: int = 500) -> pd.DataFrame:

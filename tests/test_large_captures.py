@@ -1,7 +1,7 @@
 """`amqpcap analyze CAPTURE` of a large capture goes through a temporary dataset on a local Dask
 cluster (issue 13) and gives what the in-memory run gives: summary.json, every table, the plots
 and report.html. The capture's own tables are written from the dataset bucket by bucket
-(`amqpcap.stored_tables`) in `load()`'s row order."""
+(`amqpcap.io.stored_tables`) in `load()`'s row order."""
 
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ import pytest
 from typer.testing import CliRunner
 
 import amqpcap
-from amqpcap import dataset, inputs, stored_tables
-from amqpcap.report import bodies_for_csv
-from amqpcap.table_files import write_table
+from amqpcap.io import dataset
+from amqpcap.io import inputs
+from amqpcap.io import stored_tables
+from amqpcap.report.outputs import bodies_for_csv
+from amqpcap.io.table_files import write_table
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 AMQPCAP = [sys.executable, "-m", "amqpcap"]

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import amqpcap
-from amqpcap.analysis import SEVERITY_RANK
+from amqpcap.analysis.registry import SEVERITY_RANK
 from amqpcap.analyzers.latency import latency
 from amqpcap.derive.refills import ack_gaps
 from amqpcap.derive import deliveries as D
@@ -231,7 +231,7 @@ def test_slow_prefetch1_strict_alternation():
 
 
 def test_summary_keys_and_plots(tmp_path):
-    from amqpcap.report import write_result
+    from amqpcap.report.outputs import write_result
 
     r = latency(load("multi-ack.pcap"))
     s = r.summary["latency"]
@@ -286,7 +286,7 @@ def _sliced_everywhere(path: Path) -> tuple[dict, dict]:
     (`clean_cuts` every 1), each given the capture's backlog (the context round)."""
     from amqpcap.analyzers.latency import SPLIT
     from amqpcap.derive.stream_order import ns
-    from amqpcap.partition import clean_cuts, context_for, facts_of, sliced_partial
+    from amqpcap.analysis.partition import clean_cuts, context_for, facts_of, sliced_partial
 
     cap = amqpcap.load(path)
     facts = facts_of(cap)

@@ -17,9 +17,9 @@ import pytest
 import amqpcap
 import amqpcap.analyzers.messages as messages_module
 from amqpcap.analyzers.messages import SPLIT, messages
-from amqpcap.capture import Capture
+from amqpcap.io.load import Capture
 from amqpcap.derive.stream_order import ns
-from amqpcap.partition import clean_cuts, facts_of, sliced_partial
+from amqpcap.analysis.partition import clean_cuts, facts_of, sliced_partial
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_partition import assert_same_partial  # noqa: E402

@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 
 import amqpcap
-from amqpcap.errors import CaptureError
-from amqpcap.inputs import capture_files, missing_ring_files
+from amqpcap.model.errors import CaptureError
+from amqpcap.io.inputs import capture_files, missing_ring_files
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 SOURCE = FIX / "prefetch-consumers.pcap"  # 5 connections of PerfTest, 1,762 packets
@@ -42,8 +42,8 @@ FILE_KEYS = ("path", "format", "file_bytes", "files")
 
 
 def summary_without_files(cap: amqpcap.Capture) -> str:
-    from amqpcap.analysis import run_all
-    from amqpcap.report import build_summary
+    from amqpcap.analysis.registry import run_all
+    from amqpcap.report.outputs import build_summary
 
     s = build_summary(cap, run_all(cap))
     for key in FILE_KEYS:
@@ -154,7 +154,7 @@ def test_a_missing_ring_file_is_the_cause_of_its_gaps_not_the_kernel(tmp_path, c
     """A tcpdump ring of the fixture's editcap split with its middle file removed: capture-gaps
     blames the missing file (its name, where it was, the bytes it held) and not the capture
     tool's kernel buffer; what the file held is read from the file itself, by tshark."""
-    from amqpcap.analysis import run_all
+    from amqpcap.analysis.registry import run_all
 
     ring = [tmp_path / f"ring.pcap{i}" for i in range(5)]
     for p, part in zip(ring, cut):

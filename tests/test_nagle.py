@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 import amqpcap
-from amqpcap.analysis import SEVERITY_RANK
+from amqpcap.analysis.registry import SEVERITY_RANK
 from amqpcap.analyzers.nagle import (AVOIDABLE_RATE_CRITICAL, AVOIDABLE_RATE_INFO, AVOIDABLE_RATE_WARNING, SPLIT,
                                      analyze_segments, nagle, small_packets_finding)
 from amqpcap.analyzers.sizes import sizes
 from amqpcap.derive.stream_order import ns
-from amqpcap.partition import clean_cuts, facts_of, sliced_partial, time_slice
+from amqpcap.analysis.partition import clean_cuts, facts_of, sliced_partial, time_slice
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"

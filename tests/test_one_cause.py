@@ -1,4 +1,4 @@
-"""A verdict only for a problem, and one finding per cause (amqpcap/consequences.py,
+"""A verdict only for a problem, and one finding per cause (amqpcap/analysis/consequences.py,
 docs/findings.md): info notes are never the verdict; a finding whose mechanism is another
 finding's consequence on the same connection is folded into that one, on real captures whose
 scenario says what the cause is (fixtures/README.md, fixtures/record/record.sh)."""
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 import amqpcap
-from amqpcap.analysis import AnalyzerResult, Finding, run_all
-from amqpcap.consequences import settled
-from amqpcap.overview import overview
+from amqpcap.analysis.registry import AnalyzerResult, Finding, run_all
+from amqpcap.analysis.consequences import settled
+from amqpcap.report.overview import overview
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 

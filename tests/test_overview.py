@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import amqpcap
-from amqpcap.analysis import run_all
+from amqpcap.analysis.registry import run_all
 from amqpcap.analyzers.consumers import consumers as consumers_analyzer
-from amqpcap.overview import overview
+from amqpcap.report.overview import overview
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -145,7 +145,7 @@ def test_verdict_is_the_worst_finding_or_no_problem_with_the_numbers():
 
 
 def test_summary_json_has_the_overview():
-    from amqpcap.report import build_summary
+    from amqpcap.report.outputs import build_summary
 
     cap, _ = load("prefetch1.pcap")
     s = build_summary(cap, run_all(cap))

@@ -1,4 +1,4 @@
-"""Analyzers that split (amqpcap.partition): on every fixture, the partition steps over a
+"""Analyzers that split (amqpcap.analysis.partition): on every fixture, the partition steps over a
 dataset's buckets merged give exactly what the analyzer gives on the capture in memory (tables,
 summary, plots' data), for several bucket counts; the engine's run on a local Dask cluster
 gives the in-process run's summary.json and tables."""
@@ -14,15 +14,15 @@ import pandas as pd
 import pytest
 
 import amqpcap
-from amqpcap import dataset
-from amqpcap.analysis import analyzers, splits
-from amqpcap.kept_rows import KeptRows, frame
-from amqpcap.overview import rates_png
+from amqpcap.io import dataset
+from amqpcap.analysis.registry import analyzers, splits
+from amqpcap.io.kept_rows import KeptRows, frame
+from amqpcap.report.overview import rates_png
 from amqpcap.derive.stream_order import ns
-from amqpcap.partition import clean_cuts, context_for, facts_of, partials_of, sliced_context, sliced_partials
-from amqpcap.report import _draw_plot as draw_plot
-from amqpcap.report import build_summary
-from amqpcap.tally import Tally, tally_of
+from amqpcap.analysis.partition import clean_cuts, context_for, facts_of, partials_of, sliced_context, sliced_partials
+from amqpcap.report.outputs import _draw_plot as draw_plot
+from amqpcap.report.outputs import build_summary
+from amqpcap.derive.tally import Tally, tally_of
 
 sys.path.insert(0, str(Path(__file__).parent))
 from slicing import slice_sizes  # noqa: E402
@@ -31,7 +31,7 @@ FIX = Path(__file__).resolve().parent.parent / "fixtures"
 FIXTURES = sorted(p.name for p in FIX.iterdir() if p.name.endswith((".pcap", ".pcapng", ".pcap.gz")))
 
 
-#: the tables each analyzer keeps on the workers (`amqpcap.kept_rows`)
+#: the tables each analyzer keeps on the workers (`amqpcap.io.kept_rows`)
 KEEPING = {"latency": ("deliveries", "ack-gaps", "confirms"), "consumers": ("state",)}
 
 
@@ -85,7 +85,7 @@ def assert_same_plots(got, want, tmp: Path) -> None:
 
 
 def assert_buckets_merged_are_the_whole(cap, root: Path, buckets: int, kept: bool = False) -> list:
-    """`kept`: per-message tables kept in files, as on workers (`amqpcap.kept_rows`), the plots
+    """`kept`: per-message tables kept in files, as on workers (`amqpcap.io.kept_rows`), the plots
     drawn from them compared too."""
     parts = [dataset.read_partition(root, [k]) for k in range(buckets)]
     merged = merged_on(root, parts, root.parent / "kept" if kept else None)

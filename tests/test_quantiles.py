@@ -1,4 +1,4 @@
-"""amqpcap.quantiles against numpy on the values concatenated: the same floats, bit for bit,
+"""amqpcap.derive.quantiles against numpy on the values concatenated: the same floats, bit for bit,
 however the values are cut into parts, on the gathering path and on the radix selection's."""
 
 import math
@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from amqpcap import quantiles
+from amqpcap.derive import quantiles
 
 
 def _cut(v: np.ndarray, rng) -> list[np.ndarray]:

@@ -139,7 +139,7 @@ def test_report_tables_show_the_rate_with_its_span_and_one_precision_per_column(
     out, want, _ = analysed
     labels = pd.read_csv(out / "consumers-consumers.csv").set_index("stream")["connection"]
     tables = _html_tables(out / "report.html")
-    from amqpcap.html import ACTIVE_RATE_HEADER, CAPTURE_RATE_HEADER
+    from amqpcap.report.html import ACTIVE_RATE_HEADER, CAPTURE_RATE_HEADER
 
     active = {"delivered_msgs_per_s", ACTIVE_RATE_HEADER["delivered"]}
     seen = {"active": 0, "capture": 0}

@@ -80,7 +80,7 @@ def test_readme_memory_rule_holds_on_a_made_capture(tmp_path):
     subprocess.run([sys.executable, str(ROOT / "benchmarks" / "make_large_capture.py"),
                     str(ROOT / "fixtures" / "prefetch-consumers.pcap"), str(capture), "--packets", "150000"],
                    check=True, capture_output=True)
-    bare = memory_factor.peak_rss([sys.executable, "-c", "import amqpcap, amqpcap.analysis, pandas, pyarrow"])
+    bare = memory_factor.peak_rss([sys.executable, "-c", "import amqpcap, amqpcap.analysis.registry, pandas, pyarrow"])
     rss = memory_factor.peak_rss([sys.executable, "-m", "amqpcap", "analyze", str(capture), "--in-memory",
                                   "--out", str(tmp_path / "out"), "--no-plots"])
     packets = memory_factor.packets(capture)

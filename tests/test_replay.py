@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 import amqpcap
-from amqpcap import tally
+from amqpcap.derive import tally
 from amqpcap.derive.backlog import frame_keys
 from amqpcap.derive.consumers import CONSUMER, code_of, consumer_rows, consumer_state, with_final_prefetch
 from amqpcap.derive.deliveries import confirms, consumes, deliveries
@@ -21,8 +21,8 @@ from amqpcap.derive.replay import (ends_of, ends_step, replay_after, replayed, s
                                    told_state)
 from amqpcap.derive.seeds import seeds_of
 from amqpcap.derive.stream_order import ns
-from amqpcap.partition import clean_cuts, facts_of, sliced_partial, time_slice
-from amqpcap.tally import Tally, tally_of
+from amqpcap.analysis.partition import clean_cuts, facts_of, sliced_partial, time_slice
+from amqpcap.derive.tally import Tally, tally_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import crafting as c  # noqa: E402

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import amqpcap
-import amqpcap.report as report
-from amqpcap.analysis import run_all
+import amqpcap.report.outputs as report
+from amqpcap.analysis.registry import run_all
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "fixtures"
@@ -96,7 +96,8 @@ def test_each_file_written_is_told_as_it_is_here_or_in_a_forked_writer(workers, 
 
 def test_each_file_written_is_told_as_it_is_beside_spawned_writers(tmp_path):
     """A dataset's stored tables go to spawned writers (`_run_beside_fresh`)."""
-    from amqpcap import dataset, stored_tables
+    from amqpcap.io import dataset
+    from amqpcap.io import stored_tables
 
     root = dataset.write(amqpcap.load(FIX / "flow-control.pcap.gz"), tmp_path / "ds", buckets=3)
     base = stored_tables.stored_tables(str(root), ("frames", "packets", "records"))

@@ -17,9 +17,9 @@ import pandas as pd
 import pytest
 
 import amqpcap
-from amqpcap.analysis import run_all
-from amqpcap.inputs import capture_files
-from amqpcap.report import build_summary
+from amqpcap.analysis.registry import run_all
+from amqpcap.io.inputs import capture_files
+from amqpcap.report.outputs import build_summary
 
 RING = Path(__file__).resolve().parent.parent / "fixtures" / "ring"
 TABLES = ("packets", "frames", "connections", "anomalies")

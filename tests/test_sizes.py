@@ -176,13 +176,13 @@ def test_every_column_and_summary_key_documented():
         assert f"`{key}" in doc, key
 
 
-# -- slices of a partition's time (amqpcap.partition.Slicing) --------------------------------------
+# -- slices of a partition's time (amqpcap.analysis.partition.Slicing) --------------------------------------
 
 def _sliced_everywhere(path: Path):
     """The capture's sizes partial whole, and cut before every packet (`clean_cuts` every 1)."""
     from amqpcap.analyzers.sizes import SPLIT
     from amqpcap.derive.stream_order import ns
-    from amqpcap.partition import clean_cuts, facts_of, sliced_partial
+    from amqpcap.analysis.partition import clean_cuts, facts_of, sliced_partial
 
     cap = amqpcap.load(path)
     facts = facts_of(cap)

@@ -231,7 +231,7 @@ def test_overlap_of_intervals_by_hand():
 def test_confirm_outstanding_by_hand(tmp_path):
     from amqpcap.analyzers.stalls.causes import _confirm_outstanding
     from amqpcap.analyzers.stalls.context import _origin
-    from amqpcap.partition import facts_of
+    from amqpcap.analysis.partition import facts_of
 
     # confirm.select at 0; publishes at 1, 2, 3 (tags 1..3); multiple ack of tag 2 at 4; single
     # ack of tag 3 at 5; a publish at 6 never confirmed (connection ends at 9). Seconds.
@@ -419,7 +419,7 @@ def _sliced_everywhere(cap, cuts: list[int] | None = None) -> tuple[dict, dict]:
     maxima)."""
     from amqpcap.analyzers.stalls import SPLIT
     from amqpcap.derive.stream_order import ns
-    from amqpcap.partition import clean_cuts, context_for, facts_of, sliced_partial
+    from amqpcap.analysis.partition import clean_cuts, context_for, facts_of, sliced_partial
 
     facts = facts_of(cap)
     context = context_for(SPLIT.join_context([SPLIT.context(cap, facts)]), 0)
@@ -587,7 +587,7 @@ def test_confirms_of_a_channel_opened_again_are_its_own(tmp_path):
     from amqpcap.analyzers.stalls import SPLIT
     from amqpcap.analyzers.stalls.causes import _confirm_outstanding
     from amqpcap.analyzers.stalls.context import _origin
-    from amqpcap.partition import context_for, facts_of
+    from amqpcap.analysis.partition import context_for, facts_of
 
     cap, awaited = _confirms_on_a_channel_opened_again(tmp_path)
     facts = facts_of(cap)
@@ -704,7 +704,7 @@ def test_the_context_step_over_slices_is_the_whole_partitions(tmp_path):
 
     from amqpcap.analyzers.stalls import SPLIT
     from amqpcap.derive.stream_order import ns
-    from amqpcap.partition import clean_cuts, facts_of, sliced_context
+    from amqpcap.analysis.partition import clean_cuts, facts_of, sliced_context
 
     packets = sorted(_blocked_twice() + _consumer_at_most_late(), key=lambda p: p.time_ns)
     cap = c.load(c.write_pcap(tmp_path / "two.pcap", packets))

@@ -11,16 +11,16 @@ import pandas as pd
 import pytest
 
 import amqpcap
-import amqpcap.table_files as table_files
-from amqpcap.written_values import as_written
-from amqpcap.analysis import run_all
+import amqpcap.io.table_files as table_files
+from amqpcap.model.written_values import as_written
+from amqpcap.analysis.registry import run_all
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "fixtures"
 
 
 def test_output_checks_create_nothing(tmp_path, monkeypatch):
-    from amqpcap.errors import UsageError
+    from amqpcap.model.errors import UsageError
 
     table_files.check_out_dir(tmp_path / "a" / "b" / "c")  # can be made: fine, and nothing is made
     table_files.check_out_dir(tmp_path)
@@ -85,7 +85,7 @@ def test_frames_written_from_the_cores_batches_are_the_frames_table(fmt, name, t
     holds what the whole Arrow table gives (byte for byte in CSV), and the frames `load` gives.
     In rpc-nodelay.pcap a text column's dictionary outgrows 8-bit keys after the first batch
     (150 `correlation_id`s): every batch still has the first one's schema."""
-    from amqpcap.capture import decode_arrow
+    from amqpcap.io.load import decode_arrow
 
     path = FIX / name
     monkeypatch.setattr(table_files, "CSV_SLICE_ROWS", 700)
@@ -261,9 +261,9 @@ def test_frames_decode_starts_before_pandas_is_imported(tmp_path):
     import subprocess
     import sys
 
-    code = ("import sys, amqpcap.cli.frames, amqpcap.cli.loading, amqpcap.table_files\n"
-            "from amqpcap.capture import decode_arrow\n"
-            "from amqpcap.dataset import is_dataset\n"
+    code = ("import sys, amqpcap.cli.frames, amqpcap.cli.loading, amqpcap.io.table_files\n"
+            "from amqpcap.io.load import decode_arrow\n"
+            "from amqpcap.io.dataset import is_dataset\n"
             f"assert not is_dataset({str(tmp_path)!r})\n"
             "print(sorted(m for m in ('pandas', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
@@ -307,8 +307,8 @@ def _plain_env():
                                      "huge-messages.pcap.gz", "zero-window.pcap"])
 def test_warnings_read_from_arrow_are_those_read_from_pandas(capture):
     """The summary's warnings and the anomalies' line of a decode that leaves pandas out
-    (`decode_arrow(pandas=False)`: Arrow tables, `amqpcap.table_columns`) are those of `load()`."""
-    from amqpcap.capture import decode_arrow
+    (`decode_arrow(pandas=False)`: Arrow tables, `amqpcap.model.table_columns`) are those of `load()`."""
+    from amqpcap.io.load import decode_arrow
     from amqpcap.cli import anomaly_warning
 
     path = FIX / capture

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 import amqpcap
-from amqpcap.errors import ToolError, UsageError
+from amqpcap.model.errors import ToolError, UsageError
 
 sys.path.insert(0, str(Path(__file__).parent))
 import crafting as c  # noqa: E402
@@ -191,9 +191,9 @@ def test_missing_key_log_is_a_usage_error(tmp_path):
 
 
 def test_missing_tshark_is_reported(monkeypatch):
-    import amqpcap.tls
+    import amqpcap.io.tls
 
-    monkeypatch.setattr(amqpcap.tls.shutil, "which", lambda name: None)
+    monkeypatch.setattr(amqpcap.io.tls.shutil, "which", lambda name: None)
     with pytest.raises(ToolError, match="needs tshark"):
         amqpcap.load(TLS, tls_keylog=KEYLOG)
 

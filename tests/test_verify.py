@@ -25,7 +25,7 @@ pytest.importorskip("pyshark")
 if shutil.which("tshark") is None:
     pytest.skip("tshark is installed by scripts/test.sh", allow_module_level=True)
 
-from amqpcap import verify as V  # noqa: E402
+from amqpcap.io import verify as V
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -8,7 +8,7 @@ import datetime as dt
 import numpy as np
 import pandas as pd
 
-import amqpcap.written_values as written_values
+import amqpcap.model.written_values as written_values
 
 
 def numpy_iso(arr: np.ndarray) -> np.ndarray:

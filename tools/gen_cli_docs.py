@@ -6,7 +6,7 @@ Usage: python tools/gen_cli_docs.py            # rewrite docs/cli.md
 
 It walks the click command tree typer builds (``typer.main.get_command``): every subcommand
 (analyzers register theirs automatically), argument and option, with its type, default and
-help. The exit codes come from the exception classes in amqpcap/errors.py (each carries its
+help. The exit codes come from the exception classes in amqpcap/model/errors.py (each carries its
 ``exit_code``) plus the few codes ``amqpcap.cli.main`` sets itself, written below by hand;
 tests/test_cli_docs.py checks both against the real command. Run it after changing the CLI and
 commit docs/cli.md with the change (the test fails otherwise).
@@ -128,7 +128,7 @@ def _command_section(level: str, path: str, cmd) -> list[str]:
 
 
 def _error_classes():
-    from amqpcap import errors
+    from amqpcap.model import errors
 
     seen, order = set(), []
 
@@ -256,7 +256,7 @@ def render() -> str:
         "## Exit codes",
         "",
         "Errors a user can cause print one line, `amqpcap: error: …`, on stderr, never a traceback.",
-        "The codes of the error classes come from `amqpcap/errors.py` (an `AmqpcapError` subclass",
+        "The codes of the error classes come from `amqpcap/model/errors.py` (an `AmqpcapError` subclass",
         "inherits its parent's code); the Python API raises the same classes.",
         "",
         "| code | when |",

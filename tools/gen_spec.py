@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate rust/src/amqp/spec.rs and amqpcap/reply_codes.py from the AMQP 0-9-1 JSON spec
+"""Generate rust/src/amqp/spec.rs and amqpcap/model/reply_codes.py from the AMQP 0-9-1 JSON spec
 (RabbitMQ's codegen format).
 
 Usage: python tools/gen_spec.py [../shared/spec/amqp-rabbitmq-0.9.1.json]
@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SPEC = ROOT.parent / "shared" / "spec" / "amqp-rabbitmq-0.9.1.json"
 OUT = ROOT / "rust" / "src" / "amqp" / "spec.rs"
-REPLY_CODES_OUT = ROOT / "amqpcap" / "reply_codes.py"
+REPLY_CODES_OUT = ROOT / "amqpcap" / "model" / "reply_codes.py"
 
 TYPES = {
     "octet": "Octet", "short": "Short", "long": "Long", "longlong": "LongLong",
@@ -46,7 +46,7 @@ def arg_type(arg, domains):
 
 
 def reply_codes_source(spec: dict) -> str:
-    """amqpcap/reply_codes.py: the spec's reply codes (REPLY-SUCCESS and every constant of class
+    """amqpcap/model/reply_codes.py: the spec's reply codes (REPLY-SUCCESS and every constant of class
     soft-error or hard-error) by number, named as brokers write them in reply-text (NO_ROUTE:
     the spec's dashes as underscores)."""
     codes = [c for c in spec["constants"] if c["name"].startswith("REPLY-") or "class" in c]

@@ -19,14 +19,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..analysis import AnalyzerResult, Finding, analyzer
-from ..capture import Capture
+from ..analysis.registry import AnalyzerResult, Finding, analyzer
+from ..io.load import Capture
 from ..derive.methods import methods, select
 from ..derive.labels import connection_labels
-from ..display_filters import filter_evidence, streams_part
-from ..names import subject_namer
-from ..partition import CaptureFacts, Slicing, Split, merge_rows, run_whole
-from ..wording import counted
+from ..model.display_filters import filter_evidence, streams_part
+from ..derive.names import subject_namer
+from ..analysis.partition import CaptureFacts, Slicing, Split, merge_rows, run_whole
+from ..model.wording import counted
 
 #: heartbeat-problems: a negotiated timeout below this is told (info): RabbitMQ's heartbeats
 #: guide: values below 5 seconds are fairly likely to cause false positives (network congestion,
@@ -121,7 +121,7 @@ def _silences(p: pd.DataFrame, stream: np.ndarray, end_ns: np.ndarray, seen: _Se
     """Per connection and direction: the longest time without payload from the direction's first
     payload on, up to the connection's end (`end_ns`: its first FIN or RST, else its last packet),
     continued from `seen`. Payloads are taken in time order: a slice's packets all follow the
-    slices' before in time (`amqpcap.partition.clean_cuts`), so the first payload of a slice
+    slices' before in time (`amqpcap.analysis.partition.clean_cuts`), so the first payload of a slice
     follows the latest one before it."""
     st = p["stream"].to_numpy(np.int64)
     ts = p["ts"].array.asi8
@@ -177,7 +177,7 @@ def heartbeats_partial(cap: Capture, facts: CaptureFacts) -> pd.DataFrame:
 
 
 def heartbeats_slice(part: Capture, facts: CaptureFacts, seen: _Seen | None, last: bool):
-    """A slice of a partition's time (`amqpcap.partition.Slicing`): what it adds to `seen`, and
+    """A slice of a partition's time (`amqpcap.analysis.partition.Slicing`): what it adds to `seen`, and
     on the last slice the partition's rows."""
     seen = _seen(part, seen)
     return seen, (_rows(part, seen) if last else None)

@@ -20,15 +20,15 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from ..analysis import AnalyzerResult, Finding, analyzer
-from ..capture import Capture
+from ..analysis.registry import AnalyzerResult, Finding, analyzer
+from ..io.load import Capture
 from ..derive.deliveries import TEXT
 from ..derive.columns import counts_added, stable_argsort, value_at
 from ..derive.methods import methods, select
 from ..derive.labels import connection_labels
-from ..display_filters import filter_evidence, streams_part
-from ..names import subject_namer
-from ..partition import CaptureFacts, Slicing, Split, merge_rows, run_whole
+from ..model.display_filters import filter_evidence, streams_part
+from ..derive.names import subject_namer
+from ..analysis.partition import CaptureFacts, Slicing, Split, merge_rows, run_whole
 
 #: a message is large when its body is this big or more (a RabbitMQ guide's rule of thumb: messages
 #: of several MB are better kept in a blob store, with a reference in the message) ...
@@ -483,7 +483,7 @@ def messages_partial(cap: Capture, facts: CaptureFacts) -> dict[str, pd.DataFram
 
 
 def messages_slice(part: Capture, facts: CaptureFacts, seen: _Seen | None, last: bool):
-    """A slice of a partition's time (`amqpcap.partition.Slicing`): what it adds to `seen`, and
+    """A slice of a partition's time (`amqpcap.analysis.partition.Slicing`): what it adds to `seen`, and
     on the last slice the partition's rows."""
     seen = _seen(part, seen, last)
     return seen, (_rows(part, seen) if last else None)

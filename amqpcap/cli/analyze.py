@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
-from ..errors import UsageError
-from ..inputs import IN_MEMORY_MAX_BYTES
+from ..model.errors import UsageError
+from ..io.inputs import IN_MEMORY_MAX_BYTES
 from .app import app, err, out
 from .cluster import _dask_client
 from .loading import (
@@ -22,7 +22,7 @@ from .options import (
     RowsOpt, SchedulerOpt, SlicePacketsOpt, StrictOpt, WorkersOpt)
 
 if TYPE_CHECKING:
-    from ..capture import Capture
+    from ..io.load import Capture
 
 
 class _Writing:
@@ -41,8 +41,8 @@ class _Writing:
 
 
 def _no_findings(cap: Capture, names: list[str], notes: int = 0) -> str:
-    from ..render import no_findings_line
-    from ..tally import packet_count
+    from ..report.console import no_findings_line
+    from ..derive.tally import packet_count
 
     return no_findings_line(len(cap.connections), packet_count(cap), names, notes)
 
@@ -53,9 +53,9 @@ def _analyzer_command(name: str, fn, help_text: str):
                 fmt: str = FormatOpt, plots: bool = PlotsOpt, rows: int = RowsOpt,
                 limit: Optional[List[str]] = LimitOpt, tls_keylog: Optional[Path] = KeylogOpt,
                 strict: bool = StrictOpt) -> None:
-        from ..analysis import rank
-        from ..render import print_result
-        from ..report import write_result
+        from ..analysis.registry import rank
+        from ..report.console import print_result
+        from ..report.outputs import write_result
 
         _check_outputs(fmt, out_dir)
         cap = _load(capture, port, limit, tls_keylog=tls_keylog, add_port=add_port, strict=strict)
@@ -109,7 +109,7 @@ def analyze(capture: List[str] = CapturesArg, port: Optional[List[int]] = PortOp
             _analyze_dataset(tmp / "dataset", "local", workers, out_dir, fmt, plots, ingest=(capture, ingest_args),
                              slice_packets=slice_packets)
     else:
-        from ..analysis import run_all
+        from ..analysis.registry import run_all
 
         cap = _load(capture, port, limit, bodies=bodies, tls_keylog=tls_keylog, add_port=add_port, strict=strict)
         require_amqp(cap)
@@ -120,20 +120,20 @@ def analyze(capture: List[str] = CapturesArg, port: Optional[List[int]] = PortOp
 
 def _analyze_dataset(path: Path | str, scheduler: str, workers: Optional[int], out_dir: Optional[Path], fmt: str,
                      plots: bool, ingest: Optional[tuple] = None, slice_packets: Optional[int] = None) -> None:
-    """`analyze` of a dataset on Dask: its outline here (`amqpcap.dataset.read_outline`), its
+    """`analyze` of a dataset on Dask: its outline here (`amqpcap.io.dataset.read_outline`), its
     buckets on the cluster, the capture's own tables written from the dataset bucket by bucket.
     With `ingest` (capture, ingest arguments), the capture is first ingested into `path` on the
     same cluster: this process reads the capture once and spills it, the workers decode it."""
-    from ..engine import analyze as analyze_on_dask
-    from ..kept_rows import store
-    from ..stored_tables import stored_tables
+    from ..engine.on_dask import analyze as analyze_on_dask
+    from ..io.kept_rows import store
+    from ..io.stored_tables import stored_tables
 
     # the per-message tables stay where the workers made them (`kept`) until they are written,
     # after the cluster is let go; the cluster first: an address that does not answer fails
     # before the dataset is read
     with ExitStack() as stack, _dask_client(scheduler, workers) as client:
         if ingest is not None:
-            from ..engine import ingest as ingest_on_dask
+            from ..engine.on_dask import ingest as ingest_on_dask
 
             with _analyzing_progress("decoding") as progress:
                 ingest_on_dask(_one_name(ingest[0]), path, client, progress=progress, **ingest[1])
@@ -151,10 +151,10 @@ def _analyze_dataset(path: Path | str, scheduler: str, workers: Optional[int], o
 
 
 def _tell_analysis(cap: Capture, results, out_dir: Optional[Path], fmt: str, plots: bool, base=None) -> None:
-    """The findings on stdout, and with --out every output (`amqpcap.report.write_outputs`)."""
-    from ..consequences import settled
-    from ..render import findings_table
-    from ..report import build_summary, write_outputs
+    """The findings on stdout, and with --out every output (`amqpcap.report.outputs.write_outputs`)."""
+    from ..analysis.consequences import settled
+    from ..report.console import findings_table
+    from ..report.outputs import build_summary, write_outputs
 
     summary = build_summary(cap, results)
     findings = settled(results)
@@ -171,7 +171,7 @@ def _tell_analysis(cap: Capture, results, out_dir: Optional[Path], fmt: str, plo
     if note:
         out.print(note, highlight=False)
     if out_dir is not None:
-        from ..partition import release_freed_memory
+        from ..analysis.partition import release_freed_memory
 
         # what the analysis freed goes back to the system before the writing allocates its own:
         # kept by the allocators it counted in the peak (million-connections.pcap of the hostile
@@ -185,8 +185,8 @@ def _tell_analysis(cap: Capture, results, out_dir: Optional[Path], fmt: str, plo
 def _large_dataset(capture: List[str]) -> Optional[Path | str]:
     """The dataset named, when its capture was larger than the in-memory size: analysed on a
     local cluster, as that capture would be."""
-    from ..dataset import is_dataset, manifest
-    from ..inputs import too_large_for_memory
+    from ..io.dataset import is_dataset, manifest
+    from ..io.inputs import too_large_for_memory
 
     name = _one_name(capture)
     if isinstance(name, list) or not is_dataset(name):
@@ -195,8 +195,8 @@ def _large_dataset(capture: List[str]) -> Optional[Path | str]:
 
 
 def _is_large(capture: List[str]) -> bool:
-    from ..dataset import is_dataset
-    from ..inputs import is_large
+    from ..io.dataset import is_dataset
+    from ..io.inputs import is_large
 
     name = _one_name(capture)
     return not (isinstance(name, (str, Path)) and is_dataset(name)) and is_large(name)
@@ -219,7 +219,7 @@ def _dataset_for(capture: List[str], scheduler: Optional[str]) -> Optional[Path 
     names one; None for a capture (with --scheduler local: through a temporary dataset)."""
     if scheduler is None:
         return None
-    from ..dataset import is_dataset
+    from ..io.dataset import is_dataset
 
     name = _one_name(capture)
     if not isinstance(name, list) and is_dataset(name):
@@ -233,7 +233,7 @@ def _dataset_for(capture: List[str], scheduler: Optional[str]) -> Optional[Path 
 
 def _analyzer_click_command(name: str):
     """The subcommand of the analyzer `name` (`_Commands`), as typer makes it."""
-    from ..analysis import analyzers
+    from ..analysis.registry import analyzers
 
     fn, help_text = analyzers()[name]
     one = typer.Typer(add_completion=False, pretty_exceptions_enable=False)

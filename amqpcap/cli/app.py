@@ -13,7 +13,7 @@ from typer.core import TyperGroup
 
 from .. import __version__
 from ..analyzers import names as analyzer_names
-from ..errors import AmqpcapError
+from ..model.errors import AmqpcapError
 
 
 class _Commands(TyperGroup):

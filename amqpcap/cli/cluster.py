@@ -12,7 +12,7 @@ from .app import err
 def _dask_client(scheduler: str, workers: Optional[int]):
     """A client of the cluster --scheduler names (`local`: one started for the run); its
     dashboard's link on stderr."""
-    from .. import engine
+    from ..engine import on_dask as engine
 
     with engine.client(None if scheduler == "local" else scheduler, workers) as client:
         link = getattr(client, "dashboard_link", None)

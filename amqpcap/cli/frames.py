@@ -8,8 +8,8 @@ from typing import List, Optional
 
 import typer
 
-from ..errors import UsageError
-from ..wording import counted
+from ..model.errors import UsageError
+from ..model.wording import counted
 from .app import app, err
 from .loading import _load, _one_name, _refuse_unless_amqp, require_amqp
 from .options import AddPortOpt, CapturesArg, KeylogOpt, LimitOpt, PortOpt, StrictOpt
@@ -26,8 +26,8 @@ def frames(
     strict: bool = StrictOpt,
 ) -> None:
     """Write the frames table (one row per AMQP frame) to CSV or Parquet."""
-    from ..dataset import is_dataset
-    from ..table_files import batches_from_sink, check_format, check_out_file, write_arrow_file, write_table_file
+    from ..io.dataset import is_dataset
+    from ..io.table_files import batches_from_sink, check_format, check_out_file, write_arrow_file, write_table_file
 
     suffix = output.suffix.lower()
     if suffix not in (".csv", ".parquet"):
@@ -39,7 +39,7 @@ def frames(
     try:
         name = _one_name(capture)
         if tls_keylog is not None or (not isinstance(name, list) and is_dataset(name)):  # (decoded twice; read whole)
-            from ..capture import Capture
+            from ..io.load import Capture
 
             cap = load(arrow=True)
             require_amqp(cap)

@@ -8,18 +8,18 @@ from typing import TYPE_CHECKING, List, Optional
 from rich.console import Group
 from rich.table import Table
 
-from ..wording import counted
+from ..model.wording import counted
 from .app import app, out
 from .loading import _load
 from .options import (
     AddPortOpt, AllConnectionsOpt, CapturesArg, INFO_CONNECTIONS, KeylogOpt, LimitOpt, PortOpt, StrictOpt)
 
 if TYPE_CHECKING:
-    from ..capture import Capture
+    from ..io.load import Capture
 
 
 def _fmt_ts(ts) -> str:
-    from ..written_values import iso_utc
+    from ..model.written_values import iso_utc
 
     return "" if ts is None else iso_utc(ts)
 
@@ -72,13 +72,13 @@ _WHOLE = "a wider terminal (COLUMNS=N) shows them"
 
 
 def _connections_table(cap: Capture, all_connections: bool) -> Group:
-    """The connections as the operator knows them (amqpcap.names): label, client library and
+    """The connections as the operator knows them (amqpcap.derive.names): label, client library and
     version, user@vhost and role first; addresses, the stream (Wireshark's tcp.stream), packets
     and frames after; missing bytes and anomalies only when the capture has any. As many as fit
-    the console whole (`amqpcap.render.fitted_table`): the label and the stream always, a label
+    the console whole (`amqpcap.report.console.fitted_table`): the label and the stream always, a label
     longer than the console folds onto several lines rather than being cut."""
-    from ..names import connection_names, connection_roles
-    from ..render import fitted_table, left_out_note
+    from ..derive.names import connection_names, connection_roles
+    from ..report.console import fitted_table, left_out_note
 
     shown = _connections_shown(cap.connections, all_connections)
     more = len(cap.connections) - len(shown)
@@ -116,7 +116,7 @@ def _consumers_table(cap: Capture, all_connections: bool) -> Optional[Group]:
     unless --all, as many columns as fit (the queue and the connection always); None when the
     capture shows none."""
     from ..analyzers.consumers import consumer_list
-    from ..render import fitted_table, left_out_note
+    from ..report.console import fitted_table, left_out_note
 
     c = consumer_list(cap)
     if not len(c):

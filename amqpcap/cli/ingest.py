@@ -7,8 +7,8 @@ from typing import List, Optional
 
 import typer
 
-from ..errors import UsageError
-from ..wording import counted
+from ..model.errors import UsageError
+from ..model.wording import counted
 from .app import app, err
 from .cluster import _dask_client
 from .loading import (
@@ -35,7 +35,7 @@ def ingest(capture: List[str] = CapturesArg,
     (inside DATASET while it runs), then each bucket is decoded on its own, so that memory
     holds one bucket's share, not the whole capture; with --scheduler the buckets are decoded
     on Dask workers, side by side."""
-    from ..dataset import ingest as ingest_dataset
+    from ..io.dataset import ingest as ingest_dataset
 
     out_dir = Path(out_dir)
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
@@ -43,7 +43,7 @@ def ingest(capture: List[str] = CapturesArg,
     args = dict(buckets=buckets, ports=ports_of(port, add_port), limits=parse_limits(limit),
                 bodies=bodies, tls_keylog=tls_keylog, strict=strict)
     if scheduler is not None:
-        from ..engine import ingest as ingest_on_dask
+        from ..engine.on_dask import ingest as ingest_on_dask
 
         with _dask_client(scheduler, workers) as client, _analyzing_progress("decoding") as progress:
             done = ingest_on_dask(_one_name(capture), out_dir, client, progress=progress, **args)

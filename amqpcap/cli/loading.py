@@ -10,12 +10,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional
 
-from ..errors import NoAmqpError, UsageError
-from ..wording import counted
+from ..model.errors import NoAmqpError, UsageError
+from ..model.wording import counted
 from .app import err
 
 if TYPE_CHECKING:
-    from ..capture import Capture, Limits
+    from ..io.load import Capture, Limits
 
 
 #: byte counts of these anomaly kinds are stream bytes not decoded (skipped or missing)
@@ -28,7 +28,7 @@ def parse_limits(items: Optional[List[str]]) -> Optional[Limits]:
     """`--limit NAME=VALUE` options as amqpcap.Limits (None when there are none)."""
     if not items:
         return None
-    from ..capture import Limits
+    from ..io.load import Limits
 
     names = list(Limits.__dataclass_fields__)
     given = {}
@@ -51,7 +51,7 @@ def _check_outputs(fmt: str, out_dir: Optional[Path]) -> None:
     """Output options are checked before the capture is read: a format that cannot be written
     or a directory that cannot be made fails at once, never after the work or half-way through
     writing."""
-    from ..table_files import check_format, check_out_dir
+    from ..io.table_files import check_format, check_out_dir
 
     check_format(fmt)
     if out_dir is not None:
@@ -83,7 +83,7 @@ def anomaly_warning(a) -> Optional[str]:
 def _anomaly_kinds(a):
     """Per anomaly kind, in the order the kinds first appear in the anomalies table `a`: (kind,
     rows, their bytes, whether none has a stream, a function giving their details)."""
-    from ..table_columns import is_arrow
+    from ..model.table_columns import is_arrow
 
     if not is_arrow(a):
         for kind, rows in a.groupby(a["kind"].astype(str), sort=False):
@@ -105,7 +105,7 @@ def _anomaly_kinds(a):
 
 def ports_of(port: Optional[List[int]], add_port: Optional[List[int]] = None) -> tuple[int, ...]:
     """The AMQP ports: --port replaces the defaults, --add-port adds to them (or to --port)."""
-    from ..capture import DEFAULT_PORTS
+    from ..io.load import DEFAULT_PORTS
 
     return tuple(dict.fromkeys([*(port or DEFAULT_PORTS), *(add_port or [])]))
 
@@ -114,12 +114,12 @@ def _load(capture: List[str], port: Optional[List[int]], limit: Optional[List[st
           tls_keylog: Optional[Path] = None, add_port: Optional[List[int]] = None, strict: bool = False,
           arrow: bool = False, frames_sink=None):
     """The capture, loaded (a `Capture`), its warnings told; with ``arrow``, a capture file's
-    tables are left in Arrow as the core made them (`amqpcap.capture.decode_arrow`: a
+    tables are left in Arrow as the core made them (`amqpcap.io.load.decode_arrow`: a
     `Decoded`, its frames given to ``frames_sink`` when given, in batches of
     `STREAMED_FRAMES_BATCH_ROWS`),
     for a command that only writes them; with a ``frames_sink`` (and no key log), pandas is
     not imported (``pandas=False``)."""
-    from ..dataset import is_dataset
+    from ..io.dataset import is_dataset
 
     capture = _one_name(capture)
     arrow = arrow and (isinstance(capture, list) or not is_dataset(capture))  # a dataset is read back whole
@@ -127,14 +127,14 @@ def _load(capture: List[str], port: Optional[List[int]], limit: Optional[List[st
         args = dict(ports=ports_of(port, add_port), limits=parse_limits(limit), bodies=bodies, tls_keylog=tls_keylog,
                     strict=strict, progress=progress)
         if arrow:
-            from ..capture import decode_arrow
+            from ..io.load import decode_arrow
 
-            from ..table_files import STREAMED_FRAMES_BATCH_ROWS
+            from ..io.table_files import STREAMED_FRAMES_BATCH_ROWS
 
             cap = decode_arrow(capture, frames_sink=frames_sink, frames_batch_rows=STREAMED_FRAMES_BATCH_ROWS,
                                pandas=frames_sink is None, **args)
         else:
-            from ..capture import load
+            from ..io.load import load
 
             cap = load(capture, **args)
     for w in cap.summary.get("warnings", []):
@@ -146,9 +146,9 @@ def _load(capture: List[str], port: Optional[List[int]], limit: Optional[List[st
 
 
 def _load_outline(path: Path | str):
-    """A dataset's outline (`amqpcap.dataset.read_outline`: its connections, anomalies and
+    """A dataset's outline (`amqpcap.io.dataset.read_outline`: its connections, anomalies and
     summary), its warnings told as `_load` tells them."""
-    from ..dataset import read_outline
+    from ..io.dataset import read_outline
 
     cap = read_outline(path)
     for w in cap.summary.get("warnings", []):
@@ -162,7 +162,7 @@ def _load_outline(path: Path | str):
 def _one_name(capture: List[str]) -> Path | str | List[Path | str]:
     """One name (a file, a directory, a glob, a dataset's path or URL) names the capture;
     several are a set. Paths are Paths; a URL (a dataset read through fsspec) stays text."""
-    from ..dataset import is_url
+    from ..io.dataset import is_url
 
     names = [c if is_url(c) else Path(c) for c in capture]
     return names[0] if len(names) == 1 else names
@@ -232,7 +232,7 @@ def require_amqp(cap) -> None:
 def undecoded_note(cap: Capture) -> Optional[str]:
     """When AMQP connections were found but no frame was decoded in any (all encrypted, cut by
     the snaplen, another protocol), only TCP was analysed: say so next to the findings."""
-    from ..tally import frame_count
+    from ..derive.tally import frame_count
 
     if frame_count(cap) or not len(cap.connections):
         return None
@@ -256,7 +256,7 @@ def _refuse_unless_amqp(cap, written: Path) -> None:
 
 
 def _capture_line(cap: Capture) -> str:
-    from ..report import capture_summary
+    from ..report.outputs import capture_summary
 
     c = capture_summary(cap)
     return (f"[bold]{c['path']}[/bold]: {counted(c['packets'], 'packet')}, "

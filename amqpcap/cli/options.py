@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from ..inputs import IN_MEMORY_MAX_BYTES
+from ..io.inputs import IN_MEMORY_MAX_BYTES
 
 
 CaptureArg = typer.Argument(..., metavar="CAPTURE", help="pcap or pcapng file, optionally gzip-compressed", show_default=False)

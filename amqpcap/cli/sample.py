@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..sample import sample_path
+from ..io.sample import sample_path
 from .app import app, out
 
 

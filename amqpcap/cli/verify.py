@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from ..errors import UsageError
+from ..model.errors import UsageError
 from .app import app, out
 from .loading import ports_of
 from .options import AddPortOpt, CaptureArg, KeylogOpt, PortOpt
@@ -23,7 +23,7 @@ def verify(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt,
     an unexplained difference remains."""
     import json
 
-    from ..verify import render, verify as run_verify
+    from ..io.verify import render, verify as run_verify
 
     v = run_verify(capture, ports=ports_of(port, add_port), tls_keylog=tls_keylog)
     render(out, v)

@@ -15,7 +15,7 @@ One module per question, each a function of a Capture kept by `derivation` (the 
 - columns, labels: whole-column tools and labels, kept nowhere.
 - rates: messages per second, each named by its span (per second active, per second of the
   capture): the one definition every table, finding and the overview reads. Kept nowhere.
-- `amqpcap.names.connection_names` (CAPTURE: a label shared by connections is told apart by
+- `amqpcap.derive.names.connection_names` (CAPTURE: a label shared by connections is told apart by
   stream) and `connection_roles` (CONNECTION) are derivations too.
 
 Analyzers (amqpcap/analyzers) import from here, never from each other (tests/test_derive.py).

@@ -3,7 +3,7 @@ the queue against deliveries from it. A queue is shared by connections (one publ
 consumes), so this relates connections to each other: scope CAPTURE.
 
 It is computed in two steps, so that a capture split into partitions of whole connections
-(`amqpcap.partition`) gives the whole capture's backlog:
+(`amqpcap.analysis.partition`) gives the whole capture's backlog:
 
 - `queue_events` (scope CONNECTION): what a partition holds of every queue's backlog: its
   `queue.bind`s, its publishes and its deliveries and requeues, each at its frame's key; with
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..capture import Capture
+from ..io.load import Capture
 from .cache import CONNECTION, derivation
 from .deliveries import deliveries_with_codes
 from .methods import methods, pick, select

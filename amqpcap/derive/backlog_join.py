@@ -5,10 +5,10 @@ A queue's backlog is a running sum over the capture's frames in order (`amqpcap.
 publishes routed to the queue add, deliveries subtract). Joined in one piece, it held an event
 per message of the whole capture in one process: 14 GB for a 100M-packet capture. Instead the
 frames are cut into cells of consecutive packets (`CELL_PACKETS` each; a capture's packet count
-is known before any step: `amqpcap.partition.CaptureFacts.records`):
+is known before any step: `amqpcap.analysis.partition.CaptureFacts.records`):
 
 - a partition's context step cuts its queue events and acks into the cells (`shares_of`; on a
-  worker they are kept in the store, `amqpcap.kept_rows`, and only their paths travel);
+  worker they are kept in the store, `amqpcap.io.kept_rows`, and only their paths travel);
 - `plan`: what every cell needs of all partitions, all small: the routes (the queue.binds and
   the consumed queues), the consumers' start and end;
 - `prepare`: one cell's shares of every partition read (`CellInput`: its queue events and its
@@ -20,7 +20,7 @@ is known before any step: `amqpcap.partition.CaptureFacts.records`):
 - `answers_of`: a partition's pieces as its `BacklogAnswers`.
 
 A cell needs the cells before it, so they run in order (`BACKLOG_JOIN`, a
-`amqpcap.partition.CellJoin`: here, or as a chain of tasks on the Dask workers, where the next
+`amqpcap.analysis.partition.CellJoin`: here, or as a chain of tasks on the Dask workers, where the next
 cell's input is read while a cell runs); what one holds is a cell's events. Every answer is the
 one the whole backlog in one piece gives (tests compare one cell with many).
 """
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..kept_rows import keep_each, part_frame, parts_together
-from ..partition import CellJoin
+from ..io.kept_rows import keep_each, part_frame, parts_together
+from ..analysis.partition import CellJoin
 from .backlog import BacklogAnswers, BacklogQuestions
 from .columns import asof, group_cumsum, range_min, sorted_group_cummin
 
@@ -81,7 +81,7 @@ class BacklogShares:
 
 def shares_of(q: BacklogQuestions, records: int) -> BacklogShares:
     """A partition's questions (`BacklogQuestions`) cut into the capture's cells, by the packet of
-    each event and ack (kept in the store on a worker: `amqpcap.kept_rows.keep`)."""
+    each event and ack (kept in the store on a worker: `amqpcap.io.kept_rows.keep`)."""
     n = cells_for(records)
     ev = q.events
     acks = q.acks.assign(row=np.arange(len(q.acks), dtype=np.int64))
@@ -484,7 +484,7 @@ class _Filled:
         return pd.arrays.IntegerArray(self.values, self.missing)
 
 
-#: the backlog joined in cells (`amqpcap.partition.CellJoin`): the consumers and latency
+#: the backlog joined in cells (`amqpcap.analysis.partition.CellJoin`): the consumers and latency
 #: analyzers' `join_context`
 BACKLOG_JOIN = CellJoin(plan=plan, prepare=prepare, cell=cell, context=pieces_of)
 

@@ -3,7 +3,7 @@
 A derivation is a function of a Capture alone. Its value is kept in ``cap.derived`` under the
 function itself (not a hand-typed name), so every analyzer asking for it gets the object the
 first one computed; this decorator is the only code that reads or writes ``cap.derived``.
-Concurrent first calls on one capture wait for each other (`amqpcap.capture.computed_once`),
+Concurrent first calls on one capture wait for each other (`amqpcap.io.load.computed_once`),
 so analyzers running in threads compute a value once.
 
 Each derivation declares its scope, what a partition of the capture (whole connections) is
@@ -25,7 +25,7 @@ import functools
 import threading
 from typing import Callable, Literal, TypeVar
 
-from ..capture import Capture, computed_once
+from ..io.load import Capture, computed_once
 
 Scope = Literal["connection", "capture"]
 CONNECTION: Scope = "connection"

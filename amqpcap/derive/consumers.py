@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..capture import Capture
+from ..io.load import Capture
 from .cache import CONNECTION, derivation
 from .columns import as_object, asof, codes, group_cumsum, stable_argsort, text_ranks
 from .deliveries import GET_TAG, consumes, deliveries_with_codes

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..capture import Capture
+from ..io.load import Capture
 from .cache import CONNECTION, derivation
 from .columns import as_object, asof, codes, group_cumsum, text_ranks
 from .methods import KEY, chan_key, methods, pick, select

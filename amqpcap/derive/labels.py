@@ -1,7 +1,7 @@
 """Connections and channels as tables and findings name them: the per-row labels of the tables,
 a finding's Wireshark filter on channels, and its subjects as a title lists them.
 
-Names come from `amqpcap.names` (one rule for all of them); nothing here is kept on the capture.
+Names come from `amqpcap.derive.names` (one rule for all of them); nothing here is kept on the capture.
 """
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..display_filters import FilterPart, streams_part
-from ..capture import Capture
-from ..names import connection_names
+from ..model.display_filters import FilterPart, streams_part
+from ..io.load import Capture
+from .names import connection_names
 
 
 def connection_labels(cap: Capture | None, streams) -> np.ndarray:
-    """The connection label (`amqpcap.names.connection_names`: its connection_name, else client
+    """The connection label (`amqpcap.derive.names.connection_names`: its connection_name, else client
     library, user@vhost and address) of each stream in ``streams``, as an object array: the first
     column of the per-consumer tables. `stream N` for a stream that is no connection (or without
     ``cap``)."""
@@ -31,7 +31,7 @@ def connection_labels(cap: Capture | None, streams) -> np.ndarray:
 
 def channels_filter(streams, channels) -> FilterPart:
     """Wireshark display filter for the (stream, channel) pairs of a finding's subjects: the
-    streams (`amqpcap.display_filters.streams_part`, with how many of them it names), and the
+    streams (`amqpcap.model.display_filters.streams_part`, with how many of them it names), and the
     channel when they all share one. Channels of different streams cannot be paired in one short
     filter; the methods a finding adds narrow it."""
     chans = {int(c) for c in channels}

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..capture import Capture
+from ..io.load import Capture
 from .cache import CONNECTION, derivation
 from .columns import codes, group_cumsum
 from .seeds import seeds_of

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..capture import Capture
-from ..partition import Slicing
+from ..io.load import Capture
+from ..analysis.partition import Slicing
 from .backlog import BacklogAnswers, BacklogQuestions, QueueEvents, frame_keys, queue_events, text_codes
 from .backlog_join import BACKLOG_JOIN, BacklogShares, answers_of, shares_of
 from .cache import CAPTURE, CONNECTION, derivation
@@ -115,7 +115,7 @@ def _as_told_before(cap: Capture, s: pd.DataFrame) -> None:
 
 
 def backlog_context(cap: Capture, facts) -> BacklogShares:
-    """The context step (`amqpcap.partition.Split.context`) of the analyzers that read the
+    """The context step (`amqpcap.analysis.partition.Split.context`) of the analyzers that read the
     queue backlog (consumers, latency): a partition's queue events, and where its acks and
     consumers read the backlog, cut into the capture's cells (`amqpcap.derive.backlog_join`;
     one cell without `facts`). One function for both, so that it is joined once for them. The
@@ -184,7 +184,7 @@ class QuestionsTold:
 
 
 def backlog_context_slice(part: Capture, facts, carry: None, last: bool) -> tuple[None, QuestionsTold]:
-    """A slice of a partition's time (`amqpcap.partition.Slicing` of the backlog's context step;
+    """A slice of a partition's time (`amqpcap.analysis.partition.Slicing` of the backlog's context step;
     a whole partition is its own one slice): what it tells of the partition's questions. Nothing
     is carried: what the rows need of the slices before, the derivations replay."""
     from .replay import for_derivations, told, told_consumers  # (replay reads ack_rows: imported here)
@@ -261,10 +261,10 @@ def _in_order(order: np.ndarray, first: np.ndarray | None) -> bool:
     return bool((np.diff(order) >= 0).all())
 
 
-#: the contexts joined (`amqpcap.partition.Split.join_context`): the backlog joined in cells, each
+#: the contexts joined (`amqpcap.analysis.partition.Split.join_context`): the backlog joined in cells, each
 #: partition given its answers alone
 join_backlog_context = BACKLOG_JOIN
-#: the context step over slices of a partition's time (`amqpcap.partition.Split.context_slicing`)
+#: the context step over slices of a partition's time (`amqpcap.analysis.partition.Split.context_slicing`)
 BACKLOG_CONTEXT_SLICING = Slicing(backlog_context_slice, backlog_context_join, replays=True)
 
 

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..capture import Capture
+from ..io.load import Capture
 from .cache import CONNECTION, derivation
 from .columns import as_object, codes, counts_added, value_at
 from .consumers import (CONSUMER, acked_deliveries, code_of, consumer_rows, consumer_state_with_codes,

@@ -1,7 +1,7 @@
 """What the derivations of a slice of a partition's time start from (docs/time-split.md §6).
 
 A partition is cut in slices of its packets when one connection is too large for a worker
-(`amqpcap.partition.time_slice`). The derivations (:mod:`amqpcap.derive.methods`,
+(`amqpcap.analysis.partition.time_slice`). The derivations (:mod:`amqpcap.derive.methods`,
 :mod:`amqpcap.derive.deliveries`) are functions of a `Capture` alone; a slice is a `Capture` of
 its own whose ``cap.frames`` start with **replayed rows**: the frames of earlier slices that are
 still open at the cut (a delivery not yet settled, the basic.consume a later delivery is matched

@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...analysis import AnalyzerResult, analyzer
-from ...capture import Capture
-from ...names import connection_names
-from ...partition import CaptureFacts, Slicing, Split, merge_rows, run_whole
+from ...analysis.registry import AnalyzerResult, analyzer
+from ...io.load import Capture
+from ...derive.names import connection_names
+from ...analysis.partition import CaptureFacts, Slicing, Split, merge_rows, run_whole
 from .channels import _deleted_by
 from .constants import COLUMNS, NAMED, SUMMARY_COLUMNS, SUMMARY_CONNECTIONS
 from .findings import (

@@ -96,7 +96,7 @@ FILTER_CANCEL = "amqp.method.class == 60 && amqp.method.method in {30, 31}"
 FILTER_OPEN = "amqp.method.class == 10 && amqp.method.method == 40"
 FILTER_CONFIRM = "amqp.method.class == 60 && amqp.method.method in {40, 80, 120}"
 FILTER_CHANNEL_OPEN = "amqp.method.class == 20 && amqp.method.method in {10, 11}"
-#: the columns that name a connection (`amqpcap.names.connection_names`), added in the merge: a
+#: the columns that name a connection (`amqpcap.derive.names.connection_names`), added in the merge: a
 #: label shared by two connections is told apart by their stream numbers, which only the whole
 #: capture's connections show
 NAMED = ("connection", "application", "client", "user", "vhost")

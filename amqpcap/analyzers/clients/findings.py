@@ -10,12 +10,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...analysis import Finding
-from ...capture import Capture
-from ...display_filters import filter_evidence, streams_part
-from ...names import connection_names, subject, subject_namer
-from ...reply_codes import NO_ROUTE, NOT_ALLOWED
-from ...wording import reply_code
+from ...analysis.registry import Finding
+from ...io.load import Capture
+from ...model.display_filters import filter_evidence, streams_part
+from ...derive.names import connection_names, subject, subject_namer
+from ...model.reply_codes import NO_ROUTE, NOT_ALLOWED
+from ...model.wording import reply_code
 from .channels import _peak_per_s
 from .constants import (
     CHANNEL_CHURN_MIN, CHANNEL_FEW_MESSAGES, CHANNEL_LEAK_SHARE, CHANNEL_WARN_OPENS_PER_S, CHURN_FEW_MESSAGES,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ...capture import Capture
+from ...io.load import Capture
 from ...derive.columns import codes, counts_added
 from ...derive.deliveries import confirms
 from ...derive.methods import select

@@ -10,7 +10,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from ...capture import Capture
+from ...io.load import Capture
 from ...derive.columns import group_cumsum
 from ...derive.methods import select
 from ...derive.seeds import chan_keys

@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...capture import Capture
+from ...io.load import Capture
 from ...derive.methods import methods, select
 from ...derive.rates import msgs_per_s_active
-from ...partition import CaptureFacts
+from ...analysis.partition import CaptureFacts
 from .channels import _cancels, _open_channels, _opens_per_s, _queue_deletes
 from .constants import COLUMNS, COUNTED, EXAMPLES, NAMED, ROUND_TRIPS
 from .publishes import _confirmed, _confirming, _count_publishes, _publishes_in_tx, _returns
@@ -26,7 +26,7 @@ def clients_partial(cap: Capture, facts: CaptureFacts) -> dict[str, Any]:
 
 
 def clients_slice(part: Capture, facts: CaptureFacts, seen: _Seen | None, last: bool) -> tuple[_Seen, _Piece]:
-    """A slice of a partition's time (`amqpcap.partition.Slicing`; a whole partition is its own
+    """A slice of a partition's time (`amqpcap.analysis.partition.Slicing`; a whole partition is its own
     one slice): what it adds to `seen`, and what it tells; the last slice also the connections'
     rows, from the final `seen`."""
     m = methods(part)  # (the slice's own frames: counted once, by the slice they are in)

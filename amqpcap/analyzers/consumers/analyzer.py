@@ -9,12 +9,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...analysis import AnalyzerResult, Plot, analyzer
-from ...capture import Capture
+from ...analysis.registry import AnalyzerResult, Plot, analyzer
+from ...io.load import Capture
 from ...derive.labels import connection_labels
 from ...derive.refills import BACKLOG_CONTEXT_SLICING, backlog_context, join_backlog_context
-from ...kept_rows import rows_table
-from ...partition import CaptureFacts, Slicing, Split, facts_of, merge_rows, run_whole, taken
+from ...io.kept_rows import rows_table
+from ...analysis.partition import CaptureFacts, Slicing, Split, facts_of, merge_rows, run_whole, taken
 from .findings import _findings, _unlimited_finding
 from .plots import _plot_state, merged_bins
 from .step import consumers_join, consumers_partial, consumers_slice

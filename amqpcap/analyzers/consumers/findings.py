@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ...analysis import SEVERITY_RANK, Finding
-from ...capture import Capture
+from ...analysis.registry import SEVERITY_RANK, Finding
+from ...io.load import Capture
 from ...derive.columns import as_object
 from ...derive.labels import channels_filter
-from ...display_filters import covered_filter, filter_evidence, stream_filter
-from ...names import connection_label, consumer_label, number, subject_namer
+from ...model.display_filters import covered_filter, filter_evidence, stream_filter
+from ...derive.names import connection_label, consumer_label, number, subject_namer
 from .constants import EXAMPLE_SUBJECTS, MIN_DELIVERIES, UNLIMITED_UNACKED
 from .flags import _flags
 from .limits import _limit_packets

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...capture import Capture
+from ...io.load import Capture
 from ...derive.columns import as_object, codes
 from ...derive.consumers import consumer_state
 from ...derive.deliveries import tag_ranks

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ...capture import Capture
+from ...io.load import Capture
 from ...derive.columns import as_object
 from ...derive.consumers import with_prefetch
 from ...derive.deliveries import consumes

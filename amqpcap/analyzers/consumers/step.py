@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...capture import Capture
+from ...io.load import Capture
 from ...derive.backlog import BacklogAnswers
 from ...derive.backlog_join import BacklogPieces, answers_of
 from ...derive.consumers import (
@@ -21,8 +21,8 @@ from ...derive.methods import KEY
 from ...derive.refills import AnswerRows, backlog_answers, slow_refills_of, told_ack_gaps
 from ...derive.replay import for_derivations, state_maxima, told, told_consumers, told_state
 from ...derive.seeds import seeds_of
-from ...kept_rows import keep
-from ...partition import CaptureFacts
+from ...io.kept_rows import keep
+from ...analysis.partition import CaptureFacts
 from .constants import NOT_A_WINDOW
 from .findings import _unlimited
 from .limits import _limit_rows_of, _no_ack_rows
@@ -78,7 +78,7 @@ class _Piece:
 
 def consumers_slice(part: Capture, facts: CaptureFacts, answer_rows: AnswerRows | None, last: bool,
                     backlog: BacklogPieces | None) -> tuple[AnswerRows, _Piece]:
-    """A slice of a partition's time (`amqpcap.partition.Slicing`; a whole partition is its own
+    """A slice of a partition's time (`amqpcap.analysis.partition.Slicing`; a whole partition is its own
     one slice): the rows it tells of the derivations (`amqpcap.derive.replay.told`), its own
     zero-window packets; the last slice also what only the end knows."""
     view = for_derivations(part)

@@ -9,13 +9,13 @@ from typing import Any
 
 import pandas as pd
 
-from ...analysis import AnalyzerResult, Plot, analyzer
-from ...capture import Capture
+from ...analysis.registry import AnalyzerResult, Plot, analyzer
+from ...io.load import Capture
 from ...derive.labels import connection_labels
 from ...derive.refills import BACKLOG_CONTEXT_SLICING, backlog_context, join_backlog_context
-from ...kept_rows import columns as kept_columns
-from ...kept_rows import rows_table
-from ...partition import CaptureFacts, Slicing, Split, merge_rows, run_whole, taken
+from ...io.kept_rows import columns as kept_columns
+from ...io.kept_rows import rows_table
+from ...analysis.partition import CaptureFacts, Slicing, Split, merge_rows, run_whole, taken
 from .findings import _redelivery_findings, _refill_findings
 from .numbers import _imax, _values, _wmean, stats
 from .plots import _plot_cdf, _plot_over_time, _plot_raster, _raster_joined

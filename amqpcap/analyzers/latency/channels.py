@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ...analysis import SEVERITY_RANK
+from ...analysis.registry import SEVERITY_RANK
 from ...derive.methods import chan_key
 from ...derive.refills import waiting
 from .constants import REDELIVERY_CRITICAL_SHARE, REDELIVERY_MIN, REDELIVERY_SHARE, REFILL_CRITICAL_S

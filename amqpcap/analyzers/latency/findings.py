@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ...analysis import Finding
-from ...capture import Capture
+from ...analysis.registry import Finding
+from ...io.load import Capture
 from ...derive.labels import channels_filter
-from ...display_filters import filter_evidence
-from ...names import connection_label, consumer_label, number, subject_namer
+from ...model.display_filters import filter_evidence
+from ...derive.names import connection_label, consumer_label, number, subject_namer
 from .channels import SEVERITIES
 
 

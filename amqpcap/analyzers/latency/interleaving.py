@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ...capture import Capture
+from ...io.load import Capture
 from ...derive.columns import codes, stable_argsort, value_at
 from ...derive.deliveries import DELIVER_METHODS, SETTLE_METHODS
 from ...derive.methods import chan_key, methods, select

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...kept_rows import part_columns
-from ...quantiles import Chunks, count_max_mean, percentiles
+from ...io.kept_rows import part_columns
+from ...derive.quantiles import Chunks, count_max_mean, percentiles
 
 
 def stats(values: Chunks) -> dict:
     """count, p50_s, p90_s, p99_s, max_s, mean_s of a latency column's values (`_values`), read
-    a part at a time: the percentiles exact (`amqpcap.quantiles`), the mean from the correctly
+    a part at a time: the percentiles exact (`amqpcap.derive.quantiles`), the mean from the correctly
     rounded sum."""
     n, top, mean = count_max_mean(values)
     if n == 0:

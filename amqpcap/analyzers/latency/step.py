@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...capture import Capture
+from ...io.load import Capture
 from ...derive.backlog import BacklogAnswers
 from ...derive.columns import text_ranks
 from ...derive.deliveries import DELIVER_METHODS, SETTLE_METHODS, Deliveries, confirms, deliveries_with_codes
@@ -19,8 +19,8 @@ from ...derive.methods import chan_key, methods, pick, select
 from ...derive.refills import AnswerRows, backlog_answers, slow_refills_of, told_ack_gaps
 from ...derive.replay import for_derivations, told
 from ...derive.seeds import seeds_of
-from ...kept_rows import keep
-from ...partition import CaptureFacts
+from ...io.kept_rows import keep
+from ...analysis.partition import CaptureFacts
 from .channels import _redelivery_rows, _refill_rows
 from .interleaving import _current, _no_spaces, _replayed, _spaces, interleaving
 from .per_consumer import _Labels, consumer_latency
@@ -32,7 +32,7 @@ _NONE = np.zeros(0, np.int64)
 
 def latency_partial(cap: Capture, facts: CaptureFacts, backlog: BacklogAnswers) -> dict[str, Any]:
     """A partition's deliveries, ack gaps (with the whole capture's backlog read at them) and
-    confirms, kept where they were made (`amqpcap.kept_rows`); what the merge needs of them,
+    confirms, kept where they were made (`amqpcap.io.kept_rows`); what the merge needs of them,
     each number a consumer's or a channel's own (its consumers, its channels' slow refills and
     bouncing messages, its counts); its interleaving rows and the raster's data. The partition
     is the one slice of its time (`latency_slice`)."""
@@ -75,7 +75,7 @@ class _Piece:
 
 def latency_slice(part: Capture, facts: CaptureFacts, carry: _Carry | None, last: bool,
                   backlog: BacklogAnswers) -> tuple[_Carry, _Piece]:
-    """A slice of a partition's time (`amqpcap.partition.Slicing`; a whole partition is its own
+    """A slice of a partition's time (`amqpcap.analysis.partition.Slicing`; a whole partition is its own
     one slice): the rows it tells, with what the slices before left in `carry`, and the carry for
     the next slice."""
     carry = carry or _Carry(AnswerRows(), _no_spaces())

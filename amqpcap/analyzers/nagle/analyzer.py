@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...analysis import AnalyzerResult, Plot, analyzer
-from ...capture import Capture
-from ...partition import CaptureFacts, Slicing, Split, merge_rows, run_whole
+from ...analysis.registry import AnalyzerResult, Plot, analyzer
+from ...io.load import Capture
+from ...analysis.partition import CaptureFacts, Slicing, Split, merge_rows, run_whole
 from .carry import _Carry
 from .directions import _slice, nagle_join
 from .findings import nagle_finding, small_packets_finding
@@ -19,7 +19,7 @@ from .plots import _plot_small_share, _plot_stalls
 
 
 def nagle_slice(part: Capture, facts: CaptureFacts, carry: _Carry | None, last: bool) -> tuple[_Carry, dict[str, Any]]:
-    """A slice of a partition's time (`amqpcap.partition.Slicing`): the carry moved past its
+    """A slice of a partition's time (`amqpcap.analysis.partition.Slicing`): the carry moved past its
     packets, and its piece of the partial (`nagle_join`)."""
     _, carry, piece = _slice(part, carry, last)
     return carry, piece

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ...capture import Capture
+from ...io.load import Capture
 from ...derive.stream_order import running_last as _running_last
 from .constants import CARRIES
 
@@ -30,7 +30,7 @@ class _Carry:
     """What a partition's packets so far leave to the analysis of the packets after them, per
     direction of each connection (arrays indexed as the rows of `_directions`, two per
     connection): carried from one slice of the partition's time to the next
-    (`amqpcap.partition.Slicing`), empty for the first slice or the partition analysed whole.
+    (`amqpcap.analysis.partition.Slicing`), empty for the first slice or the partition analysed whole.
     Its size is the number of connections, whatever the number of packets."""
 
     #: the direction's last packet (rows [0, 2n)) and the one before it (rows [2n, 4n)), read by

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...capture import Capture
+from ...io.load import Capture
 from ...derive.stream_order import running_last as _running_last
 from .carry import _Carry, _NONE, _SEGMENT_COLUMNS, _again
 from .constants import (

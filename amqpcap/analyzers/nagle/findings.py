@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ...analysis import Finding
-from ...capture import Capture
-from ...display_filters import FilterPart, filter_evidence, packets_part
-from ...names import subject_namer
+from ...analysis.registry import Finding
+from ...io.load import Capture
+from ...model.display_filters import FilterPart, filter_evidence, packets_part
+from ...derive.names import subject_namer
 from ...derive.labels import who
 from .constants import (
     AVOIDABLE_MIN_PACKETS, AVOIDABLE_RATE_CRITICAL, AVOIDABLE_RATE_INFO, AVOIDABLE_RATE_WARNING,

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ...capture import Capture
+from ...io.load import Capture
 from .constants import STALL_ACK_DELAY_MAX_S
 
 
@@ -44,8 +44,8 @@ def _plot_small_share(cap: Capture, d: pd.DataFrame):
     def draw(path: Path) -> None:
         import matplotlib.pyplot as plt
 
-        from ...names import connection_label
-        from ...plotting import plain_axis, short, shown_of
+        from ...derive.names import connection_label
+        from ...derive.plotting import plain_axis, short, shown_of
 
         fig, ax = plt.subplots(figsize=(11, max(2.5, 0.3 * len(top) + 1.3)), layout="constrained")
         labels = [f"{short(connection_label(cap, s), 44)} {dr}" for s, dr in zip(top["stream"], top["direction"])]

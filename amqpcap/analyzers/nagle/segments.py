@@ -9,7 +9,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from ...capture import Capture
+from ...io.load import Capture
 from ...derive.stream_order import HI_SHIFT as _HI_SHIFT
 from ...derive.stream_order import running_last as _running_last
 from ...derive.stream_order import stream_order

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...analysis import AnalyzerResult, Plot, analyzer
-from ...capture import Capture
-from ...partition import CaptureFacts, Slicing, Split, merge_rows, run_whole
+from ...analysis.registry import AnalyzerResult, Plot, analyzer
+from ...io.load import Capture
+from ...analysis.partition import CaptureFacts, Slicing, Split, merge_rows, run_whole
 from .bins import time_bins
 from .counts import packet_size_table
 from .plots import _plot_frames_per_packet, _plot_packet_sizes, _plot_segment_sizes, _plot_throughput

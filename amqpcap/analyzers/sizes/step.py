@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...capture import Capture
-from ...partition import CaptureFacts
+from ...io.load import Capture
+from ...analysis.partition import CaptureFacts
 from .bins import SEGMENT_SIZE_EDGES, _ns, plen_counts, segment_histograms, segment_time_edges, time_bins
 from .constants import DIRECTIONS
 from .counts import (
@@ -103,7 +103,7 @@ def sizes_partial(cap: Capture, facts: CaptureFacts) -> dict[str, Any]:
 
 
 def sizes_slice(part: Capture, facts: CaptureFacts, seen: _Seen | None, last: bool):
-    """A slice of a partition's time (`amqpcap.partition.Slicing`): what it adds to `seen`, and
+    """A slice of a partition's time (`amqpcap.analysis.partition.Slicing`): what it adds to `seen`, and
     on the last slice the partition's partial."""
     seen = _seen(part, facts, seen, last)
     return seen, (_partial(seen) if last else None)

@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...capture import Capture
+from ...io.load import Capture
 from ...derive.columns import value_at
-from ...partition import CaptureFacts
+from ...analysis.partition import CaptureFacts
 from .bins import _ns, time_bins
 from .constants import DELIVER_METHODS, DIRECTIONS
 from .counts import _is_method

@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...analysis import AnalyzerResult, Plot, analyzer
-from ...capture import Capture
-from ...kept_rows import keep
-from ...partition import CaptureFacts, Slicing, Split, merge_rows, run_whole, taken
+from ...analysis.registry import AnalyzerResult, Plot, analyzer
+from ...io.load import Capture
+from ...io.kept_rows import keep
+from ...analysis.partition import CaptureFacts, Slicing, Split, merge_rows, run_whole, taken
 from .constants import PLOT_MAX_DIRECTIONS
 from .context import CONTEXT_SLICING, StallsContext, _origin, stalls_context, stalls_join
 from .findings import _broker_flow_control, _capture_gaps, _publisher_blocked, _receiver_window, _window_packets

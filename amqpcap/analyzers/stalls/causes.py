@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from ...capture import Capture
+from ...io.load import Capture
 from ...derive import consumers as credit
 from ...derive.deliveries import confirms
 from ...derive.replay import for_derivations, told, told_state

@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ...capture import Capture
+from ...io.load import Capture
 from ...derive import consumers as credit
 from ...derive.columns import as_object
 from ...derive.replay import for_derivations
 from ...derive.stream_order import ns, seconds
-from ...partition import CaptureFacts, PerPartition, Slicing
+from ...analysis.partition import CaptureFacts, PerPartition, Slicing
 from .causes import _blocked, _frames
 from .constants import BLOCK_METHODS
 from .intervals import _empty_iv
@@ -82,7 +82,7 @@ def stalls_context(cap: Capture, facts: CaptureFacts) -> StallsContext:
 
 def stalls_context_slice(part: Capture, facts: CaptureFacts, carry: _ContextCarry | None,
                          last: bool) -> tuple[_ContextCarry, dict]:
-    """The context step over a slice of a partition's time (`amqpcap.partition.Slicing`; a
+    """The context step over a slice of a partition's time (`amqpcap.analysis.partition.Slicing`; a
     whole partition is its own one slice): the blocks it tells (lifted here, or every one at the
     `last` slice) with their stream and connection.blocked packet (their place in the whole's
     order), and at the last slice the consumers' maxima."""
@@ -157,5 +157,5 @@ def stalls_join(contexts: list[StallsContext]) -> PerPartition:
     return PerPartition([StallsContext(blocks, x.maxima) for x in contexts])
 
 
-#: the context step over slices of a partition's time (`amqpcap.partition.Split.context_slicing`)
+#: the context step over slices of a partition's time (`amqpcap.analysis.partition.Split.context_slicing`)
 CONTEXT_SLICING = Slicing(stalls_context_slice, stalls_context_join, replays=True)

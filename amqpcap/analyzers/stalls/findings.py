@@ -7,14 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ...analysis import Finding
-from ...capture import Capture
+from ...analysis.registry import Finding
+from ...io.load import Capture
 from ...derive.labels import who
-from ...display_filters import filter_evidence, streams_part
-from ...inputs import ring_holes
-from ...names import subject_namer
-from ...wording import counted
-from ...written_values import iso_utc
+from ...model.display_filters import filter_evidence, streams_part
+from ...io.inputs import ring_holes
+from ...derive.names import subject_namer
+from ...model.wording import counted
+from ...model.written_values import iso_utc
 from .constants import (
     CAPTURE_GAPS_CRITICAL_SHARE, CAPTURE_GAPS_INFO_MAX, CAPTURE_GAPS_WARNING_SHARE, DIRS, FLOW_CONTROL_DOC,
     PUBLISHER_BLOCKED_CRITICAL_S, RECEIVER_WINDOW_CRITICAL_SHARE, RECEIVER_WINDOW_WARNING_S,
@@ -280,7 +280,7 @@ def _gap_severity(n: int, missing: int, span: int) -> str:
 
 def _gap_causes(gaps: pd.DataFrame, cap: Capture) -> tuple[np.ndarray, np.ndarray, list[dict]]:
     """Each gap's cause (`GAP_CAUSES`) and ring hole (index into the holes, -1: none), and the
-    holes of the ring read as this capture (`amqpcap.inputs.ring_holes`). A gap is a missing
+    holes of the ring read as this capture (`amqpcap.io.inputs.ring_holes`). A gap is a missing
     file's when its bytes were lost in the file's time: its direction's data before it
     (``after_ts``; none: its connection's first packet) is no later than the last packet of the
     file before the hole and its own packet no earlier than the first of the file after. The

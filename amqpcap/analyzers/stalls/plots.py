@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ...capture import Capture
+from ...io.load import Capture
 from ...derive.stream_order import ns, seconds
 from .constants import CAUSES, CAUSE_COLORS, PLOT_BINS, PLOT_FINE_BINS, PLOT_MAX_DIRECTIONS, PLOT_MAX_TIMELINE_ROWS
 from .intervals import _direction_key
@@ -153,8 +153,8 @@ def _plot_window(path: Path, cap: Capture, series: dict, tcp: pd.DataFrame, stal
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    from ...names import connection_label
-    from ...plotting import natural_order, plain_axis, short, shown_of
+    from ...derive.names import connection_label
+    from ...derive.plotting import natural_order, plain_axis, short, shown_of
 
     held = _window_directions(tcp, stalls_tbl)
     cand = held.head(PLOT_MAX_DIRECTIONS)
@@ -195,8 +195,8 @@ def _plot_timeline(path: Path, cap: Capture, stalls_tbl: pd.DataFrame, t0) -> No
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    from ...names import connection_label
-    from ...plotting import natural_order, short, shown_of
+    from ...derive.names import connection_label
+    from ...derive.plotting import natural_order, short, shown_of
 
     colors = {**CAUSE_COLORS, "idle": "#dddddd"}
     st = stalls_tbl.assign(key=stalls_tbl["stream"].astype(np.int64) * 2 + (stalls_tbl["direction"] == "s2c"))

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ...capture import Capture
-from ...partition import CaptureFacts
+from ...io.load import Capture
+from ...analysis.partition import CaptureFacts
 from .causes import (
     _block_publishes, _blocked, _channel_flow, _confirm_outstanding, _deliveries_in, _flow_events, _frames,
     _prefetch_limited)
@@ -80,7 +80,7 @@ class _Carry:
 
 
 def stalls_slice(part: Capture, facts: CaptureFacts, carry: _Carry | None, last: bool, context: StallsContext):
-    """A slice of a partition's time (`amqpcap.partition.Slicing`; the partition itself: its one
+    """A slice of a partition's time (`amqpcap.analysis.partition.Slicing`; the partition itself: its one
     slice): (what the next slice needs, the slice's piece for `stalls_pieces_joined`).
     `context`: every partition's connection.blocked intervals, the lifetime maxima of the
     partition's consumers with an estimated prefetch (the context round: `StallsContext`)."""

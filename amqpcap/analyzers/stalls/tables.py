@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ...kept_rows import part_frame
-from ...quantiles import Chunks, median_and_percentiles
+from ...io.kept_rows import part_frame
+from ...derive.quantiles import Chunks, median_and_percentiles
 from .constants import (
     CAUSES, CAUSE_SHARE, DIRS, GAP_FACTOR, MIN_STALL_S, RECEIVER_WINDOW_CRITICAL_SHARE, RTT_FACTOR, TCP_COLUMNS,
     WINDOW_MIN_S)

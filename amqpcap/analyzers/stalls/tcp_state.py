@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ...capture import Capture
+from ...io.load import Capture
 from ...derive.stream_order import running_last, running_max_keyed, seconds, stream_order
 from .constants import ACK, DUPLICATE_S, FIN_SYN_RST, SYN
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import AmqpcapError
+from ...model.errors import AmqpcapError
 
 # (numpy and pandas are imported by the functions that use them: whether a path is a dataset is
 # asked before a capture is decoded, which should not wait for pandas' import)
@@ -59,7 +59,7 @@ def bucket_of(stream: np.ndarray, buckets: int) -> np.ndarray:
     which also decodes a pass's buckets by it."""
     import numpy as np
 
-    from .. import _core
+    from ... import _core
 
     return _core.bucket_of(np.ascontiguousarray(stream, dtype=np.int64), buckets)
 

@@ -2,7 +2,7 @@
 
 A merge that reports the percentiles of every delivery's latency (or every RTT sample) used to
 read the column whole into one process: 8 bytes a value, about 2 GB of the merging process at
-100M packets. Here the values stay in their parts (`amqpcap.kept_rows`: the buckets' files, or
+100M packets. Here the values stay in their parts (`amqpcap.io.kept_rows`: the buckets' files, or
 the frame itself in one process) and are read a part at a time, once per pass:
 
 - few values (`GATHER_MAX` at most): gathered, and numpy computes the percentiles itself;

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..capture import Capture
-from ..errors import CaptureError
-from ..partition import UNREAD_COLUMNS, CaptureFacts, clean_cuts, facts_from_ts
+from ..load import Capture
+from ...model.errors import CaptureError
+from ...analysis.partition import UNREAD_COLUMNS, CaptureFacts, clean_cuts, facts_from_ts
 from .layout import CONNECTION_TABLES, ORDER, Location, bucket_file, from_json, location, manifest
 from .writing import capture_tables
 
@@ -24,7 +24,7 @@ from .writing import capture_tables
 def _template() -> dict[str, pd.DataFrame]:
     """Empty tables with `load`'s dtypes (categories of the fixed vocabularies included): the
     core's own output for a capture without packets, so the dtypes have one source."""
-    from ..capture import load
+    from ..load import load
 
     with tempfile.TemporaryDirectory() as d:
         empty = Path(d) / "empty.pcap"
@@ -127,8 +127,8 @@ def packet_filter(name: str, packets: tuple[int, int | None] | None):
     """The rows of table `name` that a slice of time from packet `first` up to `end` (excluded;
     None: to the end) holds, as a pyarrow filter (None: every row): those of its packets (its
     bodies: by their last packet; a row without a packet, in the first slice), as
-    `amqpcap.partition.time_slice` cuts a partition in memory. The files are sorted by that
-    column, with its statistics (`amqpcap.table_files.PARQUET_STATISTICS_COLUMNS`): the row groups of
+    `amqpcap.analysis.partition.time_slice` cuts a partition in memory. The files are sorted by that
+    column, with its statistics (`amqpcap.io.table_files.PARQUET_STATISTICS_COLUMNS`): the row groups of
     other packets are skipped, not read."""
     if packets is None or name == "connections":
         return None
@@ -160,7 +160,7 @@ def read(path: str | os.PathLike[str] | Location, buckets: list[int] | None = No
     """The capture stored at `path`, with the tables and summary `load` gave.
 
     With `buckets`, only those buckets' connections (a partition of whole connections,
-    `amqpcap.partition`): their tables, no `records` and none of the file's own anomalies;
+    `amqpcap.analysis.partition`): their tables, no `records` and none of the file's own anomalies;
     the summary stays the whole capture's. `without`: columns of each table left unread.
     `packets` (first, end), with `buckets`: a slice of their time (`packet_filter`)."""
     loc = location(path)
@@ -186,13 +186,13 @@ def read_partition(path: str | os.PathLike[str] | Location, buckets: list[int],
                    packets: tuple[int, int | None] | None = None) -> Capture:
     """The buckets' connections as the partition steps read them (`engine.bucket_step`): without
     the columns none of them reads (`partition.UNREAD_COLUMNS`); with `packets` (first, end),
-    the slice of their time from packet `first` up to `end` (`amqpcap.partition.time_slice`)."""
+    the slice of their time from packet `first` up to `end` (`amqpcap.analysis.partition.time_slice`)."""
     return read(path, buckets, without=UNREAD_COLUMNS, packets=packets)
 
 
 def bucket_cuts(path: str | os.PathLike[str] | Location, bucket: int, every: int) -> list[int]:
     """Where the bucket's time may be cut into slices of about `every` of its packets
-    (`amqpcap.partition.clean_cuts`), from its packets' packet and ts columns alone."""
+    (`amqpcap.analysis.partition.clean_cuts`), from its packets' packet and ts columns alone."""
     t = _read_arrow(location(path), "packets", [bucket], loose=False, columns=["packet", "ts"])
     if t is None:
         return []
@@ -202,8 +202,8 @@ def bucket_cuts(path: str | os.PathLike[str] | Location, bucket: int, every: int
 def read_outline(path: str | os.PathLike[str] | Location) -> Capture:
     """The capture's connections and anomalies tables and its summary, without packets, frames,
     bodies or records: what a merge of partition steps needs to name connections
-    (`amqpcap.partition`), and what `amqpcap analyze` shows of a dataset besides the merged
-    results and the buckets' tally (`amqpcap.tally`). An anomaly is a row per malformed thing,
+    (`amqpcap.analysis.partition`), and what `amqpcap analyze` shows of a dataset besides the merged
+    results and the buckets' tally (`amqpcap.derive.tally`). An anomaly is a row per malformed thing,
     at most `max_anomalies` per bucket."""
     loc = location(path)
     cap = read(loc, [])
@@ -231,7 +231,7 @@ def _records(loc: Location, summary: dict, columns: list[str] | None = None) -> 
 
 def facts(path: str | os.PathLike[str] | Location) -> CaptureFacts:
     """What every partition's step needs to know of the whole capture, read from the records' and
-    the packets' timestamp columns alone (`amqpcap.partition.facts_of` for an in-memory capture)."""
+    the packets' timestamp columns alone (`amqpcap.analysis.partition.facts_of` for an in-memory capture)."""
     import pyarrow.compute as pc
 
     loc = location(path)

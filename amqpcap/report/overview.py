@@ -28,13 +28,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .analysis import AnalyzerResult
-from .capture import Capture
-from .consequences import settled
-from .derive.rates import capture_s, msgs_per_capture_s, msgs_per_s_active
-from .names import consumer_label
-from .tally import Tally, capture_tally, frame_count, lossy_streams, rate_edges
-from .wording import counted
+from ..analysis.registry import AnalyzerResult
+from ..io.load import Capture
+from ..analysis.consequences import settled
+from ..derive.rates import capture_s, msgs_per_capture_s, msgs_per_s_active
+from ..derive.names import consumer_label
+from ..derive.tally import Tally, capture_tally, frame_count, lossy_streams, rate_edges
+from ..model.wording import counted
 
 #: rows of the per queue, per publish destination and per consumer lists (the busiest)
 MAX_ROWS = 10
@@ -44,7 +44,7 @@ ROLES = ("publisher", "consumer", "both", "idle", "amqp-1.0")
 
 def overview(cap: Capture, results: list[AnalyzerResult]) -> dict[str, Any]:
     """JSON-ready overview of the capture (see the module doc and docs/summary.md), from its
-    tally (`amqpcap.tally`: counted per partition and added)."""
+    tally (`amqpcap.derive.tally`: counted per partition and added)."""
     duration = capture_s(cap.summary)
     rate = _rate(duration)
     t = capture_tally(cap)
@@ -234,7 +234,7 @@ def rates_png(cap: Capture) -> bytes | None:
     """A small plot for the top of the report: messages published, delivered and acked per second
     over the capture (per time bin), and published minus delivered so far (what went in and has
     not come out: a queue growing shows as a rising line). None without publishes or deliveries."""
-    from .plotting import plain_axis
+    from ..derive.plotting import plain_axis
 
     edges = rate_edges(cap)
     if edges is None or not frame_count(cap):  # no packets, or no AMQP frame
@@ -245,7 +245,7 @@ def rates_png(cap: Capture) -> bytes | None:
         return None
     import io
 
-    from .report import agg_pyplot
+    from .outputs import agg_pyplot
 
     plt = agg_pyplot()
     fig, ax = plt.subplots(figsize=(11, 2.6), layout="constrained")

@@ -22,8 +22,8 @@ from typing import Any
 
 import pandas as pd
 
-from .capture import DEFAULT_PORTS, Capture, load
-from .errors import ToolError
+from .load import DEFAULT_PORTS, Capture, load
+from ..model.errors import ToolError
 
 #: AMQP frame type octets (0-9-1 §2.3.5; RabbitMQ's heartbeat is 8) and amqpcap's names.
 FRAME_TYPES = {"1": "method", "2": "header", "3": "body", "8": "heartbeat"}

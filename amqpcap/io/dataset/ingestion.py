@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from ..partition import release_freed_memory
+from ...analysis.partition import release_freed_memory
 from .layout import BUCKET_TARGET_BYTES, CONNECTION_TABLES, bucket_file, default_buckets
 from .writing import BatchFile, add_rows, new_directory, write_connections, write_loose, write_manifest, writing_into
 
@@ -57,7 +57,7 @@ class StepResult:
 def spill_path(out: str | os.PathLike[str], k: int) -> Path:
     """The spill file of bucket `k` of the dataset being written at `out` (named by the core,
     which writes it)."""
-    from .. import _core
+    from ... import _core
 
     return Path(_core.spill_path(str(Path(out) / SPILL_DIR), k))
 
@@ -81,7 +81,7 @@ def ingest_bucket(out: str | os.PathLike[str], buckets: int, k: int, capture_rec
 
 
 #: a bucket of more packets than this has its frames written to its Parquet file as they
-#: settle, while it is still decoded in another thread (`amqpcap.capture.decode_spilled`'s
+#: settle, while it is still decoded in another thread (`amqpcap.io.load.decode_spilled`'s
 #: ``frames_sink``, `table_files.batches_from_sink`): the decode never holds a long connection's frames
 #: whole. The ingest of the long-connection recording of `fixtures/record/record.sh` (its
 #: consumer's bucket: 2.13M packets, 6.4M frames) peaked at 0.54-0.57 GiB in 5.9-6.9 s, against
@@ -103,7 +103,7 @@ def _decode_bucket(out, buckets: int, k: int, capture_records: int, load_args: d
     """Bucket `k` (of `packets` packets) decoded from its spill file; a large bucket's frames
     written to their file while it decodes (in this thread; the decode runs in another), counted
     in ``written``."""
-    from ..capture import decode_spilled
+    from ..load import decode_spilled
     from ..table_files import batches_from_sink, write_arrow_file
 
     decode = functools.partial(decode_spilled, spill_path(out, k), capture_records, **load_args)
@@ -144,7 +144,7 @@ def _decode_writing_records(capture, out: Path, load_args: dict, progress, **dec
     """`decode_arrow` of the capture, its `records` written to `capture/records.parquet` a batch
     at a time while the core reads (with a key log, where the capture is decoded twice: at the
     end). Returns the decode (its ``written`` counts the records)."""
-    from ..capture import decode_arrow
+    from ..load import decode_arrow
 
     records = BatchFile(out / "capture" / "records.parquet")
     streamed = load_args.get("tls_keylog") is None
@@ -186,7 +186,7 @@ def ingest(capture, out: str | os.PathLike[str], *, buckets: int | None = None,
     decoded whole, without a spill. `load(out)` then gives the capture `load(capture)` gives.
     `load_args` go to `load`.
 
-    The buckets are decoded one after the other here, or through `run_buckets` (`amqpcap.engine`
+    The buckets are decoded one after the other here, or through `run_buckets` (`amqpcap.engine.on_dask`
     runs them as Dask tasks); `progress(done, total, packets)` is `load`'s, here counting the
     bytes of the files read and then of the spill files decoded.
     """
@@ -203,7 +203,7 @@ def ingest(capture, out: str | os.PathLike[str], *, buckets: int | None = None,
 
 
 def _ingest(capture, out: Path, buckets: int, progress, run_buckets, load_args: dict, file_bytes: int) -> Ingested:
-    from ..capture import protocol_warnings, tls_warnings
+    from ..load import protocol_warnings, tls_warnings
 
     with writing_into(out):
         # capture/ first: from then on the directory is recognised as a dataset (`is_dataset`),

@@ -14,9 +14,9 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from .analysis import AnalyzerResult, Finding
-from .written_values import is_rate, is_seconds, iso_utc
-from .wording import counted
+from ..analysis.registry import AnalyzerResult, Finding
+from ..model.written_values import is_rate, is_seconds, iso_utc
+from ..model.wording import counted
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 

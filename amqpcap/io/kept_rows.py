@@ -4,7 +4,7 @@ An analyzer's partition step makes tables of a row per message (deliveries, ack 
 state), which its merge used to gather from every bucket into the calling process: about 100 MB
 per 740k-packet bucket, 20 GB for a 100M-packet dataset. Instead, the step `keep`s such a table:
 
-- in one process (`amqpcap.partition.run_whole`, tests, notebooks) it stays the DataFrame;
+- in one process (`amqpcap.analysis.partition.run_whole`, tests, notebooks) it stays the DataFrame;
 - in a bucket task on a Dask worker that was given a store (`keeping_in`), it is written to
   ``STORE/<table>/bucket=<k>.arrow`` and the partial carries a `KeptPart` (its path and row
   count) instead.
@@ -14,10 +14,10 @@ live only as long as one analysis, and are written and read back once or twice e
 Parquet on one 100M-packet bucket's parts (104 files): written in 0.16 s instead of 0.38 s and
 read back into frames in 0.17 s instead of 0.23 s, at the same size (32 MB).
 
-The merge joins the parts with `rows_table`: a DataFrame (`amqpcap.partition.merge_rows`) when
+The merge joins the parts with `rows_table`: a DataFrame (`amqpcap.analysis.partition.merge_rows`) when
 they are frames, else a `KeptRows`, which reads only the columns asked of it (`columns`, in the
 whole capture's row order) and writes itself bucket by bucket (`write`, the capture's own tables'
-k-way merge: `amqpcap.stored_tables`), so that no process holds the whole table.
+k-way merge: `amqpcap.io.stored_tables`), so that no process holds the whole table.
 
 The store is a directory beside the dataset's buckets (``DATASET/_kept-<run>``: the leading
 underscore makes Arrow, Spark and DuckDB dataset readers skip it), made and removed by the caller
@@ -148,7 +148,7 @@ def rows_table(parts: list, key: list[str]) -> Union[pd.DataFrame, "KeptRows"]:
     """The partitions' rows of one table as the whole capture's: a DataFrame when no part was
     kept on a worker (`merge_rows` by `key`), else the `KeptRows` of the parts (merged by the
     column each was kept with, `keep`'s `key`; a partition's empty frame holds no row)."""
-    from .partition import merge_rows
+    from ..analysis.partition import merge_rows
 
     kept = [p for p in parts if isinstance(p, KeptPart)]
     if not kept:
@@ -173,7 +173,7 @@ class KeptRows:
 
     @property
     def size(self) -> int:
-        """Cells, what a writer job is weighed by (`amqpcap.report`)."""
+        """Cells, what a writer job is weighed by (`amqpcap.report.outputs`)."""
         return len(self) * len(self.parts[0].columns)
 
     def read(self, columns: list[str] | None = None) -> pd.DataFrame:
@@ -195,7 +195,7 @@ class KeptRows:
         return _frame_of(t.take(order).select(wanted), self.parts[0].object_columns)
 
     def write(self, path_no_ext: Path, fmt: str) -> Path:
-        """As `amqpcap.table_files.write_table` writes the table held in memory (same text, same
+        """As `amqpcap.io.table_files.write_table` writes the table held in memory (same text, same
         values), a batch per bucket in memory at a time."""
         from .table_files import write_slices
         from .stored_tables import _common_schema, _merged
@@ -228,7 +228,7 @@ def _write_part(t, path: str) -> None:
 
 
 class _PartFile:
-    """A kept part's file read a batch at a time, as `amqpcap.stored_tables` reads a bucket's
+    """A kept part's file read a batch at a time, as `amqpcap.io.stored_tables` reads a bucket's
     Parquet file (``schema_arrow``, ``iter_batches``)."""
 
     def __init__(self, path: str) -> None:
@@ -317,7 +317,7 @@ def columns(table: Union[pd.DataFrame, KeptRows], names: list[str]) -> pd.DataFr
 
 def part_columns(table: Union[pd.DataFrame, KeptRows], names: list[str]) -> Iterator[pd.DataFrame]:
     """`names` of a merged table a part at a time, the parts in no particular order: the frame
-    held here, or each bucket's kept file (what a sum or `amqpcap.quantiles` reads, never the
+    held here, or each bucket's kept file (what a sum or `amqpcap.derive.quantiles` reads, never the
     whole column at once)."""
     if isinstance(table, pd.DataFrame):
         yield table[names]

@@ -1,6 +1,6 @@
 """Loading a capture into the ingestion tables (documented column by column in docs/tables.md).
 
-The native core hands over whole column arrays (`amqpcap.core_columns` wraps them into pandas
+The native core hands over whole column arrays (`amqpcap.io.core_columns` wraps them into pandas
 dtypes without per-row Python work), or Arrow record batches (`decode_arrow`). pandas is
 imported when first needed, so that a decode to Arrow starts without waiting for it.
 """
@@ -13,10 +13,10 @@ import threading
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
 
-from . import _core
-from .display_filters import stream_filter
-from .errors import UsageError, from_core
-from .wording import counted
+from .. import _core
+from ..model.display_filters import stream_filter
+from ..model.errors import UsageError, from_core
+from ..model.wording import counted
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -71,7 +71,7 @@ class Capture:
     #: derivation under its own lock (`computed_once`), so analyzers running in threads compute a
     #: shared value once. Clear it after editing a table in place.
     derived: dict[Callable[..., Any], Any] = field(default_factory=dict, repr=False, compare=False)
-    #: for a partition of a capture (some of its connections, `amqpcap.partition`): what its
+    #: for a partition of a capture (some of its connections, `amqpcap.analysis.partition`): what its
     #: derivations need of the other partitions, joined by an analyzer's context round, e.g.
     #: ``"backlog"``, every consumed queue's backlog (`amqpcap.derive.backlog`). Set before any
     #: derivation reads it; empty for a whole capture, whose derivations compute it themselves
@@ -111,7 +111,7 @@ def computed_once(fn: _F) -> _F:
     """For a function of a Capture that keeps its result on the capture (`amqpcap.derive.derivation`,
     which keeps it in ``cap.derived``): concurrent first calls on one capture wait for each other,
     so the value is computed once even when the analyzers run in threads
-    (`amqpcap.analysis.run_all`). A derivation only calls the ones it is built from, never one
+    (`amqpcap.analysis.registry.run_all`). A derivation only calls the ones it is built from, never one
     built from it, so taking the locks in call order cannot deadlock."""
     name = f"{fn.__module__}.{fn.__qualname__}"
 
@@ -146,11 +146,11 @@ def load(
 ) -> Capture:
     """Decode the capture at ``path`` (pcap, pcapng, optionally gzip-compressed).
 
-    ``path`` may be a dataset written by ``amqpcap ingest`` (`amqpcap.dataset`): the capture it
+    ``path`` may be a dataset written by ``amqpcap ingest`` (`amqpcap.io.dataset`): the capture it
     stores is read back as it was decoded, and the other arguments are not used.
 
     ``path`` may also name several files (a list, a glob pattern, a directory: a tcpdump ring,
-    see `amqpcap.inputs.capture_files`): they are read as one capture, merged by time the way
+    see `amqpcap.io.inputs.capture_files`): they are read as one capture, merged by time the way
     ``mergecap`` merges them, so a connection spanning files is one connection, and packet
     numbers are those of the merged file (``records.source_file`` and ``source_packet`` give
     each packet's file and number there). A file of the set that cannot be used is skipped with
@@ -158,13 +158,13 @@ def load(
 
     ``ports`` are the AMQP ports: a connection on one of them is decoded even when the capture
     starts mid-connection; connections on other ports are decoded when their AMQP protocol
-    header is in the capture. Raises :class:`amqpcap.errors.CaptureError` when the file cannot
+    header is in the capture. Raises :class:`amqpcap.model.errors.CaptureError` when the file cannot
     be used; anything odd inside the capture is reported in ``Capture.anomalies``.
 
     TLS connections (AMQPS) on these ports are listed in ``connections`` (``tls``) and skipped
     (a ``tls-encrypted`` anomaly per direction, and a warning). ``tls_keylog`` names a key log
     (NSS format, e.g. Python's ``SSLContext.keylog_filename``): tshark decrypts the sessions it
-    has secrets for, and their AMQP is decoded like plain AMQP (see :mod:`amqpcap.tls`).
+    has secrets for, and their AMQP is decoded like plain AMQP (see :mod:`amqpcap.io.tls`).
 
     Message bodies are not kept unless ``bodies`` is true; then ``Capture.bodies`` holds them
     (at most ``limits.max_body_bytes`` bytes in all).
@@ -178,7 +178,7 @@ def load(
     if isinstance(path, (str, os.PathLike)) and is_dataset(path):
         from .dataset import read
 
-        return read(path)  # stored by `amqpcap ingest` (amqpcap.dataset): decoded already
+        return read(path)  # stored by `amqpcap ingest` (amqpcap.io.dataset): decoded already
     pd = _pandas()
     from .core_columns import pandas_frame
 
@@ -209,7 +209,7 @@ class Decoded:
     connections table as `load` gives it, or with ``arrow`` only its `TLS_COLUMNS` (in pandas;
     in Arrow when decoded with ``pandas=False``, as the summary's times are the core's
     nanoseconds then: `decode_arrow`). `written`: the rows of each table its sinks wrote while
-    it decoded (set by the writer: `amqpcap.dataset`)."""
+    it decoded (set by the writer: `amqpcap.io.dataset`)."""
 
     tables: dict[str, Any]
     connections: Any
@@ -225,7 +225,7 @@ class Decoded:
 
 
 #: rows of the `frames` table in a batch that `decode_arrow` hands to its ``frames_sink``, by
-#: default (`amqpcap frames -o` gives `table_files.STREAMED_FRAMES_BATCH_ROWS`, `amqpcap.dataset` its own)
+#: default (`amqpcap frames -o` gives `table_files.STREAMED_FRAMES_BATCH_ROWS`, `amqpcap.io.dataset` its own)
 FRAMES_BATCH_ROWS = 1 << 20
 
 
@@ -235,7 +235,7 @@ def decode_arrow(path, ports=DEFAULT_PORTS, limits: Limits | None = None, tls_ke
                  frames_sink: Callable[[Any], None] | None = None,
                  frames_batch_rows: int = FRAMES_BATCH_ROWS, pandas: bool = True) -> Decoded:
     """What `load` decodes, with the tables as pyarrow Tables made by the core (no pandas in
-    between: `amqpcap.dataset.ingest` writes them to Parquet as they are). ``records.source_file``
+    between: `amqpcap.io.dataset.ingest` writes them to Parquet as they are). ``records.source_file``
     is a dictionary of the file names, as `load` makes it.
 
     With ``records_sink``, the `records` rows are not kept: they are given to it as pyarrow
@@ -243,7 +243,7 @@ def decode_arrow(path, ports=DEFAULT_PORTS, limits: Limits | None = None, tls_ke
     when it ends, and ``tables["records"]`` is empty. Neither sink is used with a key log (the
     capture is decoded twice then).
 
-    With ``spill = (directory, buckets)``, the first step of `amqpcap.dataset.ingest`: no
+    With ``spill = (directory, buckets)``, the first step of `amqpcap.io.dataset.ingest`: no
     connection is decoded; the packets of every connection are spilled into its bucket's file
     in ``directory`` (`decode_spilled` decodes one), and ``tables["spilled"]`` lists each
     bucket's (packets, captured bytes).
@@ -301,7 +301,7 @@ def _string_array(texts: list[str]):
 def decode_spilled(path: str | os.PathLike[str], capture_records: int, ports=DEFAULT_PORTS, limits: Limits | None = None,
                    bodies: bool = False, frames_sink: Callable[[Any], None] | None = None,
                    frames_batch_rows: int = FRAMES_BATCH_ROWS, **_whole_capture_args: Any) -> Decoded:
-    """One bucket of `amqpcap.dataset.ingest`, decoded from the spill file `decode_arrow`'s
+    """One bucket of `amqpcap.io.dataset.ingest`, decoded from the spill file `decode_arrow`'s
     ``spill`` wrote (`rust/src/spill.rs`): the tables of its connections (pyarrow Tables), as a
     whole decode of the capture (of ``capture_records`` packets) gives them. The summary has
     only the warnings of this decode; ``strict`` and ``tls_keylog`` concern the capture's files
@@ -471,8 +471,8 @@ NAMED_STREAMS = 10
 def protocol_warnings(connections) -> list[str]:
     """Say which connections speak AMQP 1.0: the core frames them (connections: `protocol`,
     `frames`), but no analyzer reads them yet, so no finding speaks of them. `connections`: a
-    pandas frame or an Arrow table (`amqpcap.table_columns`)."""
-    from .table_columns import column_list
+    pandas frame or an Arrow table (`amqpcap.model.table_columns`)."""
+    from ..model.table_columns import column_list
 
     protocols = column_list(connections, "protocol")
     amqp10 = [s for s, p in zip(column_list(connections, "stream"), protocols) if p == "1.0"]
@@ -486,8 +486,8 @@ def protocol_warnings(connections) -> list[str]:
 
 def tls_warnings(connections, keylog, decryption) -> list[str]:
     """Say which TLS connections were skipped: nothing of a capture goes missing silently.
-    `connections`: a pandas frame or an Arrow table (`amqpcap.table_columns`)."""
-    from .table_columns import column_list, has_column
+    `connections`: a pandas frame or an Arrow table (`amqpcap.model.table_columns`)."""
+    from ..model.table_columns import column_list, has_column
 
     if not has_column(connections, "tls"):
         return []

@@ -14,8 +14,8 @@ from typing import Callable
 
 import pandas as pd
 
-from .capture import Capture
-from .derive import CAPTURE, CONNECTION, derivation
+from ..io.load import Capture
+from . import CAPTURE, CONNECTION, derivation
 
 
 def endpoint(addr: str, port: int) -> str:
@@ -146,7 +146,7 @@ def connection_roles(cap: Capture) -> pd.Series:
 def role_flags(cap: Capture) -> pd.DataFrame:
     """Per connection (index: stream), whether its frames publish and whether they consume
     (`PUBLISHING`, `CONSUMING`), and whether it speaks AMQP 1.0: what `connection_roles` names,
-    OR-ed over slices of a connection's time (`amqpcap.tally`)."""
+    OR-ed over slices of a connection's time (`amqpcap.derive.tally`)."""
     f = cap.frames
     streams = cap.connections["stream"].to_numpy("int64")
 

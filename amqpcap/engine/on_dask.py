@@ -1,9 +1,9 @@
 """A capture ingested, and a dataset analysed, on Dask (`dask.distributed`) (issue 13).
 
-`ingest` decodes the buckets of `amqpcap.dataset.ingest` as tasks, each from its spill file,
+`ingest` decodes the buckets of `amqpcap.io.dataset.ingest` as tasks, each from its spill file,
 each writing its bucket of the dataset.
 
-Each analyzer that splits (`amqpcap.partition.Split`) runs its partition step on every bucket
+Each analyzer that splits (`amqpcap.analysis.partition.Split`) runs its partition step on every bucket
 of the dataset, in a task of its own on a Dask worker, and its step over the capture's
 `records` in one more; this process merges the partials. An analyzer with a context step gets
 its context from the first round of bucket tasks and its partials from a second round, each
@@ -14,9 +14,9 @@ partials and recomputes the tasks of a worker that dies; nothing here retries or
 
 Every analyzer splits today; one that did not (`analysis.analyzer` without a split) would run in
 this process on the capture read whole. What summary.json and the report count of the capture
-(`amqpcap.tally`) is one more partition step; this process holds the dataset's outline
+(`amqpcap.derive.tally`) is one more partition step; this process holds the dataset's outline
 (connections, anomalies, summary) and the merged results, and the capture's own tables are
-written from the dataset bucket by bucket (`amqpcap.stored_tables`).
+written from the dataset bucket by bucket (`amqpcap.io.stored_tables`).
 
 The cluster is either an existing one (``scheduler``: its address, ``tcp://host:port``; the
 workers must see the dataset at the same path) or a local one started for the run and stopped
@@ -36,13 +36,13 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from . import dataset
-from .analysis import AnalyzerResult, analyzers, splits
-from .capture import Capture
-from .errors import AmqpcapError
-from .kept_rows import keeping_in
-from .partition import CaptureFacts, CellJoin, PerPartition, Split, context_for, joined_once, release_freed_memory
-from .slice_chain import SLICE_PACKETS, can_slice, submit_in_slices
+from ..io import dataset
+from ..analysis.registry import AnalyzerResult, analyzers, splits
+from ..io.load import Capture
+from ..model.errors import AmqpcapError
+from ..io.kept_rows import keeping_in
+from ..analysis.partition import CaptureFacts, CellJoin, PerPartition, Split, context_for, joined_once, release_freed_memory
+from .slices import SLICE_PACKETS, can_slice, submit_in_slices
 
 #: a local cluster's workers at most (one per core below that)
 LOCAL_MAX_WORKERS = 8
@@ -62,7 +62,7 @@ CONNECT_TIMEOUT_S = 10
 WORKER_BYTES_PER_PACKET = 1_600
 #: a bucket is analysed in one task while its packets need at most this share of a worker's
 #: memory limit (at `WORKER_BYTES_PER_PACKET`); a larger one in slices of its time that do
-#: (`amqpcap.slice_chain`): the rest of the worker holds the carries, the dataset reader's
+#: (`amqpcap.engine.slices`): the rest of the worker holds the carries, the dataset reader's
 #: buffers and what the allocator keeps
 SLICE_MEMORY_SHARE = 0.5
 #: seconds to wait for a worker to tell its memory limit, after the workers died running a task
@@ -90,7 +90,7 @@ def bucket_step(path: str, bucket: int, facts: CaptureFacts, names: list[str],
     """On a worker: the analyzers `names` over one bucket's connections. Without `contexts`
     (the first round): the partials of the analyzers without a context step, and the context of
     those with one; with `contexts` (the second round, {analyzer: joined context}): the partials
-    of those analyzers. Per-message tables are kept in `store` when given (`amqpcap.kept_rows`)."""
+    of those analyzers. Per-message tables are kept in `store` when given (`amqpcap.io.kept_rows`)."""
     _seen_here(path)
     with keeping_in(store, bucket):
         out = _steps_over(dataset.read_partition(path, [bucket]), facts, names, contexts)
@@ -114,7 +114,7 @@ def _steps_over(part: Capture, facts: CaptureFacts, names: list[str], contexts: 
 
 
 def cell_step(join: CellJoin, plan: Any, carry: Any, prepared: Any, r: int, store: str | None) -> tuple[Any, list]:
-    """On a worker: cell `r` of a join in cells (`amqpcap.partition.CellJoin`), given the carry
+    """On a worker: cell `r` of a join in cells (`amqpcap.analysis.partition.CellJoin`), given the carry
     of the cell before it and its inputs read (`cell_input_step`); the partitions' pieces kept
     in `store` when given."""
     with keeping_in(store, -1):
@@ -138,14 +138,14 @@ def cell_input_step(join: CellJoin, plan: Any, inputs: list, r: int, after: Any)
     return out
 
 
-#: the name of the tally's steps beside the analyzers' (`amqpcap.tally`: what summary.json and the
+#: the name of the tally's steps beside the analyzers' (`amqpcap.derive.tally`: what summary.json and the
 #: report count), which no analyzer can have
 TALLY = "(tally)"
 
 
 def _steps() -> dict[str, Split]:
     """What runs per bucket: every split analyzer, and the tally."""
-    from . import tally
+    from ..derive import tally
 
     return {**splits(), TALLY: tally.SPLIT}
 
@@ -167,7 +167,7 @@ def records_step(path: str, facts: CaptureFacts, names: list[str]) -> dict[str, 
 def _no_offload_thread() -> None:
     """Dask serialises a large message (a bucket's partial, the joined backlog) in a thread of
     its own, which then stays for the life of the process; this process forks the report's
-    writers after the analysis only when it has no other thread (`amqpcap.report.can_fork`).
+    writers after the analysis only when it has no other thread (`amqpcap.report.outputs.can_fork`).
     Serialising on the client's own loop costs nothing here: nothing else runs meanwhile. Dask
     reads the setting when `distributed` is first imported: set before it (a process that
     imported it already keeps its setting)."""
@@ -243,7 +243,7 @@ def _workers_environment() -> Any:
 def _end_scheduler_thread() -> None:
     """A local cluster's scheduler runs in this process, and runs graph work in Dask's offload
     thread pool (`distributed.utils.offload`), whose thread then stays for the life of the
-    process, so that the report's writers could not be forked (`amqpcap.report.can_fork`).
+    process, so that the report's writers could not be forked (`amqpcap.report.outputs.can_fork`).
     Once the cluster has stopped the pool is shut down and replaced by a fresh one, which starts
     no thread until it is used. (A private name of distributed: if it is gone, nothing is done
     and the writers run in this process.)"""
@@ -269,7 +269,7 @@ class Steps:
     futures: dict[Any, int | None]
     #: the client they were submitted with (`merged` submits the second round with it)
     client: Any
-    #: where the bucket steps keep their per-message tables (`amqpcap.kept_rows`), None: sent back
+    #: where the bucket steps keep their per-message tables (`amqpcap.io.kept_rows`), None: sent back
     store: str | None = None
     #: the buckets run as chains of tasks over slices of their time: where each is cut
     sliced: dict[int, list[int]] = field(default_factory=dict)
@@ -287,7 +287,7 @@ def submit_steps(path: str | os.PathLike[str], c: Any, store: str | None = None,
     a task per bucket (each analyzer's partial, or its context when it has a context step; a chain
     of tasks over the slices of a bucket of more than `slice_packets` packets, `_submit_bucket`;
     None: as many as the workers' memory holds, `slice_packets_of`), one over the records;
-    per-message tables kept in `store` (`amqpcap.kept_rows.store`) when given. `merged` submits
+    per-message tables kept in `store` (`amqpcap.io.kept_rows.store`) when given. `merged` submits
     the second round."""
     root = os.fspath(path) if dataset.is_url(path) else str(Path(path).resolve())
     slice_packets = slice_packets or slice_packets_of(c)
@@ -337,7 +337,7 @@ def _memory_limits(c: Any) -> list[int]:
 def _submit_bucket(c: Any, root: str, k: int, facts: CaptureFacts, names: list[str], token: str, store: str | None,
                    cuts: list[int] | None, contexts: dict[str, Any] | None = None, round_name: str = "") -> Any:
     """Bucket `k`'s steps (given `contexts`: the second round's, `bucket_step`): one task, or
-    given `cuts`, a chain of tasks over the slices of its time they cut (`amqpcap.slice_chain`)."""
+    given `cuts`, a chain of tasks over the slices of its time they cut (`amqpcap.engine.slices`)."""
     if cuts:
         return submit_in_slices(c, root, k, cuts, facts, names, f"{round_name}{token}", store, contexts)
     return c.submit(bucket_step, root, k, facts, names, contexts, store, key=f"amqpcap-bucket-{round_name}{k}-{token}")
@@ -347,7 +347,7 @@ def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], Non
            done: int = 0, total: int | None = None) -> dict[str, AnalyzerResult]:
     """The split analyzers' results, and the tally under `TALLY`: their steps gathered as they
     end (``progress(what, done, total)`` after each, counting on from `done`), merged with
-    `whole` (the capture, or its outline: `amqpcap.dataset.read_outline`). The analyzers with a
+    `whole` (the capture, or its outline: `amqpcap.io.dataset.read_outline`). The analyzers with a
     context step get a second round of bucket tasks, given their contexts joined, once the
     first round is in. The others are merged here while the workers run the queue backlogs'
     cells and that second round (`_merging_meanwhile`), not after it."""
@@ -481,10 +481,10 @@ def analyze(path: str | os.PathLike[str], outline: Capture, c: Any,
             progress: Callable[[str, int, int], None] | None = None, store: str | None = None,
             slice_packets: int | None = None, tell: Callable[[str], None] | None = None) -> list[AnalyzerResult]:
     """Every analyzer on the dataset at `path`, the partition steps on the cluster of client `c`;
-    results in `analyzers` order, equal to `amqpcap.analysis.run_all` on the dataset read whole
-    (the per-message tables kept in `store` when given, `amqpcap.kept_rows`: read or write them
+    results in `analyzers` order, equal to `amqpcap.analysis.registry.run_all` on the dataset read whole
+    (the per-message tables kept in `store` when given, `amqpcap.io.kept_rows`: read or write them
     before the store is removed).
-    `outline` (`amqpcap.dataset.read_outline`) is given the buckets' tally (`amqpcap.tally`), so
+    `outline` (`amqpcap.io.dataset.read_outline`) is given the buckets' tally (`amqpcap.derive.tally`), so
     that summary.json and the report are made from it as from the capture read whole.
     ``progress(what, done, total)`` as each task or analyzer ends. A bucket of more than
     `slice_packets` packets (None: as many as the workers' memory holds) runs in slices of its
@@ -510,7 +510,7 @@ def analyze(path: str | os.PathLike[str], outline: Capture, c: Any,
 def ingest_step(out: str, buckets: int, k: int, capture_records: int, load_args: dict,
                 packets: int = 0) -> dataset.StepResult:
     """On a worker: decode bucket `k` of the ingest from its spill file
-    (`amqpcap.dataset.ingest_bucket`). A worker that does not see the dataset directory says
+    (`amqpcap.io.dataset.ingest_bucket`). A worker that does not see the dataset directory says
     so, naming its host."""
     import socket
 
@@ -522,7 +522,7 @@ def ingest_step(out: str, buckets: int, k: int, capture_records: int, load_args:
 
 def ingest(capture, out: str | os.PathLike[str], c: Any, progress: Callable[[str, int, int], None] | None = None,
            **kwargs: Any) -> dataset.Ingested:
-    """`amqpcap.dataset.ingest` with its buckets decoded as tasks on the cluster of client `c`
+    """`amqpcap.io.dataset.ingest` with its buckets decoded as tasks on the cluster of client `c`
     (``progress(what, done, total)`` as each bucket is written). This process reads the capture
     once and spills it by bucket into the dataset directory, which the workers must see at the
     same path."""

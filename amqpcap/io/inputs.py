@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from .errors import UnreadableCaptureError, UsageError
+from ..model.errors import UnreadableCaptureError, UsageError
 
 #: first bytes of the files a directory contributes: pcap (µs and ns, either byte order),
 #: pcapng, gzip (tested again by the core, which says what a named file is when it is neither)

@@ -3,7 +3,7 @@
 `amqpcap analyze DATASET --out DIR` writes the capture's own tables (`frames.csv`, `packets.csv`,
 ...) beside the analyzers'. Read whole, the frames of a 10M-packet capture take gigabytes; here
 each bucket's Parquet file is read a batch at a time and the buckets' rows are merged by their
-order key (`amqpcap.dataset.ORDER`: packet for packets and frames, last packet for bodies). A
+order key (`amqpcap.io.dataset.ORDER`: packet for packets and frames, last packet for bodies). A
 packet's rows are one connection's, so of one bucket: the merge is the stable sort `read` does
 of all the rows at once, and memory holds a batch per bucket.
 """
@@ -24,7 +24,7 @@ BATCH_ROWS = 65_536
 
 @dataclass(frozen=True)
 class StoredTable:
-    """One table of a dataset, to be written as `amqpcap.report.write_outputs` writes a table
+    """One table of a dataset, to be written as `amqpcap.report.outputs.write_outputs` writes a table
     held in memory (same text, same values)."""
 
     root: str
@@ -33,14 +33,14 @@ class StoredTable:
 
     @property
     def size(self) -> int:
-        """Cells, what a writer job is weighed by (`amqpcap.report`): a guess of 20 columns."""
+        """Cells, what a writer job is weighed by (`amqpcap.report.outputs`): a guess of 20 columns."""
         return self.rows * 20
 
     def write(self, path_no_ext: Path, fmt: str) -> Path:
         from .table_files import write_slices
 
         schema, slices = table_slices(self.root, self.name)
-        if self.name == "bodies" and fmt == "csv":  # CSV holds text (`amqpcap.report.bodies_for_csv`)
+        if self.name == "bodies" and fmt == "csv":  # CSV holds text (`amqpcap.report.outputs.bodies_for_csv`)
             schema, slices = _bodies_as_text(schema, slices)
         return write_slices(slices, schema, path_no_ext.with_suffix("." + fmt), fmt)
 
@@ -48,7 +48,7 @@ class StoredTable:
 def _bodies_as_text(schema, slices):
     import pyarrow as pa
 
-    from .report import body_text
+    from ..report.outputs import body_text
 
     i = schema.get_field_index("body")
     text = schema.set(i, pa.field("body", pa.string()))

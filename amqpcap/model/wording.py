@@ -13,7 +13,7 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
 def reply_code(code: int | None, text: str | None = None) -> str:
     """A reply code in words, its name first and the number after it: ``reply_code(312)`` →
     "NO_ROUTE (312)", so that the number never reads as a count beside other counts. The name
-    is the AMQP 0-9-1 spec's (`amqpcap.reply_codes`, generated from it); a code the spec does
+    is the AMQP 0-9-1 spec's (`amqpcap.model.reply_codes`, generated from it); a code the spec does
     not name takes the reply-text's first word ("SOME_CODE (399)"), else "reply code 399"."""
     if code is None:
         return text or "no reply code"

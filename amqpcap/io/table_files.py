@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from .errors import UsageError
+from ..model.errors import UsageError
 
 # (numpy, pandas and the text formats are imported where used: `amqpcap frames -o X.parquet`
 # starts its decode without waiting for pandas' import)
@@ -100,7 +100,7 @@ def as_csv_columns(t):
     import numpy as np
     import pyarrow as pa
 
-    from .written_values import iso_utc_arrow
+    from ..model.written_values import iso_utc_arrow
 
     t = _clean_floats(t)
     columns = list(t.columns)
@@ -126,7 +126,7 @@ def _clean_floats(t):
     if not any(pa.types.is_floating(f.type) for f in t.schema):
         # (`written_values` imports pandas: `amqpcap frames -o X.csv` does not need it)
         return t if isinstance(t, pa.Table) else pa.Table.from_batches([t])
-    from .written_values import clean_floats
+    from ..model.written_values import clean_floats
 
     columns = list(t.columns)
     for i, (name, col) in enumerate(zip(t.column_names, t.columns)):
@@ -252,7 +252,7 @@ def csv_text_by_core(t, header: bool) -> bytes | None:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from . import _core
+    from .. import _core
 
     raw = [i for i, f in enumerate(t.schema) if pa.types.is_floating(f.type)]
     for i in raw:

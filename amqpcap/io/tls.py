@@ -23,8 +23,8 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
-from .display_filters import stream_filter
-from .errors import ToolError, UsageError
+from ..model.display_filters import stream_filter
+from ..model.errors import ToolError, UsageError
 
 #: Where tshark puts the plaintext: ``-d tls.port==P,data`` hands a port's decrypted application
 #: data to the "data" dissector, whose ``data.data`` field is the raw bytes (one occurrence per

@@ -1,6 +1,6 @@
 """What summary.json, the overview and the report count of a capture, partition by partition.
 
-The analyzers split (`amqpcap.partition`); so does what is not an analyzer: the method and frame
+The analyzers split (`amqpcap.analysis.partition`); so does what is not an analyzer: the method and frame
 counts, the redaction counts, each connection's role, and the overview's sums (publishes per
 destination, deliveries and acks per queue and per consumer, messages per second over time).
 `tally_of` counts one partition of whole connections; `Tally.joined` adds partitions up. Every
@@ -8,8 +8,8 @@ count is a sum over rows or a set of rows of one connection, so the joined tally
 of the capture is the tally of the capture read whole (tests/test_partition.py).
 
 `capture_tally(cap)` is the one way to read it: a capture read whole counts itself; the outline
-of a dataset analysed on Dask (`amqpcap.dataset.read_outline`: its connections, no frames) is
-given the joined tally of its buckets (``cap.context["tally"]``, `amqpcap.engine`).
+of a dataset analysed on Dask (`amqpcap.io.dataset.read_outline`: its connections, no frames) is
+given the joined tally of its buckets (``cap.context["tally"]``, `amqpcap.engine.on_dask`).
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from .capture import Capture
-from .derive import CAPTURE, derivation
-from .derive import deliveries as D
+from ..io.load import Capture
+from . import CAPTURE, derivation
+from . import deliveries as D
 from .names import connection_roles, role_flags, roles_of
-from .derive.replay import for_derivations, told
-from .derive.seeds import seeds_of
-from .partition import CaptureFacts, Slicing, Split
+from .replay import for_derivations, told
+from .seeds import seeds_of
+from ..analysis.partition import CaptureFacts, Slicing, Split
 from .plotting import time_edges
 
 #: the rates plot's series (report.html's top): what each counts
@@ -44,7 +44,7 @@ class Tally:
     #: bytes of body frames' payload, and of the bodies kept (``--bodies``)
     body_bytes_seen: int
     body_bytes_kept: int
-    #: each connection's role (index: stream; `amqpcap.names.connection_roles`)
+    #: each connection's role (index: stream; `amqpcap.derive.names.connection_roles`)
     roles: pd.Series
     #: basic.publish (c2s) and basic.return (s2c) per (stream, exchange, routing key)
     publishes: pd.DataFrame
@@ -140,7 +140,7 @@ def _counted(part: Capture, d: pd.DataFrame, first_order: np.ndarray | None) -> 
 
 @derivation(CAPTURE)
 def capture_tally(cap: Capture) -> Tally:
-    """The capture's tally: given (a dataset's outline, `amqpcap.engine`) or counted here."""
+    """The capture's tally: given (a dataset's outline, `amqpcap.engine.on_dask`) or counted here."""
     given = cap.context.get("tally")
     return given if given is not None else tally_of(cap)
 
@@ -288,5 +288,5 @@ def _slices_joined(pieces: list[Tally]) -> Tally:
                    consumers=consumers, queues=queues)
 
 
-#: the tally as partition steps (`amqpcap.engine` runs it beside the analyzers' steps)
+#: the tally as partition steps (`amqpcap.engine.on_dask` runs it beside the analyzers' steps)
 SPLIT = Split(partial=_partial, merge=_merge, slicing=Slicing(_slice_step, _slices_joined, replays=True))

@@ -1,7 +1,7 @@
 """What every analyzer returns, and the registry the CLI and `analyze` are built from.
 
 An analyzer is a module in `amqpcap/analyzers/` with one function decorated `@analyzer("name")`
-taking a :class:`~amqpcap.capture.Capture` and returning an :class:`AnalyzerResult`. It reads
+taking a :class:`~amqpcap.io.load.Capture` and returning an :class:`AnalyzerResult`. It reads
 only the ingestion tables (docs/tables.md) and works on whole columns. The CLI gets a
 subcommand of the same name automatically, and `amqpcap analyze` runs every analyzer.
 """
@@ -17,7 +17,7 @@ from typing import Any, Callable, Literal
 
 import pandas as pd
 
-from .capture import Capture
+from ..io.load import Capture
 from .partition import Split
 
 Severity = Literal["info", "warning", "critical"]
@@ -33,7 +33,7 @@ class Finding:
     that opens the same packets. ``impact`` (0..1) ranks findings of the same severity.
 
     One finding per cause: every connection or consumer that shows it is one of its
-    ``subjects`` (worst first), each a dict made by `amqpcap.names.subject` (the connection's
+    ``subjects`` (worst first), each a dict made by `amqpcap.derive.names.subject` (the connection's
     label, its stream, then that subject's own numbers), never a finding of its own.
     """
 
@@ -77,8 +77,8 @@ _SPLITS: dict[str, Split] = {}
 
 def analyzer(name: str, split: Split | None = None) -> Callable[[AnalyzerFn], AnalyzerFn]:
     """Register an analyzer under ``name`` (also its CLI subcommand). Its docstring's first
-    line is the subcommand's help. An analyzer given a `~amqpcap.partition.Split` is run
-    partition by partition on a dataset (`amqpcap.engine`); the function itself must then be
+    line is the subcommand's help. An analyzer given a `~amqpcap.analysis.partition.Split` is run
+    partition by partition on a dataset (`amqpcap.engine.on_dask`); the function itself must then be
     `run_whole` of that split, so both paths are one."""
 
     def wrap(fn: AnalyzerFn) -> AnalyzerFn:
@@ -98,7 +98,7 @@ def splits() -> dict[str, Split]:
 
 def analyzers() -> dict[str, tuple[AnalyzerFn, str]]:
     """Every analyzer module in amqpcap/analyzers, imported once: {name: (function, help)}."""
-    from . import analyzers as pkg
+    from .. import analyzers as pkg
 
     for name in pkg.names():
         importlib.import_module(f"{pkg.__name__}.{name}")
@@ -133,7 +133,7 @@ def run_all(cap: Capture, workers: int = 1,
     One after the other by default, in `run_order` (the largest working sets first). With
     ``workers`` > 1 they run in that many threads: nearly all of their time is in numpy and
     pandas kernels, which release the GIL, and what they share (matched deliveries, consumer
-    state, stream-ordered packets) is computed once (`amqpcap.capture.computed_once`), so the
+    state, stream-ordered packets) is computed once (`amqpcap.io.load.computed_once`), so the
     results equal those of the serial run.
 
     Serial is the default because the threads' working sets add up while the time saved is

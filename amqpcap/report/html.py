@@ -17,16 +17,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .analysis import AnalyzerResult, analyzers
-from .capture import Capture
-from .derive.rates import PER_S_ACTIVE
-from .kept_rows import top_rows
-from .names import connection_names
+from ..analysis.registry import AnalyzerResult, analyzers
+from ..io.load import Capture
+from ..derive.rates import PER_S_ACTIVE
+from ..io.kept_rows import top_rows
+from ..derive.names import connection_names
 from .overview import rates_png
-from .tally import capture_tally
-from .plotting import consumer_labels
-from .written_values import iso_utc
-from .wording import counted
+from ..derive.tally import capture_tally
+from ..derive.plotting import consumer_labels
+from ..model.written_values import iso_utc
+from ..model.wording import counted
 
 #: rows of a table shown in the page (all of them are in the file beside it)
 MAX_ROWS = 10
@@ -251,7 +251,7 @@ def _file_link(out: Path, stem: str) -> str:
 
 def _table(cap: Capture, key: str, df, link: str) -> str:
     """A few rows (MAX_ROWS) of the key columns, and what was left out with the file holding it
-    (`df`: a DataFrame, or rows kept on the workers: `amqpcap.kept_rows`)."""
+    (`df`: a DataFrame, or rows kept on the workers: `amqpcap.io.kept_rows`)."""
     order = KEY_COLUMNS.get(key, ([], None))[1]
     if order and order[0] in df.columns and len(df) > MAX_ROWS:
         rows = top_rows(df, MAX_ROWS, order[0], largest=order[1])
@@ -382,7 +382,7 @@ def _files_note(files: list[dict]) -> str:
 
 
 def _explains(f: dict[str, Any]) -> str:
-    """What a finding explains (consequences folded into it: amqpcap/consequences.py), in words."""
+    """What a finding explains (consequences folded into it: amqpcap/analysis/consequences.py), in words."""
     items = [f"<li><code>{html.escape(e['finding'])}</code> on {html.escape(counted(len(e['streams']), 'connection'))} "
              f"(tcp.stream {html.escape(', '.join(map(str, e['streams'][:10])))}{', …' if len(e['streams']) > 10 else ''}): "
              f"{html.escape(e['why'])}</li>" for e in f["evidence"].get("explains", [])]
@@ -391,11 +391,11 @@ def _explains(f: dict[str, Any]) -> str:
 
 def _filter_note(f: dict[str, Any], out: Path | None) -> str:
     """What a finding's filter leaves out (`filter_covers`), with the file listing every
-    connection when there is one (`amqpcap.report.write_finding_streams`)."""
+    connection when there is one (`amqpcap.report.outputs.write_finding_streams`)."""
     covers = f["evidence"].get("filter_covers")
     if not covers:
         return ""
-    from .report import finding_streams_file
+    from .outputs import finding_streams_file
 
     name = finding_streams_file(f["id"])
     every = (f'; every connection in <a href="{html.escape(name)}">{html.escape(name)}</a>'
@@ -483,7 +483,7 @@ def write_report(cap: Capture, results: list[AnalyzerResult], summary: dict[str,
     o = summary.get("overview")
     if o is None:  # a summary made without it
         from .overview import overview
-        from .written_values import jsonable
+        from ..model.written_values import jsonable
 
         o = jsonable(overview(cap, results))
     name = html.escape(Path(c["path"]).name)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from .analysis import AnalyzerResult, Finding, rank
+from .registry import AnalyzerResult, Finding, rank
 
 #: small-packets' ``carries`` (what the small segments hold) that a one-message-at-a-time
 #: pattern produces by itself: a client that publishes one message and then waits (for
@@ -78,7 +78,7 @@ RULES = (
 
 def settled(results: list[AnalyzerResult]) -> list[Finding]:
     """Every analyzer's findings, consequences folded into their causes (the module doc), ranked
-    (`amqpcap.analysis.rank`). The results are not changed."""
+    (`amqpcap.analysis.registry.rank`). The results are not changed."""
     findings = [replace(f, evidence=dict(f.evidence), subjects=list(f.subjects)) for r in results for f in r.findings]
     for rule in RULES:
         findings = _fold(findings, rule)

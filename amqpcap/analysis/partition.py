@@ -1,7 +1,7 @@
 """Analyzers that split: a step per partition of whole connections, and a merge (issue 13).
 
 A partition is a `Capture` holding some connections whole (their connections row, packets,
-frames, anomalies and bodies) — a bucket of a dataset (`amqpcap.dataset`), or the whole capture.
+frames, anomalies and bodies) — a bucket of a dataset (`amqpcap.io.dataset`), or the whole capture.
 The file's `records` (every packet, AMQP or not) are the capture's own, not a connection's: an
 analyzer that needs them has a separate step over them.
 
@@ -26,12 +26,12 @@ one connection explains another's silence) also has a first round:
   ``partial(part, facts, context)``; or as a `PerPartition`, a value for each partition (the
   queue backlog read at that partition's acks), given to that partition's step alone. A step
   that puts it on ``part.context`` for the derivations does so before any derivation reads it
-  (`amqpcap.capture.Capture.context`).
+  (`amqpcap.io.load.Capture.context`).
 
 Run in one process, the analyzer is its own split over one partition (`run_whole`): there is one
 code path, so a dataset analysed in any number of partitions gives the in-memory result.
 `facts` are what every step needs to know about the whole capture before it starts (the time
-axis of the timelines): `facts_of` a capture, `amqpcap.dataset.facts` of a dataset.
+axis of the timelines): `facts_of` a capture, `amqpcap.io.dataset.facts` of a dataset.
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from .capture import Capture
-from .derive.cache import CAPTURE, derivation
-from .derive.stream_order import ns
+from ..io.load import Capture
+from ..derive.cache import CAPTURE, derivation
+from ..derive.stream_order import ns
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ UNREAD_COLUMNS: dict[str, tuple[str, ...]] = {
 @dataclass(frozen=True)
 class PerPartition:
     """A joined context that is a value per partition, in the order of the contexts joined:
-    each partition's step is given its own (`amqpcap.engine` sends each with its bucket's task
+    each partition's step is given its own (`amqpcap.engine.on_dask` sends each with its bucket's task
     alone, where a joined context of one value goes to every worker)."""
 
     values: list
@@ -119,8 +119,8 @@ class CellJoin:
       prepared inputs: the carry for the next cell, and a piece for each partition;
     - ``context(plan, i, pieces)``: partition `i`'s joined context from its pieces, in cell order.
 
-    Called, it runs the cells here; `amqpcap.engine` runs them as a chain of tasks on the
-    workers, where the partitions' shares were kept (`amqpcap.kept_rows`)."""
+    Called, it runs the cells here; `amqpcap.engine.on_dask` runs them as a chain of tasks on the
+    workers, where the partitions' shares were kept (`amqpcap.io.kept_rows`)."""
 
     plan: Callable[[list], tuple[Any, Any, list[list]]]
     prepare: Callable[[Any, list, int], Any]
@@ -202,10 +202,10 @@ class Split:
 
 def partials_of(split: Split, parts: list[Capture], facts: CaptureFacts, store: str | None = None) -> list[Partial]:
     """The partition steps of `split` over `parts` in this process: the context round first
-    (when the split has one), then a partial per partition (`amqpcap.engine` runs the same
+    (when the split has one), then a partial per partition (`amqpcap.engine.on_dask` runs the same
     rounds as Dask tasks), its per-message tables kept in `store` as bucket i's when given
-    (`amqpcap.kept_rows`, as on a worker)."""
-    from .kept_rows import keeping_in
+    (`amqpcap.io.kept_rows`, as on a worker)."""
+    from ..io.kept_rows import keeping_in
 
     ctx = None
     if split.context:
@@ -248,8 +248,8 @@ def joined_once(splits: dict[str, Split], contexts: dict[str, list],
                 cells: Callable[[CellJoin, list], Any] | None = None) -> dict[str, Any]:
     """{analyzer: its joined context} from {analyzer: every partition's context}, each
     (context, join_context) pair joined once: analyzers sharing a context round share the value
-    (`amqpcap.engine` sends each distinct one to the workers once). A `CellJoin` is run by
-    ``cells(join, contexts)`` when given (`amqpcap.engine`: on the workers)."""
+    (`amqpcap.engine.on_dask` sends each distinct one to the workers once). A `CellJoin` is run by
+    ``cells(join, contexts)`` when given (`amqpcap.engine.on_dask`: on the workers)."""
     joined: dict[tuple, Any] = {}
     out = {}
     for name, parts in contexts.items():
@@ -369,7 +369,7 @@ def sliced_partials(splits: dict[str, Split], part: Capture, facts: CaptureFacts
                     contexts: dict[str, Any] | None = None) -> dict[str, Partial]:
     """The partition steps of `splits` ({name: split}) over `part` cut at the packets `cuts`, in
     one chain of slices, each slice made once and its derivations shared by every step (as
-    `amqpcap.slice_chain.slice_task` runs them on a worker): {name: its partial, as
+    `amqpcap.engine.slices.slice_task` runs them on a worker): {name: its partial, as
     `sliced_partial` gives it}, each given its context in `contexts` when it has a context step."""
     contexts = contexts or {}
     for split in splits.values():
@@ -399,7 +399,7 @@ def _over_slices(steps: dict[str, tuple[Slicing, Callable[[Capture, Any, bool], 
     of its pieces over `part` cut at `cuts`, slice after slice with each step's carry between
     them (after the first pass when one replays: the slices are then given what the slice
     before left open, which only `for_derivations` reads)."""
-    from .derive.replay import ends_of, ends_step, next_replay, with_replay
+    from ..derive.replay import ends_of, ends_step, next_replay, with_replay
 
     bounds = [0, *cuts, None]
     slices = list(zip(bounds, bounds[1:]))

@@ -1,11 +1,11 @@
 """A bucket too large for one worker, analysed as a chain of tasks over slices of its time (issue 13).
 
-A bucket's partition step (`amqpcap.engine.bucket_step`) holds the bucket's columns whole, about
-`amqpcap.engine.WORKER_BYTES_PER_PACKET` per packet: a bucket of one 20M-packet connection does
-not fit a worker. Such a bucket is cut where its time may be cut (`amqpcap.dataset.bucket_cuts`)
+A bucket's partition step (`amqpcap.engine.on_dask.bucket_step`) holds the bucket's columns whole, about
+`amqpcap.engine.on_dask.WORKER_BYTES_PER_PACKET` per packet: a bucket of one 20M-packet connection does
+not fit a worker. Such a bucket is cut where its time may be cut (`amqpcap.io.dataset.bucket_cuts`)
 into slices of about as many packets as half a worker's memory holds
-(`amqpcap.engine.slice_packets_of`), and its steps run over the slices one after the other
-(`amqpcap.partition.Slicing`, docs/time-split.md §4.3), as `partition.sliced_partial` runs them
+(`amqpcap.engine.on_dask.slice_packets_of`), and its steps run over the slices one after the other
+(`amqpcap.analysis.partition.Slicing`, docs/time-split.md §4.3), as `partition.sliced_partial` runs them
 in one process:
 
 1. when a step reads the shared derivations, a first pass, slice after slice, finds what only
@@ -26,13 +26,13 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-from . import dataset
-from .kept_rows import keeping_in
-from .partition import CaptureFacts, Split, release_freed_memory
+from ..io import dataset
+from ..io.kept_rows import keeping_in
+from ..analysis.partition import CaptureFacts, Split, release_freed_memory
 
 #: a bucket of more packets than this is analysed in slices of about this many packets when the
-#: workers tell no memory limit (else: `amqpcap.engine.slice_packets_of`): one slice's columns
-#: take about 1.6 GB of a worker (`amqpcap.engine.WORKER_BYTES_PER_PACKET`)
+#: workers tell no memory limit (else: `amqpcap.engine.on_dask.slice_packets_of`): one slice's columns
+#: take about 1.6 GB of a worker (`amqpcap.engine.on_dask.WORKER_BYTES_PER_PACKET`)
 SLICE_PACKETS = 1_000_000
 
 
@@ -48,8 +48,8 @@ def submit_in_slices(client: Any, root: str, bucket: int, cuts: list[int], facts
                      contexts: dict[str, Any] | None = None) -> Any:
     """The steps `names` over bucket `bucket` of the dataset at `root` cut at the packets `cuts`,
     submitted to the cluster of `client` as a chain of tasks: a future of what
-    `amqpcap.engine.bucket_step` returns for the bucket (per-message tables kept in `store` when
-    given, `amqpcap.kept_rows`): without `contexts` (the first round), the partials of the
+    `amqpcap.engine.on_dask.bucket_step` returns for the bucket (per-message tables kept in `store` when
+    given, `amqpcap.io.kept_rows`): without `contexts` (the first round), the partials of the
     steps without a context step and the contexts of the others; with `contexts` ({name: the
     joined context, or a future of it}: the second round), those steps' partials."""
     slices = list(zip([0, *cuts], [*cuts, None]))
@@ -93,7 +93,7 @@ def _is_future(value: Any) -> bool:
 
 def ends_task(root: str, bucket: int, first: int, end: int | None, seen: Any) -> Any:
     """On a worker: the first pass over one slice of the bucket, given what the slices before saw."""
-    from .derive.replay import ends_step
+    from ..derive.replay import ends_step
 
     out = ends_step(dataset.read_partition(root, [bucket], packets=(first, end)), seen)
     release_freed_memory()
@@ -101,7 +101,7 @@ def ends_task(root: str, bucket: int, first: int, end: int | None, seen: Any) ->
 
 
 def _ends_of(seen: Any) -> Any:
-    from .derive.replay import ends_of
+    from ..derive.replay import ends_of
 
     return ends_of(seen)
 
@@ -116,7 +116,7 @@ def slice_task(root: str, bucket: int, first: int, end: int | None, facts: Captu
     steps of a round (`submit_in_slices`): without `contexts`, a split's context step when it
     has one (once for the splits that share it); with them, its partition step given its
     context."""
-    from .derive.replay import next_replay, with_replay
+    from ..derive.replay import next_replay, with_replay
 
     sp = _steps()
     part = dataset.read_partition(root, [bucket], packets=(first, end))
@@ -160,6 +160,6 @@ def join_task(names: list[str], bucket: int, store: str | None, first_round: boo
 
 
 def _steps() -> dict[str, Split]:
-    from .engine import _steps as steps
+    from .on_dask import _steps as steps
 
     return steps()

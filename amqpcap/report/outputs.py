@@ -1,4 +1,4 @@
-"""Writing results: tables (CSV/Parquet: `amqpcap.table_files`), plots (PNG), summary.json and
+"""Writing results: tables (CSV/Parquet: `amqpcap.io.table_files`), plots (PNG), summary.json and
 report.html, shared between forked writer processes."""
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from .analysis import AnalyzerResult, Finding, Plot
-from .consequences import settled
-from .capture import Capture
-from .partition import release_freed_memory
-from .table_files import check_format, write_table
-from .tally import capture_tally, frame_count, method_counts
-from .written_values import jsonable
+from ..analysis.registry import AnalyzerResult, Finding, Plot
+from ..analysis.consequences import settled
+from ..io.load import Capture
+from ..analysis.partition import release_freed_memory
+from ..io.table_files import check_format, write_table
+from ..derive.tally import capture_tally, frame_count, method_counts
+from ..model.written_values import jsonable
 
 
 #: the capture's own tables (docs/tables.md) that `analyze --out` writes as `<name>.<fmt>`
@@ -39,7 +39,7 @@ def write_outputs(cap: Capture, results: list[AnalyzerResult], summary: dict[str
     """What `amqpcap analyze --out DIR` writes: summary.json, the capture's tables
     (`BASE_TABLES`), every analyzer's tables and plots (and the bodies, when the capture kept
     them), and report.html when the plots are drawn. ``base``: the capture's tables and bodies
-    when `cap` does not hold them (a dataset's outline: `amqpcap.stored_tables`). ``progress``:
+    when `cap` does not hold them (a dataset's outline: `amqpcap.io.stored_tables`). ``progress``:
     see `write_results`."""
     written = [write_summary(summary, out)] + write_finding_streams(cap, summary, out)
     if base is None:
@@ -56,7 +56,7 @@ def write_outputs(cap: Capture, results: list[AnalyzerResult], summary: dict[str
 
 def finding_streams_file(finding_id: str) -> str:
     """The file beside the report listing every connection of a finding whose filter names only
-    some of them (`amqpcap.display_filters.covered_filter`)."""
+    some of them (`amqpcap.model.display_filters.covered_filter`)."""
     return f"findings-{finding_id}-streams.csv"
 
 
@@ -64,7 +64,7 @@ def write_finding_streams(cap: Capture, summary: dict[str, Any], out: Path) -> l
     """For each finding whose display filter names only some of its connections (evidence
     `streams_total`), every one of its `streams` with its connection label, a row each
     (`finding_streams_file`): what the filter could not list."""
-    from .derive.labels import connection_labels
+    from ..derive.labels import connection_labels
 
     written = []
     for f in summary["findings"]:
@@ -90,7 +90,7 @@ def write_results(results: list[AnalyzerResult], out: Path, fmt: str = "csv", pl
                   bodies: pd.DataFrame | None = None, workers: int | None = None,
                   base: dict[str, Any] | None = None, progress: Progress | None = None) -> list[Path]:
     """Every result's tables and plots (and the `base` tables, DataFrames or tables a dataset
-    writes itself (`amqpcap.stored_tables.StoredTable`), and the bodies table when given)
+    writes itself (`amqpcap.io.stored_tables.StoredTable`), and the bodies table when given)
     into `out`, in `workers` processes (default: one per core, at most WRITE_WORKERS_MAX).
     Returns the paths in a fixed order: the base tables, then the results in order, each its
     tables then its plots, then the bodies. ``progress`` is told of each file as it is written,
@@ -100,7 +100,7 @@ def write_results(results: list[AnalyzerResult], out: Path, fmt: str = "csv", pl
     jobs = [_Job(df.size, partial(write_table, df, out / name, fmt)) if isinstance(df, pd.DataFrame)
             else _Job(df.size, partial(df.write, out / name, fmt), fresh=True) for name, df in (base or {}).items()]
     for r in results:
-        for name, df in r.tables.items():  # (rows kept on the workers write themselves: `amqpcap.kept_rows`)
+        for name, df in r.tables.items():  # (rows kept on the workers write themselves: `amqpcap.io.kept_rows`)
             path = out / f"{r.name}-{name}"
             jobs.append(_Job(df.size, partial(write_table, df, path, fmt)) if isinstance(df, pd.DataFrame)
                         else _Job(df.size, partial(df.write, path, fmt), fresh=True))
@@ -136,7 +136,7 @@ PLOT_COST_CELLS = 25_000_000
 class _Job:
     cost_cells: int
     write: Callable[[], Path]
-    #: the job reads what it writes itself (a dataset's table: `amqpcap.stored_tables`), so it
+    #: the job reads what it writes itself (a dataset's table: `amqpcap.io.stored_tables`), so it
     #: runs in a fresh process (spawned, not forked: it needs none of this process's memory)
     fresh: bool = False
 
@@ -233,7 +233,7 @@ def _run_beside_fresh(jobs: list[_Job], fresh: list[int], workers: int, written:
 def _share_fresh(jobs: list[_Job], fresh: list[int], workers: int) -> list[list[int]]:
     """The fresh jobs in `workers` groups of near-equal load, the first this process's, which
     also runs every job that is not fresh: the largest job first into the lightest group
-    (`_balance`'s rule). The tables kept by a dataset's workers (`amqpcap.kept_rows`) are fresh
+    (`_balance`'s rule). The tables kept by a dataset's workers (`amqpcap.io.kept_rows`) are fresh
     and this process holds little, so it takes its share of them."""
     groups: list[list[int]] = [[] for _ in range(workers)]
     load = [sum(j.cost_cells for j in jobs if not j.fresh)] + [0] * (workers - 1)

@@ -1,0 +1,1 @@
+"""Running the analyzers: in this process, bucket by bucket on Dask, or over time slices."""

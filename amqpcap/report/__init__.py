@@ -1,0 +1,1 @@
+"""Writing results: summary.json, tables, plots, report.html and the console, from results in hand."""
