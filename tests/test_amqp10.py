@@ -104,7 +104,7 @@ def test_the_warnings_filter_is_one_wireshark_accepts(streams):
 
 
 def test_the_summary_counts_it_as_an_amqp10_connection(cap):
-    from amqpcap.report.overview import overview, story
+    from amqpcap.summary.overview import overview, story
 
     o = overview(cap, run_all(cap))
     assert o["connections"]["total"] == 2 and o["connections"]["amqp-1.0"] == 1

@@ -13,7 +13,7 @@ import pytest
 import amqpcap
 from amqpcap.analysis.registry import analyzers
 from amqpcap.analysis.consequences import settled
-from amqpcap.report.outputs import build_summary
+from amqpcap.summary.build import build_summary
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "fixtures"

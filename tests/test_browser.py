@@ -16,7 +16,9 @@ import pytest
 
 import amqpcap
 from amqpcap.analysis.registry import run_all
-from amqpcap.report.outputs import build_summary, write_outputs
+from amqpcap.report.outputs import write_outputs
+from amqpcap.summary.build import build_summary
+from amqpcap.summary.prepared import prepare
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from browser import CHROMIUM, Browser  # noqa: E402
@@ -53,7 +55,7 @@ def report(capture: Path, out: Path) -> tuple[Path, dict]:
     cap = amqpcap.load(capture)
     results = run_all(cap)
     summary = build_summary(cap, results)
-    write_outputs(cap, results, summary, out)
+    write_outputs(cap, results, prepare(cap, results, summary), out)
     return out / "report.html", summary
 
 

@@ -18,7 +18,7 @@ from amqpcap.io import dataset
 from amqpcap.io.dataset import ingestion
 from amqpcap.io.dataset.writing import capture_tables
 from amqpcap.analysis.registry import run_all
-from amqpcap.report.outputs import build_summary
+from amqpcap.summary.build import build_summary
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 FIXTURES = sorted(p.name for p in FIX.iterdir() if p.name.endswith((".pcap", ".pcapng", ".pcap.gz")))

@@ -102,7 +102,7 @@ def test_every_finding_id_documented():
 @pytest.mark.parametrize("name", ["memory-alarm.pcap", "kernel-drops.pcap", "slow-prefetch1.pcap"])
 def test_emitted_findings_and_summary_keys_documented(name):
     from amqpcap.analysis.registry import analyzers
-    from amqpcap.report.outputs import build_summary
+    from amqpcap.summary.build import build_summary
 
     cap = amqpcap.load(ROOT / "fixtures" / name)
     s = build_summary(cap, [fn(cap) for fn, _ in analyzers().values()])
@@ -185,7 +185,7 @@ def test_every_summary_key_documented(analyzer_runs):
     """Top-level summary.json keys in docs/summary.md; every key under an analyzer's part of
     summary.json on that analyzer's page (keys that are data, e.g. the counts of
     `frames_per_packet` by number, are exempt: they are numbers)."""
-    from amqpcap.report.outputs import build_summary
+    from amqpcap.summary.build import build_summary
 
     missing = set()
     for name, cap, results in analyzer_runs:

@@ -19,8 +19,10 @@ import pytest
 import amqpcap
 from amqpcap.report import html as report_html
 from amqpcap.analysis.registry import run_all
-from amqpcap.derive.plotting import TIME_BINS, WORST_NAMED, plain, time_per_bin
-from amqpcap.report.outputs import build_summary, write_outputs
+from amqpcap.model.plotting import TIME_BINS, WORST_NAMED, plain, time_per_bin
+from amqpcap.report.outputs import write_outputs
+from amqpcap.summary.build import build_summary
+from amqpcap.summary.prepared import prepare
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "fixtures"
@@ -74,7 +76,7 @@ def sample_report(tmp_path_factory):
     cap = amqpcap.load(SAMPLE)
     results = run_all(cap)
     summary = build_summary(cap, results)
-    write_outputs(cap, results, summary, out)
+    write_outputs(cap, results, prepare(cap, results, summary), out)
     return out, summary
 
 

@@ -43,7 +43,7 @@ FILE_KEYS = ("path", "format", "file_bytes", "files")
 
 def summary_without_files(cap: amqpcap.Capture) -> str:
     from amqpcap.analysis.registry import run_all
-    from amqpcap.report.outputs import build_summary
+    from amqpcap.summary.build import build_summary
 
     s = build_summary(cap, run_all(cap))
     for key in FILE_KEYS:

@@ -15,7 +15,7 @@ import pytest
 import amqpcap
 from amqpcap.analysis.registry import AnalyzerResult, Finding, run_all
 from amqpcap.analysis.consequences import settled
-from amqpcap.report.overview import overview
+from amqpcap.summary.overview import overview
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 

@@ -13,7 +13,7 @@ import pytest
 import amqpcap
 from amqpcap.analysis.registry import run_all
 from amqpcap.analyzers.consumers import consumers as consumers_analyzer
-from amqpcap.report.overview import overview
+from amqpcap.summary.overview import overview
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -145,7 +145,7 @@ def test_verdict_is_the_worst_finding_or_no_problem_with_the_numbers():
 
 
 def test_summary_json_has_the_overview():
-    from amqpcap.report.outputs import build_summary
+    from amqpcap.summary.build import build_summary
 
     cap, _ = load("prefetch1.pcap")
     s = build_summary(cap, run_all(cap))

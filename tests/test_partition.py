@@ -17,11 +17,12 @@ import amqpcap
 from amqpcap.io import dataset
 from amqpcap.analysis.registry import analyzers, splits
 from amqpcap.io.kept_rows import KeptRows, frame
-from amqpcap.report.overview import rates_png
+from amqpcap.report.rates_plot import rates_png
+from amqpcap.summary.overview import rate_bins
 from amqpcap.derive.stream_order import ns
 from amqpcap.analysis.partition import clean_cuts, context_for, facts_of, partials_of, sliced_context, sliced_partials
 from amqpcap.report.outputs import _draw_plot as draw_plot
-from amqpcap.report.outputs import build_summary
+from amqpcap.summary.build import build_summary
 from amqpcap.derive.tally import Tally, tally_of
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -102,7 +103,7 @@ def assert_buckets_merged_are_the_whole(cap, root: Path, buckets: int, kept: boo
     outline.context["tally"] = Tally.joined([tally_of(p) for p in parts])
     results = [merged[an] for an in analyzers()]
     assert as_json(build_summary(outline, results)) == as_json(build_summary(cap, list(whole.values())))
-    assert rates_png(outline) == rates_png(cap)
+    assert rates_png(rate_bins(outline)) == rates_png(rate_bins(cap))
     return parts
 
 

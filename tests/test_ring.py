@@ -19,7 +19,7 @@ import pytest
 import amqpcap
 from amqpcap.analysis.registry import run_all
 from amqpcap.io.inputs import capture_files
-from amqpcap.report.outputs import build_summary
+from amqpcap.summary.build import build_summary
 
 RING = Path(__file__).resolve().parent.parent / "fixtures" / "ring"
 TABLES = ("packets", "frames", "connections", "anomalies")

@@ -154,9 +154,6 @@ def _tell_analysis(cap: Capture, results, out_dir: Optional[Path], fmt: str, plo
     """The findings on stdout, and with --out every output (`amqpcap.report.outputs.write_outputs`)."""
     from ..analysis.consequences import settled
     from ..report.console import findings_table
-    from ..report.outputs import build_summary, write_outputs
-
-    summary = build_summary(cap, results)
     findings = settled(results)
     problems = [f for f in findings if f.severity != "info"]
     notes = [f for f in findings if f.severity == "info"]
@@ -172,13 +169,16 @@ def _tell_analysis(cap: Capture, results, out_dir: Optional[Path], fmt: str, plo
         out.print(note, highlight=False)
     if out_dir is not None:
         from ..analysis.partition import release_freed_memory
+        from ..report.outputs import write_outputs
+        from ..summary.prepared import prepare
 
+        prepared = prepare(cap, results)
         # what the analysis freed goes back to the system before the writing allocates its own:
         # kept by the allocators it counted in the peak (million-connections.pcap of the hostile
         # corpus: 904-913 MiB instead of 1013-1025 MiB)
         release_freed_memory()
         with _Writing(out_dir), _analyzing_progress("writing") as progress:
-            written = write_outputs(cap, results, summary, out_dir, fmt, plots, base=base, progress=progress)
+            written = write_outputs(cap, results, prepared, out_dir, fmt, plots, base=base, progress=progress)
         err.print(f"{len(written)} files written to {out_dir}", highlight=False, soft_wrap=True)
 
 

@@ -256,7 +256,7 @@ def _refuse_unless_amqp(cap, written: Path) -> None:
 
 
 def _capture_line(cap: Capture) -> str:
-    from ..report.outputs import capture_summary
+    from ..summary.build import capture_summary
 
     c = capture_summary(cap)
     return (f"[bold]{c['path']}[/bold]: {counted(c['packets'], 'packet')}, "

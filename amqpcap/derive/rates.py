@@ -26,9 +26,6 @@ import numpy as np
 import pandas as pd
 
 
-#: the columns and keys holding a rate per second active (report.html's headers say "active";
-#: those per second of capture end in ``_per_capture_s``)
-PER_S_ACTIVE = frozenset({"delivered_msgs_per_s", "delivered_msgs_per_s_total", "published_msgs_per_s"})
 
 
 def _ns(ts) -> np.ndarray:

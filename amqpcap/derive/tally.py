@@ -26,7 +26,7 @@ from .names import connection_roles, role_flags, roles_of
 from .replay import for_derivations, told
 from .seeds import seeds_of
 from ..analysis.partition import CaptureFacts, Slicing, Split
-from .plotting import time_edges
+from ..model.plotting import time_edges
 
 #: the rates plot's series (report.html's top): what each counts
 RATE_SERIES = ("published", "delivered", "acked")

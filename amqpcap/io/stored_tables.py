@@ -48,7 +48,7 @@ class StoredTable:
 def _bodies_as_text(schema, slices):
     import pyarrow as pa
 
-    from ..report.outputs import body_text
+    from .table_files import body_text
 
     i = schema.get_field_index("body")
     text = schema.set(i, pa.field("body", pa.string()))

@@ -326,3 +326,8 @@ def parquet_options(schema) -> dict:
     return {"write_statistics": parquet_statistics(schema.names),
             "use_dictionary": [f.name for f in schema if pa.types.is_dictionary(f.type)],
             "column_encoding": {f.name: "DELTA_BINARY_PACKED" for f in schema if is_number(f.type)}}
+
+
+def body_text(bodies) -> list[str]:
+    """Message bodies (bytes) as CSV writes them: UTF-8, other bytes escaped (\\xNN)."""
+    return [b.decode("utf-8", "backslashreplace") for b in bodies]

@@ -25,6 +25,11 @@ SIGNIFICANT_DIGITS = 12
 _RATE = re.compile(r"(?:_per_s|_per_capture_s|(?:^|_)(?:mbit|packets|msgs|messages|segments|saved|frames|bytes)_s)$")
 
 
+#: the columns and keys holding a rate per second active (`amqpcap.derive.rates`; report.html's
+#: headers say "active"; those per second of capture end in ``_per_capture_s``)
+PER_S_ACTIVE = frozenset({"delivered_msgs_per_s", "delivered_msgs_per_s_total", "published_msgs_per_s"})
+
+
 def is_rate(name: str) -> bool:
     """Whether a column or key holds a rate per second (`packets_s`, `rate_per_s`)."""
     return bool(_RATE.search(name))

@@ -17,15 +17,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..analysis.registry import AnalyzerResult, analyzers
-from ..io.load import Capture
-from ..derive.rates import PER_S_ACTIVE
+from ..analysis.registry import AnalyzerResult
 from ..io.kept_rows import top_rows
-from ..derive.names import connection_names
-from .overview import rates_png
-from ..derive.tally import capture_tally
-from ..derive.plotting import consumer_labels
-from ..model.written_values import iso_utc
+from ..summary.prepared import Prepared
+from .rates_plot import rates_png
+from ..model.written_values import PER_S_ACTIVE, iso_utc
 from ..model.wording import counted
 
 #: rows of a table shown in the page (all of them are in the file beside it)
@@ -234,11 +230,11 @@ def _key_columns(key: str, df: pd.DataFrame) -> list[str]:
     return cols[:MAX_COLS]
 
 
-def _with_connection(cap: Capture, df: pd.DataFrame) -> pd.DataFrame:
-    """``connection`` (the label) from ``stream``, when the table has a stream but no label."""
+def _with_connection(labels: pd.Series, df: pd.DataFrame) -> pd.DataFrame:
+    """``connection`` (the label, from `labels` by stream) from ``stream``, when the table has a
+    stream but no label."""
     if "stream" not in df.columns or "connection" in df.columns:
         return df
-    labels = connection_names(cap)["connection"]
     return df.assign(connection=df["stream"].astype(object).map(labels).fillna("").to_numpy(object))  # (NA: no stream)
 
 
@@ -249,7 +245,7 @@ def _file_link(out: Path, stem: str) -> str:
     return ""
 
 
-def _table(cap: Capture, key: str, df, link: str) -> str:
+def _table(labels: pd.Series, key: str, df, link: str) -> str:
     """A few rows (MAX_ROWS) of the key columns, and what was left out with the file holding it
     (`df`: a DataFrame, or rows kept on the workers: `amqpcap.io.kept_rows`)."""
     order = KEY_COLUMNS.get(key, ([], None))[1]
@@ -258,7 +254,7 @@ def _table(cap: Capture, key: str, df, link: str) -> str:
         which = f"the {MAX_ROWS} with the {'largest' if order[1] else 'smallest'} {order[0]}"
     else:
         rows, which = top_rows(df, MAX_ROWS), f"the first {MAX_ROWS}"
-    rows = _with_connection(cap, rows)
+    rows = _with_connection(labels, rows)
     cols = _key_columns(key, rows)
     shown = [f"{which} of {len(df):,} rows"] if len(df) > MAX_ROWS else []
     hidden = len([c for c in df.columns if c not in cols])
@@ -274,21 +270,6 @@ def _details(summary: str, body: str, note: str = "", open_: bool = False) -> st
     return f"<details{' open' if open_ else ''}><summary>{html.escape(summary)}{n}</summary>{body}</details>"
 
 
-def _connections_table(cap: Capture) -> pd.DataFrame:
-    """One row per connection: who it is (label, client, user@vhost, role) before the numbers."""
-    c = cap.connections
-    names = connection_names(cap).reindex(c["stream"].to_numpy())
-    user, vhost = names["user"].to_numpy(object), names["vhost"].to_numpy(object)
-    who = np.where((user != "") & (vhost != ""), user + "@" + vhost, user + vhost)
-    return pd.DataFrame({
-        "connection": names["connection"].to_numpy(object), "client": names["client"].to_numpy(object),
-        "user@vhost": who, "role": capture_tally(cap).roles.reindex(c["stream"].to_numpy()).to_numpy(object),
-        "stream": c["stream"].to_numpy(), "client_endpoint": names["client_endpoint"].to_numpy(object),
-        "packets": (c["c2s_packets"] + c["s2c_packets"]).to_numpy(), "frames": c["frames"].to_numpy(),
-        "duration_s": (c["last_ts"] - c["first_ts"]).dt.total_seconds().to_numpy(),
-        "anomalies": c["anomalies"].to_numpy()})
-
-
 # --- top of the page --------------------------------------------------------------------------
 
 def _rate(v) -> float:
@@ -300,7 +281,7 @@ CAPTURE_RATE_HEADER = {k: f"{k} per s of capture" for k in ("published", "delive
 ACTIVE_RATE_HEADER = {"delivered": "delivered per s active"}
 
 
-def _overview(cap: Capture, o: dict[str, Any]) -> str:
+def _overview(prepared: Prepared, o: dict[str, Any]) -> str:
     """The verdict (the worst problem, or "no problem found": info notes are never the verdict),
     the story and small tables: queues, consumers, publishes not routed to a queue."""
     v = o["verdict"]
@@ -310,7 +291,7 @@ def _overview(cap: Capture, o: dict[str, Any]) -> str:
     more = (" " + ", ".join(links)) if links else ""
     parts = [f'<div class="verdict {sev}"><span class="sev">{html.escape(sev)}</span> {html.escape(v["text"])}{more}</div>',
              f'<p class="story">{html.escape(o["story"])}</p>']
-    png = rates_png(cap)
+    png = rates_png(prepared.rate_bins)
     if png:
         parts.append(f'<img class="rates" alt="messages per second over time" '
                      f'src="data:image/png;base64,{base64.b64encode(png).decode()}">')
@@ -327,8 +308,7 @@ def _overview(cap: Capture, o: dict[str, Any]) -> str:
                     "inferred)." + "".join(f" Unknown: {html.escape(u)}." for u in unknown) + "</p>")
     if o["consumers"]:
         rows = o["consumers"]
-        labels, queue = consumer_labels(cap, [r["stream"] for r in rows], [r["channel"] for r in rows],
-                                        [r["queue"] for r in rows], [r["consumer_tag"] for r in rows])
+        labels, queue = prepared.consumer_labels
         acked = [_rate(r["acked_msgs_per_capture_s"]) for r in rows]
         d = _decimals(acked)  # (the column's one precision, though it also holds text)
         c = pd.DataFrame({"connection" if queue else "consumer": labels,
@@ -395,7 +375,7 @@ def _filter_note(f: dict[str, Any], out: Path | None) -> str:
     covers = f["evidence"].get("filter_covers")
     if not covers:
         return ""
-    from .outputs import finding_streams_file
+    from .file_names import finding_streams_file
 
     name = finding_streams_file(f["id"])
     every = (f'; every connection in <a href="{html.escape(name)}">{html.escape(name)}</a>'
@@ -445,47 +425,42 @@ def _img(path: Path, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
 
 
-def _analyzer(cap: Capture, r: AnalyzerResult, out: Path) -> str:
+def _analyzer(prepared: Prepared, r: AnalyzerResult, out: Path) -> str:
     """An analyzer's plots (those drawn) and tables, collapsed."""
     plots = [(p, out / f"{p.name}.png") for p in r.plots]
     plots = [(p, png) for p, png in plots if png.exists()]
     body = "".join(f"<h3>{html.escape(p.title)}</h3>{_img(png, p.title)}" for p, png in plots)
     tables = {name: df for name, df in r.tables.items() if len(df)}
-    body += "".join(_details(f"table {name}", _table(cap, f"{r.name}/{name}", df, _file_link(out, f"{r.name}-{name}")),
+    body += "".join(_details(f"table {name}", _table(prepared.labels, f"{r.name}/{name}", df, _file_link(out, f"{r.name}-{name}")),
                              f"{len(df):,} rows") for name, df in tables.items())
     empty = [name for name in r.tables if name not in tables]
     if empty:
         body += f"<p class='note'>Empty in this capture: {html.escape(', '.join(empty))}.</p>"
-    what = analyzers().get(r.name, (None, ""))[1]  # the analyzer's one-line help
+    what = prepared.analyzer_help.get(r.name, "")  # the analyzer's one-line help
     note = ", ".join(x for x in (counted(len(plots), "plot") if plots else "",
                                  counted(len(tables), "table") if tables else "") if x)
     what = what.rstrip(".")
     return _details(r.name, body, f"{what} ({note})" if what and note else what or note)
 
 
-def _base_tables(cap: Capture, summary: dict[str, Any], out: Path) -> list[str]:
-    conns = _connections_table(cap)
-    parts = [_details("Connections", _table(cap, "connections", conns, _file_link(out, "connections")),
+def _base_tables(prepared: Prepared, out: Path) -> list[str]:
+    conns, summary, anomalies = prepared.connections, prepared.summary, prepared.anomalies
+    parts = [_details("Connections", _table(prepared.labels, "connections", conns, _file_link(out, "connections")),
                       f"{len(conns):,}: who they are, role, packets")]
     methods = pd.DataFrame(list(summary["methods"].items()), columns=["method", "frames"])
     parts.append(_details("Methods", _html_table(methods), f"{len(methods):,} kinds of method frame"))
-    if len(cap.anomalies):
+    if len(anomalies):
         parts.append(_details("Anomalies", "<p class='note'>What was not decoded, and why.</p>"
-                              + _table(cap, "anomalies", cap.anomalies, _file_link(out, "anomalies")),
-                              f"{len(cap.anomalies):,}"))
+                              + _table(prepared.labels, "anomalies", anomalies, _file_link(out, "anomalies")),
+                              f"{len(anomalies):,}"))
     return parts
 
 
-def write_report(cap: Capture, results: list[AnalyzerResult], summary: dict[str, Any], out: Path) -> Path:
-    """Write out/report.html. Plots and tables must already be in `out` (report.write_outputs
-    writes them first)."""
-    c = summary["capture"]
-    o = summary.get("overview")
-    if o is None:  # a summary made without it
-        from .overview import overview
-        from ..model.written_values import jsonable
-
-        o = jsonable(overview(cap, results))
+def write_report(prepared: Prepared, results: list[AnalyzerResult], out: Path) -> Path:
+    """Write out/report.html from what `prepared` holds. Plots and tables must already be in
+    `out` (`amqpcap.report.outputs.write_outputs` writes them first)."""
+    summary = prepared.summary
+    c, o = summary["capture"], summary["overview"]
     name = html.escape(Path(c["path"]).name)
     parts = [
         f"<!doctype html><html lang='en'><head><meta charset='utf-8'>"
@@ -499,7 +474,7 @@ def write_report(cap: Capture, results: list[AnalyzerResult], summary: dict[str,
     ]
     if c["warnings"]:
         parts.append("<p><b>Warnings:</b> " + "; ".join(html.escape(w) for w in c["warnings"]) + "</p>")
-    parts.append(_overview(cap, o))
+    parts.append(_overview(prepared, o))
     problems = [f for f in summary["findings"] if f["severity"] != "info"]
     notes = [f for f in summary["findings"] if f["severity"] == "info"]
     parts.append(f"<section id='findings'><h2>Findings ({len(problems)})</h2>")
@@ -515,8 +490,8 @@ def write_report(cap: Capture, results: list[AnalyzerResult], summary: dict[str,
     parts.append("</section><h2>Details</h2><p class='note'>Click to open. Tables show a few rows and their key "
                  "columns; the files beside this report hold every row and column"
                  + (f" (every frame and packet: {', '.join(links)})" if links else "") + ".</p>")
-    parts += _base_tables(cap, summary, out)
-    parts += [_analyzer(cap, r, out) for r in results]
+    parts += _base_tables(prepared, out)
+    parts += [_analyzer(prepared, r, out) for r in results]
     parts.append(_redacted(summary["redacted"]))
     parts.append("</body></html>")
     path = out / "report.html"

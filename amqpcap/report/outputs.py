@@ -16,13 +16,13 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from ..analysis.registry import AnalyzerResult, Finding, Plot
-from ..analysis.consequences import settled
-from ..io.load import Capture
 from ..analysis.partition import release_freed_memory
-from ..io.table_files import check_format, write_table
-from ..derive.tally import capture_tally, frame_count, method_counts
-from ..model.written_values import jsonable
+from ..analysis.registry import AnalyzerResult, Plot
+from ..io.load import Capture
+from ..io.table_files import body_text, check_format, write_table
+from ..model.plotting import agg_pyplot
+from ..summary.prepared import Prepared
+from .file_names import finding_streams_file
 
 
 #: the capture's own tables (docs/tables.md) that `analyze --out` writes as `<name>.<fmt>`
@@ -33,15 +33,16 @@ def base_tables(cap: Capture) -> dict[str, pd.DataFrame]:
     return {name: getattr(cap, name) for name in BASE_TABLES}
 
 
-def write_outputs(cap: Capture, results: list[AnalyzerResult], summary: dict[str, Any], out: Path,
+def write_outputs(cap: Capture, results: list[AnalyzerResult], prepared: Prepared, out: Path,
                   fmt: str = "csv", plots: bool = True, base: dict[str, Any] | None = None,
                   progress: Progress | None = None) -> list[Path]:
     """What `amqpcap analyze --out DIR` writes: summary.json, the capture's tables
     (`BASE_TABLES`), every analyzer's tables and plots (and the bodies, when the capture kept
-    them), and report.html when the plots are drawn. ``base``: the capture's tables and bodies
-    when `cap` does not hold them (a dataset's outline: `amqpcap.io.stored_tables`). ``progress``:
-    see `write_results`."""
-    written = [write_summary(summary, out)] + write_finding_streams(cap, summary, out)
+    them), and report.html when the plots are drawn; what they show is `prepared`
+    (`amqpcap.summary.prepared.prepare`). ``base``: the capture's tables and bodies when `cap`
+    does not hold them (a dataset's outline: `amqpcap.io.stored_tables`). ``progress``: see
+    `write_results`."""
+    written = [write_summary(prepared.summary, out)] + write_finding_streams(prepared, out)
     if base is None:
         written += write_results(results, out, fmt, plots=plots, bodies=cap.bodies, base=base_tables(cap),
                                  progress=progress)
@@ -50,29 +51,17 @@ def write_outputs(cap: Capture, results: list[AnalyzerResult], summary: dict[str
     if plots:
         from .html import write_report  # it embeds the PNGs written above
 
-        written.append(write_report(cap, results, summary, out))
+        written.append(write_report(prepared, results, out))
     return written
 
 
-def finding_streams_file(finding_id: str) -> str:
-    """The file beside the report listing every connection of a finding whose filter names only
-    some of them (`amqpcap.model.display_filters.covered_filter`)."""
-    return f"findings-{finding_id}-streams.csv"
-
-
-def write_finding_streams(cap: Capture, summary: dict[str, Any], out: Path) -> list[Path]:
-    """For each finding whose display filter names only some of its connections (evidence
-    `streams_total`), every one of its `streams` with its connection label, a row each
-    (`finding_streams_file`): what the filter could not list."""
-    from ..derive.labels import connection_labels
-
+def write_finding_streams(prepared: Prepared, out: Path) -> list[Path]:
+    """Each finding's every connection, where its display filter names only some of them
+    (`Prepared.finding_streams`), as `finding_streams_file`."""
     written = []
-    for f in summary["findings"]:
-        if "streams_total" not in f["evidence"]:
-            continue
-        streams = f["evidence"]["streams"]
-        path = out / finding_streams_file(f["id"])
-        pd.DataFrame({"stream": streams, "connection": connection_labels(cap, streams)}).to_csv(path, index=False)
+    for finding_id, rows in prepared.finding_streams.items():
+        path = out / finding_streams_file(finding_id)
+        rows.to_csv(path, index=False)
         written.append(path)
     return written
 
@@ -275,68 +264,10 @@ def _run_here_or_forked(jobs: list[_Job], workers: int, written: _Written) -> li
     return [paths[i] for i in range(len(jobs))]
 
 
-def agg_pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _draw_plot(plot: Plot, path: Path) -> Path:
     plot.draw(path)
     agg_pyplot().close("all")
     return path
-
-
-def capture_summary(cap: Capture) -> dict[str, Any]:
-    s = cap.summary
-    return {
-        "path": s["path"],
-        "format": s["format"],
-        "compressed": s["compressed"],
-        "file_bytes": s["file_bytes"],
-        "packets": s["packets"],
-        "tcp_packets": s["tcp_packets"],
-        "first_ts": s["first_ts"],
-        "last_ts": s["last_ts"],
-        "duration_s": (s["last_ts"] - s["first_ts"]).total_seconds() if s["first_ts"] is not None else 0.0,
-        "link_types": s["link_types"],
-        "connections": len(cap.connections),
-        "frames": frame_count(cap),
-        "anomalies": {str(k): int(n) for k, n in cap.anomalies["kind"].value_counts().items() if n},
-        "warnings": s["warnings"],
-        "tls": _tls_summary(cap),
-        # the files read as this capture (one, or a set merged by time: docs/tables.md)
-        "files": [{"name": f["name"], "format": f.get("format"), "compressed": f.get("compressed"),
-                   "packets": f.get("packets"), "file_bytes": f["file_bytes"], "first_ts": f["first_ts"],
-                   "last_ts": f["last_ts"], "skipped": f["error"][1] if f["error"] else None}
-                  for f in s.get("files", [])],
-    }
-
-
-def _tls_summary(cap: Capture) -> dict[str, Any]:
-    c = cap.connections
-    tls = c["tls"] if "tls" in c else pd.Series([], dtype=bool)
-    decrypted = c["tls_decrypted"] if "tls_decrypted" in c else pd.Series([], dtype=bool)
-    return {"connections": int(tls.sum()), "decrypted": int(decrypted.sum()),
-            "skipped": int((tls & ~decrypted).sum()), "keylog": cap.summary.get("tls_keylog")}
-
-
-def redaction_summary(cap: Capture) -> dict[str, Any]:
-    """What the outputs leave out on purpose: SASL responses and challenges (passwords),
-    connection.update-secret secrets, and message bodies unless asked for (docs/summary.md)."""
-    t = capture_tally(cap)
-    n = lambda *methods: int(sum(t.methods.get(m, 0) for m in methods))  # noqa: E731
-    return {
-        "sasl_responses": n("connection.start-ok", "connection.secure-ok"),
-        "sasl_challenges": n("connection.secure"),
-        "update_secrets": n("connection.update-secret"),
-        "bodies_kept": cap.bodies is not None,
-        "body_bytes_seen": t.body_bytes_seen,
-        "body_bytes_kept": t.body_bytes_kept,
-    }
 
 
 def bodies_for_csv(bodies: pd.DataFrame) -> pd.DataFrame:
@@ -344,25 +275,6 @@ def bodies_for_csv(bodies: pd.DataFrame) -> pd.DataFrame:
     out = bodies.copy(deep=False)
     out["body"] = body_text(bodies["body"])
     return out
-
-
-def body_text(bodies) -> list[str]:
-    """Message bodies (bytes) as CSV writes them: UTF-8, other bytes escaped (\\xNN)."""
-    return [b.decode("utf-8", "backslashreplace") for b in bodies]
-
-
-def build_summary(cap: Capture, results: list[AnalyzerResult]) -> dict[str, Any]:
-    """summary.json (schema: docs/summary.md)."""
-    summary: dict[str, Any] = {"capture": capture_summary(cap), "methods": method_counts(cap),
-                               "redacted": redaction_summary(cap)}
-    for r in results:
-        summary.update(r.summary)
-    findings: list[Finding] = settled(results)
-    summary["findings"] = [f.to_json() for f in findings]
-    from .overview import overview
-
-    summary["overview"] = overview(cap, results)
-    return jsonable(summary)
 
 
 def write_summary(summary: dict[str, Any], out: Path) -> Path:

@@ -16,7 +16,7 @@ from ...derive.consumers import CONSUMER
 @dataclass(frozen=True, eq=False)
 class StateBins:
     """What the consumers plot draws, per consumer (a row: the consumer's state rows, which are
-    one partition's) and time bin of the capture (`amqpcap.derive.plotting.time_edges`): computed by
+    one partition's) and time bin of the capture (`amqpcap.model.plotting.time_edges`): computed by
     each partition, so that the merge never reads the credit series (a row per message)."""
 
     #: the consumers (CONSUMER columns), sorted
@@ -42,7 +42,7 @@ class StateBins:
 def state_bins(t0: pd.Timestamp, t1: pd.Timestamp, st: pd.DataFrame) -> StateBins:
     """The consumers plot's numbers of the state rows `st` (`consumer_state`'s columns), on the
     time bins of the capture from `t0` to `t1` (its summary's first_ts and last_ts)."""
-    from ...derive.plotting import time_edges, time_per_bin
+    from ...model.plotting import time_edges, time_per_bin
 
     edges = time_edges((t1 - t0).total_seconds())
     code = st.groupby(CONSUMER, sort=True, observed=True).ngroup().to_numpy()
@@ -77,7 +77,9 @@ def _plot_state(cap: Capture, b: StateBins, queues: pd.DataFrame, path) -> None:
     line for a few, the median and 10th-90th percentile band of all of them for many."""
     import matplotlib.pyplot as plt
 
-    from ...derive.plotting import consumer_labels, natural_order, plain_axis, time_edges
+    from ...model.plotting import natural_order, plain_axis, time_edges
+
+    from ...derive.names import consumer_labels
 
     t0 = cap.summary["first_ts"]
     edges = time_edges((cap.summary["last_ts"] - t0).total_seconds())
@@ -117,7 +119,7 @@ def _limit_heatmap(fig, ax, share: np.ndarray, edges: np.ndarray, labels: list[s
     spent at its prefetch limit, `overall` its share over its whole life."""
     import matplotlib.pyplot as plt
 
-    from ...derive.plotting import percent_axis, short
+    from ...model.plotting import percent_axis, short
 
     n = len(share)
     cmap = plt.get_cmap("Reds").with_extremes(bad="#e8e8e8")
@@ -144,7 +146,7 @@ def _unacked_lines(ax, x: np.ndarray, unacked: np.ndarray, prefetch: np.ndarray,
     """The bottom panel: unacked messages per time bin (`x`: the bins' starts) against the
     prefetch, a line per consumer (in the order drawn) for a few, the median and the 10th-90th
     percentile band for many."""
-    from ...derive.plotting import MAX_NAMED, nan_stats, plain, short
+    from ...model.plotting import MAX_NAMED, nan_stats, plain, short
 
     n = len(unacked)
     if n <= MAX_NAMED:

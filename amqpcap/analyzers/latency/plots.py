@@ -17,7 +17,8 @@ from .constants import MAX_POINTS
 def _by_consumer(cap: Capture, a: pd.DataFrame):
     """The consumers of ``a`` (deliveries): (groups of row positions, labels, common queue), in
     label order. Deliveries of one (stream, channel, consumer tag) are one consumer."""
-    from ...derive.plotting import consumer_labels, natural_order
+    from ...model.plotting import natural_order
+    from ...derive.names import consumer_labels
 
     code = a.groupby(["stream", "channel", "consumer_tag"], sort=True, observed=True).ngroup().to_numpy()
     first = np.unique(code, return_index=True)[1]
@@ -48,7 +49,7 @@ def _plot_over_time(cap: Capture, acked: pd.DataFrame, path: Path) -> None:
     all of them pooled plus the slowest few by median, named."""
     import matplotlib.pyplot as plt
 
-    from ...derive.plotting import MAX_NAMED, WORST_NAMED, duration_unit, plain_axis, short, time_edges
+    from ...model.plotting import MAX_NAMED, WORST_NAMED, duration_unit, plain_axis, short, time_edges
 
     a = acked[acked["latency_s"].notna()].reset_index(drop=True)
     t0 = cap.summary["first_ts"]
@@ -103,7 +104,7 @@ def _plot_cdf(cap: Capture, acked, gaps, conf, path: Path) -> None:
     ack→next-deliver and publish→confirm over all channels."""
     import matplotlib.pyplot as plt
 
-    from ...derive.plotting import MAX_NAMED, WORST_NAMED, duration_unit, percent_axis, plain_axis, short
+    from ...model.plotting import MAX_NAMED, WORST_NAMED, duration_unit, percent_axis, plain_axis, short
 
     a = acked[acked["latency_s"].notna()].reset_index(drop=True)
     every = np.r_[a["latency_s"].to_numpy(float), gaps["gap_s"].to_numpy(float), conf["latency_s"].to_numpy(float)]
@@ -171,7 +172,7 @@ def _plot_raster(cap: Capture, raster: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     from ...derive.names import connection_label
-    from ...derive.plotting import natural_order, short, shown_of
+    from ...model.plotting import natural_order, short, shown_of
 
     chans = [(int(s), int(c)) for s, c in _busiest(raster["counts"]).itertuples(index=False)]
     names = [f"{short(connection_label(cap, s), 40)} ch{c}" for s, c in chans]

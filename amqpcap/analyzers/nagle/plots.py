@@ -45,7 +45,7 @@ def _plot_small_share(cap: Capture, d: pd.DataFrame):
         import matplotlib.pyplot as plt
 
         from ...derive.names import connection_label
-        from ...derive.plotting import plain_axis, short, shown_of
+        from ...model.plotting import plain_axis, short, shown_of
 
         fig, ax = plt.subplots(figsize=(11, max(2.5, 0.3 * len(top) + 1.3)), layout="constrained")
         labels = [f"{short(connection_label(cap, s), 44)} {dr}" for s, dr in zip(top["stream"], top["direction"])]

@@ -118,10 +118,10 @@ def _plot_segment_sizes(hist: np.ndarray, segments: np.ndarray, duration_s: floa
             ax.grid(alpha=0.3)
         axes[1].set_xlabel("time since capture start (s)")
         if mesh is not None:
-            from ...derive.plotting import log_colorbar
+            from ...model.plotting import log_colorbar
 
             log_colorbar(fig, mesh, axes, "segments per cell")
-        from ...derive.plotting import plain_axis
+        from ...model.plotting import plain_axis
 
         for ax in axes:
             plain_axis(ax.yaxis, log=True)

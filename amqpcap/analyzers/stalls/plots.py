@@ -154,7 +154,7 @@ def _plot_window(path: Path, cap: Capture, series: dict, tcp: pd.DataFrame, stal
     from matplotlib.patches import Patch
 
     from ...derive.names import connection_label
-    from ...derive.plotting import natural_order, plain_axis, short, shown_of
+    from ...model.plotting import natural_order, plain_axis, short, shown_of
 
     held = _window_directions(tcp, stalls_tbl)
     cand = held.head(PLOT_MAX_DIRECTIONS)
@@ -196,7 +196,7 @@ def _plot_timeline(path: Path, cap: Capture, stalls_tbl: pd.DataFrame, t0) -> No
     from matplotlib.patches import Patch
 
     from ...derive.names import connection_label
-    from ...derive.plotting import natural_order, short, shown_of
+    from ...model.plotting import natural_order, short, shown_of
 
     colors = {**CAUSE_COLORS, "idle": "#dddddd"}
     st = stalls_tbl.assign(key=stalls_tbl["stream"].astype(np.int64) * 2 + (stalls_tbl["direction"] == "s2c"))

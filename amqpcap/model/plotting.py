@@ -132,21 +132,11 @@ def nan_stats(a: np.ndarray, percentiles) -> np.ndarray:
         return np.nanpercentile(a, percentiles, axis=0)
 
 
-def consumer_labels(cap, stream, channel, queue, tag) -> tuple[list[str], str | None]:
-    """Labels for plot rows of consumers (one per element of the arrays given) and the queue
-    they all consume from, if one: then each row is named by its connection alone (the queue
-    goes in the title), else as `names.consumer_label` names it. A connection with several
-    consumers gets the channel appended."""
-    from .names import connection_label, consumer_label
+def agg_pyplot():
+    """matplotlib's pyplot with the Agg backend (files, no display), imported when first drawn."""
+    import matplotlib
 
-    stream, channel = np.asarray(stream, np.int64), np.asarray(channel, np.int64)
-    queue = ["" if q is None or (not isinstance(q, str) and q != q) else str(q) for q in queue]
-    common = queue[0] if len(set(queue)) == 1 and queue[0] else None
-    if common is None:
-        labels = [consumer_label(cap, s, q or None, t) for s, q, t in zip(stream.tolist(), queue, tag)]
-    else:
-        labels = [connection_label(cap, s) for s in stream.tolist()]
-    which = np.unique(stream, return_inverse=True)[1].ravel()
-    several = np.bincount(which)[which] > 1 if len(stream) else np.zeros(0, bool)
-    labels = [f"{lab} ch{c}" if many else lab for lab, c, many in zip(labels, channel.tolist(), several)]
-    return labels, common
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
