@@ -1,5 +1,5 @@
 """The command line's application: the subcommands (an analyzer's made only when it is run or listed),
-the consoles, `--version`, and `main`, where every error the user can cause becomes one line.
+`--version`, and `main`, where every error the user can cause becomes one line.
 """
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ import os
 import sys
 
 import typer
-from rich.console import Console
 from typer.core import TyperGroup
 
 from .. import __version__
 from ..analyzers import names as analyzer_names
 from ..model.errors import AmqpcapError
+from .consoles import _to_devnull, err, out
 
 
 class _Commands(TyperGroup):
@@ -27,7 +27,7 @@ class _Commands(TyperGroup):
 
     def get_command(self, ctx, cmd_name: str):
         if cmd_name not in self.commands and cmd_name in analyzer_names():
-            from .analyze import _analyzer_click_command  # (analyze.py imports this module)
+            from .analyzer_commands import _analyzer_click_command
 
             self.commands[cmd_name] = _analyzer_click_command(cmd_name)
         return super().get_command(ctx, cmd_name)
@@ -47,39 +47,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-class _Console(Console):
-    """A console whose reader may go away: `amqpcap info capture.pcap | head -3`. Rich's own
-    answer is exit 1 (SystemExit); here the console goes quiet, its file descriptor is pointed at
-    /dev/null (so that Python's flush at exit has somewhere to write, instead of an "Exception
-    ignored" message) and the command goes on: `analyze --out DIR | head` still writes DIR, and
-    ends with the exit code of its work, as if everything had been read."""
-
-    def on_broken_pipe(self) -> None:
-        self.quiet = True
-        _to_devnull(self.file)
-
-
-def _to_devnull(stream) -> None:
-    """Point `stream`'s file descriptor at /dev/null (a stream without one is left alone)."""
-    try:
-        fd = stream.fileno()
-    except (AttributeError, OSError, ValueError):  # (io.UnsupportedOperation is an OSError)
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, fd)
-    finally:
-        os.close(devnull)
-
-
-out = _Console()
-if not out.is_terminal:
-    # files and pipes: don't squeeze tables into 80 columns. (Not even with COLUMNS: a parent
-    # that loaded readline, pytest for one, exports COLUMNS=80 to its children without a terminal.)
-    out.width = 120
-err = _Console(stderr=True)
-
-
 def _version(value: bool) -> None:
     if value:
         out.print(f"amqpcap {__version__}")

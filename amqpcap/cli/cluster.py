@@ -5,7 +5,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Optional
 
-from .app import err
+from .consoles import err
 
 
 @contextmanager

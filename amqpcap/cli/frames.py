@@ -10,7 +10,8 @@ import typer
 
 from ..model.errors import UsageError
 from ..model.wording import counted
-from .app import app, err
+from .app import app
+from .consoles import err
 from .loading import _load, _one_name, _refuse_unless_amqp, require_amqp
 from .options import AddPortOpt, CapturesArg, KeylogOpt, LimitOpt, PortOpt, StrictOpt
 

@@ -9,7 +9,8 @@ from rich.console import Group
 from rich.table import Table
 
 from ..model.wording import counted
-from .app import app, out
+from .app import app
+from .consoles import out
 from .loading import _load
 from .options import (
     AddPortOpt, AllConnectionsOpt, CapturesArg, INFO_CONNECTIONS, KeylogOpt, LimitOpt, PortOpt, StrictOpt)

@@ -9,7 +9,8 @@ import typer
 
 from ..model.errors import UsageError
 from ..model.wording import counted
-from .app import app, err
+from .app import app
+from .consoles import err
 from .cluster import _dask_client
 from .loading import (
     _analyzing_progress, _one_name, _reading_progress, _warn, anomaly_warning, parse_limits, ports_of)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, List, Optional
 
 from ..model.errors import NoAmqpError, UsageError
 from ..model.wording import counted
-from .app import err
+from .consoles import err
 
 if TYPE_CHECKING:
     from ..io.load import Capture, Limits

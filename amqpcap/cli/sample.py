@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ..io.sample import sample_path
-from .app import app, out
+from .app import app
+from .consoles import out
 
 
 @app.command()

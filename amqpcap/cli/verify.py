@@ -8,7 +8,8 @@ from typing import List, Optional
 import typer
 
 from ..model.errors import UsageError
-from .app import app, out
+from .app import app
+from .consoles import out
 from .loading import ports_of
 from .options import AddPortOpt, CaptureArg, KeylogOpt, PortOpt
 
