@@ -222,7 +222,8 @@ def _sliced_everywhere(path: Path) -> tuple[dict, dict]:
     from amqpcap.analyzers.consumers import SPLIT
     from amqpcap.analyzers.consumers.step import consumers_slice
     from amqpcap.derive.stream_order import ns
-    from amqpcap.analysis.partition import clean_cuts, context_for, facts_of, sliced_partial
+    from amqpcap.analysis.partition import context_for, facts_of, sliced_partial
+    from amqpcap.model.facts import clean_cuts
 
     cap = amqpcap.load(path)
     facts = facts_of(cap)
@@ -313,7 +314,8 @@ def test_a_cut_between_basic_consume_and_its_consume_ok_gives_the_whole_partitio
     from amqpcap.analysis.registry import splits
     from amqpcap.derive.deliveries import consume_frames
     from amqpcap.derive.stream_order import ns
-    from amqpcap.analysis.partition import clean_cuts, facts_of, sliced_partials
+    from amqpcap.analysis.partition import facts_of, sliced_partials
+    from amqpcap.model.facts import clean_cuts
 
     cap = load(name)
     cons = consume_frames(cap)

@@ -359,7 +359,8 @@ def test_a_buckets_slice_of_time_is_read_as_it_is_cut_in_memory(name, tmp_path):
     whole, and the bucket's clean cuts are read from two of its packets' columns (dumpcap.pcapng
     has packets out of time order; the others have bodies, anomalies, a capture started midway)."""
     from amqpcap.derive.stream_order import ns
-    from amqpcap.analysis.partition import clean_cuts, time_slice
+    from amqpcap.analysis.partition import time_slice
+    from amqpcap.model.facts import clean_cuts
 
     dataset.ingest(FIX / name, tmp_path / "ds", buckets=2, bodies=True)
     sliced = 0

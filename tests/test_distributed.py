@@ -282,7 +282,7 @@ def test_scheduler_needs_a_dataset():
 
 def test_a_worker_that_does_not_see_the_dataset_says_so(tmp_path):
     from amqpcap.engine import on_dask as engine
-    from amqpcap.analysis.partition import CaptureFacts
+    from amqpcap.model.facts import CaptureFacts
 
     with pytest.raises(engine.EngineError, match="does not see the dataset at .*same path"):
         engine.bucket_step(str(tmp_path / "elsewhere"), 0, CaptureFacts(0, 0), ["sizes"])

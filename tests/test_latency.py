@@ -286,7 +286,8 @@ def _sliced_everywhere(path: Path) -> tuple[dict, dict]:
     (`clean_cuts` every 1), each given the capture's backlog (the context round)."""
     from amqpcap.analyzers.latency import SPLIT
     from amqpcap.derive.stream_order import ns
-    from amqpcap.analysis.partition import clean_cuts, context_for, facts_of, sliced_partial
+    from amqpcap.analysis.partition import context_for, facts_of, sliced_partial
+    from amqpcap.model.facts import clean_cuts
 
     cap = amqpcap.load(path)
     facts = facts_of(cap)

@@ -19,7 +19,8 @@ import amqpcap.analyzers.messages as messages_module
 from amqpcap.analyzers.messages import SPLIT, messages
 from amqpcap.io.load import Capture
 from amqpcap.derive.stream_order import ns
-from amqpcap.analysis.partition import clean_cuts, facts_of, sliced_partial
+from amqpcap.analysis.partition import facts_of, sliced_partial
+from amqpcap.model.facts import clean_cuts
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_partition import assert_same_partial  # noqa: E402

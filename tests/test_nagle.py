@@ -16,7 +16,8 @@ from amqpcap.analyzers.nagle import (AVOIDABLE_RATE_CRITICAL, AVOIDABLE_RATE_INF
                                      analyze_segments, nagle, small_packets_finding)
 from amqpcap.analyzers.sizes import sizes
 from amqpcap.derive.stream_order import ns
-from amqpcap.analysis.partition import clean_cuts, facts_of, sliced_partial, time_slice
+from amqpcap.analysis.partition import facts_of, sliced_partial, time_slice
+from amqpcap.model.facts import clean_cuts
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"

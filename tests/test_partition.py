@@ -20,7 +20,8 @@ from amqpcap.io.kept_rows import KeptRows, frame
 from amqpcap.report.rates_plot import rates_png
 from amqpcap.summary.overview import rate_bins
 from amqpcap.derive.stream_order import ns
-from amqpcap.analysis.partition import clean_cuts, context_for, facts_of, partials_of, sliced_context, sliced_partials
+from amqpcap.analysis.partition import context_for, facts_of, partials_of, sliced_context, sliced_partials
+from amqpcap.model.facts import clean_cuts
 from amqpcap.report.outputs import _draw_plot as draw_plot
 from amqpcap.summary.build import build_summary
 from amqpcap.derive.tally import Tally, tally_of

@@ -21,7 +21,8 @@ from amqpcap.derive.replay import (ends_of, ends_step, replay_after, replayed, s
                                    told_state)
 from amqpcap.derive.seeds import seeds_of
 from amqpcap.derive.stream_order import ns
-from amqpcap.analysis.partition import clean_cuts, facts_of, sliced_partial, time_slice
+from amqpcap.analysis.partition import facts_of, sliced_partial, time_slice
+from amqpcap.model.facts import clean_cuts
 from amqpcap.derive.tally import Tally, tally_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

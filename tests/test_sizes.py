@@ -182,7 +182,8 @@ def _sliced_everywhere(path: Path):
     """The capture's sizes partial whole, and cut before every packet (`clean_cuts` every 1)."""
     from amqpcap.analyzers.sizes import SPLIT
     from amqpcap.derive.stream_order import ns
-    from amqpcap.analysis.partition import clean_cuts, facts_of, sliced_partial
+    from amqpcap.analysis.partition import facts_of, sliced_partial
+    from amqpcap.model.facts import clean_cuts
 
     cap = amqpcap.load(path)
     facts = facts_of(cap)

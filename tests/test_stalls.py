@@ -419,7 +419,8 @@ def _sliced_everywhere(cap, cuts: list[int] | None = None) -> tuple[dict, dict]:
     maxima)."""
     from amqpcap.analyzers.stalls import SPLIT
     from amqpcap.derive.stream_order import ns
-    from amqpcap.analysis.partition import clean_cuts, context_for, facts_of, sliced_partial
+    from amqpcap.analysis.partition import context_for, facts_of, sliced_partial
+    from amqpcap.model.facts import clean_cuts
 
     facts = facts_of(cap)
     context = context_for(SPLIT.join_context([SPLIT.context(cap, facts)]), 0)
@@ -704,7 +705,8 @@ def test_the_context_step_over_slices_is_the_whole_partitions(tmp_path):
 
     from amqpcap.analyzers.stalls import SPLIT
     from amqpcap.derive.stream_order import ns
-    from amqpcap.analysis.partition import clean_cuts, facts_of, sliced_context
+    from amqpcap.analysis.partition import facts_of, sliced_context
+    from amqpcap.model.facts import clean_cuts
 
     packets = sorted(_blocked_twice() + _consumer_at_most_late(), key=lambda p: p.time_ns)
     cap = c.load(c.write_pcap(tmp_path / "two.pcap", packets))

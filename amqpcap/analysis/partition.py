@@ -43,36 +43,9 @@ import numpy as np
 import pandas as pd
 
 from ..io.load import Capture
+from ..model.facts import CaptureFacts, facts_from_ts
 from ..derive.cache import CAPTURE, derivation
 from ..derive.stream_order import ns
-
-
-@dataclass(frozen=True)
-class CaptureFacts:
-    """What a partition's step knows about the whole capture."""
-
-    #: earliest and latest record timestamp (ns since the epoch; records may be out of order in
-    #: a file), 0 and 0 for a capture without records
-    t0_ns: int
-    t1_ns: int
-    #: earliest timestamp of the AMQP connections' packets (the `packets` table), 0 without
-    #: packets: the origin of the stalls analyzer's seconds, which every partition must share
-    #: for its float seconds to be the whole capture's
-    packets_t0_ns: int = 0
-    #: records of the file (the largest packet number), 0 when unknown: where the queue backlogs'
-    #: cells of packets are cut (`amqpcap.derive.backlog_join`)
-    records: int = 0
-
-    @property
-    def duration_s(self) -> float:
-        return (self.t1_ns - self.t0_ns) / 1e9
-
-
-def facts_from_ts(ts_ns: np.ndarray, packets_t0_ns: int = 0) -> CaptureFacts:
-    """The facts of a capture whose records' timestamps are `ts_ns` (every record's, in order)."""
-    if not len(ts_ns):
-        return CaptureFacts(0, 0, packets_t0_ns)
-    return CaptureFacts(int(ts_ns.min()), int(ts_ns.max()), packets_t0_ns, len(ts_ns))
 
 
 def facts_of(cap: Capture) -> CaptureFacts:
@@ -82,20 +55,6 @@ def facts_of(cap: Capture) -> CaptureFacts:
 
 
 Partial = Any
-
-#: columns of the connections' tables that no partition step reads (no analyzer's, derivation's
-#: or the tally's): a bucket is read for its steps without them (`dataset.read_partition`). On a
-#: bucket of one connection of 2.1M packets they are 310 MB of its 1.05 GB of frames and packets,
-#: and every selection of rows would copy them. A step that starts reading one fails on every
-#: fixture of the tests that compare the merged partitions with the whole capture, which read
-#: partitions this way: take the column out of this list then.
-UNREAD_COLUMNS: dict[str, tuple[str, ...]] = {
-    "frames": ("class_id", "method_id", "mandatory", "prefetch_size", "frame_max", "mechanism", "server_product",
-               "message_count", "consumer_count", "delivery_mode", "priority", "content_type", "correlation_id",
-               "reply_to", "expiration", "message_id", "message_timestamp"),
-    "packets": ("tsval", "tsecr", "sack_blocks", "gap_before"),
-}
-
 
 @dataclass(frozen=True)
 class PerPartition:
@@ -155,7 +114,7 @@ class Slicing:
       (`sliced_partial`; the tests compare them on every fixture).
 
     The slices are cut where no packet before has a later timestamp than a packet after
-    (`clean_cuts`): the steps that order a connection's packets by time then see them in the
+    (`amqpcap.model.facts.clean_cuts`): the steps that order a connection's packets by time then see them in the
     whole's order, slice after slice."""
 
     step: Callable[[Capture, CaptureFacts, Any, bool], tuple[Any, Any]]
@@ -261,58 +220,6 @@ def joined_once(splits: dict[str, Split], contexts: dict[str, list],
     return out
 
 
-def merge_rows(parts: list[pd.DataFrame], key: list[str]) -> pd.DataFrame:
-    """Rows of several partitions in the order one partition holding them all gives: sorted by
-    `key` (unique per row within the capture), the key's helper columns (named ``_*``) dropped.
-
-    Built a column at a time and empties `parts`, so that a caller passing the partials' own
-    tables (`taken`) holds each row twice at most while they are merged (measured on the 10M
-    packet capture: the consumers' state table, 5.2M rows, took 2.6 times its size to concatenate
-    and sort as frames)."""
-    kept = [p for p in parts if len(p)] or parts[:1]
-    parts.clear()
-    if len(kept) == 1:
-        out = kept[0].reset_index(drop=True)
-    else:
-        keys = pd.concat([p[key] for p in kept], ignore_index=True)
-        order = keys.sort_values(key, kind="stable").index.to_numpy()
-        del keys
-        names = [c for c in kept[0].columns if not c.startswith("_")]
-        # each part as columns of its own (one copy of each, a part at a time; the part itself
-        # is not changed: it may be a derivation's table, kept by its capture), so that each
-        # part's column can be let go as soon as it is merged (dropping it from the part's frame
-        # instead copied the part's other columns at every column)
-        pieces = []
-        while kept:
-            part = kept.pop(0)
-            pieces.append({c: part[c].copy() for c in names})
-            del part
-        columns = {}
-        for c in names:
-            columns[c] = pd.concat([p.pop(c) for p in pieces], ignore_index=True).take(order).reset_index(drop=True)
-        del pieces
-        release_freed_memory()
-        return pd.DataFrame(columns, copy=False)
-    return out.drop(columns=[c for c in out.columns if c.startswith("_")])
-
-
-def release_freed_memory() -> None:
-    """Give the memory freed by a merge back to the system: Arrow's pool (text columns are Arrow
-    arrays) and glibc's heap (`malloc_trim`) otherwise keep it for this process, whose resident
-    size then counts the partials merged as well as the merged tables. Nothing where there is no
-    glibc."""
-    import ctypes
-    import ctypes.util
-
-    import pyarrow as pa
-
-    pa.default_memory_pool().release_unused()
-    try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
 def taken(partials: list[dict], name: str) -> list[pd.DataFrame]:
     """Each partial's table `name`, taken out of it: the merge then holds the only reference to
     those rows, freed as `merge_rows` joins them (a per-message table of a large capture takes
@@ -321,25 +228,6 @@ def taken(partials: list[dict], name: str) -> list[pd.DataFrame]:
 
 
 # --- slices of a partition's time (docs/time-split.md) ------------------------------------------
-
-def clean_cuts(packet: np.ndarray, ts_ns: np.ndarray, every: int) -> list[int]:
-    """Packet numbers at which a partition whose packets are `packet` (in packet order) with
-    times `ts_ns` may be cut into slices of about `every` packets: the first clean cut at or after
-    each multiple of `every` rows, a clean cut being a packet that no earlier packet follows in
-    time (the prefix's latest ts ≤ the suffix's earliest). Captures put a packet out of time order
-    now and then (a pcapng of several interfaces, a clock step); no cut falls inside one."""
-    packet, ts_ns = np.asarray(packet, np.int64), np.asarray(ts_ns, np.int64)
-    n = len(packet)
-    if n < 2 or every < 1:
-        return []
-    latest_before = np.maximum.accumulate(ts_ns)[:-1]
-    earliest_from = np.minimum.accumulate(ts_ns[::-1])[::-1][1:]
-    clean = np.flatnonzero(latest_before <= earliest_from) + 1  # (row i: a cut before row i)
-    wanted = np.arange(every, n, every)
-    at = np.searchsorted(clean, wanted)
-    rows = np.unique(clean[at[at < len(clean)]])
-    return packet[rows].tolist()
-
 
 def time_slice(cap: Capture, first: int, end: int | None) -> Capture:
     """The partition `cap` from packet `first` up to packet `end` (excluded; None: to the end): its

@@ -25,7 +25,9 @@ from ..derive.methods import methods, select
 from ..derive.labels import connection_labels
 from ..model.display_filters import filter_evidence, streams_part
 from ..derive.names import subject_namer
-from ..analysis.partition import CaptureFacts, Slicing, Split, merge_rows, run_whole
+from ..analysis.partition import Slicing, Split, run_whole
+from ..io.rows import merge_rows
+from ..model.facts import CaptureFacts
 from ..model.wording import counted
 
 #: heartbeat-problems: a negotiated timeout below this is told (info): RabbitMQ's heartbeats
@@ -121,7 +123,7 @@ def _silences(p: pd.DataFrame, stream: np.ndarray, end_ns: np.ndarray, seen: _Se
     """Per connection and direction: the longest time without payload from the direction's first
     payload on, up to the connection's end (`end_ns`: its first FIN or RST, else its last packet),
     continued from `seen`. Payloads are taken in time order: a slice's packets all follow the
-    slices' before in time (`amqpcap.analysis.partition.clean_cuts`), so the first payload of a slice
+    slices' before in time (`amqpcap.model.facts.clean_cuts`), so the first payload of a slice
     follows the latest one before it."""
     st = p["stream"].to_numpy(np.int64)
     ts = p["ts"].array.asi8

@@ -28,7 +28,9 @@ from ..derive.methods import methods, select
 from ..derive.labels import connection_labels
 from ..model.display_filters import filter_evidence, streams_part
 from ..derive.names import subject_namer
-from ..analysis.partition import CaptureFacts, Slicing, Split, merge_rows, run_whole
+from ..analysis.partition import Slicing, Split, run_whole
+from ..io.rows import merge_rows
+from ..model.facts import CaptureFacts
 
 #: a message is large when its body is this big or more (a RabbitMQ guide's rule of thumb: messages
 #: of several MB are better kept in a blob store, with a reference in the message) ...

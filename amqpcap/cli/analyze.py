@@ -118,7 +118,7 @@ def _tell_analysis(cap: Capture, results, out_dir: Optional[Path], fmt: str, plo
     if note:
         out.print(note, highlight=False)
     if out_dir is not None:
-        from ..analysis.partition import release_freed_memory
+        from ..io.memory import release_freed_memory
         from ..report.outputs import write_outputs
         from ..summary.prepared import prepare
 

@@ -5,7 +5,7 @@ A queue's backlog is a running sum over the capture's frames in order (`amqpcap.
 publishes routed to the queue add, deliveries subtract). Joined in one piece, it held an event
 per message of the whole capture in one process: 14 GB for a 100M-packet capture. Instead the
 frames are cut into cells of consecutive packets (`CELL_PACKETS` each; a capture's packet count
-is known before any step: `amqpcap.analysis.partition.CaptureFacts.records`):
+is known before any step: `amqpcap.model.facts.CaptureFacts.records`):
 
 - a partition's context step cuts its queue events and acks into the cells (`shares_of`; on a
   worker they are kept in the store, `amqpcap.io.kept_rows`, and only their paths travel);

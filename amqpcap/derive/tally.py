@@ -25,7 +25,8 @@ from . import deliveries as D
 from .names import connection_roles, role_flags, roles_of
 from .replay import for_derivations, told
 from .seeds import seeds_of
-from ..analysis.partition import CaptureFacts, Slicing, Split
+from ..analysis.partition import Slicing, Split
+from ..model.facts import CaptureFacts
 from ..model.plotting import time_edges
 
 #: the rates plot's series (report.html's top): what each counts

@@ -41,7 +41,9 @@ from ..analysis.registry import AnalyzerResult, analyzers, splits
 from ..io.load import Capture
 from ..model.errors import AmqpcapError
 from ..io.kept_rows import keeping_in
-from ..analysis.partition import CaptureFacts, CellJoin, PerPartition, Split, context_for, joined_once, release_freed_memory
+from ..analysis.partition import CellJoin, PerPartition, Split, context_for, joined_once
+from ..io.memory import release_freed_memory
+from ..model.facts import CaptureFacts
 from .slices import SLICE_PACKETS, can_slice, submit_in_slices
 
 #: a local cluster's workers at most (one per core below that)

@@ -28,7 +28,9 @@ from typing import Any
 
 from ..io import dataset
 from ..io.kept_rows import keeping_in
-from ..analysis.partition import CaptureFacts, Split, release_freed_memory
+from ..analysis.partition import Split
+from ..io.memory import release_freed_memory
+from ..model.facts import CaptureFacts
 
 #: a bucket of more packets than this is analysed in slices of about this many packets when the
 #: workers tell no memory limit (else: `amqpcap.engine.on_dask.slice_packets_of`): one slice's columns

@@ -14,7 +14,7 @@ live only as long as one analysis, and are written and read back once or twice e
 Parquet on one 100M-packet bucket's parts (104 files): written in 0.16 s instead of 0.38 s and
 read back into frames in 0.17 s instead of 0.23 s, at the same size (32 MB).
 
-The merge joins the parts with `rows_table`: a DataFrame (`amqpcap.analysis.partition.merge_rows`) when
+The merge joins the parts with `rows_table`: a DataFrame (`amqpcap.io.rows.merge_rows`) when
 they are frames, else a `KeptRows`, which reads only the columns asked of it (`columns`, in the
 whole capture's row order) and writes itself bucket by bucket (`write`, the capture's own tables'
 k-way merge: `amqpcap.io.stored_tables`), so that no process holds the whole table.
@@ -148,7 +148,7 @@ def rows_table(parts: list, key: list[str]) -> Union[pd.DataFrame, "KeptRows"]:
     """The partitions' rows of one table as the whole capture's: a DataFrame when no part was
     kept on a worker (`merge_rows` by `key`), else the `KeptRows` of the parts (merged by the
     column each was kept with, `keep`'s `key`; a partition's empty frame holds no row)."""
-    from ..analysis.partition import merge_rows
+    from ..io.rows import merge_rows
 
     kept = [p for p in parts if isinstance(p, KeptPart)]
     if not kept:

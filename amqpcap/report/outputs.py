@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from ..analysis.partition import release_freed_memory
+from ..io.memory import release_freed_memory
 from ..analysis.registry import AnalyzerResult, Plot
 from ..io.load import Capture
 from ..io.table_files import body_text, check_format, write_table

@@ -12,7 +12,9 @@ import pandas as pd
 from ...analysis.registry import AnalyzerResult, analyzer
 from ...io.load import Capture
 from ...derive.names import connection_names
-from ...analysis.partition import CaptureFacts, Slicing, Split, merge_rows, run_whole
+from ...analysis.partition import Slicing, Split, run_whole
+from ...io.rows import merge_rows
+from ...model.facts import CaptureFacts
 from .channels import _deleted_by
 from .constants import COLUMNS, NAMED, SUMMARY_COLUMNS, SUMMARY_CONNECTIONS
 from .findings import (

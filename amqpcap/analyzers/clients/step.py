@@ -12,7 +12,7 @@ import pandas as pd
 from ...io.load import Capture
 from ...derive.methods import methods, select
 from ...derive.rates import msgs_per_s_active
-from ...analysis.partition import CaptureFacts
+from ...model.facts import CaptureFacts
 from .channels import _cancels, _open_channels, _opens_per_s, _queue_deletes
 from .constants import COLUMNS, COUNTED, EXAMPLES, NAMED, ROUND_TRIPS
 from .publishes import _confirmed, _confirming, _count_publishes, _publishes_in_tx, _returns

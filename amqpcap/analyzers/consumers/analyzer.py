@@ -14,7 +14,9 @@ from ...io.load import Capture
 from ...derive.labels import connection_labels
 from ...derive.refills import BACKLOG_CONTEXT_SLICING, backlog_context, join_backlog_context
 from ...io.kept_rows import rows_table
-from ...analysis.partition import CaptureFacts, Slicing, Split, facts_of, merge_rows, run_whole, taken
+from ...analysis.partition import Slicing, Split, facts_of, run_whole, taken
+from ...io.rows import merge_rows
+from ...model.facts import CaptureFacts
 from .findings import _findings, _unlimited_finding
 from .plots import _plot_state, merged_bins
 from .step import consumers_join, consumers_partial, consumers_slice

@@ -22,7 +22,7 @@ from ...derive.refills import AnswerRows, backlog_answers, slow_refills_of, told
 from ...derive.replay import for_derivations, state_maxima, told, told_consumers, told_state
 from ...derive.seeds import seeds_of
 from ...io.kept_rows import keep
-from ...analysis.partition import CaptureFacts
+from ...model.facts import CaptureFacts
 from .constants import NOT_A_WINDOW
 from .findings import _unlimited
 from .limits import _limit_rows_of, _no_ack_rows

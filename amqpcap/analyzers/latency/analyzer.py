@@ -15,7 +15,9 @@ from ...derive.labels import connection_labels
 from ...derive.refills import BACKLOG_CONTEXT_SLICING, backlog_context, join_backlog_context
 from ...io.kept_rows import columns as kept_columns
 from ...io.kept_rows import rows_table
-from ...analysis.partition import CaptureFacts, Slicing, Split, merge_rows, run_whole, taken
+from ...analysis.partition import Slicing, Split, run_whole, taken
+from ...io.rows import merge_rows
+from ...model.facts import CaptureFacts
 from .findings import _redelivery_findings, _refill_findings
 from .numbers import _imax, _values, _wmean, stats
 from .plots import _plot_cdf, _plot_over_time, _plot_raster, _raster_joined

@@ -20,7 +20,7 @@ from ...derive.refills import AnswerRows, backlog_answers, slow_refills_of, told
 from ...derive.replay import for_derivations, told
 from ...derive.seeds import seeds_of
 from ...io.kept_rows import keep
-from ...analysis.partition import CaptureFacts
+from ...model.facts import CaptureFacts
 from .channels import _redelivery_rows, _refill_rows
 from .interleaving import _current, _no_spaces, _replayed, _spaces, interleaving
 from .per_consumer import _Labels, consumer_latency

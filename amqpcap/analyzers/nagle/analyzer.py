@@ -11,7 +11,9 @@ import pandas as pd
 
 from ...analysis.registry import AnalyzerResult, Plot, analyzer
 from ...io.load import Capture
-from ...analysis.partition import CaptureFacts, Slicing, Split, merge_rows, run_whole
+from ...analysis.partition import Slicing, Split, run_whole
+from ...io.rows import merge_rows
+from ...model.facts import CaptureFacts
 from .carry import _Carry
 from .directions import _slice, nagle_join
 from .findings import nagle_finding, small_packets_finding

@@ -11,7 +11,9 @@ import pandas as pd
 
 from ...analysis.registry import AnalyzerResult, Plot, analyzer
 from ...io.load import Capture
-from ...analysis.partition import CaptureFacts, Slicing, Split, merge_rows, run_whole
+from ...analysis.partition import Slicing, Split, run_whole
+from ...io.rows import merge_rows
+from ...model.facts import CaptureFacts
 from .bins import time_bins
 from .counts import packet_size_table
 from .plots import _plot_frames_per_packet, _plot_packet_sizes, _plot_segment_sizes, _plot_throughput

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ...analysis.partition import CaptureFacts
+from ...model.facts import CaptureFacts
 from .constants import DIRECTIONS, PERCENT_DECIMALS, PLEN_EDGES_BYTES, TARGET_TIME_BINS, _NICE_STEPS
 
 

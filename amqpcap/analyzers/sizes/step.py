@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ...io.load import Capture
-from ...analysis.partition import CaptureFacts
+from ...model.facts import CaptureFacts
 from .bins import SEGMENT_SIZE_EDGES, _ns, plen_counts, segment_histograms, segment_time_edges, time_bins
 from .constants import DIRECTIONS
 from .counts import (

@@ -12,7 +12,7 @@ import pandas as pd
 
 from ...io.load import Capture
 from ...derive.columns import value_at
-from ...analysis.partition import CaptureFacts
+from ...model.facts import CaptureFacts
 from .bins import _ns, time_bins
 from .constants import DELIVER_METHODS, DIRECTIONS
 from .counts import _is_method

@@ -12,7 +12,9 @@ import pandas as pd
 from ...analysis.registry import AnalyzerResult, Plot, analyzer
 from ...io.load import Capture
 from ...io.kept_rows import keep
-from ...analysis.partition import CaptureFacts, Slicing, Split, merge_rows, run_whole, taken
+from ...analysis.partition import Slicing, Split, run_whole, taken
+from ...io.rows import merge_rows
+from ...model.facts import CaptureFacts
 from .constants import PLOT_MAX_DIRECTIONS
 from .context import CONTEXT_SLICING, StallsContext, _origin, stalls_context, stalls_join
 from .findings import _broker_flow_control, _capture_gaps, _publisher_blocked, _receiver_window, _window_packets

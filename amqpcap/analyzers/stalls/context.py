@@ -14,7 +14,8 @@ from ...derive import consumers as credit
 from ...derive.columns import as_object
 from ...derive.replay import for_derivations
 from ...derive.stream_order import ns, seconds
-from ...analysis.partition import CaptureFacts, PerPartition, Slicing
+from ...analysis.partition import PerPartition, Slicing
+from ...model.facts import CaptureFacts
 from .causes import _blocked, _frames
 from .constants import BLOCK_METHODS
 from .intervals import _empty_iv

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ...io.load import Capture
-from ...analysis.partition import CaptureFacts
+from ...model.facts import CaptureFacts
 from .causes import (
     _block_publishes, _blocked, _channel_flow, _confirm_outstanding, _deliveries_in, _flow_events, _frames,
     _prefetch_limited)

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from ...analysis.partition import release_freed_memory
+from ...io.memory import release_freed_memory
 from .layout import BUCKET_TARGET_BYTES, CONNECTION_TABLES, bucket_file, default_buckets
 from .writing import BatchFile, add_rows, new_directory, write_connections, write_loose, write_manifest, writing_into
 
