@@ -2,28 +2,17 @@
 //! [`ingest::ingest`] without the GIL, and moves the finished columns into numpy arrays.
 //! The stub `amqpcap/_core.pyi` documents what Python sees.
 
-pub mod amqp;
-pub mod amqp10;
 pub mod anomaly;
-#[cfg(feature = "arrow")]
-pub mod arrow_out;
-#[cfg(feature = "arrow")]
-pub mod csv_out;
+pub mod buckets;
 pub mod capture;
-pub mod detect;
 pub mod error;
 pub mod flow;
-#[cfg(feature = "fuzzing")]
-pub mod fuzzing;
-pub mod ingest;
 pub mod limits;
 pub mod output;
-pub mod partition;
-pub mod protocol;
-#[cfg(feature = "arrow")]
-pub mod spill;
-pub mod tables;
-pub mod tcp;
+pub mod pipeline;
+pub mod proto;
+#[cfg(feature = "fuzzing")]
+pub mod testkit;
 pub mod tls;
 
 #[cfg(feature = "python")]
@@ -36,11 +25,11 @@ mod python {
     use crate::capture::link::linktype_name;
     use crate::capture::merge::{FileRead, Progress};
     use std::sync::atomic::Ordering;
-    use crate::ingest::ingest;
+    use crate::pipeline::ingest;
     use crate::tls::Decrypted;
     use crate::limits::Limits;
-    use crate::partition::Partition;
-    use crate::tables::{CodeWidth, Column, Table};
+    use crate::buckets::partition::Partition;
+    use crate::output::tables::{CodeWidth, Column, Table};
 
     pyo3::create_exception!(_core, CoreCaptureError, PyException, "The capture cannot be used: args are (kind, message).");
 
@@ -58,7 +47,7 @@ mod python {
     /// Dictionary codes in the narrowest integer type pandas would pick itself, so that
     /// `Categorical.from_codes` keeps our array instead of copying it.
     fn codes<'py>(py: Python<'py>, codes: Vec<i32>, categories: usize) -> Bound<'py, PyAny> {
-        match crate::tables::code_width(categories) {
+        match crate::output::tables::code_width(categories) {
             CodeWidth::I8 => arr(py, codes.into_iter().map(|c| c as i8).collect::<Vec<_>>()).into_any(),
             CodeWidth::I16 => arr(py, codes.into_iter().map(|c| c as i16).collect::<Vec<_>>()).into_any(),
             CodeWidth::I32 => arr(py, codes).into_any(),
@@ -141,7 +130,7 @@ mod python {
     /// A Python callable as a sink of tables (`decode`'s `records_sink`, `frames_sink`): each
     /// table goes to it as an ArrowBatch (the GIL is taken for each call). Its first error
     /// stops the calls and is kept in `failed`, to be raised once the decode returns.
-    fn table_sink<'a>(obj: &'a Py<PyAny>, failed: &'a std::sync::Mutex<Option<PyErr>>) -> crate::ingest::TableSink<'a> {
+    fn table_sink<'a>(obj: &'a Py<PyAny>, failed: &'a std::sync::Mutex<Option<PyErr>>) -> crate::pipeline::TableSink<'a> {
         Box::new(move |t: Table| {
             if failed.lock().expect("not poisoned").is_some() {
                 return;
@@ -155,7 +144,7 @@ mod python {
 
     fn arrow_table<'py>(py: Python<'py>, t: Table) -> PyResult<Bound<'py, PyAny>> {
         let batch = py
-            .detach(|| crate::arrow_out::record_batch(t))
+            .detach(|| crate::output::arrow_out::record_batch(t))
             .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
         Ok(Bound::new(py, ArrowBatch(std::sync::Mutex::new(Some(batch))))?.into_any())
     }
@@ -279,7 +268,7 @@ mod python {
         // connection and spills the packets of every connection into its bucket's file.
         let partition = spill.as_ref().map(|(_, buckets)| Partition::new(*buckets, &[], true)).transpose().map_err(pyo3::exceptions::PyValueError::new_err)?;
         let mut spill_writer = spill
-            .map(|(dir, buckets)| crate::spill::SpillWriter::create(std::path::Path::new(&dir), buckets))
+            .map(|(dir, buckets)| crate::buckets::spill::SpillWriter::create(std::path::Path::new(&dir), buckets))
             .transpose()?;
         let decrypted = decrypted.map(decrypted_from).transpose()?;
         let progress = progress.map(|p| p.0.clone()).unwrap_or_default();
@@ -290,7 +279,7 @@ mod python {
             let frames_sink = frames_sink.as_ref().map(|obj| (table_sink(obj, &failed), frames_batch_rows));
             let spill = spill_writer.as_mut().map(|w| {
                 let push = |number: u32, stream: u32, rec: &crate::capture::reader::Record<'_>| w.push(number, stream, rec);
-                Box::new(push) as crate::ingest::PacketSpill<'_>
+                Box::new(push) as crate::pipeline::PacketSpill<'_>
             });
             ingest(&paths, &ports, &limits, bodies, decrypted, partition, strict, &progress, records_sink, spill, frames_sink)
         });
@@ -307,9 +296,9 @@ mod python {
     /// None when they went to a frames sink.
     fn tables_dict<'py>(
         py: Python<'py>,
-        out: crate::ingest::Output,
+        out: crate::pipeline::Output,
         arrow: bool,
-        spilled: Option<Vec<crate::spill::Spilled>>,
+        spilled: Option<Vec<crate::buckets::spill::Spilled>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
         let hand = |t: Table| if arrow { arrow_table(py, t) } else { table(py, t).map(Bound::into_any) };
@@ -365,7 +354,7 @@ mod python {
         let out = py.detach(|| {
             let path = std::path::Path::new(&path);
             let frames_sink = frames_sink.as_ref().map(|obj| (table_sink(obj, &failed), frames_batch_rows));
-            crate::spill::decode_spilled(path, &ports, &limits, bodies, capture_records, frames_sink)
+            crate::buckets::spill::decode_spilled(path, &ports, &limits, bodies, capture_records, frames_sink)
         });
         if let Some(e) = failed.into_inner().expect("not poisoned") {
             return Err(e);
@@ -394,13 +383,13 @@ mod python {
         let data = unsafe { arrow_array::ffi::from_ffi(arrow_data::ffi::FFI_ArrowArray::from_raw(array), &*schema) }
             .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
         let batch = arrow_array::RecordBatch::from(arrow_array::StructArray::from(data));
-        Ok(py.detach(|| crate::csv_out::csv_text(&batch, header, &raw)).ok().map(|text| PyBytes::new(py, &text)))
+        Ok(py.detach(|| crate::output::csv_out::csv_text(&batch, header, &raw)).ok().map(|text| PyBytes::new(py, &text)))
     }
 
     /// The spill file of a bucket in a spill directory (`amqpcap.dataset.spill_path`).
     #[pyfunction]
     fn spill_path(dir: std::path::PathBuf, bucket: u32) -> std::path::PathBuf {
-        crate::spill::spill_path(&dir, bucket)
+        crate::buckets::spill::spill_path(&dir, bucket)
     }
 
     /// The bucket of each stream number (`amqpcap.dataset.bucket_of`).
@@ -409,7 +398,7 @@ mod python {
         let out: Vec<i32> = streams
             .as_array()
             .iter()
-            .map(|&s| crate::partition::bucket_of(s as u32, buckets) as i32)
+            .map(|&s| crate::buckets::partition::bucket_of(s as u32, buckets) as i32)
             .collect();
         Ok(arr(py, out))
     }
@@ -426,7 +415,7 @@ mod python {
         m.add("CoreCaptureError", m.py().get_type::<CoreCaptureError>())?;
         m.add("ANOMALY_KINDS", crate::anomaly::AnomalyKind::ALL.iter().map(|k| k.name()).collect::<Vec<_>>())?;
         m.add("MAX_FILES", crate::limits::MAX_FILES)?;
-        m.add("METHOD_NAMES", crate::amqp::spec::METHODS.iter().map(|x| x.name).collect::<Vec<_>>())?;
+        m.add("METHOD_NAMES", crate::proto::amqp091::spec::METHODS.iter().map(|x| x.name).collect::<Vec<_>>())?;
         Ok(())
     }
 }

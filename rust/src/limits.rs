@@ -54,8 +54,8 @@ impl Default for Limits {
 
 impl Limits {
     /// The caps reassembly needs.
-    pub fn reassembly(&self) -> crate::tcp::reassembly::ReasmLimits {
-        crate::tcp::reassembly::ReasmLimits {
+    pub fn reassembly(&self) -> crate::flow::tcp::reassembly::ReasmLimits {
+        crate::flow::tcp::reassembly::ReasmLimits {
             max_buffered: self.max_reassembly_bytes,
             max_seq_jump: self.max_seq_jump_bytes,
             max_retained: self.max_retained_bytes,

@@ -3,11 +3,16 @@
 //! declared columns from it at the end.
 
 pub mod anomalies;
+#[cfg(feature = "arrow")]
+pub mod arrow_out;
+#[cfg(feature = "arrow")]
+pub mod csv_out;
 pub mod bodies;
 pub mod connections;
 pub mod frames;
 pub mod packets;
 pub mod records;
+pub mod tables;
 
 /// The capture time of the packets that rows refer to, by packet number: the packets table's
 /// own (`packet`, `ts`) columns, which hold every packet of a kept connection in order. Rows of

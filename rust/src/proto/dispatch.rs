@@ -1,5 +1,5 @@
 //! The seam between TCP and the protocol decoders: each direction's reassembled chunks go to
-//! the decoder its first bytes choose (`crate::detect`): AMQP 1.0 for an AMQP 1.0 protocol
+//! the decoder its first bytes choose (`crate::proto::detect`): AMQP 1.0 for an AMQP 1.0 protocol
 //! header, AMQP 0-9-1 for anything else (its own header, TLS, or the frames of a capture that
 //! starts mid-connection, which its decoder resynchronises on). Until the first bytes tell, the
 //! chunks wait here, in order, and are then handed to the chosen decoder as they came, so the
@@ -7,21 +7,21 @@
 //!
 //! What a decoder writes goes through a [`Sink`]: the tables' builders, the connection's facts,
 //! and where the rows are (the packet whose arrival completes what is decoded). Each protocol
-//! implements its own frame trait on it (`crate::amqp::session` for 0-9-1, `crate::amqp10::session`
+//! implements its own frame trait on it (`crate::proto::amqp091::session` for 0-9-1, `crate::proto::amqp10::session`
 //! for 1.0); capture gaps are recorded here, the same for every protocol.
 
-use crate::amqp::decoder::Decoder as Decoder091;
-use crate::amqp10::decoder::Decoder as Decoder10;
+use crate::proto::amqp091::decoder::Decoder as Decoder091;
+use crate::proto::amqp10::decoder::Decoder as Decoder10;
 use crate::anomaly::AnomalyKind;
-use crate::detect::{detect, Detected};
-use crate::flow::ConnInfo;
+use crate::proto::detect::{detect, Detected};
+use crate::flow::conn::ConnInfo;
 use crate::limits::Limits;
 use crate::output::anomalies::AnomaliesBuilder;
 use crate::output::bodies::BodiesBuilder;
 use crate::output::frames::FramesBuilder;
 use crate::output::packets::PacketsBuilder;
-use crate::tables::RowOrigin;
-use crate::tcp::reassembly::{Chunk, GapCause, PacketRef};
+use crate::output::tables::RowOrigin;
+use crate::flow::tcp::reassembly::{Chunk, GapCause, PacketRef};
 
 /// What every protocol decoder reports besides its frames.
 pub trait DecodeSink {

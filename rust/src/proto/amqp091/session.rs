@@ -3,18 +3,18 @@
 //! facts (connection.start/-ok, tune/-ok, open: the handshake and the negotiated frame_max the
 //! decoder is held to), and message bodies when asked for.
 //!
-//! The pipeline (`crate::ingest`) owns the flow table, TCP metadata and reassembly; it builds a
-//! [`Sink`] per segment and `crate::protocol` hands the direction's chunks to the decoder its
-//! first bytes chose. Everything here is AMQP 0-9-1 (AMQP 1.0's is `crate::amqp10::session`).
+//! The pipeline (`crate::pipeline`) owns the flow table, TCP metadata and reassembly; it builds a
+//! [`Sink`] per segment and `crate::proto::dispatch` hands the direction's chunks to the decoder its
+//! first bytes chose. Everything here is AMQP 0-9-1 (AMQP 1.0's is `crate::proto::amqp10::session`).
 
-use crate::amqp::decoder::{FrameEvent, FrameSink};
-use crate::amqp::parser::{decode_content_header, decode_method, FrameType, MethodArgs};
+use crate::proto::amqp091::decoder::{FrameEvent, FrameSink};
+use crate::proto::amqp091::parser::{decode_content_header, decode_method, FrameType, MethodArgs};
 use crate::anomaly::AnomalyKind;
-use crate::flow::{ConnInfo, Dir};
+use crate::flow::conn::{ConnInfo, Dir};
 use crate::limits::Limits;
 use crate::output::bodies::PendingBody;
 use crate::output::frames::frame_type_code;
-use crate::protocol::{DecodeSink, Sink};
+use crate::proto::dispatch::{DecodeSink, Sink};
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()

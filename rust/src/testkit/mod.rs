@@ -8,20 +8,20 @@ use std::collections::HashMap;
 
 use arbitrary::{Arbitrary, Unstructured};
 
-use crate::amqp::decoder::{Decoder, FrameEvent, FrameSink};
-use crate::amqp10;
-use crate::protocol::DecodeSink;
-use crate::amqp::parser::{decode_content_header, decode_method, FrameType};
+use crate::proto::amqp091::decoder::{Decoder, FrameEvent, FrameSink};
+use crate::proto::amqp10;
+use crate::proto::dispatch::DecodeSink;
+use crate::proto::amqp091::parser::{decode_content_header, decode_method, FrameType};
 use crate::anomaly::AnomalyKind;
 use crate::capture::link::{ACK, FIN, LINKTYPE_IPV4, RST, SYN};
 use crate::capture::merge::{file_buffer_bytes, read_sources, Source};
 use crate::capture::reader::{read_capture_buffered, ReadSummary, Record};
 use crate::error::CaptureError;
-use crate::ingest::{Ingest, Output, TableSink};
+use crate::pipeline::{Ingest, Output, TableSink};
 use crate::limits::Limits;
-use crate::partition::{bucket_of, Partition};
-use crate::tables::{Column, Spread, SpreadValues, Table};
-use crate::tcp::reassembly::{Chunk, GapCause, PacketRef, Reassembler};
+use crate::buckets::partition::{bucket_of, Partition};
+use crate::output::tables::{Column, Spread, SpreadValues, Table};
+use crate::flow::tcp::reassembly::{Chunk, GapCause, PacketRef, Reassembler};
 
 /// Caps small enough for fuzz-sized inputs to reach them. The resync window holds two
 /// candidate frames of the largest resync size (body frame + the frame that must follow it),
@@ -74,7 +74,7 @@ pub fn capture_reader(data: &[u8]) {
 /// on-wire length and bytes.
 type SpilledPacket = (u32, u32, i64, u32, u32, Vec<u8>);
 
-/// Decoded as `amqpcap ingest` decodes it (`crate::spill`, here in memory): a first step that
+/// Decoded as `amqpcap ingest` decodes it (`crate::buckets::spill`, here in memory): a first step that
 /// keeps no connection ([`Partition`] of none of 2 buckets, with the rows of no connection)
 /// and spills each packet of a possible AMQP connection by bucket, then each bucket decoded
 /// from its packets alone. The whole decode's rows must come out split by connection: each
@@ -224,7 +224,7 @@ fn column_len(c: &Column) -> usize {
             codes.len()
         }
         Str8(codes, dict) => {
-            assert!(dict.len() < crate::tables::STR8_MAX_CATEGORIES, "1-byte codes for a large dictionary");
+            assert!(dict.len() < crate::output::tables::STR8_MAX_CATEGORIES, "1-byte codes for a large dictionary");
             assert!(codes.iter().all(|&c| c >= -1 && (c as i64) < dict.len() as i64), "string code out of range");
             codes.len()
         }

@@ -1,27 +1,27 @@
 //! The ingestion pipeline: capture records → TCP conversations (numbered like Wireshark's
 //! tcp.stream) → per-direction reassembly → the decoder the direction's first bytes choose
-//! (`crate::protocol`: AMQP 0-9-1 or AMQP 1.0). What the frames mean to the tables (frame rows,
-//! session facts, bodies) is the protocol's own module (`crate::amqp::session` for AMQP 0-9-1,
-//! `crate::amqp10::session` for AMQP 1.0); TLS plaintext decrypted outside the core comes from
+//! (`crate::proto::dispatch`: AMQP 0-9-1 or AMQP 1.0). What the frames mean to the tables (frame rows,
+//! session facts, bodies) is the protocol's own module (`crate::proto::amqp091::session` for AMQP 0-9-1,
+//! `crate::proto::amqp10::session` for AMQP 1.0); TLS plaintext decrypted outside the core comes from
 //! `crate::tls`.
 
 use std::collections::HashMap;
 
 use ahash::RandomState;
 
-use crate::amqp::parser::PROTOCOL_HEADER_091;
-use crate::amqp::session::apply_tune;
-use crate::protocol::{self, on_chunk, DecodeSink, Sink};
+use crate::proto::amqp091::parser::PROTOCOL_HEADER_091;
+use crate::proto::amqp091::session::apply_tune;
+use crate::proto::dispatch::{self, on_chunk, DecodeSink, Sink};
 use crate::anomaly::AnomalyKind;
 use crate::capture::link::{self, parse_options, LinkError, ACK, SYN};
 use crate::capture::merge::{read_captures, FileRead, Progress};
 use crate::capture::reader::{ReadSummary, Record};
 use crate::error::CaptureError;
 use crate::limits::Limits;
-use crate::partition::Partition;
-use crate::tables::{sort_rows_by, BuilderRows, Column, RowOrigin, Table};
-use crate::tcp::reassembly::PacketRef;
-use crate::tcp::{ConvKey, Endpoint};
+use crate::buckets::partition::Partition;
+use crate::output::tables::{sort_rows_by, BuilderRows, Column, RowOrigin, Table};
+use crate::flow::tcp::reassembly::PacketRef;
+use crate::flow::tcp::{ConvKey, Endpoint};
 use crate::output::anomalies::{anomalies_table, AnomaliesBuilder};
 use crate::output::bodies::{bodies_table, BodiesBuilder};
 use crate::output::frames::{take_rows_before, FrameRows, FramesBuilder};
@@ -29,7 +29,7 @@ use crate::output::packets::{packets_table, PacketsBuilder, Segment};
 use crate::output::connections::connections_table;
 use crate::output::records::RecordsBuilder;
 use crate::output::PacketTimes;
-use crate::flow::{ClientEvidence, ConnInfo, Dir, Kind, Stream, Streams};
+use crate::flow::conn::{ClientEvidence, ConnInfo, Dir, Kind, Stream, Streams};
 use crate::tls::Decrypted;
 
 /// Receives the `records` table's rows in batches while the capture is read.
@@ -46,10 +46,10 @@ struct FramesOut<'a> {
 }
 
 /// Receives each TCP packet of a conversation that is (or may still turn out to be) AMQP, with
-/// its packet and stream numbers: the first step of a spilled ingest (`crate::spill`).
+/// its packet and stream numbers: the first step of a spilled ingest (`crate::buckets::spill`).
 pub type PacketSpill<'a> = Box<dyn FnMut(u32, u32, &Record<'_>) + 'a>;
 
-/// A decode of one bucket's spilled packets (`crate::spill`): their packet and stream numbers
+/// A decode of one bucket's spilled packets (`crate::buckets::spill`): their packet and stream numbers
 /// are the capture's, given with each packet. Streams are numbered here in the order they
 /// appear, which is the order of their capture-wide numbers: the tables are made with these
 /// local numbers and renumbered at the end.
@@ -149,7 +149,7 @@ impl<'l> Ingest<'l> {
         self.spill = Some(spill);
     }
 
-    /// Read packets of one bucket spilled by the first step (`crate::spill`) through
+    /// Read packets of one bucket spilled by the first step (`crate::buckets::spill`) through
     /// [`Ingest::spilled_record`]; the capture has `capture_records` records in all.
     pub fn set_spilled(&mut self, capture_records: u32) {
         self.records = RecordsBuilder::new(false);
@@ -511,7 +511,7 @@ impl<'l> Ingest<'l> {
                     st.a_is_client = d == 0;
                     st.evidence = ClientEvidence::ProtocolHeader;
                 }
-                protocol::feed(decoder, true, plain, number, pref, &mut sink, limits);
+                dispatch::feed(decoder, true, plain, number, pref, &mut sink, limits);
             }
         }
         apply_tune(&mut st.info, &mut st.dirs, limits);
@@ -526,7 +526,7 @@ impl<'l> Ingest<'l> {
     /// No frame row still to come can be of a packet before the returned one, nor can a row
     /// already pushed before it change: packet `next` is the next to be decoded, and what a
     /// direction already holds may still give rows of earlier packets
-    /// ([`crate::flow::Dir::earliest_pending_frame`]); a stream whose client side may still
+    /// ([`crate::flow::conn::Dir::earliest_pending_frame`]); a stream whose client side may still
     /// change (`Stream::client_settled`) holds back its rows' direction, so its earliest row.
     fn frames_watermark(&self, next: u32) -> u32 {
         let mut watermark = next;
@@ -864,7 +864,7 @@ pub fn ingest(
 mod tests {
     use super::*;
     use crate::capture::link::{FIN, LINKTYPE_IPV4};
-    use crate::tables::Column;
+    use crate::output::tables::Column;
 
     /// A raw IPv4/TCP packet (link type IPV4): 10.0.0.1:40000 is the client, 10.0.0.2:5672 the
     /// broker.

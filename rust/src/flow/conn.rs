@@ -3,10 +3,10 @@
 //! direction's reassembler and decoder, the handshake facts — in chunks that a million
 //! conversations can grow into without copying.
 
-use crate::protocol::{Protocol, StreamDecoder};
+use crate::proto::dispatch::{Protocol, StreamDecoder};
 use crate::capture::link::TcpOptions;
-use crate::tcp::reassembly::Reassembler;
-use crate::tcp::Endpoint;
+use crate::flow::tcp::reassembly::Reassembler;
+use crate::flow::tcp::Endpoint;
 use crate::output::bodies::PendingBody;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,7 +80,7 @@ pub(crate) struct Handshake {
 #[derive(Default)]
 pub(crate) struct ConnInfo {
     pub(crate) protocol_header_seen: bool,
-    /// What a direction's first bytes chose (`crate::protocol`): AMQP 1.0 when either did.
+    /// What a direction's first bytes chose (`crate::proto::dispatch`): AMQP 1.0 when either did.
     pub(crate) protocol: Option<Protocol>,
     /// A tune-ok was decoded: the decoders' frame limit must follow it.
     pub(crate) frame_max_changed: bool,
@@ -121,7 +121,7 @@ pub(crate) struct Stream {
 impl Stream {
     /// Whether the client side is settled for good. Evidence only grows (`ClientEvidence`):
     /// past the port, only a protocol header can change it, and only as a direction's first
-    /// bytes (`crate::ingest`); a decrypted stream's is seen in its plaintext, so it waits for
+    /// bytes (`crate::pipeline`); a decrypted stream's is seen in its plaintext, so it waits for
     /// that header or the end.
     pub(crate) fn client_settled(&self) -> bool {
         self.evidence == ClientEvidence::ProtocolHeader

@@ -12,9 +12,9 @@ use super::parser::{
     Invalid, ParseError, FRAME_END, FRAME_HEADER_LEN, PROTOCOL_HEADER_LEN,
 };
 use crate::anomaly::AnomalyKind;
-use crate::detect::{detect, Detected};
+use crate::proto::detect::{detect, Detected};
 use crate::limits::Limits;
-use crate::protocol::{report_encrypted, DecodeSink};
+use crate::proto::dispatch::{report_encrypted, DecodeSink};
 
 /// A complete frame. `payload` is `None` for body frames (bodies are never kept).
 pub struct FrameEvent<'a> {
@@ -369,7 +369,7 @@ impl Decoder {
                         pos += PROTOCOL_HEADER_LEN;
                         self.bytes_decoded += PROTOCOL_HEADER_LEN as u64;
                         // AMQP 1.0 (and 0-8, 0-9) are named, not decoded: the frames that follow
-                        // fail 0-9-1's checks and are resynchronised over (crate::detect)
+                        // fail 0-9-1's checks and are resynchronised over (crate::proto::detect)
                         if header != Detected::Amqp091 {
                             sink.anomaly(
                                 AnomalyKind::ProtocolHeader,
@@ -525,8 +525,8 @@ mod tests {
         }
     }
 
-    use crate::amqp::parser::encode_frame as frame;
-    use crate::amqp::parser::PROTOCOL_HEADER_091;
+    use crate::proto::amqp091::parser::encode_frame as frame;
+    use crate::proto::amqp091::parser::PROTOCOL_HEADER_091;
 
     fn ack(tag: u64) -> Vec<u8> {
         let mut p = vec![0, 60, 0, 80];

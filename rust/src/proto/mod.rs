@@ -1,0 +1,5 @@
+//! The protocol decoders behind one seam.
+pub mod amqp091;
+pub mod amqp10;
+pub mod detect;
+pub mod dispatch;
