@@ -20,7 +20,7 @@ use crate::error::CaptureError;
 use crate::limits::Limits;
 use crate::buckets::partition::Partition;
 use crate::output::tables::{sort_rows_by, BuilderRows, Column, RowOrigin, Table};
-use crate::flow::tcp::reassembly::PacketRef;
+use crate::flow::tcp::reassembly::{PacketRef, ReasmLimits};
 use crate::flow::tcp::{ConvKey, Endpoint};
 use crate::output::anomalies::{anomalies_table, AnomaliesBuilder};
 use crate::output::bodies::{bodies_table, BodiesBuilder};
@@ -480,7 +480,7 @@ impl<'l> Ingest<'l> {
             tcp.payload,
             tcp.payload_len as u64,
             pref,
-            &limits.reassembly(),
+            &ReasmLimits::of(limits),
             &mut |c| on_chunk(c, decoder, aligned, feed, &mut sink, limits),
         );
         sink.packets.retransmission[row as usize] = outcome.retransmission;

@@ -27,28 +27,16 @@ fn limits_from(d: Option<&Bound<'_, PyDict>>) -> PyResult<Limits> {
     let Some(d) = d else { return Ok(l) };
     for (k, v) in d.iter() {
         let key: String = k.extract()?;
-        let v: u64 = v.extract()?;
-        match key.as_str() {
-            "max_frame_bytes" => l.max_frame_bytes = v,
-            "max_buffered_frame_bytes" => l.max_buffered_frame_bytes = v,
-            "max_reassembly_bytes" => l.max_reassembly_bytes = v,
-            "resync_max_frame_bytes" => l.resync_max_frame_bytes = v,
-            "resync_window_bytes" => l.resync_window_bytes = v,
-            "max_streams" => l.max_streams = v,
-            "max_record_bytes" => l.max_record_bytes = v,
-            "max_frames" => l.max_frames = v,
-            "max_seq_jump_bytes" => l.max_seq_jump_bytes = v,
-            "max_retained_bytes" => l.max_retained_bytes = v,
-            "max_body_bytes" => l.max_body_bytes = v,
-            "max_anomalies" => l.max_anomalies = v,
-            other => {
-                return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                    "unknown limit {other}"
-                )))
-            }
-        }
+        l.set(&key, v.extract()?).map_err(pyo3::exceptions::PyValueError::new_err)?;
     }
     Ok(l)
+}
+
+/// The resource caps as the core declares them (`crate::limits::LIMITS`): (name, default,
+/// unit, meaning) each, in the docs' order. `amqpcap.Limits` is made from it.
+#[pyfunction]
+fn limits() -> Vec<(&'static str, u64, &'static str, &'static str)> {
+    crate::limits::LIMITS.iter().map(|l| (l.name, l.default, l.unit, l.meaning)).collect()
 }
 
 /// `(streams, packets, ends, data)`: see `amqpcap/_core.pyi`.
@@ -275,6 +263,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_spilled, m)?)?;
     m.add_function(wrap_pyfunction!(spill_path, m)?)?;
     m.add_function(wrap_pyfunction!(csv_text, m)?)?;
+    m.add_function(wrap_pyfunction!(limits, m)?)?;
     m.add_class::<ReadProgress>()?;
     m.add_class::<ArrowBatch>()?;
     m.add("CoreCaptureError", m.py().get_type::<CoreCaptureError>())?;
