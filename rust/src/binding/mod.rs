@@ -166,6 +166,9 @@ fn tables_dict<'py>(
         Some(b) => d.set_item("bodies", hand(b)?)?,
         None => d.set_item("bodies", py.None())?,
     }
+    for (name, t) in out.added {
+        d.set_item(name, hand(t)?)?;
+    }
     let s = PyDict::new(py);
     s.set_item("format", out.read.format)?;
     s.set_item("compressed", out.read.compressed)?;

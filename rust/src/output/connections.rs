@@ -4,7 +4,8 @@
 use crate::output::tables::{Column, StrCol, Table,
 };
 use crate::flow::tcp::{format_addr, Endpoint};
-use crate::flow::conn::{Dir, Handshake, Kind, Stream, Streams};
+use crate::flow::conn::{Dir, Kind, Stream, Streams};
+use crate::proto::facts::Handshake;
 
 /// One pass over the conversations fills every column (a million conversations make one
 /// column per pass far slower: each pass walks all the stream structs again); each chunk of

@@ -3,3 +3,5 @@ pub mod amqp091;
 pub mod amqp10;
 pub mod detect;
 pub mod dispatch;
+pub mod facts;
+pub mod sink;

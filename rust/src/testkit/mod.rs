@@ -10,7 +10,7 @@ use arbitrary::{Arbitrary, Unstructured};
 
 use crate::proto::amqp091::decoder::{Decoder, FrameEvent, FrameSink};
 use crate::proto::amqp10;
-use crate::proto::dispatch::DecodeSink;
+use crate::proto::sink::DecodeSink;
 use crate::proto::amqp091::parser::{decode_content_header, decode_method, FrameType};
 use crate::anomaly::AnomalyKind;
 use crate::capture::link::{ACK, FIN, LINKTYPE_IPV4, RST, SYN};

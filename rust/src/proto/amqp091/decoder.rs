@@ -14,7 +14,7 @@ use super::parser::{
 use crate::anomaly::AnomalyKind;
 use crate::proto::detect::{detect, Detected};
 use crate::limits::Limits;
-use crate::proto::dispatch::{report_encrypted, DecodeSink};
+use crate::proto::sink::{report_encrypted, DecodeSink};
 
 /// A complete frame. `payload` is `None` for body frames (bodies are never kept).
 pub struct FrameEvent<'a> {
@@ -262,6 +262,20 @@ impl Decoder {
         self.state == State::Resync && !self.buf.is_empty()
     }
 
+    /// Why a frame whose header says `h` is not decoded but resynchronised over
+    /// (`oversized-frame`): larger than the frame limit in force (the negotiated frame_max, AMQP
+    /// 0-9-1 §4.2.3, within `max_frame_bytes`), or, a method or content-header frame, than the
+    /// buffering cap (a body frame is never buffered, so any size within the limit goes).
+    fn oversized(&self, h: FrameHeader, limits: &Limits) -> Option<String> {
+        if h.size as u64 > self.frame_max {
+            Some(format!("frame claims {} bytes, limit {}", h.size, self.frame_max))
+        } else if h.frame_type != FrameType::Body && h.size as u64 > limits.max_buffered_frame_bytes {
+            Some(format!("{} frame of {} bytes exceeds the buffering cap", h.frame_type.name(), h.size))
+        } else {
+            None
+        }
+    }
+
     /// Bytes of the body frame being skipped that were already consumed.
     fn body_bytes_in_progress(&self) -> u64 {
         match self.state {
@@ -390,13 +404,8 @@ impl Decoder {
                     }
                     Err(ParseError::Invalid(_)) => self.state = State::Resync,
                     Ok(h) => {
-                        if h.size as u64 > self.frame_max {
-                            sink.anomaly(
-                                AnomalyKind::OversizedFrame,
-                                packet,
-                                h.size as u64,
-                                format!("frame claims {} bytes, limit {}", h.size, self.frame_max),
-                            );
+                        if let Some(detail) = self.oversized(h, limits) {
+                            sink.anomaly(AnomalyKind::OversizedFrame, packet, h.size as u64, detail);
                             self.state = State::Resync;
                             continue;
                         }
@@ -404,16 +413,6 @@ impl Decoder {
                         if h.frame_type == FrameType::Body {
                             pos += FRAME_HEADER_LEN;
                             self.state = State::Body { header: h, remaining: h.size as u64, first_packet, missing: 0 };
-                            continue;
-                        }
-                        if h.size as u64 > limits.max_buffered_frame_bytes {
-                            sink.anomaly(
-                                AnomalyKind::OversizedFrame,
-                                packet,
-                                h.size as u64,
-                                format!("{} frame of {} bytes exceeds the buffering cap", h.frame_type.name(), h.size),
-                            );
-                            self.state = State::Resync;
                             continue;
                         }
                         let total = h.wire_len() as usize;

@@ -16,7 +16,7 @@ use super::parser::{
 use crate::proto::amqp091::parser::{parse_protocol_header, PROTOCOL_HEADER_LEN};
 use crate::anomaly::AnomalyKind;
 use crate::limits::Limits;
-use crate::proto::dispatch::{report_encrypted, DecodeSink};
+use crate::proto::sink::{report_encrypted, DecodeSink};
 
 /// A complete frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 //! named by the decoder, ready for a frames table of AMQP 1.0's own.
 
 use crate::proto::amqp10::decoder::{FrameEvent, FrameSink};
-use crate::proto::dispatch::Sink;
+use crate::proto::sink::Sink;
 
 impl FrameSink for Sink<'_> {
     fn frame(&mut self, _ev: FrameEvent) {
