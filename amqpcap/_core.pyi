@@ -89,7 +89,7 @@ def decode(
     frames_sink: called with the `frames` rows as ArrowBatches of `frames_batch_rows` rows (the
     last one fewer; one of no rows when there are none) in the table's order, each as soon as
     its rows are settled while the capture is read: no row still to come sorts before them and
-    their connection's client side is known for good (rust/src/ingest.rs, `frames_watermark`).
+    their connection's client side is known for good (rust/src/pipeline/frames_out.rs, `frames_watermark`).
     Their text columns have 32-bit codes, and each batch's dictionary is the texts met so far.
     The returned "frames" is then None. Errors as for records_sink."""
 

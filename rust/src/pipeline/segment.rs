@@ -12,8 +12,7 @@ use crate::flow::tcp::reassembly::{PacketRef, ReasmLimits, SegmentOutcome};
 use crate::limits::Limits;
 use crate::output::packets::Segment;
 use crate::output::tables::RowOrigin;
-use crate::proto::amqp091::session::apply_tune;
-use crate::proto::dispatch::{self, on_chunk};
+use crate::proto::dispatch::{self, apply_tune, on_chunk};
 use crate::proto::sink::{DecodeSink, Sink};
 
 /// Every AMQP version's protocol header starts so (0-9-1 §4.2.2, 1.0 Part 2 §2.2).

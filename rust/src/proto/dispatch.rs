@@ -14,7 +14,7 @@ use crate::proto::amqp10::decoder::Decoder as Decoder10;
 use crate::anomaly::AnomalyKind;
 use crate::proto::detect::{detect, Detected};
 use crate::limits::Limits;
-use crate::proto::facts::Protocol;
+use crate::proto::facts::{ConnInfo, Protocol};
 use crate::proto::sink::{DecodeSink, Sink};
 use crate::flow::tcp::reassembly::{Chunk, GapCause, PacketRef};
 
@@ -143,6 +143,21 @@ impl StreamDecoder {
             StreamDecoder::Amqp091(d) => d.finish(packet, limits, sink),
             StreamDecoder::Amqp10(d) => d.finish(packet, sink),
             StreamDecoder::Undecided(_) => unreachable!("settled above"),
+        }
+    }
+}
+
+/// A connection.tune/-ok just decoded: both directions' decoders are held to the negotiated
+/// frame_max from here on (AMQP 0-9-1 §4.2.3: a larger frame is a protocol error).
+pub(crate) fn apply_tune(info: &mut ConnInfo, decoders: [Option<&mut StreamDecoder>; 2], limits: &Limits) {
+    if !info.frame_max_changed {
+        return;
+    }
+    info.frame_max_changed = false;
+    let fm = info.frame_max().unwrap_or(0);
+    for decoder in decoders {
+        if let Some(dec) = decoder.and_then(|d| d.amqp091()) {
+            dec.set_frame_max(fm, limits);
         }
     }
 }

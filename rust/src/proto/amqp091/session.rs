@@ -3,16 +3,15 @@
 //! facts (connection.start/-ok, tune/-ok, open: the handshake and the negotiated frame_max the
 //! decoder is held to), and message bodies when asked for.
 //!
-//! The pipeline (`crate::pipeline`) owns the flow table, TCP metadata and reassembly; it builds a
-//! [`Sink`] per segment and `crate::proto::dispatch` hands the direction's chunks to the decoder its
-//! first bytes chose. Everything here is AMQP 0-9-1 (AMQP 1.0's is `crate::proto::amqp10::session`).
+//! The pipeline (`crate::pipeline`) owns the flow table, TCP metadata and reassembly; it builds
+//! the [`Sink`] (`crate::proto::sink`) once per decoded packet and `crate::proto::dispatch` hands
+//! the direction's chunks to the decoder its first bytes chose. Everything here is AMQP 0-9-1
+//! (AMQP 1.0's is `crate::proto::amqp10::session`); the negotiated frame_max reaches the decoders
+//! through `crate::proto::dispatch::apply_tune`.
 
 use crate::proto::amqp091::decoder::{FrameEvent, FrameSink};
 use crate::proto::amqp091::parser::{decode_content_header, decode_method, FrameType, MethodArgs};
 use crate::anomaly::AnomalyKind;
-use crate::proto::dispatch::StreamDecoder;
-use crate::proto::facts::ConnInfo;
-use crate::limits::Limits;
 use crate::output::bodies::PendingBody;
 use crate::output::frames::frame_type_code;
 use crate::proto::sink::{DecodeSink, Sink};
@@ -208,21 +207,6 @@ impl Sink<'_> {
             }
             "connection.open" => i.vhost = s(a.vhost),
             _ => {}
-        }
-    }
-}
-
-/// A connection.tune/-ok just decoded: both directions' decoders are held to the negotiated
-/// frame_max from here on (AMQP 0-9-1 §4.2.3: a larger frame is a protocol error).
-pub(crate) fn apply_tune(info: &mut ConnInfo, decoders: [Option<&mut StreamDecoder>; 2], limits: &Limits) {
-    if !info.frame_max_changed {
-        return;
-    }
-    info.frame_max_changed = false;
-    let fm = info.frame_max().unwrap_or(0);
-    for decoder in decoders {
-        if let Some(dec) = decoder.and_then(|d| d.amqp091()) {
-            dec.set_frame_max(fm, limits);
         }
     }
 }
