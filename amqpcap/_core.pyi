@@ -1,4 +1,4 @@
-"""Native core (Rust, rust/src/lib.rs). Python code should use amqpcap.load instead."""
+"""Native core (Rust, rust/src/binding/). Python code should use amqpcap.load instead."""
 
 from pathlib import Path
 from typing import Any, Callable
@@ -22,6 +22,11 @@ ANOMALY_KINDS: list[str]
 METHOD_NAMES: list[str]
 
 MAX_FILES: int
+
+def limits() -> list[tuple[str, int, str, str]]:
+    """The resource caps as the core declares them (rust/src/limits.rs): (name, default, unit,
+    meaning) each, in the order docs/tables.md lists them. `amqpcap.Limits` is made from it;
+    `decode`'s `limits` dict names them."""
 
 class ArrowBatch:
     """One table as an Arrow record batch, given through the Arrow PyCapsule interface
@@ -66,7 +71,7 @@ def decode(
     payload; packet `packets[i]` (ascending frame numbers) completed the plaintext
     data[ends[i-1]:ends[i]] (ends[-1] = 0).
 
-    spill = (directory, buckets): the first step of `amqpcap ingest` (rust/src/spill.rs). No
+    spill = (directory, buckets): the first step of `amqpcap ingest` (rust/src/buckets/spill.rs). No
     connection is decoded (their tables are empty); every TCP packet of a conversation that is
     or may be AMQP goes to the spill file of its stream's bucket, `directory/bucket=K.arrow`,
     with its packet and stream numbers; the rows of no connection (records, anomalies of the
@@ -84,7 +89,7 @@ def decode(
     frames_sink: called with the `frames` rows as ArrowBatches of `frames_batch_rows` rows (the
     last one fewer; one of no rows when there are none) in the table's order, each as soon as
     its rows are settled while the capture is read: no row still to come sorts before them and
-    their connection's client side is known for good (rust/src/ingest.rs, `frames_watermark`).
+    their connection's client side is known for good (rust/src/pipeline/frames_out.rs, `frames_watermark`).
     Their text columns have 32-bit codes, and each batch's dictionary is the texts met so far.
     The returned "frames" is then None. Errors as for records_sink."""
 
@@ -114,4 +119,4 @@ def csv_text(schema: object, array: object, header: bool, raw: list[int] = ...) 
     """The CSV text of a record batch given as the two capsules of `batch.__arrow_c_array__()`:
     what `pyarrow.csv.write_csv` writes for it (integers, booleans, text and dictionary text;
     the columns numbered in `raw` are text written unquoted), with the header line when
-    `header`; None when a column is of another type (rust/src/csv_out.rs)."""
+    `header`; None when a column is of another type (rust/src/output/csv_out.rs)."""

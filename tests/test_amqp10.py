@@ -3,7 +3,7 @@ plugin, a qpid-proton client that sends 20 messages and takes them back, and the
 at the same time; record.sh stage 9). Expected values come from tshark's AMQP 1.0 dissector
 (`amqp10_streams` of the facts file) and from the scenario.
 
-The core chooses each direction's decoder by its protocol header (`rust/src/protocol.rs`): the
+The core chooses each direction's decoder by its protocol header (`rust/src/proto/dispatch.rs`): the
 AMQP 1.0 connection is framed by AMQP 1.0's decoder, not resynchronised over as broken 0-9-1,
 and no analyzer speaks of it yet.
 """

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate rust/src/amqp/spec.rs and amqpcap/model/reply_codes.py from the AMQP 0-9-1 JSON spec
+"""Generate rust/src/proto/amqp091/spec.rs and amqpcap/model/reply_codes.py from the AMQP 0-9-1 JSON spec
 (RabbitMQ's codegen format).
 
 Usage: python tools/gen_spec.py [../shared/spec/amqp-rabbitmq-0.9.1.json]
@@ -14,7 +14,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SPEC = ROOT.parent / "shared" / "spec" / "amqp-rabbitmq-0.9.1.json"
-OUT = ROOT / "rust" / "src" / "amqp" / "spec.rs"
+OUT = ROOT / "rust" / "src" / "proto" / "amqp091" / "spec.rs"
 REPLY_CODES_OUT = ROOT / "amqpcap" / "model" / "reply_codes.py"
 
 TYPES = {

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, make_dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
 
 from .. import _core
@@ -26,28 +26,26 @@ if TYPE_CHECKING:
 DEFAULT_PORTS: tuple[int, ...] = (5672, 5671)
 
 
-@dataclass(frozen=True)
-class Limits:
-    """Resource caps of the native core (docs/tables.md, "Resource caps"). The command line
-    sets them with ``--limit NAME=VALUE``."""
+def _check_limits(self) -> None:
+    for name, value in asdict(self).items():
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 63:
+            raise UsageError(f"limit {name} must be a whole number of at least 0, not {value!r}")
 
-    max_frame_bytes: int = 256 << 20
-    max_buffered_frame_bytes: int = 16 << 20
-    max_reassembly_bytes: int = 16 << 20
-    resync_max_frame_bytes: int = 1 << 20
-    resync_window_bytes: int = 2 << 20
-    max_streams: int = 250_000
-    max_record_bytes: int = 16 << 20
-    max_frames: int = 10_000_000
-    max_seq_jump_bytes: int = 64 << 20
-    max_retained_bytes: int = 16 << 10
-    max_body_bytes: int = 64 << 20
-    max_anomalies: int = 1_000_000
 
-    def __post_init__(self) -> None:
-        for name, value in asdict(self).items():
-            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 63:
-                raise UsageError(f"limit {name} must be a whole number of at least 0, not {value!r}")
+#: Resource caps of the native core (docs/tables.md, "Resource caps"): a frozen dataclass with
+#: one int field per cap, its default the core's. The caps are declared once, in the core
+#: (rust/src/limits.rs, given here by ``_core.limits()``), not spelled again here.
+Limits = make_dataclass(
+    "Limits",
+    [(name, int, field(default=default)) for name, default, _unit, _meaning in _core.limits()],
+    frozen=True,
+    namespace={
+        "__doc__": """Resource caps of the native core (docs/tables.md, "Resource caps"). The command line
+    sets them with ``--limit NAME=VALUE``.""",
+        "__post_init__": _check_limits,
+    },
+)
+Limits.__module__ = __name__
 
 
 @dataclass

@@ -131,7 +131,7 @@ def follow(fixture: Path, streams: list[int]) -> dict[int, tuple[bytes, bytes]]:
 # (flags, control bytes): flags bit 0 = starts at a frame boundary, bit 1 = small caps,
 # bits 2-3 = initial frame_max, bit 4 = AMQP 1.0's decoder after an AMQP 1.0 header (bit 5: the
 # SASL one), which the harness puts first; control 0x00-0xDF = a chunk of c+1 bytes, first-round
-# 0xE0-0xEF = a frame_max change, 0xF0-0xFF = a gap of 2^(c&15) bytes (see plan() in fuzzing.rs).
+# 0xE0-0xEF = a frame_max change, 0xF0-0xFF = a gap of 2^(c&15) bytes (see plan() in src/testkit/decoders.rs).
 CHUNKINGS = [
     (0b0001, b""),
     (0b0001, bytes([0x00, 0x06, 0x63, 0xDF])),
@@ -140,7 +140,7 @@ CHUNKINGS = [
 ]
 
 
-#: the AMQP 1.0 protocol headers the harness writes itself: flags bits 4 and 5 (fuzzing.rs)
+#: the AMQP 1.0 protocol headers the harness writes itself: flags bits 4 and 5 (src/testkit/decoders.rs)
 AMQP10_HEADERS = {b"AMQP\x00\x01\x00\x00": 0b010000, b"AMQP\x03\x01\x00\x00": 0b110000}
 
 

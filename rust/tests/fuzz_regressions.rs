@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 
 fn harness(target: &str) -> fn(&[u8]) {
     match target {
-        "capture_reader" => _core::fuzzing::capture_reader,
-        "capture_merge" => _core::fuzzing::capture_merge,
-        "tcp_reassembly" => _core::fuzzing::tcp_reassembly,
-        "amqp_decoder" => _core::fuzzing::amqp_decoder,
+        "capture_reader" => _core::testkit::capture_reader,
+        "capture_merge" => _core::testkit::capture_merge,
+        "tcp_reassembly" => _core::testkit::tcp_reassembly,
+        "amqp_decoder" => _core::testkit::amqp_decoder,
         other => panic!("unknown fuzz target {other}"),
     }
 }

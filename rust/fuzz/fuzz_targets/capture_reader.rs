@@ -1,4 +1,4 @@
 #![no_main]
-// The harness (input format, invariants) is _core::fuzzing::capture_reader, shared with the stable
+// The harness (input format, invariants) is _core::testkit::capture_reader, shared with the stable
 // regression replay in rust/tests/fuzz_regressions.rs.
-libfuzzer_sys::fuzz_target!(|data: &[u8]| _core::fuzzing::capture_reader(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| _core::testkit::capture_reader(data));

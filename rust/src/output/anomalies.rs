@@ -3,7 +3,7 @@
 
 use super::PacketTimes;
 use crate::anomaly::AnomalyKind;
-use crate::tables::{Column, OptCol, RowOrigin, StrCol, Table,
+use crate::output::tables::{Column, OptCol, RowOrigin, StrCol, Table,
     DIRECTIONS,
 };
 

@@ -1,7 +1,7 @@
 //! The `bodies` table (docs/tables.md), only when bodies are asked for: one row per message,
 //! its body bytes kept up to `max_body_bytes` in all.
 
-use crate::tables::{direction_codes, Column, Table,
+use crate::output::tables::{direction_codes, Column, Table,
     DIRECTIONS,
 };
 use super::PacketTimes;

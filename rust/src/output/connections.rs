@@ -1,10 +1,11 @@
 //! The `connections` table (docs/tables.md): one row per AMQP connection, made from the
 //! conversations (`crate::flow`) once the capture has been read.
 
-use crate::tables::{Column, StrCol, Table,
+use crate::output::tables::{Column, StrCol, Table,
 };
-use crate::tcp::{format_addr, Endpoint};
-use crate::flow::{Dir, Handshake, Kind, Stream, Streams};
+use crate::flow::tcp::{format_addr, Endpoint};
+use crate::flow::conn::{Dir, Kind, Stream, Streams};
+use crate::proto::facts::Handshake;
 
 /// One pass over the conversations fills every column (a million conversations make one
 /// column per pass far slower: each pass walks all the stream structs again); each chunk of

@@ -1,10 +1,10 @@
 //! The `frames` table (docs/tables.md): one row per AMQP 0-9-1 frame, the method's arguments in
 //! sparse columns; the direction is settled when the table is made.
 
-use crate::amqp::parser::{decode_method, method_ids, FrameType, Invalid, MethodArgs};
-use crate::amqp::spec::{METHODS, METHOD_COUNT};
+use crate::proto::amqp091::parser::{decode_method, method_ids, FrameType, Invalid, MethodArgs};
+use crate::proto::amqp091::spec::{METHODS, METHOD_COUNT};
 use crate::anomaly::AnomalyKind;
-use crate::tables::{direction_codes, str_column, BuilderRows, Column, OptCol, Sparse, SparseStr, Table, DIRECTIONS};
+use crate::output::tables::{direction_codes, str_column, BuilderRows, Column, OptCol, Sparse, SparseStr, Table, DIRECTIONS};
 use super::PacketTimes;
 
 /// The builder's columns, each listed once: the struct, and its rows sliced or reordered
@@ -226,7 +226,7 @@ impl FrameRows {
     }
 
     /// The `stream` column from the decode's stream numbers to `global[local]` (a decode of
-    /// spilled packets: `crate::spill`), once the directions are settled.
+    /// spilled packets: `crate::buckets::spill`), once the directions are settled.
     pub(crate) fn renumber_streams(&mut self, global: &[u32]) {
         self.f.stream.iter_mut().for_each(|s| *s = global[*s as usize] as i32);
     }
@@ -306,7 +306,7 @@ fn frames_table(f: FramesBuilder, direction: Vec<i8>, ts: Vec<i64>) -> Table {
 #[cfg(all(test, feature = "arrow"))]
 mod tests {
     use super::*;
-    use crate::arrow_out::record_batch;
+    use crate::output::arrow_out::record_batch;
     use arrow_array::cast::AsArray;
     use arrow_array::types::{Int32Type, Int64Type, Int8Type, UInt64Type};
     use arrow_array::RecordBatch;

@@ -2,7 +2,7 @@
 //! as packets arrive; rows of conversations that turn out not to be AMQP are dropped, and the
 //! direction (client or broker side) is settled, when the table is made.
 
-use crate::tables::{direction_codes, keep_rows, Column, OptCol, Table,
+use crate::output::tables::{direction_codes, keep_rows, Column, OptCol, Table,
     DIRECTIONS,
 };
 use crate::capture::link::{TcpOptions, TcpPacket};

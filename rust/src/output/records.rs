@@ -4,7 +4,7 @@
 //! the capture is still being read ([`RecordsBuilder::take_rows`]): `amqpcap ingest` writes
 //! them as they come, and memory does not grow with the capture.
 
-use crate::tables::{Column, Table};
+use crate::output::tables::{Column, Table};
 
 pub struct RecordsBuilder {
     /// This decode outputs the rows (a pass of `amqpcap ingest` that does not only counts).

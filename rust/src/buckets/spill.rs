@@ -28,9 +28,9 @@ use arrow_ipc::CompressionType;
 use arrow_schema::{ArrowError, DataType, Field, Schema};
 
 use crate::capture::reader::{ReadSummary, Record};
-use crate::ingest::{Ingest, Output, TableSink};
+use crate::pipeline::{Ingest, Output, TableSink};
 use crate::limits::Limits;
-use crate::partition::bucket_of;
+use crate::buckets::partition::bucket_of;
 
 /// Bytes a bucket's spill holds in memory before they are written as one Arrow record batch,
 /// with few buckets. With more, a bucket's batch is their share of [`SPILL_PENDING_BYTES`]

@@ -18,7 +18,7 @@ use arrow_array::{
 use arrow_buffer::{bit_util, ArrowNativeType, BooleanBuffer, MutableBuffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{ArrowError, Field, Schema};
 
-use crate::tables::{code_width, filled, CodeWidth, Column, Spread, SpreadValues, Table};
+use crate::output::tables::{code_width, filled, CodeWidth, Column, Spread, SpreadValues, Table};
 
 const UTC: &str = "UTC";
 

@@ -3,18 +3,18 @@
 //! facts (connection.start/-ok, tune/-ok, open: the handshake and the negotiated frame_max the
 //! decoder is held to), and message bodies when asked for.
 //!
-//! The pipeline (`crate::ingest`) owns the flow table, TCP metadata and reassembly; it builds a
-//! [`Sink`] per segment and `crate::protocol` hands the direction's chunks to the decoder its
-//! first bytes chose. Everything here is AMQP 0-9-1 (AMQP 1.0's is `crate::amqp10::session`).
+//! The pipeline (`crate::pipeline`) owns the flow table, TCP metadata and reassembly; it builds
+//! the [`Sink`] (`crate::proto::sink`) once per decoded packet and `crate::proto::dispatch` hands
+//! the direction's chunks to the decoder its first bytes chose. Everything here is AMQP 0-9-1
+//! (AMQP 1.0's is `crate::proto::amqp10::session`); the negotiated frame_max reaches the decoders
+//! through `crate::proto::dispatch::apply_tune`.
 
-use crate::amqp::decoder::{FrameEvent, FrameSink};
-use crate::amqp::parser::{decode_content_header, decode_method, FrameType, MethodArgs};
+use crate::proto::amqp091::decoder::{FrameEvent, FrameSink};
+use crate::proto::amqp091::parser::{decode_content_header, decode_method, FrameType, MethodArgs};
 use crate::anomaly::AnomalyKind;
-use crate::flow::{ConnInfo, Dir};
-use crate::limits::Limits;
 use crate::output::bodies::PendingBody;
 use crate::output::frames::frame_type_code;
-use crate::protocol::{DecodeSink, Sink};
+use crate::proto::sink::{DecodeSink, Sink};
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -22,10 +22,10 @@ fn text(b: &[u8]) -> String {
 
 impl FrameSink for Sink<'_> {
     fn frame(&mut self, ev: FrameEvent<'_>) -> bool {
-        if self.bodies.is_some() {
+        if self.tables.bodies.is_some() {
             self.body_frame(&ev);
         }
-        if self.frames.rows() as u64 >= self.max_frames {
+        if self.tables.frames.rows() as u64 >= self.max_frames {
             // The table is full: only what the connection's state depends on is still read.
             if ev.header.frame_type == FrameType::Method && ev.header.channel == 0 {
                 if let Ok(a) = decode_method(ev.payload.unwrap_or(&[])) {
@@ -34,10 +34,10 @@ impl FrameSink for Sink<'_> {
             }
             return false;
         }
-        let f = &mut *self.frames;
+        let f = &mut self.tables.frames;
         let row = f.packet.len();
         self.info.frames += 1;
-        self.packets.frames_ended[self.arrival_row as usize] += 1;
+        self.tables.packets.frames_ended[self.arrival_row as usize] += 1;
         f.packet.push(ev.packet as i32);
         f.first_packet.push(ev.first_packet as i32);
         f.stream.push(self.origin.stream as i32);
@@ -73,7 +73,7 @@ impl FrameSink for Sink<'_> {
                         self.anomaly(AnomalyKind::MalformedHeader, ev.packet, ev.header.size as u64, e.to_string());
                     }
                 }
-                let f = &mut *self.frames;
+                let f = &mut self.tables.frames;
                 f.method_id.push(None);
                 f.method.push(-1);
             }
@@ -88,7 +88,7 @@ impl FrameSink for Sink<'_> {
 
     fn body(&mut self, channel: u16, bytes: &[u8]) {
         let (Some(b), Some(pending)) =
-            (self.bodies.as_deref_mut(), self.info.bodies.as_deref_mut())
+            (self.tables.bodies.as_mut(), self.info.bodies.as_deref_mut())
         else {
             return;
         };
@@ -119,7 +119,7 @@ impl Sink<'_> {
         let from_a = self.origin.from_a;
         let channel = ev.header.channel;
         let stream = self.origin.stream;
-        let Some(b) = self.bodies.as_deref_mut() else {
+        let Some(b) = self.tables.bodies.as_mut() else {
             return;
         };
         let pending = self.info.bodies.get_or_insert_with(Default::default);
@@ -166,17 +166,6 @@ impl Sink<'_> {
         }
     }
 
-    /// Bytes of this direction are missing: the messages in progress cannot be whole.
-    pub(crate) fn body_gap(&mut self) {
-        let from_a = self.origin.from_a;
-        if let Some(pending) = self.info.bodies.as_deref_mut() {
-            pending
-                .iter_mut()
-                .filter(|p| p.from_a == from_a)
-                .for_each(|p| p.broken = true);
-        }
-    }
-
     /// Remember what a connection-level method says about the connection.
     fn connection_facts(&mut self, a: &MethodArgs<'_>) {
         let name = a.name();
@@ -218,21 +207,6 @@ impl Sink<'_> {
             }
             "connection.open" => i.vhost = s(a.vhost),
             _ => {}
-        }
-    }
-}
-
-/// A connection.tune/-ok just decoded: both directions' decoders are held to the negotiated
-/// frame_max from here on (AMQP 0-9-1 §4.2.3: a larger frame is a protocol error).
-pub(crate) fn apply_tune(info: &mut ConnInfo, dirs: &mut [Dir; 2], limits: &Limits) {
-    if !info.frame_max_changed {
-        return;
-    }
-    info.frame_max_changed = false;
-    let fm = info.frame_max().unwrap_or(0);
-    for dir in dirs.iter_mut() {
-        if let Some(dec) = dir.decoder.as_mut().and_then(|d| d.amqp091()) {
-            dec.set_frame_max(fm, limits);
         }
     }
 }

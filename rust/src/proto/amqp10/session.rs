@@ -2,8 +2,8 @@
 //! connection's frame count. Its performatives (open, attach, transfer, disposition, ...) are
 //! named by the decoder, ready for a frames table of AMQP 1.0's own.
 
-use crate::amqp10::decoder::{FrameEvent, FrameSink};
-use crate::protocol::Sink;
+use crate::proto::amqp10::decoder::{FrameEvent, FrameSink};
+use crate::proto::sink::Sink;
 
 impl FrameSink for Sink<'_> {
     fn frame(&mut self, _ev: FrameEvent) {

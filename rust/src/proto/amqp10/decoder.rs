@@ -3,7 +3,7 @@
 //! header and the first octets of its body (never a message).
 //!
 //! A direction is given to this decoder when it starts with an AMQP 1.0 protocol header
-//! (`crate::protocol`). The protocol header comes again when the SASL layer ends (Part 5
+//! (`crate::proto::dispatch`). The protocol header comes again when the SASL layer ends (Part 5
 //! §5.3.2); a header for TLS (protocol id 2, Part 5 §5.2) means the rest is encrypted.
 //! AMQP 1.0 frames carry no end marker to search for, so after a capture gap that lands between
 //! frames, or a header that is no frame's, the rest of the direction is skipped (counted, and
@@ -13,10 +13,10 @@ use super::parser::{
     parse_frame_header, performative_code, performative_name, Bad, FrameHeader, Need, FRAME_HEADER_LEN,
     PERFORMATIVE_PREFIX_LEN,
 };
-use crate::amqp::parser::{parse_protocol_header, PROTOCOL_HEADER_LEN};
+use crate::proto::amqp091::parser::{parse_protocol_header, PROTOCOL_HEADER_LEN};
 use crate::anomaly::AnomalyKind;
 use crate::limits::Limits;
-use crate::protocol::{report_encrypted, DecodeSink};
+use crate::proto::sink::{report_encrypted, DecodeSink};
 
 /// A complete frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -296,7 +296,7 @@ pub fn frame_name(ev: &FrameEvent) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::amqp10::parser::FrameKind;
+    use crate::proto::amqp10::parser::FrameKind;
 
     #[derive(Default)]
     struct Seen {

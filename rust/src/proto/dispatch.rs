@@ -1,79 +1,22 @@
 //! The seam between TCP and the protocol decoders: each direction's reassembled chunks go to
-//! the decoder its first bytes choose (`crate::detect`): AMQP 1.0 for an AMQP 1.0 protocol
+//! the decoder its first bytes choose (`crate::proto::detect`): AMQP 1.0 for an AMQP 1.0 protocol
 //! header, AMQP 0-9-1 for anything else (its own header, TLS, or the frames of a capture that
 //! starts mid-connection, which its decoder resynchronises on). Until the first bytes tell, the
 //! chunks wait here, in order, and are then handed to the chosen decoder as they came, so the
 //! decoder sees exactly what it would have seen from the first byte.
 //!
-//! What a decoder writes goes through a [`Sink`]: the tables' builders, the connection's facts,
-//! and where the rows are (the packet whose arrival completes what is decoded). Each protocol
-//! implements its own frame trait on it (`crate::amqp::session` for 0-9-1, `crate::amqp10::session`
-//! for 1.0); capture gaps are recorded here, the same for every protocol.
+//! What a decoder writes goes through a [`Sink`] (`crate::proto::sink`, the contract): the
+//! tables' builders, the connection's facts, and where the rows are (the packet whose arrival
+//! completes what is decoded). Capture gaps are recorded here, the same for every protocol.
 
-use crate::amqp::decoder::Decoder as Decoder091;
-use crate::amqp10::decoder::Decoder as Decoder10;
+use crate::proto::amqp091::decoder::Decoder as Decoder091;
+use crate::proto::amqp10::decoder::Decoder as Decoder10;
 use crate::anomaly::AnomalyKind;
-use crate::detect::{detect, Detected};
-use crate::flow::ConnInfo;
+use crate::proto::detect::{detect, Detected};
 use crate::limits::Limits;
-use crate::output::anomalies::AnomaliesBuilder;
-use crate::output::bodies::BodiesBuilder;
-use crate::output::frames::FramesBuilder;
-use crate::output::packets::PacketsBuilder;
-use crate::tables::RowOrigin;
-use crate::tcp::reassembly::{Chunk, GapCause, PacketRef};
-
-/// What every protocol decoder reports besides its frames.
-pub trait DecodeSink {
-    fn protocol_header(&mut self, version: [u8; 4], packet: u32);
-    fn anomaly(&mut self, kind: AnomalyKind, packet: u32, bytes: u64, detail: String);
-}
-
-/// The one `tls-encrypted` row of a direction that turned out to carry TLS: `bytes` skipped
-/// from packet `first` on.
-pub fn report_encrypted(sink: &mut impl DecodeSink, first: u32, bytes: u64) {
-    sink.anomaly(AnomalyKind::TlsEncrypted, first, bytes, format!("TLS: {bytes} encrypted bytes skipped (decrypt with a TLS key log)"));
-}
-
-/// The protocol a connection speaks, as the connections table names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Protocol {
-    Amqp091,
-    Amqp10,
-}
-
-impl Protocol {
-    pub fn name(self) -> &'static str {
-        match self {
-            Protocol::Amqp091 => "0-9-1",
-            Protocol::Amqp10 => "1.0",
-        }
-    }
-}
-
-/// Receives what one direction's decoder finds.
-pub(crate) struct Sink<'a> {
-    pub(crate) frames: &'a mut FramesBuilder,
-    pub(crate) anomalies: &'a mut AnomaliesBuilder,
-    pub(crate) packets: &'a mut PacketsBuilder,
-    pub(crate) bodies: Option<&'a mut BodiesBuilder>,
-    pub(crate) info: &'a mut ConnInfo,
-    pub(crate) origin: RowOrigin,
-    /// Row in the packets table of the packet whose arrival completes what is being decoded.
-    pub(crate) arrival_row: u32,
-    pub(crate) max_frames: u64,
-}
-
-impl DecodeSink for Sink<'_> {
-    fn protocol_header(&mut self, _version: [u8; 4], _packet: u32) {
-        self.info.protocol_header_seen = true;
-    }
-
-    fn anomaly(&mut self, kind: AnomalyKind, packet: u32, bytes: u64, detail: String) {
-        self.info.anomalies += 1;
-        self.anomalies.push(kind, Some(self.origin), Some(packet), None, bytes, detail);
-    }
-}
+use crate::proto::facts::{ConnInfo, Protocol};
+use crate::proto::sink::{DecodeSink, Sink};
+use crate::flow::tcp::reassembly::{Chunk, GapCause, PacketRef};
 
 /// The first bytes of a direction, while they do not tell its protocol yet (fewer than a
 /// protocol header's 8, or a TLS record still to be seen whole).
@@ -204,6 +147,21 @@ impl StreamDecoder {
     }
 }
 
+/// A connection.tune/-ok just decoded: both directions' decoders are held to the negotiated
+/// frame_max from here on (AMQP 0-9-1 §4.2.3: a larger frame is a protocol error).
+pub(crate) fn apply_tune(info: &mut ConnInfo, decoders: [Option<&mut StreamDecoder>; 2], limits: &Limits) {
+    if !info.frame_max_changed {
+        return;
+    }
+    info.frame_max_changed = false;
+    let fm = info.frame_max().unwrap_or(0);
+    for decoder in decoders {
+        if let Some(dec) = decoder.and_then(|d| d.amqp091()) {
+            dec.set_frame_max(fm, limits);
+        }
+    }
+}
+
 /// The decoder for what a direction starts with; the connection's protocol is AMQP 1.0 when
 /// either direction chose it.
 fn chosen(found: Detected, aligned: bool, sink: &mut Sink<'_>, limits: &Limits) -> StreamDecoder {
@@ -221,7 +179,7 @@ fn chosen(found: Detected, aligned: bool, sink: &mut Sink<'_>, limits: &Limits) 
         }
     }
     let mut d = Decoder091::new(aligned, limits);
-    d.keep_bodies = sink.bodies.is_some();
+    d.keep_bodies = sink.tables.bodies.is_some();
     if let Some(fm) = sink.info.frame_max() {
         d.set_frame_max(fm, limits);
     }
@@ -255,7 +213,7 @@ pub(crate) fn on_chunk(c: Chunk<'_>, decoder: &mut Option<Box<StreamDecoder>>, a
             sink.arrival_row = arrival.row;
             let (kind, packet, detail) = match cause {
                 GapCause::Dropped => {
-                    sink.packets.gap_before[next.row as usize] += bytes as i64;
+                    sink.tables.packets.gap_before[next.row as usize] += bytes as i64;
                     (AnomalyKind::CaptureGap, next.number, format!("{bytes} bytes missing from the capture"))
                 }
                 GapCause::Snaplen => {
@@ -267,7 +225,7 @@ pub(crate) fn on_chunk(c: Chunk<'_>, decoder: &mut Option<Box<StreamDecoder>>, a
                     (AnomalyKind::CaptureGap, next.number, format!("{bytes} bytes acknowledged by the peer are missing from the capture's end"))
                 }
                 GapCause::Overflow => {
-                    sink.packets.gap_before[next.row as usize] += bytes as i64;
+                    sink.tables.packets.gap_before[next.row as usize] += bytes as i64;
                     (AnomalyKind::ReassemblyOverflow, next.number, format!("{bytes} bytes given up: out-of-order data over the reassembly cap"))
                 }
             };

@@ -5,11 +5,11 @@
 //! Every AMQP version starts with an 8-byte protocol header "AMQP" + 4 octets (AMQP 0-9-1
 //! §4.2.2: `AMQP 0 0 9 1`; AMQP 1.0 Part 2 §2.2 and Part 5 §5.1-§5.2: `AMQP id 1 0 0`, protocol
 //! id 0 for AMQP itself, 2 for a TLS layer, 3 for SASL). AMQPS starts with a TLS record instead.
-//! `crate::protocol` gives an AMQP 1.0 direction to AMQP 1.0's decoder and every other one to
+//! `crate::proto::dispatch` gives an AMQP 1.0 direction to AMQP 1.0's decoder and every other one to
 //! AMQP 0-9-1's, whose own start names TLS (`tls-encrypted`) and other versions' headers
 //! (`protocol-header`).
 
-use crate::amqp::parser::{parse_protocol_header, tls_record, TLS_HANDSHAKE};
+use crate::proto::amqp091::parser::{parse_protocol_header, tls_record, TLS_HANDSHAKE};
 
 /// What the start of a direction is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -62,6 +62,15 @@ pub struct ReasmLimits {
 }
 
 impl ReasmLimits {
+    /// The caps of `limits` that reassembly works within.
+    pub fn of(limits: &crate::limits::Limits) -> Self {
+        ReasmLimits {
+            max_buffered: limits.max_reassembly_bytes,
+            max_seq_jump: limits.max_seq_jump_bytes,
+            max_retained: limits.max_retained_bytes,
+        }
+    }
+
     /// Only the buffering cap given (the others at their defaults).
     pub fn buffered(max_buffered: u64) -> Self {
         let d = crate::limits::Limits::default();

@@ -299,6 +299,27 @@ pub fn sort_rows_by(t: &mut Table, key: &str) {
     }
 }
 
+/// The `stream` column of a table made by a decode of spilled packets, from its local stream
+/// numbers to the capture's (`global[local]`).
+pub fn renumber_streams(t: &mut Table, global: &[u32]) {
+    for (name, col) in t.iter_mut() {
+        if *name != "stream" {
+            continue;
+        }
+        match col {
+            Column::I32(v) => v.iter_mut().for_each(|s| *s = global[*s as usize] as i32),
+            Column::NullI32(v, valid) => {
+                for (s, &ok) in v.iter_mut().zip(valid.iter()) {
+                    if ok {
+                        *s = global[*s as usize] as i32;
+                    }
+                }
+            }
+            _ => unreachable!("stream columns are int32"),
+        }
+    }
+}
+
 fn take_vec<T: Copy>(v: &mut Vec<T>, order: &[u32]) {
     *v = order.iter().map(|&i| v[i as usize]).collect();
 }

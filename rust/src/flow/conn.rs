@@ -3,11 +3,11 @@
 //! direction's reassembler and decoder, the handshake facts — in chunks that a million
 //! conversations can grow into without copying.
 
-use crate::protocol::{Protocol, StreamDecoder};
+use crate::proto::dispatch::StreamDecoder;
+use crate::proto::facts::ConnInfo;
 use crate::capture::link::TcpOptions;
-use crate::tcp::reassembly::Reassembler;
-use crate::tcp::Endpoint;
-use crate::output::bodies::PendingBody;
+use crate::flow::tcp::reassembly::Reassembler;
+use crate::flow::tcp::Endpoint;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -57,51 +57,6 @@ impl Dir {
     }
 }
 
-/// What the connection's handshake says, allocated when the first connection.* method of the
-/// stream is decoded (most of a SYN flood's conversations never get one).
-#[derive(Default)]
-pub(crate) struct Handshake {
-    pub(crate) frame_max: Option<u64>,
-    pub(crate) channel_max: Option<u64>,
-    pub(crate) heartbeat: Option<u64>,
-    /// Values from connection.tune-ok take precedence over connection.tune.
-    pub(crate) tune_ok_seen: bool,
-    pub(crate) vhost: Option<String>,
-    pub(crate) user: Option<String>,
-    pub(crate) mechanism: Option<String>,
-    pub(crate) client_product: Option<String>,
-    pub(crate) client_version: Option<String>,
-    pub(crate) client_platform: Option<String>,
-    pub(crate) connection_name: Option<String>,
-    pub(crate) server_product: Option<String>,
-    pub(crate) server_version: Option<String>,
-}
-
-#[derive(Default)]
-pub(crate) struct ConnInfo {
-    pub(crate) protocol_header_seen: bool,
-    /// What a direction's first bytes chose (`crate::protocol`): AMQP 1.0 when either did.
-    pub(crate) protocol: Option<Protocol>,
-    /// A tune-ok was decoded: the decoders' frame limit must follow it.
-    pub(crate) frame_max_changed: bool,
-    pub(crate) hs: Option<Box<Handshake>>,
-    /// Messages whose body is being collected (only with bodies on; boxed: 8 bytes per
-    /// conversation instead of an empty Vec's 24).
-    #[allow(clippy::box_collection)]
-    pub(crate) bodies: Option<Box<Vec<PendingBody>>>,
-    pub(crate) frames: u64,
-    pub(crate) anomalies: u64,
-    /// Bytes cut by snaplen at the end of a packet, shown as `gap_before` of the next data
-    /// packet of the same direction (index: sent by endpoint A).
-    pub(crate) snaplen_gap: [u64; 2],
-}
-
-impl ConnInfo {
-    pub(crate) fn frame_max(&self) -> Option<u64> {
-        self.hs.as_ref().and_then(|h| h.frame_max)
-    }
-}
-
 pub(crate) struct Stream {
     /// Decoded from plaintext that tshark decrypted with a TLS key log (see [`Decrypted`]),
     /// not from the TCP payload.
@@ -121,7 +76,7 @@ pub(crate) struct Stream {
 impl Stream {
     /// Whether the client side is settled for good. Evidence only grows (`ClientEvidence`):
     /// past the port, only a protocol header can change it, and only as a direction's first
-    /// bytes (`crate::ingest`); a decrypted stream's is seen in its plaintext, so it waits for
+    /// bytes (`crate::pipeline`); a decrypted stream's is seen in its plaintext, so it waits for
     /// that header or the end.
     pub(crate) fn client_settled(&self) -> bool {
         self.evidence == ClientEvidence::ProtocolHeader

@@ -12,9 +12,9 @@ use super::parser::{
     Invalid, ParseError, FRAME_END, FRAME_HEADER_LEN, PROTOCOL_HEADER_LEN,
 };
 use crate::anomaly::AnomalyKind;
-use crate::detect::{detect, Detected};
+use crate::proto::detect::{detect, Detected};
 use crate::limits::Limits;
-use crate::protocol::{report_encrypted, DecodeSink};
+use crate::proto::sink::{report_encrypted, DecodeSink};
 
 /// A complete frame. `payload` is `None` for body frames (bodies are never kept).
 pub struct FrameEvent<'a> {
@@ -262,6 +262,20 @@ impl Decoder {
         self.state == State::Resync && !self.buf.is_empty()
     }
 
+    /// Why a frame whose header says `h` is not decoded but resynchronised over
+    /// (`oversized-frame`): larger than the frame limit in force (the negotiated frame_max, AMQP
+    /// 0-9-1 §4.2.3, within `max_frame_bytes`), or, a method or content-header frame, than the
+    /// buffering cap (a body frame is never buffered, so any size within the limit goes).
+    fn oversized(&self, h: FrameHeader, limits: &Limits) -> Option<String> {
+        if h.size as u64 > self.frame_max {
+            Some(format!("frame claims {} bytes, limit {}", h.size, self.frame_max))
+        } else if h.frame_type != FrameType::Body && h.size as u64 > limits.max_buffered_frame_bytes {
+            Some(format!("{} frame of {} bytes exceeds the buffering cap", h.frame_type.name(), h.size))
+        } else {
+            None
+        }
+    }
+
     /// Bytes of the body frame being skipped that were already consumed.
     fn body_bytes_in_progress(&self) -> u64 {
         match self.state {
@@ -308,183 +322,199 @@ impl Decoder {
     }
 
     /// Decode as much of `s` (starting at stream offset `buf_offset`) as possible; returns the
-    /// number of bytes consumed.
+    /// number of bytes consumed. Each state reads from where the last one left off.
     fn run(&mut self, s: &[u8], packet: u32, limits: &Limits, sink: &mut impl FrameSink) -> usize {
         let base = self.buf_offset;
         let mut pos = 0usize;
-        loop {
+        while pos < s.len() {
             let rest = &s[pos..];
-            if rest.is_empty() {
-                return pos;
-            }
-            match self.state {
+            let step = match self.state {
                 State::Body { header, remaining, first_packet, missing } => {
-                    let take = remaining.min(rest.len() as u64) as usize;
-                    if self.keep_bodies && take > 0 {
-                        sink.body(header.channel, &rest[..take]);
-                    }
-                    pos += take;
-                    let remaining = remaining - take as u64;
-                    self.state = State::Body { header, remaining, first_packet, missing };
-                    if remaining > 0 || pos == s.len() {
-                        // more payload, or the frame-end octet, still to come
-                        return pos;
-                    }
-                    let end = s[pos];
-                    if end == FRAME_END {
-                        pos += 1;
-                        self.state = State::Aligned;
-                        let kept = sink.frame(FrameEvent {
-                            header,
-                            payload: None,
-                            first_packet,
-                            packet,
-                        });
-                        self.emitted(kept, header.wire_len() - missing, packet);
-                    } else {
-                        // The body's bytes were consumed without being kept: they are skipped
-                        // together with whatever the resync skips from here.
-                        let consumed = FRAME_HEADER_LEN as u64 + header.size as u64 - missing;
-                        sink.anomaly(
-                            AnomalyKind::BadFrameEnd,
-                            packet,
-                            header.wire_len(),
-                            format!("body frame ends with 0x{end:02x}, not 0xce"),
-                        );
-                        self.skip(consumed, packet);
-                        self.state = State::Resync;
-                    }
+                    self.body_bytes(rest, Body { header, remaining, first_packet, missing }, packet, sink)
                 }
                 State::Encrypted { .. } => {
                     self.bytes_skipped += rest.len() as u64;
                     self.bytes_encrypted += rest.len() as u64;
-                    return s.len();
+                    Step::waits(rest.len())
                 }
-                State::Start { aligned } => match detect(rest, aligned) {
-                    None => return pos,
-                    Some(Detected::Tls) => self.state = State::Encrypted { packet },
-                    Some(Detected::Unknown) => self.state = if aligned { State::Aligned } else { State::Resync },
-                    Some(header) => {
-                        let version = [rest[4], rest[5], rest[6], rest[7]];
-                        pos += PROTOCOL_HEADER_LEN;
-                        self.bytes_decoded += PROTOCOL_HEADER_LEN as u64;
-                        // AMQP 1.0 (and 0-8, 0-9) are named, not decoded: the frames that follow
-                        // fail 0-9-1's checks and are resynchronised over (crate::detect)
-                        if header != Detected::Amqp091 {
-                            sink.anomaly(
-                                AnomalyKind::ProtocolHeader,
-                                packet,
-                                PROTOCOL_HEADER_LEN as u64,
-                                format!("protocol header for version {}-{}-{}-{}", version[0], version[1], version[2], version[3]),
-                            );
-                        }
-                        sink.protocol_header(version, packet);
-                        self.state = State::Aligned;
-                    }
-                },
-                State::Aligned => match parse_frame_header(rest) {
-                    Err(ParseError::Incomplete { .. }) => return pos,
-                    Err(ParseError::Invalid(Invalid::UnknownFrameType(t))) => {
-                        sink.anomaly(AnomalyKind::UnknownFrameType, packet, 1, format!("frame type {t}"));
-                        self.state = State::Resync;
-                    }
-                    Err(ParseError::Invalid(_)) => self.state = State::Resync,
-                    Ok(h) => {
-                        if h.size as u64 > self.frame_max {
-                            sink.anomaly(
-                                AnomalyKind::OversizedFrame,
-                                packet,
-                                h.size as u64,
-                                format!("frame claims {} bytes, limit {}", h.size, self.frame_max),
-                            );
-                            self.state = State::Resync;
-                            continue;
-                        }
-                        let first_packet = self.packet_at(base + pos as u64);
-                        if h.frame_type == FrameType::Body {
-                            pos += FRAME_HEADER_LEN;
-                            self.state = State::Body { header: h, remaining: h.size as u64, first_packet, missing: 0 };
-                            continue;
-                        }
-                        if h.size as u64 > limits.max_buffered_frame_bytes {
-                            sink.anomaly(
-                                AnomalyKind::OversizedFrame,
-                                packet,
-                                h.size as u64,
-                                format!("{} frame of {} bytes exceeds the buffering cap", h.frame_type.name(), h.size),
-                            );
-                            self.state = State::Resync;
-                            continue;
-                        }
-                        let total = h.wire_len() as usize;
-                        if rest.len() < total {
-                            return pos;
-                        }
-                        let end = rest[total - 1];
-                        if end != FRAME_END {
-                            sink.anomaly(AnomalyKind::BadFrameEnd, packet, total as u64, format!("{} frame ends with 0x{end:02x}, not 0xce", h.frame_type.name()));
-                            self.state = State::Resync;
-                            continue;
-                        }
-                        let kept = sink.frame(FrameEvent {
-                            header: h,
-                            payload: Some(&rest[FRAME_HEADER_LEN..total - 1]),
-                            first_packet,
-                            packet,
-                        });
-                        self.emitted(kept, total as u64, packet);
-                        pos += total;
-                    }
-                },
-                State::Resync => {
-                    let limit = limits.resync_max_frame_bytes.min(self.frame_max) as u32;
-                    let mut i = 0usize;
-                    let found = loop {
-                        if i >= rest.len() {
-                            break None;
-                        }
-                        // Decoding candidates' payloads may read at most RESYNC_WORK_PER_BYTE
-                        // bytes per byte skipped (plus a window's worth); past that, candidates
-                        // are judged on their structure alone. Input built so that every
-                        // position is a large near-miss then still costs linear time.
-                        let allowance = limits.resync_window_bytes + RESYNC_WORK_PER_BYTE * (self.skip_pending + i as u64);
-                        let deep = self.resync_work < allowance;
-                        match check_candidate_with(&rest[i..], limit, deep, &mut self.resync_work) {
-                            Candidate::No => i += 1,
-                            Candidate::NeedMore { .. } if self.at_end => i += 1,
-                            Candidate::NeedMore { .. } => break None,
-                            Candidate::Frame(n) => {
-                                // A body frame has no structure of its own: the next frame must
-                                // check out too before we trust it (at the end of the capture
-                                // there may be none).
-                                if rest[i] == FrameType::Body as u8 {
-                                    match check_candidate_with(&rest[i + n as usize..], limit, deep, &mut self.resync_work) {
-                                        Candidate::Frame(_) => break Some(i),
-                                        Candidate::NeedMore { .. } if self.at_end => break Some(i),
-                                        Candidate::NeedMore { .. } => break None,
-                                        Candidate::No => i += 1,
-                                    }
-                                } else {
-                                    break Some(i);
-                                }
-                            }
-                        }
-                    };
-                    if i > 0 {
-                        self.skip(i as u64, packet);
-                    }
-                    pos += i;
-                    match found {
-                        Some(_) => {
-                            self.flush_skip(sink);
-                            self.resync_work = 0;
-                            self.state = State::Aligned;
-                        }
-                        None => return pos,
-                    }
-                }
+                State::Start { aligned } => self.stream_start(rest, aligned, packet, sink),
+                State::Aligned => self.frame_at(rest, base + pos as u64, packet, limits, sink),
+                State::Resync => self.resync(rest, packet, limits, sink),
+            };
+            pos += step.used;
+            if !step.goes_on {
+                return pos;
             }
         }
+        pos
+    }
+
+    /// Payload bytes of the body frame `b` (never kept: handed to the sink when bodies are),
+    /// then its frame-end octet.
+    fn body_bytes(&mut self, rest: &[u8], b: Body, packet: u32, sink: &mut impl FrameSink) -> Step {
+        let Body { header, first_packet, missing, .. } = b;
+        let take = b.remaining.min(rest.len() as u64) as usize;
+        if self.keep_bodies && take > 0 {
+            sink.body(header.channel, &rest[..take]);
+        }
+        let remaining = b.remaining - take as u64;
+        self.state = State::Body { header, remaining, first_packet, missing };
+        if remaining > 0 || take == rest.len() {
+            // more payload, or the frame-end octet, still to come
+            return Step::waits(take);
+        }
+        let end = rest[take];
+        if end == FRAME_END {
+            self.state = State::Aligned;
+            let kept = sink.frame(FrameEvent { header, payload: None, first_packet, packet });
+            self.emitted(kept, header.wire_len() - missing, packet);
+            Step::goes_on(take + 1)
+        } else {
+            // The body's bytes were consumed without being kept: they are skipped together
+            // with whatever the resync skips from here.
+            let consumed = FRAME_HEADER_LEN as u64 + header.size as u64 - missing;
+            sink.anomaly(AnomalyKind::BadFrameEnd, packet, header.wire_len(), format!("body frame ends with 0x{end:02x}, not 0xce"));
+            self.skip(consumed, packet);
+            self.state = State::Resync;
+            Step::goes_on(take)
+        }
+    }
+
+    /// The direction's first bytes: TLS, a protocol header, or frames (`crate::proto::detect`).
+    fn stream_start(&mut self, rest: &[u8], aligned: bool, packet: u32, sink: &mut impl FrameSink) -> Step {
+        match detect(rest, aligned) {
+            None => return Step::waits(0),
+            Some(Detected::Tls) => self.state = State::Encrypted { packet },
+            Some(Detected::Unknown) => self.state = if aligned { State::Aligned } else { State::Resync },
+            Some(header) => {
+                let version = [rest[4], rest[5], rest[6], rest[7]];
+                self.bytes_decoded += PROTOCOL_HEADER_LEN as u64;
+                // AMQP 1.0 (and 0-8, 0-9) are named, not decoded: the frames that follow fail
+                // 0-9-1's checks and are resynchronised over (crate::proto::detect)
+                if header != Detected::Amqp091 {
+                    let detail = format!("protocol header for version {}-{}-{}-{}", version[0], version[1], version[2], version[3]);
+                    sink.anomaly(AnomalyKind::ProtocolHeader, packet, PROTOCOL_HEADER_LEN as u64, detail);
+                }
+                sink.protocol_header(version, packet);
+                self.state = State::Aligned;
+                return Step::goes_on(PROTOCOL_HEADER_LEN);
+            }
+        }
+        Step::goes_on(0)
+    }
+
+    /// The frame that starts `rest`, at stream offset `offset`: a body frame's header (its
+    /// payload follows in state `Body`), or a whole method, header or heartbeat frame. A header
+    /// that does not check out is resynchronised over.
+    fn frame_at(&mut self, rest: &[u8], offset: u64, packet: u32, limits: &Limits, sink: &mut impl FrameSink) -> Step {
+        let h = match parse_frame_header(rest) {
+            Err(ParseError::Incomplete { .. }) => return Step::waits(0),
+            Err(ParseError::Invalid(Invalid::UnknownFrameType(t))) => {
+                sink.anomaly(AnomalyKind::UnknownFrameType, packet, 1, format!("frame type {t}"));
+                return self.resync_from_here();
+            }
+            Err(ParseError::Invalid(_)) => return self.resync_from_here(),
+            Ok(h) => h,
+        };
+        if let Some(detail) = self.oversized(h, limits) {
+            sink.anomaly(AnomalyKind::OversizedFrame, packet, h.size as u64, detail);
+            return self.resync_from_here();
+        }
+        let first_packet = self.packet_at(offset);
+        if h.frame_type == FrameType::Body {
+            self.state = State::Body { header: h, remaining: h.size as u64, first_packet, missing: 0 };
+            return Step::goes_on(FRAME_HEADER_LEN);
+        }
+        let total = h.wire_len() as usize;
+        if rest.len() < total {
+            return Step::waits(0);
+        }
+        let end = rest[total - 1];
+        if end != FRAME_END {
+            sink.anomaly(AnomalyKind::BadFrameEnd, packet, total as u64, format!("{} frame ends with 0x{end:02x}, not 0xce", h.frame_type.name()));
+            return self.resync_from_here();
+        }
+        let kept = sink.frame(FrameEvent { header: h, payload: Some(&rest[FRAME_HEADER_LEN..total - 1]), first_packet, packet });
+        self.emitted(kept, total as u64, packet);
+        Step::goes_on(total)
+    }
+
+    /// The frame boundary is lost where the decoder stands: search for the next one.
+    fn resync_from_here(&mut self) -> Step {
+        self.state = State::Resync;
+        Step::goes_on(0)
+    }
+
+    /// Skip to the next frame boundary in `rest`, if it holds one.
+    fn resync(&mut self, rest: &[u8], packet: u32, limits: &Limits, sink: &mut impl FrameSink) -> Step {
+        let (skipped, found) = self.next_boundary(rest, limits);
+        if skipped > 0 {
+            self.skip(skipped as u64, packet);
+        }
+        if !found {
+            return Step::waits(skipped);
+        }
+        self.flush_skip(sink);
+        self.resync_work = 0;
+        self.state = State::Aligned;
+        Step::goes_on(skipped)
+    }
+
+    /// Where the next frame that checks out starts in `rest` (bytes to skip), and whether one
+    /// was found (false: the bytes from there on need more to tell).
+    fn next_boundary(&mut self, rest: &[u8], limits: &Limits) -> (usize, bool) {
+        let limit = limits.resync_max_frame_bytes.min(self.frame_max) as u32;
+        let mut i = 0usize;
+        while i < rest.len() {
+            // Decoding candidates' payloads may read at most RESYNC_WORK_PER_BYTE bytes per byte
+            // skipped (plus a window's worth); past that, candidates are judged on their
+            // structure alone. Input built so that every position is a large near-miss then
+            // still costs linear time.
+            let allowance = limits.resync_window_bytes + RESYNC_WORK_PER_BYTE * (self.skip_pending + i as u64);
+            let deep = self.resync_work < allowance;
+            match check_candidate_with(&rest[i..], limit, deep, &mut self.resync_work) {
+                Candidate::No => i += 1,
+                Candidate::NeedMore { .. } if self.at_end => i += 1,
+                Candidate::NeedMore { .. } => return (i, false),
+                // A body frame has no structure of its own: the next frame must check out too
+                // before we trust it (at the end of the capture there may be none).
+                Candidate::Frame(n) if rest[i] == FrameType::Body as u8 => {
+                    match check_candidate_with(&rest[i + n as usize..], limit, deep, &mut self.resync_work) {
+                        Candidate::Frame(_) => return (i, true),
+                        Candidate::NeedMore { .. } if self.at_end => return (i, true),
+                        Candidate::NeedMore { .. } => return (i, false),
+                        Candidate::No => i += 1,
+                    }
+                }
+                Candidate::Frame(_) => return (i, true),
+            }
+        }
+        (i, false)
+    }
+}
+
+/// The body frame whose payload is being read (the fields of `State::Body`).
+#[derive(Clone, Copy)]
+struct Body {
+    header: FrameHeader,
+    remaining: u64,
+    first_packet: u32,
+    missing: u64,
+}
+
+/// What one state did with the bytes it was given: `used` of them consumed; `goes_on`: the
+/// decoder reads on from there (false: what is left waits for more bytes).
+struct Step {
+    used: usize,
+    goes_on: bool,
+}
+
+impl Step {
+    fn goes_on(used: usize) -> Self {
+        Step { used, goes_on: true }
+    }
+    fn waits(used: usize) -> Self {
+        Step { used, goes_on: false }
     }
 }
 
@@ -525,8 +555,8 @@ mod tests {
         }
     }
 
-    use crate::amqp::parser::encode_frame as frame;
-    use crate::amqp::parser::PROTOCOL_HEADER_091;
+    use crate::proto::amqp091::parser::encode_frame as frame;
+    use crate::proto::amqp091::parser::PROTOCOL_HEADER_091;
 
     fn ack(tag: u64) -> Vec<u8> {
         let mut p = vec![0, 60, 0, 80];
