@@ -1,9 +1,10 @@
 """What every analyzer returns, and the registry the CLI and `analyze` are built from.
 
-An analyzer is a module in `amqpcap/analyzers/` with one function decorated `@analyzer("name")`
-taking a :class:`~amqpcap.io.load.Capture` and returning an :class:`AnalyzerResult`. It reads
-only the ingestion tables (docs/tables.md) and works on whole columns. The CLI gets a
-subcommand of the same name automatically, and `amqpcap analyze` runs every analyzer.
+An analyzer is a module in `amqpcap/analyzers/` with one class decorated `@analyzer("name")`, a
+`~amqpcap.analysis.contract.Analyzer` (a carried state, a step over rows, a merge, a finish:
+docs/writing-an-analyzer.md) returning an :class:`AnalyzerResult`. It reads only the ingestion
+tables (docs/tables.md) and works on whole columns. The CLI gets a subcommand of the same name
+automatically, and `amqpcap analyze` runs every analyzer.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import Any, Callable, Literal
 import pandas as pd
 
 from ..io.load import Capture
-from .partition import Split
+from .contract import Analyzer, split_of
+from .partition import Split, run_whole
 
 Severity = Literal["info", "warning", "critical"]
 SEVERITY_RANK = {"critical": 2, "warning": 1, "info": 0}
@@ -73,21 +75,47 @@ class AnalyzerResult:
 AnalyzerFn = Callable[[Capture], AnalyzerResult]
 _REGISTRY: dict[str, tuple[AnalyzerFn, str]] = {}
 _SPLITS: dict[str, Split] = {}
+_CONTRACT: dict[str, Analyzer] = {}
 
 
-def analyzer(name: str, split: Split | None = None) -> Callable[[AnalyzerFn], AnalyzerFn]:
-    """Register an analyzer under ``name`` (also its CLI subcommand). Its docstring's first
-    line is the subcommand's help. An analyzer given a `~amqpcap.analysis.partition.Split` is run
-    partition by partition on a dataset (`amqpcap.engine.on_dask`); the function itself must then be
-    `run_whole` of that split, so both paths are one."""
+def analyzer(name: str, split: Split | None = None) -> Callable[[Any], Any]:
+    """Register an analyzer under ``name`` (also its CLI subcommand); its docstring's first line
+    is the subcommand's help. An `Analyzer` class is registered as one instance; the engine
+    derives its runs from it (`amqpcap.analysis.contract.split_of`), and `analyzers` gives the
+    in-memory run as the function ``(capture) -> AnalyzerResult``.
 
-    def wrap(fn: AnalyzerFn) -> AnalyzerFn:
-        _REGISTRY[name] = (fn, (fn.__doc__ or name).strip().splitlines()[0])
+    (Until every analyzer is one: a function given a `~amqpcap.analysis.partition.Split`, which
+    must then be `run_whole` of that split, so both paths are one.)"""
+
+    def wrap(what: Any) -> Any:
+        help_text = (what.__doc__ or name).strip().splitlines()[0]
+        if isinstance(what, type) and issubclass(what, Analyzer):
+            what.name = name
+            one = _CONTRACT[name] = what()
+            derived = _SPLITS[name] = split_of(one)
+            _REGISTRY[name] = (_in_memory(derived, name), help_text)
+            return what
+        _REGISTRY[name] = (what, help_text)
         if split is not None:
             _SPLITS[name] = split
-        return fn
+        return what
 
     return wrap
+
+
+def _in_memory(split: Split, name: str) -> AnalyzerFn:
+    """The analyzer `name` on a capture in memory: its split over the one partition that is all of it."""
+    def run(cap: Capture) -> AnalyzerResult:
+        return run_whole(split, cap)
+
+    run.__name__ = run.__qualname__ = name
+    return run
+
+
+def contract_analyzers() -> dict[str, Analyzer]:
+    """The analyzers written as an `Analyzer` (the others are functions and a `Split`)."""
+    analyzers()
+    return dict(sorted(_CONTRACT.items()))
 
 
 def splits() -> dict[str, Split]:

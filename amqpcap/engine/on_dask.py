@@ -42,7 +42,7 @@ from ..io.load import Capture
 from ..model.errors import AmqpcapError
 from ..io.kept_rows import keeping_in
 from ..analysis.partition import CaptureFacts, CellJoin, PerPartition, Split, context_for, joined_once, release_freed_memory
-from .slices import SLICE_PACKETS, can_slice, submit_in_slices
+from .slices import SLICE_PACKETS, runs_in_slices, submit_in_slices
 
 #: a local cluster's workers at most (one per core below that)
 LOCAL_MAX_WORKERS = 8
@@ -296,16 +296,18 @@ def submit_steps(path: str | os.PathLike[str], c: Any, store: str | None = None,
     names, token = list(_steps()), _token(root, store)
     cuts = {k: c.submit(dataset.bucket_cuts, root, k, slice_packets, key=f"amqpcap-cuts-{k}-{token}").result()
             for k in np.flatnonzero(_sliced_buckets(root, m["buckets"], slice_packets)).tolist()}
-    futures = {_submit_bucket(c, root, k, facts, names, token, store, cuts.get(k)): k for k in range(m["buckets"])}
+    futures = {f: k for k in range(m["buckets"]) for f in _submit_bucket(c, root, k, facts, names, token, store,
+                                                                           cuts.get(k))}
     futures[c.submit(records_step, root, facts, names, key=f"amqpcap-records-{token}")] = None
     return Steps(root, m["buckets"], facts, token, futures, c, store, {k: v for k, v in cuts.items() if v})
 
 
 def _sliced_buckets(root: str, buckets: int, slice_packets: int) -> np.ndarray:
-    """Which buckets run as a chain of tasks over slices of their time: those of more than
-    `slice_packets` packets, once every step can run over slices (`slice_chain.can_slice`;
-    until then, none)."""
-    if not can_slice(_steps()):
+    """Which buckets are cut in slices of their time: those of more than `slice_packets` packets,
+    when any step can run over slices (those that cannot run over such a bucket whole:
+    `_submit_bucket`)."""
+    steps = _steps().values()
+    if not any(runs_in_slices(s, first) for s in steps for first in (True, False)):
         return np.zeros(buckets, bool)
     return dataset.bucket_packets(dataset.read_outline(root).connections, buckets) > slice_packets
 
@@ -335,12 +337,26 @@ def _memory_limits(c: Any) -> list[int]:
 
 
 def _submit_bucket(c: Any, root: str, k: int, facts: CaptureFacts, names: list[str], token: str, store: str | None,
-                   cuts: list[int] | None, contexts: dict[str, Any] | None = None, round_name: str = "") -> Any:
+                   cuts: list[int] | None, contexts: dict[str, Any] | None = None, round_name: str = "") -> list[Any]:
     """Bucket `k`'s steps (given `contexts`: the second round's, `bucket_step`): one task, or
-    given `cuts`, a chain of tasks over the slices of its time they cut (`amqpcap.engine.slices`)."""
+    given `cuts`, a chain of tasks over the slices of its time they cut for the steps that can
+    run over slices (`amqpcap.engine.slices`) and one task over the bucket whole for those that
+    cannot. Their futures, each of a dict of some of the steps' partials."""
     if cuts:
-        return submit_in_slices(c, root, k, cuts, facts, names, f"{round_name}{token}", store, contexts)
-    return c.submit(bucket_step, root, k, facts, names, contexts, store, key=f"amqpcap-bucket-{round_name}{k}-{token}")
+        steps = _steps()
+        sliced = [n for n in names if runs_in_slices(steps[n], contexts is None)]
+        whole = [n for n in names if n not in sliced]
+    else:
+        sliced, whole = [], names
+    out = []
+    if sliced:
+        out.append(submit_in_slices(c, root, k, cuts, facts, sliced, f"{round_name}{token}", store,
+                                    None if contexts is None else {n: contexts[n] for n in sliced}))
+    if whole:
+        out.append(c.submit(bucket_step, root, k, facts, whole,
+                            None if contexts is None else {n: contexts[n] for n in whole}, store,
+                            key=f"amqpcap-bucket-{round_name}{k}-{token}"))
+    return out
 
 
 def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], None] | None = None,
@@ -427,9 +443,10 @@ class _Merging:
         sent = dict(zip(map(id, shared), steps.client.scatter(shared, broadcast=True, hash=False) if shared else []))
         given = [{name: context_for(v, i) if isinstance(v, PerPartition) else sent[id(v)] for name, v in joined.items()}
                  for i in range(len(buckets))]
-        futures = {_submit_bucket(steps.client, steps.root, k, steps.facts, names, steps.token, steps.store,
-                                  steps.sliced.get(k), given[i], "round2-"): k
-                   for i, k in enumerate(buckets)}
+        futures = {f: k for i, k in enumerate(buckets)
+                   for f in _submit_bucket(steps.client, steps.root, k, steps.facts, names, steps.token, steps.store,
+                                           steps.sliced.get(k), given[i], "round2-")}
+        self.total += len(futures) - len(buckets)  # (`Steps.total` counted a task per bucket)
         del joined, shared, given  # on the workers now: not held here through the merge
         meanwhile()
         self.gather(futures, "bucket (second round)")
@@ -488,7 +505,7 @@ def analyze(path: str | os.PathLike[str], outline: Capture, c: Any,
     that summary.json and the report are made from it as from the capture read whole.
     ``progress(what, done, total)`` as each task or analyzer ends. A bucket of more than
     `slice_packets` packets (None: as many as the workers' memory holds) runs in slices of its
-    time, once every step can (`submit_steps`); ``tell(line)`` says so."""
+    time, each step that can (`submit_steps`); ``tell(line)`` says so."""
     steps = submit_steps(path, c, store, slice_packets)
     if steps.sliced and tell:
         tell(_sliced_line(steps.sliced))

@@ -36,11 +36,12 @@ from ..analysis.partition import CaptureFacts, Split, release_freed_memory
 SLICE_PACKETS = 1_000_000
 
 
-def can_slice(steps: dict[str, Split]) -> bool:
-    """Whether every one of `steps` runs over slices of time, its context step too when it has
-    one, and so a bucket can be sliced."""
-    return all(s.slicing is not None and (s.context is None or s.context_slicing is not None)
-               for s in steps.values())
+def runs_in_slices(split: Split, first_round: bool) -> bool:
+    """Whether the step `split` runs in a round (`_slicing`: its context step's in the first round
+    when it has one, else its partition step) can run over slices of time. Each analyzer is
+    asked alone: in a bucket cut in slices, one that cannot runs over the bucket whole, beside
+    the others' chain of slices (`amqpcap.engine.on_dask._submit_bucket`)."""
+    return _slicing(split, first_round) is not None
 
 
 def submit_in_slices(client: Any, root: str, bucket: int, cuts: list[int], facts: CaptureFacts,

@@ -1,0 +1,141 @@
+"""The analyzer contract, as simple as a Wireshark tap (issue 49): a carried state, one step over
+rows, a merge of two states, a finish that makes the result.
+
+An analyzer is a class of five methods, registered with ``@analyzer(name)``
+(`amqpcap.analysis.registry`); docs/writing-an-analyzer.md builds one step by step:
+
+- ``start(facts)``: the state before any rows (``facts``: what every step knows of the whole
+  capture, `CaptureFacts`);
+- ``step(state, rows, facts, last)``: the state with ``rows`` added. ``rows`` is a `Capture` of
+  some connections whole (the capture in memory, a bucket of a dataset) or a slice of the time
+  of one (docs/time-split.md); ``last`` is True on the rows that end it (a whole partition is
+  one step with ``last`` True). Each connection's packets and frames come in packet order,
+  slice after slice, and its connections row is whole in every slice;
+- ``close(state, rows, facts)``: what the partition's state comes to at its end (``rows``: its
+  last rows), the part that is merged (by default the state itself);
+- ``merge(a, b)``: two partitions' parts as one (``a`` holds connections before ``b``'s in the
+  engine's order of buckets; no connection is in both);
+- ``finish(part, whole, facts)``: the `AnalyzerResult` from the parts of every partition merged;
+  ``whole`` is the capture, or a dataset's outline (its connections and summary, never its
+  packets or frames: what names a connection in a finding).
+
+The engine derives every run from these (`split_of`): in memory, one step over the capture and
+its finish; on Dask, a step per bucket on a worker, the parts merged here; a bucket too large for
+a worker, its steps over slices of its time one after the other, the state carried between
+them. No analyzer writes a partition step twice, nor a run of its own.
+
+What an analyzer may also say (class attributes):
+
+- ``slices`` (True): its step runs over slices of a partition's time. One that cannot is run
+  over the whole bucket, while the other analyzers of that bucket still run in slices;
+- ``reads_derivations`` (False): its step reads the shared derivations (deliveries, confirms,
+  consumers: `amqpcap.derive`), which a slice gives only with what the slice before left open
+  replayed (`amqpcap.derive.replay`): the engine makes a first pass over the slices for them;
+- ``uses``: a `Need`, what the step needs of every other partition (`BACKLOG`: the queue
+  backlog read at the partition's acks). The step is then given its value as one more
+  argument: ``step(state, rows, facts, last, backlog)``;
+- ``records(records, facts)`` and ``records_columns``: a part made of the capture file's own
+  packets (every packet, AMQP or not; only those columns), merged with the partitions' parts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import reduce
+from typing import Any, Callable, ClassVar, Generic, TypeVar
+
+import pandas as pd
+
+from ..io.load import Capture
+from .partition import CaptureFacts, CellJoin, Slicing, Split
+
+State = TypeVar("State")
+Part = TypeVar("Part")
+
+
+@dataclass(frozen=True)
+class Need:
+    """What an analyzer's step needs of every partition of the capture, made by a first round of
+    steps over all of them (`Analyzer.uses`):
+
+    - ``context(part, facts)``: what one partition tells the others;
+    - ``join(contexts)``: every partition's joined into the value each step is given: one value,
+      given to every partition, or a value per partition (`PerPartition`, `CellJoin`);
+    - ``slicing``: ``context`` over slices of a partition's time (`Slicing`), when it has one.
+
+    Analyzers naming the same `Need` share its round: it runs once."""
+
+    name: str
+    context: Callable[[Capture, CaptureFacts], Any]
+    join: Callable[[list], Any] | CellJoin
+    slicing: Slicing | None = None
+
+
+class Analyzer(Generic[State, Part]):
+    """An analyzer (the module docstring says what each method does). Subclass it, write its
+    methods and register it with ``@analyzer(name)``; the class docstring's first line is its
+    command's help."""
+
+    #: the registered name (set by ``@analyzer``)
+    name: ClassVar[str] = ""
+    slices: ClassVar[bool] = True
+    reads_derivations: ClassVar[bool] = False
+    uses: ClassVar[Need | None] = None
+    #: the columns of the capture's records that `records` reads (None: every column)
+    records_columns: ClassVar[tuple[str, ...] | None] = None
+    #: ``records(records, facts) -> Part``, when the analyzer reads the file's own packets
+    records: ClassVar[Callable[..., Any] | None] = None
+
+    def start(self, facts: CaptureFacts) -> State:
+        return None
+
+    def step(self, state: State, rows: Capture, facts: CaptureFacts, last: bool, *used: Any) -> State:
+        raise NotImplementedError
+
+    def close(self, state: State, rows: Capture, facts: CaptureFacts) -> Part:
+        return state
+
+    def merge(self, a: Part, b: Part) -> Part:
+        raise NotImplementedError
+
+    def finish(self, part: Part, whole: Capture, facts: CaptureFacts) -> Any:
+        raise NotImplementedError
+
+    # -- what the engine derives from the methods above ------------------------------------------
+
+    def over_partition(self, part: Capture, facts: CaptureFacts, *used: Any) -> Part:
+        """A partition's part: its rows in one step."""
+        return self.close(self.step(self.start(facts), part, facts, True, *used), part, facts)
+
+    def over_slice(self, rows: Capture, facts: CaptureFacts, carry: Any, last: bool,
+                   *used: Any) -> tuple[Any, Part | None]:
+        """One slice of a partition's time (`Slicing.step`): the state carried to the next slice
+        (``carry`` None: the first), and at the `last` the partition's part."""
+        state = self.step(self.start(facts) if carry is None else carry[0], rows, facts, last, *used)
+        return (state,), (self.close(state, rows, facts) if last else None)
+
+    def merged(self, parts: list[Part], records: Part | None, facts: CaptureFacts, whole: Capture) -> Any:
+        """The result from every partition's part (in the order of the buckets) and the records'."""
+        together = reduce(self.merge, parts)
+        parts.clear()  # (the merged part holds the rows now: the partitions' are let go)
+        if self.records is not None:
+            together = self.merge(together, records)
+        return self.finish(together, whole, facts)
+
+
+def last_piece(pieces: list) -> Any:
+    """A sliced partition's part: its last slice's (`Analyzer.over_slice`)."""
+    return pieces[-1]
+
+
+def split_of(a: Analyzer) -> Split:
+    """The partition steps and merge the engine runs for `a` (`amqpcap.analysis.partition.Split`:
+    in memory `run_whole`, on Dask `amqpcap.engine.on_dask`, over slices `amqpcap.engine.slices`)."""
+    need = a.uses
+    slicing = (Slicing(a.over_slice, last_piece, replays=a.reads_derivations)
+               if a.slices and (need is None or need.slicing is not None) else None)
+    return Split(partial=a.over_partition, merge=a.merged,
+                 records=a.records, records_columns=a.records_columns,
+                 context=need.context if need else None, join_context=need.join if need else None,
+                 slicing=slicing, context_slicing=need.slicing if need else None)
+
