@@ -18,8 +18,10 @@ from pathlib import Path
 import pytest
 
 import amqpcap
-from amqpcap.analyzers.nagle import nagle
+from amqpcap.analysis.registry import in_memory
 from amqpcap.analyzers.stalls import stalls
+
+nagle = in_memory("nagle")
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "fixtures"

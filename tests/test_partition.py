@@ -180,9 +180,14 @@ def test_analyze_on_a_local_cluster_gives_the_in_process_files(tmp_path):
 
 
 def assert_same_partial(got, want, where: str) -> None:
-    """Two partials (frames, arrays, dicts and lists of them, numbers) exactly equal."""
+    """Two partials (frames, arrays, dicts, lists and dataclasses of them, numbers) exactly equal."""
+    import dataclasses
+
     assert type(got) is type(want), where
-    if isinstance(want, pd.DataFrame):
+    if dataclasses.is_dataclass(want):
+        for f in dataclasses.fields(want):
+            assert_same_partial(getattr(got, f.name), getattr(want, f.name), f"{where}.{f.name}")
+    elif isinstance(want, pd.DataFrame):
         pd.testing.assert_frame_equal(got, want, check_exact=True, obj=where)
     elif isinstance(want, np.ndarray):
         np.testing.assert_array_equal(got, want, err_msg=where)

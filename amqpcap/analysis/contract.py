@@ -40,7 +40,7 @@ What an analyzer may also say (class attributes):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import reduce
 from typing import Any, Callable, ClassVar, Generic, TypeVar
 
@@ -87,7 +87,7 @@ class Analyzer(Generic[State, Part]):
     records: ClassVar[Callable[..., Any] | None] = None
 
     def start(self, facts: CaptureFacts) -> State:
-        return None
+        return None  # type: ignore[return-value]
 
     def step(self, state: State, rows: Capture, facts: CaptureFacts, last: bool, *used: Any) -> State:
         raise NotImplementedError
@@ -121,6 +121,20 @@ class Analyzer(Generic[State, Part]):
         if self.records is not None:
             together = self.merge(together, records)
         return self.finish(together, whole, facts)
+
+
+@dataclass
+class Carried:
+    """A state for a step that tells something of each slice of time (rows final once a later
+    slice is seen): ``carry``, what the next slice reads of those before, and the ``pieces``
+    told so far, which ``close`` joins into the partition's part."""
+
+    carry: Any = None
+    pieces: list = field(default_factory=list)
+
+    def then(self, carry: Any, piece: Any) -> "Carried":
+        """The state after one more slice: its carry, and its piece told."""
+        return Carried(carry, [*self.pieces, piece])
 
 
 def last_piece(pieces: list) -> Any:

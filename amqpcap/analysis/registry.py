@@ -112,6 +112,11 @@ def _in_memory(split: Split, name: str) -> AnalyzerFn:
     return run
 
 
+def in_memory(name: str) -> AnalyzerFn:
+    """The analyzer `name` as a function of a capture in memory (what its command runs)."""
+    return analyzers()[name][0]
+
+
 def contract_analyzers() -> dict[str, Analyzer]:
     """The analyzers written as an `Analyzer` (the others are functions and a `Split`)."""
     analyzers()
