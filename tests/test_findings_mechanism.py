@@ -19,9 +19,8 @@ import pytest
 
 import amqpcap
 from amqpcap.analysis.registry import in_memory
-from amqpcap.analyzers.stalls import stalls
 
-nagle = in_memory("nagle")
+nagle, stalls = in_memory("nagle"), in_memory("stalls")
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "fixtures"

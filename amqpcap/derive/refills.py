@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..io.load import Capture
+from ..analysis.contract import Need
 from ..analysis.partition import Slicing
 from .backlog import BacklogAnswers, BacklogQuestions, QueueEvents, frame_keys, queue_events, text_codes
 from .backlog_join import BACKLOG_JOIN, BacklogShares, answers_of, shares_of
@@ -266,6 +267,10 @@ def _in_order(order: np.ndarray, first: np.ndarray | None) -> bool:
 join_backlog_context = BACKLOG_JOIN
 #: the context step over slices of a partition's time (`amqpcap.analysis.partition.Split.context_slicing`)
 BACKLOG_CONTEXT_SLICING = Slicing(backlog_context_slice, backlog_context_join, replays=True)
+#: the queue backlog, what an analyzer that reads it at its acks names (``uses = BACKLOG``): each
+#: partition's queue events, joined in cells into the backlog read at that partition's acks and
+#: consumers, the `BacklogPieces` its step is given
+BACKLOG = Need("queue backlog", backlog_context, BACKLOG_JOIN, BACKLOG_CONTEXT_SLICING)
 
 
 @derivation(CAPTURE)

@@ -14,6 +14,7 @@ from ...derive import consumers as credit
 from ...derive.columns import as_object
 from ...derive.replay import for_derivations
 from ...derive.stream_order import ns, seconds
+from ...analysis.contract import Need
 from ...analysis.partition import CaptureFacts, PerPartition, Slicing
 from .causes import _blocked, _frames
 from .constants import BLOCK_METHODS
@@ -159,3 +160,6 @@ def stalls_join(contexts: list[StallsContext]) -> PerPartition:
 
 #: the context step over slices of a partition's time (`amqpcap.analysis.partition.Split.context_slicing`)
 CONTEXT_SLICING = Slicing(stalls_context_slice, stalls_context_join, replays=True)
+#: what the stalls' step needs of every partition (``uses = BLOCKS``): the blocks the broker told
+#: on any connection, and its own consumers' whole-life maxima, as a `StallsContext`
+BLOCKS = Need("blocks and estimated prefetches", stalls_context, stalls_join, CONTEXT_SLICING)
