@@ -78,27 +78,20 @@ _SPLITS: dict[str, Split] = {}
 _CONTRACT: dict[str, Analyzer] = {}
 
 
-def analyzer(name: str, split: Split | None = None) -> Callable[[Any], Any]:
-    """Register an analyzer under ``name`` (also its CLI subcommand); its docstring's first line
-    is the subcommand's help. An `Analyzer` class is registered as one instance; the engine
-    derives its runs from it (`amqpcap.analysis.contract.split_of`), and `analyzers` gives the
-    in-memory run as the function ``(capture) -> AnalyzerResult``.
+def analyzer(name: str) -> Callable[[type[Analyzer]], type[Analyzer]]:
+    """Register an `~amqpcap.analysis.contract.Analyzer` class under ``name`` (also its CLI
+    subcommand; its docstring's first line is the subcommand's help), as one instance. The engine
+    derives its runs from it (`amqpcap.analysis.contract.split_of`); `analyzers` gives its
+    in-memory run as the function ``(capture) -> AnalyzerResult``."""
 
-    (Until every analyzer is one: a function given a `~amqpcap.analysis.partition.Split`, which
-    must then be `run_whole` of that split, so both paths are one.)"""
-
-    def wrap(what: Any) -> Any:
-        help_text = (what.__doc__ or name).strip().splitlines()[0]
-        if isinstance(what, type) and issubclass(what, Analyzer):
-            what.name = name
-            one = _CONTRACT[name] = what()
-            derived = _SPLITS[name] = split_of(one)
-            _REGISTRY[name] = (_in_memory(derived, name), help_text)
-            return what
-        _REGISTRY[name] = (what, help_text)
-        if split is not None:
-            _SPLITS[name] = split
-        return what
+    def wrap(cls: type[Analyzer]) -> type[Analyzer]:
+        if not (isinstance(cls, type) and issubclass(cls, Analyzer)):
+            raise TypeError(f"@analyzer({name!r}) registers a subclass of amqpcap.analysis.contract.Analyzer")
+        cls.name = name
+        _CONTRACT[name] = cls()
+        _SPLITS[name] = split_of(_CONTRACT[name])
+        _REGISTRY[name] = (_in_memory(_SPLITS[name], name), (cls.__doc__ or name).strip().splitlines()[0])
+        return cls
 
     return wrap
 
@@ -118,13 +111,13 @@ def in_memory(name: str) -> AnalyzerFn:
 
 
 def contract_analyzers() -> dict[str, Analyzer]:
-    """The analyzers written as an `Analyzer` (the others are functions and a `Split`)."""
+    """Every analyzer, as registered: {name: its `Analyzer`}."""
     analyzers()
     return dict(sorted(_CONTRACT.items()))
 
 
 def splits() -> dict[str, Split]:
-    """The analyzers that split into partition steps and a merge: {name: Split}."""
+    """Every analyzer as the engine runs it (`amqpcap.analysis.contract.split_of`): {name: Split}."""
     analyzers()
     return dict(sorted(_SPLITS.items()))
 

@@ -3,18 +3,17 @@
 `ingest` decodes the buckets of `amqpcap.io.dataset.ingest` as tasks, each from its spill file,
 each writing its bucket of the dataset.
 
-Each analyzer that splits (`amqpcap.analysis.partition.Split`) runs its partition step on every bucket
-of the dataset, in a task of its own on a Dask worker, and its step over the capture's
-`records` in one more; this process merges the partials. An analyzer with a context step gets
+Each analyzer (`amqpcap.analysis.contract`, run as its `amqpcap.analysis.partition.Split`) runs its
+step on every bucket of the dataset, in a task of its own on a Dask worker, and its step over the
+capture's `records` in one more; this process merges the partials. An analyzer with a context step gets
 its context from the first round of bucket tasks and its partials from a second round, each
 task given the contexts of every bucket joined here; a join in cells (`partition.CellJoin`: the
 queue backlogs) runs as a chain of tasks on the workers, this process making its plan and
 gathering each bucket's pieces. Dask schedules the tasks, moves the
 partials and recomputes the tasks of a worker that dies; nothing here retries or schedules.
 
-Every analyzer splits today; one that did not (`analysis.analyzer` without a split) would run in
-this process on the capture read whole. What summary.json and the report count of the capture
-(`amqpcap.derive.tally`) is one more partition step; this process holds the dataset's outline
+What summary.json and the report count of the capture is the summary's own analyzer, run beside
+the others (`amqpcap.derive.tally.TallyCounts`, under `TALLY`); this process holds the dataset's outline
 (connections, anomalies, summary) and the merged results, and the capture's own tables are
 written from the dataset bucket by bucket (`amqpcap.io.stored_tables`).
 
@@ -26,6 +25,7 @@ as the machine has cores, at most `LOCAL_MAX_WORKERS`.
 
 from __future__ import annotations
 
+import functools
 import logging
 import operator
 import os
@@ -41,6 +41,7 @@ from ..analysis.registry import AnalyzerResult, analyzers, splits
 from ..io.load import Capture
 from ..model.errors import AmqpcapError
 from ..io.kept_rows import keeping_in
+from ..analysis.contract import split_of
 from ..analysis.partition import CaptureFacts, CellJoin, PerPartition, Split, context_for, joined_once, release_freed_memory
 from .slices import SLICE_PACKETS, runs_in_slices, submit_in_slices
 
@@ -138,16 +139,22 @@ def cell_input_step(join: CellJoin, plan: Any, inputs: list, r: int, after: Any)
     return out
 
 
-#: the name of the tally's steps beside the analyzers' (`amqpcap.derive.tally`: what summary.json and the
-#: report count), which no analyzer can have
+#: the name of the summary's analyzer beside the others (`amqpcap.derive.tally.TallyCounts`: what
+#: summary.json and the report count), which no analyzer module can have (a module name has no "(")
 TALLY = "(tally)"
 
 
 def _steps() -> dict[str, Split]:
-    """What runs per bucket: every split analyzer, and the tally."""
-    from ..derive import tally
+    """What runs per bucket: every analyzer, and the summary's (the tally), as the engine runs
+    them (`amqpcap.analysis.contract.split_of`)."""
+    return {**splits(), TALLY: _tally_split()}
 
-    return {**splits(), TALLY: tally.SPLIT}
+
+@functools.cache
+def _tally_split() -> Split:
+    from ..derive.tally import TallyCounts
+
+    return split_of(TallyCounts())
 
 
 def records_step(path: str, facts: CaptureFacts, names: list[str]) -> dict[str, Any]:
@@ -509,17 +516,7 @@ def analyze(path: str | os.PathLike[str], outline: Capture, c: Any,
     steps = submit_steps(path, c, store, slice_packets)
     if steps.sliced and tell:
         tell(_sliced_line(steps.sliced))
-    whole = [name for name in analyzers() if name not in splits()]
-    total = steps.total + len(whole)
-    results: dict[str, Any] = {}
-    if whole:  # an analyzer that does not split, here, on the capture read whole
-        cap = dataset.read(path)
-        for done, name in enumerate(whole, 1):
-            results[name] = analyzers()[name][0](cap)
-            if progress:
-                progress(name, done, total)
-        del cap
-    results.update(merged(steps, outline, progress, len(whole), total))
+    results = merged(steps, outline, progress)
     outline.context["tally"] = results.pop(TALLY)
     return [results[name] for name in analyzers()]
 
