@@ -153,3 +153,11 @@ def split_of(a: Analyzer) -> Split:
                  context=need.context if need else None, join_context=need.join if need else None,
                  slicing=slicing, context_slicing=need.slicing if need else None)
 
+
+
+def run_in_memory(a: Analyzer, cap: Capture) -> Any:
+    """`a` on a capture in memory, registered or not: one step over the whole capture (given what
+    it `uses`, of the capture as its one partition) and its finish."""
+    from .partition import run_whole
+
+    return run_whole(split_of(a), cap)

@@ -41,7 +41,7 @@ from ..analysis.registry import AnalyzerResult, analyzers, splits
 from ..io.load import Capture
 from ..model.errors import AmqpcapError
 from ..io.kept_rows import keeping_in
-from ..analysis.contract import split_of
+from ..analysis.contract import Analyzer, split_of
 from ..analysis.partition import CaptureFacts, CellJoin, PerPartition, Split, context_for, joined_once, release_freed_memory
 from .slices import SLICE_PACKETS, runs_in_slices, submit_in_slices
 
@@ -87,21 +87,23 @@ def _seen_here(path: str) -> None:
 
 
 def bucket_step(path: str, bucket: int, facts: CaptureFacts, names: list[str],
-                contexts: dict[str, Any] | None = None, store: str | None = None) -> dict[str, Any]:
+                contexts: dict[str, Any] | None = None, store: str | None = None,
+                given: dict[str, Split] | None = None) -> dict[str, Any]:
     """On a worker: the analyzers `names` over one bucket's connections. Without `contexts`
     (the first round): the partials of the analyzers without a context step, and the context of
     those with one; with `contexts` (the second round, {analyzer: joined context}): the partials
-    of those analyzers. Per-message tables are kept in `store` when given (`amqpcap.io.kept_rows`)."""
+    of those analyzers. Per-message tables are kept in `store` when given (`amqpcap.io.kept_rows`).
+    `given`: the steps `names` are among, when not every analyzer's (`_steps`)."""
     _seen_here(path)
     with keeping_in(store, bucket):
-        out = _steps_over(dataset.read_partition(path, [bucket]), facts, names, contexts)
+        out = _steps_over(dataset.read_partition(path, [bucket]), facts, names, contexts, _steps(given))
     release_freed_memory()  # (a worker keeps no bucket's columns between tasks: WORKER_ENV_DROPPED)
     return out
 
 
-def _steps_over(part: Capture, facts: CaptureFacts, names: list[str], contexts: dict[str, Any] | None) -> dict[str, Any]:
-    """`bucket_step`'s steps over the bucket read (`part`)."""
-    sp = _steps()
+def _steps_over(part: Capture, facts: CaptureFacts, names: list[str], contexts: dict[str, Any] | None,
+                sp: dict[str, Split]) -> dict[str, Any]:
+    """`bucket_step`'s steps (`names` among `sp`) over the bucket read (`part`)."""
     if contexts is not None:
         return {name: sp[name].partial_with(part, facts, contexts[name]) for name in names}
     made: dict[Any, Any] = {}  # a context step shared by analyzers (the queue backlog's) runs once
@@ -144,10 +146,18 @@ def cell_input_step(join: CellJoin, plan: Any, inputs: list, r: int, after: Any)
 TALLY = "(tally)"
 
 
-def _steps() -> dict[str, Split]:
+def _steps(given: dict[str, Split] | None = None) -> dict[str, Split]:
     """What runs per bucket: every analyzer, and the summary's (the tally), as the engine runs
-    them (`amqpcap.analysis.contract.split_of`)."""
-    return {**splits(), TALLY: _tally_split()}
+    them (`amqpcap.analysis.contract.split_of`); or the steps `given` (`steps_of`: some analyzers,
+    not necessarily registered ones)."""
+    return given if given is not None else {**splits(), TALLY: _tally_split()}
+
+
+def steps_of(analyzers: dict[str, Analyzer]) -> dict[str, Split]:
+    """The engine's steps of `analyzers` ({name: analyzer}), to run them alone (`submit_steps`'s
+    ``given``): a new analyzer on a dataset before it is registered, say. Sent with every task,
+    so that workers run analyzers they could not import by name."""
+    return {name: split_of(a) for name, a in analyzers.items()}
 
 
 @functools.cache
@@ -157,9 +167,9 @@ def _tally_split() -> Split:
     return split_of(TallyCounts())
 
 
-def records_step(path: str, facts: CaptureFacts, names: list[str]) -> dict[str, Any]:
+def records_step(path: str, facts: CaptureFacts, names: list[str], given: dict[str, Split] | None = None) -> dict[str, Any]:
     """On a worker: the analyzers' steps over the capture's records (every packet of the file)."""
-    sp = _steps()
+    sp = _steps(given)
     wanted = [n for n in names if sp[n].records is not None]
     if not wanted:
         return {}
@@ -280,40 +290,43 @@ class Steps:
     store: str | None = None
     #: the buckets run as chains of tasks over slices of their time: where each is cut
     sliced: dict[int, list[int]] = field(default_factory=dict)
+    #: the steps run, when not every analyzer's (`steps_of`)
+    given: dict[str, Split] | None = None
 
     @property
     def total(self) -> int:
         """Tasks in all: the first round, and a second one per bucket when an analyzer has a
         context step."""
-        return len(self.futures) + (self.buckets if any(s.context for s in splits().values()) else 0)
+        return len(self.futures) + (self.buckets if any(s.context for s in _steps(self.given).values()) else 0)
 
 
 def submit_steps(path: str | os.PathLike[str], c: Any, store: str | None = None,
-                 slice_packets: int | None = None) -> Steps:
+                 slice_packets: int | None = None, given: dict[str, Split] | None = None) -> Steps:
     """Submit the split analyzers' steps over the dataset at `path` to the cluster of client `c`:
     a task per bucket (each analyzer's partial, or its context when it has a context step; a chain
     of tasks over the slices of a bucket of more than `slice_packets` packets, `_submit_bucket`;
     None: as many as the workers' memory holds, `slice_packets_of`), one over the records;
     per-message tables kept in `store` (`amqpcap.io.kept_rows.store`) when given. `merged` submits
-    the second round."""
+    the second round. `given`: the steps to run, when not every analyzer's (`steps_of`)."""
     root = os.fspath(path) if dataset.is_url(path) else str(Path(path).resolve())
     slice_packets = slice_packets or slice_packets_of(c)
     m = dataset.manifest(root)
     facts = dataset.facts(root)
-    names, token = list(_steps()), _token(root, store)
+    names = list(_steps(given))
+    token = _token(root, store, None if given is None else names)
     cuts = {k: c.submit(dataset.bucket_cuts, root, k, slice_packets, key=f"amqpcap-cuts-{k}-{token}").result()
-            for k in np.flatnonzero(_sliced_buckets(root, m["buckets"], slice_packets)).tolist()}
+            for k in np.flatnonzero(_sliced_buckets(root, m["buckets"], slice_packets, given)).tolist()}
     futures = {f: k for k in range(m["buckets"]) for f in _submit_bucket(c, root, k, facts, names, token, store,
-                                                                           cuts.get(k))}
-    futures[c.submit(records_step, root, facts, names, key=f"amqpcap-records-{token}")] = None
-    return Steps(root, m["buckets"], facts, token, futures, c, store, {k: v for k, v in cuts.items() if v})
+                                                                           cuts.get(k), given=given)}
+    futures[c.submit(records_step, root, facts, names, given, key=f"amqpcap-records-{token}")] = None
+    return Steps(root, m["buckets"], facts, token, futures, c, store, {k: v for k, v in cuts.items() if v}, given)
 
 
-def _sliced_buckets(root: str, buckets: int, slice_packets: int) -> np.ndarray:
+def _sliced_buckets(root: str, buckets: int, slice_packets: int, given: dict[str, Split] | None = None) -> np.ndarray:
     """Which buckets are cut in slices of their time: those of more than `slice_packets` packets,
     when any step can run over slices (those that cannot run over such a bucket whole:
     `_submit_bucket`)."""
-    steps = _steps().values()
+    steps = _steps(given).values()
     if not any(runs_in_slices(s, first) for s in steps for first in (True, False)):
         return np.zeros(buckets, bool)
     return dataset.bucket_packets(dataset.read_outline(root).connections, buckets) > slice_packets
@@ -344,13 +357,14 @@ def _memory_limits(c: Any) -> list[int]:
 
 
 def _submit_bucket(c: Any, root: str, k: int, facts: CaptureFacts, names: list[str], token: str, store: str | None,
-                   cuts: list[int] | None, contexts: dict[str, Any] | None = None, round_name: str = "") -> list[Any]:
+                   cuts: list[int] | None, contexts: dict[str, Any] | None = None, round_name: str = "",
+                   given: dict[str, Split] | None = None) -> list[Any]:
     """Bucket `k`'s steps (given `contexts`: the second round's, `bucket_step`): one task, or
     given `cuts`, a chain of tasks over the slices of its time they cut for the steps that can
     run over slices (`amqpcap.engine.slices`) and one task over the bucket whole for those that
     cannot. Their futures, each of a dict of some of the steps' partials."""
     if cuts:
-        steps = _steps()
+        steps = _steps(given)
         sliced = [n for n in names if runs_in_slices(steps[n], contexts is None)]
         whole = [n for n in names if n not in sliced]
     else:
@@ -358,10 +372,10 @@ def _submit_bucket(c: Any, root: str, k: int, facts: CaptureFacts, names: list[s
     out = []
     if sliced:
         out.append(submit_in_slices(c, root, k, cuts, facts, sliced, f"{round_name}{token}", store,
-                                    None if contexts is None else {n: contexts[n] for n in sliced}))
+                                    None if contexts is None else {n: contexts[n] for n in sliced}, given))
     if whole:
         out.append(c.submit(bucket_step, root, k, facts, whole,
-                            None if contexts is None else {n: contexts[n] for n in whole}, store,
+                            None if contexts is None else {n: contexts[n] for n in whole}, store, given,
                             key=f"amqpcap-bucket-{round_name}{k}-{token}"))
     return out
 
@@ -374,7 +388,7 @@ def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], Non
     context step get a second round of bucket tasks, given their contexts joined, once the
     first round is in. The others are merged here while the workers run the queue backlogs'
     cells and that second round (`_merging_meanwhile`), not after it."""
-    m = _Merging(steps, whole, progress, done, total if total is not None else steps.total)
+    m = _Merging(steps, whole, progress, done, total if total is not None else steps.total, _steps(steps.given))
     m.gather(steps.futures, "bucket")
     meanwhile = _merging_meanwhile(m.merge, [name for name, split in m.splits.items() if split.context is None])
     second = [name for name, split in m.splits.items() if split.context is not None]
@@ -395,7 +409,7 @@ class _Merging:
     progress: Callable[[str, int, int], None] | None
     done: int
     total: int
-    splits: dict[str, Split] = field(default_factory=_steps)
+    splits: dict[str, Split] = field(default_factory=_steps)  # (every analyzer's, or `Steps.given`)
     #: {bucket: {analyzer: its partial}}; an analyzer's are dropped once merged
     partials: dict[int, dict[str, Any]] = field(default_factory=dict)
     records: dict[str, Any] = field(default_factory=dict)
@@ -452,7 +466,7 @@ class _Merging:
                  for i in range(len(buckets))]
         futures = {f: k for i, k in enumerate(buckets)
                    for f in _submit_bucket(steps.client, steps.root, k, steps.facts, names, steps.token, steps.store,
-                                           steps.sliced.get(k), given[i], "round2-")}
+                                           steps.sliced.get(k), given[i], "round2-", steps.given)}
         self.total += len(futures) - len(buckets)  # (`Steps.total` counted a task per bucket)
         del joined, shared, given  # on the workers now: not held here through the merge
         meanwhile()
@@ -626,11 +640,13 @@ def _gb(n: int) -> str:
     return f"{n / 2**30:.1f} GiB"
 
 
-def _token(root: str, store: str | None = None) -> str:
+def _token(root: str, store: str | None = None, names: list[str] | None = None) -> str:
     """Task keys of one dataset's run: its path and manifest time, so that a rewritten
     dataset is not served results of the old one, and the store its rows are kept in (a
-    result naming a store removed since is not served either)."""
+    result naming a store removed since is not served either); the steps run when they are not
+    every analyzer's (`Steps.given`)."""
     import hashlib
 
     stamp = dataset.location(root).stamp()
-    return hashlib.sha1(f"{root}\0{stamp}\0{store}".encode()).hexdigest()[:12]
+    steps = "" if names is None else "\0" + ",".join(names)
+    return hashlib.sha1(f"{root}\0{stamp}\0{store}{steps}".encode()).hexdigest()[:12]
