@@ -40,11 +40,9 @@ What an analyzer may also say (class attributes):
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
-from functools import reduce
 from typing import Any, Callable, ClassVar, Generic, TypeVar
-
-import pandas as pd
 
 from ..io.load import Capture
 from .partition import CaptureFacts, CellJoin, Slicing, Split
@@ -53,38 +51,13 @@ State = TypeVar("State")
 Part = TypeVar("Part")
 
 
-@dataclass(frozen=True)
-class Need:
-    """What an analyzer's step needs of every partition of the capture, made by a first round of
-    steps over all of them (`Analyzer.uses`):
+class Steps(Generic[State, Part]):
+    """A carried state and one step over rows, closed at a partition's end (the module docstring
+    says what each method does): what an `Analyzer` is before its merge and finish, and what a
+    `Need`'s first round is."""
 
-    - ``context(part, facts)``: what one partition tells the others;
-    - ``join(contexts)``: every partition's joined into the value each step is given: one value,
-      given to every partition, or a value per partition (`PerPartition`, `CellJoin`);
-    - ``slicing``: ``context`` over slices of a partition's time (`Slicing`), when it has one.
-
-    Analyzers naming the same `Need` share its round: it runs once."""
-
-    name: str
-    context: Callable[[Capture, CaptureFacts], Any]
-    join: Callable[[list], Any] | CellJoin
-    slicing: Slicing | None = None
-
-
-class Analyzer(Generic[State, Part]):
-    """An analyzer (the module docstring says what each method does). Subclass it, write its
-    methods and register it with ``@analyzer(name)``; the class docstring's first line is its
-    command's help."""
-
-    #: the registered name (set by ``@analyzer``)
-    name: ClassVar[str] = ""
     slices: ClassVar[bool] = True
     reads_derivations: ClassVar[bool] = False
-    uses: ClassVar[Need | None] = None
-    #: the columns of the capture's records that `records` reads (None: every column)
-    records_columns: ClassVar[tuple[str, ...] | None] = None
-    #: ``records(records, facts) -> Part``, when the analyzer reads the file's own packets
-    records: ClassVar[Callable[..., Any] | None] = None
 
     def start(self, facts: CaptureFacts) -> State:
         return None  # type: ignore[return-value]
@@ -93,13 +66,7 @@ class Analyzer(Generic[State, Part]):
         raise NotImplementedError
 
     def close(self, state: State, rows: Capture, facts: CaptureFacts) -> Part:
-        return state
-
-    def merge(self, a: Part, b: Part) -> Part:
-        raise NotImplementedError
-
-    def finish(self, part: Part, whole: Capture, facts: CaptureFacts) -> Any:
-        raise NotImplementedError
+        return state  # type: ignore[return-value]
 
     # -- what the engine derives from the methods above ------------------------------------------
 
@@ -114,9 +81,53 @@ class Analyzer(Generic[State, Part]):
         state = self.step(self.start(facts) if carry is None else carry[0], rows, facts, last, *used)
         return (state,), (self.close(state, rows, facts) if last else None)
 
+    def slicing(self) -> Slicing | None:
+        """The step over slices of a partition's time, as the engine runs it (None: it cannot)."""
+        return Slicing(self.over_slice, last_piece, replays=self.reads_derivations) if self.slices else None
+
+
+@dataclass(frozen=True)
+class Need:
+    """What an analyzer's step needs of every partition of the capture (`Analyzer.uses`), made
+    by a first round of steps over every partition, before any analyzer's:
+
+    - ``tells``: those steps (`Steps`): a partition's state closes as what it tells the others;
+    - ``join(contexts)``: every partition's joined into the value each step is given: one value,
+      given to every partition, or a value per partition (`PerPartition`, `CellJoin`).
+
+    Analyzers naming the same `Need` share its round: it runs once."""
+
+    name: str
+    tells: Steps
+    join: Callable[[list], Any] | CellJoin
+
+    def context(self, part: Capture, facts: CaptureFacts | None) -> Any:
+        """What the partition `part` tells the others (its rows in one step)."""
+        return self.tells.over_partition(part, facts)
+
+
+class Analyzer(Steps[State, Part]):
+    """An analyzer (the module docstring says what each method does). Subclass it, write its
+    methods and register it with ``@analyzer(name)``; the class docstring's first line is its
+    command's help."""
+
+    #: the registered name (set by ``@analyzer``)
+    name: ClassVar[str] = ""
+    uses: ClassVar[Need | None] = None
+    #: the columns of the capture's records that `records` reads (None: every column)
+    records_columns: ClassVar[tuple[str, ...] | None] = None
+    #: ``records(records, facts) -> Part``, when the analyzer reads the file's own packets
+    records: ClassVar[Callable[..., Any] | None] = None
+
+    def merge(self, a: Part, b: Part) -> Part:
+        raise NotImplementedError
+
+    def finish(self, part: Part, whole: Capture, facts: CaptureFacts) -> Any:
+        raise NotImplementedError
+
     def merged(self, parts: list[Part], records: Part | None, facts: CaptureFacts, whole: Capture) -> Any:
         """The result from every partition's part (in the order of the buckets) and the records'."""
-        together = reduce(self.merge, parts)
+        together = functools.reduce(self.merge, parts)
         parts.clear()  # (the merged part holds the rows now: the partitions' are let go)
         if self.records is not None:
             together = self.merge(together, records)
@@ -146,13 +157,19 @@ def split_of(a: Analyzer) -> Split:
     """The partition steps and merge the engine runs for `a` (`amqpcap.analysis.partition.Split`:
     in memory `run_whole`, on Dask `amqpcap.engine.on_dask`, over slices `amqpcap.engine.slices`)."""
     need = a.uses
-    slicing = (Slicing(a.over_slice, last_piece, replays=a.reads_derivations)
-               if a.slices and (need is None or need.slicing is not None) else None)
+    context_slicing = _first_round_slicing(need) if need else None
+    slices = need is None or context_slicing is not None
     return Split(partial=a.over_partition, merge=a.merged,
                  records=a.records, records_columns=a.records_columns,
                  context=need.context if need else None, join_context=need.join if need else None,
-                 slicing=slicing, context_slicing=need.slicing if need else None)
+                 slicing=a.slicing() if slices else None, context_slicing=context_slicing)
 
+
+@functools.cache
+def _first_round_slicing(need: Need) -> Slicing | None:
+    """A need's first round over slices, one value per need: analyzers that share the need share
+    its round over slices too (`amqpcap.engine.slices` runs one step per distinct `Slicing`)."""
+    return need.tells.slicing()
 
 
 def run_in_memory(a: Analyzer, cap: Capture) -> Any:

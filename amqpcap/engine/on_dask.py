@@ -167,7 +167,8 @@ def _tally_split() -> Split:
     return split_of(TallyCounts())
 
 
-def records_step(path: str, facts: CaptureFacts, names: list[str], given: dict[str, Split] | None = None) -> dict[str, Any]:
+def records_step(path: str, facts: CaptureFacts, names: list[str],
+                 given: dict[str, Split] | None = None) -> dict[str, Any]:
     """On a worker: the analyzers' steps over the capture's records (every packet of the file)."""
     sp = _steps(given)
     wanted = [n for n in names if sp[n].records is not None]

@@ -5,9 +5,10 @@ mandatory publishes that no queue takes, consumers the broker cancels, a connect
 a publisher that waits for each confirm before the next publish, a channel per message.
 
 Everything here is per connection: the step counts its rows' connections' methods, the finish
-joins the partitions' rows and derives the findings from them. The step runs over slices of a partition's time (`clients_slice`, docs/time-split.md §2.5): what the rows
-need of the frames before a slice is carried to it (`_Seen`), what a slice tells is joined with
-the other slices' when all are done (`clients_join`); a whole partition is its own one slice.
+joins the partitions' rows and derives the findings from them. The step runs over slices of a
+partition's time (`clients_slice`, docs/time-split.md §2.5): what the rows need of the frames
+before a slice is carried to it (`_Seen`), what a slice tells is joined with the other slices'
+when all are done (`clients_join`); a whole partition is its own one slice.
 
 The modules, one question each: `constants` (thresholds, counted methods, filters, columns),
 `state` (what a slice carries and tells), `requests` (round trips, answers), `publishes`
