@@ -136,3 +136,26 @@ def test_an_analyzer_that_cannot_slice_does_not_stop_the_others(local_cluster, t
     assert_same(got["sliced"], want, "the analyzer that slices")
     assert_same(got["whole"], want, "the analyzer that does not")
     assert split_of(WholeOnly()).slicing is None and split_of(ChannelCounts()).slicing is not None
+
+
+def test_an_analyzer_that_uses_the_backlog_keeps_its_rows_on_the_workers_in_slices_too(local_cluster, tmp_path):
+    """latency (``uses = BACKLOG``) run alone on the cluster, its buckets cut in slices: its step
+    is given the queue backlog read at its acks, its per-message tables stay in the store on the
+    workers (closed by the last slice's task), and the result is the in-memory one."""
+    from amqpcap.analysis.registry import contract_analyzers, in_memory
+    from amqpcap.engine.on_dask import merged, steps_of, submit_steps
+    from amqpcap.io.kept_rows import KeptRows, frame
+
+    cap = amqpcap.load(FIX / "ten-consumers.pcap")
+    want = in_memory("latency")(cap)
+    root = dataset.write(cap, tmp_path / "ds", buckets=3)
+    store = tmp_path / "kept"
+    store.mkdir()
+    steps = submit_steps(root, local_cluster, str(store), slice_packets=len(cap.packets) // 6,
+                         given=steps_of({"latency": contract_analyzers()["latency"]}))
+    assert steps.sliced, "no bucket is cut in slices: the test would not test them"
+    got = merged(steps, dataset.read_outline(root))["latency"]
+    assert isinstance(got.tables["deliveries"], KeptRows)
+    assert got.summary == want.summary
+    for name, table in want.tables.items():
+        pd.testing.assert_frame_equal(frame(got.tables[name]), table, check_exact=True, obj=name)

@@ -73,7 +73,7 @@ def submit_in_slices(client: Any, root: str, bucket: int, cuts: list[int], facts
     pieces = []
     for i, (first, end) in enumerate(slices):
         out = client.submit(slice_task, root, bucket, first, end, facts, names, carries, replay, ends, contexts, given,
-                            key=f"amqpcap-slice-{bucket}-{i}-{token}")
+                            store, key=f"amqpcap-slice-{bucket}-{i}-{token}")
         carries = client.submit(operator.getitem, out, 0, key=f"amqpcap-slice-carries-{bucket}-{i}-{token}")
         pieces.append(client.submit(operator.getitem, out, 1, key=f"amqpcap-slice-pieces-{bucket}-{i}-{token}"))
         replay = client.submit(operator.getitem, out, 2, key=f"amqpcap-slice-replay-{bucket}-{i}-{token}")
@@ -110,15 +110,16 @@ def _ends_of(seen: Any) -> Any:
 
 def slice_task(root: str, bucket: int, first: int, end: int | None, facts: CaptureFacts, names: list[str],
                carries: dict[str, Any] | None, replay: Any, ends: Any,
-               contexts: dict[str, Any] | None = None,
-               given: dict[str, Split] | None = None) -> tuple[dict[str, Any], dict[str, Any], Any]:
+               contexts: dict[str, Any] | None = None, given: dict[str, Split] | None = None,
+               store: str | None = None) -> tuple[dict[str, Any], dict[str, Any], Any]:
     """On a worker: every step `names` over one slice of the bucket (packets `first` up to `end`;
     None: to the end), given their carries from the slice before (None: the first slice) and,
     when a step reads the derivations, the first pass's `ends` and the `replay` of the slice
     before: (the carries for the next slice, each step's piece, the next slice's replay). The
     steps of a round (`submit_in_slices`): without `contexts`, a split's context step when it
     has one (once for the splits that share it); with them, its partition step given its
-    context."""
+    context. The last slice's steps close the bucket's state: what they keep goes to `store`
+    as the bucket's (`amqpcap.io.kept_rows`)."""
     from ..derive.replay import next_replay, with_replay
 
     sp = _steps(given)
@@ -128,16 +129,17 @@ def slice_task(root: str, bucket: int, first: int, end: int | None, facts: Captu
         with_replay(part, replay, ends)
     carries = carries or dict.fromkeys(names)
     after, pieces, made = {}, {}, {}
-    for name in names:
-        split = sp[name]
-        if contexts is not None:
-            after[name], pieces[name] = split.slice_step(part, facts, carries[name], last, contexts[name])
-        elif split.context is None:
-            after[name], pieces[name] = split.slice_step(part, facts, carries[name], last)
-        else:  # (a context step shared by analyzers, the queue backlog's, runs once)
-            if split.context_slicing not in made:
-                made[split.context_slicing] = split.context_slicing.step(part, facts, carries[name], last)
-            after[name], pieces[name] = made[split.context_slicing]
+    with keeping_in(store, bucket):
+        for name in names:
+            split = sp[name]
+            if contexts is not None:
+                after[name], pieces[name] = split.slice_step(part, facts, carries[name], last, contexts[name])
+            elif split.context is None:
+                after[name], pieces[name] = split.slice_step(part, facts, carries[name], last)
+            else:  # (a context step shared by analyzers, the queue backlog's, runs once)
+                if split.context_slicing not in made:
+                    made[split.context_slicing] = split.context_slicing.step(part, facts, carries[name], last)
+                after[name], pieces[name] = made[split.context_slicing]
     replay_next = next_replay(part) if ends is not None and not last else None
     del part
     release_freed_memory()
