@@ -219,12 +219,12 @@ def _sliced_everywhere(path: Path) -> tuple[dict, dict]:
     the partition's backlog (as `run_whole` gives it)."""
     from dataclasses import replace
 
-    from amqpcap.analysis.registry import contract_analyzers, splits
+    from amqpcap.analysis.registry import splits
     from amqpcap.analyzers.consumers.step import consumers_join, consumers_slice
     from amqpcap.derive.stream_order import ns
     from amqpcap.analysis.partition import clean_cuts, context_for, facts_of, sliced_partial
 
-    SPLIT, analyzer = splits()["consumers"], contract_analyzers()["consumers"]
+    SPLIT = splits()["consumers"]
     cap = amqpcap.load(path)
     facts = facts_of(cap)
     backlog = context_for(SPLIT.join_context([SPLIT.context(cap, facts)]), 0)
@@ -232,13 +232,12 @@ def _sliced_everywhere(path: Path) -> tuple[dict, dict]:
     assert len(cuts) == len(cap.packets) - 1
     [whole] = SPLIT.partial_with(cap, facts, backlog)
 
-    def slices_told(rows, facts, carry, last, backlog):  # (the analyzer's step, its state's pieces at the end)
-        carry, _ = analyzer.over_slice(rows, facts, carry, last, backlog)
-        return carry, carry[0].pieces if last else None
+    def slices_told(slices: list) -> list:  # (what each slice told, in slice order, not closed)
+        return [piece for told in slices for piece in told.pieces]
 
     # the acks' gaps the slices told, with the backlog read at each (which the partial shows only
     # through slow refills): the whole's, by packet
-    pieces = sliced_partial(replace(SPLIT, slicing=replace(SPLIT.slicing, step=slices_told)), cap, facts, cuts, backlog)
+    pieces = sliced_partial(replace(SPLIT, slicing=replace(SPLIT.slicing, join=slices_told)), cap, facts, cuts, backlog)
     told = pd.concat([p.gaps for p in pieces], ignore_index=True).sort_values("packet", kind="stable")
     pd.testing.assert_frame_equal(told.reset_index(drop=True), consumers_slice(cap, None, True, backlog)[1].gaps)
     return whole, consumers_join(pieces)

@@ -12,7 +12,8 @@ An analyzer is a class of five methods, registered with ``@analyzer(name)``
   one step with ``last`` True). Each connection's packets and frames come in packet order,
   slice after slice, and its connections row is whole in every slice;
 - ``close(state, rows, facts)``: what the partition's state comes to at its end (``rows``: its
-  last rows), the part that is merged (by default the state itself);
+  last rows, or for a `Carried` state after slices its connections alone), the part that is
+  merged (by default the state itself);
 - ``merge(a, b)``: two partitions' parts as one (``a`` holds connections before ``b``'s in the
   engine's order of buckets; no connection is in both);
 - ``finish(part, whole, facts)``: the `AnalyzerResult` from the parts of every partition merged;
@@ -44,6 +45,8 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Generic, TypeVar
 
+import pandas as pd
+
 from ..io.load import Capture
 from .partition import CaptureFacts, CellJoin, Slicing, Split
 
@@ -74,16 +77,30 @@ class Steps(Generic[State, Part]):
         """A partition's part: its rows in one step."""
         return self.close(self.step(self.start(facts), part, facts, True, *used), part, facts)
 
-    def over_slice(self, rows: Capture, facts: CaptureFacts, carry: Any, last: bool,
-                   *used: Any) -> tuple[Any, Part | None]:
+    def over_slice(self, rows: Capture, facts: CaptureFacts, carry: Any, last: bool, *used: Any) -> tuple[Any, Any]:
         """One slice of a partition's time (`Slicing.step`): the state carried to the next slice
-        (``carry`` None: the first), and at the `last` the partition's part."""
+        (``carry`` None: the first), and the slice's piece: at the `last`, the partition's part.
+
+        A `Carried` state's pieces are not carried: each slice's stay its own piece (on Dask, a
+        future of the slice's task, not sent on with every later slice), and `joined_slices`
+        closes the state with all of them, given the partition's connections."""
         state = self.step(self.start(facts) if carry is None else carry[0], rows, facts, last, *used)
+        if isinstance(state, Carried):
+            told, state = _Told(state.pieces), Carried(state.carry)
+            return (state,), (_Closing(told.pieces, state, outline_of(rows), facts) if last else told)
         return (state,), (self.close(state, rows, facts) if last else None)
+
+    def joined_slices(self, pieces: list) -> Part:
+        """The partition's part from its slices' pieces (`over_slice`), in their order."""
+        closing = pieces[-1]
+        if not isinstance(closing, _Closing):
+            return closing  # (closed by the last slice)
+        told = [piece for told in pieces for piece in told.pieces]
+        return self.close(Carried(closing.state.carry, told), closing.rows, closing.facts)
 
     def slicing(self) -> Slicing | None:
         """The step over slices of a partition's time, as the engine runs it (None: it cannot)."""
-        return Slicing(self.over_slice, last_piece, replays=self.reads_derivations) if self.slices else None
+        return Slicing(self.over_slice, self.joined_slices, replays=self.reads_derivations) if self.slices else None
 
 
 @dataclass(frozen=True)
@@ -148,9 +165,31 @@ class Carried:
         return Carried(carry, [*self.pieces, piece])
 
 
-def last_piece(pieces: list) -> Any:
-    """A sliced partition's part: its last slice's (`Analyzer.over_slice`)."""
-    return pieces[-1]
+@dataclass
+class _Told:
+    """What one slice of a partition told (a `Carried` state's pieces of that slice)."""
+
+    pieces: list
+
+
+@dataclass
+class _Closing(_Told):
+    """The last slice's piece: what it told, and what the state is closed with."""
+
+    state: Carried
+    rows: Capture
+    facts: CaptureFacts
+
+
+def outline_of(rows: Capture) -> Capture:
+    """The connections and summary of `rows`, without their packets and frames: what a close
+    after the last slice is given (`Steps.joined_slices`)."""
+    def none_of(df: pd.DataFrame | None) -> pd.DataFrame | None:
+        return None if df is None else df.iloc[:0]
+
+    return Capture(path=rows.path, ports=rows.ports, frames=none_of(rows.frames), packets=none_of(rows.packets),
+                   connections=rows.connections, anomalies=none_of(rows.anomalies), records=none_of(rows.records),
+                   bodies=none_of(rows.bodies), summary=rows.summary)
 
 
 def split_of(a: Analyzer) -> Split:
