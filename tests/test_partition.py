@@ -152,7 +152,7 @@ def test_a_partition_order_does_not_matter(name, tmp_path):
 def test_segment_histogram_counts_every_data_segment():
     cap = amqpcap.load(FIX / "flow-control.pcap.gz")
     split = splits()["sizes"]
-    partial = split.partial(cap, facts_of(cap))
+    [partial] = split.partial(cap, facts_of(cap)).partials  # (sizes' part: its partitions' partials)
     data = cap.packets["payload_bytes"].to_numpy() > 0
     s2c = (cap.packets["direction"] == "s2c").to_numpy()
     assert partial["segment_hist"][0].sum() == (data & ~s2c).sum()
