@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 import amqpcap
-from amqpcap.analyzers.clients import clients
+from amqpcap.analysis.registry import in_memory
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "fixtures"
+clients = in_memory("clients")
 sys.path.insert(0, str(ROOT / "tests"))
 from tshark_reference import tshark_methods  # noqa: E402
 
@@ -381,7 +382,7 @@ def test_heartbeat_problems_are_named_with_tsharks_numbers():
     """heartbeats.pcap (record.sh stage 8): amqpcap-no-heartbeat asks for heartbeat 0;
     amqpcap-blocked-worker negotiates 2 s, then blocks without I/O for 9 s and the broker resets
     it: the finding's heartbeats, silence and end packet are tshark's."""
-    from amqpcap.analyzers.heartbeats import heartbeats
+    heartbeats = in_memory("heartbeats")
     path = FIX / "heartbeats.pcap"
     ref = tshark_heartbeats(path)
     result = heartbeats(amqpcap.load(path))
@@ -417,7 +418,7 @@ def test_heartbeat_problems_are_named_with_tsharks_numbers():
 def test_a_low_heartbeat_without_a_drop_is_info():
     """prefetch-consumers.pcap: PerfTest negotiated 1 s heartbeats (tshark's tune-ok), and every
     connection ended with connection.close: told as info, never as a drop."""
-    from amqpcap.analyzers.heartbeats import heartbeats
+    heartbeats = in_memory("heartbeats")
     path = FIX / "prefetch-consumers.pcap"
     ref = tshark_heartbeats(path)
     f = next(f for f in heartbeats(amqpcap.load(path)).findings if f.id == "heartbeat-problems")
@@ -431,7 +432,7 @@ def test_a_low_heartbeat_without_a_drop_is_info():
 def _sliced_everywhere(path: Path, step_ns: int = 1_000_000) -> tuple[dict, dict]:
     """The clients partial of the capture crafted at `path` whole, and cut before every packet
     (`clean_cuts` every 1)."""
-    from amqpcap.analyzers.clients import SPLIT
+    from amqpcap.analysis.registry import splits
     from amqpcap.derive.stream_order import ns
     from amqpcap.analysis.partition import facts_of, sliced_partial
     from amqpcap.model.facts import clean_cuts
@@ -440,7 +441,8 @@ def _sliced_everywhere(path: Path, step_ns: int = 1_000_000) -> tuple[dict, dict
     facts = facts_of(cap)
     cuts = clean_cuts(cap.packets["packet"].to_numpy(), ns(cap.packets["ts"]), 1)
     assert len(cuts) == len(cap.packets) - 1
-    return SPLIT.partial(cap, facts), sliced_partial(SPLIT, cap, facts, cuts)
+    split = splits()["clients"]  # (a partition's part: a list of its one partial)
+    return split.partial(cap, facts)[0], sliced_partial(split, cap, facts, cuts)[0]
 
 
 def _frames(conv, *sent) -> None:

@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 
 import amqpcap
-from amqpcap.analysis.registry import SEVERITY_RANK
-from amqpcap.analyzers.consumers import consumers
+from amqpcap.analysis.registry import SEVERITY_RANK, in_memory
 from amqpcap.derive.consumers import consumer_rows, consumer_state
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
+consumers = in_memory("consumers")
 
 
 def load(name):
@@ -219,24 +219,29 @@ def _sliced_everywhere(path: Path) -> tuple[dict, dict]:
     the partition's backlog (as `run_whole` gives it)."""
     from dataclasses import replace
 
-    from amqpcap.analyzers.consumers import SPLIT
-    from amqpcap.analyzers.consumers.step import consumers_slice
+    from amqpcap.analysis.registry import splits
+    from amqpcap.analyzers.consumers.step import consumers_join, consumers_slice
     from amqpcap.derive.stream_order import ns
     from amqpcap.analysis.partition import context_for, facts_of, sliced_partial
     from amqpcap.model.facts import clean_cuts
 
+    SPLIT = splits()["consumers"]
     cap = amqpcap.load(path)
     facts = facts_of(cap)
     backlog = context_for(SPLIT.join_context([SPLIT.context(cap, facts)]), 0)
     cuts = clean_cuts(cap.packets["packet"].to_numpy(), ns(cap.packets["ts"]), 1)
     assert len(cuts) == len(cap.packets) - 1
-    whole = SPLIT.partial_with(cap, facts, backlog)
+    [whole] = SPLIT.partial_with(cap, facts, backlog)
+
+    def slices_told(slices: list) -> list:  # (what each slice told, in slice order, not closed)
+        return [piece for told in slices for piece in told.pieces]
+
     # the acks' gaps the slices told, with the backlog read at each (which the partial shows only
     # through slow refills): the whole's, by packet
-    pieces = sliced_partial(replace(SPLIT, slicing=replace(SPLIT.slicing, join=list)), cap, facts, cuts, backlog)
+    pieces = sliced_partial(replace(SPLIT, slicing=replace(SPLIT.slicing, join=slices_told)), cap, facts, cuts, backlog)
     told = pd.concat([p.gaps for p in pieces], ignore_index=True).sort_values("packet", kind="stable")
-    pd.testing.assert_frame_equal(told.reset_index(drop=True), consumers_slice(cap, facts, None, True, backlog)[1].gaps)
-    return whole, SPLIT.slicing.join(pieces)
+    pd.testing.assert_frame_equal(told.reset_index(drop=True), consumers_slice(cap, None, True, backlog)[1].gaps)
+    return whole, consumers_join(pieces)
 
 
 def _deliveries(c, channel, tags, ctag):

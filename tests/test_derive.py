@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 import amqpcap
-from amqpcap.analysis.registry import analyzers
-from amqpcap.analyzers.stalls import stalls
+from amqpcap.analysis.registry import analyzers, in_memory
 from amqpcap.derive import CAPTURE, CONNECTION, derivation
+
+stalls = in_memory("stalls")
 
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "amqpcap"

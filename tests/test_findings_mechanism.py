@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 import amqpcap
-from amqpcap.analyzers.nagle import nagle
-from amqpcap.analyzers.stalls import stalls
+from amqpcap.analysis.registry import in_memory
+
+nagle, stalls = in_memory("nagle"), in_memory("stalls")
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "fixtures"

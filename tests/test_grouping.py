@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import amqpcap
-from amqpcap.analysis.registry import SEVERITY_RANK
+from amqpcap.analysis.registry import SEVERITY_RANK, in_memory
 from amqpcap.analyzers import consumers as C
 from amqpcap.analyzers import latency as L
 from amqpcap.analyzers.consumers.findings import _findings
@@ -37,6 +37,7 @@ import crafting as c  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "fixtures"
 SAMPLE = ROOT / "amqpcap" / "data" / "sample.pcap"
+consumers, latency = in_memory("consumers"), in_memory("latency")
 CONSUMER_IDS = {"prefetch-one", "consumer-bound"}
 needs_tshark = pytest.mark.skipif(not shutil.which("tshark"), reason="tshark not installed (scripts/test.sh installs it)")
 
@@ -76,7 +77,7 @@ def tshark_facts(path: Path) -> dict:
 
 def consumer_findings(path: Path):
     cap = amqpcap.load(path)
-    return cap, [f for f in C.consumers(cap).findings + L.latency(cap).findings if f.id in CONSUMER_IDS]
+    return cap, [f for f in consumers(cap).findings + latency(cap).findings if f.id in CONSUMER_IDS]
 
 
 # -- the sample: one consumer, one finding, named -------------------------------------------------
@@ -174,7 +175,7 @@ def test_flow_control_does_not_blame_the_consumers():
     assert len(consumer_streams) == 10
     assert {p for s, _, p, _ in facts["qos"] if s in consumer_streams} == {100}
     cap = amqpcap.load(FLOW)
-    findings = C.consumers(cap).findings + L.latency(cap).findings
+    findings = consumers(cap).findings + latency(cap).findings
     assert not findings, [(f.id, f.title) for f in findings]
 
 
@@ -304,7 +305,7 @@ def test_slow_refill_is_one_finding_per_cause_and_takes_prefetch_one_with_it(tmp
         _conversation(40003, "fast-worker", _refill_body(60, 0)),       # 1 ms: not slow
     ])
     cap = amqpcap.load(path)
-    (refill,) = [f for f in L.latency(cap).findings if f.id == "broker-slow-refill"]
+    (refill,) = [f for f in latency(cap).findings if f.id == "broker-slow-refill"]
     assert [s["connection"] for s in refill.subjects] == ["slow-worker-2", "slow-worker-1"]
     assert [s["severity"] for s in refill.subjects] == ["critical", "warning"] and refill.severity == "critical"
     assert [round(s["ack_to_next_deliver_p50_s"], 4) for s in refill.subjects] == [0.061, 0.007]
@@ -314,7 +315,7 @@ def test_slow_refill_is_one_finding_per_cause_and_takes_prefetch_one_with_it(tmp
     assert refill.evidence["filter"] == ("tcp.stream in {0, 1} && amqp.channel == 1 && amqp.method.class == 60 && "
                                          "amqp.method.method in {60, 80, 90, 120}")
     # the slow-refill channels' prefetch 1 is told in that finding; the fast one's in prefetch-one
-    found = {f.id: f for f in C.consumers(cap).findings}
+    found = {f.id: f for f in consumers(cap).findings}
     assert set(found) == {"prefetch-one"}
     assert [s["connection"] for s in found["prefetch-one"].subjects] == ["fast-worker"]
     assert found["prefetch-one"].title.startswith("Prefetch 1 with one ack per message: queue orders on fast-worker")
@@ -326,7 +327,7 @@ def test_slow_refill_counts_only_acks_that_left_the_consumer_without_work(tmp_pa
     cap = amqpcap.load(_write(tmp_path, "kept.pcap", [_conversation(40001, "busy-worker", _refill_body(60, 60, kept=True))]))
     g = ack_gaps(cap)
     assert (g["unacked_after"] == 1).all() and g["gap_s"].median() > 0.05
-    assert not [f for f in L.latency(cap).findings if f.id == "broker-slow-refill"]
+    assert not [f for f in latency(cap).findings if f.id == "broker-slow-refill"]
 
 
 def test_basic_get_waits_are_not_the_brokers(tmp_path):
@@ -343,7 +344,7 @@ def test_basic_get_waits_are_not_the_brokers(tmp_path):
     cap = amqpcap.load(_write(tmp_path, "get.pcap", [_conversation(40001, "poller", body)]))
     g = ack_gaps(cap)
     assert g["gap_s"].median() >= 0.01 and (g["backlog_min"].dropna() > 0).sum() >= 20
-    assert not [f for f in L.latency(cap).findings if f.id == "broker-slow-refill"]
+    assert not [f for f in latency(cap).findings if f.id == "broker-slow-refill"]
 
 
 def test_redelivery_loops_are_one_finding_worst_first(tmp_path):
@@ -351,7 +352,7 @@ def test_redelivery_loops_are_one_finding_worst_first(tmp_path):
         _conversation(40001, "retry-worker-a", _bounce_body(plain=10, bounced=10)),  # 10 of 30 bounce
         _conversation(40002, "retry-worker-b", _bounce_body(plain=0, bounced=10)),   # 10 of 20: half
     ])
-    (f,) = [f for f in L.latency(amqpcap.load(path)).findings if f.id == "redelivery-loop"]
+    (f,) = [f for f in latency(amqpcap.load(path)).findings if f.id == "redelivery-loop"]
     assert [(s["connection"], s["deliveries"], s["redelivered"], s["requeued_by_nack"]) for s in f.subjects] == [
         ("retry-worker-b", 20, 10, 10), ("retry-worker-a", 30, 10, 10)]
     assert [s["severity"] for s in f.subjects] == ["critical", "warning"] and f.severity == "critical"
@@ -367,7 +368,7 @@ def test_redelivery_loops_are_one_finding_worst_first(tmp_path):
 def test_per_consumer_tables_lead_with_the_connection_name():
     facts = tshark_facts(SAMPLE)
     cap = amqpcap.load(SAMPLE)
-    for table in (C.consumers(cap).tables["consumers"], L.latency(cap).tables["consumers"]):
+    for table in (consumers(cap).tables["consumers"], latency(cap).tables["consumers"]):
         assert table.columns[0] == "connection"
         assert dict(zip(table["stream"], table["connection"])) == {s: facts["names"][s] for s, _, _ in facts["consumes"]}
 

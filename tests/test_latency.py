@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 
 import amqpcap
-from amqpcap.analysis.registry import SEVERITY_RANK
-from amqpcap.analyzers.latency import latency
+from amqpcap.analysis.registry import SEVERITY_RANK, in_memory
 from amqpcap.derive.refills import ack_gaps
 from amqpcap.derive import deliveries as D
 
@@ -24,6 +23,7 @@ from tshark_reference import reference  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
+latency = in_memory("latency")
 CAPTURES = sorted(p.name for p in FIXTURES.iterdir() if p.suffix in (".pcap", ".pcapng", ".gz"))
 
 
@@ -284,17 +284,18 @@ def test_no_slow_refill_from_independent_copies_merged_in_time(tmp_path):
 def _sliced_everywhere(path: Path) -> tuple[dict, dict]:
     """The latency partial of the capture crafted at `path` whole, and cut before every packet
     (`clean_cuts` every 1), each given the capture's backlog (the context round)."""
-    from amqpcap.analyzers.latency import SPLIT
+    from amqpcap.analysis.registry import splits
     from amqpcap.derive.stream_order import ns
     from amqpcap.analysis.partition import context_for, facts_of, sliced_partial
     from amqpcap.model.facts import clean_cuts
 
+    SPLIT = splits()["latency"]  # (a partition's part: a list of its one partial)
     cap = amqpcap.load(path)
     facts = facts_of(cap)
     context = context_for(SPLIT.join_context([SPLIT.context(cap, facts)]), 0)
     cuts = clean_cuts(cap.packets["packet"].to_numpy(), ns(cap.packets["ts"]), 1)
     assert len(cuts) == len(cap.packets) - 1
-    return SPLIT.partial_with(cap, facts, context), sliced_partial(SPLIT, cap, facts, cuts, context)
+    return SPLIT.partial_with(cap, facts, context)[0], sliced_partial(SPLIT, cap, facts, cuts, context)[0]
 
 
 def _frames(conv, *sent) -> None:

@@ -16,11 +16,14 @@ import pytest
 
 import amqpcap
 import amqpcap.analyzers.messages as messages_module
-from amqpcap.analyzers.messages import SPLIT, messages
+from amqpcap.analysis.registry import in_memory, splits
 from amqpcap.io.load import Capture
 from amqpcap.derive.stream_order import ns
 from amqpcap.analysis.partition import facts_of, sliced_partial
 from amqpcap.model.facts import clean_cuts
+
+messages = in_memory("messages")
+SPLIT = splits()["messages"]  # (a partition's part: a list of its one partial)
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_partition import assert_same_partial  # noqa: E402
@@ -189,10 +192,10 @@ def sliced_and_whole(cap: Capture, few: int) -> None:
     message's body frames in several slices, the broker's refusal in a later one than its
     message), gives the partial of `cap` whole."""
     facts = facts_of(cap)
-    want = SPLIT.partial(cap, facts)
+    want = SPLIT.partial(cap, facts)[0]
     packet, ts = cap.packets["packet"].to_numpy(np.int64), ns(cap.packets["ts"])
     for every in (max(1, len(packet) // 7), few):
-        assert_same_partial(sliced_partial(SPLIT, cap, facts, clean_cuts(packet, ts, every)), want,
+        assert_same_partial(sliced_partial(SPLIT, cap, facts, clean_cuts(packet, ts, every))[0], want,
                             f"cut every {every} packets")
 
 
@@ -216,7 +219,7 @@ def test_slices_of_time_count_the_frames_of_other_channels_during_a_large_transf
     moved = np.flatnonzero(((f["type"] == "body") & (f["channel"] == 2)).to_numpy(bool))[::7]
     f.loc[moved, "channel"] = np.int32(1)
     cap = with_frames(cap, f)
-    large = SPLIT.partial(cap, facts_of(cap))["large"]
+    large = SPLIT.partial(cap, facts_of(cap))[0]["large"]
     assert len(large) == 2 and large["refused"].sum() == 1 and (large["other_channel_frames_during"] > 0).any()
     channel, kind = f["channel"].to_numpy(), f["type"].to_numpy(object)
     direction, packet = f["direction"].to_numpy(object), f["packet"].to_numpy()
@@ -239,7 +242,7 @@ def test_slices_of_time_give_the_median_body_size_of_many_sizes():
     sizes = np.random.default_rng(14).integers(0, 41, int(header.sum()))
     f.loc[header, "body_size"] = pd.array(np.where(sizes == 40, pd.NA, sizes), dtype="Int64")
     cap = with_frames(cap, f)
-    conns = SPLIT.partial(cap, facts_of(cap))["connections"].set_index("stream")
+    conns = SPLIT.partial(cap, facts_of(cap))[0]["connections"].set_index("stream")
     want = f[header].groupby("stream")["body_size"].median()
     assert len(want) == 11 and (conns["body_bytes_p50"].reindex(want.index) == want.astype(float)).all()
     sliced_and_whole(cap, 300)

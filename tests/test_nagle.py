@@ -11,16 +11,16 @@ from pathlib import Path
 import pytest
 
 import amqpcap
-from amqpcap.analysis.registry import SEVERITY_RANK
-from amqpcap.analyzers.nagle import (AVOIDABLE_RATE_CRITICAL, AVOIDABLE_RATE_INFO, AVOIDABLE_RATE_WARNING, SPLIT,
-                                     analyze_segments, nagle, small_packets_finding)
-from amqpcap.analyzers.sizes import sizes
+from amqpcap.analysis.registry import SEVERITY_RANK, in_memory, splits
+from amqpcap.analyzers.nagle import (AVOIDABLE_RATE_CRITICAL, AVOIDABLE_RATE_INFO, AVOIDABLE_RATE_WARNING,
+                                     analyze_segments, small_packets_finding)
 from amqpcap.derive.stream_order import ns
 from amqpcap.analysis.partition import facts_of, sliced_partial, time_slice
 from amqpcap.model.facts import clean_cuts
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
+nagle = in_memory("nagle")
 
 
 def run(name: str):
@@ -151,7 +151,7 @@ def test_stall_filter_opens_the_held_segments():
 
 def test_healthy_has_no_warning():
     cap = amqpcap.load(FIXTURES / "healthy.pcap")
-    for r in (nagle(cap), sizes(cap)):
+    for r in (nagle(cap), in_memory("sizes")(cap)):
         assert not [f for f in r.findings if f.severity in ("warning", "critical")], r.findings
 
 
@@ -360,7 +360,10 @@ def sliced_and_whole(cap, every: int):
     """The partial of `cap` cut into slices of about `every` packets, and of `cap` whole."""
     facts = facts_of(cap)
     packet, ts = cap.packets["packet"].to_numpy("int64"), ns(cap.packets["ts"])
-    return sliced_partial(SPLIT, cap, facts, clean_cuts(packet, ts, every)), SPLIT.partial(cap, facts)
+    split = splits()["nagle"]  # (a partition's part: a list of its one partial)
+    [sliced] = sliced_partial(split, cap, facts, clean_cuts(packet, ts, every))
+    [whole] = split.partial(cap, facts)
+    return sliced, whole
 
 
 @pytest.mark.parametrize("name", ["nagle-write-write-read.pcap", "tls.pcap"])
@@ -379,7 +382,7 @@ def test_stalls_before_a_direction_shows_tcp_nodelay_are_dropped_in_slices_too(t
     direction shows TCP_NODELAY, so none of the sixteen is a stall, although the packets before
     the bursts, alone, have them all (their candidates wait for the direction's counts)."""
     cap, held = _write_write_read(tmp_path, 40, n=20, burst=set(range(16, 20)))
-    before_bursts = SPLIT.partial(time_slice(cap, 0, held[-1] + 1), facts_of(cap))
+    [before_bursts] = splits()["nagle"].partial(time_slice(cap, 0, held[-1] + 1), facts_of(cap))
     assert before_bursts["stalls"]["packet"].tolist() == held
     for every in (1, 7):
         got, want = sliced_and_whole(cap, every)

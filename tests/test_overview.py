@@ -12,7 +12,7 @@ import pytest
 
 import amqpcap
 from amqpcap.analysis.registry import run_all
-from amqpcap.analyzers.consumers import consumers as consumers_analyzer
+from amqpcap.analysis.registry import in_memory
 from amqpcap.summary.overview import overview
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
@@ -71,7 +71,7 @@ def test_sample_story_publish_deliver_and_growth():
     """slow-prefetch1 (the sample): PerfTest -r 200, one consumer at prefetch 1 that falls
     behind: 606 published, 454 delivered (tshark), so the queue grew by 152 at least."""
     cap, duration = load("slow-prefetch1.pcap")
-    o = overview(cap, [consumers_analyzer(cap)])
+    o = overview(cap, [in_memory("consumers")(cap)])
     (q,) = o["queues"]
     assert q["queue"] == "amqpcap-slow-prefetch1"
     assert q["routed_by"] == "queue.bind"  # PerfTest publishes to exchange "direct", bound in the capture
@@ -85,7 +85,7 @@ def test_sample_story_publish_deliver_and_growth():
 
 def test_prefetch_per_consumer_from_perftest_q():
     cap, _ = load("prefetch-consumers.pcap")  # PerfTest -y 3 -q 20
-    o = overview(cap, [consumers_analyzer(cap)])
+    o = overview(cap, [in_memory("consumers")(cap)])
     assert o["consumers_total"] == 3
     assert [c["prefetch"] for c in o["consumers"]] == [20, 20, 20]
 

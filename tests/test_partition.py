@@ -153,7 +153,7 @@ def test_a_partition_order_does_not_matter(name, tmp_path):
 def test_segment_histogram_counts_every_data_segment():
     cap = amqpcap.load(FIX / "flow-control.pcap.gz")
     split = splits()["sizes"]
-    partial = split.partial(cap, facts_of(cap))
+    [partial] = split.partial(cap, facts_of(cap)).partials  # (sizes' part: its partitions' partials)
     data = cap.packets["payload_bytes"].to_numpy() > 0
     s2c = (cap.packets["direction"] == "s2c").to_numpy()
     assert partial["segment_hist"][0].sum() == (data & ~s2c).sum()
@@ -181,9 +181,14 @@ def test_analyze_on_a_local_cluster_gives_the_in_process_files(tmp_path):
 
 
 def assert_same_partial(got, want, where: str) -> None:
-    """Two partials (frames, arrays, dicts and lists of them, numbers) exactly equal."""
+    """Two partials (frames, arrays, dicts, lists and dataclasses of them, numbers) exactly equal."""
+    import dataclasses
+
     assert type(got) is type(want), where
-    if isinstance(want, pd.DataFrame):
+    if dataclasses.is_dataclass(want):
+        for f in dataclasses.fields(want):
+            assert_same_partial(getattr(got, f.name), getattr(want, f.name), f"{where}.{f.name}")
+    elif isinstance(want, pd.DataFrame):
         pd.testing.assert_frame_equal(got, want, check_exact=True, obj=where)
     elif isinstance(want, np.ndarray):
         np.testing.assert_array_equal(got, want, err_msg=where)

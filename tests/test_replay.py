@@ -21,6 +21,7 @@ from amqpcap.derive.replay import (ends_of, ends_step, replay_after, replayed, s
                                    told_state)
 from amqpcap.derive.seeds import seeds_of
 from amqpcap.derive.stream_order import ns
+from amqpcap.analysis.contract import split_of
 from amqpcap.analysis.partition import facts_of, sliced_partial, time_slice
 from amqpcap.model.facts import clean_cuts
 from amqpcap.derive.tally import Tally, tally_of
@@ -160,7 +161,8 @@ def test_the_tally_of_the_slices_is_the_whole_partitions(name):
     packet, ts = cap.packets["packet"].to_numpy(np.int64), ns(cap.packets["ts"])
     for every in slice_sizes(len(packet)):
         cuts = clean_cuts(packet, ts, every)
-        assert_same_tally(sliced_partial(tally.SPLIT, cap, facts, cuts), tally_of(cap), f"cut every {every} packets")
+        [sliced] = sliced_partial(split_of(tally.TallyCounts()), cap, facts, cuts)
+        assert_same_tally(sliced, tally_of(cap), f"cut every {every} packets")
 
 
 def _deliver(channel, tag, ctag="ctag-1"):

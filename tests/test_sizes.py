@@ -15,7 +15,10 @@ import numpy as np
 import pytest
 
 import amqpcap
-from amqpcap.analyzers.sizes import PLEN_LABELS, sizes
+from amqpcap.analysis.registry import in_memory
+from amqpcap.analyzers.sizes import PLEN_LABELS
+
+sizes = in_memory("sizes")
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -180,7 +183,7 @@ def test_every_column_and_summary_key_documented():
 
 def _sliced_everywhere(path: Path):
     """The capture's sizes partial whole, and cut before every packet (`clean_cuts` every 1)."""
-    from amqpcap.analyzers.sizes import SPLIT
+    from amqpcap.analysis.registry import splits
     from amqpcap.derive.stream_order import ns
     from amqpcap.analysis.partition import facts_of, sliced_partial
     from amqpcap.model.facts import clean_cuts
@@ -189,7 +192,8 @@ def _sliced_everywhere(path: Path):
     facts = facts_of(cap)
     cuts = clean_cuts(cap.packets["packet"].to_numpy(np.int64), ns(cap.packets["ts"]), 1)
     assert len(cuts) == len(cap.packets) - 1
-    return cap, SPLIT.partial(cap, facts), sliced_partial(SPLIT, cap, facts, cuts)
+    split = splits()["sizes"]
+    return cap, split.partial(cap, facts), sliced_partial(split, cap, facts, cuts)
 
 
 def test_a_first_multiple_ack_before_its_channel_open_is_counted_at_the_end_of_the_slices(tmp_path):
@@ -206,7 +210,7 @@ def test_a_first_multiple_ack_before_its_channel_open_is_counted_at_the_end_of_t
     conv.send_frames("c2s", [c.basic_ack(channel=1, delivery_tag=3, multiple=True)])
     c.write_pcap(tmp_path / "reopened.pcap", conv.close().timed())
     cap, whole, sliced = _sliced_everywhere(tmp_path / "reopened.pcap")
-    assert whole["throughput"]["acked"][:, 0].sum() == 5  # (5 from tag 0, then none above 5)
+    assert whole.partials[0]["throughput"]["acked"][:, 0].sum() == 5  # (5 from tag 0, then none above 5)
     assert_same_partial(sliced, whole, "cut before every packet")
 
 

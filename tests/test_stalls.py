@@ -14,10 +14,13 @@ import pandas as pd
 import pytest
 
 import amqpcap
-from amqpcap.analyzers.stalls import CAUSES, STALL_COLUMNS, TCP_COLUMNS, stalls
+from amqpcap.analysis.registry import in_memory, splits
+from amqpcap.analyzers.stalls import CAUSES, STALL_COLUMNS, TCP_COLUMNS
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "fixtures"
+stalls = in_memory("stalls")
+SPLIT = splits()["stalls"]  # (a partition's part: a list of its one partial)
 
 
 def facts(name: str) -> dict:
@@ -417,7 +420,6 @@ def _sliced_everywhere(cap, cuts: list[int] | None = None) -> tuple[dict, dict]:
     """The stalls partial of `cap` whole, and cut before every packet (`clean_cuts` every 1; or
     at `cuts`), each given the capture's context (the context round: its blocks, its consumers'
     maxima)."""
-    from amqpcap.analyzers.stalls import SPLIT
     from amqpcap.derive.stream_order import ns
     from amqpcap.analysis.partition import context_for, facts_of, sliced_partial
     from amqpcap.model.facts import clean_cuts
@@ -427,7 +429,7 @@ def _sliced_everywhere(cap, cuts: list[int] | None = None) -> tuple[dict, dict]:
     if cuts is None:
         cuts = clean_cuts(cap.packets["packet"].to_numpy(), ns(cap.packets["ts"]), 1)
         assert len(cuts) == len(cap.packets) - 1
-    return SPLIT.partial(cap, facts, context), sliced_partial(SPLIT, cap, facts, cuts, context)
+    return SPLIT.partial(cap, facts, context)[0], sliced_partial(SPLIT, cap, facts, cuts, context)[0]
 
 
 def test_a_block_and_a_zero_window_over_slices_are_the_whole_partitions(tmp_path):
@@ -585,14 +587,13 @@ def test_confirms_of_a_channel_opened_again_are_its_own(tmp_path):
     channel opening's confirm, not for one of the channel before (AMQP 0-9-1 §4.2.4: a new
     channel; RabbitMQ's confirms count per channel from confirm.select). The time outstanding is
     exactly each publish to its own confirm, and the silence after every confirm came is idle."""
-    from amqpcap.analyzers.stalls import SPLIT
     from amqpcap.analyzers.stalls.causes import _confirm_outstanding
     from amqpcap.analyzers.stalls.context import _origin
     from amqpcap.analysis.partition import context_for, facts_of
 
     cap, awaited = _confirms_on_a_channel_opened_again(tmp_path)
     facts = facts_of(cap)
-    whole = SPLIT.partial(cap, facts, context_for(SPLIT.join_context([SPLIT.context(cap, facts)]), 0))
+    [whole] = SPLIT.partial(cap, facts, context_for(SPLIT.join_context([SPLIT.context(cap, facts)]), 0))
     st = whole["stalls"]
     assert st.loc[st["direction"] == "c2s", "cause"].astype(str).tolist() == ["publisher-confirms", "idle"]
     iv = _confirm_outstanding(cap, _origin(facts), pd.Series({0: np.inf}), True)
@@ -703,7 +704,6 @@ def test_the_context_step_over_slices_is_the_whole_partitions(tmp_path):
     import numpy as np
     from test_partition import assert_same_partial
 
-    from amqpcap.analyzers.stalls import SPLIT
     from amqpcap.derive.stream_order import ns
     from amqpcap.analysis.partition import facts_of, sliced_context
     from amqpcap.model.facts import clean_cuts

@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 
 import amqpcap
-from amqpcap.analyzers.stalls import stalls
+from amqpcap.analysis.registry import in_memory
 from amqpcap.analyzers.stalls.constants import WINDOW_MIN_S
+
+stalls = in_memory("stalls")
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "fixtures"

@@ -8,9 +8,10 @@ import re
 from pathlib import Path
 
 import amqpcap
-from amqpcap.analyzers.consumers import consumers
+from amqpcap.analysis.registry import in_memory
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
+consumers = in_memory("consumers")
 
 
 def test_a_queue_growth_of_thousands_is_written_with_its_separator():

@@ -1,11 +1,15 @@
-"""Analyzers that split: a step per partition of whole connections, and a merge (issue 13).
+"""What the engine runs of an analyzer: a step per partition of whole connections, and a merge (issue 13).
+
+An analyzer is written in the contract of `amqpcap.analysis.contract` (a state, a step, a merge,
+a finish); the engine runs it as the `Split` derived from it (`amqpcap.analysis.contract.split_of`),
+the form this module and `amqpcap.engine` know. No analyzer writes a `Split` itself.
 
 A partition is a `Capture` holding some connections whole (their connections row, packets,
 frames, anomalies and bodies) — a bucket of a dataset (`amqpcap.io.dataset`), or the whole capture.
 The file's `records` (every packet, AMQP or not) are the capture's own, not a connection's: an
 analyzer that needs them has a separate step over them.
 
-An analyzer that splits registers a `Split` (``@analyzer(name, split=...)``):
+A `Split`:
 
 - ``partial(part, facts)``: what the partition contributes (counts, histograms, the rows of its
   own connections: for the per-message tables, every row), picklable: it travels from a worker

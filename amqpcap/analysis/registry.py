@@ -1,9 +1,10 @@
 """What every analyzer returns, and the registry the CLI and `analyze` are built from.
 
-An analyzer is a module in `amqpcap/analyzers/` with one function decorated `@analyzer("name")`
-taking a :class:`~amqpcap.io.load.Capture` and returning an :class:`AnalyzerResult`. It reads
-only the ingestion tables (docs/tables.md) and works on whole columns. The CLI gets a
-subcommand of the same name automatically, and `amqpcap analyze` runs every analyzer.
+An analyzer is a module in `amqpcap/analyzers/` with one class decorated `@analyzer("name")`, a
+`~amqpcap.analysis.contract.Analyzer` (a carried state, a step over rows, a merge, a finish:
+docs/writing-an-analyzer.md) returning an :class:`AnalyzerResult`. It reads only the ingestion
+tables (docs/tables.md) and works on whole columns. The CLI gets a subcommand of the same name
+automatically, and `amqpcap analyze` runs every analyzer.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import Any, Callable, Literal
 import pandas as pd
 
 from ..io.load import Capture
-from .partition import Split
+from .contract import Analyzer, split_of
+from .partition import Split, run_whole
 
 Severity = Literal["info", "warning", "critical"]
 SEVERITY_RANK = {"critical": 2, "warning": 1, "info": 0}
@@ -73,25 +75,49 @@ class AnalyzerResult:
 AnalyzerFn = Callable[[Capture], AnalyzerResult]
 _REGISTRY: dict[str, tuple[AnalyzerFn, str]] = {}
 _SPLITS: dict[str, Split] = {}
+_CONTRACT: dict[str, Analyzer] = {}
 
 
-def analyzer(name: str, split: Split | None = None) -> Callable[[AnalyzerFn], AnalyzerFn]:
-    """Register an analyzer under ``name`` (also its CLI subcommand). Its docstring's first
-    line is the subcommand's help. An analyzer given a `~amqpcap.analysis.partition.Split` is run
-    partition by partition on a dataset (`amqpcap.engine.on_dask`); the function itself must then be
-    `run_whole` of that split, so both paths are one."""
+def analyzer(name: str) -> Callable[[type[Analyzer]], type[Analyzer]]:
+    """Register an `~amqpcap.analysis.contract.Analyzer` class under ``name`` (also its CLI
+    subcommand; its docstring's first line is the subcommand's help), as one instance. The engine
+    derives its runs from it (`amqpcap.analysis.contract.split_of`); `analyzers` gives its
+    in-memory run as the function ``(capture) -> AnalyzerResult``."""
 
-    def wrap(fn: AnalyzerFn) -> AnalyzerFn:
-        _REGISTRY[name] = (fn, (fn.__doc__ or name).strip().splitlines()[0])
-        if split is not None:
-            _SPLITS[name] = split
-        return fn
+    def wrap(cls: type[Analyzer]) -> type[Analyzer]:
+        if not (isinstance(cls, type) and issubclass(cls, Analyzer)):
+            raise TypeError(f"@analyzer({name!r}) registers a subclass of amqpcap.analysis.contract.Analyzer")
+        cls.name = name
+        _CONTRACT[name] = cls()
+        _SPLITS[name] = split_of(_CONTRACT[name])
+        _REGISTRY[name] = (_in_memory(_SPLITS[name], name), (cls.__doc__ or name).strip().splitlines()[0])
+        return cls
 
     return wrap
 
 
+def _in_memory(split: Split, name: str) -> AnalyzerFn:
+    """The analyzer `name` on a capture in memory: its split over the one partition that is all of it."""
+    def run(cap: Capture) -> AnalyzerResult:
+        return run_whole(split, cap)
+
+    run.__name__ = run.__qualname__ = name
+    return run
+
+
+def in_memory(name: str) -> AnalyzerFn:
+    """The analyzer `name` as a function of a capture in memory (what its command runs)."""
+    return analyzers()[name][0]
+
+
+def contract_analyzers() -> dict[str, Analyzer]:
+    """Every analyzer, as registered: {name: its `Analyzer`}."""
+    analyzers()
+    return dict(sorted(_CONTRACT.items()))
+
+
 def splits() -> dict[str, Split]:
-    """The analyzers that split into partition steps and a merge: {name: Split}."""
+    """Every analyzer as the engine runs it (`amqpcap.analysis.contract.split_of`): {name: Split}."""
     analyzers()
     return dict(sorted(_SPLITS.items()))
 

@@ -8,8 +8,9 @@ and sends its own heartbeat every half interval. So the signature on the wire is
 (no TCP payload at all: any frame resets the timer, not only heartbeat frames) for two intervals
 or more, then the other side ending the TCP connection (FIN or RST) without a connection.close.
 
-Everything is per connection, so the analyzer splits: a partition's step measures its own
-connections, the merge joins the rows and derives the finding.
+Everything is per connection: the step measures each connection of its rows (the state carries
+what a slice of time leaves to the next, `_Seen`), a partition closes as one row per connection,
+and the finish joins the rows and derives the finding.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from ..derive.methods import methods, select
 from ..derive.labels import connection_labels
 from ..model.display_filters import filter_evidence, streams_part
 from ..derive.names import subject_namer
-from ..analysis.partition import Slicing, Split, run_whole
+from ..analysis.contract import Analyzer
 from ..io.rows import merge_rows
 from ..model.facts import CaptureFacts
 from ..model.wording import counted
@@ -54,8 +55,8 @@ COLUMNS = ["stream", "connection", "heartbeat_s", "c2s_longest_silence_s", "s2c_
 @dataclass
 class _Seen:
     """What a partition's packets so far tell of each of its connections (arrays by the sorted
-    connections' `stream`): carried from one slice of its time to the next (`Slicing`), or made
-    from the partition at once."""
+    connections' `stream`): the analyzer's state, carried from one slice of its time to the next,
+    or made from the partition at once."""
 
     #: the first FIN or RST of either side: its packet (-1: none yet), ts (ns), and whether the
     #: client sent it
@@ -173,18 +174,6 @@ def _rows(cap: Capture, seen: _Seen) -> pd.DataFrame:
     return out[[c_ for c_ in COLUMNS if c_ != "connection"]]
 
 
-def heartbeats_partial(cap: Capture, facts: CaptureFacts) -> pd.DataFrame:
-    """A partition's connections: one row each (COLUMNS)."""
-    return _rows(cap, _seen(cap, None))
-
-
-def heartbeats_slice(part: Capture, facts: CaptureFacts, seen: _Seen | None, last: bool):
-    """A slice of a partition's time (`amqpcap.analysis.partition.Slicing`): what it adds to `seen`, and
-    on the last slice the partition's rows."""
-    seen = _seen(part, seen)
-    return seen, (_rows(part, seen) if last else None)
-
-
 def _problem(t: pd.DataFrame) -> np.ndarray:
     """Each connection's heartbeat problem (PROBLEMS), or None."""
     hb = t["heartbeat_s"].to_numpy(float)
@@ -194,34 +183,38 @@ def _problem(t: pd.DataFrame) -> np.ndarray:
     return np.where(problem == "", None, problem).astype(object)
 
 
-def heartbeats_merge(partials: list[pd.DataFrame], records: None, facts: CaptureFacts,
-                     cap: Capture) -> AnalyzerResult:
-    conns = merge_rows(partials, ["stream"])
-    conns["connection"] = connection_labels(cap, conns["stream"])
-    conns = conns[COLUMNS]
-    for col in ("connection", "ended_by", "silent_side", "problem"):  # one dtype however many partitions
-        conns[col] = pd.Series(conns[col].to_numpy(object), dtype=object).where(conns[col].notna().to_numpy(), None)
-    hb = conns["heartbeat_s"]
-    summary = {"heartbeats": {
-        "connections_negotiated": int(hb.notna().sum()),
-        "disabled": int((hb == 0).sum()),
-        "below_5_seconds": int(((hb > 0) & (hb < HEARTBEAT_LOW_S)).sum()),
-        "heartbeat_min_s": None if not (hb > 0).any() else int(hb[hb > 0].min()),
-        "dropped_for_missed_heartbeats": int((conns["problem"] == PROBLEMS[0]).sum()),
-    }}
-    finding = _finding(cap, conns)
-    return AnalyzerResult("heartbeats", tables={"connections": conns}, summary=summary,
-                          findings=[finding] if finding else [], plots=[])
-
-
-SPLIT = Split(partial=heartbeats_partial, merge=heartbeats_merge,
-              slicing=Slicing(heartbeats_slice, join=lambda pieces: pieces[-1]))
-
-
-@analyzer("heartbeats", split=SPLIT)
-def heartbeats(cap: Capture) -> AnalyzerResult:
+@analyzer("heartbeats")
+class Heartbeats(Analyzer[_Seen, list]):
     """Negotiated heartbeats, each side's longest silence, connections dropped for missed heartbeats."""
-    return run_whole(SPLIT, cap)
+
+    def step(self, seen: _Seen | None, rows: Capture, facts: CaptureFacts, last: bool) -> _Seen:
+        return _seen(rows, seen)
+
+    def close(self, seen: _Seen, rows: Capture, facts: CaptureFacts) -> list[pd.DataFrame]:
+        """The partition's connections: one row each (COLUMNS), in a list of the partitions' rows."""
+        return [_rows(rows, seen)]
+
+    def merge(self, a: list[pd.DataFrame], b: list[pd.DataFrame]) -> list[pd.DataFrame]:
+        return a + b
+
+    def finish(self, partitions: list[pd.DataFrame], cap: Capture, facts: CaptureFacts) -> AnalyzerResult:
+        conns = merge_rows(partitions, ["stream"])
+        conns["connection"] = connection_labels(cap, conns["stream"])
+        conns = conns[COLUMNS]
+        for col in ("connection", "ended_by", "silent_side", "problem"):  # one dtype however many partitions
+            conns[col] = pd.Series(conns[col].to_numpy(object), dtype=object).where(conns[col].notna().to_numpy(),
+                                                                                     None)
+        hb = conns["heartbeat_s"]
+        summary = {"heartbeats": {
+            "connections_negotiated": int(hb.notna().sum()),
+            "disabled": int((hb == 0).sum()),
+            "below_5_seconds": int(((hb > 0) & (hb < HEARTBEAT_LOW_S)).sum()),
+            "heartbeat_min_s": None if not (hb > 0).any() else int(hb[hb > 0].min()),
+            "dropped_for_missed_heartbeats": int((conns["problem"] == PROBLEMS[0]).sum()),
+        }}
+        finding = _finding(cap, conns)
+        return AnalyzerResult("heartbeats", tables={"connections": conns}, summary=summary,
+                              findings=[finding] if finding else [], plots=[])
 
 
 # -- the finding ------------------------------------------------------------------------------

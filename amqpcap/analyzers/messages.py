@@ -28,7 +28,7 @@ from ..derive.methods import methods, select
 from ..derive.labels import connection_labels
 from ..model.display_filters import filter_evidence, streams_part
 from ..derive.names import subject_namer
-from ..analysis.partition import Slicing, Split, run_whole
+from ..analysis.contract import Analyzer
 from ..io.rows import merge_rows
 from ..model.facts import CaptureFacts
 
@@ -147,8 +147,8 @@ DURING_COLUMNS = ["conn_before", "own_before", "conn_through", "own_through"]
 @dataclass
 class _Seen:
     """What a partition's frames so far tell of its messages (per-connection arrays by the sorted
-    connections' `stream`): carried from one slice of its time to the next (`Slicing`), or made
-    from the partition at once. A message is done once a later header comes on its channel and
+    connections' `stream`): carried from one slice of its time to the next (the analyzer's
+    state), or made from the partition at once. A message is done once a later header comes on its channel and
     direction (no frame of it can follow), or at the partition's end; until then it is open."""
 
     #: the frames so far: the order (row in the partition's frames) of the next slice's first
@@ -479,20 +479,26 @@ def _rows(cap: Capture, seen: _Seen) -> dict[str, pd.DataFrame]:
             "connections": conns[CONN_COLUMNS]}
 
 
-def messages_partial(cap: Capture, facts: CaptureFacts) -> dict[str, pd.DataFrame]:
-    """A partition's connections: their message counts and sizes, and their large messages."""
-    return _rows(cap, _seen(cap, None, last=True))
+@analyzer("messages")
+class Messages(Analyzer[_Seen, list]):
+    """Message sizes and frames per message; large messages near or over the broker's limit."""
+
+    def step(self, seen: _Seen | None, rows: Capture, facts: CaptureFacts, last: bool) -> _Seen:
+        return _seen(rows, seen, last)
+
+    def close(self, seen: _Seen, rows: Capture, facts: CaptureFacts) -> list[dict[str, pd.DataFrame]]:
+        """A partition's connections: their message counts and sizes, and their large messages,
+        in a list of the partitions'."""
+        return [_rows(rows, seen)]
+
+    def merge(self, a: list[dict], b: list[dict]) -> list[dict]:
+        return a + b
+
+    def finish(self, partials: list[dict[str, pd.DataFrame]], cap: Capture, facts: CaptureFacts) -> AnalyzerResult:
+        return messages_merge(partials, cap)
 
 
-def messages_slice(part: Capture, facts: CaptureFacts, seen: _Seen | None, last: bool):
-    """A slice of a partition's time (`amqpcap.analysis.partition.Slicing`): what it adds to `seen`, and
-    on the last slice the partition's rows."""
-    seen = _seen(part, seen, last)
-    return seen, (_rows(part, seen) if last else None)
-
-
-def messages_merge(partials: list[dict[str, pd.DataFrame]], records: None, facts: CaptureFacts,
-                   cap: Capture) -> AnalyzerResult:
+def messages_merge(partials: list[dict[str, pd.DataFrame]], cap: Capture) -> AnalyzerResult:
     large = merge_rows([p["large"] for p in partials], ["ts", "stream", "channel"])
     large.insert(1, "connection", pd.Series(connection_labels(cap, large["stream"]), dtype=object))
     large["direction"] = pd.Series(large["direction"].to_numpy(object), dtype=object)
@@ -511,16 +517,6 @@ def messages_merge(partials: list[dict[str, pd.DataFrame]], records: None, facts
     finding = _finding(cap, large, conns)
     return AnalyzerResult("messages", tables={"large": large, "connections": conns}, summary=summary,
                           findings=[finding] if finding else [], plots=[])
-
-
-SPLIT = Split(partial=messages_partial, merge=messages_merge,
-              slicing=Slicing(messages_slice, join=lambda pieces: pieces[-1]))
-
-
-@analyzer("messages", split=SPLIT)
-def messages(cap: Capture) -> AnalyzerResult:
-    """Message sizes and frames per message; large messages near or over the broker's limit."""
-    return run_whole(SPLIT, cap)
 
 
 # -- the finding ------------------------------------------------------------------------------

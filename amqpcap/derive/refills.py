@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..io.load import Capture
-from ..analysis.partition import Slicing
+from ..analysis.contract import Need, Steps
 from .backlog import BacklogAnswers, BacklogQuestions, QueueEvents, frame_keys, queue_events, text_codes
 from .backlog_join import BACKLOG_JOIN, BacklogShares, answers_of, shares_of
 from .cache import CAPTURE, CONNECTION, derivation
@@ -115,12 +115,10 @@ def _as_told_before(cap: Capture, s: pd.DataFrame) -> None:
 
 
 def backlog_context(cap: Capture, facts) -> BacklogShares:
-    """The context step (`amqpcap.analysis.partition.Split.context`) of the analyzers that read the
-    queue backlog (consumers, latency): a partition's queue events, and where its acks and
-    consumers read the backlog, cut into the capture's cells (`amqpcap.derive.backlog_join`;
-    one cell without `facts`). One function for both, so that it is joined once for them. The
-    partition is the one slice of its time (`backlog_context_slice`)."""
-    return backlog_context_join([backlog_context_slice(cap, facts, None, True)[1]])
+    """What a partition tells the others of the queue backlog (`BACKLOG`'s first round): its
+    queue events, and where its acks and consumers read the backlog, cut into the capture's cells
+    (`amqpcap.derive.backlog_join`; one cell without `facts`)."""
+    return BACKLOG.context(cap, facts)
 
 
 @dataclass(frozen=True)
@@ -183,10 +181,10 @@ class QuestionsTold:
     records: int
 
 
-def backlog_context_slice(part: Capture, facts, carry: None, last: bool) -> tuple[None, QuestionsTold]:
-    """A slice of a partition's time (`amqpcap.analysis.partition.Slicing` of the backlog's context step;
-    a whole partition is its own one slice): what it tells of the partition's questions. Nothing
-    is carried: what the rows need of the slices before, the derivations replay."""
+def questions_told(part: Capture, facts, last: bool) -> QuestionsTold:
+    """What a slice of a partition's time (a whole partition is its own one slice) tells of the
+    partition's questions to the backlog. Nothing is carried: what the rows need of the slices
+    before, the derivations replay."""
     from .replay import for_derivations, told, told_consumers  # (replay reads ack_rows: imported here)
 
     view = for_derivations(part)
@@ -209,8 +207,7 @@ def backlog_context_slice(part: Capture, facts, carry: None, last: bool) -> tupl
     consumers = pd.DataFrame({"queue": text_codes(c["queue"]), "start_ts": ns(c["start_ts"]),
                               "end_ts": ns(c["end_ts"]), "start_order": c["start_order"].to_numpy(np.int64)})
     told_acks = _rows(rows.questions, acks).assign(_order=whole(order[acks]))
-    return None, QuestionsTold(events, whole(d_order[keep]), told_acks, consumers,
-                               facts.records if facts is not None else 0)
+    return QuestionsTold(events, whole(d_order[keep]), told_acks, consumers, facts.records if facts is not None else 0)
 
 
 def _rows(table: pd.DataFrame, keep: np.ndarray) -> pd.DataFrame:
@@ -219,7 +216,7 @@ def _rows(table: pd.DataFrame, keep: np.ndarray) -> pd.DataFrame:
 
 
 def backlog_context_join(pieces: list[QuestionsTold]) -> BacklogShares:
-    """The partition's context from what its slices told (`backlog_context_slice`), in their
+    """The partition's context from what its slices told (`questions_told`), in their
     order: its `BacklogQuestions` in the whole's row order (takes as the deliveries' order,
     requeues after the takes; acks in frame order; consumers by their start), cut into cells."""
     takes = _rows_told([p.events.takes for p in pieces], np.concatenate([p.taken_orders for p in pieces]),
@@ -261,11 +258,26 @@ def _in_order(order: np.ndarray, first: np.ndarray | None) -> bool:
     return bool((np.diff(order) >= 0).all())
 
 
-#: the contexts joined (`amqpcap.analysis.partition.Split.join_context`): the backlog joined in cells, each
-#: partition given its answers alone
-join_backlog_context = BACKLOG_JOIN
-#: the context step over slices of a partition's time (`amqpcap.analysis.partition.Split.context_slicing`)
-BACKLOG_CONTEXT_SLICING = Slicing(backlog_context_slice, backlog_context_join, replays=True)
+class BacklogRound(Steps[list, BacklogShares]):
+    """The queue backlog's first round: what each slice tells of the partition's questions
+    (`questions_told`), the partition's `BacklogShares` at its end."""
+
+    reads_derivations = True
+
+    def start(self, facts) -> list[QuestionsTold]:
+        return []
+
+    def step(self, told: list[QuestionsTold], rows: Capture, facts, last: bool) -> list[QuestionsTold]:
+        return [*told, questions_told(rows, facts, last)]
+
+    def close(self, told: list[QuestionsTold], rows: Capture, facts) -> BacklogShares:
+        return backlog_context_join(told)
+
+
+#: the queue backlog, what an analyzer that reads it at its acks names (``uses = BACKLOG``): each
+#: partition's queue events, joined in cells into the backlog read at that partition's acks and
+#: consumers, the `BacklogPieces` its step is given
+BACKLOG = Need("queue backlog", BacklogRound(), BACKLOG_JOIN)
 
 
 @derivation(CAPTURE)

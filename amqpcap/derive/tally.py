@@ -1,9 +1,11 @@
 """What summary.json, the overview and the report count of a capture, partition by partition.
 
-The analyzers split (`amqpcap.analysis.partition`); so does what is not an analyzer: the method and frame
-counts, the redaction counts, each connection's role, and the overview's sums (publishes per
-destination, deliveries and acks per queue and per consumer, messages per second over time).
-`tally_of` counts one partition of whole connections; `Tally.joined` adds partitions up. Every
+What is not an analyzer's result is an analyzer of the contract too (`amqpcap.analysis.contract`),
+the summary's: `TallyCounts`, run beside the others on every partition, whose finish is the
+`Tally`: the method and frame counts, the redaction counts, each connection's role, and the
+overview's sums (publishes per destination, deliveries and acks per queue and per consumer,
+messages per second over time). `tally_of` counts one partition of whole connections;
+`Tally.joined` adds partitions up. Every
 count is a sum over rows or a set of rows of one connection, so the joined tally of any split
 of the capture is the tally of the capture read whole (tests/test_partition.py).
 
@@ -25,7 +27,7 @@ from . import deliveries as D
 from .names import connection_roles, role_flags, roles_of
 from .replay import for_derivations, told
 from .seeds import seeds_of
-from ..analysis.partition import Slicing, Split
+from ..analysis.contract import Analyzer
 from ..model.facts import CaptureFacts
 from ..model.plotting import time_edges
 
@@ -119,7 +121,7 @@ def tally_of(part: Capture) -> Tally:
 
 def _counted(part: Capture, d: pd.DataFrame, first_order: np.ndarray | None) -> Tally:
     """The counts of the partition (or of a slice of its time) `part` whose deliveries are `d`
-    (a slice: those it tells, each at its frame's whole order `first_order`, `_slice_step`).
+    (a slice: those it tells, each at its frame's whole order `first_order`, `_counts_of`).
     A slice's `publishes` keeps returns without a publish (one may be in another slice) and
     its `consumers` each consumer's first orders, for `_slices_joined`."""
     f = part.frames
@@ -249,27 +251,48 @@ def method_counts(cap: Capture) -> dict[str, int]:
     return {str(m.index[i]): int(m.iloc[i]) for i in order}
 
 
-def _partial(part: Capture, facts: CaptureFacts) -> Tally:
-    return tally_of(part)
+class TallyCounts(Analyzer[list, list]):
+    """What summary.json, the overview and the report count of the capture (`Tally`): an analyzer
+    of the summary, run beside the others on every partition or slice of one, whose finish is
+    the capture's tally rather than a result of its own (`capture_tally` reads it)."""
+
+    name = "tally"
+    reads_derivations = True
+
+    def start(self, facts: CaptureFacts) -> list[Tally]:
+        return []
+
+    def step(self, pieces: list[Tally], rows: Capture, facts: CaptureFacts, last: bool) -> list[Tally]:
+        return [*pieces, _counts_of(rows, last)]
+
+    def close(self, pieces: list[Tally], rows: Capture, facts: CaptureFacts) -> list[Tally]:
+        """The partition's tally, in a list of the partitions'."""
+        whole = seeds_of(for_derivations(rows)) is None
+        return [pieces[0] if whole else _slices_joined(pieces)]
+
+    def merge(self, a: list[Tally], b: list[Tally]) -> list[Tally]:
+        return a + b
+
+    def finish(self, parts: list[Tally], whole: Capture, facts: CaptureFacts) -> Tally:
+        return Tally.joined(parts)
 
 
-def _merge(partials: list[Tally], records: None, facts: CaptureFacts, whole: Capture) -> Tally:
-    return Tally.joined(partials)
-
-
-def _slice_step(part: Capture, facts: CaptureFacts, carry: None, last: bool) -> tuple[None, Tally]:
-    """The counts of a slice of a partition's time: its own packets and frames, and the
-    deliveries it tells (`amqpcap.derive.replay.told`: a delivery once it is settled or final).
-    Nothing is carried: what is still open at the cut is replayed to the next slice."""
-    view = for_derivations(part)
+def _counts_of(rows: Capture, last: bool) -> Tally:
+    """The counts of a partition whole (`tally_of`), or of a slice of its time: its own packets
+    and frames, and the deliveries it tells (`amqpcap.derive.replay.told`: a delivery once it is
+    settled or final). Nothing is carried: what is still open at the cut is replayed to the next
+    slice."""
+    view = for_derivations(rows)
+    if seeds_of(view) is None:
+        return tally_of(rows)
     d = D.deliveries(view)
     keep = told(view, d["order"].to_numpy(np.int64), last)
     d = d[keep]
-    return None, _counted(part, d, seeds_of(view).whole_orders(d["order"].to_numpy(np.int64)))
+    return _counted(rows, d, seeds_of(view).whole_orders(d["order"].to_numpy(np.int64)))
 
 
 def _slices_joined(pieces: list[Tally]) -> Tally:
-    """The partition's tally from its slices' (`_slice_step`): `tally_of` the partition."""
+    """The partition's tally from its slices' (`_counts_of`): `tally_of` the partition."""
     whole = Tally.joined(pieces)
     c = pd.concat([p.consumers for p in pieces], ignore_index=True)
     first = c.groupby(CONSUMER_KEY, sort=False).agg(
@@ -287,7 +310,3 @@ def _slices_joined(pieces: list[Tally]) -> Tally:
     return replace(whole, roles=roles_of(flags),
                    publishes=_published(pd.concat([p.publishes for p in pieces], ignore_index=True)),
                    consumers=consumers, queues=queues)
-
-
-#: the tally as partition steps (`amqpcap.engine.on_dask` runs it beside the analyzers' steps)
-SPLIT = Split(partial=_partial, merge=_merge, slicing=Slicing(_slice_step, _slices_joined, replays=True))

@@ -3,18 +3,17 @@
 `ingest` decodes the buckets of `amqpcap.io.dataset.ingest` as tasks, each from its spill file,
 each writing its bucket of the dataset.
 
-Each analyzer that splits (`amqpcap.analysis.partition.Split`) runs its partition step on every bucket
-of the dataset, in a task of its own on a Dask worker, and its step over the capture's
-`records` in one more; this process merges the partials. An analyzer with a context step gets
+Each analyzer (`amqpcap.analysis.contract`, run as its `amqpcap.analysis.partition.Split`) runs its
+step on every bucket of the dataset, in a task of its own on a Dask worker, and its step over the
+capture's `records` in one more; this process merges the partials. An analyzer with a context step gets
 its context from the first round of bucket tasks and its partials from a second round, each
 task given the contexts of every bucket joined here; a join in cells (`partition.CellJoin`: the
 queue backlogs) runs as a chain of tasks on the workers, this process making its plan and
 gathering each bucket's pieces. Dask schedules the tasks, moves the
 partials and recomputes the tasks of a worker that dies; nothing here retries or schedules.
 
-Every analyzer splits today; one that did not (`analysis.analyzer` without a split) would run in
-this process on the capture read whole. What summary.json and the report count of the capture
-(`amqpcap.derive.tally`) is one more partition step; this process holds the dataset's outline
+What summary.json and the report count of the capture is the summary's own analyzer, run beside
+the others (`amqpcap.derive.tally.TallyCounts`, under `TALLY`); this process holds the dataset's outline
 (connections, anomalies, summary) and the merged results, and the capture's own tables are
 written from the dataset bucket by bucket (`amqpcap.io.stored_tables`).
 
@@ -26,6 +25,7 @@ as the machine has cores, at most `LOCAL_MAX_WORKERS`.
 
 from __future__ import annotations
 
+import functools
 import logging
 import operator
 import os
@@ -41,10 +41,11 @@ from ..analysis.registry import AnalyzerResult, analyzers, splits
 from ..io.load import Capture
 from ..model.errors import AmqpcapError
 from ..io.kept_rows import keeping_in
+from ..analysis.contract import Analyzer, split_of
 from ..analysis.partition import CellJoin, PerPartition, Split, context_for, joined_once
 from ..io.memory import release_freed_memory
 from ..model.facts import CaptureFacts
-from .slices import SLICE_PACKETS, can_slice, submit_in_slices
+from .slices import SLICE_PACKETS, runs_in_slices, submit_in_slices
 
 #: a local cluster's workers at most (one per core below that)
 LOCAL_MAX_WORKERS = 8
@@ -88,21 +89,23 @@ def _seen_here(path: str) -> None:
 
 
 def bucket_step(path: str, bucket: int, facts: CaptureFacts, names: list[str],
-                contexts: dict[str, Any] | None = None, store: str | None = None) -> dict[str, Any]:
+                contexts: dict[str, Any] | None = None, store: str | None = None,
+                given: dict[str, Split] | None = None) -> dict[str, Any]:
     """On a worker: the analyzers `names` over one bucket's connections. Without `contexts`
     (the first round): the partials of the analyzers without a context step, and the context of
     those with one; with `contexts` (the second round, {analyzer: joined context}): the partials
-    of those analyzers. Per-message tables are kept in `store` when given (`amqpcap.io.kept_rows`)."""
+    of those analyzers. Per-message tables are kept in `store` when given (`amqpcap.io.kept_rows`).
+    `given`: the steps `names` are among, when not every analyzer's (`_steps`)."""
     _seen_here(path)
     with keeping_in(store, bucket):
-        out = _steps_over(dataset.read_partition(path, [bucket]), facts, names, contexts)
+        out = _steps_over(dataset.read_partition(path, [bucket]), facts, names, contexts, _steps(given))
     release_freed_memory()  # (a worker keeps no bucket's columns between tasks: WORKER_ENV_DROPPED)
     return out
 
 
-def _steps_over(part: Capture, facts: CaptureFacts, names: list[str], contexts: dict[str, Any] | None) -> dict[str, Any]:
-    """`bucket_step`'s steps over the bucket read (`part`)."""
-    sp = _steps()
+def _steps_over(part: Capture, facts: CaptureFacts, names: list[str], contexts: dict[str, Any] | None,
+                sp: dict[str, Split]) -> dict[str, Any]:
+    """`bucket_step`'s steps (`names` among `sp`) over the bucket read (`part`)."""
     if contexts is not None:
         return {name: sp[name].partial_with(part, facts, contexts[name]) for name in names}
     made: dict[Any, Any] = {}  # a context step shared by analyzers (the queue backlog's) runs once
@@ -140,21 +143,36 @@ def cell_input_step(join: CellJoin, plan: Any, inputs: list, r: int, after: Any)
     return out
 
 
-#: the name of the tally's steps beside the analyzers' (`amqpcap.derive.tally`: what summary.json and the
-#: report count), which no analyzer can have
+#: the name of the summary's analyzer beside the others (`amqpcap.derive.tally.TallyCounts`: what
+#: summary.json and the report count), which no analyzer module can have (a module name has no "(")
 TALLY = "(tally)"
 
 
-def _steps() -> dict[str, Split]:
-    """What runs per bucket: every split analyzer, and the tally."""
-    from ..derive import tally
+def _steps(given: dict[str, Split] | None = None) -> dict[str, Split]:
+    """What runs per bucket: every analyzer, and the summary's (the tally), as the engine runs
+    them (`amqpcap.analysis.contract.split_of`); or the steps `given` (`steps_of`: some analyzers,
+    not necessarily registered ones)."""
+    return given if given is not None else {**splits(), TALLY: _tally_split()}
 
-    return {**splits(), TALLY: tally.SPLIT}
+
+def steps_of(analyzers: dict[str, Analyzer]) -> dict[str, Split]:
+    """The engine's steps of `analyzers` ({name: analyzer}), to run them alone (`submit_steps`'s
+    ``given``): a new analyzer on a dataset before it is registered, say. Sent with every task,
+    so that workers run analyzers they could not import by name."""
+    return {name: split_of(a) for name, a in analyzers.items()}
 
 
-def records_step(path: str, facts: CaptureFacts, names: list[str]) -> dict[str, Any]:
+@functools.cache
+def _tally_split() -> Split:
+    from ..derive.tally import TallyCounts
+
+    return split_of(TallyCounts())
+
+
+def records_step(path: str, facts: CaptureFacts, names: list[str],
+                 given: dict[str, Split] | None = None) -> dict[str, Any]:
     """On a worker: the analyzers' steps over the capture's records (every packet of the file)."""
-    sp = _steps()
+    sp = _steps(given)
     wanted = [n for n in names if sp[n].records is not None]
     if not wanted:
         return {}
@@ -275,39 +293,44 @@ class Steps:
     store: str | None = None
     #: the buckets run as chains of tasks over slices of their time: where each is cut
     sliced: dict[int, list[int]] = field(default_factory=dict)
+    #: the steps run, when not every analyzer's (`steps_of`)
+    given: dict[str, Split] | None = None
 
     @property
     def total(self) -> int:
         """Tasks in all: the first round, and a second one per bucket when an analyzer has a
         context step."""
-        return len(self.futures) + (self.buckets if any(s.context for s in splits().values()) else 0)
+        return len(self.futures) + (self.buckets if any(s.context for s in _steps(self.given).values()) else 0)
 
 
 def submit_steps(path: str | os.PathLike[str], c: Any, store: str | None = None,
-                 slice_packets: int | None = None) -> Steps:
+                 slice_packets: int | None = None, given: dict[str, Split] | None = None) -> Steps:
     """Submit the split analyzers' steps over the dataset at `path` to the cluster of client `c`:
     a task per bucket (each analyzer's partial, or its context when it has a context step; a chain
     of tasks over the slices of a bucket of more than `slice_packets` packets, `_submit_bucket`;
     None: as many as the workers' memory holds, `slice_packets_of`), one over the records;
     per-message tables kept in `store` (`amqpcap.io.kept_rows.store`) when given. `merged` submits
-    the second round."""
+    the second round. `given`: the steps to run, when not every analyzer's (`steps_of`)."""
     root = os.fspath(path) if dataset.is_url(path) else str(Path(path).resolve())
     slice_packets = slice_packets or slice_packets_of(c)
     m = dataset.manifest(root)
     facts = dataset.facts(root)
-    names, token = list(_steps()), _token(root, store)
+    names = list(_steps(given))
+    token = _token(root, store, None if given is None else names)
     cuts = {k: c.submit(dataset.bucket_cuts, root, k, slice_packets, key=f"amqpcap-cuts-{k}-{token}").result()
-            for k in np.flatnonzero(_sliced_buckets(root, m["buckets"], slice_packets)).tolist()}
-    futures = {_submit_bucket(c, root, k, facts, names, token, store, cuts.get(k)): k for k in range(m["buckets"])}
-    futures[c.submit(records_step, root, facts, names, key=f"amqpcap-records-{token}")] = None
-    return Steps(root, m["buckets"], facts, token, futures, c, store, {k: v for k, v in cuts.items() if v})
+            for k in np.flatnonzero(_sliced_buckets(root, m["buckets"], slice_packets, given)).tolist()}
+    futures = {f: k for k in range(m["buckets"]) for f in _submit_bucket(c, root, k, facts, names, token, store,
+                                                                           cuts.get(k), given=given)}
+    futures[c.submit(records_step, root, facts, names, given, key=f"amqpcap-records-{token}")] = None
+    return Steps(root, m["buckets"], facts, token, futures, c, store, {k: v for k, v in cuts.items() if v}, given)
 
 
-def _sliced_buckets(root: str, buckets: int, slice_packets: int) -> np.ndarray:
-    """Which buckets run as a chain of tasks over slices of their time: those of more than
-    `slice_packets` packets, once every step can run over slices (`slice_chain.can_slice`;
-    until then, none)."""
-    if not can_slice(_steps()):
+def _sliced_buckets(root: str, buckets: int, slice_packets: int, given: dict[str, Split] | None = None) -> np.ndarray:
+    """Which buckets are cut in slices of their time: those of more than `slice_packets` packets,
+    when any step can run over slices (those that cannot run over such a bucket whole:
+    `_submit_bucket`)."""
+    steps = _steps(given).values()
+    if not any(runs_in_slices(s, first) for s in steps for first in (True, False)):
         return np.zeros(buckets, bool)
     return dataset.bucket_packets(dataset.read_outline(root).connections, buckets) > slice_packets
 
@@ -337,12 +360,27 @@ def _memory_limits(c: Any) -> list[int]:
 
 
 def _submit_bucket(c: Any, root: str, k: int, facts: CaptureFacts, names: list[str], token: str, store: str | None,
-                   cuts: list[int] | None, contexts: dict[str, Any] | None = None, round_name: str = "") -> Any:
+                   cuts: list[int] | None, contexts: dict[str, Any] | None = None, round_name: str = "",
+                   given: dict[str, Split] | None = None) -> list[Any]:
     """Bucket `k`'s steps (given `contexts`: the second round's, `bucket_step`): one task, or
-    given `cuts`, a chain of tasks over the slices of its time they cut (`amqpcap.engine.slices`)."""
+    given `cuts`, a chain of tasks over the slices of its time they cut for the steps that can
+    run over slices (`amqpcap.engine.slices`) and one task over the bucket whole for those that
+    cannot. Their futures, each of a dict of some of the steps' partials."""
     if cuts:
-        return submit_in_slices(c, root, k, cuts, facts, names, f"{round_name}{token}", store, contexts)
-    return c.submit(bucket_step, root, k, facts, names, contexts, store, key=f"amqpcap-bucket-{round_name}{k}-{token}")
+        steps = _steps(given)
+        sliced = [n for n in names if runs_in_slices(steps[n], contexts is None)]
+        whole = [n for n in names if n not in sliced]
+    else:
+        sliced, whole = [], names
+    out = []
+    if sliced:
+        out.append(submit_in_slices(c, root, k, cuts, facts, sliced, f"{round_name}{token}", store,
+                                    None if contexts is None else {n: contexts[n] for n in sliced}, given))
+    if whole:
+        out.append(c.submit(bucket_step, root, k, facts, whole,
+                            None if contexts is None else {n: contexts[n] for n in whole}, store, given,
+                            key=f"amqpcap-bucket-{round_name}{k}-{token}"))
+    return out
 
 
 def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], None] | None = None,
@@ -353,7 +391,7 @@ def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], Non
     context step get a second round of bucket tasks, given their contexts joined, once the
     first round is in. The others are merged here while the workers run the queue backlogs'
     cells and that second round (`_merging_meanwhile`), not after it."""
-    m = _Merging(steps, whole, progress, done, total if total is not None else steps.total)
+    m = _Merging(steps, whole, progress, done, total if total is not None else steps.total, _steps(steps.given))
     m.gather(steps.futures, "bucket")
     meanwhile = _merging_meanwhile(m.merge, [name for name, split in m.splits.items() if split.context is None])
     second = [name for name, split in m.splits.items() if split.context is not None]
@@ -374,7 +412,7 @@ class _Merging:
     progress: Callable[[str, int, int], None] | None
     done: int
     total: int
-    splits: dict[str, Split] = field(default_factory=_steps)
+    splits: dict[str, Split] = field(default_factory=_steps)  # (every analyzer's, or `Steps.given`)
     #: {bucket: {analyzer: its partial}}; an analyzer's are dropped once merged
     partials: dict[int, dict[str, Any]] = field(default_factory=dict)
     records: dict[str, Any] = field(default_factory=dict)
@@ -429,9 +467,10 @@ class _Merging:
         sent = dict(zip(map(id, shared), steps.client.scatter(shared, broadcast=True, hash=False) if shared else []))
         given = [{name: context_for(v, i) if isinstance(v, PerPartition) else sent[id(v)] for name, v in joined.items()}
                  for i in range(len(buckets))]
-        futures = {_submit_bucket(steps.client, steps.root, k, steps.facts, names, steps.token, steps.store,
-                                  steps.sliced.get(k), given[i], "round2-"): k
-                   for i, k in enumerate(buckets)}
+        futures = {f: k for i, k in enumerate(buckets)
+                   for f in _submit_bucket(steps.client, steps.root, k, steps.facts, names, steps.token, steps.store,
+                                           steps.sliced.get(k), given[i], "round2-", steps.given)}
+        self.total += len(futures) - len(buckets)  # (`Steps.total` counted a task per bucket)
         del joined, shared, given  # on the workers now: not held here through the merge
         meanwhile()
         self.gather(futures, "bucket (second round)")
@@ -490,21 +529,11 @@ def analyze(path: str | os.PathLike[str], outline: Capture, c: Any,
     that summary.json and the report are made from it as from the capture read whole.
     ``progress(what, done, total)`` as each task or analyzer ends. A bucket of more than
     `slice_packets` packets (None: as many as the workers' memory holds) runs in slices of its
-    time, once every step can (`submit_steps`); ``tell(line)`` says so."""
+    time, each step that can (`submit_steps`); ``tell(line)`` says so."""
     steps = submit_steps(path, c, store, slice_packets)
     if steps.sliced and tell:
         tell(_sliced_line(steps.sliced))
-    whole = [name for name in analyzers() if name not in splits()]
-    total = steps.total + len(whole)
-    results: dict[str, Any] = {}
-    if whole:  # an analyzer that does not split, here, on the capture read whole
-        cap = dataset.read(path)
-        for done, name in enumerate(whole, 1):
-            results[name] = analyzers()[name][0](cap)
-            if progress:
-                progress(name, done, total)
-        del cap
-    results.update(merged(steps, outline, progress, len(whole), total))
+    results = merged(steps, outline, progress)
     outline.context["tally"] = results.pop(TALLY)
     return [results[name] for name in analyzers()]
 
@@ -614,11 +643,13 @@ def _gb(n: int) -> str:
     return f"{n / 2**30:.1f} GiB"
 
 
-def _token(root: str, store: str | None = None) -> str:
+def _token(root: str, store: str | None = None, names: list[str] | None = None) -> str:
     """Task keys of one dataset's run: its path and manifest time, so that a rewritten
     dataset is not served results of the old one, and the store its rows are kept in (a
-    result naming a store removed since is not served either)."""
+    result naming a store removed since is not served either); the steps run when they are not
+    every analyzer's (`Steps.given`)."""
     import hashlib
 
     stamp = dataset.location(root).stamp()
-    return hashlib.sha1(f"{root}\0{stamp}\0{store}".encode()).hexdigest()[:12]
+    steps = "" if names is None else "\0" + ",".join(names)
+    return hashlib.sha1(f"{root}\0{stamp}\0{store}{steps}".encode()).hexdigest()[:12]

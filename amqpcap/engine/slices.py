@@ -38,22 +38,24 @@ from ..model.facts import CaptureFacts
 SLICE_PACKETS = 1_000_000
 
 
-def can_slice(steps: dict[str, Split]) -> bool:
-    """Whether every one of `steps` runs over slices of time, its context step too when it has
-    one, and so a bucket can be sliced."""
-    return all(s.slicing is not None and (s.context is None or s.context_slicing is not None)
-               for s in steps.values())
+def runs_in_slices(split: Split, first_round: bool) -> bool:
+    """Whether the step `split` runs in a round (`_slicing`: its context step's in the first round
+    when it has one, else its partition step) can run over slices of time. Each analyzer is
+    asked alone: in a bucket cut in slices, one that cannot runs over the bucket whole, beside
+    the others' chain of slices (`amqpcap.engine.on_dask._submit_bucket`)."""
+    return _slicing(split, first_round) is not None
 
 
 def submit_in_slices(client: Any, root: str, bucket: int, cuts: list[int], facts: CaptureFacts,
                      names: list[str], token: str, store: str | None = None,
-                     contexts: dict[str, Any] | None = None) -> Any:
+                     contexts: dict[str, Any] | None = None, given: dict[str, Split] | None = None) -> Any:
     """The steps `names` over bucket `bucket` of the dataset at `root` cut at the packets `cuts`,
     submitted to the cluster of `client` as a chain of tasks: a future of what
     `amqpcap.engine.on_dask.bucket_step` returns for the bucket (per-message tables kept in `store` when
     given, `amqpcap.io.kept_rows`): without `contexts` (the first round), the partials of the
     steps without a context step and the contexts of the others; with `contexts` ({name: the
-    joined context, or a future of it}: the second round), those steps' partials."""
+    joined context, or a future of it}: the second round), those steps' partials. `given`: the
+    steps `names` are among, when not every analyzer's (`amqpcap.engine.on_dask.steps_of`)."""
     slices = list(zip([0, *cuts], [*cuts, None]))
     if contexts is not None:  # (each slice of the bucket reads its context: sent to the workers once,
         # once for the steps that share it, consumers' and latency's queue backlog; a copy on
@@ -64,7 +66,7 @@ def submit_in_slices(client: Any, root: str, bucket: int, cuts: list[int], facts
                 sent[id(v)] = client.scatter([v], broadcast=True, hash=False)[0]
         contexts = {name: v if _is_future(v) else sent[id(v)] for name, v in contexts.items()}
     ends = None
-    if any(_slicing(_steps()[n], contexts is None).replays for n in names):
+    if any(_slicing(_steps(given)[n], contexts is None).replays for n in names):
         seen = None
         for i, (first, end) in enumerate(slices):
             seen = client.submit(ends_task, root, bucket, first, end, seen, key=f"amqpcap-ends-{bucket}-{i}-{token}")
@@ -72,12 +74,12 @@ def submit_in_slices(client: Any, root: str, bucket: int, cuts: list[int], facts
     carries = replay = None
     pieces = []
     for i, (first, end) in enumerate(slices):
-        out = client.submit(slice_task, root, bucket, first, end, facts, names, carries, replay, ends, contexts,
-                            key=f"amqpcap-slice-{bucket}-{i}-{token}")
+        out = client.submit(slice_task, root, bucket, first, end, facts, names, carries, replay, ends, contexts, given,
+                            store, key=f"amqpcap-slice-{bucket}-{i}-{token}")
         carries = client.submit(operator.getitem, out, 0, key=f"amqpcap-slice-carries-{bucket}-{i}-{token}")
         pieces.append(client.submit(operator.getitem, out, 1, key=f"amqpcap-slice-pieces-{bucket}-{i}-{token}"))
         replay = client.submit(operator.getitem, out, 2, key=f"amqpcap-slice-replay-{bucket}-{i}-{token}")
-    return client.submit(join_task, names, bucket, store, contexts is None, *pieces,
+    return client.submit(join_task, names, bucket, store, contexts is None, given, *pieces,
                          key=f"amqpcap-slices-joined-{bucket}-{token}")
 
 
@@ -110,33 +112,36 @@ def _ends_of(seen: Any) -> Any:
 
 def slice_task(root: str, bucket: int, first: int, end: int | None, facts: CaptureFacts, names: list[str],
                carries: dict[str, Any] | None, replay: Any, ends: Any,
-               contexts: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any], Any]:
+               contexts: dict[str, Any] | None = None, given: dict[str, Split] | None = None,
+               store: str | None = None) -> tuple[dict[str, Any], dict[str, Any], Any]:
     """On a worker: every step `names` over one slice of the bucket (packets `first` up to `end`;
     None: to the end), given their carries from the slice before (None: the first slice) and,
     when a step reads the derivations, the first pass's `ends` and the `replay` of the slice
     before: (the carries for the next slice, each step's piece, the next slice's replay). The
     steps of a round (`submit_in_slices`): without `contexts`, a split's context step when it
     has one (once for the splits that share it); with them, its partition step given its
-    context."""
+    context. The last slice's steps close the bucket's state: what they keep goes to `store`
+    as the bucket's (`amqpcap.io.kept_rows`)."""
     from ..derive.replay import next_replay, with_replay
 
-    sp = _steps()
+    sp = _steps(given)
     part = dataset.read_partition(root, [bucket], packets=(first, end))
     last = end is None
     if ends is not None:  # (the plain slice is unchanged: only `for_derivations` reads these)
         with_replay(part, replay, ends)
     carries = carries or dict.fromkeys(names)
     after, pieces, made = {}, {}, {}
-    for name in names:
-        split = sp[name]
-        if contexts is not None:
-            after[name], pieces[name] = split.slice_step(part, facts, carries[name], last, contexts[name])
-        elif split.context is None:
-            after[name], pieces[name] = split.slice_step(part, facts, carries[name], last)
-        else:  # (a context step shared by analyzers, the queue backlog's, runs once)
-            if split.context_slicing not in made:
-                made[split.context_slicing] = split.context_slicing.step(part, facts, carries[name], last)
-            after[name], pieces[name] = made[split.context_slicing]
+    with keeping_in(store, bucket):
+        for name in names:
+            split = sp[name]
+            if contexts is not None:
+                after[name], pieces[name] = split.slice_step(part, facts, carries[name], last, contexts[name])
+            elif split.context is None:
+                after[name], pieces[name] = split.slice_step(part, facts, carries[name], last)
+            else:  # (a context step shared by analyzers, the queue backlog's, runs once)
+                if split.context_slicing not in made:
+                    made[split.context_slicing] = split.context_slicing.step(part, facts, carries[name], last)
+                after[name], pieces[name] = made[split.context_slicing]
     replay_next = next_replay(part) if ends is not None and not last else None
     del part
     release_freed_memory()
@@ -144,11 +149,11 @@ def slice_task(root: str, bucket: int, first: int, end: int | None, facts: Captu
 
 
 def join_task(names: list[str], bucket: int, store: str | None, first_round: bool,
-              *pieces: dict[str, Any]) -> dict[str, Any]:
+              given: dict[str, Split] | None, *pieces: dict[str, Any]) -> dict[str, Any]:
     """On a worker: each step's partial (or context, in the `first_round`: `slice_task`) from its
     pieces of every slice, in slice order (its per-message tables kept in `store` as the
     bucket's, when given). A context shared by analyzers is joined once."""
-    sp = _steps()
+    sp = _steps(given)
     out, made = {}, {}
     with keeping_in(store, bucket):
         for name in names:
@@ -161,7 +166,7 @@ def join_task(names: list[str], bucket: int, store: str | None, first_round: boo
     return out
 
 
-def _steps() -> dict[str, Split]:
+def _steps(given: dict[str, Split] | None = None) -> dict[str, Split]:
     from .on_dask import _steps as steps
 
-    return steps()
+    return steps(given)

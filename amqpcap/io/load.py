@@ -300,7 +300,7 @@ def decode_spilled(path: str | os.PathLike[str], capture_records: int, ports=DEF
                    bodies: bool = False, frames_sink: Callable[[Any], None] | None = None,
                    frames_batch_rows: int = FRAMES_BATCH_ROWS, **_whole_capture_args: Any) -> Decoded:
     """One bucket of `amqpcap.io.dataset.ingest`, decoded from the spill file `decode_arrow`'s
-    ``spill`` wrote (`rust/src/spill.rs`): the tables of its connections (pyarrow Tables), as a
+    ``spill`` wrote (`rust/src/buckets/spill.rs`): the tables of its connections (pyarrow Tables), as a
     whole decode of the capture (of ``capture_records`` packets) gives them. The summary has
     only the warnings of this decode; ``strict`` and ``tls_keylog`` concern the capture's files
     and are not used here. ``frames_sink``: as `decode_arrow`'s."""

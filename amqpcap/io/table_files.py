@@ -230,7 +230,7 @@ def batches_from_sink(produce: Callable[[Callable[[Any], None]], Any], waiting: 
 
 def _csv_text(t, header: bool):
     """The CSV text of the Arrow table `t` (`as_csv_columns`), with the header line or not:
-    written by the core (`rust/src/csv_out.rs`: pyarrow's text, in a third of its time on the
+    written by the core (`rust/src/output/csv_out.rs`: pyarrow's text, in a third of its time on the
     frames table), or by pyarrow when a column is of a type the core does not write."""
     import pyarrow as pa
     import pyarrow.csv as pcsv
@@ -246,7 +246,7 @@ def _csv_text(t, header: bool):
 def csv_text_by_core(t, header: bool) -> bytes | None:
     """The CSV text of the Arrow table `t` of text, integer, boolean, float and timestamp
     columns, as pyarrow's CSV writer writes it once `as_csv_columns` has made timestamps text,
-    written by the core (`rust/src/csv_out.rs`, which makes them text itself); None when a
+    written by the core (`rust/src/output/csv_out.rs`, which makes them text itself); None when a
     column is of another type. Floats are made text by Arrow's own cast, which writes what its
     CSV writer writes (the core writes that text unquoted)."""
     import pyarrow as pa

@@ -1,5 +1,5 @@
-"""The clients analyzer: a step per partition of whole connections (over slices of its time when it
-is large), and a merge that names the connections and derives the findings from their rows.
+"""The clients analyzer: a step over rows (a partition of whole connections, or a slice of its time),
+and a finish that names the connections and derives the findings from their rows.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pandas as pd
 from ...analysis.registry import AnalyzerResult, analyzer
 from ...io.load import Capture
 from ...derive.names import connection_names
-from ...analysis.partition import Slicing, Split, run_whole
+from ...analysis.contract import Analyzer, Carried
 from ...io.rows import merge_rows
 from ...model.facts import CaptureFacts
 from .channels import _deleted_by
@@ -20,10 +20,33 @@ from .constants import COLUMNS, NAMED, SUMMARY_COLUMNS, SUMMARY_CONNECTIONS
 from .findings import (
     _cancelled_finding, _channel_churn_finding, _churn_finding, _polling_finding, _publish_wait_finding,
     _transactions_finding, _unroutable_finding)
-from .step import clients_join, clients_partial, clients_slice
+from .step import clients_join, clients_slice
 
 
-def clients_merge(partials: list[dict[str, Any]], records: None, facts: CaptureFacts, cap: Capture) -> AnalyzerResult:
+@analyzer("clients")
+class Clients(Analyzer[Carried, list]):
+    """What each connection does (publishes, consumes, gets, transactions, confirms) and the habits that cost most."""
+
+    reads_derivations = True
+
+    def start(self, facts: CaptureFacts) -> Carried:
+        return Carried()
+
+    def step(self, state: Carried, rows: Capture, facts: CaptureFacts, last: bool) -> Carried:
+        return state.then(*clients_slice(rows, state.carry, last))
+
+    def close(self, state: Carried, rows: Capture, facts: CaptureFacts) -> list[dict[str, Any]]:
+        """The partition's partial from its slices' pieces, in a list of the partitions'."""
+        return [clients_join(state.pieces)]
+
+    def merge(self, a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return a + b
+
+    def finish(self, partials: list[dict[str, Any]], cap: Capture, facts: CaptureFacts) -> AnalyzerResult:
+        return _result(partials, cap)
+
+
+def _result(partials: list[dict[str, Any]], cap: Capture) -> AnalyzerResult:
     """The connections of every partition, named; the findings and summary from them."""
     conns = merge_rows([p["connections"] for p in partials], ["stream"])
     names = connection_names(cap)
@@ -67,13 +90,3 @@ def _by_connection(conns: pd.DataFrame) -> list[dict[str, Any]]:
         out.append({k: (None if isinstance(v, float) and np.isnan(v) else v.item() if isinstance(v, np.generic) else v)
                     for k, v in r.items()})
     return out
-
-
-SPLIT = Split(partial=clients_partial, merge=clients_merge,
-              slicing=Slicing(clients_slice, clients_join, replays=True))
-
-
-@analyzer("clients", split=SPLIT)
-def clients(cap: Capture) -> AnalyzerResult:
-    """What each connection does (publishes, consumes, gets, transactions, confirms) and the habits that cost most."""
-    return run_whole(SPLIT, cap)

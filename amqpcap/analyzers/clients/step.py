@@ -1,5 +1,5 @@
-"""A partition's step over slices of its time (docs/time-split.md §2.5): each slice's counts carried
-to the next, the slices' pieces joined into the partition's rows.
+"""The clients analyzer's step over rows (a partition, or a slice of its time: docs/time-split.md
+§2.5): each slice's counts carried to the next, the slices' pieces joined into the partition's rows.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import pandas as pd
 from ...io.load import Capture
 from ...derive.methods import methods, select
 from ...derive.rates import msgs_per_s_active
-from ...model.facts import CaptureFacts
 from .channels import _cancels, _open_channels, _opens_per_s, _queue_deletes
 from .constants import COLUMNS, COUNTED, EXAMPLES, NAMED, ROUND_TRIPS
 from .publishes import _confirmed, _confirming, _count_publishes, _publishes_in_tx, _returns
@@ -20,15 +19,9 @@ from .requests import _examples, _remember_queues, _round_trips
 from .state import _Final, _Piece, _Seen
 
 
-def clients_partial(cap: Capture, facts: CaptureFacts) -> dict[str, Any]:
-    """A partition's connections: one row each, with its counts, rates and round trips."""
-    return clients_join([clients_slice(cap, facts, None, True)[1]])
-
-
-def clients_slice(part: Capture, facts: CaptureFacts, seen: _Seen | None, last: bool) -> tuple[_Seen, _Piece]:
-    """A slice of a partition's time (`amqpcap.analysis.partition.Slicing`; a whole partition is its own
-    one slice): what it adds to `seen`, and what it tells; the last slice also the connections'
-    rows, from the final `seen`."""
+def clients_slice(part: Capture, seen: _Seen | None, last: bool) -> tuple[_Seen, _Piece]:
+    """A slice of a partition's time (a whole partition is its own one slice): what it adds to
+    `seen`, and what it tells; the last slice also the connections' rows, from the final `seen`."""
     m = methods(part)  # (the slice's own frames: counted once, by the slice they are in)
     stream = part.connections["stream"].to_numpy(np.int64)
     seen = seen or _Seen.nothing(len(stream))

@@ -1,5 +1,6 @@
-"""The consumers analyzer: the queue backlog's context round (shared with latency), a step per
-partition of whole connections (over slices of its time when it is large), and a merge.
+"""The consumers analyzer: a step over rows (a partition of whole connections, or a slice of its
+time) given the queue backlog read at their acks (``uses = BACKLOG``, shared with latency), and a
+finish.
 """
 
 from __future__ import annotations
@@ -12,22 +13,50 @@ import pandas as pd
 from ...analysis.registry import AnalyzerResult, Plot, analyzer
 from ...io.load import Capture
 from ...derive.labels import connection_labels
-from ...derive.refills import BACKLOG_CONTEXT_SLICING, backlog_context, join_backlog_context
+from ...derive.backlog_join import BacklogPieces
+from ...derive.refills import BACKLOG
 from ...io.kept_rows import rows_table
-from ...analysis.partition import Slicing, Split, facts_of, run_whole, taken
+from ...analysis.contract import Analyzer, Carried
+from ...analysis.partition import facts_of, taken
 from ...io.rows import merge_rows
 from ...model.facts import CaptureFacts
 from .findings import _findings, _unlimited_finding
 from .plots import _plot_state, merged_bins
-from .step import consumers_join, consumers_partial, consumers_slice
+from .step import consumers_join, consumers_slice
+
+
+@analyzer("consumers")
+class Consumers(Analyzer[Carried, list]):
+    """Per consumer: unacked messages, prefetch, deficit (unused credit), utilisation, time at the limit."""
+
+    uses = BACKLOG
+    reads_derivations = True
+
+    def start(self, facts: CaptureFacts) -> Carried:
+        return Carried()
+
+    def step(self, state: Carried, rows: Capture, facts: CaptureFacts, last: bool,
+             backlog: BacklogPieces | None) -> Carried:
+        return state.then(*consumers_slice(rows, state.carry, last, backlog))
+
+    def close(self, state: Carried, rows: Capture, facts: CaptureFacts) -> list[dict[str, Any]]:
+        """The partition's partial from its slices' pieces, in a list of the partitions'."""
+        return [consumers_join(state.pieces)]
+
+    def merge(self, a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return a + b
+
+    def finish(self, partials: list[dict[str, Any]], cap: Capture, facts: CaptureFacts) -> AnalyzerResult:
+        return consumers_merge(partials, cap)
 
 
 def consumer_summary(cap: Capture) -> pd.DataFrame:
     """One row per acknowledging consumer (see docs/analyzers/consumers.md)."""
-    return consumers_partial(cap, facts_of(cap), cap.context.get("backlog"))["summary"]
+    [partial] = Consumers().over_partition(cap, facts_of(cap), cap.context.get("backlog"))
+    return partial["summary"]
 
 
-def consumers_merge(partials: list[dict[str, Any]], records: None, facts: CaptureFacts, cap: Capture) -> AnalyzerResult:
+def consumers_merge(partials: list[dict[str, Any]], cap: Capture) -> AnalyzerResult:
     """Every partition's consumers, in the whole capture's order (by stream and channel, a
     channel's consumers being one partition's); the findings and the plot from them."""
     s = merge_rows(taken(partials, "summary"), ["stream", "channel"])
@@ -59,13 +88,3 @@ def consumers_merge(partials: list[dict[str, Any]], records: None, facts: Captur
         findings += [unlimited] if unlimited else []
     return AnalyzerResult("consumers", tables={"consumers": s, "state": st}, summary={"consumers": rows},
                           findings=findings, plots=plots)
-
-
-SPLIT = Split(partial=consumers_partial, merge=consumers_merge, context=backlog_context, join_context=join_backlog_context,
-              slicing=Slicing(consumers_slice, consumers_join, replays=True), context_slicing=BACKLOG_CONTEXT_SLICING)
-
-
-@analyzer("consumers", split=SPLIT)
-def consumers(cap: Capture) -> AnalyzerResult:
-    """Per consumer: unacked messages, prefetch, deficit (unused credit), utilisation, time at the limit."""
-    return run_whole(SPLIT, cap)

@@ -1,5 +1,6 @@
-"""A partition's step over slices of its time: what each slice tells (`_Piece`), and the pieces
-joined into the partition's partial (state rows, summary, findings' inputs).
+"""The consumers analyzer's step over rows (a partition, or a slice of its time): what each slice
+tells (`_Piece`), and the pieces joined into the partition's partial (state rows, summary,
+findings' inputs).
 """
 
 from __future__ import annotations
@@ -22,20 +23,12 @@ from ...derive.refills import AnswerRows, backlog_answers, slow_refills_of, told
 from ...derive.replay import for_derivations, state_maxima, told, told_consumers, told_state
 from ...derive.seeds import seeds_of
 from ...io.kept_rows import keep
-from ...model.facts import CaptureFacts
 from .constants import NOT_A_WINDOW
 from .findings import _unlimited
 from .limits import _limit_rows_of, _no_ack_rows
 from .listing import LISTED, _consume_rows, _listed
 from .plots import state_bins
 from .summary import _labelled, _runs, _summary
-
-
-def consumers_partial(cap: Capture, facts: CaptureFacts, backlog: BacklogPieces | None) -> dict[str, Any]:
-    """A partition's consumers (summary rows, credit series, no-ack consumers, the unlimited
-    ones that fell behind, their example packets and queues) and its slowly refilled channels,
-    with the whole capture's `backlog` read at its acks and consumers."""
-    return consumers_join([consumers_slice(cap, facts, None, True, backlog)[1]])
 
 
 #: the ack gaps' columns a piece keeps (those `_summary` and `slow_refills_of` read)
@@ -76,11 +69,11 @@ class _Piece:
     span: tuple | None = None
 
 
-def consumers_slice(part: Capture, facts: CaptureFacts, answer_rows: AnswerRows | None, last: bool,
+def consumers_slice(part: Capture, answer_rows: AnswerRows | None, last: bool,
                     backlog: BacklogPieces | None) -> tuple[AnswerRows, _Piece]:
-    """A slice of a partition's time (`amqpcap.analysis.partition.Slicing`; a whole partition is its own
-    one slice): the rows it tells of the derivations (`amqpcap.derive.replay.told`), its own
-    zero-window packets; the last slice also what only the end knows."""
+    """A slice of a partition's time (a whole partition is its own one slice): the rows it tells
+    of the derivations (`amqpcap.derive.replay.told`), its own zero-window packets; the last
+    slice also what only the end knows."""
     view = for_derivations(part)
     seeds = seeds_of(view)
     answers = _answers(view, backlog)
@@ -153,7 +146,9 @@ def _zero_windows(part: Capture) -> pd.DataFrame:
 
 
 def consumers_join(pieces: list[_Piece]) -> dict[str, Any]:
-    """The partition's partial (`consumers_partial`) from its slices' pieces (`consumers_slice`)."""
+    """The partition's partial (consumers, credit series, no-ack consumers, the unlimited ones
+    that fell behind, their example packets and queues, its slowly refilled channels) from its
+    slices' pieces (`consumers_slice`)."""
     final = pieces[-1]
     st = _state_of(pieces)
     c = _rows_of([p.consumers for p in pieces], "start_order")

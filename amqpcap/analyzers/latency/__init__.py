@@ -6,14 +6,14 @@ interleaves deliveries and acks, a starved one shows long runs of acks with no d
 
 The modules, one question each: `constants` (thresholds), `numbers` (the summary's numbers),
 `interleaving` (deliver/ack runs per channel), `per_consumer` (each consumer's latencies),
-`channels` (the rows the findings come from), `step` (a partition's step over slices of its
-time), `findings`, `plots`, and `analyzer` (the merge: `SPLIT`).
+`channels` (the rows the findings come from), `step` (the step over a partition or a slice of
+its time), `findings`, `plots`, and `analyzer` (the analyzer: `Latency`).
 """
 
-from .analyzer import SPLIT, latency
+from .analyzer import Latency
 from .channels import redelivery_severity, refill_severity
 from .interleaving import interleaving
 from .numbers import stats
 from .per_consumer import consumer_latency
 
-__all__ = ["SPLIT", "consumer_latency", "interleaving", "latency", "redelivery_severity", "refill_severity", "stats"]
+__all__ = ["Latency", "consumer_latency", "interleaving", "redelivery_severity", "refill_severity", "stats"]

@@ -1,6 +1,6 @@
-"""The latency analyzer: the queue backlog's context round (shared with consumers), a step per
-partition of whole connections (over slices of its time when it is large), and a merge that
-reads the per-message rows kept on the workers for the exact percentiles.
+"""The latency analyzer: a step over rows (a partition of whole connections, or a slice of its time)
+given the queue backlog read at their acks (``uses = BACKLOG``, shared with consumers), and a
+finish that reads the per-message rows kept on the workers for the exact percentiles.
 """
 
 from __future__ import annotations
@@ -12,16 +12,18 @@ import pandas as pd
 from ...analysis.registry import AnalyzerResult, Plot, analyzer
 from ...io.load import Capture
 from ...derive.labels import connection_labels
-from ...derive.refills import BACKLOG_CONTEXT_SLICING, backlog_context, join_backlog_context
+from ...derive.backlog_join import BacklogPieces
+from ...derive.refills import BACKLOG
 from ...io.kept_rows import columns as kept_columns
 from ...io.kept_rows import rows_table
-from ...analysis.partition import Slicing, Split, run_whole, taken
+from ...analysis.contract import Analyzer, Carried
+from ...analysis.partition import taken
 from ...io.rows import merge_rows
 from ...model.facts import CaptureFacts
 from .findings import _redelivery_findings, _refill_findings
 from .numbers import _imax, _values, _wmean, stats
 from .plots import _plot_cdf, _plot_over_time, _plot_raster, _raster_joined
-from .step import latency_join, latency_partial, latency_slice
+from .step import latency_join, latency_slice
 
 
 #: what summary.json counts of the deliveries (deliver_to_ack) and of the confirms (publish_to_confirm)
@@ -29,7 +31,34 @@ DELIVERY_COUNTS = ("unsettled_at_end", "unsettled_at_close", "no_ack_excluded", 
 CONFIRM_COUNTS = ("publishes", "nacked", "unconfirmed_at_end", "unconfirmed_at_close")
 
 
-def latency_merge(partials: list[dict[str, Any]], records: None, facts: CaptureFacts, cap: Capture) -> AnalyzerResult:
+@analyzer("latency")
+class Latency(Analyzer[Carried, list]):
+    """Deliver→ack, ack→next-deliver and publish→confirm latencies; deliver/ack interleaving."""
+
+    uses = BACKLOG
+    reads_derivations = True
+
+    def start(self, facts: CaptureFacts) -> Carried:
+        return Carried()
+
+    def step(self, state: Carried, rows: Capture, facts: CaptureFacts, last: bool, backlog: BacklogPieces) -> Carried:
+        return state.then(*latency_slice(rows, state.carry, last, backlog))
+
+    def close(self, state: Carried, rows: Capture, facts: CaptureFacts) -> list[dict[str, Any]]:
+        """A partition's deliveries, ack gaps (with the whole capture's backlog read at them) and
+        confirms, kept where they were made (`amqpcap.io.kept_rows`); what the finish needs of
+        them, each number a consumer's or a channel's own (its consumers, its channels' slow
+        refills and bouncing messages, its counts); its interleaving rows and the raster's data."""
+        return [latency_join(state.pieces)]
+
+    def merge(self, a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return a + b
+
+    def finish(self, partials: list[dict[str, Any]], cap: Capture, facts: CaptureFacts) -> AnalyzerResult:
+        return latency_merge(partials, cap)
+
+
+def latency_merge(partials: list[dict[str, Any]], cap: Capture) -> AnalyzerResult:
     """The partitions' rows in the whole capture's order (frame order: by packet, a packet's
     frames being one partition's); the summary, findings and plots from them: the percentiles
     from the latency columns alone, read whole (exact), the rest from the partitions' own
@@ -96,13 +125,3 @@ def _by_channel(parts: list[pd.DataFrame]) -> pd.DataFrame:
     if not kept:
         return parts[0]
     return pd.concat(kept).sort_index(kind="stable")
-
-
-SPLIT = Split(partial=latency_partial, merge=latency_merge, context=backlog_context, join_context=join_backlog_context,
-              slicing=Slicing(latency_slice, latency_join, replays=True), context_slicing=BACKLOG_CONTEXT_SLICING)
-
-
-@analyzer("latency", split=SPLIT)
-def latency(cap: Capture) -> AnalyzerResult:
-    """Deliver→ack, ack→next-deliver and publish→confirm latencies; deliver/ack interleaving."""
-    return run_whole(SPLIT, cap)

@@ -1,5 +1,6 @@
-"""A partition's step over slices of its time (docs/time-split.md §2.7): what each slice tells, what
-it carries to the next (`_Carry`), and the slices' pieces joined into the partition's partial.
+"""The latency analyzer's step over rows (a partition, or a slice of its time: docs/time-split.md
+§2.7): what each slice tells, what it carries to the next (`_Carry`), and the slices' pieces joined
+into the partition's partial.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ...io.load import Capture
-from ...derive.backlog import BacklogAnswers
+from ...derive.backlog_join import BacklogPieces
 from ...derive.columns import text_ranks
 from ...derive.deliveries import DELIVER_METHODS, SETTLE_METHODS, Deliveries, confirms, deliveries_with_codes
 from ...derive.labels import connection_labels
@@ -20,7 +21,6 @@ from ...derive.refills import AnswerRows, backlog_answers, slow_refills_of, told
 from ...derive.replay import for_derivations, told
 from ...derive.seeds import seeds_of
 from ...io.kept_rows import keep
-from ...model.facts import CaptureFacts
 from .channels import _redelivery_rows, _refill_rows
 from .interleaving import _current, _no_spaces, _replayed, _spaces, interleaving
 from .per_consumer import _Labels, consumer_latency
@@ -28,15 +28,6 @@ from .plots import _raster_data
 
 
 _NONE = np.zeros(0, np.int64)
-
-
-def latency_partial(cap: Capture, facts: CaptureFacts, backlog: BacklogAnswers) -> dict[str, Any]:
-    """A partition's deliveries, ack gaps (with the whole capture's backlog read at them) and
-    confirms, kept where they were made (`amqpcap.io.kept_rows`); what the merge needs of them,
-    each number a consumer's or a channel's own (its consumers, its channels' slow refills and
-    bouncing messages, its counts); its interleaving rows and the raster's data. The partition
-    is the one slice of its time (`latency_slice`)."""
-    return latency_join([latency_slice(cap, facts, None, True, backlog)[1]])
 
 
 @dataclass
@@ -73,11 +64,9 @@ class _Piece:
     labels: _Labels | None = None
 
 
-def latency_slice(part: Capture, facts: CaptureFacts, carry: _Carry | None, last: bool,
-                  backlog: BacklogAnswers) -> tuple[_Carry, _Piece]:
-    """A slice of a partition's time (`amqpcap.analysis.partition.Slicing`; a whole partition is its own
-    one slice): the rows it tells, with what the slices before left in `carry`, and the carry for
-    the next slice."""
+def latency_slice(part: Capture, carry: _Carry | None, last: bool, backlog: BacklogPieces) -> tuple[_Carry, _Piece]:
+    """A slice of a partition's time (a whole partition is its own one slice): the rows it
+    tells, with what the slices before left in `carry`, and the carry for the next slice."""
     carry = carry or _Carry(AnswerRows(), _no_spaces())
     part.context["backlog"] = backlog
     view = for_derivations(part)

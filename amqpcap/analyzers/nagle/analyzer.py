@@ -1,5 +1,5 @@
-"""The nagle analyzer: a step per partition of whole connections (over slices of its time when it is
-large) and a merge that derives the table, findings and plots.
+"""The nagle analyzer: a step over rows (a partition of whole connections, or a slice of its time)
+carrying each direction's `_Carry`, and a finish that derives the table, findings and plots.
 """
 
 from __future__ import annotations
@@ -11,29 +11,38 @@ import pandas as pd
 
 from ...analysis.registry import AnalyzerResult, Plot, analyzer
 from ...io.load import Capture
-from ...analysis.partition import Slicing, Split, run_whole
+from ...analysis.contract import Analyzer, Carried
 from ...io.rows import merge_rows
 from ...model.facts import CaptureFacts
-from .carry import _Carry
 from .directions import _slice, nagle_join
 from .findings import nagle_finding, small_packets_finding
 from .plots import _plot_small_share, _plot_stalls
 
 
-def nagle_slice(part: Capture, facts: CaptureFacts, carry: _Carry | None, last: bool) -> tuple[_Carry, dict[str, Any]]:
-    """A slice of a partition's time (`amqpcap.analysis.partition.Slicing`): the carry moved past its
-    packets, and its piece of the partial (`nagle_join`)."""
-    _, carry, piece = _slice(part, carry, last)
-    return carry, piece
+@analyzer("nagle")
+class Nagle(Analyzer[Carried, list]):
+    """Small TCP segments, unbatched writes and Nagle/delayed-ACK stalls per connection direction."""
+
+    def start(self, facts: CaptureFacts) -> Carried:
+        return Carried()
+
+    def step(self, state: Carried, rows: Capture, facts: CaptureFacts, last: bool) -> Carried:
+        _, carry, piece = _slice(rows, state.carry, last)
+        return state.then(carry, piece)
+
+    def close(self, state: Carried, rows: Capture, facts: CaptureFacts) -> list[dict[str, Any]]:
+        """A partition's directions and stalls, and the segments in coalescable runs that a
+        finding may cite (`nagle_join`), in a list of the partitions'."""
+        return [nagle_join(state.pieces)]
+
+    def merge(self, a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return a + b
+
+    def finish(self, partials: list[dict[str, Any]], cap: Capture, facts: CaptureFacts) -> AnalyzerResult:
+        return _result(partials, cap)
 
 
-def nagle_partial(cap: Capture, facts: CaptureFacts) -> dict[str, Any]:
-    """A partition's directions and stalls, and the segments in coalescable runs that a finding
-    may cite: the partition as its one slice of time."""
-    return nagle_join([nagle_slice(cap, facts, None, True)[1]])
-
-
-def nagle_merge(partials: list[dict[str, Any]], records: None, facts: CaptureFacts, cap: Capture) -> AnalyzerResult:
+def _result(partials: list[dict[str, Any]], cap: Capture) -> AnalyzerResult:
     """Directions and stalls of all partitions; the findings and summary from them."""
     d = merge_rows([q["directions"] for q in partials], ["stream", "direction"])
     stalls = merge_rows([q["stalls"] for q in partials], ["stream", "direction", "packet"])
@@ -57,12 +66,3 @@ def nagle_merge(partials: list[dict[str, Any]], records: None, facts: CaptureFac
         plots.append(Plot("nagle-stalls", "Nagle / delayed-ACK stalls", _plot_stalls(stalls)))
     return AnalyzerResult("nagle", tables={"directions": d.drop(columns=["broker_port"]), "stalls": stalls},
                           summary=summary, findings=findings, plots=plots)
-
-
-SPLIT = Split(partial=nagle_partial, merge=nagle_merge, slicing=Slicing(nagle_slice, nagle_join))
-
-
-@analyzer("nagle", split=SPLIT)
-def nagle(cap: Capture) -> AnalyzerResult:
-    """Small TCP segments, unbatched writes and Nagle/delayed-ACK stalls per connection direction."""
-    return run_whole(SPLIT, cap)

@@ -1,9 +1,10 @@
-"""The sizes analyzer: a step per partition (over slices of its time when it is large), one over the
-capture's records (every packet of the file, as Wireshark's `-z plen,tree`), and a merge.
+"""The sizes analyzer: a step over rows (`step`), a part of the capture's records (every packet of
+the file, as Wireshark's `-z plen,tree`), and the finish.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -11,17 +12,56 @@ import pandas as pd
 
 from ...analysis.registry import AnalyzerResult, Plot, analyzer
 from ...io.load import Capture
-from ...analysis.partition import Slicing, Split, run_whole
+from ...analysis.contract import Analyzer
 from ...io.rows import merge_rows
 from ...model.facts import CaptureFacts
 from .bins import time_bins
 from .counts import packet_size_table
 from .plots import _plot_frames_per_packet, _plot_packet_sizes, _plot_segment_sizes, _plot_throughput
-from .step import sizes_partial, sizes_records, sizes_slice
+from .bins import plen_counts
+from .step import _partial, _Seen, _seen
 from .throughput import THROUGHPUT_SUMS, throughput_summary, throughput_table
 
 
-def sizes_merge(partials: list[dict[str, Any]], whole: np.ndarray, facts: CaptureFacts, cap: Capture) -> AnalyzerResult:
+@dataclass
+class _Parts:
+    """The partitions' partials (`_partial`, in the order of the buckets) and the plen counts of
+    the capture's records (None: not yet merged)."""
+
+    partials: list[dict[str, Any]]
+    plen: np.ndarray | None = None
+
+
+@analyzer("sizes")
+class Sizes(Analyzer[_Seen, _Parts]):
+    """Packet sizes (Wireshark plen buckets), frames per packet and throughput over time."""
+
+    records_columns = ("frame_len",)
+
+    def start(self, facts: CaptureFacts) -> _Seen:
+        return _Seen.nothing(facts)
+
+    def step(self, seen: _Seen, rows: Capture, facts: CaptureFacts, last: bool) -> _Seen:
+        return _seen(rows, facts, seen, last)
+
+    def close(self, seen: _Seen, rows: Capture, facts: CaptureFacts) -> _Parts:
+        """A partition's connections' rows of the per-stream tables (with their sort keys),
+        throughput sums per time bin, segment-size histograms."""
+        return _Parts([_partial(seen)])
+
+    def records(self, records: pd.DataFrame, facts: CaptureFacts) -> _Parts:
+        """plen bucket counts of every packet in the file (AMQP or not)."""
+        return _Parts([], plen_counts(records["frame_len"]))
+
+    def merge(self, a: _Parts, b: _Parts) -> _Parts:
+        plen = b.plen if a.plen is None else a.plen if b.plen is None else a.plen + b.plen
+        return _Parts(a.partials + b.partials, plen)
+
+    def finish(self, parts: _Parts, cap: Capture, facts: CaptureFacts) -> AnalyzerResult:
+        return _result(parts.partials, parts.plen, facts, cap)
+
+
+def _result(partials: list[dict[str, Any]], whole: np.ndarray, facts: CaptureFacts, cap: Capture) -> AnalyzerResult:
     """The result from the partitions' partials and the records' plen counts (`whole`)."""
     def rows(name: str, key: list[str]) -> pd.DataFrame:
         return merge_rows([q[name] for q in partials], key)
@@ -66,13 +106,3 @@ def sizes_merge(partials: list[dict[str, Any]], whole: np.ndarray, facts: Captur
         "throughput": tp,
     }
     return AnalyzerResult("sizes", tables=tables, summary=summary, findings=[], plots=plots)
-
-
-SPLIT = Split(partial=sizes_partial, merge=sizes_merge, records=sizes_records, records_columns=("frame_len",),
-              slicing=Slicing(sizes_slice, join=lambda pieces: pieces[-1]))
-
-
-@analyzer("sizes", split=SPLIT)
-def sizes(cap: Capture) -> AnalyzerResult:
-    """Packet sizes (Wireshark plen buckets), frames per packet and throughput over time."""
-    return run_whole(SPLIT, cap)

@@ -1,5 +1,5 @@
-"""A partition's step over slices of its time (docs/time-split.md §2.1): what the packets so far
-leave to the next slice (`_Seen`), and the partition's partial.
+"""The sizes analyzer's state and step (docs/time-split.md §2.1): what the packets so far leave
+to the next slice of time (`_Seen`), and the partition's partial at its end (`_partial`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pandas as pd
 
 from ...io.load import Capture
 from ...model.facts import CaptureFacts
-from .bins import SEGMENT_SIZE_EDGES, _ns, plen_counts, segment_histograms, segment_time_edges, time_bins
+from .bins import SEGMENT_SIZE_EDGES, _ns, segment_histograms, segment_time_edges, time_bins
 from .constants import DIRECTIONS
 from .counts import (
     Counts, _added, _count_pairs, _gk, _no_counts, frames_per_packet_table, payload_size_table, size_cells,
@@ -24,7 +24,7 @@ from .throughput import THROUGHPUT_SUMS, _Acks, add_throughput
 @dataclass
 class _Seen:
     """What a partition's packets and frames so far give (sizes): carried from one slice of its
-    time to the next (`Slicing`), or made from the partition at once. Counts per stream direction
+    time to the next, or made from the partition at once (the analyzer's state). Counts per stream direction
     and value, sums per time bin: its size grows with the connections, not with their packets."""
 
     #: (stream·2 + direction, value, count): packets per plen bucket, data packets per payload size
@@ -94,21 +94,3 @@ def _partial(seen: _Seen) -> dict[str, Any]:
         "segment_hist": seen.segment_hist,
         "segments": seen.segments,
     }
-
-
-def sizes_partial(cap: Capture, facts: CaptureFacts) -> dict[str, Any]:
-    """What a partition of whole connections contributes: its connections' rows of the per-stream
-    tables (with their sort keys), throughput sums per time bin, segment-size histograms."""
-    return _partial(_seen(cap, facts, None))
-
-
-def sizes_slice(part: Capture, facts: CaptureFacts, seen: _Seen | None, last: bool):
-    """A slice of a partition's time (`amqpcap.analysis.partition.Slicing`): what it adds to `seen`, and
-    on the last slice the partition's partial."""
-    seen = _seen(part, facts, seen, last)
-    return seen, (_partial(seen) if last else None)
-
-
-def sizes_records(records: pd.DataFrame, facts: CaptureFacts) -> np.ndarray:
-    """plen bucket counts of every packet in the file (AMQP or not)."""
-    return plen_counts(records["frame_len"])

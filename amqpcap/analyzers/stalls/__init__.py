@@ -17,11 +17,11 @@ Method and limits: docs/analyzers/stalls.md. The modules, one question each:
 - `context`: the context round (what a partition needs of the others);
 - `step`: a partition's step over slices of its time, and what a slice carries to the next;
 - `tables`, `findings`, `plots`: the merged tables and summary, the findings, the plots;
-- `analyzer`: the analyzer itself (context, step, merge: `SPLIT`).
+- `analyzer`: the analyzer itself (`Stalls`: its step, close, merge and finish).
 """
 
-from .analyzer import SPLIT, stalls
+from .analyzer import Stalls
 from .constants import CAUSES, STALL_COLUMNS, TCP_COLUMNS
 from .context import StallsContext
 
-__all__ = ["CAUSES", "SPLIT", "STALL_COLUMNS", "StallsContext", "TCP_COLUMNS", "stalls"]
+__all__ = ["CAUSES", "STALL_COLUMNS", "Stalls", "StallsContext", "TCP_COLUMNS"]

@@ -1,5 +1,6 @@
-"""The stalls analyzer: a context round, a step per partition of whole connections (over slices of its
-time when it is large), a merge that derives the tables, findings and plots.
+"""The stalls analyzer: a step over rows (a partition of whole connections, or a slice of its time)
+given what it needs of the other partitions (``uses = BLOCKS``), a finish that derives the tables,
+findings and plots.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ import pandas as pd
 from ...analysis.registry import AnalyzerResult, Plot, analyzer
 from ...io.load import Capture
 from ...io.kept_rows import keep
-from ...analysis.partition import Slicing, Split, run_whole, taken
+from ...analysis.contract import Analyzer, Carried
+from ...analysis.partition import taken
 from ...io.rows import merge_rows
 from ...model.facts import CaptureFacts
 from .constants import PLOT_MAX_DIRECTIONS
-from .context import CONTEXT_SLICING, StallsContext, _origin, stalls_context, stalls_join
+from .context import BLOCKS, StallsContext, _origin
 from .findings import _broker_flow_control, _capture_gaps, _publisher_blocked, _receiver_window, _window_packets
 from .plots import _drawn_points, _life_s, _plot_timeline, _plot_window, _window_directions, _window_series
 from .silences import _causes, _median_gap, _rtt_stats, _stalls_of, _stalls_table
@@ -63,14 +65,33 @@ def stalls_pieces_joined(pieces: list[dict]) -> dict[str, Any]:
             "window_series": _window_series(plot, _life_s(connections, t0_ns), drawn)}
 
 
-def stalls_partial(cap: Capture, facts: CaptureFacts, context: StallsContext) -> dict[str, Any]:
-    """A partition's stalls with their causes, its tcp rows, RTT samples, window-held directions
-    (with the packets a finding cites and the plot's series), blocks and capture gaps: the
-    partition as its one slice of time. `context`: the context round's (`StallsContext`)."""
-    return stalls_pieces_joined([stalls_slice(cap, facts, None, True, context)[1]])
+@analyzer("stalls")
+class Stalls(Analyzer[Carried, list]):
+    """Silent intervals per connection direction and their cause; RTT, retransmissions, windows."""
+
+    uses = BLOCKS
+    reads_derivations = True
+
+    def start(self, facts: CaptureFacts) -> Carried:
+        return Carried()
+
+    def step(self, state: Carried, rows: Capture, facts: CaptureFacts, last: bool, context: StallsContext) -> Carried:
+        return state.then(*stalls_slice(rows, facts, state.carry, last, context))
+
+    def close(self, state: Carried, rows: Capture, facts: CaptureFacts) -> list[dict[str, Any]]:
+        """A partition's stalls with their causes, its tcp rows, RTT samples, window-held
+        directions (with the packets a finding cites and the plot's series), blocks and capture
+        gaps (`stalls_pieces_joined`), in a list of the partitions'."""
+        return [stalls_pieces_joined(state.pieces)]
+
+    def merge(self, a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return a + b
+
+    def finish(self, partials: list[dict[str, Any]], cap: Capture, facts: CaptureFacts) -> AnalyzerResult:
+        return stalls_merge(partials, facts, cap)
 
 
-def stalls_merge(partials: list[dict[str, Any]], records: None, facts: CaptureFacts, cap: Capture) -> AnalyzerResult:
+def stalls_merge(partials: list[dict[str, Any]], facts: CaptureFacts, cap: Capture) -> AnalyzerResult:
     """Every partition's stalls and directions; the summary, findings and plots from them."""
     t0 = _origin(facts)
     stalls_tbl = merge_rows(taken(partials, "stalls"), ["start_ts", "stream", "end_ts", "last_packet"])
@@ -98,13 +119,3 @@ def stalls_merge(partials: list[dict[str, Any]], records: None, facts: CaptureFa
                           lambda path: _plot_timeline(path, cap, stalls_tbl, t0)))
     return AnalyzerResult("stalls", tables={"stalls": stalls_tbl, "tcp": tcp}, summary=summary, findings=findings,
                           plots=plots)
-
-
-SPLIT = Split(partial=stalls_partial, merge=stalls_merge, context=stalls_context, join_context=stalls_join,
-              slicing=Slicing(stalls_slice, join=stalls_pieces_joined, replays=True), context_slicing=CONTEXT_SLICING)
-
-
-@analyzer("stalls", split=SPLIT)
-def stalls(cap: Capture) -> AnalyzerResult:
-    """Silent intervals per connection direction and their cause; RTT, retransmissions, windows."""
-    return run_whole(SPLIT, cap)

@@ -14,7 +14,8 @@ from ...derive import consumers as credit
 from ...derive.columns import as_object
 from ...derive.replay import for_derivations
 from ...derive.stream_order import ns, seconds
-from ...analysis.partition import PerPartition, Slicing
+from ...analysis.contract import Carried, Need, Steps
+from ...analysis.partition import PerPartition
 from ...model.facts import CaptureFacts
 from .causes import _blocked, _frames
 from .constants import BLOCK_METHODS
@@ -39,7 +40,7 @@ def _stream_ends(cap: Capture, t0_ns: int, streams: np.ndarray) -> pd.Series:
 @dataclass(frozen=True)
 class StallsContext:
     """What a partition's stalls step needs to know beyond its own slice of time (the context
-    round: `stalls_context`, `stalls_join`)."""
+    round: `BLOCKS`)."""
 
     #: connection.blocked intervals (start, end: seconds from `_origin`): a partition's own, in
     #: its context; every partition's, once joined. A resource alarm blocks the publishers, and
@@ -73,18 +74,10 @@ class _ContextCarry:
     maxima: pd.DataFrame = field(default_factory=lambda: _NO_MAXIMA)
 
 
-def stalls_context(cap: Capture, facts: CaptureFacts) -> StallsContext:
-    """What every partition needs of this one: its connections' connection.blocked intervals,
-    and what its own step needs of its whole time: the lifetime maxima of its consumers with an
-    estimated prefetch (`StallsContext`). The partition is the one slice of its time
-    (`stalls_context_slice`)."""
-    return stalls_context_join([stalls_context_slice(cap, facts, None, True)[1]])
-
-
 def stalls_context_slice(part: Capture, facts: CaptureFacts, carry: _ContextCarry | None,
                          last: bool) -> tuple[_ContextCarry, dict]:
-    """The context step over a slice of a partition's time (`amqpcap.analysis.partition.Slicing`; a
-    whole partition is its own one slice): the blocks it tells (lifted here, or every one at the
+    """The first round's step over a slice of a partition's time (a whole partition is its own
+    one slice): the blocks it tells (lifted here, or every one at the
     `last` slice) with their stream and connection.blocked packet (their place in the whole's
     order), and at the last slice the consumers' maxima."""
     carry = carry or _ContextCarry()
@@ -158,5 +151,23 @@ def stalls_join(contexts: list[StallsContext]) -> PerPartition:
     return PerPartition([StallsContext(blocks, x.maxima) for x in contexts])
 
 
-#: the context step over slices of a partition's time (`amqpcap.analysis.partition.Split.context_slicing`)
-CONTEXT_SLICING = Slicing(stalls_context_slice, stalls_context_join, replays=True)
+class BlocksRound(Steps[Carried, StallsContext]):
+    """What every partition needs of this one: its connections' connection.blocked intervals,
+    and what its own step needs of its whole time: the lifetime maxima of its consumers with an
+    estimated prefetch (`StallsContext`)."""
+
+    reads_derivations = True
+
+    def start(self, facts: CaptureFacts) -> Carried:
+        return Carried()
+
+    def step(self, state: Carried, rows: Capture, facts: CaptureFacts, last: bool) -> Carried:
+        return state.then(*stalls_context_slice(rows, facts, state.carry, last))
+
+    def close(self, state: Carried, rows: Capture, facts: CaptureFacts) -> StallsContext:
+        return stalls_context_join(state.pieces)
+
+
+#: what the stalls' step needs of every partition (``uses = BLOCKS``): the blocks the broker told
+#: on any connection, and its own consumers' whole-life maxima, as a `StallsContext`
+BLOCKS = Need("blocks and estimated prefetches", BlocksRound(), stalls_join)

@@ -80,8 +80,8 @@ class _Carry:
 
 
 def stalls_slice(part: Capture, facts: CaptureFacts, carry: _Carry | None, last: bool, context: StallsContext):
-    """A slice of a partition's time (`amqpcap.analysis.partition.Slicing`; the partition itself: its one
-    slice): (what the next slice needs, the slice's piece for `stalls_pieces_joined`).
+    """A slice of a partition's time (the partition itself: its one slice): (what the next slice
+    needs, the slice's piece for `stalls_pieces_joined`).
     `context`: every partition's connection.blocked intervals, the lifetime maxima of the
     partition's consumers with an estimated prefetch (the context round: `StallsContext`)."""
     t0 = _origin(facts)

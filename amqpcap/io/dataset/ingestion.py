@@ -67,7 +67,7 @@ def split(capture, out: str | os.PathLike[str], buckets: int, load_args: dict,
     """The first step of `ingest`: read the capture once, write the rows of no connection
     (`capture/records.parquet` a batch at a time as the core reads, the file's anomalies kept
     for the end), and spill every TCP packet of a possible AMQP connection into its bucket's
-    spill file (`rust/src/spill.rs`), numbered as a whole decode numbers packets and streams."""
+    spill file (`rust/src/buckets/spill.rs`), numbered as a whole decode numbers packets and streams."""
     d = _decode_writing_records(capture, Path(out), load_args, progress, spill=(str(Path(out) / SPILL_DIR), buckets))
     return _store(d, out, buckets, [])
 

@@ -55,7 +55,7 @@ def default_buckets(file_bytes: int) -> int:
 def bucket_of(stream: np.ndarray, buckets: int) -> np.ndarray:
     """The bucket of each stream number: Fibonacci hashing (the golden-ratio multiplier, top
     32 bits), so that a run of consecutive streams (a burst of short connections) spreads over
-    the buckets instead of filling them in turn. Defined once, in the core (rust/src/partition.rs),
+    the buckets instead of filling them in turn. Defined once, in the core (rust/src/buckets/partition.rs),
     which also decodes a pass's buckets by it."""
     import numpy as np
 
