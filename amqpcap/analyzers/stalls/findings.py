@@ -12,7 +12,7 @@ from ...io.load import Capture
 from ...derive.labels import who
 from ...model.display_filters import filter_evidence, streams_part
 from ...io.inputs import ring_holes
-from ...derive.names import subject_namer
+from ...derive.names import worst_first
 from ...model.wording import counted
 from ...model.written_values import iso_utc
 from .constants import (
@@ -65,20 +65,15 @@ def _window_finding_parts(cap: Capture, wp: pd.DataFrame, g: pd.DataFrame, stall
     share, limited = float(g["window_limited_share"].max()), float(g["window_limited_s"].max())
     severity = ("critical" if share >= RECEIVER_WINDOW_CRITICAL_SHARE
                 else "warning" if limited >= RECEIVER_WINDOW_WARNING_S else "info")
-    subject_of = subject_namer(cap)
-    subjects = [subject_of(int(r.stream), direction=str(DIRS[r.d]),
-                           window_limited_s=round(float(r.window_limited_s), 6),
-                           window_limited_share=round(float(r.window_limited_share), 4),
-                           window_limited_episodes=int(r.window_limited_episodes),
-                           window_limited_p50_s=None if np.isnan(r.window_limited_p50_s)
-                           else round(float(r.window_limited_p50_s), 6),
-                           window_limited_longest_s=round(float(r.window_limited_longest_s), 6),
-                           zero_window_ads=int(r.zero_window_ads), window_full_segments=int(r.window_full_segments),
-                           stalls=int(r.stalls), stalled_s=round(float(r.stalled_s), 6),
-                           **({"publishes": int(r.publishes)} if r.d == 0 else {}))
-                for r in g.itertuples()]
+    w, _, subjects = worst_first(cap, g, lambda r: dict(
+        direction=str(DIRS[r.d]), window_limited_s=round(float(r.window_limited_s), 6),
+        window_limited_share=round(float(r.window_limited_share), 4),
+        window_limited_episodes=int(r.window_limited_episodes),
+        window_limited_p50_s=None if np.isnan(r.window_limited_p50_s) else round(float(r.window_limited_p50_s), 6),
+        window_limited_longest_s=round(float(r.window_limited_longest_s), 6), zero_window_ads=int(r.zero_window_ads),
+        window_full_segments=int(r.window_full_segments), stalls=int(r.stalls), stalled_s=round(float(r.stalled_s), 6),
+        **({"publishes": int(r.publishes)} if r.d == 0 else {})))
     streams = sorted(int(x) for x in g["stream"])
-    w = g.iloc[0]
     wmin, wmax = g["peer_window_min_bytes"].dropna(), g["peer_window_max_bytes"].dropna()
     held = int(g["d"].iloc[0])
     # The way into Wireshark: the peer's zero windows, the held direction's window-full
@@ -253,15 +248,11 @@ def _blocked_connections(blocked: pd.DataFrame, cap: Capture) -> tuple[pd.DataFr
                                         reason=("reason", lambda x: ", ".join(sorted({str(v) for v in x
                                                                                       if isinstance(v, str)}))))
     per = per.sort_values(["longest", "publishes"], ascending=False, kind="stable").reset_index()
-    subject_of = subject_namer(cap)
-    subjects = [subject_of(r.stream, blocks=int(r.blocks), blocked_s=float(r.blocked_s),
-                           blocked_p50_s=float(r.p50), longest_blocked_s=float(r.longest), reason=r.reason or None,
-                           still_blocked_at_end=bool(r.open_end), publishes_while_blocked=int(r.publishes),
-                           publish_bytes_while_blocked=int(r.body),
-                           severity="critical" if r.longest >= PUBLISHER_BLOCKED_CRITICAL_S or r.open_end
-                                    else "warning")
-                for r in per.itertuples()]
-    return per, subjects
+    return per, worst_first(cap, per, lambda r: dict(
+        blocks=int(r.blocks), blocked_s=float(r.blocked_s), blocked_p50_s=float(r.p50),
+        longest_blocked_s=float(r.longest), reason=r.reason or None, still_blocked_at_end=bool(r.open_end),
+        publishes_while_blocked=int(r.publishes), publish_bytes_while_blocked=int(r.body),
+        severity="critical" if r.longest >= PUBLISHER_BLOCKED_CRITICAL_S or r.open_end else "warning")).subjects
 
 
 #: why a capture gap's bytes are missing, in the order the advice tells them (docs/analyzers/stalls.md#capture-gaps)
