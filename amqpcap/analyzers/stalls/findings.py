@@ -4,6 +4,9 @@ receiver-window, broker-flow-control, publisher-blocked, capture-gaps (docs/find
 
 from __future__ import annotations
 
+from functools import partial
+from typing import NamedTuple
+
 import numpy as np
 import pandas as pd
 
@@ -121,64 +124,74 @@ def _port_match(cap: Capture, streams) -> str:
     return f"== {ports[0]}" if len(ports) == 1 else "in {" + ", ".join(map(str, ports)) + "}"
 
 
-def _receiver_window(cap: Capture, wp: pd.DataFrame, sides: pd.DataFrame, stalls_tbl: pd.DataFrame) -> Finding | None:
-    """Clients that stopped reading: the broker's traffic to them (s2c) waited on their zero or
-    full receive window. One finding, every such connection a subject, worst first."""
-    g = sides[sides["d"] == 1]
-    if g.empty:
-        return None
-    port = _port_match(cap, g["stream"])
-    severity, subjects, ev = _window_finding_parts(
-        cap, wp, g, stalls_tbl, f"((tcp.analysis.zero_window && tcp.dstport {port}) || "
-                                f"(tcp.analysis.window_full && tcp.srcport {port}))")
-    w = subjects[0]
-    title = (f"{who([x['connection'] for x in subjects])} stopped reading: the broker's data waited on "
-             f"{'its' if len(subjects) == 1 else 'their'} zero or full TCP receive window"
-             f"{'' if len(subjects) == 1 else ', on the first connection'} {_window_times(w)} = "
-             f"{_share(w['window_limited_share'])} of {'the' if len(subjects) == 1 else 'its'} connection's time "
-             f"({counted(w['zero_window_ads'], 'zero-window advertisement')})")
-    advice = ("The client application, or its socket receive buffer, does not keep up: it left the socket unread "
-              "while the broker had data for it. Do not do slow work on the connection's I/O thread (blocking "
-              "callbacks, synchronous DB calls, long GC pauses); hand messages to a worker pool. Do not pin a small "
-              "SO_RCVBUF (let kernel autotuning grow it; see peer_window_max_bytes). Lower the prefetch (basic.qos) "
-              "so less data piles up unread.")
-    return Finding("receiver-window", severity, title, ev, advice, impact=min(float(g["window_limited_share"].max()), 1.0),
-                   subjects=subjects)
+class _WindowSide(NamedTuple):
+    """What tells the two window findings apart (`_window_finding`): the id, where the broker's port
+    stands in the peer's zero-window packets and in the held sender's window-full ones, the advice."""
+
+    id: str
+    zero_window_port: str
+    window_full_port: str
+    advice: str
 
 
-def _broker_flow_control(cap: Capture, wp: pd.DataFrame, sides: pd.DataFrame, stalls_tbl: pd.DataFrame) -> Finding | None:
-    """The broker stopped reading clients: their traffic (c2s) waited on the broker's zero or full
-    receive window, outside any connection.blocked (that is publisher-blocked's resource alarm).
-    RabbitMQ does this to publishers under credit-based flow control. One finding, every such
-    connection a subject, worst first."""
-    g = sides[sides["d"] == 0]
+#: The window findings by the direction their peer's window held back (`DIRS`): c2s (0), the
+#: broker's window held a client's traffic; s2c (1), a client's held the broker's.
+WINDOW_SIDES = (
+    _WindowSide(id="broker-flow-control", zero_window_port="tcp.srcport", window_full_port="tcp.dstport", advice=(
+        "RabbitMQ stopped reading these connections' sockets, so its TCP receive buffer filled and it advertised a "
+        "zero or full window: credit-based flow control (" + FLOW_CONTROL_DOC + "), which throttles "
+        "publishers that publish faster than the queues (or the channel and connection processes in front "
+        "of them) can take the messages; the management UI shows these connections in state 'flow' "
+        "(rabbitmqctl list_connections name state). Time under connection.blocked (a resource alarm, see "
+        "publisher-blocked) is not counted here. "
+        "The publishers are not at fault; the broker is at capacity for this load: spread the publishes over "
+        "more queues (one queue is one Erlang process, one core), keep the queues short (consumers that keep "
+        "up), use publisher confirms to bound what each publisher has in flight, or publish at a lower rate. "
+        "If the connections are not in 'flow', the broker is short of CPU.")),
+    _WindowSide(id="receiver-window", zero_window_port="tcp.dstport", window_full_port="tcp.srcport", advice=(
+        "The client application, or its socket receive buffer, does not keep up: it left the socket unread "
+        "while the broker had data for it. Do not do slow work on the connection's I/O thread (blocking "
+        "callbacks, synchronous DB calls, long GC pauses); hand messages to a worker pool. Do not pin a small "
+        "SO_RCVBUF (let kernel autotuning grow it; see peer_window_max_bytes). Lower the prefetch (basic.qos) "
+        "so less data piles up unread.")),
+)
+
+
+def _window_finding(held: int, cap: Capture, wp: pd.DataFrame, sides: pd.DataFrame,
+                    stalls_tbl: pd.DataFrame) -> Finding | None:
+    """A side's window finding, every connection whose `held` direction (`DIRS`) waited on its
+    peer's zero or full receive window a subject, worst first. receiver-window (s2c held): clients
+    that stopped reading the broker's traffic. broker-flow-control (c2s held): the broker stopped
+    reading clients, outside any connection.blocked (that is publisher-blocked's resource alarm);
+    RabbitMQ does this to publishers under credit-based flow control."""
+    g = sides[sides["d"] == held]
     if g.empty:
         return None
-    port = _port_match(cap, g["stream"])
+    side, port = WINDOW_SIDES[held], _port_match(cap, g["stream"])
     severity, subjects, ev = _window_finding_parts(
-        cap, wp, g, stalls_tbl, f"((tcp.analysis.zero_window && tcp.srcport {port}) || "
-                                f"(tcp.analysis.window_full && tcp.dstport {port}))")
-    ev["publishes"] = int(g["publishes"].sum())
-    w = subjects[0]
-    whom = "publishers" if (g["publishes"] > 0).all() else "connections"
-    title = (f"Broker flow control: the broker stopped reading {'its ' + whom[:-1] if len(subjects) == 1 else whom} "
-             f"{who([x['connection'] for x in subjects])}; its TCP receive window towards "
-             f"{'it' if len(subjects) == 1 else 'them'} was zero or full"
-             f"{'' if len(subjects) == 1 else ', towards the first'} {_window_times(w)} = "
-             f"{_share(w['window_limited_share'])} of {'the' if len(subjects) == 1 else 'its'} connection's "
-             f"time ({counted(w['zero_window_ads'], 'zero-window advertisement')})")
-    advice = ("RabbitMQ stopped reading these connections' sockets, so its TCP receive buffer filled and it advertised a "
-              "zero or full window: credit-based flow control (" + FLOW_CONTROL_DOC + "), which throttles "
-              "publishers that publish faster than the queues (or the channel and connection processes in front "
-              "of them) can take the messages; the management UI shows these connections in state 'flow' "
-              "(rabbitmqctl list_connections name state). Time under connection.blocked (a resource alarm, see "
-              "publisher-blocked) is not counted here. "
-              "The publishers are not at fault; the broker is at capacity for this load: spread the publishes over "
-              "more queues (one queue is one Erlang process, one core), keep the queues short (consumers that keep "
-              "up), use publisher confirms to bound what each publisher has in flight, or publish at a lower rate. "
-              "If the connections are not in 'flow', the broker is short of CPU.")
-    return Finding("broker-flow-control", severity, title, ev, advice,
+        cap, wp, g, stalls_tbl, f"((tcp.analysis.zero_window && {side.zero_window_port} {port}) || "
+                                f"(tcp.analysis.window_full && {side.window_full_port} {port}))")
+    if not held:
+        ev["publishes"] = int(g["publishes"].sum())
+    w, one = subjects[0], len(subjects) == 1
+    names = who([x["connection"] for x in subjects])
+    if held:
+        head = (f"{names} stopped reading: the broker's data waited on {'its' if one else 'their'} zero or full TCP "
+                f"receive window{'' if one else ', on the first connection'}")
+    else:
+        whom = "publishers" if (g["publishes"] > 0).all() else "connections"
+        head = (f"Broker flow control: the broker stopped reading {'its ' + whom[:-1] if one else whom} {names}; its "
+                f"TCP receive window towards {'it' if one else 'them'} was zero or full"
+                f"{'' if one else ', towards the first'}")
+    title = (f"{head} {_window_times(w)} = {_share(w['window_limited_share'])} of {'the' if one else 'its'} "
+             f"connection's time ({counted(w['zero_window_ads'], 'zero-window advertisement')})")
+    return Finding(side.id, severity, title, ev, side.advice,
                    impact=min(float(g["window_limited_share"].max()), 1.0), subjects=subjects)
+
+
+#: the analyzer's two window findings: one function, a side each
+_receiver_window = partial(_window_finding, 1)
+_broker_flow_control = partial(_window_finding, 0)
 
 
 def _publisher_blocked(blocked: pd.DataFrame, deliveries: int, cap: Capture) -> Finding | None:
