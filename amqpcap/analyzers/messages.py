@@ -20,7 +20,7 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from ..analysis.registry import AnalyzerResult, Finding, analyzer
+from ..analysis.registry import SEVERITIES, AnalyzerResult, Finding, analyzer
 from ..io.load import Capture
 from ..derive.deliveries import TEXT
 from ..derive.columns import counts_added, stable_argsort, value_at
@@ -537,7 +537,7 @@ def _finding(cap: Capture, large: pd.DataFrame, conns: pd.DataFrame) -> Finding 
     if not len(large):
         return None
     large, per = _ranked(large, conns)
-    severity = ("info", "warning", "critical")[int(per["rank"].max())]
+    severity = SEVERITIES[int(per["rank"].max())]
     worst_messages = large.sort_values(["rank", "body_size"], ascending=False, kind="stable")
     w, examples = worst_messages.iloc[0], worst_messages.head(5)
     refused_n = int(large["refused"].sum())
@@ -546,7 +546,7 @@ def _finding(cap: Capture, large: pd.DataFrame, conns: pd.DataFrame) -> Finding 
         large_messages_c2s=int(r.large_c2s), large_messages_s2c=int(r.large_s2c), body_bytes_max=int(r.largest),
         body_frames_max=int(r.frames), near_max_c2s=int(r.near_c2s), near_max_s2c=int(r.near_s2c),
         refused=int(r.refused), transfer_s_max=float(r.transfer),
-        severity=("info", "warning", "critical")[int(r.rank)])).subjects
+        severity=SEVERITIES[int(r.rank)])).subjects
     held = w.other_channels_active and w.other_channel_frames_during == 0
     evidence = {
         "body_bytes": int(w.body_size), "body_frames": int(w.body_frames), "direction": w.direction,

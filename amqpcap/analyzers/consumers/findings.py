@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ...analysis.registry import SEVERITY_RANK, Finding
+from ...analysis.registry import SEVERITIES, Finding
 from ...io.load import Capture
 from ...derive.columns import as_object
 from ...derive.labels import channels_filter
@@ -34,10 +34,6 @@ def _findings(cap: Capture, s: pd.DataFrame, slow: np.ndarray, limits: pd.DataFr
             g = g.sort_values(["sev_rank", "impact"], ascending=False, kind="stable")
             out.append(build(cap, g, limits))
     return out
-
-
-#: severity by its rank (analysis.SEVERITY_RANK: info 0, warning 1, critical 2)
-SEVERITIES = {rank: name for name, rank in SEVERITY_RANK.items()}
 
 
 def _subjects(cap: Capture, g: pd.DataFrame) -> list[dict]:

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ...analysis.registry import Finding
+from ...analysis.registry import SEVERITIES, Finding
 from ...io.load import Capture
 from ...derive.labels import channels_filter
 from ...model.display_filters import filter_evidence
 from ...derive.names import connection_label, consumer_label, number, worst_first, worst_title
-from .channels import SEVERITIES
 
 
 def _place(cap: Capture, stream, channel, queue) -> str:
