@@ -24,6 +24,8 @@ from .partition import Split, run_whole
 
 Severity = Literal["info", "warning", "critical"]
 SEVERITY_RANK = {"critical": 2, "warning": 1, "info": 0}
+#: each severity by its rank, for analyzers that grade their rows by rank (info 0, warning 1, critical 2)
+SEVERITIES = {rank: name for name, rank in SEVERITY_RANK.items()}
 
 
 @dataclass

@@ -25,7 +25,7 @@ from ..io.load import Capture
 from ..derive.methods import methods, select
 from ..derive.labels import connection_labels
 from ..model.display_filters import filter_evidence, streams_part
-from ..derive.names import subject_namer
+from ..derive.names import worst_first
 from ..analysis.contract import Analyzer
 from ..io.rows import merge_rows
 from ..model.facts import CaptureFacts
@@ -259,16 +259,13 @@ def _finding(cap: Capture, conns: pd.DataFrame) -> Finding | None:
     rank = bad["problem"].map({p: i for i, p in enumerate(PROBLEMS)})
     bad = bad.assign(_rank=rank, _silence=bad["silence_before_end_s"].fillna(0.0)).sort_values(
         ["_rank", "_silence", "stream"], ascending=[True, False, True], kind="stable")
-    w = bad.iloc[0]
+    w, _, subjects = worst_first(cap, bad, lambda r: dict(
+        problem=r.problem, heartbeat_s=int(r.heartbeat_s),
+        **({"silent_side": r.silent_side, "silence_before_end_s": float(r.silence_before_end_s),
+            "ended_by": r.ended_by, "end_packet": int(r.end_packet)} if r.problem == PROBLEMS[0] else {}),
+        severity="warning" if r.problem == PROBLEMS[0] else "info"))
     counts = {p: int((bad["problem"] == p).sum()) for p in PROBLEMS}
     severity = "warning" if counts[PROBLEMS[0]] else "info"
-    subject_of = subject_namer(cap)
-    subjects = [subject_of(r.stream, problem=r.problem, heartbeat_s=int(r.heartbeat_s),
-                           **({"silent_side": r.silent_side, "silence_before_end_s": float(r.silence_before_end_s),
-                               "ended_by": r.ended_by, "end_packet": int(r.end_packet)}
-                               if r.problem == PROBLEMS[0] else {}),
-                           severity="warning" if r.problem == PROBLEMS[0] else "info")
-                for r in bad.itertuples()]
     loud = bad[bad["problem"] == w.problem]
     evidence = {
         "problem": w.problem, "heartbeat_s": int(w.heartbeat_s),

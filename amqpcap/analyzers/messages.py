@@ -20,14 +20,14 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from ..analysis.registry import AnalyzerResult, Finding, analyzer
+from ..analysis.registry import SEVERITIES, AnalyzerResult, Finding, analyzer
 from ..io.load import Capture
 from ..derive.deliveries import TEXT
 from ..derive.columns import counts_added, stable_argsort, value_at
 from ..derive.methods import methods, select
 from ..derive.labels import connection_labels
 from ..model.display_filters import filter_evidence, streams_part
-from ..derive.names import subject_namer
+from ..derive.names import worst_first
 from ..analysis.contract import Analyzer
 from ..io.rows import merge_rows
 from ..model.facts import CaptureFacts
@@ -535,16 +535,16 @@ def _finding(cap: Capture, large: pd.DataFrame, conns: pd.DataFrame) -> Finding 
     if not len(large):
         return None
     large, per = _ranked(large, conns)
-    severity = ("info", "warning", "critical")[int(per["rank"].max())]
-    worst_first = large.sort_values(["rank", "body_size"], ascending=False, kind="stable")
-    w, examples = worst_first.iloc[0], worst_first.head(5)
+    severity = SEVERITIES[int(per["rank"].max())]
+    worst_messages = large.sort_values(["rank", "body_size"], ascending=False, kind="stable")
+    w, examples = worst_messages.iloc[0], worst_messages.head(5)
     refused_n = int(large["refused"].sum())
-    subject_of = subject_namer(cap)
-    subjects = [subject_of(r.stream, large_messages_c2s=int(r.large_c2s), large_messages_s2c=int(r.large_s2c),
-                           body_bytes_max=int(r.largest), body_frames_max=int(r.frames), near_max_c2s=int(r.near_c2s),
-                           near_max_s2c=int(r.near_s2c), refused=int(r.refused), transfer_s_max=float(r.transfer),
-                           severity=("info", "warning", "critical")[int(r.rank)])
-                for r in per.itertuples()]
+    # (the subjects are the connections, worst first; the title's worst is a message, `w`)
+    subjects = worst_first(cap, per, lambda r: dict(
+        large_messages_c2s=int(r.large_c2s), large_messages_s2c=int(r.large_s2c), body_bytes_max=int(r.largest),
+        body_frames_max=int(r.frames), near_max_c2s=int(r.near_c2s), near_max_s2c=int(r.near_s2c),
+        refused=int(r.refused), transfer_s_max=float(r.transfer),
+        severity=SEVERITIES[int(r.rank)])).subjects
     held = w.other_channels_active and w.other_channel_frames_during == 0
     evidence = {
         "body_bytes": int(w.body_size), "body_frames": int(w.body_frames), "direction": w.direction,

@@ -10,7 +10,7 @@ packet numbers stay beside the names as the way into Wireshark.
 from __future__ import annotations
 
 from collections import namedtuple
-from typing import Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -127,6 +127,31 @@ def subject_namer(cap: Capture) -> Callable[..., dict]:
         return {"connection": _label(labels, stream), "stream": int(stream), **more}
 
     return subject_of
+
+
+class WorstFirst(NamedTuple):
+    """A finding told of the rows of a table, worst first (`worst_first`)."""
+
+    #: the first row, whose numbers the title and the evidence give
+    worst: pd.Series
+    #: how many rows: the finding's subjects
+    n: int
+    #: a subject per row, in the rows' order
+    subjects: list[dict]
+
+
+def worst_first(cap: Capture, rows: pd.DataFrame, numbers: Callable[[Any], dict]) -> WorstFirst:
+    """What every finding over a table's rows (sorted worst first) starts from: the worst row, how
+    many, and each row's subject, its connection named (`subject`) and then `numbers(row)` (the
+    row as a named tuple, its columns by name)."""
+    subject_of = subject_namer(cap)
+    return WorstFirst(rows.iloc[0], len(rows), [subject_of(r.stream, **numbers(r)) for r in rows.itertuples()])
+
+
+def worst_title(n: int, one: str, many: str, worst: str, numbers: str) -> str:
+    """A finding's title over `n` subjects: `{one}: {numbers}` for one; `{many}: worst {worst},
+    {numbers}` for several, `numbers` being the worst one's."""
+    return f"{one}: {numbers}" if n == 1 else f"{many}: worst {worst}, {numbers}"
 
 
 #: (method, direction) frames that make a connection a publisher / a consumer (`connection_roles`)

@@ -13,7 +13,7 @@ import pandas as pd
 from ...analysis.registry import Finding
 from ...io.load import Capture
 from ...model.display_filters import filter_evidence, streams_part
-from ...derive.names import connection_names, subject, subject_namer
+from ...derive.names import connection_names, subject_namer, worst_first, worst_title
 from ...model.reply_codes import NO_ROUTE, NOT_ALLOWED
 from ...model.wording import reply_code
 from .channels import _peak_per_s
@@ -28,6 +28,11 @@ from .constants import (
 def _packets(examples: pd.DataFrame, stream: int, method: str) -> list[int]:
     e = examples[(examples["stream"] == stream) & (examples["method"] == method)]
     return sorted(int(p) for p in e["packet"])
+
+
+def _severity(loud) -> str:
+    """A client habit is a warning where it is loud (often, or costly), else worth knowing."""
+    return "warning" if loud else "info"
 
 
 def _where(per: pd.DataFrame, examples: pd.DataFrame, method: str, frames_filter: str) -> dict[str, Any]:
@@ -61,23 +66,21 @@ def _polling_finding(cap: Capture, conns: pd.DataFrame, examples: pd.DataFrame) 
     loud = (empty >= POLLING_EMPTY_SHARE) | (poll["get_rate_per_s"].fillna(0.0) >= POLLING_WARN_GETS_PER_S)
     poll = poll.assign(loud=loud, empty_part=empty).sort_values(["loud", "gets_empty", "gets"], ascending=False,
                                                              kind="stable")
-    w, n = poll.iloc[0], len(poll)
+    told = worst_first(cap, poll, lambda r: dict(
+        gets=int(r.gets), gets_ok=int(r.gets_ok), gets_empty=int(r.gets_empty), get_empty_share=float(r.empty_part),
+        get_rate_per_s=float(r.get_rate_per_s),
+        get_round_trip_p50_s=None if pd.isna(r.get_round_trip_p50_s) else float(r.get_round_trip_p50_s),
+        severity=_severity(r.loud)))
+    w, n = told.worst, told.n
     rtt = w.get_round_trip_p50_s
     cap_note = "" if pd.isna(rtt) or rtt <= 0 else \
         f"; at {rtt * 1e3:.1f} ms a round trip, one channel gets at most {1 / rtt:,.0f} messages/s this way"
     numbers = (f"{int(w.gets):,} basic.get at {w.get_rate_per_s:.1f}/s, {w.empty_part:.0%} of them found the queue "
                f"empty{cap_note}")
-    title = (f"{w.connection} polls with basic.get: {numbers}" if n == 1 else
-             f"{n} connections poll with basic.get: worst {w.connection}, {numbers}")
-    subject_of = subject_namer(cap)
-    subjects = [subject_of(r.stream, gets=int(r.gets), gets_ok=int(r.gets_ok), gets_empty=int(r.gets_empty),
-                           get_empty_share=float(r.empty_part), get_rate_per_s=float(r.get_rate_per_s),
-                           get_round_trip_p50_s=None if pd.isna(r.get_round_trip_p50_s)
-                                                else float(r.get_round_trip_p50_s),
-                           severity="warning" if r.loud else "info")
-                for r in poll.itertuples()]
+    title = worst_title(n, f"{w.connection} polls with basic.get", f"{n} connections poll with basic.get",
+                        w.connection, numbers)
     return Finding(
-        id="polling-basic-get", severity="warning" if poll["loud"].any() else "info", title=title,
+        id="polling-basic-get", severity=_severity(poll["loud"].any()), title=title,
         evidence={
             "gets": int(w.gets), "gets_ok": int(w.gets_ok), "gets_empty": int(w.gets_empty),
             "get_empty_share": float(w.empty_part), "get_rate_per_s": float(w.get_rate_per_s),
@@ -89,7 +92,7 @@ def _polling_finding(cap: Capture, conns: pd.DataFrame, examples: pd.DataFrame) 
                "asking an empty queue again and again. RabbitMQ's consumer guide calls polling with basic.get "
                "highly inefficient; prefetch does not apply to it.",
         impact=float(poll["empty_part"].max()),
-        subjects=subjects)
+        subjects=told.subjects)
 
 
 def _transactions_finding(cap: Capture, conns: pd.DataFrame, examples: pd.DataFrame) -> Finding | None:
@@ -100,22 +103,20 @@ def _transactions_finding(cap: Capture, conns: pd.DataFrame, examples: pd.DataFr
     per = tx["publishes_per_commit"].fillna(0.0)
     loud = per <= TX_SMALL_BATCH
     tx = tx.assign(loud=loud, per_tx=per).sort_values(["loud", "tx_commits"], ascending=False, kind="stable")
-    w, n = tx.iloc[0], len(tx)
+    told = worst_first(cap, tx, lambda r: dict(
+        tx_commits=int(r.tx_commits), tx_rollbacks=int(r.tx_rollbacks), publishes_in_tx=int(r.publishes_in_tx),
+        publishes_per_commit=float(r.per_tx),
+        commit_round_trip_p50_s=None if pd.isna(r.commit_round_trip_p50_s) else float(r.commit_round_trip_p50_s),
+        severity=_severity(r.loud)))
+    w, n = told.worst, told.n
     rtt = w.commit_round_trip_p50_s
     rate = "" if pd.isna(rtt) or rtt <= 0 else \
         f"; each commit waits {rtt * 1e3:.1f} ms for commit-ok, capping the channel at {w.per_tx / rtt:,.0f} messages/s"
     numbers = f"{int(w.tx_commits):,} tx.commit, {w.per_tx:.1f} publishes per transaction{rate}"
-    title = (f"{w.connection} publishes in transactions: {numbers}" if n == 1 else
-             f"{n} connections publish in transactions: worst {w.connection}, {numbers}")
-    subject_of = subject_namer(cap)
-    subjects = [subject_of(r.stream, tx_commits=int(r.tx_commits), tx_rollbacks=int(r.tx_rollbacks),
-                           publishes_in_tx=int(r.publishes_in_tx), publishes_per_commit=float(r.per_tx),
-                           commit_round_trip_p50_s=None if pd.isna(r.commit_round_trip_p50_s)
-                           else float(r.commit_round_trip_p50_s),
-                           severity="warning" if r.loud else "info")
-                for r in tx.itertuples()]
+    title = worst_title(n, f"{w.connection} publishes in transactions", f"{n} connections publish in transactions",
+                        w.connection, numbers)
     return Finding(
-        id="transactions", severity="warning" if tx["loud"].any() else "info", title=title,
+        id="transactions", severity=_severity(tx["loud"].any()), title=title,
         evidence={
             "tx_commits": int(w.tx_commits), "tx_rollbacks": int(w.tx_rollbacks),
             "publishes_in_tx": int(w.publishes_in_tx), "publishes_per_commit": float(w.per_tx),
@@ -126,7 +127,7 @@ def _transactions_finding(cap: Capture, conns: pd.DataFrame, examples: pd.DataFr
                "acknowledges publishes asynchronously while the client keeps publishing, with a window of "
                "outstanding confirms. RabbitMQ's documentation measures transactions as cutting throughput "
                "by a factor of 250. If transactions must stay, put many publishes in each.",
-        impact=float(1.0 / max(float(w.per_tx), 1.0)), subjects=subjects)
+        impact=float(1.0 / max(float(w.per_tx), 1.0)), subjects=told.subjects)
 
 
 def _unroutable_finding(cap: Capture, conns: pd.DataFrame, returns: pd.DataFrame,
@@ -138,23 +139,21 @@ def _unroutable_finding(cap: Capture, conns: pd.DataFrame, returns: pd.DataFrame
     per["returned_share"] = per["returns"] / per["publishes"].where(per["publishes"] > 0, 1)
     per["loud"] = (per["returns"] >= UNROUTABLE_WARN_RETURNS) & (per["returned_share"] >= UNROUTABLE_WARN_SHARE)
     per = per.sort_values(["loud", "returns"], ascending=False, kind="stable")
-    w, n = per.iloc[0], len(per)
+    told = worst_first(cap, per, lambda r: dict(returns=int(r.returns), publishes=int(r.publishes),
+                                                returned_share=float(r.returned_share), severity=_severity(r.loud)))
+    w, n = told.worst, told.n
     mine = returns[returns["stream"] == w.stream].sort_values("returns", ascending=False, kind="stable")
     top = mine.iloc[0]
     reply = reply_code(None if top.reply_code is None else int(top.reply_code),
                        None if top.reply_text is None else str(top.reply_text))
     numbers = (f"{int(w.returns):,} of its {int(w.publishes):,} publishes came back unroutable with {reply}, most to "
                f"exchange '{top.exchange}' with routing key '{top.routing_key}'")
-    title = (f"{w.connection} publishes messages no queue takes: {numbers}" if n == 1 else
-             f"{n} connections publish messages no queue takes: worst {w.connection}, {numbers}")
+    title = worst_title(n, f"{w.connection} publishes messages no queue takes",
+                        f"{n} connections publish messages no queue takes", w.connection, numbers)
     dest = returns.groupby(["exchange", "routing_key"], sort=True)[["returns", "publishes"]].sum()
     dest = dest.sort_values("returns", ascending=False, kind="stable").reset_index()
-    subject_of = subject_namer(cap)
-    subjects = [subject_of(r.stream, returns=int(r.returns), publishes=int(r.publishes),
-                           returned_share=float(r.returned_share), severity="warning" if r.loud else "info")
-                for r in per.itertuples()]
     return Finding(
-        id="unroutable-messages", severity="warning" if per["loud"].any() else "info", title=title,
+        id="unroutable-messages", severity=_severity(per["loud"].any()), title=title,
         evidence={
             "returns": int(w.returns), "publishes": int(w.publishes), "returned_share": float(w.returned_share),
             "exchange": str(top.exchange), "routing_key": str(top.routing_key),
@@ -170,7 +169,7 @@ def _unroutable_finding(cap: Capture, conns: pd.DataFrame, returns: pd.DataFrame
                "publisher expects (check the exchange name and routing key), or give the exchange an alternate "
                "exchange to catch what nothing takes. With publisher confirms the return comes before the ack: "
                "an acked message was not necessarily delivered to a queue.",
-        impact=float(per["returned_share"].max()), subjects=subjects)
+        impact=float(per["returned_share"].max()), subjects=told.subjects)
 
 
 def _cancelled_finding(cap: Capture, cancels: pd.DataFrame) -> Finding | None:
@@ -182,25 +181,22 @@ def _cancelled_finding(cap: Capture, cancels: pd.DataFrame) -> Finding | None:
     c = cancels[~own]
     c = c.assign(loud=~c["resubscribed"].to_numpy(bool))
     c = c.sort_values(["loud", "packet"], ascending=[False, True], kind="stable")
-    w, n = c.iloc[0], len(c)
+    told = worst_first(cap, c, lambda r: dict(
+        channel=int(r.channel), consumer_tag=str(r.consumer_tag), queue=None if r.queue is None else str(r.queue),
+        deleted_by_stream=None if r.deleted_by is None or pd.isna(r.deleted_by) else int(r.deleted_by),
+        resubscribed=bool(r.resubscribed), severity=_severity(r.loud)))
+    w, n = told.worst, told.n
     queue = f"queue {w.queue}" if w.queue else f"consumer {w.consumer_tag}"
     why = "" if w.deleted_by is None or pd.isna(w.deleted_by) else \
         f" after {connection_names(cap)['connection'].get(int(w.deleted_by), f'stream {int(w.deleted_by)}')} deleted the queue"
     then = "and it never subscribed again" if w.loud else "and it subscribed again"
-    title = (f"The broker cancelled the consumer of {queue} on {subject(cap, w.stream)['connection']}{why}, {then}"
-             if n == 1 else
+    who = told.subjects[0]["connection"]
+    title = (f"The broker cancelled the consumer of {queue} on {who}{why}, {then}" if n == 1 else
              f"The broker cancelled {n} consumers, {int(c['loud'].sum())} never subscribed again: first "
-             f"{queue} on {subject(cap, w.stream)['connection']}{why}")
+             f"{queue} on {who}{why}")
     t0 = cap.summary.get("first_ts")
-    subject_of = subject_namer(cap)
-    subjects = [subject_of(r.stream, channel=int(r.channel), consumer_tag=str(r.consumer_tag),
-                           queue=None if r.queue is None else str(r.queue),
-                           deleted_by_stream=None if r.deleted_by is None or pd.isna(r.deleted_by)
-                                             else int(r.deleted_by),
-                           resubscribed=bool(r.resubscribed), severity="warning" if r.loud else "info")
-                for r in c.itertuples()]
     return Finding(
-        id="consumer-cancelled", severity="warning" if c["loud"].any() else "info", title=title,
+        id="consumer-cancelled", severity=_severity(c["loud"].any()), title=title,
         evidence={
             "cancels": n, "not_resubscribed": int(c["loud"].sum()),
             "queue": None if w.queue is None else str(w.queue), "consumer_tag": str(w.consumer_tag),
@@ -216,7 +212,7 @@ def _cancelled_finding(cap: Capture, cancels: pd.DataFrame) -> Finding | None:
                "silently stops receiving: subscribe again (after declaring the queue again if it was deleted), "
                "or fail loudly. Find who deletes the queue (an auto-delete or exclusive queue whose owner left, "
                "a TTL, or an operator) if it was not meant to go.",
-        impact=float(c["loud"].mean()), subjects=subjects)
+        impact=float(c["loud"].mean()), subjects=told.subjects)
 
 
 def _churn_finding(cap: Capture, conns: pd.DataFrame) -> Finding | None:
@@ -248,21 +244,21 @@ def _churn_finding(cap: Capture, conns: pd.DataFrame) -> Finding | None:
     numbers = (f"{w['connections']:,} connections opened and closed{rate}, living {w['lifetime_p50_s'] * 1e3:,.0f} ms "
                f"and carrying {_each_way(w['published_per_connection_p50'], w['delivered_per_connection_p50'])} each "
                f"(medians)")
-    title = (f"{w['application']} opens a connection per few messages: {numbers}" if n == 1 else
-             f"{n} applications churn connections: worst {w['application']}, {numbers}")
+    title = worst_title(n, f"{w['application']} opens a connection per few messages",
+                        f"{n} applications churn connections", w["application"], numbers)
     streams = sorted(int(s) for r in rows for s in r["members"]["stream"])
     # every churned connection a subject, application by application (worst first), in open order
     subject_of = subject_namer(cap)
     subjects = [subject_of(c.stream, application=r["application"], lifetime_s=float(c.duration_s),
                            messages=int(c.publishes + c.deliveries + c.gets_ok),
-                           severity="warning" if r["loud"] else "info")
+                           severity=_severity(r["loud"]))
                 for r in rows for c in r["members"].itertuples()]
     applications = [{k: r[k] for k in ("application", "connections", "opens_per_s", "opens_per_s_peak", "lifetime_p50_s",
                                        "messages_per_connection_p50", "published_per_connection_p50",
-                                       "delivered_per_connection_p50")} | {"severity": "warning" if r["loud"] else "info"}
+                                       "delivered_per_connection_p50")} | {"severity": _severity(r["loud"])}
                     for r in rows]
     return Finding(
-        id="connection-churn", severity="warning" if any(r["loud"] for r in rows) else "info", title=title,
+        id="connection-churn", severity=_severity(any(r["loud"] for r in rows)), title=title,
         evidence={
             "application": w["application"], "connections": w["connections"], "opens_per_s": w["opens_per_s"],
             "opens_per_s_peak": w["opens_per_s_peak"], "lifetime_p50_s": w["lifetime_p50_s"],
@@ -289,21 +285,20 @@ def _publish_wait_finding(cap: Capture, confirming: pd.DataFrame) -> Finding | N
     if len(c) == 0:
         return None
     c = c.sort_values(["waiting_share", "publishes"], ascending=False, kind="stable")
-    w, n = c.iloc[0], len(c)
+    told = worst_first(cap, c, lambda r: dict(
+        channel=int(r.channel), publishes=int(r.publishes), sequential_share=float(r.sequential_share),
+        waiting_share=float(r.waiting_share), confirm_latency_p50_s=float(r.confirm_latency_p50_s),
+        published_msgs_per_s=None if pd.isna(r.published_msgs_per_s) else float(r.published_msgs_per_s),
+        severity="warning"))
+    w, n = told.worst, told.n
     cap_rate = 1 / w.confirm_latency_p50_s if w.confirm_latency_p50_s > 0 else None
     limit = "" if cap_rate is None else f", which caps the channel at {cap_rate:,.0f} messages/s"
     numbers = (f"{int(w.publishes):,} publishes, each sent after the previous one's confirm ({w.sequential_share:.0%}); "
                f"{w.waiting_share:.0%} of the time goes to waiting {w.confirm_latency_p50_s * 1e3:.2f} ms per confirm"
                f"{limit}")
-    title = (f"{subject(cap, w.stream)['connection']} publishes and waits for each confirm: {numbers}" if n == 1 else
-             f"{n} channels publish and wait for each confirm: worst {subject(cap, w.stream)['connection']}, {numbers}")
-    subject_of = subject_namer(cap)
-    subjects = [subject_of(r.stream, channel=int(r.channel), publishes=int(r.publishes),
-                           sequential_share=float(r.sequential_share), waiting_share=float(r.waiting_share),
-                           confirm_latency_p50_s=float(r.confirm_latency_p50_s),
-                           published_msgs_per_s=None if pd.isna(r.published_msgs_per_s) else float(r.published_msgs_per_s),
-                           severity="warning")
-                for r in c.itertuples()]
+    who = told.subjects[0]["connection"]
+    title = worst_title(n, f"{who} publishes and waits for each confirm", f"{n} channels publish and wait for each confirm",
+                        who, numbers)
     return Finding(
         id="publish-and-wait", severity="warning", title=title,
         evidence={
@@ -319,7 +314,7 @@ def _publish_wait_finding(cap: Capture, confirming: pd.DataFrame) -> Finding | N
                "broker's acks asynchronously (a confirm listener or callback), or publish a batch and wait for "
                "the batch's confirms. With one publish in flight the channel's rate is one message per confirm "
                "round trip; RabbitMQ's Publishers guide calls publish-and-wait an anti-pattern.",
-        impact=float(c["waiting_share"].max()), subjects=subjects)
+        impact=float(c["waiting_share"].max()), subjects=told.subjects)
 
 
 def _channel_churn_finding(cap: Capture, conns: pd.DataFrame, examples: pd.DataFrame) -> Finding | None:
@@ -339,7 +334,13 @@ def _channel_churn_finding(cap: Capture, conns: pd.DataFrame, examples: pd.DataF
     if len(per) == 0:
         return None
     per = per.sort_values(["leak", "channels_opened", "stream"], ascending=[False, False, True], kind="stable")
-    w, n = per.iloc[0], len(per)
+    told = worst_first(cap, per, lambda r: dict(
+        channels_opened=int(r.channels_opened), channel_opens_per_s_peak=int(r.channel_opens_per_s_peak),
+        messages_per_channel=float(r.messages_per_channel),
+        channel_open_round_trip_p50_s=None if pd.isna(r.channel_open_round_trip_p50_s)
+        else float(r.channel_open_round_trip_p50_s), channels_open_peak=int(r.channels_open_peak),
+        channel_max=None if pd.isna(r.channel_max) else int(r.channel_max), leak=bool(r.leak), severity="warning"))
+    w, n = told.worst, told.n
     rtt = w.channel_open_round_trip_p50_s
     cost = "" if pd.isna(rtt) else f", each open a {rtt * 1e3:.2f} ms round trip"
     numbers = (f"{int(w.channels_opened):,} channels opened ({int(w.channel_opens_per_s_peak)} in its busiest second), "
@@ -349,18 +350,9 @@ def _channel_churn_finding(cap: Capture, conns: pd.DataFrame, examples: pd.DataF
                    f"channel_max ({int(w.channel_max) or NO_CHANNEL_MAX:,}); "
                    + numbers)
     doing = "leaks channels (opens them and never closes them)" if w.leak else "opens a channel per operation"
-    title = (f"{w.connection} {doing}: {numbers}" if n == 1 else
-             f"{n} connections {'leak channels' if w.leak else 'open a channel per operation'}: worst "
-             f"{w.connection}, {numbers}")
-    subject_of = subject_namer(cap)
-    subjects = [subject_of(r.stream, channels_opened=int(r.channels_opened),
-                           channel_opens_per_s_peak=int(r.channel_opens_per_s_peak),
-                           messages_per_channel=float(r.messages_per_channel),
-                           channel_open_round_trip_p50_s=None if pd.isna(r.channel_open_round_trip_p50_s)
-                           else float(r.channel_open_round_trip_p50_s), channels_open_peak=int(r.channels_open_peak),
-                           channel_max=None if pd.isna(r.channel_max) else int(r.channel_max), leak=bool(r.leak),
-                           severity="warning")
-                for r in per.itertuples()]
+    title = worst_title(n, f"{w.connection} {doing}",
+                        f"{n} connections {'leak channels' if w.leak else 'open a channel per operation'}",
+                        w.connection, numbers)
     return Finding(
         id="channel-churn", severity="warning", title=title,
         evidence={
@@ -380,4 +372,4 @@ def _channel_churn_finding(cap: Capture, conns: pd.DataFrame, examples: pd.DataF
                   "once channel_max are open the next channel.open fails and RabbitMQ closes the connection "
                   f"with {reply_code(NOT_ALLOWED)}. Close every channel you open (a with-block or finally), or reuse a fixed "
                   "set." if per["leak"].any() else ""),
-        impact=float(1.0 / max(float(w.messages_per_channel), 1.0)), subjects=subjects)
+        impact=float(1.0 / max(float(w.messages_per_channel), 1.0)), subjects=told.subjects)

@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ...analysis.registry import SEVERITY_RANK, Finding
+from ...analysis.registry import SEVERITIES, Finding
 from ...io.load import Capture
 from ...derive.columns import as_object
 from ...derive.labels import channels_filter
 from ...model.display_filters import covered_filter, filter_evidence, stream_filter
-from ...derive.names import connection_label, consumer_label, number, subject_namer
+from ...derive.names import connection_label, consumer_label, number, worst_first
 from .constants import EXAMPLE_SUBJECTS, MIN_DELIVERIES, UNLIMITED_UNACKED
 from .flags import _flags
 from .limits import _limit_packets
@@ -36,24 +36,17 @@ def _findings(cap: Capture, s: pd.DataFrame, slow: np.ndarray, limits: pd.DataFr
     return out
 
 
-#: severity by its rank (analysis.SEVERITY_RANK: info 0, warning 1, critical 2)
-SEVERITIES = {rank: name for name, rank in SEVERITY_RANK.items()}
-
-
 def _subjects(cap: Capture, g: pd.DataFrame) -> list[dict]:
     """One subject per consumer of ``g`` (flagged rows of consumer_summary, worst first): its
     connection, channel, queue and consumer tag, then its own numbers."""
-    subject_of = subject_namer(cap)
-    return [subject_of(r.stream, channel=int(r.channel), queue=None if pd.isna(r.queue) else str(r.queue),
-                       consumer_tag=str(r.consumer_tag), prefetch_msgs=int(r.prefetch),
-                       prefetch_estimated=bool(r.prefetch_estimated), deliveries=int(r.deliveries),
-                       delivered_msgs_per_s=number(r.delivered_msgs_per_s), share_at_limit=number(r.share_at_limit),
-                       deliver_to_ack_p50_s=number(r.deliver_to_ack_p50_s),
-                       ack_to_next_deliver_p50_s=number(r.ack_to_next_deliver_p50_s),
-                       messages_per_ack=number(r.messages_per_ack),
-                       backlog_growth_msgs=None if pd.isna(r.backlog_growth_msgs) else int(r.backlog_growth_msgs),
-                       backlog_growth_ratio=number(r.growth_ratio), severity=SEVERITIES[int(r.sev_rank)])
-            for r in g.itertuples(index=False)]
+    return worst_first(cap, g, lambda r: dict(
+        channel=int(r.channel), queue=None if pd.isna(r.queue) else str(r.queue), consumer_tag=str(r.consumer_tag),
+        prefetch_msgs=int(r.prefetch), prefetch_estimated=bool(r.prefetch_estimated), deliveries=int(r.deliveries),
+        delivered_msgs_per_s=number(r.delivered_msgs_per_s), share_at_limit=number(r.share_at_limit),
+        deliver_to_ack_p50_s=number(r.deliver_to_ack_p50_s), ack_to_next_deliver_p50_s=number(r.ack_to_next_deliver_p50_s),
+        messages_per_ack=number(r.messages_per_ack),
+        backlog_growth_msgs=None if pd.isna(r.backlog_growth_msgs) else int(r.backlog_growth_msgs),
+        backlog_growth_ratio=number(r.growth_ratio), severity=SEVERITIES[int(r.sev_rank)])).subjects
 
 
 def _who(cap: Capture, g: pd.DataFrame) -> tuple[str, str]:
@@ -210,7 +203,11 @@ def _unlimited_finding(cap: Capture, c: pd.DataFrame) -> Finding | None:
     if not len(c):
         return None
     c = c.sort_values(["unacked_peak", "zero_windows", "deliveries"], ascending=False, kind="stable")
-    w = c.iloc[0]
+    w, _, subjects = worst_first(cap, c, lambda r: dict(
+        channel=int(r.channel), queue=None if pd.isna(r.queue) else str(r.queue), consumer_tag=str(r.consumer_tag),
+        no_ack=bool(r.no_ack), deliveries=int(r.deliveries), max_unacked_msgs=None if r.no_ack else int(r.unacked_peak),
+        deliver_to_ack_p50_s=None if r.no_ack else number(r.deliver_to_ack_p50_s),
+        zero_window_packets=int(r.zero_windows), severity="warning"))
     who = consumer_label(cap, w.stream, w.queue, w.consumer_tag)
     how = "consumes with no-ack (auto-ack)" if w.no_ack else "has no prefetch limit (no basic.qos: unlimited)"
     held = [] if w.no_ack else [f"the broker pushed {int(w.unacked_peak):,} unacknowledged messages at once"]
@@ -233,13 +230,6 @@ def _unlimited_finding(cap: Capture, c: pd.DataFrame) -> Finding | None:
                 "deliver_to_ack_p50_s": None if w.no_ack else number(w.deliver_to_ack_p50_s),
                 "zero_window_packets": int(w.zero_windows), "consumers_with_this_finding": int(len(c)),
                 "packets": packets, **covered_filter(flt, part)}
-    subject_of = subject_namer(cap)
-    subjects = [subject_of(r.stream, channel=int(r.channel), queue=None if pd.isna(r.queue) else str(r.queue),
-                           consumer_tag=str(r.consumer_tag), no_ack=bool(r.no_ack), deliveries=int(r.deliveries),
-                           max_unacked_msgs=None if r.no_ack else int(r.unacked_peak),
-                           deliver_to_ack_p50_s=None if r.no_ack else number(r.deliver_to_ack_p50_s),
-                           zero_window_packets=int(r.zero_windows), severity="warning")
-                for r in c.itertuples()]
     return Finding(
         id="unlimited-prefetch", severity="warning", title=title, evidence=evidence,
         advice="Set a prefetch limit (basic.qos prefetch_count; RabbitMQ's Consumer Prefetch guide finds 100-300 "

@@ -7,14 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ...analysis.registry import SEVERITY_RANK
 from ...derive.methods import chan_key
 from ...derive.refills import waiting
 from .constants import REDELIVERY_CRITICAL_SHARE, REDELIVERY_MIN, REDELIVERY_SHARE, REFILL_CRITICAL_S
-
-
-#: severity by its rank (analysis.SEVERITY_RANK: info 0, warning 1, critical 2)
-SEVERITIES = {rank: name for name, rank in SEVERITY_RANK.items()}
 
 
 def refill_severity(p50) -> np.ndarray:

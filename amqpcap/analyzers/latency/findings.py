@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ...analysis.registry import Finding
+from ...analysis.registry import SEVERITIES, Finding
 from ...io.load import Capture
 from ...derive.labels import channels_filter
 from ...model.display_filters import filter_evidence
-from ...derive.names import connection_label, consumer_label, number, subject_namer
-from .channels import SEVERITIES
+from ...derive.names import connection_label, consumer_label, number, worst_first, worst_title
 
 
 def _place(cap: Capture, stream, channel, queue) -> str:
@@ -27,23 +26,20 @@ def _refill_findings(cap: Capture, per: pd.DataFrame) -> list[Finding]:
     if len(per) == 0:
         return []
     per = per.sort_values(["sev_rank", "broker_share_of_cycle"], ascending=False, kind="stable")
-    w = per.iloc[0]
-    where, n = _place(cap, w.stream, w.channel, w.queue), len(per)
+    told = worst_first(cap, per, lambda r: dict(
+        channel=int(r.channel), queue=_text(r.queue), refills=int(r.refills),
+        ack_to_next_deliver_p50_s=float(r.ack_to_next_deliver_p50_s),
+        ack_to_next_deliver_p90_s=float(r.ack_to_next_deliver_p90_s), deliver_to_ack_p50_s=number(r.deliver_to_ack_p50_s),
+        broker_share_of_cycle=float(r.broker_share_of_cycle), backlog_min_median_msgs=float(r.backlog_min_median_msgs),
+        severity=SEVERITIES[int(r.sev_rank)]))
+    w, n = told.worst, told.n
+    where = _place(cap, w.stream, w.channel, w.queue)
     own = "" if pd.isna(w.deliver_to_ack_p50_s) else \
         f" (the consumer's own deliver→ack median is {w.deliver_to_ack_p50_s * 1e3:.1f} ms)"
     numbers = (f"the next delivery comes a median {w.ack_to_next_deliver_p50_s * 1e3:.1f} ms after an ack although "
                f"messages were waiting{own}")
-    title = (f"Broker slow to refill on {where}: {numbers}" if n == 1 else
-             f"Broker slow to refill on {n} channels{_queues_text(per['queue'])}: worst {where}, {numbers}")
-    subject_of = subject_namer(cap)
-    subjects = [subject_of(r.stream, channel=int(r.channel), queue=_text(r.queue), refills=int(r.refills),
-                           ack_to_next_deliver_p50_s=float(r.ack_to_next_deliver_p50_s),
-                           ack_to_next_deliver_p90_s=float(r.ack_to_next_deliver_p90_s),
-                           deliver_to_ack_p50_s=number(r.deliver_to_ack_p50_s),
-                           broker_share_of_cycle=float(r.broker_share_of_cycle),
-                           backlog_min_median_msgs=float(r.backlog_min_median_msgs),
-                                                   severity=SEVERITIES[int(r.sev_rank)])
-                for r in per.itertuples()]
+    title = worst_title(n, f"Broker slow to refill on {where}",
+                        f"Broker slow to refill on {n} channels{_queues_text(per['queue'])}", where, numbers)
     return [Finding(
         id="broker-slow-refill", severity=SEVERITIES[int(per["sev_rank"].max())], title=title,
         evidence={
@@ -64,7 +60,7 @@ def _refill_findings(cap: Capture, per: pd.DataFrame) -> list[Finding]:
                "memory or disk alarms), the number of queues and consumers per node, and the network "
                "between broker and consumer. A larger prefetch (e.g. 50–300) hides the refill delay by "
                "keeping messages in flight.",
-        impact=float(per["broker_share_of_cycle"].max()), subjects=subjects)]
+        impact=float(per["broker_share_of_cycle"].max()), subjects=told.subjects)]
 
 
 def _text(v) -> str | None:
@@ -83,18 +79,16 @@ def _redelivery_findings(cap: Capture, per: pd.DataFrame) -> list[Finding]:
     if len(per) == 0:
         return []
     per = per.sort_values(["sev_rank", "share"], ascending=False, kind="stable")
-    w, n = per.iloc[0], len(per)
+    told = worst_first(cap, per, lambda r: dict(
+        channel=int(r.channel), queue=_text(r.queue), deliveries=int(r.deliveries), redelivered=int(r.redelivered),
+        requeued_by_nack=int(r.requeued_by_nack), requeued_by_reject=int(r.requeued_by_reject),
+        dropped_by_nack_or_reject=int(r.dropped), bouncing_share=float(r.share), severity=SEVERITIES[int(r.sev_rank)]))
+    w, n = told.worst, told.n
     where = _place(cap, w.stream, w.channel, w.queue)
     numbers = (f"{w.redelivered} of {w.deliveries} deliveries are redeliveries and {w.requeued} were requeued by "
                "nack/reject")
-    title = (f"Messages bouncing on {where}: {numbers}" if n == 1 else
-             f"Messages bouncing on {n} channels{_queues_text(per['queue'])}: worst {where}, {numbers}")
-    subject_of = subject_namer(cap)
-    subjects = [subject_of(r.stream, channel=int(r.channel), queue=_text(r.queue), deliveries=int(r.deliveries),
-                           redelivered=int(r.redelivered), requeued_by_nack=int(r.requeued_by_nack),
-                           requeued_by_reject=int(r.requeued_by_reject), dropped_by_nack_or_reject=int(r.dropped),
-                           bouncing_share=float(r.share), severity=SEVERITIES[int(r.sev_rank)])
-                for r in per.itertuples()]
+    title = worst_title(n, f"Messages bouncing on {where}",
+                        f"Messages bouncing on {n} channels{_queues_text(per['queue'])}", where, numbers)
     return [Finding(
         id="redelivery-loop", severity=SEVERITIES[int(per["sev_rank"].max())], title=title,
         evidence={
@@ -114,4 +108,4 @@ def _redelivery_findings(cap: Capture, per: pd.DataFrame) -> list[Finding]:
                "message can loop forever. Requeue only transient failures, reject others with "
                "requeue=false to a dead-letter exchange (x-dead-letter-exchange), and cap retries "
                "(quorum queues: x-delivery-limit).",
-        impact=float(per["share"].max()), subjects=subjects)]
+        impact=float(per["share"].max()), subjects=told.subjects)]

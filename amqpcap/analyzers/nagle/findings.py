@@ -10,7 +10,7 @@ import pandas as pd
 from ...analysis.registry import Finding
 from ...io.load import Capture
 from ...model.display_filters import FilterPart, filter_evidence, packets_part
-from ...derive.names import subject_namer
+from ...derive.names import worst_first
 from ...derive.labels import who
 from .constants import (
     AVOIDABLE_MIN_PACKETS, AVOIDABLE_RATE_CRITICAL, AVOIDABLE_RATE_INFO, AVOIDABLE_RATE_WARNING,
@@ -56,7 +56,11 @@ def small_packets_finding(cap: Capture, seg: dict[str, np.ndarray], d: pd.DataFr
     if not len(hit):
         return None
     hit = hit.sort_values(["packets_saved_s", "stream"], ascending=[False, True])
-    w = hit.iloc[0]
+    w, _, subjects = worst_first(cap, hit, lambda r: dict(
+        direction=r.direction, carries=r.carries, carries_share=round(float(r.carries_share), 3),
+        data_segments=int(r.data_segments), small_segments=int(r.small_segments),
+        small_while_unacked=int(r.small_while_unacked), packets_saved=int(r.packets_saved),
+        packets_saved_s=round(float(r.packets_saved_s), 1), small_limit_bytes=int(r.small_limit_bytes)))
     worst = float(w["packets_saved_s"])
     severity = ("critical" if worst >= AVOIDABLE_RATE_CRITICAL else "warning" if worst >= AVOIDABLE_RATE_WARNING
                 else "info")
@@ -64,13 +68,6 @@ def small_packets_finding(cap: Capture, seg: dict[str, np.ndarray], d: pd.DataFr
     examples = seg["packet"][seg["in_run"] & np.isin(seg["g"], hit_g)][:EXAMPLE_PACKETS].tolist()
     clauses = [_dir_clause(int(r.stream), r.direction, int(r.broker_port), f" && tcp.len > 0 && tcp.len < {int(r.small_limit_bytes)}")
                for r in hit.head(FILTER_DIRECTIONS).itertuples()]
-    subject_of = subject_namer(cap)
-    subjects = [subject_of(int(r.stream), direction=r.direction, carries=r.carries,
-                           carries_share=round(float(r.carries_share), 3), data_segments=int(r.data_segments),
-                           small_segments=int(r.small_segments), small_while_unacked=int(r.small_while_unacked),
-                           packets_saved=int(r.packets_saved), packets_saved_s=round(float(r.packets_saved_s), 1),
-                           small_limit_bytes=int(r.small_limit_bytes))
-                for r in hit.itertuples()]
     kinds = list(dict.fromkeys(hit["carries"]))  # worst subject's kind first
     n_data, saved = int(hit["data_segments"].sum()), int(hit["packets_saved"].sum())
     if len(kinds) == 1:
@@ -112,16 +109,14 @@ def nagle_finding(cap: Capture, d: pd.DataFrame, stalls: pd.DataFrame) -> Findin
     if not len(hit):
         return None
     hit = hit.sort_values(["stall_share", "stream"], ascending=[False, True])
-    w = hit.iloc[0]
+    w, _, subjects = worst_first(cap, hit, lambda r: dict(
+        direction=r.direction, stalls=int(r.stalls), median_stall_s=float(r.median_stall_s),
+        stall_time_s=float(r.stall_time_s), stall_share=round(float(r.stall_share), 4),
+        connection_s=float(r.connection_s)))
     worst = float(w["stall_share"])
     severity = "critical" if worst >= STALL_SHARE_CRITICAL else "warning"
     key = stalls["stream"].astype(np.int64) * 2 + (stalls["direction"] == "s2c")
     st = stalls[key.isin(hit["stream"].to_numpy(np.int64) * 2 + (hit["direction"] == "s2c").to_numpy())]
-    subject_of = subject_namer(cap)
-    subjects = [subject_of(int(r.stream), direction=r.direction, stalls=int(r.stalls),
-                           median_stall_s=float(r.median_stall_s), stall_time_s=float(r.stall_time_s),
-                           stall_share=round(float(r.stall_share), 4), connection_s=float(r.connection_s))
-                for r in hit.itertuples()]
     writer = {"c2s": "the client's", "s2c": "the broker's"}[w["direction"]] if hit["direction"].nunique() == 1 else "the"
     peer = {"c2s": "the broker's", "s2c": "the client's"}[w["direction"]] if hit["direction"].nunique() == 1 else "the peer's"
     worst_of = "" if len(subjects) == 1 else f" on {subjects[0]['connection']}"

@@ -4,6 +4,9 @@ receiver-window, broker-flow-control, publisher-blocked, capture-gaps (docs/find
 
 from __future__ import annotations
 
+from functools import partial
+from typing import NamedTuple
+
 import numpy as np
 import pandas as pd
 
@@ -12,7 +15,7 @@ from ...io.load import Capture
 from ...derive.labels import who
 from ...model.display_filters import filter_evidence, streams_part
 from ...io.inputs import ring_holes
-from ...derive.names import subject_namer
+from ...derive.names import worst_first
 from ...model.wording import counted
 from ...model.written_values import iso_utc
 from .constants import (
@@ -65,20 +68,15 @@ def _window_finding_parts(cap: Capture, wp: pd.DataFrame, g: pd.DataFrame, stall
     share, limited = float(g["window_limited_share"].max()), float(g["window_limited_s"].max())
     severity = ("critical" if share >= RECEIVER_WINDOW_CRITICAL_SHARE
                 else "warning" if limited >= RECEIVER_WINDOW_WARNING_S else "info")
-    subject_of = subject_namer(cap)
-    subjects = [subject_of(int(r.stream), direction=str(DIRS[r.d]),
-                           window_limited_s=round(float(r.window_limited_s), 6),
-                           window_limited_share=round(float(r.window_limited_share), 4),
-                           window_limited_episodes=int(r.window_limited_episodes),
-                           window_limited_p50_s=None if np.isnan(r.window_limited_p50_s)
-                           else round(float(r.window_limited_p50_s), 6),
-                           window_limited_longest_s=round(float(r.window_limited_longest_s), 6),
-                           zero_window_ads=int(r.zero_window_ads), window_full_segments=int(r.window_full_segments),
-                           stalls=int(r.stalls), stalled_s=round(float(r.stalled_s), 6),
-                           **({"publishes": int(r.publishes)} if r.d == 0 else {}))
-                for r in g.itertuples()]
+    w, _, subjects = worst_first(cap, g, lambda r: dict(
+        direction=str(DIRS[r.d]), window_limited_s=round(float(r.window_limited_s), 6),
+        window_limited_share=round(float(r.window_limited_share), 4),
+        window_limited_episodes=int(r.window_limited_episodes),
+        window_limited_p50_s=None if np.isnan(r.window_limited_p50_s) else round(float(r.window_limited_p50_s), 6),
+        window_limited_longest_s=round(float(r.window_limited_longest_s), 6), zero_window_ads=int(r.zero_window_ads),
+        window_full_segments=int(r.window_full_segments), stalls=int(r.stalls), stalled_s=round(float(r.stalled_s), 6),
+        **({"publishes": int(r.publishes)} if r.d == 0 else {})))
     streams = sorted(int(x) for x in g["stream"])
-    w = g.iloc[0]
     wmin, wmax = g["peer_window_min_bytes"].dropna(), g["peer_window_max_bytes"].dropna()
     held = int(g["d"].iloc[0])
     # The way into Wireshark: the peer's zero windows, the held direction's window-full
@@ -126,64 +124,74 @@ def _port_match(cap: Capture, streams) -> str:
     return f"== {ports[0]}" if len(ports) == 1 else "in {" + ", ".join(map(str, ports)) + "}"
 
 
-def _receiver_window(cap: Capture, wp: pd.DataFrame, sides: pd.DataFrame, stalls_tbl: pd.DataFrame) -> Finding | None:
-    """Clients that stopped reading: the broker's traffic to them (s2c) waited on their zero or
-    full receive window. One finding, every such connection a subject, worst first."""
-    g = sides[sides["d"] == 1]
-    if g.empty:
-        return None
-    port = _port_match(cap, g["stream"])
-    severity, subjects, ev = _window_finding_parts(
-        cap, wp, g, stalls_tbl, f"((tcp.analysis.zero_window && tcp.dstport {port}) || "
-                                f"(tcp.analysis.window_full && tcp.srcport {port}))")
-    w = subjects[0]
-    title = (f"{who([x['connection'] for x in subjects])} stopped reading: the broker's data waited on "
-             f"{'its' if len(subjects) == 1 else 'their'} zero or full TCP receive window"
-             f"{'' if len(subjects) == 1 else ', on the first connection'} {_window_times(w)} = "
-             f"{_share(w['window_limited_share'])} of {'the' if len(subjects) == 1 else 'its'} connection's time "
-             f"({counted(w['zero_window_ads'], 'zero-window advertisement')})")
-    advice = ("The client application, or its socket receive buffer, does not keep up: it left the socket unread "
-              "while the broker had data for it. Do not do slow work on the connection's I/O thread (blocking "
-              "callbacks, synchronous DB calls, long GC pauses); hand messages to a worker pool. Do not pin a small "
-              "SO_RCVBUF (let kernel autotuning grow it; see peer_window_max_bytes). Lower the prefetch (basic.qos) "
-              "so less data piles up unread.")
-    return Finding("receiver-window", severity, title, ev, advice, impact=min(float(g["window_limited_share"].max()), 1.0),
-                   subjects=subjects)
+class _WindowSide(NamedTuple):
+    """What tells the two window findings apart (`_window_finding`): the id, where the broker's port
+    stands in the peer's zero-window packets and in the held sender's window-full ones, the advice."""
+
+    id: str
+    zero_window_port: str
+    window_full_port: str
+    advice: str
 
 
-def _broker_flow_control(cap: Capture, wp: pd.DataFrame, sides: pd.DataFrame, stalls_tbl: pd.DataFrame) -> Finding | None:
-    """The broker stopped reading clients: their traffic (c2s) waited on the broker's zero or full
-    receive window, outside any connection.blocked (that is publisher-blocked's resource alarm).
-    RabbitMQ does this to publishers under credit-based flow control. One finding, every such
-    connection a subject, worst first."""
-    g = sides[sides["d"] == 0]
+#: The window findings by the direction their peer's window held back (`DIRS`): c2s (0), the
+#: broker's window held a client's traffic; s2c (1), a client's held the broker's.
+WINDOW_SIDES = (
+    _WindowSide(id="broker-flow-control", zero_window_port="tcp.srcport", window_full_port="tcp.dstport", advice=(
+        "RabbitMQ stopped reading these connections' sockets, so its TCP receive buffer filled and it advertised a "
+        "zero or full window: credit-based flow control (" + FLOW_CONTROL_DOC + "), which throttles "
+        "publishers that publish faster than the queues (or the channel and connection processes in front "
+        "of them) can take the messages; the management UI shows these connections in state 'flow' "
+        "(rabbitmqctl list_connections name state). Time under connection.blocked (a resource alarm, see "
+        "publisher-blocked) is not counted here. "
+        "The publishers are not at fault; the broker is at capacity for this load: spread the publishes over "
+        "more queues (one queue is one Erlang process, one core), keep the queues short (consumers that keep "
+        "up), use publisher confirms to bound what each publisher has in flight, or publish at a lower rate. "
+        "If the connections are not in 'flow', the broker is short of CPU.")),
+    _WindowSide(id="receiver-window", zero_window_port="tcp.dstport", window_full_port="tcp.srcport", advice=(
+        "The client application, or its socket receive buffer, does not keep up: it left the socket unread "
+        "while the broker had data for it. Do not do slow work on the connection's I/O thread (blocking "
+        "callbacks, synchronous DB calls, long GC pauses); hand messages to a worker pool. Do not pin a small "
+        "SO_RCVBUF (let kernel autotuning grow it; see peer_window_max_bytes). Lower the prefetch (basic.qos) "
+        "so less data piles up unread.")),
+)
+
+
+def _window_finding(held: int, cap: Capture, wp: pd.DataFrame, sides: pd.DataFrame,
+                    stalls_tbl: pd.DataFrame) -> Finding | None:
+    """A side's window finding, every connection whose `held` direction (`DIRS`) waited on its
+    peer's zero or full receive window a subject, worst first. receiver-window (s2c held): clients
+    that stopped reading the broker's traffic. broker-flow-control (c2s held): the broker stopped
+    reading clients, outside any connection.blocked (that is publisher-blocked's resource alarm);
+    RabbitMQ does this to publishers under credit-based flow control."""
+    g = sides[sides["d"] == held]
     if g.empty:
         return None
-    port = _port_match(cap, g["stream"])
+    side, port = WINDOW_SIDES[held], _port_match(cap, g["stream"])
     severity, subjects, ev = _window_finding_parts(
-        cap, wp, g, stalls_tbl, f"((tcp.analysis.zero_window && tcp.srcport {port}) || "
-                                f"(tcp.analysis.window_full && tcp.dstport {port}))")
-    ev["publishes"] = int(g["publishes"].sum())
-    w = subjects[0]
-    whom = "publishers" if (g["publishes"] > 0).all() else "connections"
-    title = (f"Broker flow control: the broker stopped reading {'its ' + whom[:-1] if len(subjects) == 1 else whom} "
-             f"{who([x['connection'] for x in subjects])}; its TCP receive window towards "
-             f"{'it' if len(subjects) == 1 else 'them'} was zero or full"
-             f"{'' if len(subjects) == 1 else ', towards the first'} {_window_times(w)} = "
-             f"{_share(w['window_limited_share'])} of {'the' if len(subjects) == 1 else 'its'} connection's "
-             f"time ({counted(w['zero_window_ads'], 'zero-window advertisement')})")
-    advice = ("RabbitMQ stopped reading these connections' sockets, so its TCP receive buffer filled and it advertised a "
-              "zero or full window: credit-based flow control (" + FLOW_CONTROL_DOC + "), which throttles "
-              "publishers that publish faster than the queues (or the channel and connection processes in front "
-              "of them) can take the messages; the management UI shows these connections in state 'flow' "
-              "(rabbitmqctl list_connections name state). Time under connection.blocked (a resource alarm, see "
-              "publisher-blocked) is not counted here. "
-              "The publishers are not at fault; the broker is at capacity for this load: spread the publishes over "
-              "more queues (one queue is one Erlang process, one core), keep the queues short (consumers that keep "
-              "up), use publisher confirms to bound what each publisher has in flight, or publish at a lower rate. "
-              "If the connections are not in 'flow', the broker is short of CPU.")
-    return Finding("broker-flow-control", severity, title, ev, advice,
+        cap, wp, g, stalls_tbl, f"((tcp.analysis.zero_window && {side.zero_window_port} {port}) || "
+                                f"(tcp.analysis.window_full && {side.window_full_port} {port}))")
+    if not held:
+        ev["publishes"] = int(g["publishes"].sum())
+    w, one = subjects[0], len(subjects) == 1
+    names = who([x["connection"] for x in subjects])
+    if held:
+        head = (f"{names} stopped reading: the broker's data waited on {'its' if one else 'their'} zero or full TCP "
+                f"receive window{'' if one else ', on the first connection'}")
+    else:
+        whom = "publishers" if (g["publishes"] > 0).all() else "connections"
+        head = (f"Broker flow control: the broker stopped reading {'its ' + whom[:-1] if one else whom} {names}; its "
+                f"TCP receive window towards {'it' if one else 'them'} was zero or full"
+                f"{'' if one else ', towards the first'}")
+    title = (f"{head} {_window_times(w)} = {_share(w['window_limited_share'])} of {'the' if one else 'its'} "
+             f"connection's time ({counted(w['zero_window_ads'], 'zero-window advertisement')})")
+    return Finding(side.id, severity, title, ev, side.advice,
                    impact=min(float(g["window_limited_share"].max()), 1.0), subjects=subjects)
+
+
+#: the analyzer's two window findings: one function, a side each
+_receiver_window = partial(_window_finding, 1)
+_broker_flow_control = partial(_window_finding, 0)
 
 
 def _publisher_blocked(blocked: pd.DataFrame, deliveries: int, cap: Capture) -> Finding | None:
@@ -253,15 +261,11 @@ def _blocked_connections(blocked: pd.DataFrame, cap: Capture) -> tuple[pd.DataFr
                                         reason=("reason", lambda x: ", ".join(sorted({str(v) for v in x
                                                                                       if isinstance(v, str)}))))
     per = per.sort_values(["longest", "publishes"], ascending=False, kind="stable").reset_index()
-    subject_of = subject_namer(cap)
-    subjects = [subject_of(r.stream, blocks=int(r.blocks), blocked_s=float(r.blocked_s),
-                           blocked_p50_s=float(r.p50), longest_blocked_s=float(r.longest), reason=r.reason or None,
-                           still_blocked_at_end=bool(r.open_end), publishes_while_blocked=int(r.publishes),
-                           publish_bytes_while_blocked=int(r.body),
-                           severity="critical" if r.longest >= PUBLISHER_BLOCKED_CRITICAL_S or r.open_end
-                                    else "warning")
-                for r in per.itertuples()]
-    return per, subjects
+    return per, worst_first(cap, per, lambda r: dict(
+        blocks=int(r.blocks), blocked_s=float(r.blocked_s), blocked_p50_s=float(r.p50),
+        longest_blocked_s=float(r.longest), reason=r.reason or None, still_blocked_at_end=bool(r.open_end),
+        publishes_while_blocked=int(r.publishes), publish_bytes_while_blocked=int(r.body),
+        severity="critical" if r.longest >= PUBLISHER_BLOCKED_CRITICAL_S or r.open_end else "warning")).subjects
 
 
 #: why a capture gap's bytes are missing, in the order the advice tells them (docs/analyzers/stalls.md#capture-gaps)
