@@ -14,6 +14,7 @@ Every import counts, also one inside a function (a deferred import is still a de
 from __future__ import annotations
 
 import ast
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -96,40 +97,12 @@ def analyzer_of(module: str) -> str | None:
 
 
 def circles(g: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected groups of more than one file (Tarjan), each sorted."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on: set[str] = set()
-    found: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on.add(v)
-        for w in g.get(v, ()):
-            if w not in g:
-                continue
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            group = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                group.append(w)
-                if w == v:
-                    break
-            if len(group) > 1:
-                found.append(sorted(group))
-
-    for v in sorted(g):
-        if v not in index:
-            visit(v)
-    return found
+    """Groups of more than one file importing each other, each sorted, in the order of their first
+    file: the circle finder `tools/rust_modules.py` uses for the core's files."""
+    spec = importlib.util.spec_from_file_location("rust_modules", PACKAGE.parent / "tools" / "rust_modules.py")
+    rust_modules = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rust_modules)
+    return sorted(rust_modules.circles({v: {w for w in ws if w in g} for v, ws in g.items()}))
 
 
 #: what is left of the imports back up (issue 49; 20 on 9e6bc68): the in-process run of the split
