@@ -72,6 +72,17 @@ def test_readme_memory_examples_agree_with_its_rule():
         assert low_kb * 0.5 <= per_packet_kb <= high_kb, (kpackets, peak_mb, per_packet_kb)
 
 
+def test_peak_rss_is_the_commands_own_not_its_callers():
+    """Linux passes the exec-ing process's high-water RSS on to the program it starts; a pytest
+    worker at 1.2 GB once made a bare interpreter measure 1,256 MB. Here the caller holds 400 MB and
+    the command 200 MB: the measurement must see the 200, not the 400."""
+    held = bytearray(400_000_000)
+    held[::4096] = b"\1" * len(range(0, len(held), 4096))
+    rss = memory_factor.peak_rss([sys.executable, "-c", "b = bytearray(200_000_000); b[::4096] = b'\\1' * len(b[::4096])"])
+    assert 200e6 <= rss <= 300e6, f"{rss / 1e6:.0f} MB"
+    del held
+
+
 @pytest.mark.slow
 def test_readme_memory_rule_holds_on_a_made_capture(tmp_path):
     """150k packets of recorded PerfTest traffic (copies of fixtures/prefetch-consumers.pcap)."""
