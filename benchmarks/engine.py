@@ -35,8 +35,8 @@ import amqpcap
 from amqpcap.io import dataset
 from amqpcap.engine import on_dask as engine
 from amqpcap.io import kept_rows
-from amqpcap.analysis.registry import splits
-from amqpcap.analysis.partition import run_whole
+from amqpcap.engine.registered import splits
+from amqpcap.engine.partitions import run_whole
 
 
 def _worker_peak_rss_mib() -> float:

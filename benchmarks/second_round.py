@@ -25,7 +25,9 @@ from amqpcap import AmqpcapError
 from amqpcap.io import dataset
 from amqpcap.engine import on_dask as engine
 from amqpcap.io.kept_rows import keeping_in
-from amqpcap.analysis.partition import context_for, joined_once
+from amqpcap.analysis.partition import context_for
+from amqpcap.engine.partitions import joined_once
+from amqpcap.engine.registered import bucket_steps
 
 
 def _timed(fn):
@@ -36,16 +38,16 @@ def _timed(fn):
 
 def one_bucket(root: Path, k: int) -> str:
     facts = dataset.facts(root)
-    splits = engine._steps()  # (the tally's step too, as a bucket's tasks run it)
+    splits = bucket_steps()  # (the tally's step too, as a bucket's tasks run it)
     second = [n for n, s in splits.items() if s.context is not None]
     with tempfile.TemporaryDirectory() as store, keeping_in(store, k):
         part, read_s = _timed(lambda: dataset.read_partition(root, [k]))
-        first, first_s = _timed(lambda: engine._steps_over(part, facts, list(splits), None))
+        first, first_s = _timed(lambda: engine._steps_over(part, facts, list(splits), None, splits))
         joined = joined_once(splits, {n: [first[n]] for n in second})
         given = {n: context_for(v, 0) for n, v in joined.items()}
-        _, warm_s = _timed(lambda: engine._steps_over(part, facts, second, given))
+        _, warm_s = _timed(lambda: engine._steps_over(part, facts, second, given, splits))
         again, reread_s = _timed(lambda: dataset.read_partition(root, [k]))
-        _, cold_s = _timed(lambda: engine._steps_over(again, facts, second, given))
+        _, cold_s = _timed(lambda: engine._steps_over(again, facts, second, given, splits))
     whole = read_s + first_s + reread_s + cold_s
     return (f"bucket {k}: first round {read_s + first_s:.2f} s (read {read_s:.2f}, steps {first_s:.2f}); "
             f"second round {reread_s + cold_s:.2f} s (read {reread_s:.2f}, steps {cold_s:.2f}); the same steps on "

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from amqpcap.io import dataset
 from amqpcap.engine import on_dask as engine
-from amqpcap.engine.slices import can_slice
+from amqpcap.engine.registered import bucket_steps
+from amqpcap.engine.slices import runs_in_slices
 
 
 def _worker_peak_rss_mib() -> float:
@@ -57,8 +58,8 @@ def main() -> None:
     root = str(Path(args.dataset).resolve())
     buckets = dataset.manifest(root)["buckets"]
     sizes = dataset.bucket_packets(dataset.read_outline(root).connections, buckets)
-    if not can_slice(engine._steps()):
-        raise SystemExit("a step cannot run over slices of time: the engine would cut no bucket")
+    if not any(runs_in_slices(s, first) for s in bucket_steps().values() for first in (True, False)):
+        raise SystemExit("no step can run over slices of time: the engine would cut no bucket")
     print(f"{buckets} buckets, the largest {int(sizes.argmax())} of {sizes.max():,} packets")
     wall_one, base = _one_way(root, int(sizes.max()) + 1)
     print(f"one task per bucket  {wall_one:7.1f} s  worker peak {base:7.0f} MiB")

@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 import amqpcap
-from amqpcap.analysis.registry import run_all
+from amqpcap.engine.registered import run_all
 
 sys.path.insert(0, str(Path(__file__).parent))
 from accounting import assert_byte_accounting  # noqa: E402

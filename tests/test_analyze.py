@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import amqpcap
-from amqpcap.analysis.registry import analyzers
+from amqpcap.engine.registered import analyzers
 from amqpcap.analysis.consequences import settled
 from amqpcap.summary.build import build_summary
 

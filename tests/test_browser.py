@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import amqpcap
-from amqpcap.analysis.registry import run_all
+from amqpcap.engine.registered import run_all
 from amqpcap.report.outputs import write_outputs
 from amqpcap.summary.build import build_summary
 from amqpcap.summary.prepared import prepare

@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 import amqpcap
-from amqpcap.analysis.registry import analyzers
+from amqpcap.engine.registered import analyzers
 from amqpcap.cli import INFO_CONNECTIONS
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import amqpcap
-from amqpcap.analysis.registry import in_memory
+from amqpcap.engine.registered import in_memory
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "fixtures"
@@ -432,9 +432,10 @@ def test_a_low_heartbeat_without_a_drop_is_info():
 def _sliced_everywhere(path: Path, step_ns: int = 1_000_000) -> tuple[dict, dict]:
     """The clients partial of the capture crafted at `path` whole, and cut before every packet
     (`clean_cuts` every 1)."""
-    from amqpcap.analysis.registry import splits
-    from amqpcap.derive.stream_order import ns
-    from amqpcap.analysis.partition import facts_of, sliced_partial
+    from amqpcap.engine.registered import splits
+    from amqpcap.model.facts import ns
+    from amqpcap.engine.partitions import sliced_partial
+    from amqpcap.io.pieces import facts_of
     from amqpcap.model.facts import clean_cuts
 
     cap = amqpcap.load(path)

@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 import amqpcap
-from amqpcap.analysis.registry import SEVERITY_RANK, in_memory
+from amqpcap.analysis.registry import SEVERITY_RANK
+from amqpcap.engine.registered import in_memory
 from amqpcap.derive.consumers import consumer_rows, consumer_state
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -219,10 +220,12 @@ def _sliced_everywhere(path: Path) -> tuple[dict, dict]:
     the partition's backlog (as `run_whole` gives it)."""
     from dataclasses import replace
 
-    from amqpcap.analysis.registry import splits
+    from amqpcap.engine.registered import splits
     from amqpcap.analyzers.consumers.step import consumers_join, consumers_slice
-    from amqpcap.derive.stream_order import ns
-    from amqpcap.analysis.partition import context_for, facts_of, sliced_partial
+    from amqpcap.model.facts import ns
+    from amqpcap.analysis.partition import context_for
+    from amqpcap.engine.partitions import sliced_partial
+    from amqpcap.io.pieces import facts_of
     from amqpcap.model.facts import clean_cuts
 
     SPLIT = splits()["consumers"]
@@ -316,10 +319,11 @@ def test_a_cut_between_basic_consume_and_its_consume_ok_gives_the_whole_partitio
     from test_partition import SLICED, _context_of, assert_same_partial
     from test_replay import sliced_tables
 
-    from amqpcap.analysis.registry import splits
+    from amqpcap.engine.registered import splits
     from amqpcap.derive.deliveries import consume_frames
-    from amqpcap.derive.stream_order import ns
-    from amqpcap.analysis.partition import facts_of, sliced_partials
+    from amqpcap.model.facts import ns
+    from amqpcap.engine.partitions import sliced_partials
+    from amqpcap.io.pieces import facts_of
     from amqpcap.model.facts import clean_cuts
 
     cap = load(name)

@@ -17,7 +17,7 @@ import amqpcap
 from amqpcap.io import dataset
 from amqpcap.io.dataset import ingestion
 from amqpcap.io.dataset.writing import capture_tables
-from amqpcap.analysis.registry import run_all
+from amqpcap.engine.registered import run_all
 from amqpcap.summary.build import build_summary
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
@@ -355,11 +355,11 @@ def test_the_next_bucket_is_decoded_while_one_is_written_unless_both_are_large(a
 @pytest.mark.parametrize("name", ["dumpcap.pcapng", "huge-messages.pcap.gz", "kernel-drops.pcap", "midstream.pcap"])
 def test_a_buckets_slice_of_time_is_read_as_it_is_cut_in_memory(name, tmp_path):
     """A slice of a bucket's time read from the dataset (`read_partition(..., packets=)`: Parquet
-    filters on the packet columns) holds the rows `partition.time_slice` cuts from the bucket read
+    filters on the packet columns) holds the rows `amqpcap.io.pieces.time_slice` cuts from the bucket read
     whole, and the bucket's clean cuts are read from two of its packets' columns (dumpcap.pcapng
     has packets out of time order; the others have bodies, anomalies, a capture started midway)."""
-    from amqpcap.derive.stream_order import ns
-    from amqpcap.analysis.partition import time_slice
+    from amqpcap.model.facts import ns
+    from amqpcap.io.pieces import time_slice
     from amqpcap.model.facts import clean_cuts
 
     dataset.ingest(FIX / name, tmp_path / "ds", buckets=2, bodies=True)

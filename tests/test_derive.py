@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import amqpcap
-from amqpcap.analysis.registry import analyzers, in_memory
+from amqpcap.engine.registered import analyzers, in_memory
 from amqpcap.derive import CAPTURE, CONNECTION, derivation
 
 stalls = in_memory("stalls")
@@ -289,8 +289,8 @@ def test_a_partition_is_freed_when_its_steps_are_done(fixture):
     import gc
     import weakref
 
-    from amqpcap.engine.on_dask import _steps
-    from amqpcap.analysis.partition import facts_of
+    from amqpcap.engine.registered import bucket_steps as _steps
+    from amqpcap.io.pieces import facts_of
 
     cap = amqpcap.load(FIX / fixture)
     facts = facts_of(cap)

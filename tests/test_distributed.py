@@ -126,7 +126,7 @@ def test_a_worker_killed_mid_analysis_is_replaced_and_the_result_is_exact(cluste
 
     from amqpcap.engine import on_dask as engine
     from amqpcap.io import kept_rows
-    from amqpcap.analysis.registry import run_all
+    from amqpcap.engine.registered import run_all
 
     cap = amqpcap.load(stored)
     want = run_all(cap)
@@ -185,8 +185,10 @@ def test_a_bucket_run_as_a_chain_of_slices_gives_its_partials_also_with_a_worker
     from distributed import Client
 
     from amqpcap.io import dataset
-    from amqpcap.engine.on_dask import TALLY, _steps, bucket_step
-    from amqpcap.analysis.partition import context_for, joined_once
+    from amqpcap.engine.on_dask import bucket_step
+    from amqpcap.engine.registered import TALLY, bucket_steps as _steps
+    from amqpcap.analysis.partition import context_for
+    from amqpcap.engine.partitions import joined_once
     from amqpcap.engine.slices import submit_in_slices
     from test_partition import assert_same_partial
     from test_replay import assert_same_tally
@@ -302,7 +304,7 @@ def test_a_dataset_analysed_in_slices_of_time_gives_the_local_run(cluster, tmp_p
     run, which reads the dataset whole in one process (a block held across a cut:
     memory-alarm.pcap; consumers whose prefetch is estimated: midstream.pcap; confirms)."""
     from amqpcap.io import dataset
-    from amqpcap.engine.on_dask import _steps
+    from amqpcap.engine.registered import bucket_steps as _steps
     from amqpcap.engine.slices import runs_in_slices
 
     assert all(runs_in_slices(s, first) for s in _steps().values() for first in (True, False)), \

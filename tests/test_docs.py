@@ -121,7 +121,7 @@ def test_every_finding_id_documented():
 
 @pytest.mark.parametrize("name", ["memory-alarm.pcap", "kernel-drops.pcap", "slow-prefetch1.pcap"])
 def test_emitted_findings_and_summary_keys_documented(name):
-    from amqpcap.analysis.registry import analyzers
+    from amqpcap.engine.registered import analyzers
     from amqpcap.summary.build import build_summary
 
     cap = amqpcap.load(ROOT / "fixtures" / name)
@@ -149,7 +149,7 @@ ANALYZER_FIXTURES = ("healthy.pcap", "slow-prefetch1.pcap", "confirms.pcap", "au
 @pytest.fixture(scope="module")
 def analyzer_runs():
     """[(fixture, capture, [AnalyzerResult...])] for every analyzer on every fixture above."""
-    from amqpcap.analysis.registry import analyzers
+    from amqpcap.engine.registered import analyzers
 
     runs = []
     for name in ANALYZER_FIXTURES:
@@ -262,7 +262,7 @@ def test_every_evidence_key_in_the_source_documented():
 
 
 def test_every_analyzer_has_a_page_and_every_finding_a_link():
-    from amqpcap.analysis.registry import analyzers
+    from amqpcap.engine.registered import analyzers
 
     for name in analyzers():
         _page(name)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import amqpcap
-from amqpcap.analysis.registry import in_memory
+from amqpcap.engine.registered import in_memory
 
 nagle, stalls = in_memory("nagle"), in_memory("stalls")
 

@@ -23,7 +23,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import amqpcap
-from amqpcap.analysis.registry import SEVERITY_RANK, in_memory
+from amqpcap.analysis.registry import SEVERITY_RANK
+from amqpcap.engine.registered import in_memory
 from amqpcap.analyzers import consumers as C
 from amqpcap.analyzers import latency as L
 from amqpcap.analyzers.consumers.findings import _findings

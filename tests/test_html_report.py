@@ -18,7 +18,7 @@ import pytest
 
 import amqpcap
 from amqpcap.report import html as report_html
-from amqpcap.analysis.registry import run_all
+from amqpcap.engine.registered import run_all
 from amqpcap.model.plotting import TIME_BINS, WORST_NAMED, plain, time_per_bin
 from amqpcap.report.outputs import write_outputs
 from amqpcap.summary.build import build_summary

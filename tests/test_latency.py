@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import amqpcap
-from amqpcap.analysis.registry import SEVERITY_RANK, in_memory
+from amqpcap.analysis.registry import SEVERITY_RANK
+from amqpcap.engine.registered import in_memory
 from amqpcap.derive.refills import ack_gaps
 from amqpcap.derive import deliveries as D
 
@@ -284,9 +285,11 @@ def test_no_slow_refill_from_independent_copies_merged_in_time(tmp_path):
 def _sliced_everywhere(path: Path) -> tuple[dict, dict]:
     """The latency partial of the capture crafted at `path` whole, and cut before every packet
     (`clean_cuts` every 1), each given the capture's backlog (the context round)."""
-    from amqpcap.analysis.registry import splits
-    from amqpcap.derive.stream_order import ns
-    from amqpcap.analysis.partition import context_for, facts_of, sliced_partial
+    from amqpcap.engine.registered import splits
+    from amqpcap.model.facts import ns
+    from amqpcap.analysis.partition import context_for
+    from amqpcap.engine.partitions import sliced_partial
+    from amqpcap.io.pieces import facts_of
     from amqpcap.model.facts import clean_cuts
 
     SPLIT = splits()["latency"]  # (a partition's part: a list of its one partial)

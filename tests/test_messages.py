@@ -16,10 +16,11 @@ import pytest
 
 import amqpcap
 import amqpcap.analyzers.messages as messages_module
-from amqpcap.analysis.registry import in_memory, splits
+from amqpcap.engine.registered import in_memory, splits
 from amqpcap.io.load import Capture
-from amqpcap.derive.stream_order import ns
-from amqpcap.analysis.partition import facts_of, sliced_partial
+from amqpcap.model.facts import ns
+from amqpcap.engine.partitions import sliced_partial
+from amqpcap.io.pieces import facts_of
 from amqpcap.model.facts import clean_cuts
 
 messages = in_memory("messages")

@@ -42,7 +42,7 @@ FILE_KEYS = ("path", "format", "file_bytes", "files")
 
 
 def summary_without_files(cap: amqpcap.Capture) -> str:
-    from amqpcap.analysis.registry import run_all
+    from amqpcap.engine.registered import run_all
     from amqpcap.summary.build import build_summary
 
     s = build_summary(cap, run_all(cap))
@@ -154,7 +154,7 @@ def test_a_missing_ring_file_is_the_cause_of_its_gaps_not_the_kernel(tmp_path, c
     """A tcpdump ring of the fixture's editcap split with its middle file removed: capture-gaps
     blames the missing file (its name, where it was, the bytes it held) and not the capture
     tool's kernel buffer; what the file held is read from the file itself, by tshark."""
-    from amqpcap.analysis.registry import run_all
+    from amqpcap.engine.registered import run_all
 
     ring = [tmp_path / f"ring.pcap{i}" for i in range(5)]
     for p, part in zip(ring, cut):

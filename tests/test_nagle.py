@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 
 import amqpcap
-from amqpcap.analysis.registry import SEVERITY_RANK, in_memory, splits
+from amqpcap.analysis.registry import SEVERITY_RANK
+from amqpcap.engine.registered import in_memory, splits
 from amqpcap.analyzers.nagle import (AVOIDABLE_RATE_CRITICAL, AVOIDABLE_RATE_INFO, AVOIDABLE_RATE_WARNING,
                                      analyze_segments, small_packets_finding)
-from amqpcap.derive.stream_order import ns
-from amqpcap.analysis.partition import facts_of, sliced_partial, time_slice
+from amqpcap.model.facts import ns
+from amqpcap.engine.partitions import sliced_partial
+from amqpcap.io.pieces import facts_of, time_slice
 from amqpcap.model.facts import clean_cuts
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 import amqpcap
-from amqpcap.analysis.registry import AnalyzerResult, Finding, run_all
+from amqpcap.analysis.registry import AnalyzerResult, Finding
+from amqpcap.engine.registered import run_all
 from amqpcap.analysis.consequences import settled
 from amqpcap.summary.overview import overview
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import amqpcap
-from amqpcap.analysis.registry import run_all
-from amqpcap.analysis.registry import in_memory
+from amqpcap.engine.registered import run_all
+from amqpcap.engine.registered import in_memory
 from amqpcap.summary.overview import overview
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"

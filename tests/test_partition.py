@@ -15,12 +15,14 @@ import pytest
 
 import amqpcap
 from amqpcap.io import dataset
-from amqpcap.analysis.registry import analyzers, splits
+from amqpcap.engine.registered import analyzers, splits
 from amqpcap.io.kept_rows import KeptRows, frame
 from amqpcap.report.rates_plot import rates_png
 from amqpcap.summary.overview import rate_bins
-from amqpcap.derive.stream_order import ns
-from amqpcap.analysis.partition import context_for, facts_of, partials_of, sliced_context, sliced_partials
+from amqpcap.model.facts import ns
+from amqpcap.analysis.partition import context_for
+from amqpcap.engine.partitions import partials_of, sliced_context, sliced_partials
+from amqpcap.io.pieces import facts_of
 from amqpcap.model.facts import clean_cuts
 from amqpcap.report.outputs import _draw_plot as draw_plot
 from amqpcap.summary.build import build_summary

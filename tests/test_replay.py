@@ -16,13 +16,14 @@ from amqpcap.derive import tally
 from amqpcap.derive.backlog import frame_keys
 from amqpcap.derive.consumers import CONSUMER, code_of, consumer_rows, consumer_state, with_final_prefetch
 from amqpcap.derive.deliveries import confirms, consumes, deliveries
-from amqpcap.derive.refills import ack_rows
+from amqpcap.derive.ack_rows import ack_rows
 from amqpcap.derive.replay import (ends_of, ends_step, replay_after, replayed, state_maxima, told, told_consumers,
                                    told_state)
 from amqpcap.derive.seeds import seeds_of
-from amqpcap.derive.stream_order import ns
+from amqpcap.model.facts import ns
 from amqpcap.analysis.contract import split_of
-from amqpcap.analysis.partition import facts_of, sliced_partial, time_slice
+from amqpcap.engine.partitions import sliced_partial
+from amqpcap.io.pieces import facts_of, time_slice
 from amqpcap.model.facts import clean_cuts
 from amqpcap.derive.tally import Tally, tally_of
 

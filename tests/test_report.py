@@ -12,7 +12,7 @@ import pytest
 
 import amqpcap
 import amqpcap.report.outputs as report
-from amqpcap.analysis.registry import run_all
+from amqpcap.engine.registered import run_all
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "fixtures"

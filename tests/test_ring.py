@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 import amqpcap
-from amqpcap.analysis.registry import run_all
+from amqpcap.engine.registered import run_all
 from amqpcap.io.inputs import capture_files
 from amqpcap.summary.build import build_summary
 

@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 
 import amqpcap
-from amqpcap.analysis.registry import AnalyzerResult, run_all
+from amqpcap.analysis.registry import AnalyzerResult
+from amqpcap.engine.registered import run_all
 from amqpcap.io.load import computed_once
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
@@ -75,7 +76,7 @@ def test_a_shared_derivation_is_computed_once():
 
 
 def test_progress_is_called_once_per_analyzer_in_run_order_and_results_come_in_name_order():
-    from amqpcap.analysis.registry import RUN_FIRST, analyzers, run_order
+    from amqpcap.engine.registered import RUN_FIRST, analyzers, run_order
 
     calls = []
     results = run_all(amqpcap.load(FIX / "healthy.pcap"), progress=lambda *a: calls.append(a))

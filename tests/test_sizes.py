@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import amqpcap
-from amqpcap.analysis.registry import in_memory
+from amqpcap.engine.registered import in_memory
 from amqpcap.analyzers.sizes import PLEN_LABELS
 
 sizes = in_memory("sizes")
@@ -183,9 +183,10 @@ def test_every_column_and_summary_key_documented():
 
 def _sliced_everywhere(path: Path):
     """The capture's sizes partial whole, and cut before every packet (`clean_cuts` every 1)."""
-    from amqpcap.analysis.registry import splits
-    from amqpcap.derive.stream_order import ns
-    from amqpcap.analysis.partition import facts_of, sliced_partial
+    from amqpcap.engine.registered import splits
+    from amqpcap.model.facts import ns
+    from amqpcap.engine.partitions import sliced_partial
+    from amqpcap.io.pieces import facts_of
     from amqpcap.model.facts import clean_cuts
 
     cap = amqpcap.load(path)

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 import amqpcap
-from amqpcap.analysis.registry import in_memory, splits
+from amqpcap.engine.registered import in_memory, splits
 from amqpcap.analyzers.stalls import CAUSES, STALL_COLUMNS, TCP_COLUMNS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -234,7 +234,7 @@ def test_overlap_of_intervals_by_hand():
 def test_confirm_outstanding_by_hand(tmp_path):
     from amqpcap.analyzers.stalls.causes import _confirm_outstanding
     from amqpcap.analyzers.stalls.context import _origin
-    from amqpcap.analysis.partition import facts_of
+    from amqpcap.io.pieces import facts_of
 
     # confirm.select at 0; publishes at 1, 2, 3 (tags 1..3); multiple ack of tag 2 at 4; single
     # ack of tag 3 at 5; a publish at 6 never confirmed (connection ends at 9). Seconds.
@@ -420,8 +420,10 @@ def _sliced_everywhere(cap, cuts: list[int] | None = None) -> tuple[dict, dict]:
     """The stalls partial of `cap` whole, and cut before every packet (`clean_cuts` every 1; or
     at `cuts`), each given the capture's context (the context round: its blocks, its consumers'
     maxima)."""
-    from amqpcap.derive.stream_order import ns
-    from amqpcap.analysis.partition import context_for, facts_of, sliced_partial
+    from amqpcap.model.facts import ns
+    from amqpcap.analysis.partition import context_for
+    from amqpcap.engine.partitions import sliced_partial
+    from amqpcap.io.pieces import facts_of
     from amqpcap.model.facts import clean_cuts
 
     facts = facts_of(cap)
@@ -589,7 +591,8 @@ def test_confirms_of_a_channel_opened_again_are_its_own(tmp_path):
     exactly each publish to its own confirm, and the silence after every confirm came is idle."""
     from amqpcap.analyzers.stalls.causes import _confirm_outstanding
     from amqpcap.analyzers.stalls.context import _origin
-    from amqpcap.analysis.partition import context_for, facts_of
+    from amqpcap.analysis.partition import context_for
+    from amqpcap.io.pieces import facts_of
 
     cap, awaited = _confirms_on_a_channel_opened_again(tmp_path)
     facts = facts_of(cap)
@@ -704,8 +707,9 @@ def test_the_context_step_over_slices_is_the_whole_partitions(tmp_path):
     import numpy as np
     from test_partition import assert_same_partial
 
-    from amqpcap.derive.stream_order import ns
-    from amqpcap.analysis.partition import facts_of, sliced_context
+    from amqpcap.model.facts import ns
+    from amqpcap.engine.partitions import sliced_context
+    from amqpcap.io.pieces import facts_of
     from amqpcap.model.facts import clean_cuts
 
     packets = sorted(_blocked_twice() + _consumer_at_most_late(), key=lambda p: p.time_ns)

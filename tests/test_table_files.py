@@ -13,7 +13,7 @@ import pytest
 import amqpcap
 import amqpcap.io.table_files as table_files
 from amqpcap.model.written_values import as_written
-from amqpcap.analysis.registry import run_all
+from amqpcap.engine.registered import run_all
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "fixtures"

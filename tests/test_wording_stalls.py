@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import amqpcap
-from amqpcap.analysis.registry import in_memory
+from amqpcap.engine.registered import in_memory
 from amqpcap.analyzers.stalls.constants import WINDOW_MIN_S
 
 stalls = in_memory("stalls")

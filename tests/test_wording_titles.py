@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import amqpcap
-from amqpcap.analysis.registry import in_memory
+from amqpcap.engine.registered import in_memory
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 consumers = in_memory("consumers")

@@ -14,10 +14,12 @@ import pandas as pd
 import pytest
 
 import amqpcap
-from amqpcap.analysis.contract import run_in_memory, split_of
-from amqpcap.analysis.partition import facts_of, sliced_partial
+from amqpcap.analysis.contract import split_of
+from amqpcap.engine.partitions import run_in_memory
+from amqpcap.engine.partitions import sliced_partial
+from amqpcap.io.pieces import facts_of
 from amqpcap.model.facts import clean_cuts
-from amqpcap.derive.stream_order import ns
+from amqpcap.model.facts import ns
 from amqpcap.io import dataset
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -99,7 +101,8 @@ def on_dask(c, root: Path, analyzers: dict, slice_packets: int) -> tuple[dict, s
     and the kinds of the tasks run (``amqpcap-bucket``, ``amqpcap-slice``...)."""
     from distributed import get_task_stream
 
-    from amqpcap.engine.on_dask import merged, steps_of, submit_steps
+    from amqpcap.engine.on_dask import merged, submit_steps
+    from amqpcap.engine.registered import steps_of
 
     with get_task_stream(c) as tasks:
         steps = submit_steps(root, c, slice_packets=slice_packets, given=steps_of(analyzers))
@@ -143,8 +146,9 @@ def test_an_analyzer_that_uses_the_backlog_keeps_its_rows_on_the_workers_in_slic
     """latency (``uses = BACKLOG``) run alone on the cluster, its buckets cut in slices: its step
     is given the queue backlog read at its acks, its per-message tables stay in the store on the
     workers (closed by the last slice's task), and the result is the in-memory one."""
-    from amqpcap.analysis.registry import contract_analyzers, in_memory
-    from amqpcap.engine.on_dask import merged, steps_of, submit_steps
+    from amqpcap.engine.registered import contract_analyzers, in_memory
+    from amqpcap.engine.on_dask import merged, submit_steps
+    from amqpcap.engine.registered import steps_of
     from amqpcap.io.kept_rows import KeptRows, frame
 
     cap = amqpcap.load(FIX / "ten-consumers.pcap")

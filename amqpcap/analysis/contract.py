@@ -195,7 +195,8 @@ def outline_of(rows: Capture) -> Capture:
 
 def split_of(a: Analyzer) -> Split:
     """The partition steps and merge the engine runs for `a` (`amqpcap.analysis.partition.Split`:
-    in memory `run_whole`, on Dask `amqpcap.engine.on_dask`, over slices `amqpcap.engine.slices`)."""
+    in memory `amqpcap.engine.partitions.run_whole`, on Dask `amqpcap.engine.on_dask`, over slices
+    `amqpcap.engine.slices`)."""
     need = a.uses
     context_slicing = _first_round_slicing(need) if need else None
     slices = need is None or context_slicing is not None
@@ -210,11 +211,3 @@ def _first_round_slicing(need: Need) -> Slicing | None:
     """A need's first round over slices, one value per need: analyzers that share the need share
     its round over slices too (`amqpcap.engine.slices` runs one step per distinct `Slicing`)."""
     return need.tells.slicing()
-
-
-def run_in_memory(a: Analyzer, cap: Capture) -> Any:
-    """`a` on a capture in memory, registered or not: one step over the whole capture (given what
-    it `uses`, of the capture as its one partition) and its finish."""
-    from .partition import run_whole
-
-    return run_whole(split_of(a), cap)

@@ -11,5 +11,5 @@ import pkgutil as _pkgutil
 def names() -> list[str]:
     """The analyzers' names, without importing them (they import pandas and numpy: the command
     line lists them this way, `amqpcap.cli`): each module here is the analyzer of its name
-    (`amqpcap.analysis.registry.analyzers` checks it)."""
+    (`amqpcap.engine.registered.analyzers` checks it)."""
     return sorted(m.name for m in _pkgutil.iter_modules(__path__) if not m.name.startswith("_"))

@@ -59,7 +59,7 @@ def analyze(capture: List[str] = CapturesArg, port: Optional[List[int]] = PortOp
             _analyze_dataset(tmp / "dataset", "local", workers, out_dir, fmt, plots, ingest=(capture, ingest_args),
                              slice_packets=slice_packets)
     else:
-        from ..analysis.registry import run_all
+        from ..engine.registered import run_all
 
         cap = _load(capture, port, limit, bodies=bodies, tls_keylog=tls_keylog, add_port=add_port, strict=strict)
         require_amqp(cap)

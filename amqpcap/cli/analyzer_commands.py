@@ -71,7 +71,7 @@ def _analyzer_command(name: str, fn, help_text: str):
 
 def _analyzer_click_command(name: str):
     """The subcommand of the analyzer `name` (`_Commands`), as typer makes it."""
-    from ..analysis.registry import analyzers
+    from ..engine.registered import analyzers
 
     fn, help_text = analyzers()[name]
     one = typer.Typer(add_completion=False, pretty_exceptions_enable=False)

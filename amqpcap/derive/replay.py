@@ -53,7 +53,7 @@ from .deliveries import (SETTLE_METHODS, _tags, confirms, consume_frames, delive
                          last_closes)
 from .backlog import frame_keys
 from .methods import chan_key, methods, pick, select
-from .refills import ack_rows
+from .ack_rows import ack_rows
 from .seeds import Closes, Ends, Replay, Seeds, chan_keys, last_per_key, seeds_of
 
 _NONE = np.zeros(0, np.int64)
@@ -386,7 +386,7 @@ def _pending_deliveries(m: pd.DataFrame, d: pd.DataFrame, current: np.ndarray) -
 
 def _pending_acks(m: pd.DataFrame, acks: pd.DataFrame, current: np.ndarray, seeds: Seeds) -> np.ndarray:
     """Orders of the client acks/nacks/rejects still waiting for the next delivery of their tag
-    space (`amqpcap.derive.refills.ack_rows`): at most as many as the deliveries outstanding when
+    space (`amqpcap.derive.ack_rows.ack_rows`): at most as many as the deliveries outstanding when
     the last delivery came. Not a replayed ack that was told (a multiple ack replayed for
     `match_settlements`: its next delivery, told with it, is not replayed)."""
     order = acks["order"].to_numpy(np.int64)

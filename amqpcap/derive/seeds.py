@@ -1,7 +1,7 @@
 """What the derivations of a slice of a partition's time start from (docs/time-split.md §6).
 
 A partition is cut in slices of its packets when one connection is too large for a worker
-(`amqpcap.analysis.partition.time_slice`). The derivations (:mod:`amqpcap.derive.methods`,
+(`amqpcap.io.pieces.time_slice`). The derivations (:mod:`amqpcap.derive.methods`,
 :mod:`amqpcap.derive.deliveries`) are functions of a `Capture` alone; a slice is a `Capture` of
 its own whose ``cap.frames`` start with **replayed rows**: the frames of earlier slices that are
 still open at the cut (a delivery not yet settled, the basic.consume a later delivery is matched
@@ -139,7 +139,7 @@ class Replay:
     #: per row, its rank among its packet's frames (its frame key is (packet, rank):
     #: `amqpcap.derive.backlog.frame_keys`)
     ranks: np.ndarray = field(default_factory=_none)
-    #: per row, what `amqpcap.derive.refills.ack_rows` said of it when it is an ack waiting for
+    #: per row, what `amqpcap.derive.ack_rows.ack_rows` said of it when it is an ack waiting for
     #: the next delivery (columns settled, queue, unacked_after; settled -1 for the other rows):
     #: the deliveries it settled are not replayed
     acks: pd.DataFrame = field(default_factory=_no_acks)

@@ -13,12 +13,8 @@ import numpy as np
 import pandas as pd
 
 from ..io.load import Capture
+from ..model.facts import ns
 from .cache import CONNECTION, derivation
-
-
-def ns(ts: pd.Series) -> np.ndarray:
-    """Timestamps as int64 nanoseconds since the epoch (whole column, no per-row objects)."""
-    return np.asarray(ts.dt.as_unit("ns").array.asi8, dtype=np.int64)
 
 
 def seconds(delta_ns: np.ndarray) -> np.ndarray:

@@ -25,7 +25,6 @@ as the machine has cores, at most `LOCAL_MAX_WORKERS`.
 
 from __future__ import annotations
 
-import functools
 import logging
 import operator
 import os
@@ -37,12 +36,13 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ..io import dataset
-from ..analysis.registry import AnalyzerResult, analyzers, splits
+from ..analysis.registry import AnalyzerResult
 from ..io.load import Capture
 from ..model.errors import AmqpcapError
 from ..io.kept_rows import keeping_in
-from ..analysis.contract import Analyzer, split_of
-from ..analysis.partition import CellJoin, PerPartition, Split, context_for, joined_once
+from ..analysis.partition import CellJoin, PerPartition, Split, context_for
+from .partitions import joined_once
+from .registered import TALLY, analyzers, bucket_steps
 from ..io.memory import release_freed_memory
 from ..model.facts import CaptureFacts
 from .slices import SLICE_PACKETS, runs_in_slices, submit_in_slices
@@ -95,10 +95,10 @@ def bucket_step(path: str, bucket: int, facts: CaptureFacts, names: list[str],
     (the first round): the partials of the analyzers without a context step, and the context of
     those with one; with `contexts` (the second round, {analyzer: joined context}): the partials
     of those analyzers. Per-message tables are kept in `store` when given (`amqpcap.io.kept_rows`).
-    `given`: the steps `names` are among, when not every analyzer's (`_steps`)."""
+    `given`: the steps `names` are among, when not every analyzer's (`amqpcap.engine.registered.bucket_steps`)."""
     _seen_here(path)
     with keeping_in(store, bucket):
-        out = _steps_over(dataset.read_partition(path, [bucket]), facts, names, contexts, _steps(given))
+        out = _steps_over(dataset.read_partition(path, [bucket]), facts, names, contexts, bucket_steps(given))
     release_freed_memory()  # (a worker keeps no bucket's columns between tasks: WORKER_ENV_DROPPED)
     return out
 
@@ -143,36 +143,10 @@ def cell_input_step(join: CellJoin, plan: Any, inputs: list, r: int, after: Any)
     return out
 
 
-#: the name of the summary's analyzer beside the others (`amqpcap.derive.tally.TallyCounts`: what
-#: summary.json and the report count), which no analyzer module can have (a module name has no "(")
-TALLY = "(tally)"
-
-
-def _steps(given: dict[str, Split] | None = None) -> dict[str, Split]:
-    """What runs per bucket: every analyzer, and the summary's (the tally), as the engine runs
-    them (`amqpcap.analysis.contract.split_of`); or the steps `given` (`steps_of`: some analyzers,
-    not necessarily registered ones)."""
-    return given if given is not None else {**splits(), TALLY: _tally_split()}
-
-
-def steps_of(analyzers: dict[str, Analyzer]) -> dict[str, Split]:
-    """The engine's steps of `analyzers` ({name: analyzer}), to run them alone (`submit_steps`'s
-    ``given``): a new analyzer on a dataset before it is registered, say. Sent with every task,
-    so that workers run analyzers they could not import by name."""
-    return {name: split_of(a) for name, a in analyzers.items()}
-
-
-@functools.cache
-def _tally_split() -> Split:
-    from ..derive.tally import TallyCounts
-
-    return split_of(TallyCounts())
-
-
 def records_step(path: str, facts: CaptureFacts, names: list[str],
                  given: dict[str, Split] | None = None) -> dict[str, Any]:
     """On a worker: the analyzers' steps over the capture's records (every packet of the file)."""
-    sp = _steps(given)
+    sp = bucket_steps(given)
     wanted = [n for n in names if sp[n].records is not None]
     if not wanted:
         return {}
@@ -300,7 +274,7 @@ class Steps:
     def total(self) -> int:
         """Tasks in all: the first round, and a second one per bucket when an analyzer has a
         context step."""
-        return len(self.futures) + (self.buckets if any(s.context for s in _steps(self.given).values()) else 0)
+        return len(self.futures) + (self.buckets if any(s.context for s in bucket_steps(self.given).values()) else 0)
 
 
 def submit_steps(path: str | os.PathLike[str], c: Any, store: str | None = None,
@@ -315,7 +289,7 @@ def submit_steps(path: str | os.PathLike[str], c: Any, store: str | None = None,
     slice_packets = slice_packets or slice_packets_of(c)
     m = dataset.manifest(root)
     facts = dataset.facts(root)
-    names = list(_steps(given))
+    names = list(bucket_steps(given))
     token = _token(root, store, None if given is None else names)
     cuts = {k: c.submit(dataset.bucket_cuts, root, k, slice_packets, key=f"amqpcap-cuts-{k}-{token}").result()
             for k in np.flatnonzero(_sliced_buckets(root, m["buckets"], slice_packets, given)).tolist()}
@@ -329,7 +303,7 @@ def _sliced_buckets(root: str, buckets: int, slice_packets: int, given: dict[str
     """Which buckets are cut in slices of their time: those of more than `slice_packets` packets,
     when any step can run over slices (those that cannot run over such a bucket whole:
     `_submit_bucket`)."""
-    steps = _steps(given).values()
+    steps = bucket_steps(given).values()
     if not any(runs_in_slices(s, first) for s in steps for first in (True, False)):
         return np.zeros(buckets, bool)
     return dataset.bucket_packets(dataset.read_outline(root).connections, buckets) > slice_packets
@@ -367,7 +341,7 @@ def _submit_bucket(c: Any, root: str, k: int, facts: CaptureFacts, names: list[s
     run over slices (`amqpcap.engine.slices`) and one task over the bucket whole for those that
     cannot. Their futures, each of a dict of some of the steps' partials."""
     if cuts:
-        steps = _steps(given)
+        steps = bucket_steps(given)
         sliced = [n for n in names if runs_in_slices(steps[n], contexts is None)]
         whole = [n for n in names if n not in sliced]
     else:
@@ -391,7 +365,7 @@ def merged(steps: Steps, whole: Capture, progress: Callable[[str, int, int], Non
     context step get a second round of bucket tasks, given their contexts joined, once the
     first round is in. The others are merged here while the workers run the queue backlogs'
     cells and that second round (`_merging_meanwhile`), not after it."""
-    m = _Merging(steps, whole, progress, done, total if total is not None else steps.total, _steps(steps.given))
+    m = _Merging(steps, whole, progress, done, total if total is not None else steps.total, bucket_steps(steps.given))
     m.gather(steps.futures, "bucket")
     meanwhile = _merging_meanwhile(m.merge, [name for name, split in m.splits.items() if split.context is None])
     second = [name for name, split in m.splits.items() if split.context is not None]
@@ -412,7 +386,7 @@ class _Merging:
     progress: Callable[[str, int, int], None] | None
     done: int
     total: int
-    splits: dict[str, Split] = field(default_factory=_steps)  # (every analyzer's, or `Steps.given`)
+    splits: dict[str, Split] = field(default_factory=bucket_steps)  # (every analyzer's, or `Steps.given`)
     #: {bucket: {analyzer: its partial}}; an analyzer's are dropped once merged
     partials: dict[int, dict[str, Any]] = field(default_factory=dict)
     records: dict[str, Any] = field(default_factory=dict)
@@ -522,7 +496,7 @@ def analyze(path: str | os.PathLike[str], outline: Capture, c: Any,
             progress: Callable[[str, int, int], None] | None = None, store: str | None = None,
             slice_packets: int | None = None, tell: Callable[[str], None] | None = None) -> list[AnalyzerResult]:
     """Every analyzer on the dataset at `path`, the partition steps on the cluster of client `c`;
-    results in `analyzers` order, equal to `amqpcap.analysis.registry.run_all` on the dataset read whole
+    results in `analyzers` order, equal to `amqpcap.engine.registered.run_all` on the dataset read whole
     (the per-message tables kept in `store` when given, `amqpcap.io.kept_rows`: read or write them
     before the store is removed).
     `outline` (`amqpcap.io.dataset.read_outline`) is given the buckets' tally (`amqpcap.derive.tally`), so

@@ -5,8 +5,8 @@ A bucket's partition step (`amqpcap.engine.on_dask.bucket_step`) holds the bucke
 not fit a worker. Such a bucket is cut where its time may be cut (`amqpcap.io.dataset.bucket_cuts`)
 into slices of about as many packets as half a worker's memory holds
 (`amqpcap.engine.on_dask.slice_packets_of`), and its steps run over the slices one after the other
-(`amqpcap.analysis.partition.Slicing`, docs/time-split.md §4.3), as `partition.sliced_partial` runs them
-in one process:
+(`amqpcap.analysis.partition.Slicing`, docs/time-split.md §4.3), as
+`amqpcap.engine.partitions.sliced_partial` runs them in one process:
 
 1. when a step reads the shared derivations, a first pass, slice after slice, finds what only
    the bucket's end tells (`amqpcap.derive.replay.ends_step`: the settles and closes to come);
@@ -31,6 +31,7 @@ from ..io.kept_rows import keeping_in
 from ..analysis.partition import Split
 from ..io.memory import release_freed_memory
 from ..model.facts import CaptureFacts
+from .registered import bucket_steps
 
 #: a bucket of more packets than this is analysed in slices of about this many packets when the
 #: workers tell no memory limit (else: `amqpcap.engine.on_dask.slice_packets_of`): one slice's columns
@@ -55,7 +56,7 @@ def submit_in_slices(client: Any, root: str, bucket: int, cuts: list[int], facts
     given, `amqpcap.io.kept_rows`): without `contexts` (the first round), the partials of the
     steps without a context step and the contexts of the others; with `contexts` ({name: the
     joined context, or a future of it}: the second round), those steps' partials. `given`: the
-    steps `names` are among, when not every analyzer's (`amqpcap.engine.on_dask.steps_of`)."""
+    steps `names` are among, when not every analyzer's (`amqpcap.engine.registered.steps_of`)."""
     slices = list(zip([0, *cuts], [*cuts, None]))
     if contexts is not None:  # (each slice of the bucket reads its context: sent to the workers once,
         # once for the steps that share it, consumers' and latency's queue backlog; a copy on
@@ -66,7 +67,7 @@ def submit_in_slices(client: Any, root: str, bucket: int, cuts: list[int], facts
                 sent[id(v)] = client.scatter([v], broadcast=True, hash=False)[0]
         contexts = {name: v if _is_future(v) else sent[id(v)] for name, v in contexts.items()}
     ends = None
-    if any(_slicing(_steps(given)[n], contexts is None).replays for n in names):
+    if any(_slicing(bucket_steps(given)[n], contexts is None).replays for n in names):
         seen = None
         for i, (first, end) in enumerate(slices):
             seen = client.submit(ends_task, root, bucket, first, end, seen, key=f"amqpcap-ends-{bucket}-{i}-{token}")
@@ -124,7 +125,7 @@ def slice_task(root: str, bucket: int, first: int, end: int | None, facts: Captu
     as the bucket's (`amqpcap.io.kept_rows`)."""
     from ..derive.replay import next_replay, with_replay
 
-    sp = _steps(given)
+    sp = bucket_steps(given)
     part = dataset.read_partition(root, [bucket], packets=(first, end))
     last = end is None
     if ends is not None:  # (the plain slice is unchanged: only `for_derivations` reads these)
@@ -153,7 +154,7 @@ def join_task(names: list[str], bucket: int, store: str | None, first_round: boo
     """On a worker: each step's partial (or context, in the `first_round`: `slice_task`) from its
     pieces of every slice, in slice order (its per-message tables kept in `store` as the
     bucket's, when given). A context shared by analyzers is joined once."""
-    sp = _steps(given)
+    sp = bucket_steps(given)
     out, made = {}, {}
     with keeping_in(store, bucket):
         for name in names:
@@ -164,9 +165,3 @@ def join_task(names: list[str], bucket: int, store: str | None, first_round: boo
             out[name] = made[slicing if shared else name]
     release_freed_memory()
     return out
-
-
-def _steps(given: dict[str, Split] | None = None) -> dict[str, Split]:
-    from .on_dask import _steps as steps
-
-    return steps(given)

@@ -4,7 +4,7 @@ An analyzer's partition step makes tables of a row per message (deliveries, ack 
 state), which its merge used to gather from every bucket into the calling process: about 100 MB
 per 740k-packet bucket, 20 GB for a 100M-packet dataset. Instead, the step `keep`s such a table:
 
-- in one process (`amqpcap.analysis.partition.run_whole`, tests, notebooks) it stays the DataFrame;
+- in one process (`amqpcap.engine.partitions.run_whole`, tests, notebooks) it stays the DataFrame;
 - in a bucket task on a Dask worker that was given a store (`keeping_in`), it is written to
   ``STORE/<table>/bucket=<k>.arrow`` and the partial carries a `KeptPart` (its path and row
   count) instead.

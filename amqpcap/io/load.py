@@ -109,7 +109,7 @@ def computed_once(fn: _F) -> _F:
     """For a function of a Capture that keeps its result on the capture (`amqpcap.derive.derivation`,
     which keeps it in ``cap.derived``): concurrent first calls on one capture wait for each other,
     so the value is computed once even when the analyzers run in threads
-    (`amqpcap.analysis.registry.run_all`). A derivation only calls the ones it is built from, never one
+    (`amqpcap.engine.registered.run_all`). A derivation only calls the ones it is built from, never one
     built from it, so taking the locks in call order cannot deadlock."""
     name = f"{fn.__module__}.{fn.__qualname__}"
 

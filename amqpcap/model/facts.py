@@ -6,6 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
+
+
+def ns(ts: pd.Series) -> np.ndarray:
+    """Timestamps as int64 nanoseconds since the epoch (whole column, no per-row objects): the
+    time axis every fact below and every derivation counts in."""
+    return np.asarray(ts.dt.as_unit("ns").array.asi8, dtype=np.int64)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..analysis.registry import AnalyzerResult, analyzers
+from ..analysis.registry import AnalyzerResult
+from ..engine.registered import analyzers
 from ..derive.labels import connection_labels
 from ..derive.names import connection_names, consumer_labels
 from ..derive.tally import capture_tally

@@ -17,7 +17,8 @@ from ...derive.backlog_join import BacklogPieces
 from ...derive.refills import BACKLOG
 from ...io.kept_rows import rows_table
 from ...analysis.contract import Analyzer, Carried
-from ...analysis.partition import facts_of, taken
+from ...analysis.partition import taken
+from ...io.pieces import facts_of
 from ...io.rows import merge_rows
 from ...model.facts import CaptureFacts
 from .findings import _findings, _unlimited_finding

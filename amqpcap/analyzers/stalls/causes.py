@@ -16,8 +16,8 @@ from ...derive.replay import for_derivations, told, told_state
 from ...derive.seeds import seeds_of
 from .intervals import _count_in, _empty_iv, _lex_count, _steps_to_intervals
 
-if TYPE_CHECKING:  # the step imports the causes; only the annotation needs the carry
-    from .step import _Carry
+if TYPE_CHECKING:  # only the annotations name the carry
+    from .carry import _Carry
 
 
 #: The only methods the cause states read (flow control; the publishes: a block's, and each

@@ -13,7 +13,8 @@ from ...io.load import Capture
 from ...derive import consumers as credit
 from ...derive.columns import as_object
 from ...derive.replay import for_derivations
-from ...derive.stream_order import ns, seconds
+from ...derive.stream_order import seconds
+from ...model.facts import ns
 from ...analysis.contract import Carried, Need, Steps
 from ...analysis.partition import PerPartition
 from ...model.facts import CaptureFacts

@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 
 from ...io.load import Capture
-from ...derive.stream_order import ns, seconds
+from ...derive.stream_order import seconds
+from ...model.facts import ns
 from .constants import CAUSES, CAUSE_COLORS, PLOT_BINS, PLOT_FINE_BINS, PLOT_MAX_DIRECTIONS, PLOT_MAX_TIMELINE_ROWS
 from .intervals import _direction_key
 from .tcp_state import _window_state

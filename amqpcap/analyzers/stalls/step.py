@@ -4,8 +4,6 @@ it carries to the next (`_Carry`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
 
@@ -16,67 +14,11 @@ from .causes import (
     _prefetch_limited)
 from .constants import DUPLICATE_S, WINDOW_FULL_PACKETS, ZERO_WINDOW_PACKETS
 from .context import StallsContext, _origin
-from .intervals import _Cover, _count_in, _overlap_s, _unions
-from .plots import _PlotPoints, _plot_bins, _plot_columns
+from .carry import COUNTED, COVERED, _Carry
+from .intervals import _count_in, _overlap_s, _unions
+from .plots import _plot_bins, _plot_columns
 from .silences import _gap_rows, _limited
-from .tcp_state import _Seen, _packets, _real_retransmissions, _rtt, _seen_before, _slots
-
-
-#: the cause states whose time inside a stall is its evidence (each a `_Cover` carried from one
-#: slice of time to the next), and the events counted inside it (closed at its end, or not)
-COVERED = ("window_s", "flow_s", "prefetch_s", "confirm_s")
-COUNTED = (("gaps_n", True), ("zero_window_n", True), ("retrans_n", False))
-
-
-@dataclass
-class _Carry:
-    """What one slice of a partition's time leaves to the next (docs/time-split.md §2.9): the
-    TCP state (`_Seen`), and per connection direction (slots) the cause states' covered time so
-    far (`covers`, and ``block``: connection.blocked, for the window findings), each at the start
-    of the direction's open silence (`at_start`), the events since that start (`since`, with the
-    latest one's time and how many at it); per connection its latest packet's time, whether it
-    carried a basic.deliver, its publishes, the earliest publish its channel opened again left
-    unconfirmed; the open blocks, the channel.flow stops, the segments of the last moments
-    (retransmissions' first copies). The publishes awaiting a confirm are not here: the
-    derivations replay them (`amqpcap.derive.replay`). Bounded by the connections and channels,
-    but for the protocol window `_Seen.unacked` and the segments of 2·DUPLICATE_S."""
-
-    seen: _Seen
-    covers: dict
-    at_start: dict
-    since: dict
-    since_t: dict
-    since_at_t: dict
-    last_t: np.ndarray
-    delivers: np.ndarray
-    publishes: np.ndarray
-    zw_in_block: np.ndarray
-    open_blocks: pd.DataFrame | None
-    flows: pd.DataFrame | None
-    #: per connection, the earliest publish left without a confirm when its channel opened
-    #: again (`_confirm_outstanding`: awaited to the connection's end)
-    confirms: pd.Series | None
-    recent: pd.DataFrame | None
-    #: per slot: window-limited time outside connection.blocked so far, and the blocked time
-    #: covered at the start of the limited interval `_Seen.limited_from`
-    outside: np.ndarray
-    block_at_limited: np.ndarray
-    #: per slot: the zero windows its peer advertised and the window-full segments it sent, so
-    #: far (the findings cite the first ones)
-    cited: dict
-    #: the window plot's points so far (`_plot_bins`): at most PLOT_FINE_BINS per direction (None
-    #: for a partition that is its one slice: its join gathers the drawn directions' only)
-    plot: "_PlotPoints | None" = None
-
-    @classmethod
-    def nothing(cls, part: Capture) -> "_Carry":
-        seen = _seen_before(part, None)
-        n, m = 2 * len(seen.stream), len(seen.stream)
-        return cls(seen, {k: _Cover.nothing(n) for k in (*COVERED, "block")}, {k: np.zeros(n) for k in COVERED},
-                   {k: np.zeros(n, np.int64) for k, _ in COUNTED}, {k: np.full(n, np.nan) for k, _ in COUNTED},
-                   {k: np.zeros(n, np.int64) for k, _ in COUNTED}, np.full(m, np.nan), np.zeros(m, bool),
-                   np.zeros(m, np.int64), np.zeros(m, np.int64), None, None, None, None, np.zeros(n), np.zeros(n),
-                   {"zero-window": np.zeros(n, np.int64), "window-full": np.zeros(n, np.int64)})
+from .tcp_state import _Seen, _packets, _real_retransmissions, _rtt, _slots
 
 
 def stalls_slice(part: Capture, facts: CaptureFacts, carry: _Carry | None, last: bool, context: StallsContext):

@@ -13,7 +13,7 @@ from .constants import (
     CAUSES, CAUSE_SHARE, DIRS, GAP_FACTOR, MIN_STALL_S, RECEIVER_WINDOW_CRITICAL_SHARE, RTT_FACTOR, TCP_COLUMNS,
     WINDOW_MIN_S)
 from .intervals import _direction_key, _sum_per_key
-from .step import _Carry
+from .carry import _Carry
 from .tcp_state import _Seen, _slots
 
 

@@ -140,7 +140,7 @@ def packet_filter(name: str, packets: tuple[int, int | None] | None):
     """The rows of table `name` that a slice of time from packet `first` up to `end` (excluded;
     None: to the end) holds, as a pyarrow filter (None: every row): those of its packets (its
     bodies: by their last packet; a row without a packet, in the first slice), as
-    `amqpcap.analysis.partition.time_slice` cuts a partition in memory. The files are sorted by that
+    `amqpcap.io.pieces.time_slice` cuts a partition in memory. The files are sorted by that
     column, with its statistics (`amqpcap.io.table_files.PARQUET_STATISTICS_COLUMNS`): the row groups of
     other packets are skipped, not read."""
     if packets is None or name == "connections":
@@ -199,7 +199,7 @@ def read_partition(path: str | os.PathLike[str] | Location, buckets: list[int],
                    packets: tuple[int, int | None] | None = None) -> Capture:
     """The buckets' connections as the partition steps read them (`engine.bucket_step`): without
     the columns none of them reads (`UNREAD_COLUMNS`); with `packets` (first, end),
-    the slice of their time from packet `first` up to `end` (`amqpcap.analysis.partition.time_slice`)."""
+    the slice of their time from packet `first` up to `end` (`amqpcap.io.pieces.time_slice`)."""
     return read(path, buckets, without=UNREAD_COLUMNS, packets=packets)
 
 
@@ -244,7 +244,7 @@ def _records(loc: Location, summary: dict, columns: list[str] | None = None) -> 
 
 def facts(path: str | os.PathLike[str] | Location) -> CaptureFacts:
     """What every partition's step needs to know of the whole capture, read from the records' and
-    the packets' timestamp columns alone (`amqpcap.analysis.partition.facts_of` for an in-memory capture)."""
+    the packets' timestamp columns alone (`amqpcap.io.pieces.facts_of` for an in-memory capture)."""
     import pyarrow.compute as pc
 
     loc = location(path)
