@@ -103,7 +103,7 @@ def assert_buckets_merged_are_the_whole(cap, root: Path, buckets: int, kept: boo
     # summary.json and the report's rates plot from the outline and the buckets' tallies added
     outline = dataset.read_outline(root)
     assert len(outline.frames) == 0 and len(outline.packets) == 0
-    outline.context["tally"] = Tally.joined([tally_of(p) for p in parts])
+    outline.context.tally = Tally.joined([tally_of(p) for p in parts])
     results = [merged[an] for an in analyzers()]
     assert as_json(build_summary(outline, results)) == as_json(build_summary(cap, list(whole.values())))
     assert rates_png(rate_bins(outline)) == rates_png(rate_bins(cap))

@@ -30,7 +30,7 @@ one connection explains another's silence) also has a first round:
   ``partial(part, facts, context)``; or as a `PerPartition`, a value for each partition (the
   queue backlog read at that partition's acks), given to that partition's step alone. A step
   that puts it on ``part.context`` for the derivations does so before any derivation reads it
-  (`amqpcap.io.load.Capture.context`).
+  (`amqpcap.io.load.Told`).
 
 This module holds those forms alone; the engine runs them (`amqpcap.engine.partitions` in one
 process, `amqpcap.engine.on_dask` and `amqpcap.engine.slices` as Dask tasks). Run in one process,

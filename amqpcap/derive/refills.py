@@ -208,8 +208,8 @@ BACKLOG = Need("queue backlog", BacklogRound(), BACKLOG_JOIN)
 @derivation(CAPTURE)
 def backlog_answers(cap: Capture) -> BacklogAnswers:
     """The backlog read at `cap`'s acks and consumers (`BacklogAnswers`): a partition's, given by
-    the context round (``cap.context["backlog"]``), or those of the capture as one partition."""
-    got = cap.context.get("backlog")
+    the context round (``cap.context.backlog``), or those of the capture as one partition."""
+    got = cap.context.backlog
     if got is None:
         got = BACKLOG_JOIN([backlog_context(cap, None)]).values[0]
     return answers_of(got)

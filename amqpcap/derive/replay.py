@@ -39,6 +39,7 @@ channel) comes from a first pass over the slices (`ends_of`), before the slices 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,14 +63,14 @@ _NONE = np.zeros(0, np.int64)
 def with_replay(part: Capture, replay: Replay | None, ends: Ends) -> None:
     """Give the slice `part` what the slice before left open (None: the first slice) and the
     first pass's `Ends`, for `for_derivations`."""
-    part.context["replay"] = replay
-    part.context["ends"] = ends
+    part.context.replay = replay
+    part.context.ends = ends
 
 
 def for_derivations(part: Capture) -> Capture:
     """The slice `part` (given `with_replay`) as the derivations see it (`replayed`); the slice
     itself when it is a whole partition. One per slice: every analyzer's step reads the same."""
-    if "ends" not in part.context:
+    if part.context.ends is None:
         # (not kept in part.derived: a capture holding itself is a reference cycle, freed only
         # by the garbage collector, so a worker held several buckets it was done with: 2.5 GiB
         # where it needs 1)
@@ -80,7 +81,7 @@ def for_derivations(part: Capture) -> Capture:
 @derivation(CONNECTION)
 def _replayed_slice(part: Capture) -> Capture:
     """`for_derivations` of a slice given its replay (a capture of its own, kept once)."""
-    return replayed(part, part.context["replay"], part.context["ends"])
+    return replayed(part, part.context.replay, part.context.ends)
 
 
 def next_replay(part: Capture) -> Replay:
@@ -96,8 +97,7 @@ def replayed(part: Capture, replay: Replay | None, ends: Ends | None = None) -> 
     cap = Capture(path=part.path, ports=part.ports, frames=frames, packets=part.packets,
                   connections=part.connections, anomalies=part.anomalies, records=part.records,
                   bodies=part.bodies, summary=part.summary)
-    cap.context.update(part.context)
-    cap.context["seeds"] = Seeds(replay, ends)
+    cap.context = dataclasses.replace(part.context, seeds=Seeds(replay, ends))
     return cap
 
 

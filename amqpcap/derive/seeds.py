@@ -6,7 +6,7 @@ A partition is cut in slices of its packets when one connection is too large for
 its own whose ``cap.frames`` start with **replayed rows**: the frames of earlier slices that are
 still open at the cut (a delivery not yet settled, the basic.consume a later delivery is matched
 to), put again before the slice's own frames (`amqpcap.derive.replay`). The derivations then run
-unchanged on them, given the few numbers on ``cap.context["seeds"]`` (a `Seeds`) that the rows
+unchanged on them, given the few numbers on ``cap.context.seeds`` (a `Seeds`) that the rows
 themselves cannot tell:
 
 - ``order`` stays a position in the slice's ``cap.frames``; the whole partition's position of a
@@ -202,4 +202,4 @@ class Seeds:
 
 def seeds_of(cap) -> Seeds | None:
     """The seeds of a slice (None: a whole partition)."""
-    return cap.context.get("seeds")
+    return cap.context.seeds

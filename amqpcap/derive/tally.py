@@ -11,7 +11,7 @@ of the capture is the tally of the capture read whole (tests/test_partition.py).
 
 `capture_tally(cap)` is the one way to read it: a capture read whole counts itself; the outline
 of a dataset analysed on Dask (`amqpcap.io.dataset.read_outline`: its connections, no frames) is
-given the joined tally of its buckets (``cap.context["tally"]``, `amqpcap.engine.on_dask`).
+given the joined tally of its buckets (``cap.context.tally``, `amqpcap.engine.on_dask`).
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def _counted(part: Capture, d: pd.DataFrame, first_order: np.ndarray | None) -> 
 @derivation(CAPTURE)
 def capture_tally(cap: Capture) -> Tally:
     """The capture's tally: given (a dataset's outline, `amqpcap.engine.on_dask`) or counted here."""
-    given = cap.context.get("tally")
+    given = cap.context.tally
     return given if given is not None else tally_of(cap)
 
 
@@ -233,13 +233,13 @@ def _rate_counts(part: Capture, d: pd.DataFrame, acked: np.ndarray) -> dict[str,
 
 def frame_count(cap: Capture) -> int:
     """Rows of the capture's frames table (an outline holds none: its tally counts them)."""
-    given = cap.context.get("tally")
+    given = cap.context.tally
     return given.frames if given is not None else len(cap.frames)
 
 
 def packet_count(cap: Capture) -> int:
     """Rows of the capture's packets table (an outline holds none: its tally counts them)."""
-    given = cap.context.get("tally")
+    given = cap.context.tally
     return given.packets if given is not None else len(cap.packets)
 
 

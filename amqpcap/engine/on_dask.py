@@ -508,7 +508,7 @@ def analyze(path: str | os.PathLike[str], outline: Capture, c: Any,
     if steps.sliced and tell:
         tell(_sliced_line(steps.sliced))
     results = merged(steps, outline, progress)
-    outline.context["tally"] = results.pop(TALLY)
+    outline.context.tally = results.pop(TALLY)
     return [results[name] for name in analyzers()]
 
 

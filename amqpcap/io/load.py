@@ -48,6 +48,27 @@ Limits = make_dataclass(
 Limits.__module__ = __name__
 
 
+@dataclass(slots=True)
+class Told:
+    """What the derivations of a partition of a capture, or of a slice of its time, are told from
+    outside it (`Capture.context`), each None until it is set. Its values are the derivations'
+    own types, named here and not imported: the I/O layer holds them without reading them."""
+
+    #: the queue backlog read at this partition's acks and consumers (an
+    #: `amqpcap.derive.backlog_join.BacklogPieces`: the `BACKLOG` need's context round)
+    backlog: Any = None
+    #: a slice of a partition's time: what the slice before left open (`amqpcap.derive.seeds.Replay`;
+    #: None at the first slice) ...
+    replay: Any = None
+    #: ... and what the first pass over every slice found of the partition's end
+    #: (`amqpcap.derive.seeds.Ends`); None: not a slice replayed (`amqpcap.derive.replay.with_replay`)
+    ends: Any = None
+    #: a slice as its derivations see it: the seeds of its replayed rows (`amqpcap.derive.seeds.Seeds`)
+    seeds: Any = None
+    #: a dataset's outline: its buckets' tally joined (`amqpcap.derive.tally`), which the summary reads
+    tally: Any = None
+
+
 @dataclass
 class Capture:
     """A decoded capture: the four ingestion tables and the file summary."""
@@ -69,11 +90,10 @@ class Capture:
     #: derivation under its own lock (`computed_once`), so analyzers running in threads compute a
     #: shared value once. Clear it after editing a table in place.
     derived: dict[Callable[..., Any], Any] = field(default_factory=dict, repr=False, compare=False)
-    #: for a partition of a capture (some of its connections, `amqpcap.analysis.partition`): what its
-    #: derivations need of the other partitions, joined by an analyzer's context round, e.g.
-    #: ``"backlog"``, every consumed queue's backlog (`amqpcap.derive.backlog`). Set before any
-    #: derivation reads it; empty for a whole capture, whose derivations compute it themselves
-    context: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    #: for a partition of a capture (some of its connections) or a slice of its time: what its
+    #: derivations are told from outside it (`Told`). Set before any derivation reads it; nothing
+    #: for a whole capture, whose derivations compute it themselves
+    context: Told = field(default_factory=lambda: Told(), repr=False, compare=False)
     _derivation_locks: dict[str, threading.RLock] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def derivation_lock(self, name: str) -> threading.RLock:

@@ -53,7 +53,7 @@ class Consumers(Analyzer[Carried, list]):
 
 def consumer_summary(cap: Capture) -> pd.DataFrame:
     """One row per acknowledging consumer (see docs/analyzers/consumers.md)."""
-    [partial] = Consumers().over_partition(cap, facts_of(cap), cap.context.get("backlog"))
+    [partial] = Consumers().over_partition(cap, facts_of(cap), cap.context.backlog)
     return partial["summary"]
 
 

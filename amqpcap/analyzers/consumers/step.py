@@ -113,7 +113,7 @@ def _answers(view: Capture, backlog: BacklogPieces | None) -> BacklogAnswers:
     the other readers of `ack_gaps`; in a slice, read from the context (row i: the partition's
     i-th ack, or consumer)."""
     if seeds_of(view) is None:
-        view.context["backlog"] = backlog
+        view.context.backlog = backlog
         return backlog_answers(view)
     return answers_of(backlog) if backlog is not None else backlog_answers(view)
 

@@ -68,7 +68,7 @@ def latency_slice(part: Capture, carry: _Carry | None, last: bool, backlog: Back
     """A slice of a partition's time (a whole partition is its own one slice): the rows it
     tells, with what the slices before left in `carry`, and the carry for the next slice."""
     carry = carry or _Carry(AnswerRows(), _no_spaces())
-    part.context["backlog"] = backlog
+    part.context.backlog = backlog
     view = for_derivations(part)
     dc = deliveries_with_codes(view)
     tag, tags = _tag_ranks(dc)
