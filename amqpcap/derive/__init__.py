@@ -7,6 +7,8 @@ One module per question, each a function of a Capture kept by `derivation` (the 
 - methods: the method frames, each with its tag space (stream, channel, epoch). CONNECTION.
 - deliveries: deliveries matched with the frames that settled them, the consumes they came from,
   publishes with their confirms. CONNECTION.
+- acked: the messages a basic.ack settled (deliveries, confirmed publishes), at the ack's time:
+  the one count of "acked" (the tally's, the throughput table's). Kept nowhere.
 - consumers: the acknowledging consumers and their credit over time (unacked, prefetch,
   deficit). CONNECTION.
 - backlog: the messages known to wait in each consumed queue over time. CAPTURE.

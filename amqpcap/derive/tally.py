@@ -24,6 +24,7 @@ import pandas as pd
 from ..io.load import Capture
 from . import CAPTURE, derivation
 from . import deliveries as D
+from .acked import settled_by_ack
 from .names import connection_roles, role_flags, roles_of
 from .replay import for_derivations, told
 from .seeds import seeds_of
@@ -125,7 +126,7 @@ def _counted(part: Capture, d: pd.DataFrame, first_order: np.ndarray | None) -> 
     A slice's `publishes` keeps returns without a publish (one may be in another slice) and
     its `consumers` each consumer's first orders, for `_slices_joined`."""
     f = part.frames
-    acked = d["settle_method"].eq("basic.ack").to_numpy(bool, na_value=False)
+    acked = settled_by_ack(d)
     body = (f["type"] == "body").to_numpy(bool)
     publishes = _publish_counts(f)
     return Tally(

@@ -37,6 +37,8 @@ class Sizes(Analyzer[_Seen, _Parts]):
     """Packet sizes (Wireshark plen buckets), frames per packet and throughput over time."""
 
     records_columns = ("frame_len",)
+    #: the throughput table's acked messages are the shared deliveries' and confirms'
+    reads_derivations = True
 
     def start(self, facts: CaptureFacts) -> _Seen:
         return _Seen.nothing(facts)

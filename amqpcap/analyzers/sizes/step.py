@@ -18,7 +18,7 @@ from .counts import (
     Counts, _added, _count_pairs, _gk, _no_counts, frames_per_packet_table, payload_size_table, size_cells,
     stream_size_rows)
 from .frames import _Ranks, _ranks_after, packets_per_frame, packets_per_frame_table
-from .throughput import THROUGHPUT_SUMS, _Acks, add_throughput
+from .throughput import THROUGHPUT_SUMS, add_throughput
 
 
 @dataclass
@@ -36,7 +36,6 @@ class _Seen:
     #: the frames' types (the categories whose codes are in `ppf`)
     types: pd.Index
     ranks: _Ranks
-    acks: _Acks
     #: THROUGHPUT_SUMS per time bin and direction; data segments per (direction, time cell, size
     #: cell) and per direction
     throughput: dict[str, np.ndarray]
@@ -48,7 +47,7 @@ class _Seen:
         n_bins = time_bins(facts)[1]
         hist_shape = (len(DIRECTIONS), len(segment_time_edges(facts.duration_s)) - 1, len(SEGMENT_SIZE_EDGES) - 1)
         return cls(_no_counts(), _no_counts(), _no_counts(), _no_counts(), pd.Index([], dtype=object),
-                   _Ranks.nothing(), _Acks.nothing(), {k: np.zeros((n_bins, 2)) for k in THROUGHPUT_SUMS},
+                   _Ranks.nothing(), {k: np.zeros((n_bins, 2)) for k in THROUGHPUT_SUMS},
                    np.zeros(hist_shape), np.zeros(len(DIRECTIONS), np.int64))
 
 
@@ -74,7 +73,7 @@ def _seen(cap: Capture, facts: CaptureFacts, seen: _Seen | None, last: bool = Tr
     seen.types = f["type"].cat.categories
     if not last:  # (only frames that end in a later slice need them)
         seen.ranks = _ranks_after(p, is_data, gk, seen.ranks, cap.connections)
-    add_throughput(cap, facts, seen.throughput, seen.acks, last)
+    add_throughput(cap, facts, seen.throughput, last)
     s2c = d_gk % 2 == 1
     seen.segment_hist += segment_histograms(_ns(p["ts"])[is_data], d_size, s2c, facts)
     seen.segments += np.array([int((~s2c).sum()), int(s2c.sum())])

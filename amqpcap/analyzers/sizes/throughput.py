@@ -1,115 +1,32 @@
 """Throughput over time: bytes, packets and messages (published, delivered, acknowledged) per time
-bin and direction; which acks settle which deliveries.
+bin and direction. Which messages an ack settled is `amqpcap.derive.acked`'s.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from ...io.load import Capture
-from ...derive.columns import value_at
+from ...derive.acked import ack_times_ns
 from ...model.facts import CaptureFacts
 from .bins import _ns, time_bins
 from .constants import DELIVER_METHODS, DIRECTIONS
 from .counts import _is_method
 
 
-@dataclass
-class _Acks:
-    """What `settled_by_ack` carries from a partition's slices so far to the next one."""
-
-    #: the highest delivery tag acked so far per (stream, channel, direction) key (sorted)
-    key: np.ndarray
-    highest: np.ndarray
-    #: the channels opened (stream·2¹⁶ + channel, sorted)
-    opened: np.ndarray
-    #: the first acks of a channel with `multiple` set whose channel.open was not seen yet: it
-    #: may come in a later slice, and decide where their tags started (stream·2¹⁶ + channel,
-    #: throughput bin key, delivery tag); one per key at most
-    undecided_channel: np.ndarray
-    undecided_bin: np.ndarray
-    undecided_tag: np.ndarray
-
-    @classmethod
-    def nothing(cls) -> "_Acks":
-        z = np.zeros(0, np.int64)
-        return cls(z, np.zeros(0), z, z, z, np.zeros(0))
-
-
-def _channel_key(df: pd.DataFrame) -> np.ndarray:
-    return (df["stream"].to_numpy(np.int64) << 16) | df["channel"].to_numpy(np.int64)
-
-
-def settled_by_ack(frames: pd.DataFrame, seen: _Acks | None = None, last: bool = True) -> pd.DataFrame:
-    """basic.ack frames with the number of delivery tags each one settles (`settled`).
-
-    A single ack settles one tag; `multiple` settles every tag up to its own that no earlier ack
-    of the same (stream, channel, direction) settled: its tag minus the highest tag acked before
-    (a running max). The first ack of a channel counts from tag 0 when the channel was opened in
-    the capture, else it counts as settling one tag (we do not know where the tags started).
-    Limit: a single ack out of order above a later multiple ack's base is not subtracted.
-
-    Over slices of time: `seen` (updated) holds the slices before; a first multiple ack whose
-    channel.open is in none of them nor in this one may yet find it in a later slice: unless
-    this is the `last` slice, it is `undecided` (settled 0 here; `_decided` counts it at the end).
-    """
-    seen = seen or _Acks.nothing()
-    # Where a channel's tags start: channel.open seen (both directions share it) → tag 0.
-    seen.opened = np.union1d(seen.opened, _channel_key(frames.loc[_is_method(frames, ["channel.open"])]))
-    # Only the columns needed: the frames table is wide, a row filter would copy all of it.
-    rows = np.flatnonzero(_is_method(frames, ["basic.ack"]))
-    acks = pd.DataFrame({c: frames[c].array.take(rows) for c in ("ts", "stream", "channel", "direction", "delivery_tag",
-                                                                   "multiple")}, index=frames.index[rows])
-    if not len(acks):
-        return acks.assign(settled=np.zeros(0, dtype=np.int64), undecided=np.zeros(0, bool))
-    # (stream, channel, direction) as one int64 key (channel < 2¹⁶; the direction's category
-    # code + 1, so a missing direction is a group of its own): grouping on one integer column
-    # costs a fraction of grouping on three. (direction stays categorical in the result.)
-    key = ((acks["stream"].to_numpy(np.int64) << 18) | (acks["channel"].to_numpy(np.int64) << 2)
-           | (acks["direction"].array.codes.astype(np.int64) + 1))
-    tag = acks["delivery_tag"].astype("float64").fillna(0).to_numpy()
-    multiple = acks["multiple"].fillna(False).to_numpy(bool)
-    prev_max = pd.Series(tag, index=acks.index).groupby(key).cummax().groupby(key).shift(1).to_numpy()
-    pm = np.fmax(prev_max, value_at(seen.key, seen.highest, key, np.nan))  # (and the slices' before)
-    first = np.isnan(pm)
-    opened = np.isin(_channel_key(acks), seen.opened)
-    pm[first] = np.where(opened[first], 0.0, tag[first] - 1)
-    settled = np.where(multiple, np.clip(tag - pm, 0, None), 1).astype(np.int64)
-    undecided = first & multiple & ~opened & (not last)
-    settled[undecided] = 0
-    highest = pd.Series(tag).groupby(key).max()
-    k = np.r_[seen.key, highest.index.to_numpy(np.int64)]
-    v = np.r_[seen.highest, highest.to_numpy()]
-    seen.key, i = np.unique(k, return_inverse=True)
-    seen.highest = np.full(len(seen.key), -np.inf)
-    np.maximum.at(seen.highest, i, v)
-    return acks.assign(settled=settled, undecided=undecided)
-
-
-def _decided(seen: _Acks) -> tuple[np.ndarray, np.ndarray]:
-    """The throughput bin keys and tags settled of the first multiple acks left undecided by
-    earlier slices (`settled_by_ack`), now that every channel.open is known."""
-    opened = np.isin(seen.undecided_channel, seen.opened)
-    tag = seen.undecided_tag
-    pm = np.where(opened, 0.0, tag - 1)
-    return seen.undecided_bin, np.clip(tag - pm, 0, None).astype(np.int64).astype(np.float64)
-
-
 #: the throughput timeline's quantities, summed per (time bin, direction) by `add_throughput`
 THROUGHPUT_SUMS = ("wire_bytes", "payload_bytes", "packets", "published", "delivered", "acked")
 
 
-def add_throughput(cap: Capture, facts: CaptureFacts, sums: dict[str, np.ndarray], acks_seen: _Acks,
-                   last: bool = True) -> None:
+def add_throughput(cap: Capture, facts: CaptureFacts, sums: dict[str, np.ndarray], last: bool = True) -> None:
     """Adds to `sums`, per quantity (THROUGHPUT_SUMS) an (n_bins, 2) array of sums per time bin and
     direction (column D is DIRECTIONS[D]), the packets and frames of `cap` (a partition or the
-    next slice of its time, with `acks_seen` of those before; `last`: the last). Every value
-    summed is a whole number, so sums of partitions and of slices add up exactly (float64 is
-    exact below 2⁵³)."""
+    next slice of its time; `last`: the last), and the messages acknowledged it tells
+    (`ack_times_ns`: each once over the slices). Every value summed is a whole number, so sums
+    of partitions and of slices add up exactly (float64 is exact below 2⁵³)."""
     p, f = cap.packets, cap.frames
     width_s, n_bins = time_bins(facts)
     w_ns = int(round(width_s * 1e9))
@@ -122,13 +39,8 @@ def add_throughput(cap: Capture, facts: CaptureFacts, sums: dict[str, np.ndarray
     f_ns, f_s2c = _ns(f["ts"]), (f["direction"] == "s2c").to_numpy()
     is_pub = _is_method(f, ["basic.publish"])
     is_dlv = _is_method(f, DELIVER_METHODS)
-    acks = settled_by_ack(f, acks_seen, last)
-    a_key = bin_key(_ns(acks["ts"]), (acks["direction"] == "s2c").to_numpy())
-    undecided = acks["undecided"].to_numpy(bool)
-    acks_seen.undecided_channel = np.r_[acks_seen.undecided_channel, _channel_key(acks)[undecided]]
-    acks_seen.undecided_bin = np.r_[acks_seen.undecided_bin, a_key[undecided]]
-    acks_seen.undecided_tag = np.r_[acks_seen.undecided_tag,
-                                    acks["delivery_tag"].astype("float64").fillna(0).to_numpy()[undecided]]
+    acked_ns = ack_times_ns(cap, last)
+    a_key = np.concatenate([bin_key(acked_ns[d], D) for D, d in enumerate(DIRECTIONS)])
 
     # One bincount per quantity on the key bin·2 + direction (no per-direction masks over the
     # million packets).
@@ -140,9 +52,7 @@ def add_throughput(cap: Capture, facts: CaptureFacts, sums: dict[str, np.ndarray
     sums["packets"] += per_bin(p_key)
     sums["published"] += per_bin(bin_key(f_ns[is_pub], f_s2c[is_pub]))
     sums["delivered"] += per_bin(bin_key(f_ns[is_dlv], f_s2c[is_dlv]))
-    sums["acked"] += per_bin(a_key, acks["settled"].to_numpy(np.float64))
-    if last:
-        sums["acked"] += per_bin(*_decided(acks_seen))
+    sums["acked"] += per_bin(a_key)
 
 
 def throughput_table(bins: dict[str, np.ndarray], t0_ns: int, width_s: float, n_bins: int) -> pd.DataFrame:
