@@ -11,11 +11,6 @@ from ...model.facts import CaptureFacts
 from .constants import DIRECTIONS, PERCENT_DECIMALS, PLEN_EDGES_BYTES, TARGET_TIME_BINS, _NICE_STEPS
 
 
-def _ns(ts: pd.Series) -> np.ndarray:
-    """Timestamps as int64 nanoseconds since the epoch (whole column, no per-row objects)."""
-    return np.asarray(ts.dt.as_unit("ns").array.asi8, dtype=np.int64)
-
-
 def bin_width_s(duration_s: float, target_bins: int = TARGET_TIME_BINS) -> float:
     """Smallest round (1-2-5) width giving at most ``target_bins`` bins over ``duration_s``."""
     want = max(duration_s / target_bins, 1e-6)

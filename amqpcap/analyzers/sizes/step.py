@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 
 from ...io.load import Capture
-from ...model.facts import CaptureFacts
-from .bins import SEGMENT_SIZE_EDGES, _ns, segment_histograms, segment_time_edges, time_bins
+from ...model.facts import CaptureFacts, ns
+from .bins import SEGMENT_SIZE_EDGES, segment_histograms, segment_time_edges, time_bins
 from .constants import DIRECTIONS
 from .counts import (
     Counts, _added, _count_pairs, _gk, _no_counts, frames_per_packet_table, payload_size_table, size_cells,
@@ -75,7 +75,7 @@ def _seen(cap: Capture, facts: CaptureFacts, seen: _Seen | None, last: bool = Tr
         seen.ranks = _ranks_after(p, is_data, gk, seen.ranks, cap.connections)
     add_throughput(cap, facts, seen.throughput, last)
     s2c = d_gk % 2 == 1
-    seen.segment_hist += segment_histograms(_ns(p["ts"])[is_data], d_size, s2c, facts)
+    seen.segment_hist += segment_histograms(ns(p["ts"])[is_data], d_size, s2c, facts)
     seen.segments += np.array([int((~s2c).sum()), int(s2c.sum())])
     return seen
 

@@ -11,8 +11,8 @@ import pandas as pd
 
 from ...io.load import Capture
 from ...derive.acked import ack_times_ns
-from ...model.facts import CaptureFacts
-from .bins import _ns, time_bins
+from ...model.facts import CaptureFacts, ns
+from .bins import time_bins
 from .constants import DELIVER_METHODS, DIRECTIONS
 from .counts import _is_method
 
@@ -34,9 +34,9 @@ def add_throughput(cap: Capture, facts: CaptureFacts, sums: dict[str, np.ndarray
     def bin_key(ts_ns: np.ndarray, s2c: np.ndarray) -> np.ndarray:  # bin·2 + direction
         return np.clip((ts_ns - facts.t0_ns) // w_ns, 0, n_bins - 1) * 2 + s2c
 
-    p_key = bin_key(_ns(p["ts"]), (p["direction"] == "s2c").to_numpy())
+    p_key = bin_key(ns(p["ts"]), (p["direction"] == "s2c").to_numpy())
     # Frames: only the publish and deliver rows are binned, not the whole (long) frames table.
-    f_ns, f_s2c = _ns(f["ts"]), (f["direction"] == "s2c").to_numpy()
+    f_ns, f_s2c = ns(f["ts"]), (f["direction"] == "s2c").to_numpy()
     is_pub = _is_method(f, ["basic.publish"])
     is_dlv = _is_method(f, DELIVER_METHODS)
     acked_ns = ack_times_ns(cap, last)
