@@ -158,7 +158,7 @@ def _prefetch_one_finding(cap: Capture, g: pd.DataFrame, limits: pd.DataFrame) -
 def _unlimited(c: pd.DataFrame, s: pd.DataFrame, d: pd.DataFrame, zero: pd.DataFrame) -> pd.DataFrame:
     """The consumers without a prefetch limit (consumer_list: prefetch 0 and no global qos, or
     no-ack; a consumer whose basic.consume is not in the capture is unknown, never unlimited)
-    with at least MIN_DELIVERIES deliveries: connection, stream, channel, consumer_tag, queue,
+    with at least MIN_DELIVERIES deliveries: stream, channel, consumer_tag, queue,
     no_ack, deliveries, first and last delivery (ts_first, ts_last), max_unacked (acking ones),
     deliver_to_ack_p50_s, zero_windows (packets of the consumer's connection advertising a zero
     receive window between its first and last delivery) and zero_window_packet (the first).
@@ -166,7 +166,7 @@ def _unlimited(c: pd.DataFrame, s: pd.DataFrame, d: pd.DataFrame, zero: pd.DataF
     deliveries; `zero`: the zero-window packets (`_zero_windows`)."""
     unl = c["consume_seen"].to_numpy(bool) & (c["no_ack"].to_numpy(bool, na_value=False) | (
         (c["prefetch"].to_numpy(float, na_value=-1) == 0) & (c["channel_prefetch"].fillna(0).to_numpy(float) == 0)))
-    c = as_object(c[unl], "consumer_tag")
+    c = as_object(c[unl], "consumer_tag", "queue")
     key = ["stream", "channel", "consumer_tag"]
     dd = as_object(d[key + ["ts", "latency_s"]], "consumer_tag")
     g = dd.groupby(key, sort=False)

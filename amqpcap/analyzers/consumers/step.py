@@ -16,8 +16,7 @@ from ...derive.backlog import BacklogAnswers
 from ...derive.backlog_join import BacklogPieces, answers_of
 from ...derive.consumers import (
     CONSUMER, acked_deliveries, code_of, consumer_rows, consumer_state, with_final_prefetch)
-from ...derive.deliveries import GET_TAG, consumes, deliveries
-from ...derive.labels import connection_labels
+from ...derive.deliveries import consumes, deliveries
 from ...derive.methods import KEY
 from ...derive.refills import AnswerRows, backlog_answers, slow_refills_of, told_ack_gaps
 from ...derive.replay import for_derivations, state_maxima, told, told_consumers, told_state
@@ -26,9 +25,9 @@ from ...io.kept_rows import keep
 from .constants import NOT_A_WINDOW
 from .findings import _unlimited
 from .limits import _limit_rows_of, _no_ack_rows
-from .listing import LISTED, _consume_rows, _listed
+from .listing import LISTED, _consume_rows
 from .plots import state_bins
-from .summary import _labelled, _runs, _summary
+from .summary import _runs, _summary
 
 
 #: the ack gaps' columns a piece keeps (those `_summary` and `slow_refills_of` read)
@@ -61,11 +60,10 @@ class _Piece:
     #: the slice's zero-window packets (`_zero_windows`)
     zero: pd.DataFrame
     #: the last slice's: the most unacked per consumer over the partition (None: every state row
-    #: has it already), the consumers' backlog growth (by whole consumer row), the connections'
-    #: labels (by stream), the capture's first and last ts
+    #: has it already), the consumers' backlog growth (by whole consumer row), the capture's
+    #: first and last ts
     maxima: pd.DataFrame | None = None
     growth: Any = None
-    labels: pd.Series | None = None
     span: tuple | None = None
 
 
@@ -102,8 +100,6 @@ def consumers_slice(part: Capture, answer_rows: AnswerRows | None, last: bool,
     if last:
         piece.maxima = state_maxima(view) if seeds is not None else None
         piece.growth = answers.growth_msgs
-        stream = part.connections["stream"].to_numpy(np.int64)
-        piece.labels = pd.Series(connection_labels(part, stream), index=stream, dtype=object)
         piece.span = (part.summary["first_ts"], part.summary["last_ts"])
     return answer_rows, piece
 
@@ -155,13 +151,8 @@ def consumers_join(pieces: list[_Piece]) -> dict[str, Any]:
     acked = _acked_of(pieces, _runs(st)[1])
     d = _joined([p.deliveries for p in pieces])
     gaps = _joined([p.gaps for p in pieces])
-    s = _summary(st, c, acked, gaps, final.growth, final.labels)
-    listed = _rows_of([p.consumes for p in pieces], "start_order")
-    # (text, as consumer_list's labels are when it has a row: a basic.consume or a basic.deliver)
-    connection = _labelled(final.labels, listed["stream"])
-    if len(listed) or (d["consumer_tag"] != GET_TAG).to_numpy(bool).any():
-        connection = pd.array(connection, dtype="str")
-    listed = _listed(listed[LISTED], connection)
+    s = _summary(st, c, acked, gaps, final.growth)
+    listed = _rows_of([p.consumes for p in pieces], "start_order")[LISTED]
     return {"summary": s, "state": keep(st, "consumers-state", "stream"),
             "plotted": state_bins(*final.span, st) if len(st) else None,
             "no_ack": _no_ack_rows(d),

@@ -14,12 +14,12 @@ from ...derive.rates import msgs_per_s_active
 
 
 def _summary(st: pd.DataFrame, c: pd.DataFrame, acked: pd.DataFrame, gaps: pd.DataFrame,
-             growth: pd.api.extensions.ExtensionArray, labels: pd.Series) -> pd.DataFrame:
-    """`consumer_summary` of a partition from its tables: state rows `st` (in the whole's order,
-    by consumer), consumer rows `c` (in the whole's order), the acknowledging consumers'
-    deliveries `acked` (``code``: the consumer's run in `st`, `_runs`), the ack gaps, each
-    consumer's backlog `growth` (by row of `c`) and the connections' `labels` (by stream)."""
-    cols = ["connection", "stream", "channel", "consumer_tag", "queue", "deliveries", "start_ts", "end_ts",
+             growth: pd.api.extensions.ExtensionArray) -> pd.DataFrame:
+    """`consumer_summary` of a partition but its connections' labels (given in the finish) from
+    its tables: state rows `st` (in the whole's order, by consumer), consumer rows `c` (in the
+    whole's order), the acknowledging consumers' deliveries `acked` (``code``: the consumer's run
+    in `st`, `_runs`), the ack gaps and each consumer's backlog `growth` (by row of `c`)."""
+    cols = ["stream", "channel", "consumer_tag", "queue", "deliveries", "start_ts", "end_ts",
             "duration_s", "delivered_msgs_per_s", "prefetch", "prefetch_estimated", "channel_prefetch", "max_unacked", "mean_unacked",
             "share_at_limit", "utilisation", "share_idle", "mean_deficit", "acks", "acks_multiple",
             "messages_per_ack", "deliver_to_ack_p50_s", "ack_to_next_deliver_p50_s", "backlog_growth_msgs"]
@@ -51,7 +51,6 @@ def _summary(st: pd.DataFrame, c: pd.DataFrame, acked: pd.DataFrame, gaps: pd.Da
     # growth of the consumer's queue backlog (lower bound) from its start to its end, in messages
     out["backlog_growth_msgs"] = growth[keep]
     out = out.sort_values(["stream", "channel", "start_ts"], kind="stable").reset_index(drop=True)
-    out["connection"] = _labelled(labels, out["stream"])
     return out[cols]
 
 
@@ -128,7 +127,3 @@ def _runs(st: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
     keys = as_object(st.loc[first, CONSUMER], "consumer_tag").reset_index(drop=True)
     return np.cumsum(first) - 1, keys
 
-
-def _labelled(labels: pd.Series, streams) -> np.ndarray:
-    """The connection label of each of `streams` (`connection_labels`), from the partition's."""
-    return labels.reindex(np.asarray(streams, np.int64)).to_numpy(object)
