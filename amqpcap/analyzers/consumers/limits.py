@@ -9,35 +9,28 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...io.load import Capture
 from ...derive.columns import as_object, codes
-from ...derive.consumers import consumer_state
 from ...derive.deliveries import tag_ranks
+from ...derive.tally import CONSUMER_KEY
 from .summary import _runs
 
 
-def _limit_rows(cap: Capture) -> pd.DataFrame:
-    """`_limit_rows_of` the capture's state rows."""
-    return _limit_rows_of(consumer_state(cap))
-
-
-def _limit_rows_of(st: pd.DataFrame) -> pd.DataFrame:
-    """Example packets of every consumer: the first 5 frames at which it was at its limit (any
-    epoch of its channel), found on the state rows' consumer codes (`_runs`). Columns: stream,
-    channel, consumer_tag, packet."""
+def _limit_rows(st: pd.DataFrame) -> pd.DataFrame:
+    """Example packets of every consumer of the state rows `st`: the first 5 frames at which it
+    was at its limit (any epoch of its channel), found on the state rows' consumer codes
+    (`_runs`). Columns: stream, channel, consumer_tag, packet."""
     st_code, keys = _runs(st)
-    key = ["stream", "channel", "consumer_tag"]
-    k3_code = codes(*(keys[k].to_numpy() for k in key))  # (equal across epochs)
+    k3_code = codes(*(keys[k].to_numpy() for k in CONSUMER_KEY))  # (equal across epochs)
     rows = np.flatnonzero(st["at_limit"].to_numpy(bool))
     c = k3_code[st_code[rows]]
     rows = rows[pd.Series(c).groupby(c).cumcount().to_numpy() < 5]
-    return as_object(st[key].iloc[rows], "consumer_tag").assign(packet=st["packet"].to_numpy(np.int64)[rows])
+    return as_object(st[CONSUMER_KEY].iloc[rows], "consumer_tag").assign(packet=st["packet"].to_numpy(np.int64)[rows])
 
 
 def _limit_packets(limits: pd.DataFrame, g: pd.DataFrame) -> list[int]:
     """The example packets (`_limit_rows`) of the consumers of ``g``."""
-    key = ["stream", "channel", "consumer_tag"]
-    wanted = pd.MultiIndex.from_frame(limits[key]).isin(pd.MultiIndex.from_frame(as_object(g[key], "consumer_tag")))
+    wanted = pd.MultiIndex.from_frame(limits[CONSUMER_KEY]).isin(
+        pd.MultiIndex.from_frame(as_object(g[CONSUMER_KEY], "consumer_tag")))
     return sorted(int(p) for p in limits["packet"].to_numpy(np.int64)[wanted])
 
 

@@ -24,7 +24,7 @@ from ...derive.seeds import seeds_of
 from ...io.kept_rows import keep
 from .constants import NOT_A_WINDOW
 from .findings import _unlimited
-from .limits import _limit_rows_of, _no_ack_rows
+from .limits import _limit_rows, _no_ack_rows
 from .listing import LISTED, _consume_rows
 from .plots import state_bins
 from .summary import _runs, _summary
@@ -156,7 +156,7 @@ def consumers_join(pieces: list[_Piece]) -> dict[str, Any]:
     return {"summary": s, "state": keep(st, "consumers-state", "stream"),
             "plotted": state_bins(*final.span, st) if len(st) else None,
             "no_ack": _no_ack_rows(d),
-            "slow": slow_refills_of(d, gaps).index.to_numpy(), "limits": _limit_rows_of(st),
+            "slow": slow_refills_of(d, gaps).index.to_numpy(), "limits": _limit_rows(st),
             "unlimited": _unlimited(listed, s, d, _joined([p.zero for p in pieces])) if len(d) else None,
             "queues": c.drop_duplicates(CONSUMER)[CONSUMER + ["queue"]]}
 
