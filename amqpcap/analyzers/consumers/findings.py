@@ -13,6 +13,7 @@ from ...derive.columns import as_object
 from ...derive.labels import channels_filter
 from ...model.display_filters import covered_filter, filter_evidence, stream_filter
 from ...derive.names import connection_label, consumer_label, number, worst_first
+from ...derive.tally import CONSUMER_KEY
 from .constants import EXAMPLE_SUBJECTS, MIN_DELIVERIES, UNLIMITED_UNACKED
 from .flags import _flags
 from .limits import _limit_packets
@@ -25,28 +26,33 @@ def _findings(cap: Capture, s: pd.DataFrame, slow: np.ndarray, limits: pd.DataFr
         return []
     fl = _flags(s, slow)
     out = []
-    for fid, build in (("bound", _bound_finding), ("one", _prefetch_one_finding)):
-        sel = fl[fid].to_numpy(bool)
-        if sel.any():
-            # worst first; ties in capture order (stream, channel: the order of s)
-            g = s.loc[sel].assign(sev_rank=fl.loc[sel, f"{fid}_rank"], impact=fl.loc[sel, f"{fid}_impact"],
-                                  one_ack=fl.loc[sel, "one_ack"], growth_ratio=fl.loc[sel, "growth_ratio"])
-            g = g.sort_values(["sev_rank", "impact"], ascending=False, kind="stable")
-            out.append(build(cap, g, limits))
+    for fid, flag, told, methods in (("consumer-bound", "bound", _bound, "{60, 80, 90, 120}"),
+                                     ("prefetch-one", "one", _prefetch_one, "{10, 60, 80}")):
+        sel = fl[flag].to_numpy(bool)
+        if not sel.any():
+            continue
+        # worst first; ties in capture order (stream, channel: the order of s)
+        g = s.loc[sel].assign(sev_rank=fl.loc[sel, f"{flag}_rank"], impact=fl.loc[sel, f"{flag}_impact"],
+                              one_ack=fl.loc[sel, "one_ack"], growth_ratio=fl.loc[sel, "growth_ratio"])
+        g = g.sort_values(["sev_rank", "impact"], ascending=False, kind="stable")
+        subjects = worst_first(cap, g, _numbers).subjects
+        title, advice, evidence = told(cap, g)
+        out.append(Finding(fid, SEVERITIES[int(g["sev_rank"].max())], title,
+                           {**_common_evidence(g, subjects[0], methods, limits), **evidence}, advice,
+                           impact=float(g["impact"].max()), subjects=subjects))
     return out
 
 
-def _subjects(cap: Capture, g: pd.DataFrame) -> list[dict]:
-    """One subject per consumer of ``g`` (flagged rows of consumer_summary, worst first): its
-    connection, channel, queue and consumer tag, then its own numbers."""
-    return worst_first(cap, g, lambda r: dict(
+def _numbers(r) -> dict:
+    """A consumer's subject (a flagged row of consumer_summary): its channel, queue and consumer
+    tag, then its own numbers."""
+    return dict(
         channel=int(r.channel), queue=None if pd.isna(r.queue) else str(r.queue), consumer_tag=str(r.consumer_tag),
         prefetch_msgs=int(r.prefetch), prefetch_estimated=bool(r.prefetch_estimated), deliveries=int(r.deliveries),
         delivered_msgs_per_s=number(r.delivered_msgs_per_s), share_at_limit=number(r.share_at_limit),
         deliver_to_ack_p50_s=number(r.deliver_to_ack_p50_s), ack_to_next_deliver_p50_s=number(r.ack_to_next_deliver_p50_s),
-        messages_per_ack=number(r.messages_per_ack),
-        backlog_growth_msgs=None if pd.isna(r.backlog_growth_msgs) else int(r.backlog_growth_msgs),
-        backlog_growth_ratio=number(r.growth_ratio), severity=SEVERITIES[int(r.sev_rank)])).subjects
+        messages_per_ack=number(r.messages_per_ack), backlog_growth_msgs=_count(r.backlog_growth_msgs),
+        backlog_growth_ratio=number(r.growth_ratio), severity=SEVERITIES[int(r.sev_rank)])
 
 
 def _who(cap: Capture, g: pd.DataFrame) -> tuple[str, str]:
@@ -63,16 +69,15 @@ def _who(cap: Capture, g: pd.DataFrame) -> tuple[str, str]:
     return f"{len(g)} consumers{where}", worst
 
 
-def _common_evidence(cap: Capture, g: pd.DataFrame, methods: str, limits: pd.DataFrame) -> dict:
-    """Evidence every consumer finding carries: the worst consumer's numbers (the first subject),
+#: the worst consumer's numbers (of its subject, `_numbers`) that every consumer finding's evidence gives
+WORST = ("channel", "consumer_tag", "prefetch_msgs", "prefetch_estimated", "deliveries", "delivered_msgs_per_s",
+         "share_at_limit", "deliver_to_ack_p50_s", "ack_to_next_deliver_p50_s")
+
+
+def _common_evidence(g: pd.DataFrame, worst: dict, methods: str, limits: pd.DataFrame) -> dict:
+    """Evidence every consumer finding carries: the worst consumer's numbers (its subject),
     totals over all subjects, the streams, example packets and the filter."""
-    w = g.iloc[0]
-    return {"streams": sorted({int(x) for x in g["stream"]}), "channel": int(w.channel),
-            "consumer_tag": str(w.consumer_tag), "prefetch_msgs": int(w.prefetch),
-            "prefetch_estimated": bool(w.prefetch_estimated), "deliveries": int(w.deliveries),
-            "delivered_msgs_per_s": number(w.delivered_msgs_per_s), "share_at_limit": number(w.share_at_limit),
-            "deliver_to_ack_p50_s": number(w.deliver_to_ack_p50_s),
-            "ack_to_next_deliver_p50_s": number(w.ack_to_next_deliver_p50_s),
+    return {"streams": sorted({int(x) for x in g["stream"]}), **{k: worst[k] for k in WORST},
             "consumers_with_this_finding": int(len(g)),
             "queues": sorted({str(q) for q in g["queue"].dropna()}),
             "deliveries_total": int(g["deliveries"].sum()),
@@ -82,15 +87,19 @@ def _common_evidence(cap: Capture, g: pd.DataFrame, methods: str, limits: pd.Dat
                               f" && amqp.method.class == 60 && amqp.method.method in {methods}")}
 
 
+def _count(v) -> int | None:
+    return None if pd.isna(v) else int(v)
+
+
 def _ms(v) -> str:
     return "?" if v is None or pd.isna(v) else f"{float(v) * 1e3:.1f} ms"
 
 
-def _bound_finding(cap: Capture, g: pd.DataFrame, limits: pd.DataFrame) -> Finding:
+def _bound(cap: Capture, g: pd.DataFrame) -> tuple[str, str, dict]:
+    """consumer-bound's title, advice and evidence of its own."""
     w = g.iloc[0]
     who, worst = _who(cap, g)
-    growth = g["backlog_growth_msgs"].astype("Float64").max()  # (a lower bound per consumer's life)
-    growth = None if pd.isna(growth) else int(growth)
+    growth = _count(g["backlog_growth_msgs"].astype("Float64").max())  # (a lower bound per consumer's life)
     sh = g["share_at_limit"].astype(float)
     # (the refill time matters, and is said, only at prefetch 1: see _flags)
     holds = f"holds each message a median {_ms(w.deliver_to_ack_p50_s)}" + (
@@ -106,53 +115,43 @@ def _bound_finding(cap: Capture, g: pd.DataFrame, limits: pd.DataFrame) -> Findi
                  f"(worst: {worst}, {w.share_at_limit:.0%} at prefetch {w.prefetch}; it {holds})")
     if growth and growth > 0:
         title += f"; {'its' if len(g) == 1 else 'the'} queue grew by at least {growth:,} messages"
-    n_one = int(g["one_ack"].sum())
     whose = "this consumer's" if len(g) == 1 else "these consumers'"
     advice = (f"The broker waits for {whose} acks: look at the "
               "work per message (slow handlers, synchronous I/O, locks), add consumers or threads, and raise the "
               "prefetch if the work is I/O-bound. A growing queue means the consumers cannot keep up with the "
               "publish rate.")
     one = g[g["one_ack"].to_numpy(bool)]
-    d50, a50 = (number(one["deliver_to_ack_p50_s"].iloc[0]), number(one["ack_to_next_deliver_p50_s"].iloc[0])) if n_one \
-        else (None, None)
+    d50, a50 = (number(one[k].iloc[0]) if len(one) else None for k in ("deliver_to_ack_p50_s", "ack_to_next_deliver_p50_s"))
     if d50 and a50 is not None:
         # the consumer's rate is at most 1 / (d50 + a50) now, 1 / d50 with the refill hidden
-        which = "" if len(g) == 1 else f" ({n_one} of these consumers; numbers of the worst)"
+        which = "" if len(g) == 1 else f" ({len(one)} of these consumers; numbers of the worst)"
         advice += (f" At prefetch 1 with one ack per message{which}, each message also waits for the ack's round "
                    f"trip and the broker's refill ({_ms(a50)} of each {_ms(d50 + a50)} cycle): a larger prefetch "
                    f"(e.g. 50–300) with multiple=true acks saves that, at most {a50 / d50:.0%} more messages per "
                    "second; the consumer's own work is the larger part.")
-    ev = _common_evidence(cap, g, "{60, 80, 90, 120}", limits)
-    ev.update(mean_unacked_msgs=number(w.mean_unacked), utilisation=number(w.utilisation),
-              backlog_growth_msgs=None if pd.isna(w.backlog_growth_msgs) else int(w.backlog_growth_msgs),
-              backlog_growth_ratio=number(w.growth_ratio), prefetch_one_consumers=n_one)
-    return Finding(id="consumer-bound", severity=SEVERITIES[int(g["sev_rank"].max())], title=title, evidence=ev,
-                   advice=advice, impact=float(g["impact"].max()), subjects=_subjects(cap, g))
+    return title, advice, dict(mean_unacked_msgs=number(w.mean_unacked), utilisation=number(w.utilisation),
+                               backlog_growth_msgs=_count(w.backlog_growth_msgs),
+                               backlog_growth_ratio=number(w.growth_ratio), prefetch_one_consumers=len(one))
 
 
-def _prefetch_one_finding(cap: Capture, g: pd.DataFrame, limits: pd.DataFrame) -> Finding:
+def _prefetch_one(cap: Capture, g: pd.DataFrame) -> tuple[str, str, dict]:
+    """prefetch-one's title, advice and evidence of its own."""
     w = g.iloc[0]
     who, worst = _who(cap, g)
     d50, a50 = number(w.deliver_to_ack_p50_s), number(w.ack_to_next_deliver_p50_s)
     cycle = (d50 or 0) + (a50 or 0)
     if len(g) == 1:
         title = (f"Prefetch 1 with one ack per message: {who} gets {w.delivered_msgs_per_s:.0f} msg/s while active, "
-                 "one at a time, "
-                 f"each waiting for the previous ack ({w.share_at_limit:.0%} of its time at the limit)")
+                 f"one at a time, each waiting for the previous ack ({w.share_at_limit:.0%} of its time at the limit)")
     else:
         title = (f"Prefetch 1 with one ack per message: {who} get their messages one at a time, each waiting "
                  f"for the previous ack (worst: {worst}, {w.delivered_msgs_per_s:.0f} msg/s while active, "
-                 f"{w.share_at_limit:.0%} of its "
-                 f"time at the limit)")
-    ev = _common_evidence(cap, g, "{10, 60, 80}", limits)
-    ev.update(acks=int(w.acks), messages_per_ack=number(w.messages_per_ack), cycle_s=cycle,
-              max_rate_msgs_per_s=(1 / cycle) if cycle > 0 else None)
-    return Finding(
-        id="prefetch-one", severity=SEVERITIES[int(g["sev_rank"].max())], title=title, evidence=ev,
-        advice="Raise the prefetch (basic.qos prefetch_count, e.g. 50–300) so the broker keeps messages "
-               "in flight while the consumer works, and ack with multiple=true every few messages; "
-               "keep prefetch 1 only where strict one-at-a-time fairness between slow consumers matters.",
-        impact=float(g["impact"].max()), subjects=_subjects(cap, g))
+                 f"{w.share_at_limit:.0%} of its time at the limit)")
+    advice = ("Raise the prefetch (basic.qos prefetch_count, e.g. 50–300) so the broker keeps messages "
+              "in flight while the consumer works, and ack with multiple=true every few messages; "
+              "keep prefetch 1 only where strict one-at-a-time fairness between slow consumers matters.")
+    return title, advice, dict(acks=int(w.acks), messages_per_ack=number(w.messages_per_ack), cycle_s=cycle,
+                               max_rate_msgs_per_s=(1 / cycle) if cycle > 0 else None)
 
 
 def _unlimited(c: pd.DataFrame, s: pd.DataFrame, d: pd.DataFrame, zero: pd.DataFrame) -> pd.DataFrame:
@@ -167,28 +166,27 @@ def _unlimited(c: pd.DataFrame, s: pd.DataFrame, d: pd.DataFrame, zero: pd.DataF
     unl = c["consume_seen"].to_numpy(bool) & (c["no_ack"].to_numpy(bool, na_value=False) | (
         (c["prefetch"].to_numpy(float, na_value=-1) == 0) & (c["channel_prefetch"].fillna(0).to_numpy(float) == 0)))
     c = as_object(c[unl], "consumer_tag", "queue")
-    key = ["stream", "channel", "consumer_tag"]
-    dd = as_object(d[key + ["ts", "latency_s"]], "consumer_tag")
-    g = dd.groupby(key, sort=False)
-    per = g.agg(deliveries=("ts", "size"), ts_first=("ts", "min"), ts_last=("ts", "max"),
-                deliver_to_ack_p50_s=("latency_s", "median")).reset_index()
-    c = c.merge(per, on=key, how="inner")
+    per = as_object(d[CONSUMER_KEY + ["ts", "latency_s"]], "consumer_tag").groupby(CONSUMER_KEY, sort=False).agg(
+        deliveries=("ts", "size"), ts_first=("ts", "min"), ts_last=("ts", "max"),
+        deliver_to_ack_p50_s=("latency_s", "median")).reset_index()
+    c = c.merge(per, on=CONSUMER_KEY, how="inner")
     c = c[c["deliveries"] >= MIN_DELIVERIES]
-    acking = as_object(s[key + ["max_unacked"]], "consumer_tag").groupby(key)["max_unacked"].max().reset_index()
-    c = c.merge(acking, on=key, how="left").reset_index(drop=True)
+    acking = as_object(s[CONSUMER_KEY + ["max_unacked"]], "consumer_tag").groupby(CONSUMER_KEY)["max_unacked"].max()
+    c = c.merge(acking.reset_index(), on=CONSUMER_KEY, how="left").reset_index(drop=True)
     # per consumer, its connection's zero windows between its first and last delivery: two
     # binary searches of (connection, time) among the zero-window packets
     zs, zt, zp = (zero[k].to_numpy(np.int64) for k in ("stream", "ts", "packet"))
     by = np.lexsort((zt, zs))
     zs, zt, zp = zs[by], zt[by], zp[by]
     cs = c["stream"].to_numpy(np.int64)
-    first = np.searchsorted(zs, cs, "left")
-    end = np.searchsorted(zs, cs, "right")
-    lo = np.array([first[i] + np.searchsorted(zt[first[i]:end[i]], t, "left")
-                   for i, t in enumerate(pd.to_datetime(c["ts_first"], utc=True).array.asi8)], dtype=np.int64)
-    hi = np.array([first[i] + np.searchsorted(zt[first[i]:end[i]], t, "right")
-                   for i, t in enumerate(pd.to_datetime(c["ts_last"], utc=True).array.asi8)], dtype=np.int64)
-    n = hi - lo
+    first, end = np.searchsorted(zs, cs, "left"), np.searchsorted(zs, cs, "right")
+
+    def at(col: str, side: str) -> np.ndarray:  # (among its connection's zero windows, by time)
+        t = pd.to_datetime(c[col], utc=True).array.asi8
+        return np.array([a + np.searchsorted(zt[a:b], x, side) for a, b, x in zip(first, end, t)], dtype=np.int64)
+
+    lo = at("ts_first", "left")
+    n = at("ts_last", "right") - lo
     return c.assign(zero_windows=n, zero_window_packet=[int(zp[i]) if k else None for i, k in zip(lo, n)])
 
 
@@ -223,13 +221,12 @@ def _unlimited_finding(cap: Capture, c: pd.DataFrame) -> Finding | None:
     flt = part.text + " && amqp.method.class == 60 && amqp.method.method in {10, 20, 60, 80}"
     if c["zero_windows"].any():  # (its streams are some of part's: part's coverage tells)
         flt = f"({flt}) || ({stream_filter(c.loc[c['zero_windows'] > 0, 'stream'])} && tcp.analysis.zero_window)"
-    evidence = {"streams": sorted({int(x) for x in c["stream"]}), "channel": int(w.channel),
-                "consumer_tag": str(w.consumer_tag), "queue": None if pd.isna(w.queue) else str(w.queue),
-                "no_ack": bool(w.no_ack), "prefetch_msgs": None if w.no_ack else 0, "deliveries": int(w.deliveries),
-                "max_unacked_msgs": None if w.no_ack else int(w.unacked_peak),
-                "deliver_to_ack_p50_s": None if w.no_ack else number(w.deliver_to_ack_p50_s),
-                "zero_window_packets": int(w.zero_windows), "consumers_with_this_finding": int(len(c)),
-                "packets": packets, **covered_filter(flt, part)}
+    worst = subjects[0]  # (its numbers, and the prefetch it had)
+    evidence = {"streams": sorted({int(x) for x in c["stream"]}),
+                **{k: worst[k] for k in ("channel", "consumer_tag", "queue", "no_ack")},
+                "prefetch_msgs": None if w.no_ack else 0,
+                **{k: worst[k] for k in ("deliveries", "max_unacked_msgs", "deliver_to_ack_p50_s", "zero_window_packets")},
+                "consumers_with_this_finding": int(len(c)), "packets": packets, **covered_filter(flt, part)}
     return Finding(
         id="unlimited-prefetch", severity="warning", title=title, evidence=evidence,
         advice="Set a prefetch limit (basic.qos prefetch_count; RabbitMQ's Consumer Prefetch guide finds 100-300 "
