@@ -80,13 +80,10 @@ def consumers_slice(part: Capture, answer_rows: AnswerRows | None, last: bool,
     told_d = told(view, d["order"].to_numpy(np.int64), last)
     a = acked_deliveries(view)
     told_a = told(view, a.table["order"].to_numpy(np.int64), last)
-    if seeds is None:
-        state, in_order = consumer_state(view), True
-    else:
-        state, in_order = told_state(view, last), False
     cons = consumes(view)
-    told_c = told(view, cons["order"].to_numpy(np.int64), last)
-    piece = _Piece(state=state, state_in_order=in_order,
+    listed = _consume_rows(view, cons[told(view, cons["order"].to_numpy(np.int64), last)])
+    piece = _Piece(state=consumer_state(view) if seeds is None else told_state(view, last),
+                   state_in_order=seeds is None,
                    consumers=consumer_rows(view)[told_consumers(view, last)],
                    acked=pd.DataFrame({"code": a.code[told_a], "ts": a.table["ts"].array[told_a],
                                        "latency_s": a.table["latency_s"].to_numpy(float)[told_a],
@@ -95,7 +92,7 @@ def consumers_slice(part: Capture, answer_rows: AnswerRows | None, last: bool,
                    acked_keys=a.keys,
                    deliveries=d.loc[told_d, ["stream", "channel", "consumer_tag", "ts", "latency_s", "no_ack"]],
                    gaps=gaps[GAPS].reset_index(drop=True),
-                   consumes=_whole_start(view, _consume_rows(view, cons[told_c])),
+                   consumes=listed.assign(start_order=_whole(view, listed["start_order"])),
                    zero=_zero_windows(part))
     if last:
         piece.maxima = state_maxima(view) if seeds is not None else None
@@ -121,14 +118,6 @@ def _whole(view: Capture, order: pd.Series) -> np.ndarray:
     if seeds is None or not len(at):
         return at
     return np.where(at >= 0, seeds.whole_orders(np.maximum(at, 0)), -1)
-
-
-def _whole_start(view: Capture, rows: pd.DataFrame) -> pd.DataFrame:
-    """`rows` with their start_order the whole partition's."""
-    seeds = seeds_of(view)
-    if seeds is None or not len(rows):
-        return rows
-    return rows.assign(start_order=seeds.whole_orders(rows["start_order"].to_numpy(np.int64)))
 
 
 def _zero_windows(part: Capture) -> pd.DataFrame:

@@ -85,16 +85,15 @@ def _time_shares(st: pd.DataFrame, st_code: np.ndarray) -> pd.DataFrame:
 
 def _delivery_span(acked: pd.DataFrame, ncons: int) -> tuple[np.ndarray, np.ndarray]:
     """Per consumer code (row i: code i, of `ncons`): its first and last delivery's ts (ns; the
-    int64 minimum when none) among the deliveries `acked`."""
+    int64 maximum and minimum when none: `msgs_per_s_active` reads both as none) among the
+    deliveries `acked`."""
     code = acked["code"].to_numpy(np.int64)
     ts = pd.to_datetime(acked["ts"], utc=True).array.asi8 if len(acked) else np.zeros(0, np.int64)
     mine = code >= 0
     code, ts = code[mine], ts[mine]
-    none = np.iinfo(np.int64).min
-    first, last = np.full(ncons, np.iinfo(np.int64).max), np.full(ncons, none)
+    first, last = np.full(ncons, np.iinfo(np.int64).max), np.full(ncons, np.iinfo(np.int64).min)
     np.minimum.at(first, code, ts)
     np.maximum.at(last, code, ts)
-    first[last == none] = none
     return first, last
 
 
