@@ -26,8 +26,7 @@ import amqpcap
 from amqpcap.analysis.registry import SEVERITY_RANK, in_memory
 from amqpcap.analyzers import consumers as C
 from amqpcap.analyzers import latency as L
-from amqpcap.analyzers.consumers.findings import _findings
-from amqpcap.analyzers.consumers.limits import _limit_rows
+from amqpcap.analyzers.consumers.findings import _findings, _limit_rows
 from amqpcap.derive.consumers import consumer_state
 from amqpcap.derive.refills import ack_gaps
 from amqpcap.derive.names import connection_label

@@ -10,13 +10,13 @@ The credit series itself is derived in ``amqpcap.derive.consumers`` (the stalls 
 too); this module summarises it per consumer and tells the findings.
 
 The modules, one question each: `constants` (thresholds), `listing` (every consumer, cheaply),
-`step` (the step over a partition or a slice of its time), `summary` (a row per consumer), `limits`
-(the frames at a consumer's limit), `flags` and `findings` (who each finding is about, how
-severe, the findings), `plots`, and `analyzer` (the analyzer: `Consumers`).
+`step` (the step over a partition or a slice of its time), `summary` (a row per consumer),
+`findings` (who each finding is about, how severe, the frames at a consumer's limit that show it,
+the findings), `plots`, and `analyzer` (the analyzer: `Consumers`).
 """
 
 from .analyzer import Consumers, consumer_summary
-from .flags import consumer_bound_severity, prefetch_one_severity
+from .findings import consumer_bound_severity, prefetch_one_severity
 from .listing import consumer_list
 
 __all__ = ["Consumers", "consumer_bound_severity", "consumer_list", "consumer_summary", "prefetch_one_severity"]

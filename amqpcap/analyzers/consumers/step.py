@@ -23,11 +23,10 @@ from ...derive.replay import for_derivations, state_maxima, told, told_consumers
 from ...derive.seeds import seeds_of
 from ...io.kept_rows import keep
 from .constants import NOT_A_WINDOW
-from .findings import _unlimited
-from .limits import _limit_rows, _no_ack_rows
+from .findings import _limit_rows, _unlimited
 from .listing import LISTED, _consume_rows
 from .plots import state_bins
-from .summary import _runs, _summary
+from .summary import _no_ack_rows, _runs, _summary
 
 
 #: the ack gaps' columns a piece keeps (those `_summary` and `slow_refills_of` read)

@@ -1,14 +1,17 @@
-"""One row per acknowledging consumer: deliveries, prefetch, time at its limit, latencies, its queue's
-backlog growth; the runs at the limit.
+"""One row per consumer: an acknowledging consumer's deliveries, prefetch, time at its limit,
+latencies and its queue's backlog growth (the `consumers` table); a no-ack consumer's deliveries.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from ...derive.columns import as_object, codes
 from ...derive.consumers import CONSUMER, code_of
+from ...derive.deliveries import tag_ranks
 from ...derive.methods import KEY
 from ...derive.rates import msgs_per_s_active
 
@@ -126,3 +129,17 @@ def _runs(st: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
     keys = as_object(st.loc[first, CONSUMER], "consumer_tag").reset_index(drop=True)
     return np.cumsum(first) - 1, keys
 
+
+def _no_ack_rows(d: pd.DataFrame) -> list[dict[str, Any]]:
+    """summary.json's row of each no-ack consumer: deliveries counted per (stream, channel, tag)
+    code (sorted as the keys) by bincount; its connection named in the merge."""
+    na = np.flatnonzero(d["no_ack"].to_numpy(bool))
+    if not len(na):
+        return []
+    stream, channel = d["stream"].to_numpy(np.int64)[na], d["channel"].to_numpy(np.int64)[na]
+    code = codes(stream, channel, tag_ranks(None, d.iloc[na]))
+    first = np.unique(code, return_index=True)[1]
+    tags = d["consumer_tag"].array.take(na[first])
+    return [{"stream": st_, "channel": ch_, "consumer_tag": tag, "no_ack": True, "deliveries": n}
+            for st_, ch_, tag, n in zip(stream[first].tolist(), channel[first].tolist(), tags,
+                                        np.bincount(code).tolist())]
