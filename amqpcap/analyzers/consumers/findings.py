@@ -257,12 +257,11 @@ def _prefetch_one(cap: Capture, g: pd.DataFrame) -> tuple[str, str, dict]:
 def _unlimited(c: pd.DataFrame, s: pd.DataFrame, d: pd.DataFrame, zero: pd.DataFrame) -> pd.DataFrame:
     """The consumers without a prefetch limit (consumer_list: prefetch 0 and no global qos, or
     no-ack; a consumer whose basic.consume is not in the capture is unknown, never unlimited)
-    with at least MIN_DELIVERIES deliveries: stream, channel, consumer_tag, queue,
-    no_ack, deliveries, first and last delivery (ts_first, ts_last), max_unacked (acking ones),
-    deliver_to_ack_p50_s, zero_windows (packets of the consumer's connection advertising a zero
-    receive window between its first and last delivery) and zero_window_packet (the first).
-    `c`: consumer_list's rows of the basic.consume frames; `s`: consumer_summary; `d`: the
-    deliveries; `zero`: the zero-window packets (`_zero_windows`)."""
+    with at least MIN_DELIVERIES deliveries: `c` (consumer_list's rows of the basic.consume
+    frames) with their deliveries, first and last (ts_first, ts_last), max_unacked (acking ones,
+    of the summary `s`), deliver_to_ack_p50_s (of the deliveries `d`), zero_windows (packets of
+    the consumer's connection advertising a zero receive window between its first and last
+    delivery, of `zero`: `_zero_windows`) and zero_window_packet (the first)."""
     unl = c["consume_seen"].to_numpy(bool) & (c["no_ack"].to_numpy(bool, na_value=False) | (
         (c["prefetch"].to_numpy(float, na_value=-1) == 0) & (c["channel_prefetch"].fillna(0).to_numpy(float) == 0)))
     c = as_object(c[unl], "consumer_tag", "queue")

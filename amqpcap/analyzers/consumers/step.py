@@ -40,10 +40,9 @@ class _Piece:
     from the pieces of all its slices (`consumers_join`). Per message rows, which the join needs
     (the state rows are the partial's own table; medians need every value)."""
 
-    #: state rows (`consumer_state`'s columns), by consumer and time when `state_in_order`, else
-    #: told out of order with their frame's whole order (``_order``: `replay.told_state`)
+    #: state rows (`consumer_state`'s columns): of a partition in one step, in order and final;
+    #: of a slice, told out of order with their frame's whole order (``_order``: `replay.told_state`)
     state: pd.DataFrame
-    state_in_order: bool
     #: consumer rows (`consumer_rows`), with their start's whole order
     consumers: pd.DataFrame
     #: deliveries of acknowledging consumers: code (row of `acked_keys`), ts, latency_s,
@@ -58,9 +57,9 @@ class _Piece:
     consumes: pd.DataFrame
     #: the slice's zero-window packets (`_zero_windows`)
     zero: pd.DataFrame
-    #: the last slice's: the most unacked per consumer over the partition (None: every state row
-    #: has it already), the consumers' backlog growth (by whole consumer row), the capture's
-    #: first and last ts
+    #: the last slice's: the most unacked per consumer over the partition (None: a partition in
+    #: one step, whose state rows have it already), the consumers' backlog growth (by whole
+    #: consumer row), the capture's first and last ts
     maxima: pd.DataFrame | None = None
     growth: Any = None
     span: tuple | None = None
@@ -82,7 +81,6 @@ def consumers_slice(part: Capture, answer_rows: AnswerRows | None, last: bool,
     cons = consumes(view)
     listed = _consume_rows(view, cons[told(view, cons["order"].to_numpy(np.int64), last)])
     piece = _Piece(state=consumer_state(view) if seeds is None else told_state(view, last),
-                   state_in_order=seeds is None,
                    consumers=consumer_rows(view)[told_consumers(view, last)],
                    acked=pd.DataFrame({"code": a.code[told_a], "ts": a.table["ts"].array[told_a],
                                        "latency_s": a.table["latency_s"].to_numpy(float)[told_a],
@@ -167,10 +165,10 @@ def _state_of(pieces: list[_Piece]) -> pd.DataFrame:
     """The partition's state rows (`consumer_state`) from the rows its slices told: each
     consumer's by time, then frame; an estimated prefetch the most of the consumer's whole
     life (`with_final_prefetch`)."""
-    if len(pieces) == 1 and pieces[0].state_in_order:
+    maxima = pieces[-1].maxima
+    if maxima is None:
         return pieces[0].state
     st = _joined([p.state for p in pieces]).sort_values(CONSUMER + ["ts", "_order"], kind="stable")
-    maxima = pieces[-1].maxima
     at = code_of(maxima, st) if len(maxima) else np.full(len(st), -1)
     st = with_final_prefetch(st, np.where(at >= 0, maxima["max_unacked"].to_numpy()[np.maximum(at, 0)], 0))
     return st.drop(columns="_order").reset_index(drop=True)
