@@ -112,13 +112,6 @@ def _limit_rows(st: pd.DataFrame) -> pd.DataFrame:
     return as_object(st[CONSUMER_KEY].iloc[rows], "consumer_tag").assign(packet=st["packet"].to_numpy(np.int64)[rows])
 
 
-def _limit_packets(limits: pd.DataFrame, g: pd.DataFrame) -> list[int]:
-    """The example packets (`_limit_rows`) of the consumers of ``g``."""
-    wanted = pd.MultiIndex.from_frame(limits[CONSUMER_KEY]).isin(
-        pd.MultiIndex.from_frame(as_object(g[CONSUMER_KEY], "consumer_tag")))
-    return sorted(int(p) for p in limits["packet"].to_numpy(np.int64)[wanted])
-
-
 def _findings(cap: Capture, s: pd.DataFrame, slow: np.ndarray, limits: pd.DataFrame) -> list[Finding]:
     """One consumer-bound and one prefetch-one finding at most, each listing its consumers as
     subjects, worst first (severity, then impact). `slow`: see `_flags`; `limits`: `_limit_rows`."""
@@ -176,13 +169,15 @@ WORST = ("channel", "consumer_tag", "prefetch_msgs", "prefetch_estimated", "deli
 
 def _common_evidence(g: pd.DataFrame, worst: dict, methods: str, limits: pd.DataFrame) -> dict:
     """Evidence every consumer finding carries: the worst consumer's numbers (its subject),
-    totals over all subjects, the streams, example packets and the filter."""
+    totals over all subjects, the streams, example packets (`limits`) and the filter."""
+    examples = pd.MultiIndex.from_frame(as_object(g.head(EXAMPLE_SUBJECTS)[CONSUMER_KEY], "consumer_tag"))
+    packets = limits["packet"].to_numpy(np.int64)[pd.MultiIndex.from_frame(limits[CONSUMER_KEY]).isin(examples)]
     return {"streams": sorted({int(x) for x in g["stream"]}), **{k: worst[k] for k in WORST},
             "consumers_with_this_finding": int(len(g)),
             "queues": sorted({str(q) for q in g["queue"].dropna()}),
             "deliveries_total": int(g["deliveries"].sum()),
             "delivered_msgs_per_s_total": float(g["delivered_msgs_per_s"].astype(float).fillna(0).sum()),
-            "packets": _limit_packets(limits, g.head(EXAMPLE_SUBJECTS)),
+            "packets": sorted(int(p) for p in packets),
             **filter_evidence(channels_filter(g["stream"], g["channel"]),
                               f" && amqp.method.class == 60 && amqp.method.method in {methods}")}
 
@@ -200,28 +195,28 @@ def _bound(cap: Capture, g: pd.DataFrame) -> tuple[str, str, dict]:
     w = g.iloc[0]
     who, worst = _who(cap, g)
     growth = _count(g["backlog_growth_msgs"].astype("Float64").max())  # (a lower bound per consumer's life)
-    sh = g["share_at_limit"].astype(float)
     # (the refill time matters, and is said, only at prefetch 1: see _flags)
     holds = f"holds each message a median {_ms(w.deliver_to_ack_p50_s)}" + (
         f" while the broker refills in {_ms(w.ack_to_next_deliver_p50_s)}" if w.prefetch == 1 else "")
     limit = (f"the highest unacked count seen ({w.prefetch}; no basic.qos in the capture)" if w.prefetch_estimated
              else f"its prefetch limit ({w.prefetch})")
     if len(g) == 1:
-        title = (f"The consumer is the bottleneck: {who} sat at {limit} "
-                 f"{w.share_at_limit:.0%} of the time; it {holds}")
+        title = f"The consumer is the bottleneck: {who} sat at {limit} {w.share_at_limit:.0%} of the time; it {holds}"
     else:
-        span = f"{sh.min():.0%}" if f"{sh.min():.0%}" == f"{sh.max():.0%}" else f"{sh.min():.0%}–{sh.max():.0%}"
+        sh = g["share_at_limit"].astype(float)
+        lo, hi = f"{sh.min():.0%}", f"{sh.max():.0%}"
+        span = lo if lo == hi else f"{lo}–{hi}"
         title = (f"{who} are the bottleneck, at their prefetch limit {span} of the time "
                  f"(worst: {worst}, {w.share_at_limit:.0%} at prefetch {w.prefetch}; it {holds})")
     if growth and growth > 0:
         title += f"; {'its' if len(g) == 1 else 'the'} queue grew by at least {growth:,} messages"
     whose = "this consumer's" if len(g) == 1 else "these consumers'"
-    advice = (f"The broker waits for {whose} acks: look at the "
-              "work per message (slow handlers, synchronous I/O, locks), add consumers or threads, and raise the "
-              "prefetch if the work is I/O-bound. A growing queue means the consumers cannot keep up with the "
-              "publish rate.")
+    advice = (f"The broker waits for {whose} acks: look at the work per message (slow handlers, synchronous "
+              "I/O, locks), add consumers or threads, and raise the prefetch if the work is I/O-bound. A growing "
+              "queue means the consumers cannot keep up with the publish rate.")
     one = g[g["one_ack"].to_numpy(bool)]
-    d50, a50 = (number(one[k].iloc[0]) if len(one) else None for k in ("deliver_to_ack_p50_s", "ack_to_next_deliver_p50_s"))
+    d50, a50 = (number(one[k].iloc[0]) if len(one) else None
+                for k in ("deliver_to_ack_p50_s", "ack_to_next_deliver_p50_s"))
     if d50 and a50 is not None:
         # the consumer's rate is at most 1 / (d50 + a50) now, 1 / d50 with the refill hidden
         which = "" if len(g) == 1 else f" ({len(one)} of these consumers; numbers of the worst)"

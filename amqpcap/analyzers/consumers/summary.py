@@ -30,7 +30,7 @@ def _summary(st: pd.DataFrame, c: pd.DataFrame, acked: pd.DataFrame, gaps: pd.Da
         return pd.DataFrame({k: pd.Series(dtype=object) for k in cols})
     st_code, keys = _runs(st)
     agg = _time_shares(st, st_code)
-    lat, acks, acks_mult, mpa = _ack_counts(acked, len(keys))
+    per = _delivery_numbers(acked, len(keys))
 
     # the consumers with a state (inner join of c and agg), in c's order
     c_code = code_of(keys, c)
@@ -40,8 +40,8 @@ def _summary(st: pd.DataFrame, c: pd.DataFrame, acked: pd.DataFrame, gaps: pd.Da
     agg = agg.reindex(oc)
     for col in agg:
         out[col] = agg[col].array
-    out["deliver_to_ack_p50_s"] = lat[oc]
-    out["acks"], out["acks_multiple"], out["messages_per_ack"] = acks[oc], acks_mult[oc], mpa[oc]
+    for col in ("deliver_to_ack_p50_s", "acks", "acks_multiple", "messages_per_ack"):
+        out[col] = per[col][oc]
     # the tag space's ack→next-deliver median, grouped on one int64 code of (stream, channel,
     # epoch) numbered over the gaps' and the consumers' keys together (then a lookup per consumer)
     ng = len(gaps)
@@ -49,8 +49,7 @@ def _summary(st: pd.DataFrame, c: pd.DataFrame, acked: pd.DataFrame, gaps: pd.Da
     a2d = pd.Series(gaps["gap_s"].to_numpy(float)).groupby(kc[:ng]).median()
     out["ack_to_next_deliver_p50_s"] = a2d.reindex(kc[ng:]).to_numpy(float)
     # per second active: between the consumer's first and last delivery (amqpcap.derive.rates)
-    first_ns, last_ns = _delivery_span(acked, len(keys))
-    out["delivered_msgs_per_s"] = msgs_per_s_active(out["deliveries"], first_ns[oc], last_ns[oc])
+    out["delivered_msgs_per_s"] = msgs_per_s_active(out["deliveries"], per["first_ns"][oc], per["last_ns"][oc])
     # growth of the consumer's queue backlog (lower bound) from its start to its end, in messages
     out["backlog_growth_msgs"] = growth[keep]
     out = out.sort_values(["stream", "channel", "start_ts"], kind="stable").reset_index(drop=True)
@@ -86,25 +85,17 @@ def _time_shares(st: pd.DataFrame, st_code: np.ndarray) -> pd.DataFrame:
     return agg
 
 
-def _delivery_span(acked: pd.DataFrame, ncons: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per consumer code (row i: code i, of `ncons`): its first and last delivery's ts (ns; the
-    int64 maximum and minimum when none: `msgs_per_s_active` reads both as none) among the
-    deliveries `acked`."""
+def _delivery_numbers(acked: pd.DataFrame, ncons: int) -> dict[str, np.ndarray]:
+    """Per consumer code (row i: code i, of `ncons`) of the acknowledged deliveries `acked`: the
+    deliver→ack median, the ack frames (distinct settling frames), those with multiple set,
+    messages per ack frame, and its first and last delivery's ts (ns; the int64 maximum and
+    minimum when none: `msgs_per_s_active` reads both as none)."""
     code = acked["code"].to_numpy(np.int64)
     ts = pd.to_datetime(acked["ts"], utc=True).array.asi8 if len(acked) else np.zeros(0, np.int64)
     mine = code >= 0
-    code, ts = code[mine], ts[mine]
     first, last = np.full(ncons, np.iinfo(np.int64).max), np.full(ncons, np.iinfo(np.int64).min)
-    np.minimum.at(first, code, ts)
-    np.maximum.at(last, code, ts)
-    return first, last
-
-
-def _ack_counts(acked: pd.DataFrame, ncons: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per consumer code (row i: code i, of `ncons`) of the acknowledged deliveries `acked`: the
-    deliver→ack median, the ack frames (distinct settling frames), those with multiple set, and
-    messages per ack frame."""
-    code = acked["code"].to_numpy(np.int64)
+    np.minimum.at(first, code[mine], ts[mine])
+    np.maximum.at(last, code[mine], ts[mine])
     lat = pd.Series(acked["latency_s"].to_numpy(float)).groupby(code).median().reindex(range(ncons))
     s_order = acked["settle_order"].to_numpy(np.int64)
     settled = s_order >= 0
@@ -113,9 +104,9 @@ def _ack_counts(acked: pd.DataFrame, ncons: int) -> tuple[np.ndarray, np.ndarray
     acks = np.bincount(s_code[frame], minlength=ncons).astype(np.int64)
     acks_mult = np.bincount(s_code[frame], weights=acked["settle_multiple"].to_numpy(bool)[settled][frame],
                             minlength=ncons).astype(np.int64)
-    n_settled = np.bincount(s_code, minlength=ncons)
-    mpa = np.where(acks > 0, n_settled / np.maximum(acks, 1), np.nan)
-    return lat.to_numpy(), acks, acks_mult, mpa
+    mpa = np.where(acks > 0, np.bincount(s_code, minlength=ncons) / np.maximum(acks, 1), np.nan)
+    return {"deliver_to_ack_p50_s": lat.to_numpy(), "acks": acks, "acks_multiple": acks_mult, "messages_per_ack": mpa,
+            "first_ns": first, "last_ns": last}
 
 
 def _runs(st: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
