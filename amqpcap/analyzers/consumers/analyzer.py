@@ -14,6 +14,7 @@ from ...analysis.registry import AnalyzerResult, Plot, analyzer
 from ...io.load import Capture
 from ...derive.labels import connection_labels
 from ...derive.backlog_join import BacklogPieces
+from ...derive.consumers import CONSUMER
 from ...derive.refills import BACKLOG
 from ...io.kept_rows import rows_table
 from ...analysis.contract import Analyzer, Carried
@@ -51,7 +52,7 @@ class Consumers(Analyzer[Carried, list]):
         s = _labelled(cap, merge_rows(taken(partials, "summary"), ["stream", "channel"]))
         # (a consumer's state rows are its channel's, of one partition: merged by stream; the plot
         # is drawn from each partition's numbers per consumer and time bin, `StateBins`)
-        st = rows_table(taken(partials, "state"), ["stream", "channel", "epoch", "consumer_tag"])
+        st = rows_table(taken(partials, "state"), CONSUMER)
         rows = s.drop(columns=["start_ts", "end_ts"]).assign(no_ack=False).to_dict(orient="records")
         no_ack = sorted((r for q in partials for r in q["no_ack"]), key=lambda r: (r["stream"], r["channel"], r["consumer_tag"]))
         labels = connection_labels(cap, [r["stream"] for r in no_ack])
@@ -62,15 +63,11 @@ class Consumers(Analyzer[Carried, list]):
             bins = merged_bins([q["plotted"] for q in partials if q["plotted"] is not None])
             plots.append(Plot("consumers-unacked-deficit", "Consumers at their prefetch limit, and their unacked messages",
                               lambda path: _plot_state(cap, bins, queues, path)))
-        slow = np.concatenate([q["slow"] for q in partials])
-        limits = pd.concat([q["limits"] for q in partials], ignore_index=True)
-        findings = _findings(cap, s, slow, limits)
+        findings = _findings(cap, s, np.concatenate([q["slow"] for q in partials]),
+                             pd.concat([q["limits"] for q in partials], ignore_index=True))
         behind = [q["unlimited"] for q in partials if q["unlimited"] is not None and len(q["unlimited"])]
-        if behind:  # in consumer_list's order (by queue, connection, channel)
-            c = _labelled(cap, pd.concat(behind, ignore_index=True))
-            unlimited = _unlimited_finding(cap, c.sort_values(["queue", "connection", "channel"], na_position="last",
-                                                              kind="stable"))
-            findings += [unlimited] if unlimited else []
+        unlimited = _unlimited_finding(cap, _labelled(cap, pd.concat(behind, ignore_index=True))) if behind else None
+        findings += [unlimited] if unlimited else []
         return AnalyzerResult("consumers", tables={"consumers": s, "state": st}, summary={"consumers": rows},
                               findings=findings, plots=plots)
 

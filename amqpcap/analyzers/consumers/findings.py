@@ -286,15 +286,14 @@ def _unlimited(c: pd.DataFrame, s: pd.DataFrame, d: pd.DataFrame, zero: pd.DataF
 
 def _unlimited_finding(cap: Capture, c: pd.DataFrame) -> Finding | None:
     """unlimited-prefetch: consumers without a prefetch limit that fell behind (UNLIMITED_UNACKED
-    unacked, or a zero receive window), most unacked first. `c`: `_unlimited`'s rows, in
-    `consumer_list` order."""
-    if not len(c):
-        return None
+    unacked, or a zero receive window), most unacked first, ties in `consumer_list`'s order (by
+    queue, connection, channel). `c`: every partition's `_unlimited` rows, named."""
     unacked = c["max_unacked"].astype("Float64").fillna(0).to_numpy(float)
     c = c.assign(unacked_peak=unacked)[(unacked >= UNLIMITED_UNACKED) | (c["zero_windows"].to_numpy() > 0)]
     if not len(c):
         return None
-    c = c.sort_values(["unacked_peak", "zero_windows", "deliveries"], ascending=False, kind="stable")
+    c = c.sort_values(["queue", "connection", "channel"], na_position="last", kind="stable").sort_values(
+        ["unacked_peak", "zero_windows", "deliveries"], ascending=False, kind="stable")
     w, _, subjects = worst_first(cap, c, lambda r: dict(
         channel=int(r.channel), queue=None if pd.isna(r.queue) else str(r.queue), consumer_tag=str(r.consumer_tag),
         no_ack=bool(r.no_ack), deliveries=int(r.deliveries), max_unacked_msgs=None if r.no_ack else int(r.unacked_peak),

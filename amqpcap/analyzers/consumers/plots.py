@@ -79,11 +79,10 @@ def _plot_state(cap: Capture, b: StateBins, queues: pd.DataFrame, path) -> None:
     line for a few, the median and 10th-90th percentile band of all of them for many."""
     import matplotlib.pyplot as plt
 
-    t0 = cap.summary["first_ts"]
-    edges = time_edges((cap.summary["last_ts"] - t0).total_seconds())
+    edges = time_edges((cap.summary["last_ts"] - cap.summary["first_ts"]).total_seconds())
     keys, covered, at, has_limit, prefetch = b.keys, b.covered, b.at, b.has_limit, b.prefetch
     n = len(keys)
-    queues = queues.drop_duplicates(CONSUMER).set_index(CONSUMER)["queue"]
+    queues = queues.set_index(CONSUMER)["queue"]  # (each consumer once: partitions hold different ones)
     labels, queue = consumer_labels(cap, keys["stream"], keys["channel"],
                                     queues.reindex(pd.MultiIndex.from_frame(keys)).to_numpy(object),
                                     keys["consumer_tag"].astype(str).tolist())
@@ -92,8 +91,7 @@ def _plot_state(cap: Capture, b: StateBins, queues: pd.DataFrame, path) -> None:
         overall = np.where(has_limit, at.sum(1) / covered.sum(1), np.nan)
         unacked = np.where(covered > 0, b.unacked_s / covered, np.nan)
     named = n <= 30  # rows labelled one by one, in label order; beyond, one thin row each, worst first
-    order = (natural_order(labels) if named
-             else np.argsort(-np.nan_to_num(overall, nan=-1), kind="stable"))
+    order = natural_order(labels) if named else np.argsort(-np.nan_to_num(overall, nan=-1), kind="stable")
     whose = f"queue {queue}: " if queue else ""
 
     rows_h = 0.3 * n + 0.7 if named else 4.0

@@ -68,11 +68,11 @@ def _time_shares(st: pd.DataFrame, st_code: np.ndarray) -> pd.DataFrame:
     # grouped on the int64 consumer code (one cheap factorization per GroupBy object, where the
     # four key columns with text cost one per call); float sums stay pandas' (compensated) sums,
     # over the whole partition's rows in its order however many slices told them
-    g = w.groupby(st_code, sort=False)
-    agg = g.agg(T=("_d", "sum"), U=("_u", "sum"), L=("_lim", "sum"), I=("_idle", "sum"), DF=("_def", "sum"),
-                HD=("_has_def", "sum"), max_unacked=("unacked", "max"), prefetch=("prefetch", "last"),
-                prefetch_estimated=("prefetch_estimated", "last"), channel_prefetch=("channel_prefetch", "last"))
-    T = agg["T"].where(agg["T"] > 0)
+    agg = w.groupby(st_code, sort=False).agg(
+        duration_s=("_d", "sum"), U=("_u", "sum"), L=("_lim", "sum"), I=("_idle", "sum"), DF=("_def", "sum"),
+        HD=("_has_def", "sum"), max_unacked=("unacked", "max"), prefetch=("prefetch", "last"),
+        prefetch_estimated=("prefetch_estimated", "last"), channel_prefetch=("channel_prefetch", "last"))
+    T = agg["duration_s"].where(agg["duration_s"] > 0)
     agg["mean_unacked"] = agg["U"] / T
     agg["share_at_limit"] = agg["L"] / T
     # wire-level utilisation: the share of the consumer's life in which the broker was allowed
@@ -81,7 +81,6 @@ def _time_shares(st: pd.DataFrame, st_code: np.ndarray) -> pd.DataFrame:
     agg["utilisation"] = 1 - agg["share_at_limit"]
     agg["share_idle"] = agg["I"] / T
     agg["mean_deficit"] = agg["DF"] / agg["HD"].where(agg["HD"] > 0)
-    agg["duration_s"] = agg["T"]
     return agg
 
 
