@@ -41,7 +41,7 @@ class Consumers(Analyzer[Carried, list]):
         return state.then(*consumers_slice(rows, state.carry, last, backlog))
 
     def close(self, state: Carried, rows: Capture, facts: CaptureFacts) -> list[dict[str, Any]]:
-        return [consumers_join(state.pieces)]
+        return [consumers_join(state.pieces, rows.summary)]
 
     def merge(self, a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return a + b

@@ -137,8 +137,7 @@ def _findings(cap: Capture, s: pd.DataFrame, slow: np.ndarray, limits: pd.DataFr
 
 
 def _numbers(r) -> dict:
-    """A consumer's subject (a flagged row of consumer_summary): its channel, queue and consumer
-    tag, then its own numbers."""
+    """A consumer's subject (a flagged row of consumer_summary): where it is, then its numbers."""
     return dict(
         channel=int(r.channel), queue=None if pd.isna(r.queue) else str(r.queue), consumer_tag=str(r.consumer_tag),
         prefetch_msgs=int(r.prefetch), prefetch_estimated=bool(r.prefetch_estimated), deliveries=int(r.deliveries),
@@ -269,9 +268,8 @@ def _unlimited(c: pd.DataFrame, s: pd.DataFrame, d: pd.DataFrame, zero: pd.DataF
     c = c.merge(acking.reset_index(), on=CONSUMER_KEY, how="left").reset_index(drop=True)
     # per consumer, its connection's zero windows between its first and last delivery: two
     # binary searches of (connection, time) among the zero-window packets
-    zs, zt, zp = (zero[k].to_numpy(np.int64) for k in ("stream", "ts", "packet"))
-    by = np.lexsort((zt, zs))
-    zs, zt, zp = zs[by], zt[by], zp[by]
+    z = zero.sort_values(["stream", "ts"], kind="stable")
+    zs, zt, zp = (z[k].to_numpy(np.int64) for k in ("stream", "ts", "packet"))
     cs = c["stream"].to_numpy(np.int64)
     first, end = np.searchsorted(zs, cs, "left"), np.searchsorted(zs, cs, "right")
 

@@ -21,6 +21,7 @@ from ...derive.methods import KEY
 from ...derive.refills import AnswerRows, backlog_answers, slow_refills_of, told_ack_gaps
 from ...derive.replay import for_derivations, state_maxima, told, told_consumers, told_state
 from ...derive.seeds import seeds_of
+from ...derive.tally import CONSUMER_KEY
 from ...io.kept_rows import keep
 from .constants import NOT_A_WINDOW
 from .findings import _limit_rows, _unlimited
@@ -59,10 +60,9 @@ class _Piece:
     zero: pd.DataFrame
     #: the last slice's: the most unacked per consumer over the partition (None: a partition in
     #: one step, whose state rows have it already), the consumers' backlog growth (by whole
-    #: consumer row), the capture's first and last ts
+    #: consumer row)
     maxima: pd.DataFrame | None = None
     growth: Any = None
-    span: tuple | None = None
 
 
 def consumers_slice(part: Capture, answer_rows: AnswerRows | None, last: bool,
@@ -87,14 +87,13 @@ def consumers_slice(part: Capture, answer_rows: AnswerRows | None, last: bool,
                                        "settle_order": _whole(view, a.table["settle_order"])[told_a],
                                        "settle_multiple": a.table["settle_multiple"].to_numpy(bool, na_value=False)[told_a]}),
                    acked_keys=a.keys,
-                   deliveries=d.loc[told_d, ["stream", "channel", "consumer_tag", "ts", "latency_s", "no_ack"]],
+                   deliveries=d.loc[told_d, CONSUMER_KEY + ["ts", "latency_s", "no_ack"]],
                    gaps=gaps[GAPS].reset_index(drop=True),
                    consumes=listed.assign(start_order=_whole(view, listed["start_order"])),
                    zero=_zero_windows(part))
     if last:
         piece.maxima = state_maxima(view) if seeds is not None else None
         piece.growth = answers.growth_msgs
-        piece.span = (part.summary["first_ts"], part.summary["last_ts"])
     return answer_rows, piece
 
 
@@ -127,20 +126,19 @@ def _zero_windows(part: Capture) -> pd.DataFrame:
                          "packet": p["packet"].to_numpy(np.int64)[zero]})
 
 
-def consumers_join(pieces: list[_Piece]) -> dict[str, Any]:
+def consumers_join(pieces: list[_Piece], summary: dict) -> dict[str, Any]:
     """The partition's partial (consumers, credit series, no-ack consumers, the unlimited ones
     that fell behind, their example packets and queues, its slowly refilled channels) from its
-    slices' pieces (`consumers_slice`)."""
-    final = pieces[-1]
+    slices' pieces (`consumers_slice`); `summary`: the capture's (its first and last ts)."""
     st = _state_of(pieces)
     c = _rows_of([p.consumers for p in pieces], "start_order")
     acked = _acked_of(pieces, _runs(st)[1])
     d = _joined([p.deliveries for p in pieces])
     gaps = _joined([p.gaps for p in pieces])
-    s = _summary(st, c, acked, gaps, final.growth)
+    s = _summary(st, c, acked, gaps, pieces[-1].growth)
     listed = _rows_of([p.consumes for p in pieces], "start_order")[LISTED]
     return {"summary": s, "state": keep(st, "consumers-state", "stream"),
-            "plotted": state_bins(*final.span, st) if len(st) else None,
+            "plotted": state_bins(summary["first_ts"], summary["last_ts"], st) if len(st) else None,
             "no_ack": _no_ack_rows(d),
             "slow": slow_refills_of(d, gaps).index.to_numpy(), "limits": _limit_rows(st),
             "unlimited": _unlimited(listed, s, d, _joined([p.zero for p in pieces])) if len(d) else None,
