@@ -119,8 +119,7 @@ def _findings(cap: Capture, s: pd.DataFrame, slow: np.ndarray, limits: pd.DataFr
         return []
     fl = _flags(s, slow)
     out = []
-    for fid, flag, told, methods in (("consumer-bound", "bound", _bound, "{60, 80, 90, 120}"),
-                                     ("prefetch-one", "one", _prefetch_one, "{10, 60, 80}")):
+    for flag, told in (("bound", _bound), ("one", _prefetch_one)):
         sel = fl[flag].to_numpy(bool)
         if not sel.any():
             continue
@@ -128,11 +127,7 @@ def _findings(cap: Capture, s: pd.DataFrame, slow: np.ndarray, limits: pd.DataFr
         g = s.loc[sel].assign(sev_rank=fl.loc[sel, f"{flag}_rank"], impact=fl.loc[sel, f"{flag}_impact"],
                               one_ack=fl.loc[sel, "one_ack"], growth_ratio=fl.loc[sel, "growth_ratio"])
         g = g.sort_values(["sev_rank", "impact"], ascending=False, kind="stable")
-        subjects = worst_first(cap, g, _numbers).subjects
-        title, advice, evidence = told(cap, g)
-        out.append(Finding(fid, SEVERITIES[int(g["sev_rank"].max())], title,
-                           {**_common_evidence(g, subjects[0], methods, limits), **evidence}, advice,
-                           impact=float(g["impact"].max()), subjects=subjects))
+        out.append(told(cap, g, worst_first(cap, g, _numbers).subjects, limits))
     return out
 
 
@@ -189,8 +184,8 @@ def _ms(v) -> str:
     return "?" if v is None or pd.isna(v) else f"{float(v) * 1e3:.1f} ms"
 
 
-def _bound(cap: Capture, g: pd.DataFrame) -> tuple[str, str, dict]:
-    """consumer-bound's title, advice and evidence of its own."""
+def _bound(cap: Capture, g: pd.DataFrame, subjects: list[dict], limits: pd.DataFrame) -> Finding:
+    """consumer-bound of the consumers `g` (worst first)."""
     w = g.iloc[0]
     who, worst = _who(cap, g)
     growth = _count(g["backlog_growth_msgs"].astype("Float64").max())  # (a lower bound per consumer's life)
@@ -223,13 +218,16 @@ def _bound(cap: Capture, g: pd.DataFrame) -> tuple[str, str, dict]:
                    f"trip and the broker's refill ({_ms(a50)} of each {_ms(d50 + a50)} cycle): a larger prefetch "
                    f"(e.g. 50–300) with multiple=true acks saves that, at most {a50 / d50:.0%} more messages per "
                    "second; the consumer's own work is the larger part.")
-    return title, advice, dict(mean_unacked_msgs=number(w.mean_unacked), utilisation=number(w.utilisation),
-                               backlog_growth_msgs=_count(w.backlog_growth_msgs),
-                               backlog_growth_ratio=number(w.growth_ratio), prefetch_one_consumers=len(one))
+    ev = _common_evidence(g, subjects[0], "{60, 80, 90, 120}", limits)
+    ev.update(mean_unacked_msgs=number(w.mean_unacked), utilisation=number(w.utilisation),
+              backlog_growth_msgs=_count(w.backlog_growth_msgs), backlog_growth_ratio=number(w.growth_ratio),
+              prefetch_one_consumers=len(one))
+    return Finding("consumer-bound", SEVERITIES[int(g["sev_rank"].max())], title, ev, advice,
+                   impact=float(g["impact"].max()), subjects=subjects)
 
 
-def _prefetch_one(cap: Capture, g: pd.DataFrame) -> tuple[str, str, dict]:
-    """prefetch-one's title, advice and evidence of its own."""
+def _prefetch_one(cap: Capture, g: pd.DataFrame, subjects: list[dict], limits: pd.DataFrame) -> Finding:
+    """prefetch-one of the consumers `g` (worst first)."""
     w = g.iloc[0]
     who, worst = _who(cap, g)
     d50, a50 = number(w.deliver_to_ack_p50_s), number(w.ack_to_next_deliver_p50_s)
@@ -244,8 +242,11 @@ def _prefetch_one(cap: Capture, g: pd.DataFrame) -> tuple[str, str, dict]:
     advice = ("Raise the prefetch (basic.qos prefetch_count, e.g. 50–300) so the broker keeps messages "
               "in flight while the consumer works, and ack with multiple=true every few messages; "
               "keep prefetch 1 only where strict one-at-a-time fairness between slow consumers matters.")
-    return title, advice, dict(acks=int(w.acks), messages_per_ack=number(w.messages_per_ack), cycle_s=cycle,
-                               max_rate_msgs_per_s=(1 / cycle) if cycle > 0 else None)
+    ev = _common_evidence(g, subjects[0], "{10, 60, 80}", limits)
+    ev.update(acks=int(w.acks), messages_per_ack=number(w.messages_per_ack), cycle_s=cycle,
+              max_rate_msgs_per_s=(1 / cycle) if cycle > 0 else None)
+    return Finding("prefetch-one", SEVERITIES[int(g["sev_rank"].max())], title, ev, advice,
+                   impact=float(g["impact"].max()), subjects=subjects)
 
 
 def _unlimited(c: pd.DataFrame, s: pd.DataFrame, d: pd.DataFrame, zero: pd.DataFrame) -> pd.DataFrame:

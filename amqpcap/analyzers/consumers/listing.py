@@ -20,8 +20,7 @@ def consumer_list(cap: Capture) -> pd.DataFrame:
     (the per-consumer basic.qos in force at its start; 0 = unlimited, also when no qos came
     before it: RabbitMQ's default) and ``channel_prefetch`` (a global qos in force; <NA> without
     one). A capture started after the basic.consume shows the consumer only by its deliveries'
-    tags: queue, no-ack and prefetch unknown (<NA>). Columns: connection, queue, prefetch,
-    channel_prefetch, no_ack, consume_seen, consumer_tag, stream, channel; by queue, connection."""
+    tags: queue, no-ack and prefetch unknown (<NA>). Columns: connection, LISTED; by queue, connection, channel."""
     c = _consume_rows(cap, consumes(cap))[LISTED]
     m = methods(cap)
     seen = as_object(pick(cap, m, select(m, "basic.deliver", "s2c"), CONSUMER_KEY).drop_duplicates(), "consumer_tag")
