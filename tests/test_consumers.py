@@ -244,7 +244,7 @@ def _sliced_everywhere(path: Path) -> tuple[dict, dict]:
     pieces = sliced_partial(replace(SPLIT, slicing=replace(SPLIT.slicing, join=slices_told)), cap, facts, cuts, backlog)
     told = pd.concat([p.gaps for p in pieces], ignore_index=True).sort_values("packet", kind="stable")
     pd.testing.assert_frame_equal(told.reset_index(drop=True), consumers_slice(cap, None, True, backlog)[1].gaps)
-    return whole, consumers_join(pieces)
+    return whole, consumers_join(pieces, cap.summary)
 
 
 def _deliveries(c, channel, tags, ctag):

@@ -27,8 +27,8 @@ from amqpcap.analysis.registry import SEVERITY_RANK
 from amqpcap.engine.registered import in_memory
 from amqpcap.analyzers import consumers as C
 from amqpcap.analyzers import latency as L
-from amqpcap.analyzers.consumers.findings import _findings
-from amqpcap.analyzers.consumers.limits import _limit_rows
+from amqpcap.analyzers.consumers.findings import _findings, _limit_rows
+from amqpcap.derive.consumers import consumer_state
 from amqpcap.derive.refills import ack_gaps
 from amqpcap.derive.names import connection_label
 
@@ -221,7 +221,7 @@ def consumer_findings_of(cap, s):
     """The consumers analyzer's consumer-bound and prefetch-one findings for the rows `s`."""
     from amqpcap.derive.refills import slow_refills
 
-    return _findings(cap, s, slow_refills(cap).index.to_numpy(), _limit_rows(cap))
+    return _findings(cap, s, slow_refills(cap).index.to_numpy(), _limit_rows(consumer_state(cap)))
 
 
 @settings(max_examples=40, deadline=None)

@@ -14,6 +14,7 @@ from ...analysis.registry import AnalyzerResult, Plot, analyzer
 from ...io.load import Capture
 from ...derive.labels import connection_labels
 from ...derive.backlog_join import BacklogPieces
+from ...derive.consumers import CONSUMER
 from ...derive.refills import BACKLOG
 from ...io.kept_rows import rows_table
 from ...analysis.contract import Analyzer, Carried
@@ -41,51 +42,45 @@ class Consumers(Analyzer[Carried, list]):
         return state.then(*consumers_slice(rows, state.carry, last, backlog))
 
     def close(self, state: Carried, rows: Capture, facts: CaptureFacts) -> list[dict[str, Any]]:
-        """The partition's partial from its slices' pieces, in a list of the partitions'."""
-        return [consumers_join(state.pieces)]
+        return [consumers_join(state.pieces, rows.summary)]
 
     def merge(self, a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return a + b
 
     def finish(self, partials: list[dict[str, Any]], cap: Capture, facts: CaptureFacts) -> AnalyzerResult:
-        return consumers_merge(partials, cap)
+        """Every partition's consumers, in the whole capture's order (by stream and channel, a
+        channel's consumers being one partition's); the findings and the plot from them."""
+        s = _labelled(cap, merge_rows(taken(partials, "summary"), ["stream", "channel"]))
+        # (a consumer's state rows are its channel's, of one partition: merged by stream; the plot
+        # is drawn from each partition's numbers per consumer and time bin, `StateBins`)
+        st = rows_table(taken(partials, "state"), CONSUMER)
+        rows = s.drop(columns=["start_ts", "end_ts"]).assign(no_ack=False).to_dict(orient="records")
+        no_ack = sorted((r for q in partials for r in q["no_ack"]), key=lambda r: (r["stream"], r["channel"], r["consumer_tag"]))
+        labels = connection_labels(cap, [r["stream"] for r in no_ack])
+        rows += [{"connection": who, **r} for r, who in zip(no_ack, labels)]
+        plots = []
+        if len(st):
+            queues = pd.concat([q["queues"] for q in partials], ignore_index=True)
+            bins = merged_bins([q["plotted"] for q in partials if q["plotted"] is not None])
+            plots.append(Plot("consumers-unacked-deficit", "Consumers at their prefetch limit, and their unacked messages",
+                              lambda path: _plot_state(cap, bins, queues, path)))
+        findings = _findings(cap, s, np.concatenate([q["slow"] for q in partials]),
+                             pd.concat([q["limits"] for q in partials], ignore_index=True))
+        behind = [q["unlimited"] for q in partials if q["unlimited"] is not None and len(q["unlimited"])]
+        unlimited = _unlimited_finding(cap, _labelled(cap, pd.concat(behind, ignore_index=True))) if behind else None
+        findings += [unlimited] if unlimited else []
+        return AnalyzerResult("consumers", tables={"consumers": s, "state": st}, summary={"consumers": rows},
+                              findings=findings, plots=plots)
 
 
 def consumer_summary(cap: Capture) -> pd.DataFrame:
     """One row per acknowledging consumer (see docs/analyzers/consumers.md)."""
     [partial] = Consumers().over_partition(cap, facts_of(cap), cap.context.backlog)
-    return partial["summary"]
+    return _labelled(cap, partial["summary"])
 
 
-def consumers_merge(partials: list[dict[str, Any]], cap: Capture) -> AnalyzerResult:
-    """Every partition's consumers, in the whole capture's order (by stream and channel, a
-    channel's consumers being one partition's); the findings and the plot from them."""
-    s = merge_rows(taken(partials, "summary"), ["stream", "channel"])
-    s["connection"] = connection_labels(cap, s["stream"])
-    # (a consumer's state rows are its channel's, of one partition: merged by stream; the plot
-    # is drawn from each partition's numbers per consumer and time bin, `StateBins`)
-    st = rows_table(taken(partials, "state"), ["stream", "channel", "epoch", "consumer_tag"])
-    rows = s.drop(columns=["start_ts", "end_ts"]).to_dict(orient="records")
-    no_ack = sorted((r for q in partials for r in q["no_ack"]), key=lambda r: (r["stream"], r["channel"], r["consumer_tag"]))
-    for r, who in zip(no_ack, connection_labels(cap, [r["stream"] for r in no_ack])):
-        rows.append({"connection": who, **r})
-    for r in rows:
-        r.setdefault("no_ack", False)
-    plots = []
-    if len(st):
-        queues = pd.concat([q["queues"] for q in partials], ignore_index=True)
-        bins = merged_bins([q["plotted"] for q in partials if q["plotted"] is not None])
-        plots.append(Plot("consumers-unacked-deficit", "Consumers at their prefetch limit, and their unacked messages",
-                          lambda path: _plot_state(cap, bins, queues, path)))
-    slow = np.concatenate([q["slow"] for q in partials])
-    limits = pd.concat([q["limits"] for q in partials], ignore_index=True)
-    findings = _findings(cap, s, slow, limits)
-    behind = [q["unlimited"] for q in partials if q["unlimited"] is not None and len(q["unlimited"])]
-    if behind:  # in consumer_list's order (by queue, connection, channel), the connections named here
-        c = pd.concat(behind, ignore_index=True)
-        c["connection"] = connection_labels(cap, c["stream"])
-        unlimited = _unlimited_finding(cap, c.sort_values(["queue", "connection", "channel"], na_position="last",
-                                                          kind="stable"))
-        findings += [unlimited] if unlimited else []
-    return AnalyzerResult("consumers", tables={"consumers": s, "state": st}, summary={"consumers": rows},
-                          findings=findings, plots=plots)
+def _labelled(cap: Capture, rows: pd.DataFrame) -> pd.DataFrame:
+    """`rows` with their connection's label (`connection_labels`) first: a partition's rows are
+    named in the finish, by every connection of the capture (labels shared are told apart)."""
+    rows.insert(0, "connection", connection_labels(cap, rows["stream"]))
+    return rows

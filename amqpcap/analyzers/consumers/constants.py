@@ -2,9 +2,6 @@
 or unlimited, how severe, and how many examples a finding cites (docs/analyzers/consumers.md).
 """
 
-from __future__ import annotations
-
-
 #: prefetch-one: a consumer at prefetch 1 receiving at least this rate (msg/s). Each message then
 #: costs a full deliver→ack→deliver round trip; below a few messages per second nobody notices.
 PREFETCH_ONE_MIN_RATE_PER_S = 10.0

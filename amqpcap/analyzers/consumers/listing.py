@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from ...io.load import Capture
@@ -11,6 +10,7 @@ from ...derive.consumers import with_prefetch
 from ...derive.deliveries import consumes
 from ...derive.labels import connection_labels
 from ...derive.methods import KEY, methods, pick, select
+from ...derive.tally import CONSUMER_KEY
 
 
 def consumer_list(cap: Capture) -> pd.DataFrame:
@@ -20,19 +20,19 @@ def consumer_list(cap: Capture) -> pd.DataFrame:
     (the per-consumer basic.qos in force at its start; 0 = unlimited, also when no qos came
     before it: RabbitMQ's default) and ``channel_prefetch`` (a global qos in force; <NA> without
     one). A capture started after the basic.consume shows the consumer only by its deliveries'
-    tags: queue, no-ack and prefetch unknown (<NA>). Columns: connection, queue, prefetch,
-    channel_prefetch, no_ack, consume_seen, consumer_tag, stream, channel; by queue, connection."""
-    c = _consume_rows(cap, consumes(cap))
+    tags: queue, no-ack and prefetch unknown (<NA>). Columns: connection, LISTED; by queue, connection, channel."""
+    c = _consume_rows(cap, consumes(cap))[LISTED]
     m = methods(cap)
-    seen = as_object(pick(cap, m, select(m, "basic.deliver", "s2c"), ["stream", "channel", "consumer_tag"])
-                  .drop_duplicates(), "consumer_tag")
-    seen = seen.merge(as_object(c[["stream", "channel", "consumer_tag"]], "consumer_tag"), how="left", indicator=True)
-    seen = seen[seen["_merge"] == "left_only"].drop(columns="_merge")
-    seen = seen.assign(queue=None, prefetch=pd.array([pd.NA] * len(seen), dtype="Int64"),
-                       channel_prefetch=pd.array([pd.NA] * len(seen), dtype="Int64"),
+    seen = as_object(pick(cap, m, select(m, "basic.deliver", "s2c"), CONSUMER_KEY).drop_duplicates(), "consumer_tag")
+    known = pd.MultiIndex.from_frame(as_object(c[CONSUMER_KEY], "consumer_tag"))
+    seen = seen[~pd.MultiIndex.from_frame(seen).isin(known)]  # (consumers seen only by their deliveries)
+    unknown = pd.array([pd.NA] * len(seen), dtype="Int64")
+    seen = seen.assign(queue=None, prefetch=unknown, channel_prefetch=unknown,
                        no_ack=pd.array([pd.NA] * len(seen), dtype="boolean"), consume_seen=False)
-    out = pd.concat([c[LISTED], seen[LISTED]], ignore_index=True) if len(seen) else c[LISTED].reset_index(drop=True)
-    return _listed(out, connection_labels(cap, out["stream"]))
+    out = pd.concat([c, seen[LISTED]], ignore_index=True) if len(seen) else c.reset_index(drop=True)
+    out.insert(0, "connection", connection_labels(cap, out["stream"]))
+    out["queue"] = out["queue"].astype(object)
+    return out.sort_values(["queue", "connection", "channel"], na_position="last", kind="stable").reset_index(drop=True)
 
 
 #: consumer_list's columns but the connection
@@ -49,10 +49,3 @@ def _consume_rows(cap: Capture, cons: pd.DataFrame) -> pd.DataFrame:
     c["consume_seen"] = True
     return c[LISTED + ["start_order"]]
 
-
-def _listed(out: pd.DataFrame, connection: np.ndarray) -> pd.DataFrame:
-    """consumer_list's rows (LISTED) with their `connection`, by queue, connection, channel."""
-    out = out.reset_index(drop=True)
-    out.insert(0, "connection", connection)
-    out["queue"] = out["queue"].astype(object)
-    return out.sort_values(["queue", "connection", "channel"], na_position="last", kind="stable").reset_index(drop=True)

@@ -11,6 +11,9 @@ import pandas as pd
 
 from ...io.load import Capture
 from ...derive.consumers import CONSUMER
+from ...derive.names import consumer_labels
+from ...model.plotting import (
+    MAX_NAMED, nan_stats, natural_order, percent_axis, plain, plain_axis, short, time_edges, time_per_bin)
 
 
 @dataclass(frozen=True, eq=False)
@@ -30,20 +33,20 @@ class StateBins:
     prefetch: np.ndarray
     has_limit: np.ndarray
 
+    #: the arrays above, a row per consumer
+    ARRAYS = ("covered", "at", "unacked_s", "prefetch", "has_limit")
+
     def __eq__(self, other: object) -> bool:
         """The same consumers and numbers, exactly (a partition's, however its time was sliced)."""
         if not isinstance(other, StateBins):
             return NotImplemented
         return (self.keys.equals(other.keys) and list(self.keys.dtypes) == list(other.keys.dtypes)
-                and all(np.array_equal(getattr(self, f), getattr(other, f), equal_nan=True)
-                        for f in ("covered", "at", "unacked_s", "prefetch", "has_limit")))
+                and all(np.array_equal(getattr(self, f), getattr(other, f), equal_nan=True) for f in self.ARRAYS))
 
 
 def state_bins(t0: pd.Timestamp, t1: pd.Timestamp, st: pd.DataFrame) -> StateBins:
     """The consumers plot's numbers of the state rows `st` (`consumer_state`'s columns), on the
     time bins of the capture from `t0` to `t1` (its summary's first_ts and last_ts)."""
-    from ...model.plotting import time_edges, time_per_bin
-
     edges = time_edges((t1 - t0).total_seconds())
     code = st.groupby(CONSUMER, sort=True, observed=True).ngroup().to_numpy()
     keys = st[CONSUMER].drop_duplicates().sort_values(CONSUMER).reset_index(drop=True)
@@ -65,8 +68,7 @@ def merged_bins(parts: list[StateBins]) -> StateBins:
         return parts[0]
     keys = pd.concat([b.keys for b in parts], ignore_index=True)
     order = keys.sort_values(CONSUMER, kind="stable").index.to_numpy()
-    arrays = {f: np.concatenate([getattr(b, f) for b in parts])[order]
-              for f in ("covered", "at", "unacked_s", "prefetch", "has_limit")}
+    arrays = {f: np.concatenate([getattr(b, f) for b in parts])[order] for f in StateBins.ARRAYS}
     return StateBins(keys.take(order).reset_index(drop=True), **arrays)
 
 
@@ -77,15 +79,10 @@ def _plot_state(cap: Capture, b: StateBins, queues: pd.DataFrame, path) -> None:
     line for a few, the median and 10th-90th percentile band of all of them for many."""
     import matplotlib.pyplot as plt
 
-    from ...model.plotting import natural_order, plain_axis, time_edges
-
-    from ...derive.names import consumer_labels
-
-    t0 = cap.summary["first_ts"]
-    edges = time_edges((cap.summary["last_ts"] - t0).total_seconds())
+    edges = time_edges((cap.summary["last_ts"] - cap.summary["first_ts"]).total_seconds())
     keys, covered, at, has_limit, prefetch = b.keys, b.covered, b.at, b.has_limit, b.prefetch
     n = len(keys)
-    queues = queues.drop_duplicates(CONSUMER).set_index(CONSUMER)["queue"]
+    queues = queues.set_index(CONSUMER)["queue"]  # (each consumer once: partitions hold different ones)
     labels, queue = consumer_labels(cap, keys["stream"], keys["channel"],
                                     queues.reindex(pd.MultiIndex.from_frame(keys)).to_numpy(object),
                                     keys["consumer_tag"].astype(str).tolist())
@@ -94,8 +91,7 @@ def _plot_state(cap: Capture, b: StateBins, queues: pd.DataFrame, path) -> None:
         overall = np.where(has_limit, at.sum(1) / covered.sum(1), np.nan)
         unacked = np.where(covered > 0, b.unacked_s / covered, np.nan)
     named = n <= 30  # rows labelled one by one, in label order; beyond, one thin row each, worst first
-    order = (natural_order(labels) if named
-             else np.argsort(-np.nan_to_num(overall, nan=-1), kind="stable"))
+    order = natural_order(labels) if named else np.argsort(-np.nan_to_num(overall, nan=-1), kind="stable")
     whose = f"queue {queue}: " if queue else ""
 
     rows_h = 0.3 * n + 0.7 if named else 4.0
@@ -118,8 +114,6 @@ def _limit_heatmap(fig, ax, share: np.ndarray, edges: np.ndarray, labels: list[s
     """The top panel: a row per consumer (in the order drawn) of the share of each time bin it
     spent at its prefetch limit, `overall` its share over its whole life."""
     import matplotlib.pyplot as plt
-
-    from ...model.plotting import percent_axis, short
 
     n = len(share)
     cmap = plt.get_cmap("Reds").with_extremes(bad="#e8e8e8")
@@ -146,8 +140,6 @@ def _unacked_lines(ax, x: np.ndarray, unacked: np.ndarray, prefetch: np.ndarray,
     """The bottom panel: unacked messages per time bin (`x`: the bins' starts) against the
     prefetch, a line per consumer (in the order drawn) for a few, the median and the 10th-90th
     percentile band for many."""
-    from ...model.plotting import MAX_NAMED, nan_stats, plain, short
-
     n = len(unacked)
     if n <= MAX_NAMED:
         for j in range(n):

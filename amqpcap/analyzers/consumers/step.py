@@ -16,19 +16,18 @@ from ...derive.backlog import BacklogAnswers
 from ...derive.backlog_join import BacklogPieces, answers_of
 from ...derive.consumers import (
     CONSUMER, acked_deliveries, code_of, consumer_rows, consumer_state, with_final_prefetch)
-from ...derive.deliveries import GET_TAG, consumes, deliveries
-from ...derive.labels import connection_labels
+from ...derive.deliveries import consumes, deliveries
 from ...derive.methods import KEY
 from ...derive.refills import AnswerRows, backlog_answers, slow_refills_of, told_ack_gaps
 from ...derive.replay import for_derivations, state_maxima, told, told_consumers, told_state
 from ...derive.seeds import seeds_of
+from ...derive.tally import CONSUMER_KEY
 from ...io.kept_rows import keep
 from .constants import NOT_A_WINDOW
-from .findings import _unlimited
-from .limits import _limit_rows_of, _no_ack_rows
-from .listing import LISTED, _consume_rows, _listed
+from .findings import _limit_rows, _unlimited
+from .listing import LISTED, _consume_rows
 from .plots import state_bins
-from .summary import _labelled, _runs, _summary
+from .summary import _no_ack_rows, _runs, _summary
 
 
 #: the ack gaps' columns a piece keeps (those `_summary` and `slow_refills_of` read)
@@ -42,10 +41,9 @@ class _Piece:
     from the pieces of all its slices (`consumers_join`). Per message rows, which the join needs
     (the state rows are the partial's own table; medians need every value)."""
 
-    #: state rows (`consumer_state`'s columns), by consumer and time when `state_in_order`, else
-    #: told out of order with their frame's whole order (``_order``: `replay.told_state`)
+    #: state rows (`consumer_state`'s columns): of a partition in one step, in order and final;
+    #: of a slice, told out of order with their frame's whole order (``_order``: `replay.told_state`)
     state: pd.DataFrame
-    state_in_order: bool
     #: consumer rows (`consumer_rows`), with their start's whole order
     consumers: pd.DataFrame
     #: deliveries of acknowledging consumers: code (row of `acked_keys`), ts, latency_s,
@@ -60,13 +58,11 @@ class _Piece:
     consumes: pd.DataFrame
     #: the slice's zero-window packets (`_zero_windows`)
     zero: pd.DataFrame
-    #: the last slice's: the most unacked per consumer over the partition (None: every state row
-    #: has it already), the consumers' backlog growth (by whole consumer row), the connections'
-    #: labels (by stream), the capture's first and last ts
+    #: the last slice's: the most unacked per consumer over the partition (None: a partition in
+    #: one step, whose state rows have it already), the consumers' backlog growth (by whole
+    #: consumer row)
     maxima: pd.DataFrame | None = None
     growth: Any = None
-    labels: pd.Series | None = None
-    span: tuple | None = None
 
 
 def consumers_slice(part: Capture, answer_rows: AnswerRows | None, last: bool,
@@ -82,29 +78,22 @@ def consumers_slice(part: Capture, answer_rows: AnswerRows | None, last: bool,
     told_d = told(view, d["order"].to_numpy(np.int64), last)
     a = acked_deliveries(view)
     told_a = told(view, a.table["order"].to_numpy(np.int64), last)
-    if seeds is None:
-        state, in_order = consumer_state(view), True
-    else:
-        state, in_order = told_state(view, last), False
     cons = consumes(view)
-    told_c = told(view, cons["order"].to_numpy(np.int64), last)
-    piece = _Piece(state=state, state_in_order=in_order,
+    listed = _consume_rows(view, cons[told(view, cons["order"].to_numpy(np.int64), last)])
+    piece = _Piece(state=consumer_state(view) if seeds is None else told_state(view, last),
                    consumers=consumer_rows(view)[told_consumers(view, last)],
                    acked=pd.DataFrame({"code": a.code[told_a], "ts": a.table["ts"].array[told_a],
                                        "latency_s": a.table["latency_s"].to_numpy(float)[told_a],
                                        "settle_order": _whole(view, a.table["settle_order"])[told_a],
                                        "settle_multiple": a.table["settle_multiple"].to_numpy(bool, na_value=False)[told_a]}),
                    acked_keys=a.keys,
-                   deliveries=d.loc[told_d, ["stream", "channel", "consumer_tag", "ts", "latency_s", "no_ack"]],
+                   deliveries=d.loc[told_d, CONSUMER_KEY + ["ts", "latency_s", "no_ack"]],
                    gaps=gaps[GAPS].reset_index(drop=True),
-                   consumes=_whole_start(view, _consume_rows(view, cons[told_c])),
+                   consumes=listed.assign(start_order=_whole(view, listed["start_order"])),
                    zero=_zero_windows(part))
     if last:
         piece.maxima = state_maxima(view) if seeds is not None else None
         piece.growth = answers.growth_msgs
-        stream = part.connections["stream"].to_numpy(np.int64)
-        piece.labels = pd.Series(connection_labels(part, stream), index=stream, dtype=object)
-        piece.span = (part.summary["first_ts"], part.summary["last_ts"])
     return answer_rows, piece
 
 
@@ -127,14 +116,6 @@ def _whole(view: Capture, order: pd.Series) -> np.ndarray:
     return np.where(at >= 0, seeds.whole_orders(np.maximum(at, 0)), -1)
 
 
-def _whole_start(view: Capture, rows: pd.DataFrame) -> pd.DataFrame:
-    """`rows` with their start_order the whole partition's."""
-    seeds = seeds_of(view)
-    if seeds is None or not len(rows):
-        return rows
-    return rows.assign(start_order=seeds.whole_orders(rows["start_order"].to_numpy(np.int64)))
-
-
 def _zero_windows(part: Capture) -> pd.DataFrame:
     """The packets of `part` in which a client advertised a zero receive window (not a SYN, FIN
     or RST: NOT_A_WINDOW): stream, ts (ns), packet, in packet order."""
@@ -145,27 +126,21 @@ def _zero_windows(part: Capture) -> pd.DataFrame:
                          "packet": p["packet"].to_numpy(np.int64)[zero]})
 
 
-def consumers_join(pieces: list[_Piece]) -> dict[str, Any]:
+def consumers_join(pieces: list[_Piece], summary: dict) -> dict[str, Any]:
     """The partition's partial (consumers, credit series, no-ack consumers, the unlimited ones
     that fell behind, their example packets and queues, its slowly refilled channels) from its
-    slices' pieces (`consumers_slice`)."""
-    final = pieces[-1]
+    slices' pieces (`consumers_slice`); `summary`: the capture's (its first and last ts)."""
     st = _state_of(pieces)
     c = _rows_of([p.consumers for p in pieces], "start_order")
     acked = _acked_of(pieces, _runs(st)[1])
     d = _joined([p.deliveries for p in pieces])
     gaps = _joined([p.gaps for p in pieces])
-    s = _summary(st, c, acked, gaps, final.growth, final.labels)
-    listed = _rows_of([p.consumes for p in pieces], "start_order")
-    # (text, as consumer_list's labels are when it has a row: a basic.consume or a basic.deliver)
-    connection = _labelled(final.labels, listed["stream"])
-    if len(listed) or (d["consumer_tag"] != GET_TAG).to_numpy(bool).any():
-        connection = pd.array(connection, dtype="str")
-    listed = _listed(listed[LISTED], connection)
+    s = _summary(st, c, acked, gaps, pieces[-1].growth)
+    listed = _rows_of([p.consumes for p in pieces], "start_order")[LISTED]
     return {"summary": s, "state": keep(st, "consumers-state", "stream"),
-            "plotted": state_bins(*final.span, st) if len(st) else None,
+            "plotted": state_bins(summary["first_ts"], summary["last_ts"], st) if len(st) else None,
             "no_ack": _no_ack_rows(d),
-            "slow": slow_refills_of(d, gaps).index.to_numpy(), "limits": _limit_rows_of(st),
+            "slow": slow_refills_of(d, gaps).index.to_numpy(), "limits": _limit_rows(st),
             "unlimited": _unlimited(listed, s, d, _joined([p.zero for p in pieces])) if len(d) else None,
             "queues": c.drop_duplicates(CONSUMER)[CONSUMER + ["queue"]]}
 
@@ -188,10 +163,10 @@ def _state_of(pieces: list[_Piece]) -> pd.DataFrame:
     """The partition's state rows (`consumer_state`) from the rows its slices told: each
     consumer's by time, then frame; an estimated prefetch the most of the consumer's whole
     life (`with_final_prefetch`)."""
-    if len(pieces) == 1 and pieces[0].state_in_order:
+    maxima = pieces[-1].maxima
+    if maxima is None:
         return pieces[0].state
     st = _joined([p.state for p in pieces]).sort_values(CONSUMER + ["ts", "_order"], kind="stable")
-    maxima = pieces[-1].maxima
     at = code_of(maxima, st) if len(maxima) else np.full(len(st), -1)
     st = with_final_prefetch(st, np.where(at >= 0, maxima["max_unacked"].to_numpy()[np.maximum(at, 0)], 0))
     return st.drop(columns="_order").reset_index(drop=True)
