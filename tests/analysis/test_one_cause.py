@@ -17,7 +17,7 @@ from amqpcap.analysis.registry import AnalyzerResult, Finding, run_all
 from amqpcap.analysis.consequences import settled
 from amqpcap.summary.overview import overview
 
-FIX = Path(__file__).resolve().parent.parent / "fixtures"
+FIX = Path(__file__).resolve().parents[2] / "fixtures"
 
 
 def _analyze(name: str, out: Path) -> tuple[dict, str, str]:

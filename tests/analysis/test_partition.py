@@ -26,10 +26,9 @@ from amqpcap.report.outputs import _draw_plot as draw_plot
 from amqpcap.summary.build import build_summary
 from amqpcap.derive.tally import Tally, tally_of
 
-sys.path.insert(0, str(Path(__file__).parent))
-from slicing import slice_sizes  # noqa: E402
+from slicing import slice_sizes
 
-FIX = Path(__file__).resolve().parent.parent / "fixtures"
+FIX = Path(__file__).resolve().parents[2] / "fixtures"
 FIXTURES = sorted(p.name for p in FIX.iterdir() if p.name.endswith((".pcap", ".pcapng", ".pcap.gz")))
 
 
@@ -165,7 +164,6 @@ def test_analyze_on_a_local_cluster_gives_the_in_process_files(tmp_path):
     # as a user types it, in processes of its own (a Dask client leaves a thread in the process
     # that used it, and the report tests need a process without one)
     import subprocess
-    import sys
 
     root = dataset.write(amqpcap.load(FIX / "prefetch-consumers.pcap"), tmp_path / "ds", buckets=6)
     runs = {}

@@ -16,7 +16,7 @@ import amqpcap
 from amqpcap.analysis.registry import AnalyzerResult, run_all
 from amqpcap.io.load import computed_once
 
-FIX = Path(__file__).resolve().parent.parent / "fixtures"
+FIX = Path(__file__).resolve().parents[2] / "fixtures"
 CAPTURES = sorted(p.name for p in FIX.iterdir() if p.name.endswith((".pcap", ".pcapng", ".pcap.gz")))
 
 

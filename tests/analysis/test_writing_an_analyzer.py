@@ -20,11 +20,10 @@ from amqpcap.model.facts import clean_cuts
 from amqpcap.derive.stream_order import ns
 from amqpcap.io import dataset
 
-sys.path.insert(0, str(Path(__file__).parent))
-import channel_counts  # noqa: E402
-from channel_counts import ChannelCounts  # noqa: E402
+import channel_counts
+from channel_counts import ChannelCounts
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures"
 DOC = ROOT / "docs" / "writing-an-analyzer.md"
 #: connections that open channels: 12 connections, each consumer's two channels (ten-consumers),
@@ -54,7 +53,7 @@ def assert_same(got, want, where: str) -> None:
 def test_the_docs_code_is_the_tests_analyzer_and_it_is_short():
     """Every Python block of the doc is a piece of tests/channel_counts.py, in the file's order,
     so that the doc cannot drift from the code the tests run; the analyzer is under 150 lines."""
-    source = (Path(__file__).parent / "channel_counts.py").read_text()
+    source = Path(channel_counts.__file__).read_text()
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
     assert len(blocks) >= 5
     at = 0

@@ -17,10 +17,9 @@ import pytest
 import amqpcap
 from amqpcap.analysis.registry import in_memory
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures"
 clients = in_memory("clients")
-sys.path.insert(0, str(ROOT / "tests"))
 from tshark_reference import tshark_methods  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not shutil.which("tshark"), reason="needs tshark (scripts/test.sh installs it)")

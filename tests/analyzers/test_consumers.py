@@ -13,7 +13,7 @@ import amqpcap
 from amqpcap.analysis.registry import SEVERITY_RANK, in_memory
 from amqpcap.derive.consumers import consumer_rows, consumer_state
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures"
 consumers = in_memory("consumers")
 
@@ -111,9 +111,6 @@ def test_prefetch1_fast_consumer_is_only_info():
 
 
 def test_global_qos_limits_the_channel(tmp_path):
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).parent))
     import crafting as c
 
     conv = c.TcpConversation().handshake()
@@ -160,8 +157,6 @@ def _tshark_unlimited(path: Path, consumer_stream: int) -> dict:
     settles), and zero-window packets (tcp.analysis.zero_window) between its first and last
     delivery."""
     import subprocess
-    import sys
-    sys.path.insert(0, str(ROOT / "tests"))
     from tshark_reference import tshark_methods
     frames = [f for f in tshark_methods(str(path)) if f["stream"] == consumer_stream]
     outstanding: set = set()
@@ -256,9 +251,7 @@ def test_consumers_cut_before_every_packet_are_the_whole_partitions(tmp_path):
     that falls behind while its client advertises a zero window, a no-ack consumer, a consumer
     of a global qos, and one whose basic.consume is not in the capture (its prefetch estimated
     at the end: the most it ever held)."""
-    import sys
 
-    sys.path.insert(0, str(Path(__file__).parent))
     import crafting as c
     from test_partition import assert_same_partial
 
@@ -310,9 +303,7 @@ def test_a_cut_between_basic_consume_and_its_consume_ok_gives_the_whole_partitio
     the basic.consume the slice before saw unanswered (rpc-nodelay.pcap: tags the client names;
     prefetch-consumers.pcap: tags the broker names in the consume-ok). The derivations' consumers
     and state rows and every sliced analyzer's partial are the whole partition's."""
-    import sys
 
-    sys.path.insert(0, str(Path(__file__).parent))
     from test_partition import SLICED, _context_of, assert_same_partial
     from test_replay import sliced_tables
 

@@ -22,7 +22,7 @@ from amqpcap.analysis.registry import in_memory
 
 nagle, stalls = in_memory("nagle"), in_memory("stalls")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures"
 CAPTURES = sorted([*FIX.glob("*.pcap"), *FIX.glob("*.pcapng"), *FIX.glob("*.pcap.gz"),
                    ROOT / "amqpcap" / "data" / "sample.pcap"])

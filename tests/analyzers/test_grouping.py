@@ -31,10 +31,9 @@ from amqpcap.analyzers.consumers.limits import _limit_rows
 from amqpcap.derive.refills import ack_gaps
 from amqpcap.derive.names import connection_label
 
-sys.path.insert(0, str(Path(__file__).parent))
-import crafting as c  # noqa: E402
+import crafting as c
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures"
 SAMPLE = ROOT / "amqpcap" / "data" / "sample.pcap"
 consumers, latency = in_memory("consumers"), in_memory("latency")

@@ -17,11 +17,10 @@ from amqpcap.analysis.registry import SEVERITY_RANK, in_memory
 from amqpcap.derive.refills import ack_gaps
 from amqpcap.derive import deliveries as D
 
-sys.path.insert(0, str(Path(__file__).parent))
-import crafting as c  # noqa: E402
-from tshark_reference import reference  # noqa: E402
+import crafting as c
+from tshark_reference import reference
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures"
 latency = in_memory("latency")
 CAPTURES = sorted(p.name for p in FIXTURES.iterdir() if p.suffix in (".pcap", ".pcapng", ".gz"))

@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -25,10 +24,9 @@ from amqpcap.model.facts import clean_cuts
 messages = in_memory("messages")
 SPLIT = splits()["messages"]  # (a partition's part: a list of its one partial)
 
-sys.path.insert(0, str(Path(__file__).parent))
 from test_partition import assert_same_partial  # noqa: E402
 
-FIX = Path(__file__).resolve().parent.parent / "fixtures"
+FIX = Path(__file__).resolve().parents[2] / "fixtures"
 
 pytestmark = pytest.mark.skipif(not shutil.which("tshark"), reason="needs tshark (scripts/test.sh installs it)")
 

@@ -18,7 +18,7 @@ from amqpcap.derive.stream_order import ns
 from amqpcap.analysis.partition import facts_of, sliced_partial, time_slice
 from amqpcap.model.facts import clean_cuts
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures"
 nagle = in_memory("nagle")
 
@@ -197,9 +197,7 @@ def test_midstream_without_mss_uses_536():
 
 # --- crafted conversations: the rules, with times set by hand -------------------------------------
 
-import sys  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).parent))
 import crafting as c  # noqa: E402
 from test_partition import assert_same_partial  # noqa: E402
 

@@ -20,7 +20,7 @@ from amqpcap.analyzers.sizes import PLEN_LABELS
 
 sizes = in_memory("sizes")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures"
 SHARED_MIDSTREAM = ROOT.parent / "shared" / "captures" / "ndpi-amqp-celery-midstream.pcap"
 

@@ -17,7 +17,7 @@ import amqpcap
 from amqpcap.analysis.registry import in_memory, splits
 from amqpcap.analyzers.stalls import CAUSES, STALL_COLUMNS, TCP_COLUMNS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures"
 stalls = in_memory("stalls")
 SPLIT = splits()["stalls"]  # (a partition's part: a list of its one partial)
@@ -297,7 +297,6 @@ def test_window_findings_name_the_side_tshark_sees(results, name):
 
 # --- crafted: the broker stops reading a publisher -------------------------------------------------
 
-sys.path.insert(0, str(Path(__file__).parent))
 import crafting as c  # noqa: E402
 
 MS = 1_000_000

@@ -10,7 +10,6 @@ import json
 import shutil
 import statistics
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,9 +20,8 @@ from amqpcap.analyzers.stalls.constants import WINDOW_MIN_S
 
 stalls = in_memory("stalls")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures"
-sys.path.insert(0, str(Path(__file__).parent))
 from test_stalls import _publisher_held_by_broker  # noqa: E402
 
 needs_tshark = pytest.mark.skipif(not shutil.which("tshark"), reason="needs tshark (scripts/test.sh installs it)")

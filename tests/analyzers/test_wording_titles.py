@@ -10,7 +10,7 @@ from pathlib import Path
 import amqpcap
 from amqpcap.analysis.registry import in_memory
 
-FIX = Path(__file__).resolve().parent.parent / "fixtures"
+FIX = Path(__file__).resolve().parents[2] / "fixtures"
 consumers = in_memory("consumers")
 
 

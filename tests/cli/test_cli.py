@@ -22,11 +22,10 @@ import amqpcap
 from amqpcap.analysis.registry import analyzers
 from amqpcap.cli import INFO_CONNECTIONS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONFIRMS = ROOT / "fixtures" / "confirms.pcap"
 SAMPLE = ROOT / "amqpcap" / "data" / "sample.pcap"  # = fixtures/slow-prefetch1.pcap
 HOSTILE = ROOT / "tests" / "hostile"
-sys.path.insert(0, str(ROOT / "tests"))
 import crafting as c  # noqa: E402
 from tshark_reference import reference  # noqa: E402
 

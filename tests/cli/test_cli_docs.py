@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from amqpcap.cli import app
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOC_PATH = ROOT / "docs" / "cli.md"
 FIXTURES = ROOT / "fixtures"
 

@@ -21,10 +21,9 @@ import pytest
 import amqpcap
 from amqpcap.analysis.registry import run_all
 
-sys.path.insert(0, str(Path(__file__).parent))
-from accounting import assert_byte_accounting  # noqa: E402
+from accounting import assert_byte_accounting
 
-FIX = Path(__file__).resolve().parent.parent / "fixtures"
+FIX = Path(__file__).resolve().parents[2] / "fixtures"
 CAPTURE = FIX / "amqp10.pcap"
 
 

@@ -7,7 +7,7 @@ import importlib.util
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "rust" / "src"
 
 

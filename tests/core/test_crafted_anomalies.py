@@ -1,11 +1,8 @@
 """Malformed AMQP and damaged files: the anomaly rows and what is still decoded."""
-import sys
-from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).parent))
-import crafting as c  # noqa: E402
+import crafting as c
 
 
 def opened():

@@ -1,11 +1,8 @@
 """Message bodies: kept only when asked for (the bodies table), whole or marked incomplete."""
-import sys
-from pathlib import Path
 
 import amqpcap
 
-sys.path.insert(0, str(Path(__file__).parent))
-import crafting as c  # noqa: E402
+import crafting as c
 
 
 def opened(frame_max=131072):

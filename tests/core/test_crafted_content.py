@@ -1,11 +1,8 @@
 """Content framing: very large bodies and many frames per segment."""
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-import crafting as c  # noqa: E402
+import crafting as c
 
 BODY_SIZE = 5 * 1024 * 1024
 

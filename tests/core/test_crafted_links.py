@@ -1,12 +1,9 @@
 """Link types, IPv6, and capture file formats (pcap variants, pcapng, gzip)."""
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-import crafting as c  # noqa: E402
+import crafting as c
 
 
 def conversation(ipv6=False, **kw):

@@ -1,12 +1,9 @@
 """Method argument and content property decoding (frames and connections tables)."""
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-import crafting as c  # noqa: E402
+import crafting as c
 
 # frames columns from docs/tables.md
 BASE_COLUMNS = ["packet", "first_packet", "ts", "stream", "direction", "channel", "type",

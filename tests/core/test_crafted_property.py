@@ -6,15 +6,12 @@ frames tables must agree on everything except the columns that depend on
 packet boundaries (packet, first_packet, ts), and each must match the
 reference reassembly of tests/crafting.py exactly.
 """
-import sys
-from pathlib import Path
 
 import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).parent))
-import crafting as c  # noqa: E402
+import crafting as c
 
 shortstrs = st.text(max_size=12)
 channels = st.integers(1, 65535)

@@ -2,14 +2,11 @@
 gaps, snaplen truncation, tiny segments, port reuse, sequence wrap, mid-stream
 starts.  Expected values come from the crafted scenario (see tests/crafting.py).
 """
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-import crafting as c  # noqa: E402
+import crafting as c
 
 
 def publish(channel=1, body=b"hello", **props):

@@ -20,8 +20,7 @@ import pytest
 
 import amqpcap
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+HERE = Path(__file__).resolve().parents[1]  # tests/: the corpus is tests/hostile
 sys.path.insert(0, str(HERE / "hostile"))
 import make_corpus  # noqa: E402
 from accounting import assert_byte_accounting  # noqa: E402

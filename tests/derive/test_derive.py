@@ -17,7 +17,7 @@ from amqpcap.derive import CAPTURE, CONNECTION, derivation
 
 stalls = in_memory("stalls")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "amqpcap"
 FIX = ROOT / "fixtures"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CAPTURES = [ROOT / "amqpcap" / "data" / "sample.pcap", ROOT / "fixtures" / "prefetch-consumers.pcap"]
 DELIVER = "amqp.method.method == 60 && amqp.method.class == 60"
 

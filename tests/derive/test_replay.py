@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import fields
 from pathlib import Path
 
@@ -26,11 +25,10 @@ from amqpcap.analysis.partition import facts_of, sliced_partial, time_slice
 from amqpcap.model.facts import clean_cuts
 from amqpcap.derive.tally import Tally, tally_of
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import crafting as c  # noqa: E402
-from slicing import slice_sizes  # noqa: E402
+import crafting as c
+from slicing import slice_sizes
 
-FIX = Path(__file__).resolve().parent.parent / "fixtures"
+FIX = Path(__file__).resolve().parents[2] / "fixtures"
 FIXTURES = sorted(p.name for p in FIX.iterdir() if p.name.endswith((".pcap", ".pcapng", ".pcap.gz")))
 
 #: per derived table: its function, and its columns of frame positions in the slice (made the

@@ -21,7 +21,7 @@ import pytest
 
 import amqpcap
 
-FIX = Path(__file__).resolve().parent.parent / "fixtures"
+FIX = Path(__file__).resolve().parents[2] / "fixtures"
 BIN = Path(sys.executable).parent
 AMQPCAP = [sys.executable, "-m", "amqpcap"]
 

@@ -21,7 +21,7 @@ from amqpcap.io import stored_tables
 from amqpcap.report.outputs import bodies_for_csv
 from amqpcap.io.table_files import write_table
 
-FIX = Path(__file__).resolve().parent.parent / "fixtures"
+FIX = Path(__file__).resolve().parents[2] / "fixtures"
 AMQPCAP = [sys.executable, "-m", "amqpcap"]
 
 

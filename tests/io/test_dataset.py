@@ -20,7 +20,7 @@ from amqpcap.io.dataset.writing import capture_tables
 from amqpcap.analysis.registry import run_all
 from amqpcap.summary.build import build_summary
 
-FIX = Path(__file__).resolve().parent.parent / "fixtures"
+FIX = Path(__file__).resolve().parents[2] / "fixtures"
 FIXTURES = sorted(p.name for p in FIX.iterdir() if p.name.endswith((".pcap", ".pcapng", ".pcap.gz")))
 SAME_ORDER = ("connections", "packets", "frames", "records", "bodies")
 

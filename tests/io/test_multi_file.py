@@ -18,7 +18,7 @@ import amqpcap
 from amqpcap.model.errors import CaptureError
 from amqpcap.io.inputs import capture_files, missing_ring_files
 
-FIX = Path(__file__).resolve().parent.parent / "fixtures"
+FIX = Path(__file__).resolve().parents[2] / "fixtures"
 SOURCE = FIX / "prefetch-consumers.pcap"  # 5 connections of PerfTest, 1,762 packets
 TABLES = ("packets", "frames", "connections", "anomalies")
 

@@ -11,7 +11,7 @@ import pytest
 
 import amqpcap
 
-FIX = Path(__file__).resolve().parent.parent / "fixtures"
+FIX = Path(__file__).resolve().parents[2] / "fixtures"
 
 
 @pytest.mark.parametrize("name", ["healthy.pcap", "gzipped.pcap.gz", "dumpcap.pcapng"])

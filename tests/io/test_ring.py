@@ -21,7 +21,7 @@ from amqpcap.analysis.registry import run_all
 from amqpcap.io.inputs import capture_files
 from amqpcap.summary.build import build_summary
 
-RING = Path(__file__).resolve().parent.parent / "fixtures" / "ring"
+RING = Path(__file__).resolve().parents[2] / "fixtures" / "ring"
 TABLES = ("packets", "frames", "connections", "anomalies")
 #: what summary.json says of the files themselves, which differ between a set and its merge
 FILE_KEYS = ("path", "format", "compressed", "file_bytes", "files")

@@ -15,7 +15,7 @@ import amqpcap.io.table_files as table_files
 from amqpcap.model.written_values import as_written
 from amqpcap.analysis.registry import run_all
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures"
 
 

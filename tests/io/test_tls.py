@@ -20,11 +20,10 @@ import pytest
 import amqpcap
 from amqpcap.model.errors import ToolError, UsageError
 
-sys.path.insert(0, str(Path(__file__).parent))
-import crafting as c  # noqa: E402
-from test_fixtures import method_counts, type_counts  # noqa: E402
+import crafting as c
+from test_fixtures import method_counts, type_counts
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures"
 TLS, KEYLOG, TWIN = FIX / "tls.pcap", FIX / "tls.keylog", FIX / "tls-plaintext.pcap"
 FACTS = json.loads((FIX / "tls.pcap.tshark.json").read_text())

@@ -17,9 +17,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-sys.path.insert(0, str(Path(__file__).parent))
-import crafting as c  # noqa: E402
-from test_fixtures import FACTS, capture_of  # noqa: E402
+import crafting as c
+from test_fixtures import FACTS, capture_of
 
 pytest.importorskip("pyshark")
 if shutil.which("tshark") is None:
@@ -27,7 +26,7 @@ if shutil.which("tshark") is None:
 
 from amqpcap.io import verify as V
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def wireshark_by_id(v: V.Verification, names_to_ids: dict[str, str]) -> tuple[dict, dict]:

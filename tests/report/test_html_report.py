@@ -1,4 +1,4 @@
-"""report.html and the plots behind it, without a browser (tests/test_browser.py renders it):
+"""report.html and the plots behind it, without a browser (tests/whole/test_browser.py renders it):
 the page's structure (overview, then findings, then collapsed details; a few rows and key
 columns per table, with links to the files; nothing external), and plots that stay readable
 (plain tick labels, no per-event steps at prefetch 1, every consumer a row or counted, empty
@@ -24,7 +24,7 @@ from amqpcap.report.outputs import write_outputs
 from amqpcap.summary.build import build_summary
 from amqpcap.summary.prepared import prepare
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures"
 SAMPLE = ROOT / "amqpcap" / "data" / "sample.pcap"
 

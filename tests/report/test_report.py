@@ -14,7 +14,7 @@ import amqpcap
 import amqpcap.report.outputs as report
 from amqpcap.analysis.registry import run_all
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures"
 
 

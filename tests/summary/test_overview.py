@@ -15,7 +15,7 @@ from amqpcap.analysis.registry import run_all
 from amqpcap.analysis.registry import in_memory
 from amqpcap.summary.overview import overview
 
-FIX = Path(__file__).resolve().parent.parent / "fixtures"
+FIX = Path(__file__).resolve().parents[2] / "fixtures"
 
 
 def facts(name: str) -> dict:

@@ -15,7 +15,7 @@ from amqpcap.analysis.registry import analyzers
 from amqpcap.analysis.consequences import settled
 from amqpcap.summary.build import build_summary
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures"
 
 # fixture -> findings its recorded situation must produce (fixtures/README.md says how each was made)
@@ -43,7 +43,7 @@ EXPECTED = {
 
 #: (fixture, finding) pairs that must appear at any severity: pika's RPC (rpc-nodelay) writes
 #: ~400 avoidable packets/s per connection, `info` by small-packets' rate thresholds
-#: (docs/analyzers/nagle.md; tests/test_nagle.py checks the rest of that finding).
+#: (docs/analyzers/nagle.md; tests/analyzers/test_nagle.py checks the rest of that finding).
 AT_ANY_SEVERITY = {("rpc-nodelay.pcap", "small-packets")}
 
 

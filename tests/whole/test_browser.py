@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,10 +19,9 @@ from amqpcap.report.outputs import write_outputs
 from amqpcap.summary.build import build_summary
 from amqpcap.summary.prepared import prepare
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from browser import CHROMIUM, Browser  # noqa: E402
+from browser import CHROMIUM, Browser
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures"
 SAMPLE = ROOT / "amqpcap" / "data" / "sample.pcap"
 WIDTH, SCREEN = 1400, 900

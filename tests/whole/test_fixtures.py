@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from decimal import Decimal
 from pathlib import Path
 
@@ -20,10 +19,9 @@ import pytest
 
 import amqpcap
 
-sys.path.insert(0, str(Path(__file__).parent))
-from accounting import assert_byte_accounting  # noqa: E402
+from accounting import assert_byte_accounting
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "captures"
 FACTS = sorted(ROOT.glob("fixtures/*.tshark.json")) + sorted(SHARED.glob("*.tshark.json"))
 TYPE_IDS = {"method": "1", "header": "2", "body": "3", "heartbeat": "8"}
@@ -99,7 +97,7 @@ def test_nothing_undecoded_on_clean_captures(case):
         return
     if "decrypted" in facts:
         # a TLS capture loaded without its key log: one tls-encrypted row per direction of each
-        # connection, every stream byte skipped (tests/test_tls.py checks the numbers)
+        # connection, every stream byte skipped (tests/io/test_tls.py checks the numbers)
         a = cap.anomalies
         assert set(a["kind"]) == {"tls-encrypted"} and len(a) == 2 * len(cap.connections)
         assert cap.connections["tls"].all()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "amqpcap"
+PACKAGE = Path(__file__).resolve().parents[2] / "amqpcap"
 LAYERS = ("model", "io", "analysis", "derive", "analyzers", "engine", "summary", "report", "cli")
 #: modules at the package's top: the compiled core sits with the I/O that calls it; the package's
 #: own `__init__` (the public names, imported lazily) and `__main__` stand above every layer

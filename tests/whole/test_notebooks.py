@@ -12,7 +12,7 @@ import pytest
 
 import amqpcap
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NB_DIR = ROOT / "notebooks"
 # every notebook is executed; these three must exist (README and docs link to them)
 NOTEBOOKS = sorted(p.stem for p in NB_DIR.glob("*.ipynb"))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import memory_factor  # noqa: E402  (the benchmark's own measuring function, not a copy of it)

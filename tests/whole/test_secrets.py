@@ -24,7 +24,7 @@ import pytest
 
 import amqpcap
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CAPTURE = ROOT / "fixtures" / "secrets.pcap"
 # as in fixtures/record/record.sh (and fixtures/secrets.notes.txt)
 USER = "amqpcap-secret-user"
