@@ -27,6 +27,7 @@ def _analyze(name: str, out: Path) -> tuple[dict, str, str]:
     return json.loads((out / "summary.json").read_text()), (out / "report.html").read_text(), r.stdout
 
 
+@pytest.mark.slow
 def test_a_capture_with_only_an_info_note_gets_no_problem_found(tmp_path):
     """prefetch-consumers.pcap: PerfTest at 150 msg/s with three prefetch-20 consumers keeping up
     (fixtures/README.md); its 1 s heartbeat is below the 5 s RabbitMQ advises, an info note."""
@@ -41,6 +42,7 @@ def test_a_capture_with_only_an_info_note_gets_no_problem_found(tmp_path):
     assert stdout.index("No problem found") < stdout.index("Notes")
 
 
+@pytest.mark.slow
 def test_the_nagle_capture_has_one_finding_for_its_44_ms(tmp_path):
     """nagle-write-write-read.pcap: a raw client writes method, header and body separately with
     Nagle on and waits for each confirm; tshark shows the broker's delayed ACK ~40 ms after each
@@ -101,6 +103,7 @@ def test_settling_leaves_the_analyzers_results_as_they_were():
     assert [(f.id, len(f.subjects), sorted(f.evidence)) for r in results for f in r.findings] == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, cause", [("transactions-busy.pcap", "transactions"),
                                          ("unroutable-busy.pcap", "unroutable-messages")])
 def test_small_packets_of_a_message_at_a_time_are_evidence_of_the_pattern(tmp_path, name, cause):
@@ -112,6 +115,7 @@ def test_small_packets_of_a_message_at_a_time_are_evidence_of_the_pattern(tmp_pa
     assert explained["finding"] == "small-packets" and explained["streams"] == [0]
 
 
+@pytest.mark.slow
 def test_the_healthy_heartbeat_capture_has_no_problem(tmp_path):
     """fixtures/record/record.sh stage 10: a pika publisher and consumer at 50 msg/s, prefetch 50,
     a multiple ack every 10, heartbeat 2 s: nothing wrong but the short heartbeat (a note)."""

@@ -27,6 +27,7 @@ from amqpcap.summary.build import build_summary
 from amqpcap.derive.tally import Tally, tally_of
 
 from slicing import slice_sizes
+from tiers import one_fast
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures"
 FIXTURES = sorted(p.name for p in FIX.iterdir() if p.name.endswith((".pcap", ".pcapng", ".pcap.gz")))
@@ -107,7 +108,7 @@ def assert_buckets_merged_are_the_whole(cap, root: Path, buckets: int, kept: boo
     return parts
 
 
-@pytest.mark.parametrize("name", FIXTURES)
+@pytest.mark.parametrize("name", one_fast(FIXTURES))
 def test_partitions_merged_are_the_whole_capture(name, tmp_path):
     cap = amqpcap.load(FIX / name)
     root = dataset.write(cap, tmp_path / "ds", buckets=4)
@@ -117,6 +118,7 @@ def test_partitions_merged_are_the_whole_capture(name, tmp_path):
     assert sorted(s for p in parts for s in p.connections["stream"]) == sorted(cap.connections["stream"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["flow-control.pcap.gz", "memory-alarm.pcap", "kernel-drops.pcap"])
 def test_many_small_partitions_merged_are_the_whole_capture(name, tmp_path):
     """24 buckets, most holding one connection: sums of floats per connection direction (the
@@ -125,6 +127,7 @@ def test_many_small_partitions_merged_are_the_whole_capture(name, tmp_path):
     assert_buckets_merged_are_the_whole(cap, dataset.write(cap, tmp_path / "ds", buckets=24), 24)
 
 
+@pytest.mark.slow
 def test_a_shared_connection_name_split_over_partitions_is_labelled_as_in_the_whole(tmp_path):
     """churn.pcap: 40 connections share the connection_name amqpcap-churner, so each is labelled
     with its stream number. In 64 buckets most are alone in theirs, where the name is not shared:
@@ -134,6 +137,7 @@ def test_a_shared_connection_name_split_over_partitions_is_labelled_as_in_the_wh
     assert len([p for p in parts if len(p.connections) == 1]) >= 10  # the case this test is about
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["prefetch-consumers.pcap", "memory-alarm.pcap"])
 def test_a_partition_order_does_not_matter(name, tmp_path):
     # memory-alarm.pcap: the blocks of one partition's publishers reach the other partitions'
@@ -160,6 +164,7 @@ def test_segment_histogram_counts_every_data_segment():
     assert list(partial["segments"]) == [(data & ~s2c).sum(), (data & s2c).sum()]
 
 
+@pytest.mark.slow
 def test_analyze_on_a_local_cluster_gives_the_in_process_files(tmp_path):
     # as a user types it, in processes of its own (a Dask client leaves a thread in the process
     # that used it, and the report tests need a process without one)
@@ -214,6 +219,7 @@ def test_clean_cuts_fall_where_no_packet_before_is_later_than_one_after():
     assert clean_cuts(packet, ts, 20) == [] and clean_cuts(packet[:1], ts[:1], 1) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", FIXTURES)
 def test_a_partition_cut_in_slices_of_time_gives_the_partitions_partial(name):
     """Every analyzer that runs over slices of time gives the partial of the whole partition,
@@ -240,6 +246,7 @@ CONTEXTS_SLICED = {s.context_slicing: n for n, s in sorted(splits().items(), rev
                    if s.context_slicing is not None}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", FIXTURES)
 def test_a_context_step_cut_in_slices_of_time_gives_the_partitions_context(name, monkeypatch):
     """Every context step that runs over slices of time (the queue backlog's questions: its
@@ -275,8 +282,8 @@ def _context_of(split, cap, facts, joined: dict):
     return joined[key]
 
 
-@pytest.mark.parametrize("name", ["any-sll.pcap", "flow-control.pcap.gz", "ten-consumers.pcap", "nack-requeue.pcap",
-                                  "prefetch-consumers.pcap"])
+@pytest.mark.parametrize("name", one_fast(["any-sll.pcap", "flow-control.pcap.gz", "ten-consumers.pcap", "nack-requeue.pcap",
+                                           "prefetch-consumers.pcap"]))
 def test_queue_backlogs_read_in_cells_of_a_few_packets_are_the_whole_captures(name, tmp_path, monkeypatch):
     """The backlog join cut into cells of a thirtieth of the capture each (an ack's next delivery in
     a later cell, a consumer's start and end in different ones), over buckets kept in files as on
@@ -302,6 +309,7 @@ def test_queue_backlogs_read_in_cells_of_a_few_packets_are_the_whole_captures(na
         assert_same_result(split.merge(kept, records_step(root, split, facts), facts, dataset.read_outline(root)), want)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["flow-control.pcap.gz", "ten-consumers.pcap", "nack-requeue.pcap",
                                   "prefetch-consumers.pcap", "memory-alarm.pcap"])
 def test_queue_events_of_the_partitions_joined_are_the_whole_backlog(name, tmp_path, monkeypatch):

@@ -15,6 +15,7 @@ import pytest
 import amqpcap
 from amqpcap.analysis.registry import AnalyzerResult, run_all
 from amqpcap.io.load import computed_once
+from tiers import one_fast
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures"
 CAPTURES = sorted(p.name for p in FIX.iterdir() if p.name.endswith((".pcap", ".pcapng", ".pcap.gz")))
@@ -40,7 +41,7 @@ def assert_same(a: AnalyzerResult, b: AnalyzerResult) -> None:
         pd.testing.assert_frame_equal(a.tables[name], b.tables[name], check_exact=True, obj=f"{a.name}.{name}")
 
 
-@pytest.mark.parametrize("name", CAPTURES)
+@pytest.mark.parametrize("name", one_fast(CAPTURES))
 def test_threads_equal_serial(name):
     cap = amqpcap.load(FIX / name)
     serial = run_all(fresh(cap), workers=1)

@@ -107,6 +107,7 @@ def on_dask(c, root: Path, analyzers: dict, slice_packets: int) -> tuple[dict, s
     return results, kinds
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CAPTURES)
 def test_in_memory_on_a_local_dask_cluster_and_in_slices_the_same(name, local_cluster, tmp_path):
     """The doc's analyzer, in memory; on the cluster, a task per bucket of a 3-bucket dataset; and
@@ -138,6 +139,7 @@ def test_an_analyzer_that_cannot_slice_does_not_stop_the_others(local_cluster, t
     assert split_of(WholeOnly()).slicing is None and split_of(ChannelCounts()).slicing is not None
 
 
+@pytest.mark.slow
 def test_an_analyzer_that_uses_the_backlog_keeps_its_rows_on_the_workers_in_slices_too(local_cluster, tmp_path):
     """latency (``uses = BACKLOG``) run alone on the cluster, its buckets cut in slices: its step
     is given the queue backlog read at its acks, its per-message tables stay in the store on the

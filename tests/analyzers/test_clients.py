@@ -16,6 +16,7 @@ import pytest
 
 import amqpcap
 from amqpcap.analysis.registry import in_memory
+from tiers import one_fast
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures"
@@ -71,9 +72,9 @@ def reference(path: Path) -> dict[int, dict]:
     return out
 
 
-@pytest.mark.parametrize("name", ["polling.pcap", "transactions.pcap", "unroutable.pcap", "cancelled.pcap", "churn.pcap",
-                                  "publish-wait.pcap", "channel-churn.pcap", "secrets.pcap",
-                                  "confirms.pcap", "nack-requeue.pcap"])
+@pytest.mark.parametrize("name", one_fast(["polling.pcap", "transactions.pcap", "unroutable.pcap", "cancelled.pcap", "churn.pcap",
+                                           "publish-wait.pcap", "channel-churn.pcap", "secrets.pcap",
+                                           "confirms.pcap", "nack-requeue.pcap"], keep="secrets.pcap"))
 def test_the_clients_table_is_tsharks_count(name):
     table = clients(amqpcap.load(FIX / name)).tables["connections"].set_index("stream")
     ref = reference(FIX / name)
@@ -104,6 +105,7 @@ def packets_of(path: Path, display_filter: str) -> list[int]:
     return [int(n) for n in run("tshark", "-r", path, "-Y", display_filter, "-T", "fields", "-e", "frame.number").split()]
 
 
+@pytest.mark.slow
 def test_polling_is_named_with_tsharks_numbers():
     f = finding("polling.pcap", "polling-basic-get")
     ref = reference(FIX / "polling.pcap")
@@ -124,6 +126,7 @@ def test_polling_is_named_with_tsharks_numbers():
     assert set(ev["packets"]) <= set(want)
 
 
+@pytest.mark.slow
 def test_transactions_are_named_with_tsharks_numbers():
     f = finding("transactions.pcap", "transactions")
     tx = reference(FIX / "transactions.pcap")[0]
@@ -147,6 +150,7 @@ def test_one_basic_get_is_not_polling():
     assert not [f for f in r.findings if f.id == "polling-basic-get"]
 
 
+@pytest.mark.slow
 def test_unroutable_messages_are_named_with_tsharks_numbers():
     f = finding("unroutable.pcap", "unroutable-messages")
     ev = f.evidence
@@ -211,6 +215,7 @@ def test_reply_code_names_are_the_specs():
     assert reply_code(399, "ODD_THING - x") == "ODD_THING (399)" and reply_code(399) == "reply code 399"
 
 
+@pytest.mark.slow
 def test_a_consumer_cancelled_by_the_broker_is_named_with_tsharks_numbers():
     f = finding("cancelled.pcap", "consumer-cancelled")
     ev = f.evidence
@@ -237,6 +242,7 @@ def test_a_consumer_cancelled_by_the_broker_is_named_with_tsharks_numbers():
     assert packets_of(FIX / "cancelled.pcap", ev["filter"]) == want
 
 
+@pytest.mark.slow
 def test_connection_churn_is_named_with_tsharks_numbers():
     f = finding("churn.pcap", "connection-churn")
     ev = f.evidence
@@ -261,11 +267,11 @@ def test_connection_churn_is_named_with_tsharks_numbers():
                                                                   if fr["method"] == (10, 40) and fr["stream"] in opened)
 
 
-@pytest.mark.parametrize("name, fid, words", [
+@pytest.mark.parametrize("name, fid, words", one_fast([
     ("churn.pcap", "connection-churn", "carrying 1 message published each (medians)"),
     ("channel-churn.pcap", "channel-churn", "{published:.1f} messages published per channel"),
     ("channel-leak.pcap", "channel-churn", "{published:.1f} messages published per channel"),
-])
+], keep="channel-leak.pcap", several=True))
 def test_churn_titles_count_messages_with_their_direction(name, fid, words):
     """The churn findings' messages each way: these publishers consume nothing (tshark: no
     basic.deliver nor basic.get-ok on their connections), so the title says "published" and
@@ -283,6 +289,7 @@ def test_churn_titles_count_messages_with_their_direction(name, fid, words):
         assert f.evidence["delivered_per_channel"] == 0
 
 
+@pytest.mark.slow
 def test_publish_and_wait_is_named_with_tsharks_numbers():
     f = finding("publish-wait.pcap", "publish-and-wait")
     ev = f.evidence
@@ -316,6 +323,7 @@ def test_a_rate_limited_confirming_publisher_is_not_publish_and_wait():
     assert not [f for f in r.findings if f.id == "publish-and-wait"]
 
 
+@pytest.mark.slow
 def test_channel_churn_is_named_with_tsharks_numbers():
     f = finding("channel-churn.pcap", "channel-churn")
     ev = f.evidence
@@ -471,6 +479,7 @@ def _basic_cancel(c, channel=1, consumer_tag="ctag-1"):
     return c.method_frame(channel, 60, 30, c.shortstr(consumer_tag) + c.bits(False), "basic.cancel")
 
 
+@pytest.mark.slow
 def test_requests_answered_in_a_later_slice_are_round_trips_and_examples_count_on(tmp_path):
     """basic.get, tx.commit and channel.open answered by the broker in the next packet: cut
     between each request and its reply, the round trips are the whole's; and the first five
@@ -499,6 +508,7 @@ def test_requests_answered_in_a_later_slice_are_round_trips_and_examples_count_o
     assert_same_partial(sliced, whole, "cut before every packet")
 
 
+@pytest.mark.slow
 def test_publishes_before_a_tx_select_and_a_return_slices_after_them_count_as_in_the_whole(tmp_path):
     """A channel's publishes are a transaction's when it selects tx, even later; a destination
     returned counts every publish to it, before and after the return: the slices decide both
@@ -525,6 +535,7 @@ def test_publishes_before_a_tx_select_and_a_return_slices_after_them_count_as_in
     assert_same_partial(sliced, whole, "cut before every packet")
 
 
+@pytest.mark.slow
 def test_a_cancelled_consumer_has_its_queue_and_its_resubscription_from_other_slices(tmp_path):
     """The broker cancels a consumer whose basic.consume and basic.consume-ok are slices before
     it, and the client subscribes again slices after it."""
@@ -543,6 +554,7 @@ def test_a_cancelled_consumer_has_its_queue_and_its_resubscription_from_other_sl
     assert_same_partial(sliced, whole, "cut before every packet")
 
 
+@pytest.mark.slow
 def test_channels_open_at_once_and_opened_in_a_second_are_counted_across_slices(tmp_path):
     """Channels opened and closed in packets a fifth of a second apart: the most open at once
     and the most opened in a one-second window (which reaches over several slices) are the

@@ -12,6 +12,7 @@ import pytest
 import amqpcap
 from amqpcap.analysis.registry import SEVERITY_RANK, in_memory
 from amqpcap.derive.consumers import consumer_rows, consumer_state
+from tiers import one_fast
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures"
@@ -30,7 +31,7 @@ PREFETCH = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(PREFETCH))
+@pytest.mark.parametrize("name", one_fast(sorted(PREFETCH)))
 def test_prefetch_from_basic_qos(name):
     r = consumers(load(name))
     rows = [c for c in r.summary["consumers"] if not c["no_ack"]]
@@ -56,8 +57,8 @@ def test_auto_ack_consumer_has_no_credit():
                                        "no_ack": True, "deliveries": 454}]
 
 
-@pytest.mark.parametrize("name", ["slow-prefetch1.pcap", "healthy.pcap", "prefetch-consumers.pcap", "multi-ack.pcap",
-                                  "nack-requeue.pcap", "kernel-drops.pcap", "midstream.pcap"])
+@pytest.mark.parametrize("name", one_fast(["slow-prefetch1.pcap", "healthy.pcap", "prefetch-consumers.pcap", "multi-ack.pcap",
+                                           "nack-requeue.pcap", "kernel-drops.pcap", "midstream.pcap"]))
 def test_state_invariants(name):
     cap = load(name)
     st = consumer_state(cap)
@@ -179,7 +180,7 @@ def _tshark_unlimited(path: Path, consumer_stream: int) -> dict:
 
 
 @pytest.mark.skipif(not __import__("shutil").which("tshark"), reason="needs tshark")
-@pytest.mark.parametrize("name", ["unlimited.pcap.gz", "zero-window.pcap"])
+@pytest.mark.parametrize("name", one_fast(["unlimited.pcap.gz", "zero-window.pcap"], keep="zero-window.pcap"))
 def test_an_unlimited_consumer_that_fell_behind_is_named_with_tsharks_numbers(name):
     """unlimited.pcap.gz (record.sh stage 8): 2,500 messages waiting, then a pika consumer with
     manual acks and no basic.qos working 4 ms on each; zero-window.pcap: a no-ack consumer that
@@ -245,6 +246,7 @@ def _deliveries(c, channel, tags, ctag):
                                         *c.content(channel, b"x"))]
 
 
+@pytest.mark.slow
 def test_consumers_cut_before_every_packet_are_the_whole_partitions(tmp_path):
     """Consumers whose every packet is a slice of its own: acks waiting slices for their next
     delivery (their backlog read from the partition's answers), a consumer without basic.qos
@@ -296,7 +298,7 @@ def test_consumers_cut_before_every_packet_are_the_whole_partitions(tmp_path):
     assert_same_partial(sliced, whole, "cut before every packet")
 
 
-@pytest.mark.parametrize("name", ["prefetch-consumers.pcap", "rpc-nodelay.pcap"])
+@pytest.mark.parametrize("name", one_fast(["prefetch-consumers.pcap", "rpc-nodelay.pcap"], keep="rpc-nodelay.pcap"))
 def test_a_cut_between_basic_consume_and_its_consume_ok_gives_the_whole_partitions(name):
     """Each basic.consume of a fixture in one slice and its basic.consume-ok in the next: the
     consumer starts at its consume-ok (AMQP 0-9-1 §1.8.3.4) in the slices as in the whole, not at

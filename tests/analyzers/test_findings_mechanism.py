@@ -19,6 +19,7 @@ import pytest
 
 import amqpcap
 from amqpcap.analysis.registry import in_memory
+from tiers import one_fast
 
 nagle, stalls = in_memory("nagle"), in_memory("stalls")
 
@@ -63,7 +64,7 @@ def stream_spans(path: Path) -> dict[int, tuple[float, float]]:
     return spans
 
 
-@pytest.mark.parametrize("path", CAPTURES, ids=[p.name for p in CAPTURES])
+@pytest.mark.parametrize("path", one_fast(CAPTURES), ids=[p.name for p in CAPTURES])
 def test_every_tcp_finding_rests_on_its_mechanism(path):
     cap, found = run(path)
     mine = {k: v for k, v in found.items() if k in MINE}
@@ -123,6 +124,7 @@ def client_ports(path: Path) -> dict[int, int]:
                                               "tcp.srcport")}
 
 
+@pytest.mark.slow
 @needs_flow
 def test_flow_control_is_blamed_on_the_broker_not_on_nagle():
     cap, found = run(FLOW)
@@ -146,6 +148,7 @@ def test_flow_control_is_blamed_on_the_broker_not_on_nagle():
     assert "flow-control" in f.advice and "receiver-window" not in found
 
 
+@pytest.mark.slow
 @needs_flow
 def test_flow_control_time_at_zero_window_per_connection():
     # tshark's own account: from each zero window the broker advertised to the next broker packet
@@ -175,6 +178,7 @@ def test_flow_control_time_at_zero_window_per_connection():
     assert f.severity == ("critical" if worst >= 0.25 else "warning")
 
 
+@pytest.mark.slow
 @needs_flow
 def test_flow_control_consumers_ack_one_message_per_segment():
     # PerfTest consumers ack every message (no --multi-ack-every): small-packets names them with

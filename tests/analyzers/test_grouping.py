@@ -162,6 +162,7 @@ def test_ten_consumers_are_one_finding_listing_them():
 FLOW = next((p for p in (FIX / "flow-control.pcap", FIX / "flow-control.pcap.gz") if p.exists()), None)
 
 
+@pytest.mark.slow
 @needs_tshark
 @pytest.mark.skipif(FLOW is None, reason="fixtures/flow-control.pcap not recorded yet")
 def test_flow_control_does_not_blame_the_consumers():
@@ -222,6 +223,7 @@ def consumer_findings_of(cap, s):
     return _findings(cap, s, slow_refills(cap).index.to_numpy(), _limit_rows(cap))
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.floats(0.5, 1.0), st.integers(-50, 500)), min_size=1, max_size=3),
        st.integers(0, 2), st.floats(0, 0.5), st.integers(0, 400))
@@ -297,6 +299,7 @@ def _write(tmp_path, name, conversations) -> Path:
     return c.write_pcap(tmp_path / name, c.stamp(records, step_ns=1_000_000))
 
 
+@pytest.mark.slow
 def test_slow_refill_is_one_finding_per_cause_and_takes_prefetch_one_with_it(tmp_path):
     path = _write(tmp_path, "refill.pcap", [
         _conversation(40001, "slow-worker-1", _refill_body(60, 6)),     # next delivery 7 ms after the ack
@@ -320,6 +323,7 @@ def test_slow_refill_is_one_finding_per_cause_and_takes_prefetch_one_with_it(tmp
     assert found["prefetch-one"].title.startswith("Prefetch 1 with one ack per message: queue orders on fast-worker")
 
 
+@pytest.mark.slow
 def test_slow_refill_counts_only_acks_that_left_the_consumer_without_work(tmp_path):
     # slow-worker-2's 61 ms refills, but the consumer keeps one other message unacked all along:
     # after each ack it still had a message in hand, so no wait for the broker is proven

@@ -19,6 +19,7 @@ from amqpcap.derive import deliveries as D
 
 import crafting as c
 from tshark_reference import reference
+from tiers import one_fast
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures"
@@ -160,7 +161,7 @@ def test_crafted_against_reference(crafted):
 
 # -- real captures against tshark ------------------------------------------------------------
 
-@pytest.mark.parametrize("name", CAPTURES)
+@pytest.mark.parametrize("name", one_fast(CAPTURES))
 def test_matches_tshark_reference(name):
     if not shutil.which("tshark"):
         pytest.skip("tshark not installed (bash scripts/test.sh installs it)")
@@ -303,6 +304,7 @@ def _frames(conv, *sent) -> None:
         conv.send_frames(direction, frames if isinstance(frames, list) else [frames])
 
 
+@pytest.mark.slow
 def test_runs_acks_and_consumers_going_on_across_slices_are_the_wholes(tmp_path):
     """Cut before every packet: runs of deliveries and of acks over several slices, two acks in
     one packet, acks waiting slices for their next delivery (each read at the queue's backlog),

@@ -20,6 +20,7 @@ from amqpcap.io.load import Capture
 from amqpcap.derive.stream_order import ns
 from amqpcap.analysis.partition import facts_of, sliced_partial
 from amqpcap.model.facts import clean_cuts
+from tiers import one_fast
 
 messages = in_memory("messages")
 SPLIT = splits()["messages"]  # (a partition's part: a list of its one partial)
@@ -202,7 +203,7 @@ def with_frames(cap: Capture, frames: pd.DataFrame) -> Capture:
                    anomalies=cap.anomalies, records=cap.records, summary=cap.summary)
 
 
-@pytest.mark.parametrize("large_body_bytes", [1, messages_module.LARGE_BODY_BYTES])
+@pytest.mark.parametrize("large_body_bytes", one_fast([1, messages_module.LARGE_BODY_BYTES], keep=messages_module.LARGE_BODY_BYTES))
 def test_slices_of_time_count_the_frames_of_other_channels_during_a_large_transfer(monkeypatch, large_body_bytes):
     """huge-messages.pcap.gz with every 7th body frame of channel 2 put on channel 1 (the
     recording has no other channel's frame during a transfer; those join channel 1's last

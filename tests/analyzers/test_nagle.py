@@ -17,6 +17,7 @@ from amqpcap.analyzers.nagle import (AVOIDABLE_RATE_CRITICAL, AVOIDABLE_RATE_INF
 from amqpcap.derive.stream_order import ns
 from amqpcap.analysis.partition import facts_of, sliced_partial, time_slice
 from amqpcap.model.facts import clean_cuts
+from tiers import one_fast
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures"
@@ -364,7 +365,7 @@ def sliced_and_whole(cap, every: int):
     return sliced, whole
 
 
-@pytest.mark.parametrize("name", ["nagle-write-write-read.pcap", "tls.pcap"])
+@pytest.mark.parametrize("name", one_fast(["nagle-write-write-read.pcap", "tls.pcap"], keep="tls.pcap"))
 def test_a_slice_of_every_packet_gives_the_whole_partial(name):
     """Each packet a slice of its own: every stall's previous segment, the peer's delayed ACK (and
     the packet before it, whose window is read) and the held segment are in slices of their own,

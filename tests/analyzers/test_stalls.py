@@ -16,6 +16,7 @@ import pytest
 import amqpcap
 from amqpcap.analysis.registry import in_memory, splits
 from amqpcap.analyzers.stalls import CAUSES, STALL_COLUMNS, TCP_COLUMNS
+from tiers import one_fast
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures"
@@ -271,8 +272,8 @@ def test_consumer_at_prefetch_limit_is_blamed(monkeypatch):
 
 
 @pytest.mark.skipif(__import__("shutil").which("tshark") is None, reason="tshark not installed")
-@pytest.mark.parametrize("name", ["large-messages.pcap", "tls-plaintext.pcap", "zero-window.pcap",
-                                  "memory-alarm.pcap", "kernel-drops.pcap"])
+@pytest.mark.parametrize("name", one_fast(["large-messages.pcap", "tls-plaintext.pcap", "zero-window.pcap",
+                                           "memory-alarm.pcap", "kernel-drops.pcap"], keep="zero-window.pcap"))
 def test_window_findings_name_the_side_tshark_sees(results, name):
     # Every receiver-window subject is a connection where tshark sees the client advertise a
     # zero window or the broker fill the client's window; every broker-flow-control subject
@@ -431,6 +432,7 @@ def _sliced_everywhere(cap, cuts: list[int] | None = None) -> tuple[dict, dict]:
     return SPLIT.partial(cap, facts, context)[0], sliced_partial(SPLIT, cap, facts, cuts, context)[0]
 
 
+@pytest.mark.slow
 def test_a_block_and_a_zero_window_over_slices_are_the_whole_partitions(tmp_path):
     """A zero window inside connection.blocked → unblocked, a short one and then a long one, each
     packet a slice: the stall, its cause and the block's publishes come from slices before their
@@ -443,6 +445,7 @@ def test_a_block_and_a_zero_window_over_slices_are_the_whole_partitions(tmp_path
     assert_same_partial(sliced, whole, "cut before every packet")
 
 
+@pytest.mark.slow
 def test_a_window_held_publisher_over_slices_is_the_whole_partitions(tmp_path):
     """The broker's zero window holds a publisher for 20 ms, then for 300 ms, told again every
     50 ms (receiver window: window-limited rows one after the other, their union open across
@@ -510,6 +513,7 @@ def _confirming_publisher(tmp_path, flow: bool):
     return c.load(c.write_pcap(tmp_path / "confirms.pcap", conv.packets))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flow", [False, True])
 def test_confirms_awaited_and_a_channel_stopped_over_slices_are_the_whole_partitions(tmp_path, flow):
     """The publishes awaiting confirms and a channel.flow stop, each open across many slices,
@@ -601,7 +605,8 @@ def test_confirms_of_a_channel_opened_again_are_its_own(tmp_path):
     assert sum(got, []) == pytest.approx(sum(expected, []), abs=1e-9)
 
 
-@pytest.mark.parametrize("where", ["between the channel's openings", "before every packet"])
+@pytest.mark.parametrize("where", one_fast(["between the channel's openings", "before every packet"],
+                                            keep="between the channel's openings"))
 @pytest.mark.parametrize("lost", [False, True])
 def test_confirms_of_a_channel_opened_again_over_slices_are_the_whole_partitions(tmp_path, where, lost):
     """The same channel opened again, cut between its two openings (the second's confirms must
@@ -649,6 +654,7 @@ def _consumer_at_most_late(client=("10.0.0.1", 40000)) -> list:
     return conv.packets
 
 
+@pytest.mark.slow
 def test_a_consumer_whose_prefetch_is_estimated_over_slices_is_the_whole_partitions(tmp_path):
     """A consumer whose estimated prefetch (the most it ever held: 3) is reached only late: while
     it holds one delivery for 300 ms, it is not at its limit, so the broker's silence is idle. The
@@ -691,6 +697,7 @@ def _blocked_twice(client=("10.0.0.1", 40001)) -> list:
     return conv.packets
 
 
+@pytest.mark.slow
 def test_the_context_step_over_slices_is_the_whole_partitions(tmp_path):
     """The context round of a partition of two connections (`StallsContext`): a publisher's block
     lifted and then one never lifted (open across every later cut: it ends at its connection's

@@ -21,6 +21,7 @@ import pytest
 import amqpcap
 from amqpcap.analysis.registry import analyzers
 from amqpcap.cli import INFO_CONNECTIONS
+from tiers import one_fast
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIRMS = ROOT / "fixtures" / "confirms.pcap"
@@ -108,7 +109,8 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[Path, str]]:
     }
 
 
-@pytest.mark.parametrize("case", ["missing", "empty", "text", "wrong magic", "gzip without a capture", "a directory"])
+@pytest.mark.parametrize("case", one_fast(["missing", "empty", "text", "wrong magic", "gzip without a capture", "a directory"],
+                                           keep=("missing", "wrong magic")))
 def test_unusable_input_is_one_line(tmp_path, case):
     path, words = _bad_inputs(tmp_path)[case]
     r = run("info", path)
@@ -142,6 +144,7 @@ def _cut_headers(tmp: Path) -> dict[str, tuple[Path, str]]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["pcap cut at 20 bytes", "pcap cut at 3 bytes", "pcapng cut at 20 bytes",
                                   "pcapng cut at 10 bytes"])
 def test_a_cut_capture_header_is_said_in_words(tmp_path, case):
@@ -206,6 +209,7 @@ def test_unknown_table_format_is_a_usage_error():
         assert r.returncode == 64 and "unknown table format" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_limits_on_the_command_line(tmp_path):
     r = run("info", CONFIRMS, "--limit", "max_frames=100", "--limit", "max-streams=1K")
     assert r.returncode == 0, r.stderr
@@ -231,6 +235,7 @@ def test_bodies_need_an_output_directory():
     assert r.returncode == 64 and "--bodies needs --out" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_unwritable_output_directory_is_one_line(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
@@ -255,6 +260,7 @@ def test_exit_codes_documented():
     assert used | {0} == documented
 
 
+@pytest.mark.slow
 def test_info_lists_the_busiest_connections_unless_all(tmp_path):
     # 8 copies of healthy.pcap, each its own three connections (19, ~900 and ~900 packets): 24
     big = tmp_path / "many.pcap"
@@ -308,6 +314,7 @@ def test_latency_prints_its_percentiles_first():
     assert not re.search(r"^latency: \S+ \(", r.stdout, re.M), r.stdout
 
 
+@pytest.mark.slow
 def test_rows_prints_the_first_rows_of_each_table():
     r = run("latency", SAMPLE, "--rows", "3")
     assert r.returncode == 0, r.stderr
@@ -317,6 +324,7 @@ def test_rows_prints_the_first_rows_of_each_table():
     assert run("latency", SAMPLE, "--rows", "-1").returncode == 2  # click: out of range
 
 
+@pytest.mark.slow
 def test_consumers_and_sizes_print_the_numbers_of_the_scenario():
     """slow-prefetch1: PerfTest -q 1 (prefetch 1); tshark counts 454 deliveries, 1829 packets
     and their Wireshark plen buckets."""
@@ -334,6 +342,7 @@ def test_consumers_and_sizes_print_the_numbers_of_the_scenario():
         assert re.search(rf"^{re.escape(bucket)} +{n:,} ", r.stdout, re.M), (bucket, n)
 
 
+@pytest.mark.slow
 def test_the_command_line_starts_without_the_analyzers():
     """`amqpcap --version`, `frames --help` and `ingest --help` do not import pandas (0.4 s) nor an
     analyzer; `--help` lists every analyzer, by its module's name, after the other commands."""
@@ -349,7 +358,7 @@ def test_the_command_line_starts_without_the_analyzers():
     assert "Did you mean 'nagle'?" in run("nagel", SAMPLE).stderr
 
 
-@pytest.mark.parametrize("name", sorted(analyzers()))
+@pytest.mark.parametrize("name", one_fast(sorted(analyzers()), keep="heartbeats"))
 def test_every_analyzer_subcommand_summarises_before_its_verdict(name):
     r = run(name, SAMPLE)
     assert r.returncode == 0, r.stderr
@@ -389,6 +398,7 @@ def test_the_harness_reaches_the_load_when_the_outputs_are_fine(tmp_path):
     assert r.returncode == 99 and "LOADED" in r.stdout, r.stderr
 
 
+@pytest.mark.slow
 def test_an_unwritable_out_fails_before_loading(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
@@ -433,6 +443,7 @@ def sample_out(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_analyze_out_writes_the_capture_tables(sample_out):
     """Row counts from tshark: 1829 packets (all of them TCP in 3 AMQP streams), 3677 frames."""
     f = facts("slow-prefetch1.pcap")
@@ -447,6 +458,7 @@ def test_analyze_out_writes_the_capture_tables(sample_out):
         assert name in use, name
 
 
+@pytest.mark.slow
 def test_analyze_out_writes_the_capture_tables_as_parquet(tmp_path):
     r = run("analyze", CONFIRMS, "--out", tmp_path, "--no-plots", "--format", "parquet")
     assert r.returncode == 0, r.stderr
@@ -524,6 +536,7 @@ def test_summary_json_timestamps_and_floats(sample_out):
     assert "+00:00" not in text
 
 
+@pytest.mark.slow
 def test_terminal_and_frames_csv_timestamps_are_iso_utc(tmp_path):
     first = tshark_first_time(SAMPLE)
     r = run("info", SAMPLE)
@@ -554,6 +567,7 @@ def _http_capture(path: Path, port: int = 80) -> int:
     return len(recs)
 
 
+@pytest.mark.slow
 def test_no_packets_exits_3_and_writes_nothing(tmp_path):
     for args in (["analyze", "--out", tmp_path / "out"], ["stalls", "--out", tmp_path / "out"], ["frames", "-o", tmp_path / "f.csv"]):
         r = run(args[0], HOSTILE / "header-only.pcap", *args[1:])
@@ -561,6 +575,7 @@ def test_no_packets_exits_3_and_writes_nothing(tmp_path):
         assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_tcp_but_no_amqp_exits_3_and_says_which_ports(tmp_path):
     packets = _http_capture(tmp_path / "http.pcap")
     r = run("analyze", tmp_path / "http.pcap")
@@ -580,6 +595,7 @@ def test_no_tcp_at_all_exits_3(tmp_path):
 
 # --- 6. --port replaces the defaults, --add-port adds ------------------------------------------
 
+@pytest.mark.slow
 def test_port_replaces_and_add_port_adds(tmp_path):
     """Two connections caught mid-way (no protocol header), one on 5672 and one on 5673: only
     the ports given decide which is AMQP."""
@@ -620,6 +636,7 @@ def _quiet_capture(path: Path) -> tuple[int, int]:
     return 1, len(recs)
 
 
+@pytest.mark.slow
 def test_no_findings_says_what_was_checked(tmp_path):
     connections, packets = _quiet_capture(tmp_path / "quiet.pcap")
     r = run("analyze", tmp_path / "quiet.pcap")
@@ -630,6 +647,7 @@ def test_no_findings_says_what_was_checked(tmp_path):
     assert "checked by the nagle analyzer; nothing crossed a threshold" in r.stdout
 
 
+@pytest.mark.slow
 def test_connections_without_a_decoded_frame_say_only_tcp_was_analysed():
     # an AMQP 0-10 client (tests/hostile/make_corpus.py: 8 packets, 1 connection)
     r = run("analyze", HOSTILE / "other-protocol.pcap")
@@ -643,9 +661,9 @@ def test_connections_without_a_decoded_frame_say_only_tcp_was_analysed():
 
 # --- 8. a reader that goes away ends the output quietly ----------------------------------------
 
-@pytest.mark.parametrize("args", [("info", ROOT / "fixtures" / "healthy.pcap"), ("analyze", SAMPLE),
-                                  ("latency", SAMPLE, "--rows", "5"), ("verify", ROOT / "fixtures" / "healthy.pcap"),
-                                  ("sample",)], ids=lambda a: a[0])
+@pytest.mark.parametrize("args", one_fast([("info", ROOT / "fixtures" / "healthy.pcap"), ("analyze", SAMPLE),
+                                           ("latency", SAMPLE, "--rows", "5"), ("verify", ROOT / "fixtures" / "healthy.pcap"),
+                                           ("sample",)], keep="sample"), ids=lambda a: a[0])
 def test_a_closed_pipe_ends_quietly(args, tmp_path):
     """`amqpcap ... | head -n 3`, and a reader gone before the first write (`| true`: the write
     is certain to find the pipe closed): exit 0 or 141 (SIGPIPE's), nothing on stderr."""
@@ -658,6 +676,7 @@ def test_a_closed_pipe_ends_quietly(args, tmp_path):
         assert (tmp_path / "stderr").read_text() == "", reader
 
 
+@pytest.mark.slow
 def test_a_closed_pipe_still_writes_the_out_directory(tmp_path):
     command = " ".join(shlex.quote(str(a)) for a in (sys.executable, "-m", "amqpcap", "analyze", SAMPLE,
                                                       "--out", tmp_path / "out", "--no-plots"))
@@ -716,6 +735,7 @@ def _printed_tables(stdout: str, prefix: str) -> dict[str, tuple[list[str], list
     return tables
 
 
+@pytest.mark.slow
 def test_table_rows_fit_the_terminal_by_leaving_columns_out(tmp_path):
     """prefetch1.pcap's latency tables on an 80- and a 200-column terminal: each header whole (the
     written CSV's column names, independent of how the terminal cut them), every line within the
@@ -740,6 +760,7 @@ def test_table_rows_fit_the_terminal_by_leaving_columns_out(tmp_path):
     assert shown[200] > shown[80]
 
 
+@pytest.mark.slow
 def test_info_fits_the_terminal_by_leaving_columns_out():
     """ten-consumers.pcap on an 80-column terminal: the connections and consumers tables keep
     their names whole, on one line each (perf-test-consumer-N, as PerfTest names them)."""

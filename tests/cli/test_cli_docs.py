@@ -69,6 +69,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "amqpcap", *args], capture_output=True, text=True, timeout=120, cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_documented_exit_codes_are_the_real_ones(tmp_path):
     documented = _doc_exit_codes()
     not_a_capture = tmp_path / "notes.txt"

@@ -14,6 +14,7 @@ import pytest
 import amqpcap
 from amqpcap.analysis.registry import analyzers, in_memory
 from amqpcap.derive import CAPTURE, CONNECTION, derivation
+from tiers import one_fast
 
 stalls = in_memory("stalls")
 
@@ -280,7 +281,7 @@ def test_events_ordered_by_queue_and_frame_as_lexsort_orders_them():
     assert len(_by_queue_and_frame(q[:0], q[:0])) == 0
 
 
-@pytest.mark.parametrize("fixture", ["prefetch-consumers.pcap", "confirms.pcap"])
+@pytest.mark.parametrize("fixture", one_fast(["prefetch-consumers.pcap", "confirms.pcap"], keep="prefetch-consumers.pcap"))
 def test_a_partition_is_freed_when_its_steps_are_done(fixture):
     """Every analyzer's partition step leaves no reference cycle through the capture: a Dask
     worker frees a bucket when its task returns, not when the garbage collector next runs (a

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from tiers import one_fast
 
 ROOT = Path(__file__).resolve().parents[2]
 CAPTURES = [ROOT / "amqpcap" / "data" / "sample.pcap", ROOT / "fixtures" / "prefetch-consumers.pcap"]
@@ -98,7 +99,7 @@ def _shown_close(cell: str, want: float) -> bool:
     return abs(float(cell.replace(",", "")) - want) <= 0.5 * 10 ** -decimals * (1 + 1e-9)
 
 
-@pytest.fixture(scope="module", params=CAPTURES, ids=lambda p: p.name)
+@pytest.fixture(scope="module", params=one_fast(CAPTURES, keep="sample.pcap"), ids=lambda p: p.name)
 def analysed(request, tmp_path_factory):
     out = tmp_path_factory.mktemp("rates") / "out"
     r = subprocess.run([sys.executable, "-m", "amqpcap", "analyze", str(request.param), "--out", str(out)],

@@ -27,6 +27,7 @@ from amqpcap.derive.tally import Tally, tally_of
 
 import crafting as c
 from slicing import slice_sizes
+from tiers import one_fast
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures"
 FIXTURES = sorted(p.name for p in FIX.iterdir() if p.name.endswith((".pcap", ".pcapng", ".pcap.gz")))
@@ -116,6 +117,7 @@ def sliced_tables(cap, cuts: list[int]) -> dict[str, pd.DataFrame]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", FIXTURES)
 def test_the_derivations_of_the_slices_are_the_whole_partitions(name):
     """Deliveries with what settled them, confirms, consumers started: each row told by one
@@ -150,7 +152,7 @@ def assert_same_tally(got: Tally, want: Tally, where: str) -> None:
             assert a == b, what
 
 
-@pytest.mark.parametrize("name", FIXTURES)
+@pytest.mark.parametrize("name", one_fast(FIXTURES))
 def test_the_tally_of_the_slices_is_the_whole_partitions(name):
     """summary.json's and the overview's counts: of a partition cut into 7 slices and into
     finer slices (`slicing.slice_sizes`), each delivery counted by the slice that tells it."""
@@ -200,6 +202,7 @@ def test_tag_0_with_multiple_settles_what_was_delivered_before_it_and_no_more(se
     assert d.loc[51, "outcome"] == "ack"
 
 
+@pytest.mark.slow
 def test_the_derivations_of_crafted_settles_cut_at_every_packet_are_the_whole(settles):
     packet, ts = settles.packets["packet"].to_numpy(np.int64), ns(settles.packets["ts"])
     got = sliced_tables(settles, clean_cuts(packet, ts, 1))
@@ -207,6 +210,7 @@ def test_the_derivations_of_crafted_settles_cut_at_every_packet_are_the_whole(se
     pd.testing.assert_frame_equal(got["acks"], _acks(settles), check_exact=True)
 
 
+@pytest.mark.slow
 def test_consumers_whose_consume_ok_comes_slices_after_their_basic_consume_start_there(tmp_path):
     """Every packet a slice: a basic.consume answered two slices later (another channel's
     basic.consume between), one whose tag the broker names in its basic.consume-ok (AMQP 0-9-1

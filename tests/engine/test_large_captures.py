@@ -20,6 +20,7 @@ from amqpcap.io import inputs
 from amqpcap.io import stored_tables
 from amqpcap.report.outputs import bodies_for_csv
 from amqpcap.io.table_files import write_table
+from tiers import large_slow
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures"
 AMQPCAP = [sys.executable, "-m", "amqpcap"]
@@ -29,6 +30,7 @@ def outputs(out: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_a_capture_through_a_temporary_dataset_is_the_in_memory_run(tmp_path):
     """`--scheduler local` on a capture file: what a capture over the in-memory size gets."""
     cap = FIX / "flow-control.pcap.gz"
@@ -52,6 +54,7 @@ def test_a_capture_through_a_temporary_dataset_is_the_in_memory_run(tmp_path):
     assert not Path(tmp).exists()
 
 
+@pytest.mark.slow
 def test_a_capture_over_the_in_memory_size_goes_through_a_dataset(tmp_path, monkeypatch):
     from amqpcap.cli import app
 
@@ -83,8 +86,8 @@ def test_a_gzip_capture_weighs_its_likely_decompressed_size(tmp_path):
     assert inputs.capture_bytes([plain, gz]) == plain.stat().st_size + gz.stat().st_size * inputs.GZIP_RATIO
 
 
-@pytest.mark.parametrize("name", ["flow-control.pcap.gz", "huge-messages.pcap.gz", "amqp10.pcap", "any-sll.pcap",
-                                  "kernel-drops.pcap"])
+@pytest.mark.parametrize("name", large_slow(["flow-control.pcap.gz", "huge-messages.pcap.gz", "amqp10.pcap", "any-sll.pcap",
+                                             "kernel-drops.pcap"]))
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
 def test_stored_tables_are_written_as_the_tables_read_whole(name, fmt, tmp_path, monkeypatch):
     """Small batches, so that buckets' rows interleave across many rounds of the merge."""

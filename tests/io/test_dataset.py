@@ -19,6 +19,7 @@ from amqpcap.io.dataset import ingestion
 from amqpcap.io.dataset.writing import capture_tables
 from amqpcap.analysis.registry import run_all
 from amqpcap.summary.build import build_summary
+from tiers import one_fast
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures"
 FIXTURES = sorted(p.name for p in FIX.iterdir() if p.name.endswith((".pcap", ".pcapng", ".pcap.gz")))
@@ -34,7 +35,7 @@ def summary_json(cap) -> str:
     return json.dumps(build_summary(cap, run_all(cap)), indent=2, ensure_ascii=False)
 
 
-@pytest.mark.parametrize("name", FIXTURES)
+@pytest.mark.parametrize("name", one_fast(FIXTURES))
 def test_a_fixture_through_the_dataset_is_the_same_capture(name, tmp_path):
     direct = amqpcap.load(FIX / name, bodies=True)
     dataset.write(direct, tmp_path / "ds", buckets=3)
@@ -49,6 +50,7 @@ def assert_same_capture(direct, stored) -> None:
     assert summary_json(stored) == summary_json(direct)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", FIXTURES)
 def test_a_fixture_ingested_bucket_by_bucket_is_the_same_capture(name, tmp_path):
     """Four buckets, each decoded from its spilled packets alone: together they are the capture
@@ -60,6 +62,7 @@ def test_a_fixture_ingested_bucket_by_bucket_is_the_same_capture(name, tmp_path)
     assert_same_capture(direct, amqpcap.load(tmp_path / "ds"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["kernel-drops.pcap", "midstream.pcap", "memory-alarm.pcap", "ten-consumers.pcap",
                                   "unlimited.pcap.gz"])
 def test_a_buckets_frames_written_a_batch_at_a_time_are_the_same_capture(name, tmp_path, monkeypatch):
@@ -223,8 +226,8 @@ def test_ingest_refuses_a_directory_in_use(tmp_path):
     assert r.returncode == 64 and "is not an empty directory" in r.stderr
 
 
-@pytest.mark.parametrize("name", ["healthy.pcap", "kernel-drops.pcap", "huge-messages.pcap.gz", "midstream.pcap",
-                                  "churn.pcap"])
+@pytest.mark.parametrize("name", one_fast(["healthy.pcap", "kernel-drops.pcap", "huge-messages.pcap.gz", "midstream.pcap",
+                                           "churn.pcap"], keep="midstream.pcap"))
 def test_the_cores_arrow_tables_hold_the_values_load_gives(name):
     """`decode_arrow` (what `ingest` and `frames -o` write) against `load()`, column by column:
     the same values and missing values; integers and timestamps in the same Arrow types,
@@ -312,6 +315,7 @@ def test_frames_leave_the_core_in_batches_while_the_capture_is_read(name):
     assert (got["ts"] == whole.frames["ts"]).all()
 
 
+@pytest.mark.slow
 def test_a_dataset_is_read_from_an_fsspec_url_as_from_its_path(tmp_path):
     """`load("file:///…")` reads the dataset through fsspec (as it would s3://…): the same
     capture as its path gives; a URL of nothing, or of a scheme fsspec does not know, is one
@@ -352,6 +356,7 @@ def test_the_next_bucket_is_decoded_while_one_is_written_unless_both_are_large(a
     assert sorted(order) == ["decode 0", "decode 1", "decode 2", "stored 0", "stored 1", "stored 2"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["dumpcap.pcapng", "huge-messages.pcap.gz", "kernel-drops.pcap", "midstream.pcap"])
 def test_a_buckets_slice_of_time_is_read_as_it_is_cut_in_memory(name, tmp_path):
     """A slice of a bucket's time read from the dataset (`read_partition(..., packets=)`: Parquet

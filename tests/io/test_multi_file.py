@@ -93,6 +93,7 @@ def test_each_packet_names_its_file_and_number_there_as_tshark_does(cut):
         assert np.array_equal(ns // 1000, [int(t.replace(".", "")[:-3]) for _, t in rows])
 
 
+@pytest.mark.slow
 def test_interleaved_files_merge_as_mergecap_merges_them(interleaved):
     files, merged = interleaved
     a, b = amqpcap.load(files), amqpcap.load(merged)
@@ -207,6 +208,7 @@ def test_an_unreadable_file_of_a_set_is_skipped_with_a_warning_or_stops_strict(c
         amqpcap.load([bad, tmp_path / "absent.pcap"])
 
 
+@pytest.mark.slow
 def test_the_cli_reads_a_set_as_one_capture(cut, tmp_path):
     import sys
 
@@ -218,6 +220,7 @@ def test_the_cli_reads_a_set_as_one_capture(cut, tmp_path):
     assert line and line[0] in many.stdout
 
 
+@pytest.mark.slow
 def test_the_report_says_the_capture_is_a_set(cut, tmp_path):
     import sys
 

@@ -60,6 +60,7 @@ def assert_same(a: amqpcap.Capture, b: amqpcap.Capture) -> None:
     assert summary_without_files(a) == summary_without_files(b)
 
 
+@pytest.mark.slow
 def test_the_ring_is_several_files_with_connections_across_them():
     files = ring_files()
     assert [f.name for f in files] == [f"perftest-ring.pcap{i}" for i in range(len(files))]
@@ -73,6 +74,7 @@ def test_the_ring_is_several_files_with_connections_across_them():
     assert sum(n >= 3 for n in files_of_port.values()) >= 3, files_of_port
 
 
+@pytest.mark.slow
 def test_the_ring_read_as_a_set_is_the_merged_file(merged):
     ring = amqpcap.load(RING)
     assert_same(merged, ring)
@@ -85,6 +87,7 @@ def test_the_ring_read_as_a_set_is_the_merged_file(merged):
         assert mine.tolist() == [int(n) for n in numbers], f
 
 
+@pytest.mark.slow
 def test_the_ring_ingested_bucket_by_bucket_is_the_merged_file(merged, tmp_path):
     """`amqpcap ingest RING` reading the set once, spilling it into five buckets and decoding
     each alone: the dataset holds the merged file's capture."""
@@ -98,6 +101,7 @@ def test_the_ring_ingested_bucket_by_bucket_is_the_merged_file(merged, tmp_path)
     assert_same(canonical(merged), canonical(stored))
 
 
+@pytest.mark.slow
 def test_a_ring_of_pcap_pcapng_and_gzip_is_the_same_capture(merged, tmp_path):
     files = ring_files()
     mixed = []

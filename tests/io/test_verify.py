@@ -19,6 +19,7 @@ from rich.console import Console
 
 import crafting as c
 from test_fixtures import FACTS, capture_of
+from tiers import one_fast
 
 pytest.importorskip("pyshark")
 if shutil.which("tshark") is None:
@@ -49,7 +50,7 @@ def method_ids(cap_frames) -> dict[str, str]:
     return {str(n): f"{int(a)}.{int(b)}" for a, b, n in zip(m["class_id"], m["method_id"], m["method"])}
 
 
-@pytest.mark.parametrize("facts_path", FACTS, ids=lambda p: p.name[: -len(".tshark.json")])
+@pytest.mark.parametrize("facts_path", one_fast(FACTS), ids=lambda p: p.name[: -len(".tshark.json")])
 def test_verify_agrees_on_every_real_capture(facts_path):
     import amqpcap
 

@@ -23,6 +23,7 @@ from amqpcap.model.plotting import TIME_BINS, WORST_NAMED, plain, time_per_bin
 from amqpcap.report.outputs import write_outputs
 from amqpcap.summary.build import build_summary
 from amqpcap.summary.prepared import prepare
+from tiers import one_fast
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures"
@@ -209,8 +210,8 @@ def many_consumers(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("name", ["slow-prefetch1.pcap", "prefetch1.pcap", "prefetch-consumers.pcap",
-                                  "zero-window.pcap", "memory-alarm.pcap", "many"])
+@pytest.mark.parametrize("name", one_fast(["slow-prefetch1.pcap", "prefetch1.pcap", "prefetch-consumers.pcap",
+                                           "zero-window.pcap", "memory-alarm.pcap", "many"], keep="prefetch-consumers.pcap"))
 def test_plots_read_naturally(name, many_consumers, tmp_path):
     cap = amqpcap.load(many_consumers if name == "many" else FIX / name)
     figs = draw_all(cap, tmp_path)
@@ -223,6 +224,7 @@ def test_plots_read_naturally(name, many_consumers, tmp_path):
                 assert len(legend.get_texts()) <= 8, plot
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, prefetch", [("prefetch1.pcap", 1), ("slow-prefetch1.pcap", 1), ("many", 20)])
 def test_consumers_plot_bins_time_not_steps(name, prefetch, many_consumers, tmp_path):
     """At prefetch 1 every delivery and ack is a step: ~900 steps in 3 s drew a solid block. The
@@ -242,6 +244,7 @@ def test_consumers_plot_bins_time_not_steps(name, prefetch, many_consumers, tmp_
         assert f"{n:,} consumers" in heat.get_title(loc="left")
 
 
+@pytest.mark.slow
 def test_many_consumers_latency_plots_count_them_and_name_the_slowest(many_consumers, tmp_path):
     cap = amqpcap.load(many_consumers)
     figs = draw_all(cap, tmp_path)
@@ -253,6 +256,7 @@ def test_many_consumers_latency_plots_count_them_and_name_the_slowest(many_consu
     assert any(f"all {n} consumers" in t for t in cdf)
 
 
+@pytest.mark.slow
 def test_window_panels_only_for_held_back_directions(tmp_path):
     """zero-window: the consumer advertised zero windows (tshark: 2) and the broker sent 87
     window-full segments, all broker → client on one connection: one panel, that direction."""

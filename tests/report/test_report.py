@@ -13,6 +13,7 @@ import pytest
 import amqpcap
 import amqpcap.report.outputs as report
 from amqpcap.analysis.registry import run_all
+from tiers import one_fast
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures"
@@ -62,6 +63,7 @@ def test_plots_are_balanced_against_a_large_table():
     [table_writer] = [g for g in report._balance(costs, 2) if 0 in g]
     assert len(table_writer) - 1 >= 3
 
+@pytest.mark.slow
 def test_forked_writers_write_the_same_files_as_one_process(tmp_path, monkeypatch):
     assert report.can_fork(), "a thread left running by an earlier test: the writers would not fork"
     cap = amqpcap.load(FIX / "prefetch-consumers.pcap", bodies=True)
@@ -82,7 +84,7 @@ def _told(calls: list[tuple], written: list[Path]) -> None:
     assert {total for _, _, total in calls} == {len(written)}
 
 
-@pytest.mark.parametrize("workers", [1, 3])
+@pytest.mark.parametrize("workers", one_fast([1, 3], keep=3))
 def test_each_file_written_is_told_as_it_is_here_or_in_a_forked_writer(workers, tmp_path, monkeypatch):
     assert report.can_fork()
     cap = amqpcap.load(FIX / "prefetch-consumers.pcap", bodies=True)
@@ -94,6 +96,7 @@ def test_each_file_written_is_told_as_it_is_here_or_in_a_forked_writer(workers, 
     _told(calls, written)
 
 
+@pytest.mark.slow
 def test_each_file_written_is_told_as_it_is_beside_spawned_writers(tmp_path):
     """A dataset's stored tables go to spawned writers (`_run_beside_fresh`)."""
     from amqpcap.io import dataset

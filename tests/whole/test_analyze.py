@@ -14,6 +14,7 @@ import amqpcap
 from amqpcap.analysis.registry import analyzers
 from amqpcap.analysis.consequences import settled
 from amqpcap.summary.build import build_summary
+from tiers import one_fast
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures"
@@ -53,7 +54,7 @@ def findings_of(name: str):
     return cap, results, settled(results)  # what the operator is shown: consequences folded
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED))
+@pytest.mark.parametrize("name", one_fast(sorted(EXPECTED), keep="slow-prefetch1.pcap"))
 def test_findings_name_the_cause(name):
     _, _, findings = findings_of(name)
     ids = {f.id for f in findings if f.severity in ("warning", "critical") or (name, f.id) in AT_ANY_SEVERITY}
@@ -65,6 +66,7 @@ def test_healthy_run_has_no_warning():
     assert not [f for f in findings if f.severity != "info"], [(f.id, f.severity, f.title) for f in findings]
 
 
+@pytest.mark.slow
 def test_every_finding_has_evidence_with_a_wireshark_filter():
     for name in EXPECTED:
         for f in findings_of(name)[2]:
@@ -99,6 +101,7 @@ def test_analyze_writes_everything(tmp_path):
     assert "data:image/png;base64," in html and "consumer-bound" in html
 
 
+@pytest.mark.slow
 def test_every_finding_filter_is_valid_in_wireshark():
     """Each finding's `filter` is pasted into Wireshark by users: tshark must accept it and it
     must match packets of the capture it came from."""
@@ -168,7 +171,7 @@ ALL_FIXTURES = sorted(p.name for p in FIX.iterdir()
                       if p.suffix in (".pcap", ".pcapng", ".gz") and p.name != "tls.pcap")  # tls: below
 
 
-@pytest.mark.parametrize("name", ALL_FIXTURES)
+@pytest.mark.parametrize("name", one_fast(ALL_FIXTURES))
 def test_warnings_are_exactly_the_recorded_situation(name):
     """No warning or critical finding fires whose mechanism the scenario did not set up, and
     each cause is told once (one finding per id, its connections as subjects)."""

@@ -20,6 +20,7 @@ from amqpcap.summary.build import build_summary
 from amqpcap.summary.prepared import prepare
 
 from browser import CHROMIUM, Browser
+from tiers import one_fast
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures"
@@ -64,7 +65,7 @@ MEASURE = """({scrollWidth: document.documentElement.scrollWidth, clientWidth: d
   images: Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).length})"""
 
 
-@pytest.mark.parametrize("which", ["sample", "largest"])
+@pytest.mark.parametrize("which", one_fast(["sample", "largest"], keep="sample"))
 def test_report_reads_at_1400_px(which, browser, shots, tmp_path):
     capture = SAMPLE if which == "sample" else largest_fixture()
     page, summary = report(capture, tmp_path / "out")

@@ -12,6 +12,7 @@ import pytest
 
 import amqpcap
 from amqpcap import _core
+from tiers import one_fast
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "tables.md").read_text()
@@ -117,7 +118,7 @@ def test_every_finding_id_documented():
         assert required in documented_ids
 
 
-@pytest.mark.parametrize("name", ["memory-alarm.pcap", "kernel-drops.pcap", "slow-prefetch1.pcap"])
+@pytest.mark.parametrize("name", one_fast(["memory-alarm.pcap", "kernel-drops.pcap", "slow-prefetch1.pcap"], keep="slow-prefetch1.pcap"))
 def test_emitted_findings_and_summary_keys_documented(name):
     from amqpcap.analysis.registry import analyzers
     from amqpcap.summary.build import build_summary
@@ -173,6 +174,7 @@ def _table_section(doc: str, heading_name: str) -> str:
     return doc[m.start(): m.end() + end.start() if end else None]
 
 
+@pytest.mark.slow
 def test_every_analyzer_table_column_documented(analyzer_runs):
     """Each table `<analyzer>-<table>` (its CSV name) has a heading on the analyzer's page, and
     every column is named, in backticks, in that section."""
@@ -199,6 +201,7 @@ def _keys(value, path=()):
             yield from _keys(v, path + ("[]",))
 
 
+@pytest.mark.slow
 def test_every_summary_key_documented(analyzer_runs):
     """Top-level summary.json keys in docs/summary.md; every key under an analyzer's part of
     summary.json on that analyzer's page (keys that are data, e.g. the counts of

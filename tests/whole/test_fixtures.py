@@ -20,6 +20,7 @@ import pytest
 import amqpcap
 
 from accounting import assert_byte_accounting
+from tiers import one_fast, large_slow
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "captures"
@@ -43,7 +44,7 @@ def type_counts(frames: pd.DataFrame) -> dict[str, int]:
     return {TYPE_IDS[k]: int(n) for k, n in frames["type"].value_counts().items() if n}
 
 
-@pytest.fixture(scope="module", params=FACTS, ids=lambda p: p.name[: -len(".tshark.json")])
+@pytest.fixture(scope="module", params=large_slow(FACTS), ids=lambda p: p.name[: -len(".tshark.json")])
 def case(request):
     facts = json.loads(request.param.read_text())
     return facts, amqpcap.load(capture_of(request.param))
@@ -163,7 +164,7 @@ def tshark_packets(path: Path) -> pd.DataFrame:
 @pytest.mark.skipif(TSHARK is None, reason="tshark is installed by the README's test command")
 @pytest.mark.parametrize(
     "name",
-    ["confirms.pcap", "nanosecond.pcap", "dumpcap.pcapng", "any-sll2.pcap", "any-sll.pcap", "ipv6.pcap", "midstream.pcap", "gzipped.pcap.gz", "kernel-drops.pcap", "zero-window.pcap", "flow-control.pcap.gz"],
+    one_fast(["confirms.pcap", "nanosecond.pcap", "dumpcap.pcapng", "any-sll2.pcap", "any-sll.pcap", "ipv6.pcap", "midstream.pcap", "gzipped.pcap.gz", "kernel-drops.pcap", "zero-window.pcap", "flow-control.pcap.gz"], keep="nanosecond.pcap"),
 )
 def test_packets_table_equals_tshark_packet_by_packet(name):
     path = ROOT / "fixtures" / name
@@ -187,6 +188,7 @@ def test_packets_table_equals_tshark_packet_by_packet(name):
     assert (p["retransmission"].to_numpy() == retrans).all()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(TSHARK is None, reason="tshark is installed by the README's test command")
 def test_flow_control_cut_frames_wait_behind_zero_windows():
     """flow-control.pcap.gz was cut by tcpdump -c during the run. Every frame amqpcap reports as

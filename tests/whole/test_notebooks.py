@@ -11,6 +11,7 @@ import nbformat
 import pytest
 
 import amqpcap
+from tiers import one_fast
 
 ROOT = Path(__file__).resolve().parents[2]
 NB_DIR = ROOT / "notebooks"
@@ -41,7 +42,7 @@ def _kernel_env() -> dict[str, str]:
     return env
 
 
-@pytest.mark.parametrize("name", NOTEBOOKS)
+@pytest.mark.parametrize("name", one_fast(NOTEBOOKS, keep="quickstart"))
 def test_notebook_runs_and_plots(name):
     nb = nbformat.read(NB_DIR / f"{name}.ipynb", as_version=4)
     client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",

@@ -156,6 +156,7 @@ def outputs(tmp_path_factory):
     return out, runs, results
 
 
+@pytest.mark.slow
 def test_every_output_is_free_of_secrets(outputs):
     out, runs, results = outputs
     assert {r[0][0] for r in runs} >= {"analyze", "frames", "info", "latency", "sizes", "consumers", "nagle", "stalls",
@@ -174,6 +175,7 @@ def test_every_output_is_free_of_secrets(outputs):
     assert "SASL responses" in report and "message bodies were not kept" in report
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
 def test_bodies_are_written_when_asked(tmp_path, fmt):
     """The same search finds the body once --bodies asks for it (and still no secret)."""
