@@ -38,7 +38,8 @@ info = {"import_s": t1 - t0, "load_s": t2 - t1, "packets": cap.summary["packets"
 if "--analyze" in sys.argv:
     import tempfile
     from pathlib import Path
-    from amqpcap.analysis.registry import rank, run_all
+    from amqpcap.analysis.registry import rank
+    from amqpcap.engine.registered import run_all
     from amqpcap.report.outputs import build_summary, write_outputs
     results = run_all(cap)
     summary = build_summary(cap, results)

@@ -12,7 +12,7 @@ buckets of more than N packets in slices of about N packets; "one task" gives N 
 bucket. Prints, for each way, the wall time (starting the cluster not included) and the
 worker's peak RSS, and each way's peak and time against the one task's: what analysing a
 connection too large for a worker costs. The results' equality is the tests' business
-(`tests/test_distributed.py`), not timed here.
+(`tests/engine/test_distributed.py`), not timed here.
 """
 
 from __future__ import annotations

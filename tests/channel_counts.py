@@ -1,7 +1,7 @@
 """channels: how many channels each connection opened and closed, and the most it held open at once.
 
 The analyzer docs/writing-an-analyzer.md builds step by step (each of its code blocks is a piece
-of this file, tests/test_writing_an_analyzer.py checks it). It is not registered, so that
+of this file, tests/analysis/test_writing_an_analyzer.py checks it). It is not registered, so that
 `amqpcap analyze` does not run it: the tests run it as `amqpcap.engine.partitions.run_in_memory`
 and `amqpcap.engine.registered.steps_of` run an analyzer before it is registered.
 """

@@ -6,7 +6,7 @@ Usage: python tools/gen_limits_doc.py            # rewrite the table in docs/tab
 
 The caps are declared once, in rust/src/limits.rs (name, default, unit, meaning), and handed to
 Python by the built core (`amqpcap._core.limits()`): build it first (tools/dev-build.sh). Only
-the table is generated; the prose above it is written by hand. tests/test_docs.py fails when the
+the table is generated; the prose above it is written by hand. tests/whole/test_docs.py fails when the
 docs and the core disagree.
 """
 

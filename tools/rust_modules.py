@@ -8,7 +8,7 @@ A file uses another when its code names a path into it: `crate::a::b::item` or `
 (in `use` lines or inline), resolved to the longest prefix that is a file (`src/a/b.rs` or
 `src/a/b/mod.rs`). Comments are left out, and so are a file's unit tests (its trailing
 `#[cfg(test)] mod tests`), which may reach anywhere; `mod x;` declarations are structure, not
-uses. tests/test_docs.py runs the check.
+uses. tests/core/test_core_layout.py runs the check.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Clear outputs, execution counts and run metadata of the notebooks in notebooks/ (they are
-committed without outputs; tests/test_notebooks.py checks it and executes them).
+committed without outputs; tests/whole/test_notebooks.py checks it and executes them).
 
 Usage: python tools/strip_notebooks.py [NOTEBOOK.ipynb ...]   # default: every notebook
 """

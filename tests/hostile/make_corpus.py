@@ -10,7 +10,7 @@ Every case says what it is, how `amqpcap analyze FILE --out DIR` must end (exit 
 unusable file, 3 for a readable one with no AMQP connection; a substring of its stderr), which
 anomaly kinds `amqpcap.load` must report, and what must still be decoded. Those expectations come from how the file is built here (the frames it carries,
 the records before the damage), never from amqpcap's output. Cases marked `generated` are too
-big to commit (a million connections); tests/test_hostile.py builds them into a temporary
+big to commit (a million connections); tests/core/test_hostile.py builds them into a temporary
 directory with this script (numpy, a few seconds).
 
 The files are deterministic: packets are encoded with `struct` from tests/crafting.py's

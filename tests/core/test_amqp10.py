@@ -1,0 +1,137 @@
+"""AMQP 1.0 beside AMQP 0-9-1 on one port (fixtures/amqp10.pcap: RabbitMQ's rabbitmq_amqp1_0
+plugin, a qpid-proton client that sends 20 messages and takes them back, and the pika workload
+at the same time; record.sh stage 9). Expected values come from tshark's AMQP 1.0 dissector
+(`amqp10_streams` of the facts file) and from the scenario.
+
+The core chooses each direction's decoder by its protocol header (`rust/src/proto/dispatch.rs`): the
+AMQP 1.0 connection is framed by AMQP 1.0's decoder, not resynchronised over as broken 0-9-1,
+and no analyzer speaks of it yet.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import amqpcap
+from amqpcap.engine.registered import run_all
+
+from accounting import assert_byte_accounting
+
+FIX = Path(__file__).resolve().parents[2] / "fixtures"
+CAPTURE = FIX / "amqp10.pcap"
+
+
+@pytest.fixture(scope="module")
+def cap():
+    return amqpcap.load(CAPTURE)
+
+
+@pytest.fixture(scope="module")
+def facts():
+    return json.loads((FIX / "amqp10.pcap.tshark.json").read_text())
+
+
+def test_the_amqp10_connection_has_tsharks_frames_and_nothing_skipped(cap, facts):
+    amqp10 = facts["amqp10_streams"]
+    assert list(amqp10) == ["1"], "the recording has one AMQP 1.0 connection"
+    # the scenario: SASL PLAIN (mechanisms, init, outcome), 20 transfers each way
+    assert amqp10["1"]["sasl"] == {"64": 1, "65": 1, "68": 1}
+    assert amqp10["1"]["performatives"]["20"] == 40
+    c = cap.connections.set_index("stream")
+    for stream, f in amqp10.items():
+        row = c.loc[int(stream)]
+        assert row["protocol"] == "1.0"
+        assert row["frames"] == f["frames"]
+        assert row["protocol_header_seen"]
+        for d in ("c2s", "s2c"):
+            assert row[f"{d}_bytes_skipped"] == 0
+            assert row[f"{d}_bytes_decoded"] == row[f"{d}_stream_bytes"] > 0
+    assert len(cap.anomalies) == 0
+    assert_byte_accounting(cap)
+
+
+def test_the_0_9_1_connection_beside_it_is_decoded_as_tshark_decodes_it(cap, facts):
+    c = cap.connections.set_index("stream")
+    assert c.loc[0, "protocol"] == "0-9-1"
+    assert c.loc[0, "connection_name"] == "amqpcap-workload"
+    # AMQP 1.0 frames are no rows of the 0-9-1 frames table
+    assert set(cap.frames["stream"]) == {0}
+    methods = cap.frames[cap.frames["type"] == "method"].groupby(["class_id", "method_id"]).size()
+    assert {f"{a}.{b}": int(n) for (a, b), n in methods.items()} == facts["streams"]["0"]
+
+
+def test_no_finding_speaks_of_the_amqp10_connection(cap):
+    for result in run_all(cap):
+        for f in result.findings:
+            assert 1 not in f.evidence.get("streams", []), (f.id, f.evidence)
+            assert all(s.get("stream") != 1 for s in f.subjects), f.id
+
+
+def test_the_user_is_told_once_which_connection_is_not_analysed():
+    r = subprocess.run([sys.executable, "-m", "amqpcap", "analyze", str(CAPTURE)], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    said = [line for line in (r.stdout + r.stderr).splitlines() if "AMQP 1.0" in line]
+    assert len(said) == 1, said
+    assert "(tcp.stream eq 1)" in said[0] and "not analysed" in said[0]
+    # no 0-9-1 decoding noise about it
+    assert "resync" not in r.stderr and "protocol-header" not in r.stderr
+
+
+@pytest.mark.parametrize("streams", [[0, 1], list(range(12))])
+def test_the_warnings_filter_is_one_wireshark_accepts(streams):
+    """tshark parses the warning's filter and opens those connections' packets (a filter of
+    space-separated members, `{0 1}`, is a syntax error since Wireshark 4.0)."""
+    import re
+
+    from amqpcap.io.load import NAMED_STREAMS, protocol_warnings
+
+    conns = pd.DataFrame({"stream": streams, "protocol": ["1.0"] * len(streams)})
+    [said] = protocol_warnings(conns)
+    flt = re.search(r"\((tcp\.stream [^)]*?)(, the first \d+)?\)", said)
+    assert flt and (flt.group(2) is not None) == (len(streams) > NAMED_STREAMS), said
+    r = subprocess.run(["tshark", "-r", str(CAPTURE), "-Y", flt.group(1), "-T", "fields", "-e", "tcp.stream"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert {int(x) for x in r.stdout.split()} == {0, 1}
+
+
+def test_the_summary_counts_it_as_an_amqp10_connection(cap):
+    from amqpcap.summary.overview import overview, story
+
+    o = overview(cap, run_all(cap))
+    assert o["connections"]["total"] == 2 and o["connections"]["amqp-1.0"] == 1
+    assert "1 speaking AMQP 1.0" in story(o)
+
+
+def test_a_capture_of_amqp10_only_says_what_was_analysed(tmp_path):
+    """The AMQP 1.0 connection alone (tshark writes its packets to a file of their own): no
+    0-9-1 frame, and the note says why only TCP was analysed (not "no frame was decoded")."""
+    import shutil
+
+    if shutil.which("tshark") is None:
+        pytest.skip("tshark is installed by scripts/test.sh")
+    alone = tmp_path / "amqp10-only.pcap"
+    subprocess.run(["tshark", "-r", str(CAPTURE), "-Y", "tcp.stream == 1", "-F", "pcap", "-w", str(alone)], check=True,
+                   capture_output=True)
+    r = subprocess.run([sys.executable, "-m", "amqpcap", "analyze", str(alone)], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "The connection speaks AMQP 1.0, which amqpcap frames but does not analyse yet" in r.stdout
+    assert "No AMQP frame was decoded" not in r.stdout
+    c = amqpcap.load(alone).connections
+    assert c["protocol"].tolist() == ["1.0"] and c["frames"].tolist() == [84]
+
+
+def test_info_lists_it_as_amqp10():
+    r = subprocess.run([sys.executable, "-m", "amqpcap", "info", str(CAPTURE)], capture_output=True, text=True,
+                       timeout=120, env={**__import__("os").environ, "COLUMNS": "200"})
+    assert r.returncode == 0, r.stderr
+    row = next(line for line in r.stdout.splitlines() if "127.0.0.1:" in line and "│      1 │" in line)
+    assert "(AMQP 1.0, not analysed)" in row and "amqp-1.0" in row
