@@ -40,13 +40,13 @@ if "--analyze" in sys.argv:
     from pathlib import Path
     from amqpcap.analysis.registry import rank
     from amqpcap.engine.registered import run_all
-    from amqpcap.report.outputs import build_summary, write_outputs
+    from amqpcap.report.outputs import write_outputs
+    from amqpcap.summary.prepared import prepare
     results = run_all(cap)
-    summary = build_summary(cap, results)
     findings = rank([f for r in results for f in r.findings])
     t3 = time.perf_counter()
     with tempfile.TemporaryDirectory() as d:
-        write_outputs(cap, results, summary, Path(d))
+        write_outputs(cap, results, prepare(cap, results), Path(d))
     t4 = time.perf_counter()
     info.update(analyze_s=t3 - t2, report_s=t4 - t3, findings=len(findings))
 print(json.dumps(info))
