@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -37,15 +36,10 @@ from amqpcap.engine import on_dask as engine
 from amqpcap.io import kept_rows
 from amqpcap.engine.registered import splits
 from amqpcap.engine.partitions import run_whole
-
-
-def _worker_peak_rss_mib() -> float:
-    """The worker process's peak resident set (VmHWM; ru_maxrss would count what a forked
-    process inherited)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+from memory_factor import own_peak_rss_mib
+import cloudpickle  # noqa: E402  (Dask's pickler: the workers cannot import this folder's modules,
+import memory_factor  # noqa: E402  so the function run on them travels by value)
+cloudpickle.register_pickle_by_value(memory_factor)
 
 
 class Phases:
@@ -113,7 +107,7 @@ def main() -> None:
         del cap
         whole_s = read_s + best_whole
         print(f"{'in one process':>16}: {read_s + best_whole:7.2f} s  (read {read_s:.2f} s + analyzers {best_whole:.2f} s)"
-              f"  peak RSS {_worker_peak_rss_mib():,.0f} MiB")
+              f"  peak RSS {own_peak_rss_mib():,.0f} MiB")
 
     times = {}
     for workers in a.workers:
@@ -125,7 +119,7 @@ def main() -> None:
                 took = time.perf_counter() - t
                 if took < best:
                     best, best_phases = took, phases.line(took)
-            rss = sorted(c.run(_worker_peak_rss_mib).values())
+            rss = sorted(c.run(own_peak_rss_mib).values())
         times[workers] = best
         print(f"{f'{workers} worker' + 's' * (workers > 1):>16}: {best:7.2f} s  peak RSS per worker "
               + ", ".join(f"{r:,.0f} MiB" for r in rss) + f"\n{'':>18}({best_phases})")
@@ -143,7 +137,7 @@ def main() -> None:
     if {1, 2} <= times.keys():
         print(f"speed-up, 2 workers over 1: {times[1] / times[2]:.2f}x"
               + (f"; 2 workers against one process: {whole_s / times[2]:.2f}x" if whole_s else ""))
-    print(f"this process ({'the run in one process and ' if whole_s else ''}the merges): peak RSS {_worker_peak_rss_mib():,.0f} MiB")
+    print(f"this process ({'the run in one process and ' if whole_s else ''}the merges): peak RSS {own_peak_rss_mib():,.0f} MiB")
 
 
 def ingest_first(capture: Path, out: Path) -> float:

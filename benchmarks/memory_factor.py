@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import resource
 import subprocess
 import sys
 import tempfile
@@ -44,6 +45,15 @@ def peak_rss(cmd: list[str]) -> int:
     if code != 0:
         sys.exit(f"{' '.join(cmd)} failed (exit code {code})")
     return rss
+
+
+def own_peak_rss_mib() -> float:
+    """This process's peak resident set (a Dask worker's, when run there; VmHWM: ru_maxrss would
+    count what a forked process inherited)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def packets(capture: Path) -> int:

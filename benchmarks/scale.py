@@ -37,7 +37,10 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 from rss import run_measured  # noqa: E402
 
 sys.path.insert(0, str(HERE))
-from engine import _worker_peak_rss_mib  # noqa: E402
+from memory_factor import own_peak_rss_mib  # noqa: E402
+import cloudpickle  # noqa: E402  (Dask's pickler: the workers cannot import this folder's modules,
+import memory_factor  # noqa: E402  so the function run on them travels by value)
+cloudpickle.register_pickle_by_value(memory_factor)
 
 
 #: conversations a ring may hold before the rest is skipped (`--limit max_streams`): a 100M
@@ -56,7 +59,7 @@ def on_dask(ring: Path, dataset: Path, workers: int) -> tuple[float, list[float]
         t = time.perf_counter()
         engine.ingest(ring, dataset, c, limits=Limits(max_streams=MAX_STREAMS))
         seconds = time.perf_counter() - t
-        return seconds, sorted(c.run(_worker_peak_rss_mib).values())
+        return seconds, sorted(c.run(own_peak_rss_mib).values())
 
 
 def ingest_measured(ring: Path, dataset: Path, tmp: Path, baseline: Path | None = None) -> tuple[float, int]:
