@@ -20,7 +20,7 @@ One module per question, each a function of a Capture kept by `derivation` (the 
 - `amqpcap.derive.names.connection_names` (CAPTURE: a label shared by connections is told apart by
   stream) and `connection_roles` (CONNECTION) are derivations too.
 
-Analyzers (amqpcap/analyzers) import from here, never from each other (tests/test_derive.py).
+Analyzers (amqpcap/analyzers) import from here, never from each other (tests/derive/test_derive.py).
 """
 
 from .cache import CAPTURE, CONNECTION, derivation

@@ -13,7 +13,7 @@ the frame itself in one process) and are read a part at a time, once per pass:
   per order statistic, and at most `GATHER_MAX` candidates.
 
 The results are numpy's own (`np.percentile`'s linear interpolation, `np.median`), bit for bit,
-whatever the parts: `tests/test_quantiles.py` checks them against numpy on values concatenated.
+whatever the parts: `tests/derive/test_quantiles.py` checks them against numpy on values concatenated.
 The mean is the correctly rounded sum (`math.fsum`) over the count, so that it does not depend on
 how the values are cut into parts either.
 """

@@ -34,7 +34,7 @@ TYPE_IDS = {v: k for k, v in FRAME_TYPES.items()}
 AMQP10_ITEM = "AMQP 1.0 frames"
 #: Frames above this size confuse Wireshark's dissector: with tshark 4.0.17 a 900 kB body frame
 #: is decoded right, while after a 1.1 MB one the frame's own content is decoded again as
-#: thousands of "type 0" frames (tests/test_verify.py crafts it).
+#: thousands of "type 0" frames (tests/io/test_verify.py crafts it).
 WIRESHARK_PDU_LIMIT = 1 << 20
 
 #: The known limits of Wireshark's dissector, by id: (title, explanation).

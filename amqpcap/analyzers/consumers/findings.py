@@ -28,7 +28,7 @@ def consumer_bound_severity(growth, growth_ratio, estimated) -> np.ndarray:
     """consumer-bound's severity per consumer as a rank (SEVERITIES): warning; critical when its
     queue grew by at least BACKLOG_GROWTH_MSGS messages and BACKLOG_GROWTH_RATIO times the rate
     its consumers took messages (unknown growth counts as none); info when the prefetch is an
-    estimate. Non-decreasing in ``growth`` and ``growth_ratio`` (tests/test_grouping.py)."""
+    estimate. Non-decreasing in ``growth`` and ``growth_ratio`` (tests/analyzers/test_grouping.py)."""
     growth = np.nan_to_num(np.asarray(growth, dtype=float), nan=-np.inf)
     ratio = np.nan_to_num(np.asarray(growth_ratio, dtype=float), nan=-np.inf)
     critical = (growth >= BACKLOG_GROWTH_MSGS) & (ratio >= BACKLOG_GROWTH_RATIO)
