@@ -3,7 +3,6 @@ mention every option `--help` shows, and its exit codes must be the ones the CLI
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+import gen_cli_docs  # (tools/, on the path: tests/conftest.py)
 from amqpcap.cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,15 +19,8 @@ DOC_PATH = ROOT / "docs" / "cli.md"
 FIXTURES = ROOT / "fixtures"
 
 
-def _generator():
-    spec = importlib.util.spec_from_file_location("gen_cli_docs", ROOT / "tools" / "gen_cli_docs.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_cli_md_is_up_to_date():
-    assert DOC_PATH.read_text() == _generator().render(), (
+    assert DOC_PATH.read_text() == gen_cli_docs.render(), (
         "docs/cli.md is out of date: run `python tools/gen_cli_docs.py` and commit docs/cli.md"
     )
 

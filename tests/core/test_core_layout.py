@@ -3,41 +3,32 @@ protocol folder and has no function longer than 80 lines. Reads the sources only
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
+
+import rust_modules  # (tools/, on the path: tests/conftest.py)
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "rust" / "src"
 
 
-def _modules():
-    spec = importlib.util.spec_from_file_location("rust_modules", ROOT / "tools" / "rust_modules.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_no_circle_between_core_files():
-    mod = _modules()
-    assert mod.circles(mod.graph()) == []
+    assert rust_modules.circles(rust_modules.graph()) == []
 
 
 def test_the_circle_check_finds_a_circle():
-    mod = _modules()
     a, b, c, d = (SRC / f"{n}.rs" for n in "abcd")
-    assert mod.circles({a: {b}, b: {c}, c: {a}, d: {a}}) == [sorted([a, b, c])]
+    assert rust_modules.circles({a: {b}, b: {c}, c: {a}, d: {a}}) == [sorted([a, b, c])]
     # and reads uses as the core writes them: `crate::` paths, groups, `super::`
-    uses = mod.uses(SRC / "proto" / "amqp091" / "session.rs")
+    uses = rust_modules.uses(SRC / "proto" / "amqp091" / "session.rs")
     assert SRC / "proto" / "sink.rs" in uses and SRC / "proto" / "amqp091" / "decoder.rs" in uses
 
 
 def test_the_pipeline_reaches_protocols_only_through_the_seam():
-    mod = _modules()
     for f in (SRC / "pipeline").glob("*.rs"):
         if f.name == "tests.rs":
             continue
-        protocol_files = {u for u in mod.uses(f) if {"amqp091", "amqp10"} & set(u.relative_to(SRC).parts)}
+        protocol_files = {u for u in rust_modules.uses(f) if {"amqp091", "amqp10"} & set(u.relative_to(SRC).parts)}
         assert not protocol_files, f"{f.name} uses {sorted(map(str, protocol_files))}"
 
 

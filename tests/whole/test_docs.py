@@ -3,7 +3,6 @@ anomaly kind must be documented there — and nothing documented may be missing.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 
 import amqpcap
 from amqpcap import _core
+import gen_limits_doc  # (tools/, on the path: tests/conftest.py)
 from tiers import one_fast
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,29 +70,20 @@ def test_accounting_column_is_what_the_check_uses():
     assert {k for k, v in rows.items() if v == "missing"} == MISSING_KINDS
 
 
-def _limits_doc_generator():
-    spec = importlib.util.spec_from_file_location("gen_limits_doc", ROOT / "tools" / "gen_limits_doc.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_every_limit_documented():
     """The caps' table in the docs is the one generated from the core's declaration
     (rust/src/limits.rs, through `_core.limits()`): same caps, defaults and meanings."""
-    gen = _limits_doc_generator()
-    assert DOC == gen.render(DOC), "docs/tables.md's Resource caps table is out of date: run python tools/gen_limits_doc.py"
+    assert DOC == gen_limits_doc.render(DOC), "docs/tables.md's Resource caps table is out of date: run python tools/gen_limits_doc.py"
     start = DOC.index("## Resource caps")
     caps = re.findall(r"^\| `([a-z_]+)` \|", DOC[start:], re.M)
     assert caps == [name for name, *_ in _core.limits()] == list(amqpcap.Limits.__dataclass_fields__)
 
 
 def test_the_limits_check_fails_when_the_docs_and_the_core_disagree():
-    gen = _limits_doc_generator()
     changed = DOC.replace("| `max_streams` | 250,000 |", "| `max_streams` | 100,000 |")
-    assert changed != DOC and gen.render(changed) != changed
+    assert changed != DOC and gen_limits_doc.render(changed) != changed
     dropped = re.sub(r"^\| `max_frames` \|.*\n", "", DOC, flags=re.M)
-    assert gen.render(dropped) == DOC
+    assert gen_limits_doc.render(dropped) == DOC
 
 
 # --- findings and summary.json ---------------------------------------------------------------

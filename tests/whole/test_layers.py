@@ -14,10 +14,10 @@ Every import counts, also one inside a function (a deferred import is still a de
 from __future__ import annotations
 
 import ast
-import importlib.util
 from pathlib import Path
 
 import pytest
+import rust_modules  # (tools/, on the path: tests/conftest.py)
 
 PACKAGE = Path(__file__).resolve().parents[2] / "amqpcap"
 LAYERS = ("model", "io", "analysis", "derive", "analyzers", "engine", "summary", "report", "cli")
@@ -99,9 +99,6 @@ def analyzer_of(module: str) -> str | None:
 def circles(g: dict[str, set[str]]) -> list[list[str]]:
     """Groups of more than one file importing each other, each sorted, in the order of their first
     file: the circle finder `tools/rust_modules.py` uses for the core's files."""
-    spec = importlib.util.spec_from_file_location("rust_modules", PACKAGE.parent / "tools" / "rust_modules.py")
-    rust_modules = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(rust_modules)
     return sorted(rust_modules.circles({v: {w for w in ws if w in g} for v, ws in g.items()}))
 
 
