@@ -18,7 +18,7 @@ import pandas as pd
 from ..io.load import Capture
 from .deliveries import confirms, deliveries
 from .replay import for_derivations, told
-from .stream_order import ns
+from ..model.facts import ns
 
 
 def settled_by_ack(d: pd.DataFrame) -> np.ndarray:

@@ -17,6 +17,7 @@ from .. import analyzers as package
 from ..analysis.contract import Analyzer, split_of
 from ..analysis.partition import Split
 from ..analysis.registry import AnalyzerResult, registered
+from ..derive.tally import TallyCounts
 from ..io.load import Capture
 from .partitions import run_whole
 
@@ -142,6 +143,4 @@ def steps_of(analyzers: dict[str, Analyzer]) -> dict[str, Split]:
 
 @functools.cache
 def _tally_split() -> Split:
-    from ..derive.tally import TallyCounts
-
     return split_of(TallyCounts())

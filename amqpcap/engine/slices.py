@@ -29,6 +29,7 @@ from typing import Any
 from ..io import dataset
 from ..io.kept_rows import keeping_in
 from ..analysis.partition import Split
+from ..derive.replay import ends_of, ends_step, next_replay, with_replay
 from ..io.memory import release_freed_memory
 from ..model.facts import CaptureFacts
 from .registered import bucket_steps
@@ -71,7 +72,7 @@ def submit_in_slices(client: Any, root: str, bucket: int, cuts: list[int], facts
         seen = None
         for i, (first, end) in enumerate(slices):
             seen = client.submit(ends_task, root, bucket, first, end, seen, key=f"amqpcap-ends-{bucket}-{i}-{token}")
-        ends = client.submit(_ends_of, seen, key=f"amqpcap-ends-{bucket}-{token}")
+        ends = client.submit(ends_of, seen, key=f"amqpcap-ends-{bucket}-{token}")
     carries = replay = None
     pieces = []
     for i, (first, end) in enumerate(slices):
@@ -98,17 +99,9 @@ def _is_future(value: Any) -> bool:
 
 def ends_task(root: str, bucket: int, first: int, end: int | None, seen: Any) -> Any:
     """On a worker: the first pass over one slice of the bucket, given what the slices before saw."""
-    from ..derive.replay import ends_step
-
     out = ends_step(dataset.read_partition(root, [bucket], packets=(first, end)), seen)
     release_freed_memory()
     return out
-
-
-def _ends_of(seen: Any) -> Any:
-    from ..derive.replay import ends_of
-
-    return ends_of(seen)
 
 
 def slice_task(root: str, bucket: int, first: int, end: int | None, facts: CaptureFacts, names: list[str],
@@ -123,8 +116,6 @@ def slice_task(root: str, bucket: int, first: int, end: int | None, facts: Captu
     has one (once for the splits that share it); with them, its partition step given its
     context. The last slice's steps close the bucket's state: what they keep goes to `store`
     as the bucket's (`amqpcap.io.kept_rows`)."""
-    from ..derive.replay import next_replay, with_replay
-
     sp = bucket_steps(given)
     part = dataset.read_partition(root, [bucket], packets=(first, end))
     last = end is None

@@ -93,7 +93,7 @@ class Capture:
     #: for a partition of a capture (some of its connections) or a slice of its time: what its
     #: derivations are told from outside it (`Told`). Set before any derivation reads it; nothing
     #: for a whole capture, whose derivations compute it themselves
-    context: Told = field(default_factory=lambda: Told(), repr=False, compare=False)
+    context: Told = field(default_factory=Told, repr=False, compare=False)
     _derivation_locks: dict[str, threading.RLock] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def derivation_lock(self, name: str) -> threading.RLock:
