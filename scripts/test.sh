@@ -41,7 +41,7 @@ smoke=$(mktemp -d)
 trap 'rm -rf "$smoke"' EXIT
 "$py" rust/fuzz/make_seeds.py "$smoke" --quick
 (cd rust && cargo +nightly fuzz build)
-for target in capture_reader capture_merge tcp_reassembly amqp_decoder; do
+for target in capture_reader capture_merge tcp_reassembly amqp_decoder amqp10_performatives; do
   FUZZ_CORPUS="$smoke" FUZZ_ARTIFACTS=rust/fuzz/artifacts FUZZ_RUNS_LOG="" \
     bash rust/fuzz/run-long.sh "$target" "${FUZZ_SMOKE_SECONDS:-20}"
 done

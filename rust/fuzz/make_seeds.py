@@ -3,7 +3,8 @@
 
     python3 rust/fuzz/make_seeds.py OUT_DIR [--fixtures DIR] [--quick]
 
-writes OUT_DIR/capture_reader, OUT_DIR/capture_merge, OUT_DIR/tcp_reassembly and OUT_DIR/amqp_decoder:
+writes OUT_DIR/capture_reader, OUT_DIR/capture_merge, OUT_DIR/tcp_reassembly, OUT_DIR/amqp_decoder
+and OUT_DIR/amqp10_performatives:
 
 - capture_reader: each fixture cut to its first records (whole records, at most ~12 KiB; pcap,
   pcapng by blocks, and gzip-compressed again for the .gz fixture);
@@ -14,7 +15,9 @@ writes OUT_DIR/capture_reader, OUT_DIR/capture_merge, OUT_DIR/tcp_reassembly and
   (several chunkings, one with gaps and a frame_max change);
 - tcp_reassembly: the segment list of those connections (tshark fields: direction, raw
   sequence and acknowledgement numbers, flags, length), in the input format of
-  `_core::fuzzing::Conversation`, relative to each side's ISN.
+  `_core::fuzzing::Conversation`, relative to each side's ISN;
+- amqp10_performatives: the body of every whole AMQP 1.0 frame in a packet of a fixture (the
+  packets tshark decodes as AMQP 1.0: those with `amqp.doff`), one seed each, distinct.
 
 --quick uses only a few fixtures (the CI smoke run). Needs tshark. Only the standard library.
 """
@@ -231,6 +234,27 @@ def reassembly_seeds(fixture: Path, streams: list[int], out: Path) -> None:
         write(out, conversation((2**32 - 40, 2**32 - 7), 64, segs))
 
 
+# --- amqp10_performatives ----------------------------------------------------------------
+
+
+def body_seeds(fixture: Path, out: Path) -> None:
+    """The bodies of the whole AMQP 1.0 frames (Part 2 §2.3: SIZE, DOFF, TYPE, channel) in
+    each packet tshark decodes as AMQP 1.0, after a protocol header when the packet has one."""
+    payloads = tshark("-r", str(fixture), "-Y", "amqp.doff", "-T", "fields", "-e", "tcp.payload").split()
+    for hexdata in payloads:
+        data = bytes.fromhex(hexdata)
+        pos = 8 if data[:4] == b"AMQP" else 0
+        while pos + 8 <= len(data):
+            size, doff = struct.unpack(">IB", data[pos : pos + 5])
+            if size < 8 or doff < 2 or doff * 4 > size or pos + size > len(data):
+                break
+            if size > doff * 4:
+                write(out, data[pos + doff * 4 : pos + size])
+            pos += size
+            if data[pos : pos + 4] == b"AMQP":
+                pos += 8
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path)
@@ -254,8 +278,9 @@ def main() -> int:
         if streams:
             decoder_seeds(follow(f, streams), args.out / "amqp_decoder")
             reassembly_seeds(f, streams, args.out / "tcp_reassembly")
-    for t in ("capture_reader", "capture_merge", "tcp_reassembly", "amqp_decoder"):
-        files = list((args.out / t).iterdir())
+        body_seeds(f, args.out / "amqp10_performatives")
+    for t in ("capture_reader", "capture_merge", "tcp_reassembly", "amqp_decoder", "amqp10_performatives"):
+        files = list((args.out / t).iterdir()) if (args.out / t).exists() else []
         print(f"{t}: {len(files)} seeds, {sum(p.stat().st_size for p in files)} bytes in {args.out / t}")
     return 0
 

@@ -3,7 +3,7 @@
 #
 #   bash rust/fuzz/run-long.sh TARGET SECONDS
 #
-# TARGET: capture_reader | capture_merge | tcp_reassembly | amqp_decoder. The corpus grows outside git in
+# TARGET: capture_reader | capture_merge | tcp_reassembly | amqp_decoder | amqp10_performatives. The corpus grows outside git in
 # $FUZZ_CORPUS/TARGET (default: fuzz-corpus/ next to the repository, /work/fuzz-corpus here);
 # an empty corpus is seeded from fixtures/ by make_seeds.py, and the committed
 # regressions/TARGET inputs are always loaded too. Crashes, hangs (-timeout=10 s) and
@@ -19,7 +19,7 @@ main() {
   here=$(cd "$(dirname "$0")" && pwd)
   repo=$(cd "$here/../.." && pwd)
   if [ $# -ne 2 ]; then
-    echo "usage: $0 TARGET SECONDS   (TARGET: capture_reader, capture_merge, tcp_reassembly, amqp_decoder)" >&2
+    echo "usage: $0 TARGET SECONDS   (TARGET: capture_reader, capture_merge, tcp_reassembly, amqp_decoder, amqp10_performatives)" >&2
     exit 64
   fi
   target=$1
@@ -29,6 +29,7 @@ main() {
     capture_merge) max_len=65536 ;;
     tcp_reassembly) max_len=16384 ;;
     amqp_decoder) max_len=65536 ;;
+    amqp10_performatives) max_len=16384 ;;
     *) echo "unknown target $target" >&2; exit 64 ;;
   esac
   [[ $seconds =~ ^[0-9]+$ ]] || { echo "SECONDS must be a whole number" >&2; exit 64; }

@@ -15,6 +15,7 @@ fn harness(target: &str) -> fn(&[u8]) {
         "capture_merge" => _core::testkit::capture_merge,
         "tcp_reassembly" => _core::testkit::tcp_reassembly,
         "amqp_decoder" => _core::testkit::amqp_decoder,
+        "amqp10_performatives" => _core::testkit::amqp10_performatives,
         other => panic!("unknown fuzz target {other}"),
     }
 }
@@ -61,6 +62,11 @@ fn tcp_reassembly() {
 #[test]
 fn amqp_decoder() {
     replay("amqp_decoder");
+}
+
+#[test]
+fn amqp10_performatives() {
+    replay("amqp10_performatives");
 }
 
 /// Replays `FUZZ_INPUT` through `FUZZ_TARGET`'s harness; does nothing when they are not set.

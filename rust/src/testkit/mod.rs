@@ -8,17 +8,20 @@
 //! - `capture.rs`: `capture_reader`, `capture_merge`.
 //! - `conversation.rs`: `tcp_reassembly`, and the segment and IPv4 packet builders.
 //! - `decoders.rs`: `amqp_decoder`.
+//! - `performatives.rs`: `amqp10_performatives`.
 //! - `invariants.rs`: `check_output`, what every decode's tables must hold.
 
 mod capture;
 mod conversation;
 mod decoders;
 mod invariants;
+mod performatives;
 
 pub use capture::{capture_merge, capture_reader};
 pub use conversation::{tcp_reassembly, Ack, Conversation, Segment, Seq};
 pub use decoders::amqp_decoder;
 pub use invariants::check_output;
+pub use performatives::amqp10_performatives;
 
 use crate::limits::Limits;
 
