@@ -133,7 +133,7 @@ def follow(fixture: Path, streams: list[int]) -> dict[int, tuple[bytes, bytes]]:
 
 # (flags, control bytes): flags bit 0 = starts at a frame boundary, bit 1 = small caps,
 # bits 2-3 = initial frame_max, bit 4 = AMQP 1.0's decoder after an AMQP 1.0 header (bit 5: the
-# SASL one), which the harness puts first; control 0x00-0xDF = a chunk of c+1 bytes, first-round
+# SASL one), which the harness puts first (bit 6: none, the stream seen from its middle); control 0x00-0xDF = a chunk of c+1 bytes, first-round
 # 0xE0-0xEF = a frame_max change, 0xF0-0xFF = a gap of 2^(c&15) bytes (see plan() in src/testkit/decoders.rs).
 CHUNKINGS = [
     (0b0001, b""),
@@ -145,6 +145,8 @@ CHUNKINGS = [
 
 #: the AMQP 1.0 protocol headers the harness writes itself: flags bits 4 and 5 (src/testkit/decoders.rs)
 AMQP10_HEADERS = {b"AMQP\x00\x01\x00\x00": 0b010000, b"AMQP\x03\x01\x00\x00": 0b110000}
+#: flags bits 4 and 6: AMQP 1.0's decoder on a stream seen from its middle
+AMQP10_MID_STREAM = 0b1010000
 
 
 def decoder_seeds(streams: dict[int, tuple[bytes, bytes]], out: Path) -> None:
@@ -156,6 +158,8 @@ def decoder_seeds(streams: dict[int, tuple[bytes, bytes]], out: Path) -> None:
             if amqp10 is not None:
                 for _, ctrl in CHUNKINGS:
                     write(out, bytes([amqp10, len(ctrl)]) + ctrl + data[8:][:STREAM_BYTES])
+                    # the same stream entered mid-connection
+                    write(out, bytes([AMQP10_MID_STREAM, len(ctrl)]) + ctrl + data[len(data) // 3 :][:STREAM_BYTES])
                 continue
             for flags, ctrl in CHUNKINGS:
                 write(out, bytes([flags, len(ctrl)]) + ctrl + data[:STREAM_BYTES])

@@ -3,9 +3,10 @@ plugin, a qpid-proton client that sends 20 messages and takes them back, and the
 at the same time; record.sh stage 9). Expected values come from tshark's AMQP 1.0 dissector
 (`amqp10_streams` of the facts file) and from the scenario.
 
-The core chooses each direction's decoder by its protocol header (`rust/src/proto/dispatch.rs`): the
-AMQP 1.0 connection is framed by AMQP 1.0's decoder, not resynchronised over as broken 0-9-1,
-and no analyzer speaks of it yet.
+The core chooses each direction's decoder by its protocol header, or by frame structure in a
+capture cut after the connection started (`rust/src/proto/dispatch.rs`, `detect.rs`): the AMQP 1.0
+connection is framed by AMQP 1.0's decoder, not resynchronised over as broken 0-9-1, and no
+analyzer speaks of it yet.
 """
 
 from __future__ import annotations
@@ -135,3 +136,70 @@ def test_info_lists_it_as_amqp10():
     assert r.returncode == 0, r.stderr
     row = next(line for line in r.stdout.splitlines() if "127.0.0.1:" in line and "│      1 │" in line)
     assert "(AMQP 1.0, not analysed)" in row and "amqp-1.0" in row
+
+
+# -- a capture that starts in the middle of the AMQP 1.0 connection --------------------------------
+
+#: The first packet kept: the one after the AMQP 1.0 connection's first attach and flow (packet
+#: 122, `tshark -r fixtures/amqp10.pcap -Y amqp`): the cut holds its transfers and dispositions,
+#: not its protocol headers, SASL, open or begins, and the end of the 0-9-1 connection.
+CUT_FROM_PACKET = 123
+
+
+def _tshark_amqp_facts(path: Path) -> dict:
+    """tshark's AMQP counts of a capture, as fixtures/record/tshark_facts.py writes them beside
+    each fixture (its `amqp_facts`: 0-9-1 methods per stream, AMQP 1.0 frames per stream)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tshark_facts", FIX / "record" / "tshark_facts.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    amqp, _problems = module.amqp_facts(str(path))
+    return amqp
+
+
+@pytest.fixture(scope="module")
+def cut(tmp_path_factory):
+    import shutil
+
+    if shutil.which("editcap") is None or shutil.which("tshark") is None:
+        pytest.skip("editcap and tshark are installed by scripts/test.sh")
+    path = tmp_path_factory.mktemp("cut") / "amqp10-cut.pcap"
+    subprocess.run(["editcap", "-r", str(CAPTURE), str(path), f"{CUT_FROM_PACKET}-1000000"], check=True,
+                   capture_output=True)
+    return path, _tshark_amqp_facts(path)
+
+
+def test_an_amqp10_connection_seen_from_its_middle_is_told_by_its_frames(cut):
+    """No protocol header, yet the connection is AMQP 1.0 (its frames' structure says so,
+    rust/src/proto/detect.rs) and every AMQP 1.0 frame tshark finds in it is framed."""
+    path, facts = cut
+    amqp10 = facts["amqp10_streams"]
+    [(stream, f)] = amqp10.items()
+    # the cut starts after the open and the begins (0x10, 0x11); the sender's transfers (0x14)
+    # and dispositions (0x15) are left, and the receiving link's attach (0x12) that follows them
+    assert set(f["performatives"]) >= {"20", "21"} and not {"16", "17"} & set(f["performatives"])
+    assert not f["sasl"]
+    c = amqpcap.load(path).connections.set_index("stream")
+    row = c.loc[int(stream)]
+    assert row["protocol"] == "1.0"
+    assert not row["protocol_header_seen"]
+    assert row["frames"] == f["frames"]
+    # every packet of the cut starts with a frame (tshark dissects each from its first octet)
+    for d in ("c2s", "s2c"):
+        assert row[f"{d}_bytes_skipped"] == 0
+        assert row[f"{d}_bytes_decoded"] == row[f"{d}_stream_bytes"] > 0
+
+
+def test_the_0_9_1_connection_in_the_cut_stays_0_9_1(cut):
+    path, facts = cut
+    cap = amqpcap.load(path)
+    amqp10 = {int(s) for s in facts["amqp10_streams"]}
+    [other] = set(cap.connections["stream"]) - amqp10
+    assert cap.connections.set_index("stream").loc[other, "protocol"] == "0-9-1"
+    # its frames rows are the methods tshark finds on it (queue.delete-ok, the closes)
+    assert set(cap.frames["stream"]) == {other}
+    methods = cap.frames[cap.frames["type"] == "method"].groupby(["class_id", "method_id"]).size()
+    assert {f"{a}.{b}": int(n) for (a, b), n in methods.items()} == facts["streams"][str(other)]
+    assert_byte_accounting(cap)
+    assert len(cap.anomalies) == 0

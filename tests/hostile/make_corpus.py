@@ -628,7 +628,7 @@ def _amqp10_then(path, bad: bytes) -> dict:
 
 
 @case("amqp10-bad-frame.pcap", "an AMQP 1.0 connection whose client sends, after its open, a frame header of size 4 "
-      "(below the header's own 8 octets) and 100 bytes: AMQP 1.0 frames are not resynchronised, so the rest is skipped",
+      "(below the header's own 8 octets) and 100 bytes: no chain of AMQP 1.0 frames starts in the rest (resynchronisation finds none), so it is skipped",
       warning="bad-frame-header", kinds=["bad-frame-header", "resync-skipped"],
       decode={"frames": 0, "connections": 1, "skipped_bytes": 108})
 def _amqp10_bad_frame(path):

@@ -1,9 +1,11 @@
 //! The seam between TCP and the protocol decoders: each direction's reassembled chunks go to
-//! the decoder its first bytes choose (`crate::proto::detect`): AMQP 1.0 for an AMQP 1.0 protocol
-//! header, AMQP 0-9-1 for anything else (its own header, TLS, or the frames of a capture that
-//! starts mid-connection, which its decoder resynchronises on). Until the first bytes tell, the
-//! chunks wait here, in order, and are then handed to the chosen decoder as they came, so the
-//! decoder sees exactly what it would have seen from the first byte.
+//! the decoder its bytes choose (`crate::proto::detect`): AMQP 1.0 for an AMQP 1.0 protocol
+//! header, or, in a direction seen from its middle (no SYN, or a gap before anything told), for
+//! AMQP 1.0 frames found before any AMQP 0-9-1 frame (`detect::mid_stream`); AMQP 0-9-1 for
+//! anything else (its own header, TLS, 0-9-1 frames of a capture that starts mid-connection,
+//! which its decoder resynchronises on, or nothing found in `resync_window_bytes`). Until the
+//! bytes tell, the chunks and gaps wait here, in order, and are then handed to the chosen decoder
+//! as they came, so the decoder sees exactly what it would have seen from the first byte.
 //!
 //! What a decoder writes goes through a [`Sink`] (`crate::proto::sink`, the contract): the
 //! tables' builders, the connection's facts, and where the rows are (the packet whose arrival
@@ -12,19 +14,97 @@
 use crate::proto::amqp091::decoder::Decoder as Decoder091;
 use crate::proto::amqp10::decoder::Decoder as Decoder10;
 use crate::anomaly::AnomalyKind;
-use crate::proto::detect::{detect, Detected};
+use crate::proto::detect::{detect, mid_stream, Detected, MidStream};
 use crate::limits::Limits;
 use crate::proto::facts::{ConnInfo, Protocol};
 use crate::proto::sink::{DecodeSink, Sink};
 use crate::flow::tcp::reassembly::{Chunk, GapCause, PacketRef};
 
-/// The first bytes of a direction, while they do not tell its protocol yet (fewer than a
-/// protocol header's 8, or a TLS record still to be seen whole).
+/// The first bytes of a direction, while they do not tell its protocol yet: fewer than a
+/// protocol header's 8, a TLS record still to be seen whole, or, for a direction seen from its
+/// middle, bytes in which no frame was found yet ([`mid_stream`]).
 pub(crate) struct Undecided {
     aligned: bool,
     bytes: Vec<u8>,
-    /// Each chunk's length, its packet and the packet whose arrival handed it over.
-    chunks: Vec<(usize, u32, PacketRef)>,
+    /// What came, in order: chunks of `bytes` and capture gaps.
+    held: Vec<Held>,
+    /// The search by frame structure, once the start told nothing.
+    scan: Option<Scan>,
+}
+
+#[derive(Clone, Copy)]
+enum Held {
+    /// A chunk's length, its packet and the packet whose arrival handed it over.
+    Data(usize, u32, PacketRef),
+    /// A capture gap of that many bytes, found out on the packet's arrival.
+    Gap(u64, PacketRef),
+}
+
+/// `bytes[..judged]` hold no position where frames start (the bytes after the latest gap are
+/// searched: a chain never spans a gap).
+#[derive(Clone, Copy)]
+struct Scan {
+    judged: usize,
+}
+
+/// What a direction turned out to speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Choice {
+    /// What its first bytes say (`crate::proto::detect::detect`); `Unknown`: AMQP 0-9-1 frames.
+    Start(Detected),
+    /// AMQP 1.0 frames, found by their structure in a direction seen from its middle.
+    Amqp10MidStream,
+}
+
+impl Undecided {
+    fn new(aligned: bool) -> Self {
+        Undecided { aligned, bytes: Vec::new(), held: Vec::new(), scan: None }
+    }
+
+    /// What the bytes held tell, if they do. `at_end`: no byte will follow them (a gap, the end
+    /// of the stream). `amqp10`: the connection's other direction speaks AMQP 1.0.
+    fn choice(&mut self, at_end: bool, amqp10: bool, limits: &Limits) -> Option<Choice> {
+        let scan = match self.scan {
+            Some(scan) => scan,
+            None => {
+                match detect(&self.bytes, self.aligned) {
+                    // a direction whose start was seen starts with frames or a header
+                    Some(Detected::Unknown) if self.aligned => return Some(Choice::Start(Detected::Unknown)),
+                    Some(Detected::Unknown) => {}
+                    Some(found) => return Some(Choice::Start(found)),
+                    None if !at_end => return None,
+                    // its start cut short by a gap or the end: frames are searched for
+                    None => {}
+                }
+                *self.scan.insert(Scan { judged: 0 })
+            }
+        };
+        // A direction seen from its middle (or whose start was cut by a gap) is searched for
+        // frames of either protocol from its first byte on, in the bytes after the latest gap;
+        // past `resync_window_bytes` positions without any, it is AMQP 0-9-1 as before, whose
+        // decoder goes on searching (or AMQP 1.0's, when the connection speaks it).
+        let window = limits.resync_window_bytes as usize;
+        let positions = window.saturating_sub(scan.judged);
+        let (at, found) = mid_stream(&self.bytes[scan.judged..], positions, at_end, amqp10, limits);
+        self.scan = Some(Scan { judged: scan.judged + at });
+        match found {
+            MidStream::Amqp091 => Some(Choice::Start(Detected::Unknown)),
+            MidStream::Amqp10 => Some(Choice::Amqp10MidStream),
+            MidStream::Need => None,
+            MidStream::Neither if scan.judged + at >= window => Some(fallback(amqp10)),
+            MidStream::Neither => None,
+        }
+    }
+}
+
+/// A direction whose bytes told nothing: AMQP 0-9-1, whose decoder handles what is not a header
+/// (or AMQP 1.0's decoder, searching, when the connection's other direction speaks it).
+fn fallback(amqp10: bool) -> Choice {
+    if amqp10 {
+        Choice::Amqp10MidStream
+    } else {
+        Choice::Start(Detected::Unknown)
+    }
 }
 
 /// A direction's decoder.
@@ -42,7 +122,10 @@ impl StreamDecoder {
     /// direction's latest data packet (`finish`). AMQP 1.0's frames have no rows here.
     pub(crate) fn earliest_pending_frame(&self, last_arrival: u32) -> Option<u32> {
         match self {
-            StreamDecoder::Undecided(u) => u.chunks.first().map(|c| c.2.number),
+            StreamDecoder::Undecided(u) => u.held.iter().find_map(|h| match h {
+                Held::Data(_, _, arrival) => Some(arrival.number),
+                Held::Gap(..) => None,
+            }),
             StreamDecoder::Amqp091(d) => d.may_decode_at_end().then_some(last_arrival),
             StreamDecoder::Amqp10(_) => None,
         }
@@ -80,71 +163,85 @@ impl StreamDecoder {
             StreamDecoder::Amqp091(d) => d.feed(bytes, from, arrival.number, limits, sink),
             StreamDecoder::Amqp10(d) => d.feed(bytes, from, arrival.number, sink),
             StreamDecoder::Undecided(u) => {
-                let first = u.chunks.is_empty();
-                let found = if first { detect(bytes, u.aligned) } else {
-                    u.bytes.extend_from_slice(bytes);
-                    detect(&u.bytes, u.aligned)
-                };
-                match found {
+                if u.held.is_empty() {
                     // the usual case: the first chunk tells
-                    Some(found) if first => {
-                        *self = chosen(found, u.aligned, sink, limits);
-                        self.feed(bytes, from, arrival, sink, limits);
-                    }
-                    _ => {
-                        if first {
-                            u.bytes.extend_from_slice(bytes);
+                    match detect(bytes, u.aligned) {
+                        Some(Detected::Unknown) if !u.aligned => {}
+                        Some(found) => {
+                            *self = chosen(Choice::Start(found), u.aligned, sink, limits);
+                            return self.feed(bytes, from, arrival, sink, limits);
                         }
-                        u.chunks.push((bytes.len(), from, arrival));
-                        if let Some(found) = found {
-                            self.decide(found, sink, limits);
-                        }
+                        None => {}
                     }
+                }
+                u.bytes.extend_from_slice(bytes);
+                u.held.push(Held::Data(bytes.len(), from, arrival));
+                if let Some(choice) = u.choice(false, known_amqp10(sink), limits) {
+                    self.decide(choice, sink, limits);
                 }
             }
         }
     }
 
-    /// Become the decoder `found` chooses, and hand it the chunks that waited.
-    fn decide(&mut self, found: Detected, sink: &mut Sink<'_>, limits: &Limits) {
+    /// Become the decoder `choice` names, and hand it what waited.
+    fn decide(&mut self, choice: Choice, sink: &mut Sink<'_>, limits: &Limits) {
         let StreamDecoder::Undecided(u) = self else { return };
-        let waited = std::mem::replace(u, Undecided { aligned: u.aligned, bytes: Vec::new(), chunks: Vec::new() });
-        *self = chosen(found, waited.aligned, sink, limits);
+        let waited = std::mem::replace(u, Undecided::new(u.aligned));
+        *self = chosen(choice, waited.aligned, sink, limits);
         let row = sink.arrival_row;
         let mut at = 0;
-        for (len, from, arrival) in waited.chunks {
-            self.feed(&waited.bytes[at..at + len], from, arrival, sink, limits);
-            at += len;
+        for h in waited.held {
+            match h {
+                Held::Data(len, from, arrival) => {
+                    self.feed(&waited.bytes[at..at + len], from, arrival, sink, limits);
+                    at += len;
+                }
+                Held::Gap(bytes, arrival) => {
+                    sink.arrival_row = arrival.row;
+                    self.gap(bytes, arrival, sink, limits);
+                }
+            }
         }
         sink.arrival_row = row;
     }
 
-    /// Still undecided when the stream cannot tell any more (a gap, its end): AMQP 0-9-1, whose
-    /// decoder handles what is not a header.
-    fn settle(&mut self, sink: &mut Sink<'_>, limits: &Limits) {
-        if matches!(self, StreamDecoder::Undecided(_)) {
-            self.decide(Detected::Unknown, sink, limits);
+    fn gap(&mut self, bytes: u64, arrival: PacketRef, sink: &mut Sink<'_>, limits: &Limits) {
+        if let StreamDecoder::Undecided(u) = self {
+            // the bytes before the gap are all there will be of their stretch
+            match u.choice(true, known_amqp10(sink), limits) {
+                Some(choice) => self.decide(choice, sink, limits),
+                None => {
+                    u.held.push(Held::Gap(bytes, arrival));
+                    u.scan = Some(Scan { judged: u.bytes.len() });
+                    return;
+                }
+            }
         }
-    }
-
-    fn gap(&mut self, bytes: u64, packet: u32, sink: &mut Sink<'_>, limits: &Limits) {
-        self.settle(sink, limits);
         match self {
-            StreamDecoder::Amqp091(d) => d.gap(bytes, packet),
-            StreamDecoder::Amqp10(d) => d.gap(bytes, packet),
-            StreamDecoder::Undecided(_) => unreachable!("settled above"),
+            StreamDecoder::Amqp091(d) => d.gap(bytes, arrival.number),
+            StreamDecoder::Amqp10(d) => d.gap(bytes, arrival.number, sink),
+            StreamDecoder::Undecided(_) => unreachable!("decided above"),
         }
     }
 
     /// The end of the stream: what is buffered is completed or given up.
     pub(crate) fn finish(&mut self, packet: u32, sink: &mut Sink<'_>, limits: &Limits) {
-        self.settle(sink, limits);
+        if let StreamDecoder::Undecided(u) = self {
+            let amqp10 = known_amqp10(sink);
+            let choice = u.choice(true, amqp10, limits).unwrap_or(fallback(amqp10));
+            self.decide(choice, sink, limits);
+        }
         match self {
             StreamDecoder::Amqp091(d) => d.finish(packet, limits, sink),
             StreamDecoder::Amqp10(d) => d.finish(packet, sink),
-            StreamDecoder::Undecided(_) => unreachable!("settled above"),
+            StreamDecoder::Undecided(_) => unreachable!("decided above"),
         }
     }
+}
+
+/// The connection speaks AMQP 1.0: a direction of it told so.
+fn known_amqp10(sink: &Sink<'_>) -> bool {
+    sink.info.protocol == Some(Protocol::Amqp10)
 }
 
 /// A connection.tune/-ok just decoded: both directions' decoders are held to the negotiated
@@ -162,9 +259,16 @@ pub(crate) fn apply_tune(info: &mut ConnInfo, decoders: [Option<&mut StreamDecod
     }
 }
 
-/// The decoder for what a direction starts with; the connection's protocol is AMQP 1.0 when
-/// either direction chose it.
-fn chosen(found: Detected, aligned: bool, sink: &mut Sink<'_>, limits: &Limits) -> StreamDecoder {
+/// The decoder for what a direction speaks; the connection's protocol is AMQP 1.0 when either
+/// direction chose it.
+fn chosen(choice: Choice, aligned: bool, sink: &mut Sink<'_>, limits: &Limits) -> StreamDecoder {
+    let found = match choice {
+        Choice::Amqp10MidStream => {
+            sink.info.protocol = Some(Protocol::Amqp10);
+            return StreamDecoder::Amqp10(Decoder10::mid_stream(limits));
+        }
+        Choice::Start(found) => found,
+    };
     match found {
         Detected::Amqp10 { .. } => {
             sink.info.protocol = Some(Protocol::Amqp10);
@@ -188,7 +292,7 @@ fn chosen(found: Detected, aligned: bool, sink: &mut Sink<'_>, limits: &Limits) 
 
 /// The direction's decoder, made on its first bytes (`aligned`: they start the stream).
 fn decoder_of(decoder: &mut Option<Box<StreamDecoder>>, aligned: bool) -> &mut StreamDecoder {
-    decoder.get_or_insert_with(|| Box::new(StreamDecoder::Undecided(Undecided { aligned, bytes: Vec::new(), chunks: Vec::new() })))
+    decoder.get_or_insert_with(|| Box::new(StreamDecoder::Undecided(Undecided::new(aligned))))
 }
 
 /// In-order bytes of a direction that arrived in packet `from` (handed over by `arrival`'s
@@ -232,7 +336,7 @@ pub(crate) fn on_chunk(c: Chunk<'_>, decoder: &mut Option<Box<StreamDecoder>>, a
             sink.anomaly(kind, packet, bytes, detail);
             if feed_bytes {
                 sink.body_gap();
-                decoder_of(decoder, aligned).gap(bytes, arrival.number, sink, limits);
+                decoder_of(decoder, aligned).gap(bytes, arrival, sink, limits);
                 sink.arrival_row = arrival.row;
             }
         }

@@ -44,7 +44,8 @@ pub(crate) struct Handshake {
 #[derive(Default)]
 pub(crate) struct ConnInfo {
     pub(crate) protocol_header_seen: bool,
-    /// What a direction's first bytes chose (`crate::proto::dispatch`): AMQP 1.0 when either did.
+    /// What a direction's bytes chose, by header or frame structure (`crate::proto::dispatch`):
+    /// AMQP 1.0 when either did.
     pub(crate) protocol: Option<Protocol>,
     /// A tune-ok was decoded: the decoders' frame limit must follow it.
     pub(crate) frame_max_changed: bool,

@@ -7,6 +7,7 @@ use crate::proto::sink::DecodeSink;
 use crate::proto::amqp091::parser::{decode_content_header, decode_method, FrameType};
 use crate::anomaly::AnomalyKind;
 use crate::limits::Limits;
+use crate::proto::detect::{amqp10_chain, mid_stream, Found, MidStream};
 use super::small_limits;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,7 +120,8 @@ impl amqp10::decoder::FrameSink for Seen {
 /// A direction's decoder as the harness drives it: AMQP 0-9-1's or AMQP 1.0's.
 trait Fuzzed {
     fn feed(&mut self, data: &[u8], packet: u32, limits: &Limits, seen: &mut Seen);
-    fn gap(&mut self, bytes: u64, packet: u32);
+    /// (`seen`: AMQP 1.0's decoder judges what its search holds at a gap, which may end frames)
+    fn gap(&mut self, bytes: u64, packet: u32, seen: &mut Seen);
     fn set_frame_max(&mut self, frame_max: u64, limits: &Limits);
     fn finish(&mut self, packet: u32, limits: &Limits, seen: &mut Seen);
     /// Bytes decoded, bytes skipped, frames.
@@ -130,7 +132,7 @@ impl Fuzzed for Decoder {
     fn feed(&mut self, data: &[u8], packet: u32, limits: &Limits, seen: &mut Seen) {
         Decoder::feed(self, data, packet, packet, limits, seen)
     }
-    fn gap(&mut self, bytes: u64, packet: u32) {
+    fn gap(&mut self, bytes: u64, packet: u32, _seen: &mut Seen) {
         Decoder::gap(self, bytes, packet)
     }
     fn set_frame_max(&mut self, frame_max: u64, limits: &Limits) {
@@ -148,8 +150,8 @@ impl Fuzzed for amqp10::decoder::Decoder {
     fn feed(&mut self, data: &[u8], packet: u32, _limits: &Limits, seen: &mut Seen) {
         amqp10::decoder::Decoder::feed(self, data, packet, packet, seen)
     }
-    fn gap(&mut self, bytes: u64, packet: u32) {
-        amqp10::decoder::Decoder::gap(self, bytes, packet)
+    fn gap(&mut self, bytes: u64, packet: u32, seen: &mut Seen) {
+        amqp10::decoder::Decoder::gap(self, bytes, packet, seen)
     }
     /// AMQP 1.0's max-frame-size is not followed yet: the cap holds.
     fn set_frame_max(&mut self, _frame_max: u64, _limits: &Limits) {}
@@ -185,7 +187,10 @@ fn decode<D: Fuzzed>(new: impl Fn() -> D, limits: &Limits, frame_max: Option<u64
                 d.feed(&stream[pos..end], seen.packet, limits, &mut seen);
                 pos = end;
             }
-            Event::Gap(n) => d.gap(n, seen.packet.max(1)),
+            Event::Gap(n) => {
+                let packet = seen.packet.max(1);
+                d.gap(n, packet, &mut seen)
+            }
             Event::FrameMax(fm) => d.set_frame_max(fm, limits),
         }
         i += 1;
@@ -210,7 +215,9 @@ fn same_however_cut<D: Fuzzed>(new: impl Fn() -> D, limits: &Limits, frame_max: 
 /// `data` = flags, k, k control bytes, then the byte stream of one direction. Flags: bit 0 the
 /// stream starts at a frame boundary (SYN seen), bit 1 [`small_limits`] instead of the defaults,
 /// bits 2-3 an initial frame_max (none, 0, 131072, 4096), bit 4 the AMQP 1.0 decoder instead of
-/// AMQP 0-9-1's (the stream after an AMQP 1.0 protocol header, or the SASL one with bit 5). The
+/// AMQP 0-9-1's (the stream after an AMQP 1.0 protocol header, or the SASL one with bit 5; with
+/// bit 6, a stream seen from its middle: no header, the decoder searching for its first frame
+/// boundary as after a gap, and the mid-stream recogniser checked, [`recognised_however_cut`]). The
 /// control bytes cut the stream into chunks and place gaps and frame_max changes ([`plan`]). The
 /// stream is decoded twice, chunk by chunk and with consecutive chunks merged: frames,
 /// anomalies and byte counts must be the same (the decoder does not depend on segmentation),
@@ -221,6 +228,11 @@ pub fn amqp_decoder(data: &[u8]) {
     let aligned = flags & 1 != 0;
     let limits = if flags & 2 != 0 { small_limits() } else { Limits::default() };
     let frame_max = [None, Some(0), Some(131072), Some(4096)][((flags >> 2) & 3) as usize];
+    if flags & 16 != 0 && flags & 64 != 0 {
+        recognised_however_cut(stream, &limits);
+        let events = plan(ctrl, stream.len());
+        return same_however_cut(|| amqp10::decoder::Decoder::mid_stream(&limits), &limits, frame_max, stream, &events);
+    }
     if flags & 16 != 0 {
         let mut s = if flags & 32 != 0 { b"AMQP\x03\x01\x00\x00".to_vec() } else { b"AMQP\x00\x01\x00\x00".to_vec() };
         s.extend_from_slice(stream);
@@ -229,4 +241,31 @@ pub fn amqp_decoder(data: &[u8]) {
     }
     let events = plan(ctrl, stream.len());
     same_however_cut(|| Decoder::new(aligned, &limits), &limits, frame_max, stream, &events);
+}
+
+/// The mid-stream recognisers (`crate::proto::detect`) do not depend on where the bytes so far
+/// end: at each of the stream's first positions, the answer on any prefix of the bytes is "need
+/// more" or the answer on all of them; and on all of them as the last bytes (a gap or the end
+/// follows), never "need more". (A few positions, a scan of 256, some 64 prefixes: fuzzing speed.)
+fn recognised_however_cut(stream: &[u8], limits: &Limits) {
+    const SCANNED: usize = 256;
+    let max_frame = limits.resync_max_frame_bytes.min(limits.max_frame_bytes);
+    let window = limits.resync_window_bytes;
+    for i in 0..stream.len().min(4) {
+        let rest = &stream[i..];
+        let all = amqp10_chain(rest, false, max_frame, window);
+        assert_ne!(amqp10_chain(rest, true, max_frame, window), Found::Need, "a chain needs more at the end");
+        let scan = mid_stream(rest, SCANNED, false, false, limits);
+        assert_ne!(mid_stream(rest, SCANNED, true, false, limits).1, MidStream::Need, "the scan needs more at the end");
+        for cut in (0..rest.len()).step_by((rest.len() / 64).max(13)) {
+            let part = amqp10_chain(&rest[..cut], false, max_frame, window);
+            assert!(part == Found::Need || part == all, "chain at {i} cut at {cut}: {part:?}, whole: {all:?}");
+            let (at, found) = mid_stream(&rest[..cut], SCANNED, false, false, limits);
+            let agrees = match found {
+                MidStream::Need | MidStream::Neither => at <= scan.0,
+                _ => (at, found) == scan,
+            };
+            assert!(agrees, "scan cut at {cut}: {found:?} at {at}, whole: {scan:?}");
+        }
+    }
 }

@@ -2,20 +2,30 @@
 //! into frames (Part 2 §2.3) and names each frame's performative, keeping at most a frame's
 //! header and the first octets of its body (never a message).
 //!
-//! A direction is given to this decoder when it starts with an AMQP 1.0 protocol header
-//! (`crate::proto::dispatch`). The protocol header comes again when the SASL layer ends (Part 5
-//! §5.3.2); a header for TLS (protocol id 2, Part 5 §5.2) means the rest is encrypted.
-//! AMQP 1.0 frames carry no end marker to search for, so after a capture gap that lands between
-//! frames, or a header that is no frame's, the rest of the direction is skipped (counted, and
-//! reported once), not resynchronised.
+//! A direction is given to this decoder when it starts with an AMQP 1.0 protocol header, or,
+//! seen from its middle, when AMQP 1.0 frames are found in it by their structure
+//! (`crate::proto::dispatch`, `crate::proto::detect::mid_stream`). The protocol header comes
+//! again when the SASL layer ends (Part 5 §5.3.2); a header for TLS (protocol id 2, Part 5 §5.2)
+//! means the rest is encrypted.
+//!
+//! AMQP 1.0 frames carry no end marker, so after a capture gap that lands between frames (or
+//! cuts a frame's start), a header that is no frame's, or from the start of a direction seen
+//! from its middle, the decoder resynchronises by the rule that recognises AMQP 1.0 mid-stream
+//! (`crate::proto::detect::amqp10_chain`: a chain of valid frame headers whose bodies start
+//! with performatives): the first position where a chain starts is the next frame boundary, and
+//! the bytes before it are skipped (one `resync-skipped` row per search). Held while the search
+//! waits for more bytes: at most `resync_window_bytes`, since a chain never looks further.
+
+use std::collections::VecDeque;
 
 use super::parser::{
-    parse_frame_header, performative_code, performative_name, Bad, FrameHeader, Need, FRAME_HEADER_LEN,
+    parse_frame_header, performative_code, performative_name, Bad, FrameHeader, FrameKind, Need, FRAME_HEADER_LEN,
     PERFORMATIVE_PREFIX_LEN,
 };
 use crate::proto::amqp091::parser::{parse_protocol_header, PROTOCOL_HEADER_LEN};
 use crate::anomaly::AnomalyKind;
 use crate::limits::Limits;
+use crate::proto::detect::{amqp10_chain, Found};
 use crate::proto::sink::{report_encrypted, DecodeSink};
 
 /// A complete frame.
@@ -45,8 +55,61 @@ enum State {
     Skip { ev: FrameEvent, remaining: u64, missing: u64, sasl: bool },
     /// TLS inside AMQP 1.0 (protocol id 2), from `packet` on: every byte is skipped.
     Encrypted { packet: u32 },
-    /// The frame boundary is lost (since `packet`): every byte is skipped.
-    Lost { packet: u32 },
+    /// Searching for a frame boundary: the bytes not yet judged are in `held`.
+    Resync,
+}
+
+/// Bytes held by the search for a frame boundary, with the packet each chunk of them came in.
+#[derive(Default)]
+struct Held {
+    bytes: Vec<u8>,
+    /// Stream offset of `bytes[0]` (counted from the decoder's first byte).
+    start: u64,
+    /// (stream offset, packet) where each chunk with bytes still held starts.
+    marks: VecDeque<(u64, u32)>,
+}
+
+impl Held {
+    fn push(&mut self, bytes: &[u8], packet: u32) {
+        if bytes.is_empty() {
+            return;
+        }
+        let at = self.start + self.bytes.len() as u64;
+        if self.marks.back().is_none_or(|m| m.1 != packet) || self.bytes.is_empty() {
+            self.marks.push_back((at, packet));
+        }
+        self.bytes.extend_from_slice(bytes);
+    }
+
+    /// Drop the first `n` bytes.
+    fn drop_front(&mut self, n: usize) {
+        self.bytes.drain(..n);
+        self.start += n as u64;
+        // a mark is needed while bytes of its chunk (up to the next mark) are held
+        while self.marks.len() > 1 && self.marks[1].0 <= self.start {
+            self.marks.pop_front();
+        }
+        if self.bytes.is_empty() {
+            self.marks.clear();
+        }
+    }
+
+    /// Everything held, as (bytes, packet they came in) in order; `self` is left empty.
+    fn take(&mut self) -> Vec<(Vec<u8>, u32)> {
+        let bytes = std::mem::take(&mut self.bytes);
+        let marks = std::mem::take(&mut self.marks);
+        let start = self.start;
+        self.start += bytes.len() as u64;
+        let mut out = Vec::with_capacity(marks.len());
+        for (i, &(at, packet)) in marks.iter().enumerate() {
+            let from = at.saturating_sub(start) as usize;
+            let to = marks.get(i + 1).map_or(bytes.len(), |m| (m.0 - start) as usize);
+            if to > from {
+                out.push((bytes[from..to].to_vec(), packet));
+            }
+        }
+        out
+    }
 }
 
 pub struct Decoder {
@@ -56,8 +119,16 @@ pub struct Decoder {
     /// The packet of `buf`'s first byte.
     buf_packet: u32,
     frame_max: u64,
-    /// Bytes skipped since the boundary was lost, reported at the end.
-    lost_bytes: u64,
+    /// What the search for a frame boundary holds (state `Resync`).
+    held: Held,
+    /// Bytes skipped by the current search, reported once it ends, and the packet where the
+    /// boundary was lost.
+    skip_pending: u64,
+    skip_packet: u32,
+    /// The largest frame a chain may claim (`resync_max_frame_bytes`, within the frame cap) and
+    /// how far a chain may reach (`resync_window_bytes`).
+    resync_max_frame: u64,
+    resync_window: u64,
     pub bytes_decoded: u64,
     pub bytes_skipped: u64,
     pub bytes_encrypted: u64,
@@ -65,18 +136,29 @@ pub struct Decoder {
 }
 
 impl Decoder {
+    /// The decoder of a direction that starts with a protocol header.
     pub fn new(limits: &Limits) -> Self {
         Decoder {
             state: State::Header,
             buf: Vec::new(),
             buf_packet: 0,
             frame_max: limits.max_frame_bytes,
-            lost_bytes: 0,
+            held: Held::default(),
+            skip_pending: 0,
+            skip_packet: 0,
+            resync_max_frame: limits.resync_max_frame_bytes.min(limits.max_frame_bytes),
+            resync_window: limits.resync_window_bytes,
             bytes_decoded: 0,
             bytes_skipped: 0,
             bytes_encrypted: 0,
             frames: 0,
         }
+    }
+
+    /// The decoder of a direction seen from its middle: no header is due, and its first frame
+    /// boundary is searched for (as after a gap).
+    pub fn mid_stream(limits: &Limits) -> Self {
+        Decoder { state: State::Resync, ..Decoder::new(limits) }
     }
 
     pub fn encrypted(&self) -> bool {
@@ -86,6 +168,13 @@ impl Decoder {
     /// Feed in-order bytes that arrived in packet `data_packet`; frames they complete are
     /// attributed to `arrival_packet`.
     pub fn feed(&mut self, data: &[u8], data_packet: u32, arrival_packet: u32, sink: &mut impl FrameSink) {
+        self.run(data, data_packet, arrival_packet, sink);
+        self.resync(false, arrival_packet, sink);
+    }
+
+    /// Decode `data` from where the decoder stands; while it searches for a frame boundary, the
+    /// bytes are held for [`Decoder::resync`].
+    fn run(&mut self, data: &[u8], data_packet: u32, arrival_packet: u32, sink: &mut impl FrameSink) {
         let mut pos = 0;
         while pos < data.len() {
             let rest = &data[pos..];
@@ -104,9 +193,8 @@ impl Decoder {
                     self.bytes_encrypted += rest.len() as u64;
                     return;
                 }
-                State::Lost { .. } => {
-                    self.bytes_skipped += rest.len() as u64;
-                    self.lost_bytes += rest.len() as u64;
+                State::Resync => {
+                    self.held.push(rest, data_packet);
                     return;
                 }
                 State::Header | State::Frames { .. } => {
@@ -182,7 +270,9 @@ impl Decoder {
 
     fn read_protocol_header(&mut self, packet: u32, sink: &mut impl FrameSink) {
         let header = parse_protocol_header(&self.buf);
-        self.buf.clear();
+        if header.is_ok_and(|h| h.is_some()) {
+            self.buf.clear();
+        }
         match header {
             Ok(Some(version @ [id, 1, 0, 0])) => {
                 self.bytes_decoded += PROTOCOL_HEADER_LEN as u64;
@@ -203,13 +293,12 @@ impl Decoder {
                     PROTOCOL_HEADER_LEN as u64,
                     format!("protocol header for version {}-{}-{}-{} in an AMQP 1.0 connection", version[0], version[1], version[2], version[3]),
                 );
-                self.state = State::Lost { packet };
+                self.lose(packet);
             }
             _ => {
+                // its octets are searched for a frame boundary, as any after a bad header
                 sink.anomaly(AnomalyKind::ProtocolHeader, packet, PROTOCOL_HEADER_LEN as u64, "no AMQP 1.0 protocol header where one is due".into());
-                self.bytes_skipped += PROTOCOL_HEADER_LEN as u64;
-                self.lost_bytes += PROTOCOL_HEADER_LEN as u64;
-                self.state = State::Lost { packet };
+                self.lose(packet);
             }
         }
     }
@@ -221,13 +310,59 @@ impl Decoder {
         self.state = State::Frames { sasl };
     }
 
-    /// The boundary is lost: what `buf` holds, and every byte from here on, is skipped.
+    /// The boundary is lost (in `packet`): what `buf` holds, and the bytes that follow, are
+    /// searched for the next one.
     fn lose(&mut self, packet: u32) {
-        let n = self.buf.len() as u64;
-        self.buf.clear();
-        self.bytes_skipped += n;
-        self.lost_bytes += n;
-        self.state = State::Lost { packet };
+        if self.skip_pending == 0 {
+            self.skip_packet = packet;
+        }
+        let buf = std::mem::take(&mut self.buf);
+        self.held.push(&buf, self.buf_packet);
+        self.state = State::Resync;
+    }
+
+    /// While searching for a frame boundary, look for one in what is held: found, the bytes
+    /// before it are skipped and the rest decoded from it (which may lose the boundary again
+    /// further on: then search again). `at_end`: no byte will follow what is held (a gap, the
+    /// end); frames completed are attributed to `arrival_packet`.
+    fn resync(&mut self, at_end: bool, arrival_packet: u32, sink: &mut impl FrameSink) {
+        while self.state == State::Resync && !self.held.bytes.is_empty() {
+            let b = &self.held.bytes;
+            let mut at = 0;
+            let found = loop {
+                if at == b.len() {
+                    break None;
+                }
+                match amqp10_chain(&b[at..], at_end, self.resync_max_frame, self.resync_window) {
+                    Found::No => at += 1,
+                    Found::Need => break None,
+                    Found::Yes => break parse_frame_header(&b[at..]).ok().and_then(|h| h.ok()),
+                }
+            };
+            if at > 0 {
+                if self.skip_pending == 0 {
+                    self.skip_packet = self.held.marks.front().map_or(arrival_packet, |m| m.1);
+                }
+                self.skip_pending += at as u64;
+                self.bytes_skipped += at as u64;
+                self.held.drop_front(at);
+            }
+            let Some(h) = found else { return };
+            self.flush_skip(sink);
+            self.state = State::Frames { sasl: h.kind == FrameKind::Sasl };
+            for (bytes, packet) in self.held.take() {
+                self.run(&bytes, packet, arrival_packet, sink);
+            }
+        }
+    }
+
+    /// The `resync-skipped` row of the search that just ended.
+    fn flush_skip(&mut self, sink: &mut impl DecodeSink) {
+        if self.skip_pending > 0 {
+            let n = self.skip_pending;
+            sink.anomaly(AnomalyKind::ResyncSkipped, self.skip_packet, n, format!("{n} bytes of AMQP 1.0 skipped to find a frame boundary"));
+            self.skip_pending = 0;
+        }
     }
 
     /// Octets of the frame or header in progress already consumed.
@@ -238,49 +373,51 @@ impl Decoder {
         }
     }
 
-    /// `bytes` of the stream are missing from the capture.
-    pub fn gap(&mut self, bytes: u64, packet: u32) {
+    /// `bytes` of the stream are missing from the capture (found out on `packet`'s arrival).
+    /// What a search for a frame boundary holds is judged first: no byte will follow it.
+    pub fn gap(&mut self, bytes: u64, packet: u32, sink: &mut impl FrameSink) {
+        self.resync(true, packet, sink);
         match self.state {
-            State::Encrypted { .. } | State::Lost { .. } => {}
+            State::Encrypted { .. } | State::Resync => {}
             // inside a frame whose size is known: the next one still starts where it said
             State::Skip { ev, remaining, missing, sasl } if remaining > bytes => {
                 self.state = State::Skip { ev, remaining: remaining - bytes, missing: missing + bytes, sasl };
             }
+            // the hole ends exactly where the frame does
+            State::Skip { ev, remaining, missing, sasl } if remaining == bytes => {
+                self.emit(FrameEvent { packet, ..ev }, missing + bytes, sasl, sink);
+            }
             _ => {
+                // the frame in progress cannot be read: its bytes are skipped with the search's
                 let n = self.unfinished();
                 self.buf.clear();
+                if self.skip_pending == 0 {
+                    self.skip_packet = packet;
+                }
+                self.skip_pending += n;
                 self.bytes_skipped += n;
-                self.lost_bytes += n;
-                self.state = State::Lost { packet };
+                self.state = State::Resync;
             }
         }
     }
 
-    /// End of stream: what is unfinished is counted as skipped and reported.
-    pub fn finish(&mut self, packet: u32, sink: &mut impl DecodeSink) {
-        match self.state {
-            State::Encrypted { packet: first } => return report_encrypted(sink, first, self.bytes_encrypted),
-            // (a header of another version followed by nothing lost no byte: no row)
-            State::Lost { packet: since } if self.lost_bytes > 0 => {
-                let n = self.lost_bytes;
-                sink.anomaly(
-                    AnomalyKind::ResyncSkipped,
-                    since,
-                    n,
-                    format!("{n} bytes of AMQP 1.0 after a capture gap or a bad frame not decoded (AMQP 1.0 frames are not resynchronised)"),
-                );
-            }
-            State::Lost { .. } => {}
-            _ => {
-                let n = self.unfinished();
-                if n > 0 {
-                    self.bytes_skipped += n;
-                    sink.anomaly(AnomalyKind::IncompleteFrame, packet, n, format!("{n} bytes of an unfinished AMQP 1.0 frame at the end of the capture"));
-                }
+    /// End of stream: what a search holds is judged (no byte will follow), what is unfinished
+    /// is counted as skipped and reported.
+    pub fn finish(&mut self, packet: u32, sink: &mut impl FrameSink) {
+        if let State::Encrypted { packet: first } = self.state {
+            return report_encrypted(sink, first, self.bytes_encrypted);
+        }
+        self.resync(true, packet, sink);
+        if self.state != State::Resync {
+            let n = self.unfinished();
+            if n > 0 {
+                self.bytes_skipped += n;
+                sink.anomaly(AnomalyKind::IncompleteFrame, packet, n, format!("{n} bytes of an unfinished AMQP 1.0 frame at the end of the capture"));
             }
         }
+        self.flush_skip(sink);
         self.buf.clear();
-        self.state = State::Lost { packet };
+        self.state = State::Resync;
     }
 }
 
@@ -394,21 +531,154 @@ mod tests {
         }
     }
 
+    fn names(seen: &Seen) -> Vec<&'static str> {
+        seen.frames.iter().map(|f| f.2).collect()
+    }
+
     #[test]
-    fn a_gap_between_frames_loses_the_rest_and_says_so_once() {
+    fn after_a_gap_between_frames_the_next_chain_is_the_boundary() {
         let mut s = b"AMQP\x00\x01\x00\x00".to_vec();
         s.extend(frame(0, 0, &[0x00, 0x53, 0x10, 0x45]));
         let limits = Limits::default();
         let mut d = Decoder::new(&limits);
         let mut seen = Seen::default();
         d.feed(&s, 1, 1, &mut seen);
-        d.gap(100, 2);
-        let more = frame(0, 0, &[0x00, 0x53, 0x18, 0x45]);
+        d.gap(100, 2, &mut seen);
+        // the gap lands between frames: the bytes after it start with a frame, no byte skipped
+        let more = amqp_frames();
         d.feed(&more, 3, 3, &mut seen);
         d.finish(3, &mut seen);
-        assert_eq!(seen.frames.len(), 1);
-        assert_eq!(seen.anomalies, [(AnomalyKind::ResyncSkipped, more.len() as u64)]);
-        assert_eq!(d.bytes_skipped, more.len() as u64);
+        assert_eq!(names(&seen), ["open", "open", "begin", "transfer", "empty", "close"]);
+        assert_eq!(seen.anomalies, []);
+        assert_eq!((d.bytes_decoded, d.bytes_skipped), (s.len() as u64 + more.len() as u64, 0));
+    }
+
+    #[test]
+    fn a_gap_that_cuts_a_frame_start_skips_to_the_next_chain() {
+        // the gap takes a begin frame's header: its 4 remaining octets, then the frames after it
+        let begin = frame(0, 1, &[0x00, 0x53, 0x11, 0x45]);
+        let mut after = begin[8..].to_vec();
+        let rest = amqp_frames();
+        after.extend(&rest);
+        let limits = Limits::default();
+        for at in 0..=after.len() {
+            let mut d = Decoder::new(&limits);
+            let mut seen = Seen::default();
+            d.feed(b"AMQP\x00\x01\x00\x00", 1, 1, &mut seen);
+            d.feed(&begin[..3], 2, 2, &mut seen);
+            d.gap(5, 3, &mut seen);
+            d.feed(&after[..at], 3, 3, &mut seen);
+            d.feed(&after[at..], 4, 4, &mut seen);
+            d.finish(4, &mut seen);
+            assert_eq!(names(&seen), ["open", "begin", "transfer", "empty", "close"], "cut at {at}");
+            assert_eq!(seen.anomalies, [(AnomalyKind::ResyncSkipped, 3 + 4)], "cut at {at}");
+            assert_eq!((d.bytes_decoded, d.bytes_skipped), (8 + rest.len() as u64, 7));
+        }
+    }
+
+    #[test]
+    fn a_lone_frame_is_taken_only_when_it_ends_where_the_stream_does() {
+        let limits = Limits::default();
+        let close = frame(0, 0, &[0x00, 0x53, 0x18, 0x45]);
+        // mid-stream, 5 stray octets then a close frame that ends the capture: one frame in a
+        // row, but nothing can follow it
+        let mut s = vec![0xff, 1, 2, 3, 4];
+        s.extend(&close);
+        let mut d = Decoder::mid_stream(&limits);
+        let mut seen = Seen::default();
+        d.feed(&s, 1, 1, &mut seen);
+        assert_eq!(seen.frames, [], "more may follow: not decided yet");
+        d.finish(1, &mut seen);
+        assert_eq!(names(&seen), ["close"]);
+        assert_eq!(seen.anomalies, [(AnomalyKind::ResyncSkipped, 5)]);
+        // the same followed by 3 octets that are no header: no chain, all skipped
+        s.extend([9, 9, 9]);
+        let mut d = Decoder::mid_stream(&limits);
+        let mut seen = Seen::default();
+        d.feed(&s, 1, 1, &mut seen);
+        d.finish(1, &mut seen);
+        assert_eq!(seen.frames, []);
+        assert_eq!(seen.anomalies, [(AnomalyKind::ResyncSkipped, s.len() as u64)]);
+        assert_eq!((d.bytes_decoded, d.bytes_skipped), (0, s.len() as u64));
+    }
+
+    #[test]
+    fn a_stream_seen_from_its_middle_starts_at_the_first_chain_however_cut() {
+        let limits = Limits::default();
+        // the tail of a transfer's message (no header fits it: SIZE 0x07070707 is over the cap),
+        // then a SASL layer's end and the AMQP frames
+        let mut s = vec![7u8; 40];
+        s.extend(frame(1, 0, &[0x00, 0x53, 0x44, 0xc0, 3, 1, 0x50, 0]));
+        s.extend(b"AMQP\x00\x01\x00\x00");
+        s.extend(amqp_frames());
+        let expect = ["sasl-outcome", "open", "begin", "transfer", "empty", "close"];
+        let decode_cut = |chunks: &[&[u8]]| {
+            let mut d = Decoder::mid_stream(&limits);
+            let mut seen = Seen::default();
+            for (i, c) in chunks.iter().enumerate() {
+                d.feed(c, i as u32 + 1, i as u32 + 1, &mut seen);
+            }
+            d.finish(chunks.len() as u32, &mut seen);
+            (seen, d)
+        };
+        let (whole, d) = decode_cut(&[&s]);
+        assert_eq!(names(&whole), expect);
+        assert_eq!(whole.headers, [*b"\x00\x01\x00\x00"], "the SASL layer's end hands over to the AMQP header");
+        assert_eq!(whole.anomalies, [(AnomalyKind::ResyncSkipped, 40)]);
+        assert_eq!((d.bytes_decoded, d.bytes_skipped), (s.len() as u64 - 40, 40));
+        let bytes: Vec<&[u8]> = s.chunks(1).collect();
+        let (cut, _) = decode_cut(&bytes);
+        assert_eq!(names(&cut), expect);
+        // the sasl-outcome starts in packet 41 and is decoded when the protocol header after
+        // it (its chain's next link) is in, 16 + 8 octets later
+        assert_eq!((cut.frames[0].3, cut.frames[0].4), (41, 40 + 16 + 8));
+        assert_eq!(cut.anomalies, whole.anomalies);
+        for at in 1..s.len() {
+            let (two, _) = decode_cut(&[&s[..at], &s[at..]]);
+            assert_eq!(names(&two), expect, "cut at {at}");
+            assert_eq!(two.anomalies, whole.anomalies, "cut at {at}");
+        }
+    }
+
+    #[test]
+    fn amqp_0_9_1_bytes_and_random_bytes_are_skipped_whole() {
+        let limits = Limits::default();
+        // AMQP 0-9-1 frames (§4.2.3: type, channel, size, payload, 0xCE): basic.ack, a body, a
+        // heartbeat; read as AMQP 1.0, their SIZE octets claim 16 MiB and more
+        let mut s = vec![1, 0, 1, 0, 0, 0, 13, 0, 60, 0, 80, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0xce];
+        s.extend([3, 0, 1, 0, 0, 0, 4, b'b', b'o', b'd', b'y', 0xce, 8, 0, 0, 0, 0, 0, 0, 0xce]);
+        // xorshift bytes
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        s.extend((0..20_000).map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        }));
+        let mut d = Decoder::mid_stream(&limits);
+        let mut seen = Seen::default();
+        d.feed(&s, 1, 1, &mut seen);
+        d.finish(1, &mut seen);
+        assert_eq!(seen.frames, []);
+        assert_eq!((d.bytes_decoded, d.bytes_skipped), (0, s.len() as u64));
+        assert_eq!(seen.anomalies, [(AnomalyKind::ResyncSkipped, s.len() as u64)]);
+    }
+
+    #[test]
+    fn a_gap_that_ends_exactly_at_a_frame_end_keeps_the_boundary() {
+        let limits = Limits::default();
+        let mut transfer = vec![0x00, 0x53, 0x14, 0x45];
+        transfer.extend([9u8; 100]);
+        let f = frame(0, 1, &transfer);
+        let mut d = Decoder::new(&limits);
+        let mut seen = Seen::default();
+        d.feed(b"AMQP\x00\x01\x00\x00", 1, 1, &mut seen);
+        d.feed(&f[..20], 2, 2, &mut seen);
+        d.gap(f.len() as u64 - 20, 3, &mut seen);
+        d.feed(&frame(0, 0, &[0x00, 0x53, 0x18, 0x45]), 3, 3, &mut seen);
+        d.finish(3, &mut seen);
+        assert_eq!(names(&seen), ["transfer", "close"]);
+        assert_eq!(seen.anomalies, []);
     }
 
     #[test]
@@ -422,7 +692,7 @@ mod tests {
         let mut d = Decoder::new(&limits);
         let mut seen = Seen::default();
         d.feed(&s, 1, 1, &mut seen);
-        d.gap(100, 2);
+        d.gap(100, 2, &mut seen);
         d.feed(&f[150..], 3, 3, &mut seen);
         d.feed(&frame(0, 0, &[0x00, 0x53, 0x18, 0x45]), 4, 4, &mut seen);
         d.finish(4, &mut seen);

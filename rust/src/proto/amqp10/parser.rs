@@ -113,6 +113,49 @@ pub fn performative_name(code: u64) -> Option<&'static str> {
     })
 }
 
+/// The descriptor codes of a frame kind's bodies: AMQP frames carry performatives (Part 2
+/// §2.7: open 0x10 to close 0x18), SASL frames the SASL bodies (Part 5 §5.3.3: sasl-mechanisms
+/// 0x40 to sasl-outcome 0x44).
+fn codes_of(kind: FrameKind) -> std::ops::RangeInclusive<u64> {
+    match kind {
+        FrameKind::Amqp => 0x10..=0x18,
+        FrameKind::Sasl => 0x40..=0x44,
+    }
+}
+
+/// Whether `body`, the first octets of a non-empty frame body of `body_len` octets, starts with
+/// the descriptor of a body of frame kind `kind` (a performative or a SASL body): a described
+/// type (constructor 0x00, Part 1 §1.2) whose descriptor is that body's code, as a smallulong
+/// (0x53, then 1 octet) or ulong (0x80, then 8 octets), or its symbolic name as a sym8 (0xa3, a
+/// length octet, then `amqp:<name>:list`: Part 2 §2.7 and Part 5 §5.3.3 name each
+/// "amqp:open:list" and so on).
+/// `Err(Need(n))` while fewer than the `n` octets that tell are in; false for a body too short
+/// to hold the descriptor.
+pub fn starts_with_performative(kind: FrameKind, body: &[u8], body_len: u32) -> Result<bool, Need> {
+    let need = |n: usize| if (body_len as usize) < n { Ok(false) } else if body.len() < n { Err(Need(n)) } else { Ok(true) };
+    if !need(2)? {
+        return Ok(false);
+    }
+    let codes = codes_of(kind);
+    match body[..2] {
+        [0x00, 0x53] => Ok(need(3)? && codes.contains(&(body[2] as u64))),
+        [0x00, 0x80] => Ok(need(10)? && codes.contains(&u64::from_be_bytes(body[2..10].try_into().unwrap()))),
+        [0x00, 0xa3] => {
+            if !need(3)? {
+                return Ok(false);
+            }
+            let len = body[2] as usize;
+            if !need(3 + len)? {
+                return Ok(false);
+            }
+            let symbol = &body[3..3 + len];
+            let Some(name) = symbol.strip_prefix(b"amqp:").and_then(|s| s.strip_suffix(b":list")) else { return Ok(false) };
+            Ok(codes.into_iter().any(|c| performative_name(c).is_some_and(|n| n.as_bytes() == name)))
+        }
+        _ => Ok(false),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,5 +192,28 @@ mod tests {
         assert_eq!(performative_name(0x14), Some("transfer"));
         assert_eq!(performative_name(0x44), Some("sasl-outcome"));
         assert_eq!(performative_name(0x99), None);
+    }
+
+    #[test]
+    fn a_body_starts_with_a_performative_of_its_frame_kind() {
+        use FrameKind::{Amqp, Sasl};
+        // transfer (0x14) as a smallulong, as a ulong, and by its symbolic name (Part 2 §2.7.5)
+        assert_eq!(starts_with_performative(Amqp, &[0x00, 0x53, 0x14, 0xc0], 20), Ok(true));
+        assert_eq!(starts_with_performative(Amqp, &[0x00, 0x80, 0, 0, 0, 0, 0, 0, 0, 0x14], 20), Ok(true));
+        let mut sym = vec![0x00, 0xa3, 18];
+        sym.extend_from_slice(b"amqp:transfer:list");
+        assert_eq!(starts_with_performative(Amqp, &sym, 30), Ok(true));
+        assert_eq!(starts_with_performative(Amqp, &sym[..10], 30), Err(Need(21)));
+        // a SASL code in an AMQP frame and the other way round, a message section (0x75 data)
+        assert_eq!(starts_with_performative(Amqp, &[0x00, 0x53, 0x40], 20), Ok(false));
+        assert_eq!(starts_with_performative(Sasl, &[0x00, 0x53, 0x44], 20), Ok(true));
+        assert_eq!(starts_with_performative(Sasl, &[0x00, 0x53, 0x10], 20), Ok(false));
+        assert_eq!(starts_with_performative(Amqp, &[0x00, 0x53, 0x75], 20), Ok(false));
+        assert_eq!(starts_with_performative(Amqp, b"\x00\xa3\x0eamqp:open:lisT", 20), Ok(false));
+        // more octets needed, unless the body is shorter than the descriptor
+        assert_eq!(starts_with_performative(Amqp, &[0x00], 20), Err(Need(2)));
+        assert_eq!(starts_with_performative(Amqp, &[0x00, 0x80, 0], 20), Err(Need(10)));
+        assert_eq!(starts_with_performative(Amqp, &[0x00, 0x53], 2), Ok(false));
+        assert_eq!(starts_with_performative(Amqp, &[0x01, 0x53], 20), Ok(false));
     }
 }
