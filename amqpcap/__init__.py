@@ -36,7 +36,6 @@ __all__ = [
     "load",
     "sample_path",
 ]
-__version__ = "0.1.0"
 
 #: what `import amqpcap` gives without importing it: `amqpcap.io.load` imports pandas and numpy
 #: (0.4 s), which `amqpcap --version`, `--help` and `ingest` do not need
@@ -44,10 +43,13 @@ _FROM_CAPTURE = ("DEFAULT_PORTS", "Capture", "Limits", "load")
 
 
 def __getattr__(name: str) -> Any:
-    """`load`, `Capture`, `Limits` and `DEFAULT_PORTS` (from `amqpcap.io.load`), and the
+    """`load`, `Capture`, `Limits` and `DEFAULT_PORTS` (from `amqpcap.io.load`), `__version__`
+    (from the core), and the
     submodules (``amqpcap.io.dataset``), imported when first asked for (PEP 562)."""
     if name in _FROM_CAPTURE:
         value = getattr(importlib.import_module(".io.load", __name__), name)
+    elif name == "__version__":  # written once, in rust/Cargo.toml: the core carries it
+        value = importlib.import_module("._core", __name__).__version__
     elif not name.startswith("__"):
         try:
             value = importlib.import_module(f".{name}", __name__)
@@ -62,4 +64,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_FROM_CAPTURE])
+    return sorted([*globals(), *_FROM_CAPTURE, "__version__"])

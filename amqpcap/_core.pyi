@@ -22,6 +22,8 @@ ANOMALY_KINDS: list[str]
 METHOD_NAMES: list[str]
 
 MAX_FILES: int
+#: amqpcap's version (rust/Cargo.toml's, the one place it is written)
+__version__: str
 
 def limits() -> list[tuple[str, int, str, str]]:
     """The resource caps as the core declares them (rust/src/limits.rs): (name, default, unit,

@@ -10,7 +10,6 @@ import sys
 import typer
 from typer.core import TyperGroup
 
-from .. import __version__
 from ..analyzers import names as analyzer_names
 from ..model.errors import AmqpcapError
 from .consoles import _to_devnull, err, out
@@ -49,6 +48,8 @@ app = typer.Typer(
 )
 def _version(value: bool) -> None:
     if value:
+        from .._core import __version__
+
         out.print(f"amqpcap {__version__}")
         raise typer.Exit()
 

@@ -7,7 +7,7 @@ overview's sums (publishes per destination, deliveries and acks per queue and pe
 messages per second over time). `tally_of` counts one partition of whole connections;
 `Tally.joined` adds partitions up. Every
 count is a sum over rows or a set of rows of one connection, so the joined tally of any split
-of the capture is the tally of the capture read whole (tests/analysis/test_partition.py).
+of the capture is the tally of the capture read whole (tests/engine/test_partition.py).
 
 `capture_tally(cap)` is the one way to read it: a capture read whole counts itself; the outline
 of a dataset analysed on Dask (`amqpcap.io.dataset.read_outline`: its connections, no frames) is

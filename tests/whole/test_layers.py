@@ -60,7 +60,7 @@ def is_module(dotted: str) -> bool:
 def layer_of(module: str) -> str | None:
     parts = module.split(".")
     if len(parts) == 1:
-        return None  # the package itself (`from amqpcap import __version__`)
+        return None  # the package itself (amqpcap/__init__.py)
     if parts[1] in LAYERS:
         return parts[1]
     return TOP_LEVEL.get(parts[1])

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ... import __version__
+from ..._core import __version__
 from ..load import Capture
 from ..table_files import parquet_options
 from .layout import FORMAT, MANIFEST, VERSION, DatasetError, bucket_file, bucket_of, default_buckets, to_json

@@ -272,6 +272,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CoreCaptureError", m.py().get_type::<CoreCaptureError>())?;
     m.add("ANOMALY_KINDS", crate::anomaly::AnomalyKind::ALL.iter().map(|k| k.name()).collect::<Vec<_>>())?;
     m.add("MAX_FILES", crate::limits::MAX_FILES)?;
+    // amqpcap's one version number: Cargo.toml's (maturin writes it into the wheel's metadata,
+    // pyproject.toml lists `version` as dynamic), read by `amqpcap --version` and datasets' manifests
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("METHOD_NAMES", crate::proto::amqp091::spec::METHODS.iter().map(|x| x.name).collect::<Vec<_>>())?;
     Ok(())
 }
