@@ -18,6 +18,7 @@ pub(super) fn column_len(c: &Column) -> usize {
         I32(v) => v.len(),
         I64(v) | Ts(v) => v.len(),
         Bool(v) => v.len(),
+        NullU8(v, m) => same_len(v.len(), m.len()),
         NullI16(v, m) => same_len(v.len(), m.len()),
         NullI32(v, m) => same_len(v.len(), m.len()),
         NullU32(v, m) => same_len(v.len(), m.len()),
@@ -62,6 +63,7 @@ pub(super) fn spread_values(s: &Spread) -> Vec<i64> {
         v.iter().map(|&x| x.into()).collect()
     }
     match &s.values {
+        SpreadValues::U8(v) => all(v),
         SpreadValues::I16(v) => all(v),
         SpreadValues::I32(v) | SpreadValues::Text { codes: v, .. } => all(v),
         SpreadValues::U32(v) => all(v),
@@ -88,6 +90,7 @@ pub(super) fn ints(c: &Column) -> Vec<Option<i64>> {
         I32(v) | Str(v, _) | StrWide(v, _) => v.iter().map(|&x| Some(x as i64)).collect(),
         I64(v) | Ts(v) => v.iter().map(|&x| Some(x)).collect(),
         Bool(v) => v.iter().map(|&x| Some(x as i64)).collect(),
+        NullU8(v, m) => masked(v, m),
         NullI16(v, m) => masked(v, m),
         NullI32(v, m) => masked(v, m),
         NullU32(v, m) => masked(v, m),
