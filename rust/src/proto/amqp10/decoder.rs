@@ -122,7 +122,7 @@ impl Decoder {
                         let k = keep.min(take - kept) as usize;
                         self.body.extend_from_slice(&rest[kept as usize..kept as usize + k]);
                         kept += k as u64;
-                        keep = self.to_keep(&ev, sink);
+                        keep = self.keep_more(&ev, sink);
                     }
                     pos += take as usize;
                     if take == remaining {
@@ -211,7 +211,7 @@ impl Decoder {
         if remaining == 0 {
             self.emit(ev, 0, sasl, sink);
         } else {
-            let keep = self.to_keep(&ev, sink);
+            let keep = self.keep_more(&ev, sink);
             self.state = State::Skip { ev, remaining, missing: 0, sasl, keep };
         }
     }
@@ -254,7 +254,7 @@ impl Decoder {
     /// does: the performative's (as far as its first octets tell its size, read again as more
     /// come), then a transfer's message head. A performative larger than the cap is
     /// `oversized-frame`: the frame is still a frame, its fields are not read.
-    fn to_keep(&mut self, ev: &FrameEvent, sink: &mut impl FrameSink) -> u64 {
+    fn keep_more(&mut self, ev: &FrameEvent, sink: &mut impl FrameSink) -> u64 {
         let body_len = ev.header.body_len() as u64;
         let want = match super::types::decode(&self.body) {
             Ok(Ok((_, n))) => n as u64 + if ev.performative == Some(TRANSFER) { MESSAGE_HEAD_BYTES as u64 } else { 0 },

@@ -57,6 +57,7 @@ struct TransferRow {
 impl Deliveries {
     /// A transfer on `channel` with `handle` (`delivery_id`, `more`, `aborted` as its frame
     /// says) carrying `payload` bytes (`None`: unknown) sent by `dir`.
+    #[allow(clippy::too_many_arguments)] // (a transfer's fields, each named)
     fn transfer(&mut self, dir: usize, channel: u16, handle: u32, delivery_id: Option<u32>, more: bool, aborted: bool, payload: Option<u64>) -> TransferRow {
         let open = &mut self.dirs[dir];
         let key = (channel, handle);
