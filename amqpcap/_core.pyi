@@ -64,8 +64,9 @@ def decode(
 ) -> dict[str, Any]:
     """Decode a capture: one file, or a set read as one capture, merged by time as mergecap
     merges them (a file of a set that cannot be used is skipped with a warning unless
-    `strict`). Returns {"records", "packets", "frames", "connections", "anomalies": Table,
-    "bodies": Table (with bodies=True) or None, "summary": dict}. Raises CoreCaptureError when
+    `strict`). Returns {"records", "packets", "frames", "connections", "anomalies",
+    "amqp10_frames" (AMQP 1.0's frames; no rows without AMQP 1.0): Table, "bodies": Table (with
+    bodies=True) or None, "summary": dict}. Raises CoreCaptureError when
     the file cannot be used.
 
     decrypted = (streams, packets, ends, data): plaintext of TLS connections decrypted outside

@@ -190,7 +190,7 @@ def outline_of(rows: Capture) -> Capture:
 
     return Capture(path=rows.path, ports=rows.ports, frames=none_of(rows.frames), packets=none_of(rows.packets),
                    connections=rows.connections, anomalies=none_of(rows.anomalies), records=none_of(rows.records),
-                   bodies=none_of(rows.bodies), summary=rows.summary)
+                   bodies=none_of(rows.bodies), summary=rows.summary, amqp10_frames=none_of(rows.amqp10_frames))
 
 
 def split_of(a: Analyzer) -> Split:

@@ -96,7 +96,7 @@ def replayed(part: Capture, replay: Replay | None, ends: Ends | None = None) -> 
     frames = _with_rows(replay.rows, part.frames) if len(replay.rows) else part.frames
     cap = Capture(path=part.path, ports=part.ports, frames=frames, packets=part.packets,
                   connections=part.connections, anomalies=part.anomalies, records=part.records,
-                  bodies=part.bodies, summary=part.summary)
+                  bodies=part.bodies, summary=part.summary, amqp10_frames=part.amqp10_frames)
     cap.context = dataclasses.replace(part.context, seeds=Seeds(replay, ends))
     return cap
 

@@ -35,7 +35,7 @@ def _column(col: tuple) -> Any:
     if kind == "ts":
         return _timestamps(col[1])
     # nullable columns come as (values, missing mask), the layout pandas keeps as is
-    if kind in ("null_i16", "null_i32", "null_u32", "null_i64", "null_u64"):
+    if kind in ("null_u8", "null_i16", "null_i32", "null_u32", "null_i64", "null_u64"):
         return pd.arrays.IntegerArray(col[1], col[2])
     if kind == "null_bool":
         return pd.arrays.BooleanArray(col[1], col[2])

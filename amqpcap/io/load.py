@@ -71,7 +71,7 @@ class Told:
 
 @dataclass
 class Capture:
-    """A decoded capture: the four ingestion tables and the file summary."""
+    """A decoded capture: the ingestion tables and the file summary."""
 
     path: str
     ports: tuple[int, ...]
@@ -84,6 +84,9 @@ class Capture:
     #: message bodies, one row per message; None unless ``load(..., bodies=True)``
     bodies: pd.DataFrame | None = None
     summary: dict[str, Any] = field(default_factory=dict)
+    #: AMQP 1.0's frames, one row per frame (docs/tables.md); empty, with its columns, when no
+    #: connection speaks AMQP 1.0
+    amqp10_frames: pd.DataFrame = field(default_factory=lambda: _empty_table("amqp10_frames"))
     #: values the analyzers derive from the tables, computed once and shared between analyzers
     #: (matched deliveries, consumer state, stream-ordered packet columns: amqpcap.derive), keyed
     #: by the derivation function. Only `amqpcap.derive.derivation` reads or writes it, each
@@ -111,6 +114,14 @@ class Capture:
             f"{counted(len(self.connections), 'AMQP connection')}, {counted(len(self.frames), 'frame')}, "
             f"{counted(len(self.anomalies), 'anomaly', 'anomalies')}>"
         )
+
+
+def _empty_table(name: str) -> pd.DataFrame:
+    """Table `name` without rows, in `load`'s dtypes (the core's own, for a capture without
+    packets: `amqpcap.io.dataset.reading`'s template)."""
+    from .dataset.reading import _template
+
+    return _template()[name].copy()
 
 
 def _pandas():
@@ -216,6 +227,7 @@ def load(
         records=records,
         bodies=pandas_frame(body_rows) if body_rows is not None else None,
         summary=d.summary,
+        amqp10_frames=pandas_frame(raw.pop("amqp10_frames")),
     )
 
 
@@ -336,8 +348,8 @@ def _arrow_tables(raw: dict) -> None:
     """The core's Arrow batches of a decode as pyarrow Tables, in place."""
     import pyarrow as pa
 
-    for table in ("records", "packets", "frames", "connections", "anomalies", "bodies"):
-        if raw[table] is not None:
+    for table in ("records", "packets", "frames", "connections", "anomalies", "bodies", "amqp10_frames"):
+        if raw.get(table) is not None:
             raw[table] = pa.Table.from_batches([pa.record_batch(raw[table])])
 
 

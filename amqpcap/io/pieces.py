@@ -31,4 +31,5 @@ def time_slice(cap: Capture, first: int, end: int | None) -> Capture:
     return Capture(path=cap.path, ports=cap.ports, frames=rows(cap.frames, "packet"),
                    packets=rows(cap.packets, "packet"), connections=cap.connections,
                    anomalies=rows(cap.anomalies, "packet"), records=cap.records.iloc[:0],
-                   bodies=rows(cap.bodies, "last_packet"), summary=cap.summary)
+                   bodies=rows(cap.bodies, "last_packet"), summary=cap.summary,
+                   amqp10_frames=rows(cap.amqp10_frames, "packet"))

@@ -30,7 +30,11 @@ BASE_TABLES = ("connections", "frames", "packets", "anomalies", "records")
 
 
 def base_tables(cap: Capture) -> dict[str, pd.DataFrame]:
-    return {name: getattr(cap, name) for name in BASE_TABLES}
+    """`BASE_TABLES`, and AMQP 1.0's frames when the capture has some (`amqp10_frames`)."""
+    out = {name: getattr(cap, name) for name in BASE_TABLES}
+    if len(cap.amqp10_frames):
+        out["amqp10_frames"] = cap.amqp10_frames
+    return out
 
 
 def write_outputs(cap: Capture, results: list[AnalyzerResult], prepared: Prepared, out: Path,

@@ -607,10 +607,11 @@ def _other_protocol(path):
     return {"packets": len(recs)}
 
 
-#: AMQP 1.0 (Part 2 §2.3.1): the protocol header, and an open performative's frame (SIZE 12,
-#: DOFF 2, type 0 AMQP, channel 0; body: described type 0x00, smallulong 0x53 0x10 open, list0)
+#: AMQP 1.0 (Part 2 §2.3.1): the protocol header, and an open performative's frame (SIZE 16,
+#: DOFF 2, type 0 AMQP, channel 0; body: described type 0x00, smallulong 0x53 0x10 open, list8
+#: of 3 octets holding one field, its mandatory container-id, an empty str8, Part 2 §2.7.1)
 AMQP10_HEADER = b"AMQP\x00\x01\x00\x00"
-AMQP10_OPEN = struct.pack(">IBBH", 12, 2, 0, 0) + b"\x00\x53\x10\x45"
+AMQP10_OPEN = struct.pack(">IBBH", 16, 2, 0, 0) + b"\x00\x53\x10\xc0\x03\x01\xa1\x00"
 
 
 def _amqp10_then(path, bad: bytes) -> dict:

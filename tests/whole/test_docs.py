@@ -16,7 +16,7 @@ from tiers import one_fast
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "tables.md").read_text()
-TABLES = ("frames", "packets", "connections", "anomalies", "records", "bodies")
+TABLES = ("frames", "packets", "connections", "anomalies", "records", "bodies", "amqp10_frames")
 
 
 def documented(table: str) -> dict[str, str]:

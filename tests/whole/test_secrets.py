@@ -192,3 +192,44 @@ def test_bodies_are_written_when_asked(tmp_path, fmt):
     assert "message bodies were kept on request" in report
     summary = (tmp_path / "summary.json").read_text()
     assert '"bodies_kept": true' in summary and f'"body_bytes_kept": {4 * len(BODY)}' in summary
+
+
+# --- AMQP 1.0 (issue 50): the fixtures' SASL PLAIN logins --------------------------------------
+
+#: every AMQP 1.0 fixture logs in with SASL PLAIN as guest/guest (fixtures/record/proton_client.py)
+AMQP10_CAPTURES = sorted(p for p in (ROOT / "fixtures").glob("amqp10*.pcap") if "midstream" not in p.name)
+AMQP10_LOGIN = "guest"
+#: the PLAIN initial response (RFC 4616: authzid NUL authcid NUL passwd): the password is the
+#: user name here, so it is the response, not the word, that must appear nowhere
+AMQP10_RESPONSE = f"\0{AMQP10_LOGIN}\0{AMQP10_LOGIN}"
+
+
+@pytest.mark.parametrize("capture", AMQP10_CAPTURES, ids=lambda p: p.name)
+def test_amqp10_tables_keep_the_user_name_only(capture):
+    """The capture holds the response (else finding none would prove nothing); the login name
+    appears in `connections.user` and nowhere else in any table: not in `amqp10_frames`, whose
+    sasl-init rows have the mechanism and nothing of the response."""
+    assert AMQP10_RESPONSE.encode() in capture.read_bytes()
+    cap = amqpcap.load(capture)
+    assert set(cap.connections["user"]) == {AMQP10_LOGIN}
+    # (amqp10.pcap's stream 0 is an AMQP 0-9-1 connection, also guest's)
+    assert (cap.amqp10_frames["performative"] == "sasl-init").sum() == (cap.connections["protocol"] == "1.0").sum() > 0
+    # (and AMQP 0-9-1's `frames.user`: amqp10.pcap's stream 0 logs in as guest too)
+    users = [cap.connections.drop(columns=["user"]), cap.frames.drop(columns=["user"])]
+    text = "\n".join([repr(cap.summary)] + [t.astype(str).to_csv() for t in users] + [
+        getattr(cap, t).astype(str).to_csv() for t in ("packets", "anomalies", "records", "amqp10_frames")]).encode()
+    assert not found(text, AMQP10_LOGIN)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_amqp10_analyze_outputs_hold_no_plain_response(tmp_path, fmt):
+    """Every file `analyze --out` writes for an AMQP 1.0 capture (amqp10_frames among them):
+    the PLAIN response (user and password) in no form."""
+    capture = ROOT / "fixtures" / "amqp10.pcap"
+    r = _run(["analyze", str(capture), "--out", str(tmp_path), "--format", fmt, "--no-plots"], {})
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    assert not found(r.stdout + r.stderr, AMQP10_RESPONSE)
+    files = _output_bytes(tmp_path)
+    assert f"amqp10_frames.{fmt}" in files
+    for name, data in files.items():
+        assert not found(data, AMQP10_RESPONSE), name

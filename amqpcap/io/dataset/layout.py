@@ -24,7 +24,7 @@ FORMAT = "amqpcap-dataset"
 VERSION = 1
 MANIFEST = "manifest.json"
 #: tables whose rows belong to one connection (`stream`), stored in `<table>/bucket=<k>/`
-CONNECTION_TABLES = ("connections", "packets", "frames", "anomalies", "bodies")
+CONNECTION_TABLES = ("connections", "packets", "frames", "anomalies", "bodies", "amqp10_frames")
 #: rows of the capture as a whole, stored in `capture/<table>.parquet`
 CAPTURE_TABLES = ("records", "anomalies")
 #: a bucket holds about this much of the capture (file bytes), at most `MAX_BUCKETS` buckets.
@@ -34,7 +34,8 @@ BUCKET_TARGET_BYTES = 128 << 20
 MAX_BUCKETS = 1024
 #: how rows are put back in `load` order: the sort key, stable (ties stay in bucket order,
 #: and tied rows are of one connection, so of one bucket)
-ORDER = {"connections": "stream", "packets": "packet", "frames": "packet", "bodies": "last_packet"}
+ORDER = {"connections": "stream", "packets": "packet", "frames": "packet", "bodies": "last_packet",
+         "amqp10_frames": "packet"}
 
 
 class DatasetError(AmqpcapError):

@@ -192,7 +192,9 @@ def read(path: str | os.PathLike[str] | Location, buckets: list[int] | None = No
     records = t["records"].copy() if part else _records(loc, summary)
     return Capture(path=summary["path"], ports=tuple(m["ports"]), frames=tables["frames"], packets=tables["packets"],
                    connections=tables["connections"], anomalies=tables["anomalies"], records=records,
-                   bodies=tables.get("bodies"), summary=summary)
+                   bodies=tables.get("bodies"), summary=summary,
+                   # (a dataset written before AMQP 1.0's frames were a table has none)
+                   amqp10_frames=tables["amqp10_frames"] if "amqp10_frames" in tables else t["amqp10_frames"].copy())
 
 
 def read_partition(path: str | os.PathLike[str] | Location, buckets: list[int],

@@ -47,7 +47,8 @@ def _write_bucket(t, bucket: np.ndarray, k: int, path: Path) -> None:
 
 def capture_tables(cap: Capture) -> dict[str, pd.DataFrame]:
     """The capture's tables of connections (`CONNECTION_TABLES`: its bodies when it kept them)."""
-    out = {"connections": cap.connections, "packets": cap.packets, "frames": cap.frames, "anomalies": cap.anomalies}
+    out = {"connections": cap.connections, "packets": cap.packets, "frames": cap.frames, "anomalies": cap.anomalies,
+           "amqp10_frames": cap.amqp10_frames}
     if cap.bodies is not None:
         out["bodies"] = cap.bodies
     return out

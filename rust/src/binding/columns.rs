@@ -40,6 +40,7 @@ fn column<'py>(py: Python<'py>, mut c: Column) -> PyResult<Bound<'py, PyTuple>> 
         Column::I64(v) => ("i64", arr(py, v)).into_pyobject(py)?,
         Column::Bool(v) => ("bool", arr(py, v)).into_pyobject(py)?,
         Column::Ts(v) => ("ts", arr(py, v)).into_pyobject(py)?,
+        Column::NullU8(v, m) => ("null_u8", arr(py, v), arr(py, missing(m))).into_pyobject(py)?,
         Column::NullI16(v, m) => ("null_i16", arr(py, v), arr(py, missing(m))).into_pyobject(py)?,
         Column::NullI32(v, m) => ("null_i32", arr(py, v), arr(py, missing(m))).into_pyobject(py)?,
         Column::NullU32(v, m) => ("null_u32", arr(py, v), arr(py, missing(m))).into_pyobject(py)?,

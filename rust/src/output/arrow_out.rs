@@ -13,7 +13,7 @@ use arrow_array::types::{ArrowDictionaryKeyType, Int16Type, Int32Type, Int8Type}
 use arrow_array::{
     ArrayRef, BinaryArray, BooleanArray, DictionaryArray, Int16Array, Int32Array, Int64Array, Int8Array,
     LargeBinaryArray, PrimitiveArray, RecordBatch, RecordBatchOptions, StringArray, TimestampNanosecondArray,
-    UInt32Array, UInt64Array,
+    UInt32Array, UInt64Array, UInt8Array,
 };
 use arrow_buffer::{bit_util, ArrowNativeType, BooleanBuffer, MutableBuffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{ArrowError, Field, Schema};
@@ -72,6 +72,7 @@ pub fn array(c: Column) -> Result<ArrayRef, ArrowError> {
         Column::I64(v) => Arc::new(Int64Array::from(v)),
         Column::Bool(v) => Arc::new(BooleanArray::new(bits(&v), None)),
         Column::Ts(v) => Arc::new(TimestampNanosecondArray::from(v).with_timezone(UTC)),
+        Column::NullU8(v, m) => Arc::new(UInt8Array::new(ScalarBuffer::from(v), nulls(m))),
         Column::NullI16(v, m) => Arc::new(values::<Int16Type>(v, Some(m))),
         Column::NullI32(v, m) => Arc::new(values::<Int32Type>(v, Some(m))),
         Column::NullU32(v, m) => Arc::new(UInt32Array::new(ScalarBuffer::from(v), nulls(m))),
@@ -130,6 +131,7 @@ fn spread(s: Spread) -> Result<ArrayRef, ArrowError> {
     }
     let valid = (rows.len() < len).then(|| NullBuffer::new(set_bits(len, rows.iter().map(|&r| r as usize))));
     Ok(match values {
+        SpreadValues::U8(v) => Arc::new(UInt8Array::new(scattered(len, &rows, v), valid)),
         SpreadValues::I16(v) => Arc::new(Int16Array::new(scattered(len, &rows, v), valid)),
         SpreadValues::I32(v) => Arc::new(Int32Array::new(scattered(len, &rows, v), valid)),
         SpreadValues::U32(v) => Arc::new(UInt32Array::new(scattered(len, &rows, v), valid)),

@@ -43,6 +43,15 @@ pub(crate) fn connections_table(streams: Streams, keep: impl Fn(usize) -> bool) 
                 s.b
             }
         }
+        /// The index of the client's (`client_side`) or the broker's facts in an array by
+        /// endpoint (0: sent by A).
+        fn side(s: &Stream, client_side: bool) -> usize {
+            if s.a_is_client == client_side {
+                0
+            } else {
+                1
+            }
+        }
         fn hs<T>(s: &Stream, f: impl Fn(&Handshake) -> Option<T>) -> Option<T> {
             s.info.hs.as_deref().and_then(f)
         }
@@ -66,13 +75,16 @@ pub(crate) fn connections_table(streams: Streams, keep: impl Fn(usize) -> bool) 
             ("frame_max", Get::Opt(|s| hs(s, |h| h.frame_max))),
             ("channel_max", Get::Opt(|s| hs(s, |h| h.channel_max))),
             ("heartbeat_s", Get::Opt(|s| hs(s, |h| h.heartbeat))),
+            ("idle_timeout_c2s_ms", Get::Opt(|s| hs(s, |h| h.idle_timeout_ms[side(s, true)]))),
+            ("idle_timeout_s2c_ms", Get::Opt(|s| hs(s, |h| h.idle_timeout_ms[side(s, false)]))),
             ("vhost", Get::Text(|s| hs(s, |h| h.vhost.clone()))),
             ("user", Get::Text(|s| hs(s, |h| h.user.clone()))),
             ("mechanism", Get::Text(|s| hs(s, |h| h.mechanism.clone()))),
             ("client_product", Get::Text(|s| hs(s, |h| h.client_product.clone()))),
             ("client_version", Get::Text(|s| hs(s, |h| h.client_version.clone()))),
             ("client_platform", Get::Text(|s| hs(s, |h| h.client_platform.clone()))),
-            ("connection_name", Get::Text(|s| hs(s, |h| h.connection_name.clone()))),
+            // (AMQP 0-9-1's client property, or AMQP 1.0's client open: `Handshake::amqp10_name`)
+            ("connection_name", Get::Text(|s| hs(s, |h| h.connection_name.clone().or_else(|| h.amqp10_name[side(s, true)].clone())))),
             ("server_product", Get::Text(|s| hs(s, |h| h.server_product.clone()))),
             ("server_version", Get::Text(|s| hs(s, |h| h.server_version.clone()))),
             ("mss_c2s", Get::Opt(|s| client(s).syn_options.and_then(|o| o.mss).map(u64::from))),

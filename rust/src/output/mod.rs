@@ -2,6 +2,7 @@
 //! are pushed into as packets and frames are decoded, and the function that makes the table's
 //! declared columns from it at the end.
 
+pub mod amqp10_frames;
 pub mod anomalies;
 #[cfg(feature = "arrow")]
 pub mod arrow_out;
@@ -23,6 +24,8 @@ pub struct Builders {
     pub packets: packets::PacketsBuilder,
     /// AMQP 0-9-1's frames.
     pub frames: frames::FramesBuilder,
+    /// AMQP 1.0's frames (`crate::proto::amqp10::session`).
+    pub amqp10_frames: amqp10_frames::Amqp10FramesBuilder,
     pub anomalies: anomalies::AnomaliesBuilder,
     /// Message bodies (AMQP 0-9-1), only when they were asked for.
     pub bodies: Option<bodies::BodiesBuilder>,
@@ -34,6 +37,7 @@ impl Builders {
         Builders {
             packets: packets::PacketsBuilder::default(),
             frames: frames::FramesBuilder::default(),
+            amqp10_frames: Default::default(),
             anomalies: anomalies::AnomaliesBuilder { cap: limits.max_anomalies, ..Default::default() },
             bodies: bodies.then(|| bodies::BodiesBuilder::new(limits.max_body_bytes)),
         }
@@ -48,7 +52,7 @@ pub(crate) struct ConnTables {
     pub(crate) anomalies: tables::Table,
     pub(crate) bodies: Option<tables::Table>,
     /// Tables a protocol declares besides these, by name, handed to Python under that name
-    /// (none yet: docs/core.md says how AMQP 1.0's frames table would be one).
+    /// (AMQP 1.0's frames: docs/core.md says how a protocol's table is one).
     pub(crate) added: Vec<(&'static str, tables::Table)>,
 }
 
@@ -57,11 +61,12 @@ impl Builders {
     /// conversations whose packets keep their rows. A warning for bodies not kept goes to
     /// `warnings`.
     pub(crate) fn into_tables(self, is_amqp: &[bool], a_is_client: &[bool], max_body_bytes: u64, warnings: &mut Vec<String>) -> ConnTables {
-        let Builders { packets, frames, anomalies, bodies } = self;
+        let Builders { packets, frames, amqp10_frames, anomalies, bodies } = self;
         // The other tables' times come from the packets table's (before it drops the rows of
         // conversations that turned out not to be AMQP: none of them is named by another row).
         let times = PacketTimes::new(&packets.packet, &packets.ts);
         let frames = frames::FrameRows::new(frames, a_is_client, &times);
+        let added = vec![("amqp10_frames", amqp10_frames::amqp10_frames_table(amqp10_frames, a_is_client, &times))];
         let anomalies = anomalies::anomalies_table(anomalies, a_is_client, &times);
         let bodies = bodies.map(|b| {
             if b.not_kept > 0 {
@@ -75,7 +80,7 @@ impl Builders {
             t
         });
         let packets = packets::packets_table(packets, is_amqp, a_is_client);
-        ConnTables { packets, frames, anomalies, bodies, added: Vec::new() }
+        ConnTables { packets, frames, anomalies, bodies, added }
     }
 }
 

@@ -15,6 +15,7 @@ pub enum Column {
     Bool(Vec<bool>),
     /// Nanoseconds since the epoch.
     Ts(Vec<i64>),
+    NullU8(Vec<u8>, Vec<bool>),
     NullI16(Vec<i16>, Vec<bool>),
     NullI32(Vec<i32>, Vec<bool>),
     NullU32(Vec<u32>, Vec<bool>),
@@ -57,6 +58,7 @@ pub struct Spread {
 
 /// The values of a [`Spread`], one per row that has one.
 pub enum SpreadValues {
+    U8(Vec<u8>),
     I16(Vec<i16>),
     I32(Vec<i32>),
     U32(Vec<u32>),
@@ -80,6 +82,7 @@ impl Spread {
             };
         }
         match values {
+            SpreadValues::U8(v) => nullable!(v, Column::NullU8),
             SpreadValues::I16(v) => nullable!(v, Column::NullI16),
             SpreadValues::I32(v) => nullable!(v, Column::NullI32),
             SpreadValues::U32(v) => nullable!(v, Column::NullU32),
@@ -337,6 +340,7 @@ impl Column {
             Column::I32(v) | Column::Str(v, _) | Column::StrWide(v, _) | Column::Text(v, _) => take_vec(v, order),
             Column::I64(v) | Column::Ts(v) => take_vec(v, order),
             Column::Bool(v) => take_vec(v, order),
+            Column::NullU8(v, m) => (take_vec(v, order), take_vec(m, order)).1,
             Column::NullI16(v, m) => (take_vec(v, order), take_vec(m, order)).1,
             Column::NullI32(v, m) => (take_vec(v, order), take_vec(m, order)).1,
             Column::NullU32(v, m) => (take_vec(v, order), take_vec(m, order)).1,
@@ -368,6 +372,7 @@ impl Column {
             Column::I32(v) => v.shrink_to_fit(),
             Column::I64(v) | Column::Ts(v) => v.shrink_to_fit(),
             Column::Bool(v) => v.shrink_to_fit(),
+            Column::NullU8(v, m) => (v.shrink_to_fit(), m.shrink_to_fit()).1,
             Column::NullI16(v, m) => (v.shrink_to_fit(), m.shrink_to_fit()).1,
             Column::NullI32(v, m) => (v.shrink_to_fit(), m.shrink_to_fit()).1,
             Column::NullU32(v, m) => (v.shrink_to_fit(), m.shrink_to_fit()).1,
@@ -382,6 +387,7 @@ impl Column {
             Column::Spread(s) => {
                 s.rows.shrink_to_fit();
                 match &mut s.values {
+                    SpreadValues::U8(v) => v.shrink_to_fit(),
                     SpreadValues::I16(v) => v.shrink_to_fit(),
                     SpreadValues::I32(v) => v.shrink_to_fit(),
                     SpreadValues::U32(v) => v.shrink_to_fit(),
@@ -510,6 +516,7 @@ macro_rules! sparse_finish {
         }
     };
 }
+sparse_finish!(u8, U8);
 sparse_finish!(i16, I16);
 sparse_finish!(i32, I32);
 sparse_finish!(u32, U32);

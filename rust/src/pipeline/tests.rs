@@ -94,7 +94,8 @@ fn texts<'t>(t: &'t Table, name: &str) -> Vec<Option<&'t str>> {
 #[test]
 fn the_first_bytes_choose_the_decoder_however_they_are_cut() {
     let (c, s) = (1000u32, 5000u32);
-    let open = [0, 0, 0, 12, 2, 0, 0, 0, 0x00, 0x53, 0x10, 0x45];
+    // an open with an empty container-id (its one mandatory field, Part 2 §2.7.1)
+    let open = [0, 0, 0, 16, 2, 0, 0, 0, 0x00, 0x53, 0x10, 0xc0, 3, 1, 0xa1, 0];
     let out = run(&[
         packet(true, c, None, SYN, &[]),
         packet(false, s, Some(c + 1), SYN, &[]),
@@ -104,8 +105,10 @@ fn the_first_bytes_choose_the_decoder_however_they_are_cut() {
     ]);
     assert_eq!(texts(&out.connections, "protocol"), [Some("1.0")]);
     assert_eq!(i64s(&out.connections, "frames"), [1]);
-    assert_eq!(i64s(&out.connections, "c2s_bytes_decoded"), [8 + 12]);
+    assert_eq!(i64s(&out.connections, "c2s_bytes_decoded"), [8 + 16]);
     assert_eq!(i64s(&out.connections, "anomalies"), [0]);
+    let [("amqp10_frames", frames)] = &out.added[..] else { panic!("AMQP 1.0's frames are a table of their own") };
+    assert_eq!(i64s(frames, "size_bytes"), [8], "a row: the open without its frame header");
     let hdr = PROTOCOL_HEADER_091;
     let out = run(&[
         packet(true, c, None, SYN, &[]),

@@ -39,6 +39,11 @@ pub(crate) struct Handshake {
     pub(crate) connection_name: Option<String>,
     pub(crate) server_product: Option<String>,
     pub(crate) server_version: Option<String>,
+    /// AMQP 1.0: each side's open idle-time-out (milliseconds), index 0 sent by endpoint A.
+    pub(crate) idle_timeout_ms: [Option<u64>; 2],
+    /// AMQP 1.0: each side's open's `connection_name` property, or else its container-id
+    /// (index 0 sent by endpoint A): the client's is the connection's name.
+    pub(crate) amqp10_name: [Option<String>; 2],
 }
 
 #[derive(Default)]
@@ -55,6 +60,9 @@ pub(crate) struct ConnInfo {
     #[allow(clippy::box_collection)]
     pub(crate) bodies: Option<Box<Vec<PendingBody>>>,
     pub(crate) frames: u64,
+    /// What an AMQP 1.0 connection's frames leave for the frames that follow
+    /// (`crate::proto::amqp10::session`); boxed, made at its first transfer.
+    pub(crate) amqp10: Option<Box<crate::proto::amqp10::session::Deliveries>>,
     pub(crate) anomalies: u64,
     /// Bytes cut by snaplen at the end of a packet, shown as `gap_before` of the next data
     /// packet of the same direction (index: sent by endpoint A).

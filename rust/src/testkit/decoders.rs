@@ -108,12 +108,15 @@ impl DecodeSink for Seen {
 }
 
 impl amqp10::decoder::FrameSink for Seen {
-    fn frame(&mut self, ev: amqp10::decoder::FrameEvent) {
+    fn frame(&mut self, ev: amqp10::decoder::FrameEvent, body: Option<&[u8]>) {
         assert_eq!(ev.packet, self.packet, "a frame completed by another packet than the one fed");
         assert!(ev.first_packet >= 1 && ev.first_packet <= ev.packet, "frame starts in packet {} after {}", ev.first_packet, ev.packet);
         let h = ev.header;
         assert!(h.size >= 8 && h.body_offset >= 8 && h.body_offset <= h.size);
-        self.events.push(format!("frame {:?} ch{} {}B {}", h.kind, h.channel, h.size, amqp10::decoder::frame_name(&ev)));
+        // (the body kept is the frame's own start, whatever the segments: in the event)
+        assert!(body.is_none_or(|b| b.len() as u32 <= h.body_len()));
+        let kept = body.map(|b| b.iter().fold(b.len() as u64, |h, &x| h.wrapping_mul(31).wrapping_add(x as u64)));
+        self.events.push(format!("frame {:?} ch{} {}B {} {kept:?}", h.kind, h.channel, h.size, amqp10::decoder::frame_name(&ev)));
     }
 }
 

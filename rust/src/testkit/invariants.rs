@@ -18,6 +18,7 @@ pub(super) fn column_len(c: &Column) -> usize {
         I32(v) => v.len(),
         I64(v) | Ts(v) => v.len(),
         Bool(v) => v.len(),
+        NullU8(v, m) => same_len(v.len(), m.len()),
         NullI16(v, m) => same_len(v.len(), m.len()),
         NullI32(v, m) => same_len(v.len(), m.len()),
         NullU32(v, m) => same_len(v.len(), m.len()),
@@ -62,6 +63,7 @@ pub(super) fn spread_values(s: &Spread) -> Vec<i64> {
         v.iter().map(|&x| x.into()).collect()
     }
     match &s.values {
+        SpreadValues::U8(v) => all(v),
         SpreadValues::I16(v) => all(v),
         SpreadValues::I32(v) | SpreadValues::Text { codes: v, .. } => all(v),
         SpreadValues::U32(v) => all(v),
@@ -88,6 +90,7 @@ pub(super) fn ints(c: &Column) -> Vec<Option<i64>> {
         I32(v) | Str(v, _) | StrWide(v, _) => v.iter().map(|&x| Some(x as i64)).collect(),
         I64(v) | Ts(v) => v.iter().map(|&x| Some(x)).collect(),
         Bool(v) => v.iter().map(|&x| Some(x as i64)).collect(),
+        NullU8(v, m) => masked(v, m),
         NullI16(v, m) => masked(v, m),
         NullI32(v, m) => masked(v, m),
         NullU32(v, m) => masked(v, m),
@@ -191,23 +194,26 @@ pub fn check_output(out: &Output) {
         gaps[conn_of(pk_stream[i])][pk_dir[i] as usize] += gap_before[i];
     }
 
-    // frames
-    let nfr = rows(&out.frames);
-    let fr_packet = dense(&out.frames, "packet");
-    let fr_first = dense(&out.frames, "first_packet");
-    let fr_stream = dense(&out.frames, "stream");
-    let fr_dir = dense(&out.frames, "direction");
-    let mut last_frame_packet: HashMap<(i64, i64), i64> = HashMap::new();
+    // frames: AMQP 0-9-1's, and AMQP 1.0's (`amqp10_frames`), each in its own packet order
     let mut frames_per_conn = vec![0i64; conns];
     let mut frames_per_packet: HashMap<(i64, i64), i64> = HashMap::new();
-    for i in 0..nfr {
-        assert!(packet_ok(fr_packet[i]), "frame packet {} out of range", fr_packet[i]);
-        assert!(fr_first[i] >= 1 && fr_first[i] <= fr_packet[i], "frame starts in packet {} after it ends in {}", fr_first[i], fr_packet[i]);
-        let last = last_frame_packet.entry((fr_stream[i], fr_dir[i])).or_default();
-        assert!(fr_packet[i] >= *last, "stream {} direction {}: a frame ends in packet {} after one in {}", fr_stream[i], fr_dir[i], fr_packet[i], last);
-        *last = fr_packet[i];
-        frames_per_conn[conn_of(fr_stream[i])] += 1;
-        *frames_per_packet.entry((fr_stream[i], fr_packet[i])).or_default() += 1;
+    let amqp10_frames = out.added.iter().filter(|(n, _)| *n == "amqp10_frames").map(|(_, t)| t);
+    for table in std::iter::once(&out.frames).chain(amqp10_frames) {
+        let nfr = rows(table);
+        let fr_packet = dense(table, "packet");
+        let fr_first = dense(table, "first_packet");
+        let fr_stream = dense(table, "stream");
+        let fr_dir = dense(table, "direction");
+        let mut last_frame_packet: HashMap<(i64, i64), i64> = HashMap::new();
+        for i in 0..nfr {
+            assert!(packet_ok(fr_packet[i]), "frame packet {} out of range", fr_packet[i]);
+            assert!(fr_first[i] >= 1 && fr_first[i] <= fr_packet[i], "frame starts in packet {} after it ends in {}", fr_first[i], fr_packet[i]);
+            let last = last_frame_packet.entry((fr_stream[i], fr_dir[i])).or_default();
+            assert!(fr_packet[i] >= *last, "stream {} direction {}: a frame ends in packet {} after one in {}", fr_stream[i], fr_dir[i], fr_packet[i], last);
+            *last = fr_packet[i];
+            frames_per_conn[conn_of(fr_stream[i])] += 1;
+            *frames_per_packet.entry((fr_stream[i], fr_packet[i])).or_default() += 1;
+        }
     }
     for i in 0..npk {
         let n = frames_per_packet.remove(&(pk_stream[i], pk_packet[i])).unwrap_or(0);
@@ -233,17 +239,8 @@ pub fn check_output(out: &Output) {
 
     // connections
     let c = |name: &str| dense(&out.connections, name);
-    // an AMQP 1.0 connection's AMQP 1.0 frames are counted, not rows of `frames` (docs/tables.md);
-    // its other direction may still have started as 0-9-1 and have rows
-    let Column::Text(protocol, names) = column(&out.connections, "protocol") else { panic!("protocol is not text") };
-    let amqp10: Vec<bool> = protocol.iter().map(|&p| p >= 0 && names[p as usize] == "1.0").collect();
-    for (i, &framed) in c("frames").iter().enumerate() {
-        if amqp10[i] {
-            assert!(frames_per_conn[i] <= framed, "an AMQP 1.0 connection with more frames rows than frames");
-        } else {
-            assert_eq!(framed, frames_per_conn[i], "connections.frames vs frames rows");
-        }
-    }
+    // every frame counted is a row of `frames` or of `amqp10_frames`
+    assert_eq!(c("frames"), frames_per_conn, "connections.frames vs frames and amqp10_frames rows");
     assert_eq!(c("anomalies"), anomalies_per_conn, "connections.anomalies vs anomalies rows");
     let missing_total = c("bytes_missing");
     for (d, dir) in ["c2s", "s2c"].iter().enumerate() {

@@ -1,6 +1,7 @@
 //! Per-direction AMQP 1.0 frame decoder: splits the in-order byte stream of one TCP direction
 //! into frames (Part 2 §2.3) and names each frame's performative, keeping at most a frame's
-//! header and the first octets of its body (never a message).
+//! header, its performative (up to `max_buffered_frame_bytes`) and, for a transfer, the first
+//! [`MESSAGE_HEAD_BYTES`] of its message (never a whole message).
 //!
 //! A direction is given to this decoder when it starts with an AMQP 1.0 protocol header, or,
 //! seen from its middle, when AMQP 1.0 frames are found in it by their structure
@@ -41,8 +42,22 @@ pub struct FrameEvent {
 }
 
 pub trait FrameSink: DecodeSink {
-    fn frame(&mut self, ev: FrameEvent);
+    /// A complete frame. `body`: the start of its body as kept: the whole performative (or SASL
+    /// body) and, for a transfer, up to [`MESSAGE_HEAD_BYTES`] of the message after it; `None`
+    /// when the performative could not be kept (larger than `max_buffered_frame_bytes`, an
+    /// `oversized-frame` reported here, or some of its octets missing from the capture).
+    fn frame(&mut self, ev: FrameEvent, body: Option<&[u8]>);
 }
+
+/// Octets of a transfer's message kept after its performative: enough for the sections a
+/// message starts with, header and properties (Part 3 §3.2.1, §3.2.4), after RabbitMQ's
+/// message-annotations (its x-opt-* keys: tens of octets). A section past them is not read.
+/// The spec bounds none of them; a structural constant, not a user-facing cap: at most this
+/// much is copied per transfer frame.
+pub const MESSAGE_HEAD_BYTES: usize = 8192;
+
+/// The transfer performative's descriptor code (Part 2 §2.7.5).
+const TRANSFER: u64 = 0x14;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -51,8 +66,8 @@ enum State {
     /// At a frame boundary; `sasl`: inside the SASL layer (Part 5 §5.3).
     Frames { sasl: bool },
     /// Inside a frame whose start was read: `remaining` octets to skip, `missing` of its octets
-    /// fell into capture gaps.
-    Skip { ev: FrameEvent, remaining: u64, missing: u64, sasl: bool },
+    /// fell into capture gaps, the next `keep` of them are kept in `body`.
+    Skip { ev: FrameEvent, remaining: u64, missing: u64, sasl: bool, keep: u64 },
     /// TLS inside AMQP 1.0 (protocol id 2), from `packet` on: every byte is skipped.
     Encrypted { packet: u32 },
     /// Searching for a frame boundary: the bytes not yet judged are in `held`.
@@ -129,6 +144,12 @@ pub struct Decoder {
     /// how far a chain may reach (`resync_window_bytes`).
     resync_max_frame: u64,
     resync_window: u64,
+    /// The body start of the frame in progress ([`FrameSink::frame`]'s `body`).
+    body: Vec<u8>,
+    /// `body` cannot be had: its performative is oversized or lost octets to a capture gap.
+    body_lost: bool,
+    /// Performatives larger than this are not kept (`max_buffered_frame_bytes`).
+    max_performative: u64,
     pub bytes_decoded: u64,
     pub bytes_skipped: u64,
     pub bytes_encrypted: u64,
@@ -148,6 +169,9 @@ impl Decoder {
             skip_packet: 0,
             resync_max_frame: limits.resync_max_frame_bytes.min(limits.max_frame_bytes),
             resync_window: limits.resync_window_bytes,
+            body: Vec::new(),
+            body_lost: false,
+            max_performative: limits.max_buffered_frame_bytes,
             bytes_decoded: 0,
             bytes_skipped: 0,
             bytes_encrypted: 0,
@@ -179,13 +203,21 @@ impl Decoder {
         while pos < data.len() {
             let rest = &data[pos..];
             match self.state {
-                State::Skip { ev, remaining, missing, sasl } => {
+                State::Skip { ev, remaining, missing, sasl, mut keep } => {
                     let take = remaining.min(rest.len() as u64);
+                    // (what to keep grows as the performative's first octets tell its size)
+                    let mut kept = 0;
+                    while keep > 0 && kept < take {
+                        let k = keep.min(take - kept) as usize;
+                        self.body.extend_from_slice(&rest[kept as usize..kept as usize + k]);
+                        kept += k as u64;
+                        keep = self.keep_more(&ev, sink);
+                    }
                     pos += take as usize;
                     if take == remaining {
                         self.emit(FrameEvent { packet: arrival_packet, ..ev }, missing, sasl, sink);
                     } else {
-                        self.state = State::Skip { ev, remaining: remaining - take, missing, sasl };
+                        self.state = State::Skip { ev, remaining: remaining - take, missing, sasl, keep };
                     }
                 }
                 State::Encrypted { .. } => {
@@ -260,11 +292,15 @@ impl Decoder {
         let performative = if body.is_empty() { None } else { performative_code(body).unwrap_or(None) };
         let ev = FrameEvent { header: h, performative, first_packet: self.buf_packet, packet };
         let remaining = h.size as u64 - self.buf.len() as u64;
+        self.body.clear();
+        self.body.extend_from_slice(body);
+        self.body_lost = false;
         self.buf.clear();
         if remaining == 0 {
             self.emit(ev, 0, sasl, sink);
         } else {
-            self.state = State::Skip { ev, remaining, missing: 0, sasl };
+            let keep = self.keep_more(&ev, sink);
+            self.state = State::Skip { ev, remaining, missing: 0, sasl, keep };
         }
     }
 
@@ -303,10 +339,40 @@ impl Decoder {
         }
     }
 
+    /// Octets of the frame in progress still to be kept in `body`, now that it holds what it
+    /// does: the performative's (as far as its first octets tell its size, read again as more
+    /// come), then a transfer's message head. A performative larger than the cap is
+    /// `oversized-frame`: the frame is still a frame, its fields are not read.
+    fn keep_more(&mut self, ev: &FrameEvent, sink: &mut impl FrameSink) -> u64 {
+        let body_len = ev.header.body_len() as u64;
+        let want = match super::types::decode(&self.body) {
+            Ok(Ok((_, n))) => n as u64 + if ev.performative == Some(TRANSFER) { MESSAGE_HEAD_BYTES as u64 } else { 0 },
+            // (a performative claiming more than its frame holds is read as far as the frame
+            // goes, and found bad by the sink)
+            Err(Need(n)) if (n as u64).min(body_len) > self.max_performative => {
+                sink.anomaly(
+                    AnomalyKind::OversizedFrame,
+                    ev.first_packet,
+                    ev.header.size as u64,
+                    format!("AMQP 1.0 {} performative of {n} bytes or more exceeds the buffering cap", frame_name(ev)),
+                );
+                self.body_lost = true;
+                return 0;
+            }
+            Err(Need(n)) => n as u64,
+            // the sink reads it and says what is wrong
+            Ok(Err(_)) => self.body.len() as u64,
+        };
+        want.min(body_len).saturating_sub(self.body.len() as u64)
+    }
+
     fn emit(&mut self, ev: FrameEvent, missing: u64, sasl: bool, sink: &mut impl FrameSink) {
         self.frames += 1;
         self.bytes_decoded += ev.header.size as u64 - missing;
-        sink.frame(ev);
+        let body = if self.body_lost { None } else { Some(&self.body[..]) };
+        sink.frame(ev, body);
+        self.body.clear();
+        self.body_lost = false;
         self.state = State::Frames { sasl };
     }
 
@@ -380,17 +446,26 @@ impl Decoder {
         match self.state {
             State::Encrypted { .. } | State::Resync => {}
             // inside a frame whose size is known: the next one still starts where it said
-            State::Skip { ev, remaining, missing, sasl } if remaining > bytes => {
-                self.state = State::Skip { ev, remaining: remaining - bytes, missing: missing + bytes, sasl };
+            State::Skip { ev, remaining, missing, sasl, keep } if remaining > bytes => {
+                // octets of the body still to be kept are lost: the performative cannot be read
+                if keep > 0 {
+                    self.body_lost = true;
+                }
+                self.state = State::Skip { ev, remaining: remaining - bytes, missing: missing + bytes, sasl, keep: 0 };
             }
             // the hole ends exactly where the frame does
-            State::Skip { ev, remaining, missing, sasl } if remaining == bytes => {
+            State::Skip { ev, remaining, missing, sasl, keep } if remaining == bytes => {
+                if keep > 0 {
+                    self.body_lost = true;
+                }
                 self.emit(FrameEvent { packet, ..ev }, missing + bytes, sasl, sink);
             }
             _ => {
                 // the frame in progress cannot be read: its bytes are skipped with the search's
                 let n = self.unfinished();
                 self.buf.clear();
+                self.body.clear();
+                self.body_lost = false;
                 if self.skip_pending == 0 {
                     self.skip_packet = packet;
                 }
@@ -440,6 +515,7 @@ mod tests {
         frames: Vec<(FrameKind, u16, &'static str, u32, u32)>,
         headers: Vec<[u8; 4]>,
         anomalies: Vec<(AnomalyKind, u64)>,
+        bodies: Vec<Option<Vec<u8>>>,
     }
     impl DecodeSink for Seen {
         fn protocol_header(&mut self, version: [u8; 4], _packet: u32) {
@@ -450,7 +526,8 @@ mod tests {
         }
     }
     impl FrameSink for Seen {
-        fn frame(&mut self, ev: FrameEvent) {
+        fn frame(&mut self, ev: FrameEvent, body: Option<&[u8]>) {
+            self.bodies.push(body.map(<[u8]>::to_vec));
             self.frames.push((ev.header.kind, ev.header.channel, frame_name(&ev), ev.first_packet, ev.packet));
         }
     }
@@ -509,10 +586,16 @@ mod tests {
         assert_eq!((d.bytes_decoded, d.frames), (s.len() as u64, 7));
         let transfer = cut.frames[4];
         assert_eq!(transfer.4 - transfer.3 + 1, 8 + 11 + 300, "one packet per byte of the transfer");
+        // each frame's body is kept whole (the transfer's 300-byte message is within the head
+        // kept), the empty frame's is empty, however the bytes are cut
+        let whole_bodies: Vec<usize> = whole.bodies.iter().map(|b| b.as_ref().unwrap().len()).collect();
+        assert_eq!(whole_bodies, [8, 8, 7, 4, 11 + 300, 0, 4]);
+        assert_eq!(cut.bodies, whole.bodies);
         for at in 1..s.len() {
             let (two, _) = decode(&[&s[..at], &s[at..]]);
             assert_eq!(two.frames.iter().map(|f| f.2).collect::<Vec<_>>(), names, "cut at {at}");
             assert_eq!(two.anomalies, []);
+            assert_eq!(two.bodies, whole.bodies, "cut at {at}");
         }
     }
 
@@ -533,6 +616,36 @@ mod tests {
 
     fn names(seen: &Seen) -> Vec<&'static str> {
         seen.frames.iter().map(|f| f.2).collect()
+    }
+
+    #[test]
+    fn a_transfer_keeps_its_performative_and_its_message_head_only() {
+        // a performative of list32 (its size known after 19 octets), then a message larger
+        // than the head kept
+        let mut transfer = vec![0x00, 0x53, 0x14, 0xd0, 0, 0, 0, 9, 0, 0, 0, 1, 0x70, 0, 0, 0, 1];
+        transfer.extend(std::iter::repeat_n(7u8, MESSAGE_HEAD_BYTES + 1000));
+        let mut s = b"AMQP\x00\x01\x00\x00".to_vec();
+        s.extend(frame(0, 1, &transfer));
+        let (whole, _) = decode(&[&s]);
+        let kept = whole.bodies[0].as_ref().unwrap();
+        assert_eq!(kept.len(), 17 + MESSAGE_HEAD_BYTES);
+        assert_eq!(kept[..], transfer[..kept.len()]);
+        let bytes: Vec<&[u8]> = s.chunks(7).collect();
+        assert_eq!(decode(&bytes).0.bodies, whole.bodies);
+        // a performative larger than the buffering cap is not kept: oversized-frame
+        let limits = Limits { max_buffered_frame_bytes: 10, ..Limits::default() };
+        let mut d = Decoder::new(&limits);
+        let mut seen = Seen::default();
+        d.feed(&s, 1, 1, &mut seen);
+        assert_eq!(seen.bodies, [None]);
+        assert_eq!(seen.anomalies, [(AnomalyKind::OversizedFrame, transfer.len() as u64 + 8)]);
+        // a gap inside the performative loses it, not the frame
+        let mut d = Decoder::new(&Limits::default());
+        let mut seen = Seen::default();
+        d.feed(&s[..8 + 8 + 12], 1, 1, &mut seen);
+        d.gap(3, 2, &mut seen);
+        d.feed(&s[8 + 8 + 15..], 3, 3, &mut seen);
+        assert_eq!((seen.frames.len(), &seen.bodies[..]), (1, &[None][..]));
     }
 
     #[test]
