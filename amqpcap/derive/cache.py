@@ -41,7 +41,9 @@ def _tables(cap: Capture) -> tuple:
     """The tables a value is derived from. Kept beside it: a table replaced since (a new
     DataFrame assigned) makes the value stale. Editing a table in place still needs
     ``cap.derived.clear()``."""
-    return (cap.frames, cap.packets, cap.connections, cap.anomalies, cap.records, cap.bodies)
+    # (amqp10_frames: read with getattr until the core's table reaches every Capture, issue 50)
+    return (cap.frames, cap.packets, cap.connections, cap.anomalies, cap.records, cap.bodies,
+            getattr(cap, "amqp10_frames", None))
 
 
 def derivation(scope: Scope) -> Callable[[Callable[[Capture], R]], Callable[[Capture], R]]:

@@ -1,0 +1,282 @@
+"""The amqp10 analyzer's findings (docs/analyzers/amqp10.md), each from the tables of `analyzer.part_of`
+merged over the partitions. One finding per cause: a link whose credit is starved is not told
+again for settling one delivery per disposition (at credit 1 there is only ever one to settle)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ...analysis.registry import Finding
+from ...derive.names import subject_namer
+from ...io.load import Capture
+from ...model.display_filters import covered_filter, packets_part, streams_part
+
+#: credit-starved: a client receiver whose largest grant is at most this many messages
+SMALL_CREDIT = 10
+#: ... over at least this many deliveries ...
+MIN_DELIVERIES = 20
+#: ... at least this share of which used the link's last credit (the sender then waited for a flow)
+ZERO_SHARE = 0.5
+#: settle-one-by-one: at least this many dispositions, this share of them for one delivery each,
+#: while a median of at least 2 deliveries were unsettled when each was sent (a range could have
+#: settled them together)
+MIN_DISPOSITIONS = 100
+SINGLE_SHARE = 0.9
+#: delivery-outcomes: a warning from this many rejected, released or modified deliveries (or
+#: redeliveries) making this share of the link's deliveries; info below
+MIN_OUTCOMES = 5
+OUTCOME_SHARE = 0.05
+#: what an error condition names (Part 2 §2.8.15, §2.5.7, §2.6.10)
+CONDITIONS = {
+    "amqp:session:window-violation": "a transfer beyond the peer's session incoming window: the sender's "
+                                     "session accounting (next-outgoing-id, incoming-window), usually the client "
+                                     "library's, is off",
+    "amqp:resource-limit-exceeded": "a limit was exceeded; with an idle-time-out it is the sending side "
+                                    "declaring that the other side sent nothing within its idle-time-out",
+    "amqp:invalid-field": "a field the peer does not accept",
+    "amqp:connection:forced": "the broker closed the connection itself (an operator, a node shutting down)",
+    "amqp:not-found": "the address names no queue or exchange",
+    "amqp:unauthorized-access": "the user may not use that address",
+    "amqp:link:detach-forced": "the broker detached the link itself",
+    "amqp:internal-error": "the peer failed internally",
+}
+CUT = {(True, True): None, (False, True): "start", (True, False): "end", (False, False): "start and end"}
+
+
+def _cut(t: dict, stream: int) -> str | None:
+    c = t["connections"].set_index("stream")
+    return CUT[(bool(c.at[stream, "open_seen"]), bool(c.at[stream, "close_seen"]))] if stream in c.index else None
+
+
+def _cut_words(cut: str | None) -> str:
+    return "" if cut is None else f" (the capture cuts the connection at its {cut})"
+
+
+def _filter(streams, then: str, packets=()) -> dict:
+    part = streams_part(streams)
+    if len(packets):
+        pp = packets_part(packets)
+        return covered_filter(f"{part.text}{then} && {pp.text}", part, pp)
+    return covered_filter(part.text + then, part)
+
+
+def findings(cap: Capture, t: dict) -> list[Finding]:
+    out = []
+    starved = _credit_starved(cap, t)
+    if starved:
+        out.append(starved[0])
+    for f in (_one_by_one(cap, t, starved[1] if starved else set()), _outcomes(cap, t), _errors(cap, t),
+              _unsettled(cap, t), _presettled(cap, t)):
+        if f is not None:
+            out.append(f)
+    return out
+
+
+def _credit_starved(cap: Capture, t: dict):
+    c, r, disp = t["credit"], t["refills"], t["dispositions"]
+    m = c[(c["client_role"] == "receiver") & (c["granted_credit_max"].fillna(1 << 40) <= SMALL_CREDIT)
+          & (c["transfers"] >= MIN_DELIVERIES) & (c["transfers_to_zero"] >= ZERO_SHARE * c["transfers"])
+          & (c["refills"] > 0)].copy()
+    if not len(m):
+        return None
+    r = r.dropna(subset=["refill_gap_s"])
+    waited = r[r["available"].fillna(0) > 0].groupby(["stream", "link"]).size()
+    m["waiting_refills"] = [int(waited.get((s, k), 0)) for s, k in zip(m["stream"], m["link"])]
+    m["next_transfer_median_s"] = [float(r[(r["stream"] == s) & (r["link"] == k)]["next_transfer_s"].median())
+                                   for s, k in zip(m["stream"], m["link"])]
+    single = disp[(disp["role"] == "receiver") & disp["settled"].fillna(False).astype(bool)]
+    m["single_dispositions"] = [int(((single["stream"] == s) & (single["link"] == k) & (single["covers"] == 1)).sum())
+                                for s, k in zip(m["stream"], m["link"])]
+    m = m.sort_values(["zero_credit_s", "stream", "link"], ascending=[False, True, True], kind="stable")
+    name = subject_namer(cap)
+    subjects = [name(x.stream, link=x.name, client_end="receiver", granted_credit_max=int(x.granted_credit_max),
+                     transfers=int(x.transfers), transfers_to_zero=int(x.transfers_to_zero),
+                     refill_gap_median_s=float(x.refill_gap_median_s), zero_credit_share=float(x.zero_credit_share),
+                     available_max=None if pd.isna(x.available_max) else int(x.available_max),
+                     severity="warning" if x.waiting_refills else "info") for x in m.itertuples()]
+    w = m.iloc[0]
+    cut = _cut(t, int(w["stream"]))
+    warn = bool((m["waiting_refills"] > 0).any())
+    wr = r[(r["stream"] == w["stream"]) & (r["link"] == w["link"])]
+    title = (f"{subjects[0]['connection']}'s receiver on link {w['name']!r} grants {int(w['granted_credit_max'])} "
+             f"credit at a time: {int(w['transfers_to_zero']):,} of {int(w['transfers']):,} deliveries used the last "
+             f"credit, and the broker waited a median {w['refill_gap_median_s'] * 1e3:.2f} ms for the next flow"
+             + (f" while it reported {int(w['available_max']):,} messages available" if w["waiting_refills"] else "")
+             + _cut_words(cut) + (f"; {len(m) - 1} more link(s)" if len(m) > 1 else ""))
+    evidence = {
+        "link": w["name"], "client_end": "receiver", "granted_credit_max": int(w["granted_credit_max"]),
+        "transfers": int(w["transfers"]), "transfers_to_zero": int(w["transfers_to_zero"]),
+        "refills": int(w["refills"]), "refill_gap_median_s": float(w["refill_gap_median_s"]),
+        "refill_gap_total_s": float(w["refill_gap_total_s"]),
+        "next_transfer_median_s": float(w["next_transfer_median_s"]),
+        "zero_credit_s": float(w["zero_credit_s"]), "zero_credit_share": float(w["zero_credit_share"]),
+        "available_max": None if pd.isna(w["available_max"]) else int(w["available_max"]),
+        "refills_with_messages_waiting": int(w["waiting_refills"]),
+        "single_dispositions": int(w["single_dispositions"]), "capture_cut": cut,
+        "links_with_this_finding": len(m), "streams": sorted({int(s) for s in m["stream"]}),
+        "packets": [int(p) for p in wr["zero_packet"].head(5)],
+        **_filter(m["stream"], " && amqp.performative in {19, 20, 21}"),
+    }
+    advice = ("Grant more credit at a time (proton: a prefetch of 100–300; most clients refill automatically "
+              "when half is used) so the broker can keep sending while the application works, and settle "
+              "with ranges (one disposition for first..last). Each delivery now costs a round trip: the "
+              "receiver's flow, then the broker's transfer." + (
+                  " The dispositions each settle one delivery because only one is ever outstanding: the credit, "
+                  "not the settling, is the cause." if w["single_dispositions"] else ""))
+    f = Finding("credit-starved", "warning" if warn else "info", title, evidence, advice,
+                impact=min(1.0, float(w["zero_credit_share"])) if warn else 0.2, subjects=subjects)
+    return f, {(int(s), int(k)) for s, k in zip(m["stream"], m["link"])}
+
+
+def _one_by_one(cap: Capture, t: dict, told: set) -> Finding | None:
+    disp, links = t["dispositions"], t["links"]
+    d = disp[(disp["direction"] == "c2s") & (disp["role"] == "receiver") & disp["settled"].fillna(False).astype(bool)
+             & (disp["link"] >= 0)]
+    if not len(d):
+        return None
+    g = d.groupby(["stream", "link"]).agg(dispositions=("packet", "size"),
+                                          single=("covers", lambda x: int((x == 1).sum())),
+                                          unsettled_median=("unsettled_before", "median")).reset_index()
+    g = g[(g["dispositions"] >= MIN_DISPOSITIONS) & (g["single"] >= SINGLE_SHARE * g["dispositions"])
+          & (g["unsettled_median"] >= 2)]
+    g = g[[(int(s), int(k)) not in told for s, k in zip(g["stream"], g["link"])]]
+    if not len(g):
+        return None
+    g = g.merge(links[["stream", "link", "name"]], on=["stream", "link"]).sort_values(
+        ["dispositions", "stream"], ascending=[False, True], kind="stable")
+    name = subject_namer(cap)
+    subjects = [name(x.stream, link=x.name, dispositions=int(x.dispositions), single_dispositions=int(x.single),
+                     unsettled_median=float(x.unsettled_median)) for x in g.itertuples()]
+    w = g.iloc[0]
+    cut = _cut(t, int(w["stream"]))
+    title = (f"{subjects[0]['connection']} settles link {w['name']!r} one delivery per disposition "
+             f"({int(w['single']):,} of {int(w['dispositions']):,}) while a median {w['unsettled_median']:.0f} "
+             f"were unsettled: ranges could settle them together" + _cut_words(cut))
+    evidence = {"link": w["name"], "dispositions": int(w["dispositions"]), "single_dispositions": int(w["single"]),
+                "unsettled_median": float(w["unsettled_median"]), "capture_cut": cut,
+                "links_with_this_finding": len(g), "streams": sorted({int(s) for s in g["stream"]}),
+                **_filter(g["stream"], " && amqp.performative == 21")}
+    return Finding("settle-one-by-one", "info", title, evidence,
+                   "Settle with ranges: one disposition for first..last covers every delivery handled so far "
+                   "(the AMQP 1.0 twin of basic.ack multiple=true); fewer frames each way.", impact=0.1,
+                   subjects=subjects)
+
+
+def _outcomes(cap: Capture, t: dict) -> Finding | None:
+    s = t["settlement"]
+    s = s.assign(bad=s["rejected"] + s["released"] + s["modified"])
+    m = s[(s["bad"] > 0) | (s["redelivered"] > 0)]
+    if not len(m):
+        return None
+    m = m.sort_values(["bad", "redelivered", "stream"], ascending=[False, False, True], kind="stable")
+    loud = (np.maximum(m["bad"], m["redelivered"]) >= MIN_OUTCOMES) & (m["bad"] >= OUTCOME_SHARE * m["deliveries"])
+    name = subject_namer(cap)
+    subjects = [name(x.stream, link=x.name, client_end=x.client_role, deliveries=int(x.deliveries),
+                     rejected=int(x.rejected), released=int(x.released), modified=int(x.modified),
+                     redelivered=int(x.redelivered), severity="warning" if l else "info")
+                for x, l in zip(m.itertuples(), loud)]
+    w = m.iloc[0]
+    cut = _cut(t, int(w["stream"]))
+    title = (f"{subjects[0]['connection']}'s {w['client_role']} link {w['name']!r}: {int(w['rejected'])} rejected, "
+             f"{int(w['released'])} released, {int(w['modified'])} modified of {int(w['deliveries'])} deliveries, "
+             f"{int(w['redelivered'])} redelivered" + _cut_words(cut)
+             + (f"; {len(m) - 1} more link(s)" if len(m) > 1 else ""))
+    d = t["deliveries"]
+    ex = d[d["outcome"].isin(["rejected", "released", "modified"]) & d["outcome_packet"].notna()]
+    evidence = {"link": w["name"], "client_end": w["client_role"], "deliveries": int(w["deliveries"]),
+                "rejected": int(w["rejected"]), "released": int(w["released"]), "modified": int(w["modified"]),
+                "redelivered": int(w["redelivered"]), "capture_cut": cut, "links_with_this_finding": len(m),
+                "streams": sorted({int(x) for x in m["stream"]}),
+                "packets": [int(p) for p in ex["outcome_packet"].head(5)],
+                **_filter(m["stream"], " && ((amqp.performative == 21 && (amqp.delivery-state.rejected || "
+                          "amqp.delivery-state.released || amqp.delivery-state.modified)) || "
+                          "amqp.message.firstAcquirer == 0)")}
+    return Finding("delivery-outcomes", "warning" if loud.any() else "info", title, evidence,
+                   "Released and modified messages go back to the queue and come again (first-acquirer false, or a "
+                   "header delivery-count): a message the application cannot handle loops. Reject poison messages "
+                   "(RabbitMQ dead-letters rejected messages when the queue has a dead-letter exchange), and "
+                   "release only what another consumer can handle.", impact=0.5 if loud.any() else 0.1,
+                   subjects=subjects)
+
+
+def _error_why(e, t: dict) -> str:
+    why = CONDITIONS.get(e.condition, "")
+    if e.condition == "amqp:invalid-field" and e.performative == "end":
+        d = t["dispositions"]
+        mod = d[(d["stream"] == e.stream) & (d["packet"] < e.packet) & (d["state"] == "modified")]
+        if len(mod):
+            why = ("the broker refused a modified outcome (packet " f"{int(mod['packet'].iloc[-1])}): RabbitMQ's "
+                   "AMQP 1.0 plugin before 4.0 knows accepted, rejected and released only")
+    if e.condition == "amqp:resource-limit-exceeded" and isinstance(e.description, str) \
+            and "idle" in e.description.lower():
+        other = "client" if e.side == "broker" else "broker"
+        why = f"the {e.side} timed out the {other}: it sent nothing within the {e.side}'s idle-time-out"
+    return why
+
+
+def _errors(cap: Capture, t: dict) -> Finding | None:
+    e = t["errors"]
+    if not len(e):
+        return None
+    name = subject_namer(cap)
+    whys = [_error_why(x, t) for x in e.itertuples()]
+    subjects = [name(x.stream, performative=x.performative, side=x.side, condition=x.condition,
+                     description=None if pd.isna(x.description) else x.description, packet=int(x.packet), why=why)
+                for x, why in zip(e.itertuples(), whys)]
+    w = e.iloc[0]
+    cut = _cut(t, int(w["stream"]))
+    title = (f"{subjects[0]['connection']}: the {w['side']} ended its {w['performative']} with {w['condition']}"
+             + (f": {whys[0]}" if whys[0] else "") + _cut_words(cut)
+             + (f"; {len(e) - 1} more error(s)" if len(e) > 1 else ""))
+    evidence = {"condition": w["condition"], "description": None if pd.isna(w["description"]) else w["description"],
+                "performative": w["performative"], "side": w["side"], "why": whys[0] or None,
+                "conditions": {k: int(v) for k, v in e["condition"].value_counts().sort_index().items()},
+                "capture_cut": cut, "errors": len(e), "streams": sorted({int(x) for x in e["stream"]}),
+                "packets": [int(p) for p in e["packet"].head(10)],
+                **_filter(e["stream"], " && amqp.error.condition")}
+    return Finding("closed-with-error", "warning", title, evidence,
+                   "The error condition says which side refused what (its description has the detail): fix what "
+                   "it names on the side that caused it (see the analyzer's page for each condition).",
+                   impact=0.6, subjects=subjects)
+
+
+def _unsettled(cap: Capture, t: dict) -> Finding | None:
+    s = t["settlement"]
+    m = s[s["unsettled"] > 0].sort_values(["unsettled", "stream"], ascending=[False, True], kind="stable")
+    if not len(m):
+        return None
+    name = subject_namer(cap)
+    subjects = [name(x.stream, link=x.name, client_end=x.client_role, unsettled=int(x.unsettled)) for x in m.itertuples()]
+    w = m.iloc[0]
+    cut = _cut(t, int(w["stream"]))
+    title = (f"{int(m['unsettled'].sum()):,} deliveries were not settled by the end of the capture, "
+             f"{int(w['unsettled']):,} on {subjects[0]['connection']}'s link {w['name']!r}" + _cut_words(cut))
+    evidence = {"link": w["name"], "unsettled": int(w["unsettled"]), "unsettled_total": int(m["unsettled"].sum()),
+                "capture_cut": cut, "streams": sorted({int(x) for x in m["stream"]}),
+                **_filter(m["stream"], " && amqp.performative in {20, 21}")}
+    return Finding("unsettled-at-end", "info", title, evidence,
+                   "A note: deliveries in flight when the capture stopped. If the connection ended, the broker "
+                   "redelivers its own unsettled deliveries; the client's unsettled sends may be lost or sent again.",
+                   impact=0.05, subjects=subjects)
+
+
+def _presettled(cap: Capture, t: dict) -> Finding | None:
+    s = t["settlement"]
+    m = s[s["settled_at_send"] > 0].sort_values(["settled_at_send", "stream"], ascending=[False, True], kind="stable")
+    if not len(m):
+        return None
+    name = subject_namer(cap)
+    subjects = [name(x.stream, link=x.name, client_end=x.client_role, settled_at_send=int(x.settled_at_send))
+                for x in m.itertuples()]
+    w = m.iloc[0]
+    sender = "the client" if w["client_role"] == "sender" else "the broker"
+    title = (f"{subjects[0]['connection']}'s link {w['name']!r}: {sender} sent {int(w['settled_at_send']):,} "
+             f"deliveries pre-settled (at most once)" + _cut_words(_cut(t, int(w["stream"]))))
+    evidence = {"link": w["name"], "client_end": w["client_role"], "settled_at_send": int(w["settled_at_send"]),
+                "capture_cut": _cut(t, int(w["stream"])), "streams": sorted({int(x) for x in m["stream"]}),
+                **_filter(m["stream"], " && amqp.performative == 20 && amqp.performative.arguments.settled == 1")}
+    return Finding("presettled-sender", "info", title, evidence,
+                   "A note: pre-settled deliveries are at most once: no disposition says the peer took them, and "
+                   "a message in flight when a connection drops is lost. Use unsettled sends where each message "
+                   "matters.", impact=0.05, subjects=subjects)
