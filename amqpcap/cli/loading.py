@@ -238,8 +238,8 @@ def undecoded_note(cap: Capture) -> Optional[str]:
         return None
     c, n = cap.connections, len(cap.connections)
     if (c["protocol"] == "1.0").all():
-        return (f"The {'connection speaks' if n == 1 else f'{n:,} connections speak'} AMQP 1.0, which amqpcap "
-                "frames but does not analyse yet, so only TCP was analysed.")
+        return (f"The {'connection speaks' if n == 1 else f'{n:,} connections speak'} AMQP 1.0: the amqp10 "
+                "analyzer read its frames; the AMQP 0-9-1 analyzers saw only TCP.")
     encrypted = int((c["tls"] & ~c["tls_decrypted"]).sum()) if "tls" in c else 0
     why = (f"encrypted with TLS: --tls-keylog FILE decrypts {'it' if n == 1 else 'them'}" if encrypted == n
            else "see the warnings above")

@@ -86,7 +86,7 @@ class Capture:
     summary: dict[str, Any] = field(default_factory=dict)
     #: AMQP 1.0's frames, one row per frame (docs/tables.md); empty, with its columns, when no
     #: connection speaks AMQP 1.0
-    amqp10_frames: pd.DataFrame = field(default_factory=lambda: _empty_table("amqp10_frames"))
+    amqp10_frames: pd.DataFrame = field(default_factory=lambda: empty_table("amqp10_frames"))
     #: values the analyzers derive from the tables, computed once and shared between analyzers
     #: (matched deliveries, consumer state, stream-ordered packet columns: amqpcap.derive), keyed
     #: by the derivation function. Only `amqpcap.derive.derivation` reads or writes it, each
@@ -116,7 +116,7 @@ class Capture:
         )
 
 
-def _empty_table(name: str) -> pd.DataFrame:
+def empty_table(name: str) -> pd.DataFrame:
     """Table `name` without rows, in `load`'s dtypes (the core's own, for a capture without
     packets: `amqpcap.io.dataset.reading`'s template)."""
     from .dataset.reading import _template
@@ -499,8 +499,9 @@ NAMED_STREAMS = 10
 
 
 def protocol_warnings(connections) -> list[str]:
-    """Say which connections speak AMQP 1.0: the core frames them (connections: `protocol`,
-    `frames`), but no analyzer reads them yet, so no finding speaks of them. `connections`: a
+    """Say which connections speak AMQP 1.0: the core decodes their frames (`amqp10_frames`) and
+    the amqp10 analyzer reads them, but the 0-9-1 analyzers do not yet, so their findings never
+    speak of them. `connections`: a
     pandas frame or an Arrow table (`amqpcap.model.table_columns`)."""
     from ..model.table_columns import column_list
 
@@ -511,7 +512,8 @@ def protocol_warnings(connections) -> list[str]:
     n = len(amqp10)
     named = stream_filter(amqp10, NAMED_STREAMS) + (f", the first {NAMED_STREAMS}" if n > NAMED_STREAMS else "")
     return [f"{'1 connection speaks' if n == 1 else f'{n:,} connections speak'} AMQP 1.0 ({named}): "
-            f"{'its' if n == 1 else 'their'} frames are decoded and counted, not analysed (amqpcap analyses AMQP 0-9-1)"]
+            f"{'its' if n == 1 else 'their'} frames are analysed by the amqp10 analyzer only, not by the AMQP 0-9-1 ones "
+            f"(latency, consumers, nagle, stalls, ...)"]
 
 
 def tls_warnings(connections, keylog, decryption) -> list[str]:

@@ -3,8 +3,12 @@ the expected values are counted by hand from each scenario, in the comments."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
+
+import amqpcap
 
 from amqpcap.derive.amqp10 import serial
 from amqpcap.derive.amqp10.credit import credit_of
@@ -43,11 +47,9 @@ def test_serial_arithmetic_across_the_wrap():
     assert serial.within(ids, MAX, 0).tolist() == [False, True, True, False]
 
 
-def test_no_table_is_an_empty_table_of_the_schema():
-    class Old:  # a capture from a core without the table
-        pass
-
-    assert amqp10_frames(Old()) is EMPTY
+def test_a_capture_without_amqp10_has_an_empty_table_of_the_schema():
+    f = amqp10_frames(amqpcap.load(Path(__file__).resolve().parents[2] / "fixtures" / "healthy.pcap"))
+    assert list(f.columns) == list(DTYPES) and len(f) == 0
     assert list(EMPTY.columns) == list(DTYPES) and len(EMPTY) == 0
 
 

@@ -70,7 +70,11 @@ def deliveries_of(f: pd.DataFrame, session_of_frame: np.ndarray, link_of_frame: 
     fa = d["first_acquirer"].astype("boolean")
     hdc = d["header_delivery_count"].astype("UInt32")
     d["first_acquirer"], d["header_delivery_count"] = fa, hdc
-    d["redelivered"] = ((fa == False).fillna(False) | (hdc > 0).fillna(False)).astype(bool)  # noqa: E712
+    # a redelivery is the broker's to tell (Part 3 §3.2.1: first-acquirer, delivery-count count the
+    # broker's delivery attempts); a client's message header with first-acquirer left out reads as
+    # the spec's default false and says nothing about its publish
+    by_broker = (d["direction"] == "s2c").to_numpy(bool)
+    d["redelivered"] = ((fa == False).fillna(False) | (hdc > 0).fillna(False)).to_numpy(bool) & by_broker  # noqa: E712
     d = d.sort_values(["stream", "session", "direction", "first_packet"], kind="stable").reset_index(drop=True)
     d["delivery_id"] = d["delivery_id"].astype(np.int64)
     for c in ("stream", "session", "link", "first_packet", "last_packet", "frames"):
