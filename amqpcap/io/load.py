@@ -116,12 +116,24 @@ class Capture:
         )
 
 
-def empty_table(name: str) -> pd.DataFrame:
-    """Table `name` without rows, in `load`'s dtypes (the core's own, for a capture without
-    packets: `amqpcap.io.dataset.reading`'s template)."""
-    from .dataset.reading import _template
+@functools.lru_cache(maxsize=1)
+def empty_capture() -> Capture:
+    """The capture of a pcap file without packets, as `load` gives it: its tables are empty in
+    `load`'s dtypes (categories of the fixed vocabularies included), the core's own, so the
+    dtypes have one source (`empty_table`, the dataset reader's templates)."""
+    import struct
+    import tempfile
+    from pathlib import Path
 
-    return _template()[name].copy()
+    with tempfile.TemporaryDirectory() as d:
+        empty = Path(d) / "empty.pcap"
+        empty.write_bytes(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+        return load(empty, bodies=True)
+
+
+def empty_table(name: str) -> pd.DataFrame:
+    """Table `name` without rows, in `load`'s dtypes (`empty_capture`'s)."""
+    return getattr(empty_capture(), name).copy()
 
 
 def _pandas():

@@ -96,7 +96,7 @@ def credit_of(f: pd.DataFrame, session_of_frame: np.ndarray, link_table: pd.Data
         out.append((key[0], key[1], int(packet[i]), int(ts[i]), event, st[1], lc, dc, av,
                     _flag(cols["drain"][i]), _flag(cols["echo"][i])))
     ev = pd.DataFrame(out, columns=EVENT_COLUMNS[:-1])
-    ev["credit"] = pd.array([None if c is None else int(c) for c in ev["credit"]], dtype="Int64")
+    ev["credit"] = pd.array([None if pd.isna(c) else int(c) for c in ev["credit"]], dtype="Int64")  # (None in a float column: NaN)
     for c in ("link_credit", "delivery_count", "available"):
         ev[c] = pd.array([None if x is None or x != x else int(x) for x in ev[c]], dtype="Int64")
     ev["outstanding"] = _outstanding(ev, delivery_table)

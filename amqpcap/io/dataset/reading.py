@@ -5,15 +5,12 @@ facts of the whole capture); each column in `load`'s dtype."""
 from __future__ import annotations
 
 import os
-import struct
-import tempfile
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from ..load import Capture
+from ..load import Capture, empty_capture
 from ...model.errors import CaptureError
 from ...model.facts import CaptureFacts, clean_cuts, facts_from_ts
 from .layout import CONNECTION_TABLES, ORDER, Location, bucket_file, from_json, location, manifest
@@ -35,14 +32,8 @@ UNREAD_COLUMNS: dict[str, tuple[str, ...]] = {
 
 @lru_cache(maxsize=1)
 def _template() -> dict[str, pd.DataFrame]:
-    """Empty tables with `load`'s dtypes (categories of the fixed vocabularies included): the
-    core's own output for a capture without packets, so the dtypes have one source."""
-    from ..load import load
-
-    with tempfile.TemporaryDirectory() as d:
-        empty = Path(d) / "empty.pcap"
-        empty.write_bytes(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
-        cap = load(empty, bodies=True)
+    """Empty tables with `load`'s dtypes (`amqpcap.io.load.empty_capture`'s)."""
+    cap = empty_capture()
     return {**capture_tables(cap), "records": cap.records}
 
 

@@ -61,8 +61,8 @@ pub(crate) struct ConnInfo {
     pub(crate) bodies: Option<Box<Vec<PendingBody>>>,
     pub(crate) frames: u64,
     /// What an AMQP 1.0 connection's frames leave for the frames that follow
-    /// (`crate::proto::amqp10::session`); boxed, made at its first transfer.
-    pub(crate) amqp10: Option<Box<crate::proto::amqp10::session::Deliveries>>,
+    /// (`crate::proto::amqp10::deliveries`); boxed, made at its first transfer.
+    pub(crate) amqp10: Option<Box<crate::proto::amqp10::deliveries::Deliveries>>,
     pub(crate) anomalies: u64,
     /// Bytes cut by snaplen at the end of a packet, shown as `gap_before` of the next data
     /// packet of the same direction (index: sent by endpoint A).

@@ -3,6 +3,7 @@
 //! (`session`). `types` (the type system) and `performatives` (each frame body's fields, a
 //! transfer's message sections) are the pure decoding layer that table is built from.
 pub mod decoder;
+pub(crate) mod deliveries;
 pub mod parser;
 pub mod performatives;
 pub mod types;
