@@ -37,6 +37,13 @@ def table(rows: list[dict] | pd.DataFrame) -> pd.DataFrame:
 EMPTY = table([])
 
 
+def as_text(df: pd.DataFrame, columns: tuple[str, ...]) -> None:
+    """Columns of text or None as objects: one dtype whether a partition's rows hold a text or
+    none (pandas would infer a string dtype for some partitions and objects for others)."""
+    for c in columns:
+        df[c] = pd.Series([None if pd.isna(x) else x for x in df[c]], index=df.index, dtype=object)
+
+
 def amqp10_frames(cap: Capture) -> pd.DataFrame:
     """The capture's `amqp10_frames` (empty, with its columns, without AMQP 1.0)."""
     return cap.amqp10_frames

@@ -16,7 +16,7 @@ import pandas as pd
 
 from ...io.load import Capture
 from ..cache import CONNECTION, derivation
-from .frames import amqp10_frames
+from .frames import amqp10_frames, as_text
 from .sessions import sessions
 
 HANDLED = frozenset({"attach", "flow", "transfer", "detach"})
@@ -115,6 +115,7 @@ def links_of(f: pd.DataFrame, session_of_frame: np.ndarray) -> Links:
     for c in ("stream", "session", "link"):
         table[c] = table[c].astype(np.int64)
     table["attached"] = table["attached"].astype(bool)
+    as_text(table, ("detach_error_condition", "detach_error_description", "detach_error_side"))
     table["attach_ts"] = pd.to_datetime(table["attach_ts"], utc=True)
     return Links(table, of_frame)
 

@@ -18,7 +18,7 @@ import pandas as pd
 
 from ...io.load import Capture
 from ..cache import CONNECTION, derivation
-from .frames import amqp10_frames
+from .frames import amqp10_frames, as_text
 
 SCOPED = frozenset({"begin", "attach", "flow", "transfer", "disposition", "detach", "end"})
 OTHER = {"c2s": "s2c", "s2c": "c2s"}
@@ -98,6 +98,7 @@ def sessions_of(f: pd.DataFrame) -> Sessions:
         table[c] = pd.array(table[c].to_list(), dtype="Int64")
     table["begin_ts"] = pd.to_datetime(table["begin_ts"], utc=True)
     table["begun"] = table["begun"].astype(bool)
+    as_text(table, ("end_error_condition", "end_error_description", "end_error_side"))
     return Sessions(table, of_frame)
 
 
