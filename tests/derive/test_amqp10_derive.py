@@ -13,7 +13,7 @@ import amqpcap
 from amqpcap.derive.amqp10 import serial
 from amqpcap.derive.amqp10.credit import credit_of
 from amqpcap.derive.amqp10.deliveries import deliveries_of
-from amqpcap.derive.amqp10.frames import DTYPES, EMPTY, amqp10_frames
+from amqpcap.derive.amqp10.frames import amqp10_frames, dtypes, empty
 from amqpcap.derive.amqp10.handles import links_of
 from amqpcap.derive.amqp10.sessions import sessions_of
 from amqpcap.derive.amqp10.windows import windows_of
@@ -49,8 +49,8 @@ def test_serial_arithmetic_across_the_wrap():
 
 def test_a_capture_without_amqp10_has_an_empty_table_of_the_schema():
     f = amqp10_frames(amqpcap.load(Path(__file__).resolve().parents[2] / "fixtures" / "healthy.pcap"))
-    assert list(f.columns) == list(DTYPES) and len(f) == 0
-    assert list(EMPTY.columns) == list(DTYPES) and len(EMPTY) == 0
+    assert list(f.columns) == list(dtypes()) and len(f) == 0
+    assert list(empty().columns) == list(dtypes()) and len(empty()) == 0
 
 
 # --- sessions and handles -------------------------------------------------------------------

@@ -14,7 +14,7 @@ from ...analysis.contract import Analyzer
 from ...analysis.registry import AnalyzerResult, analyzer
 from ...derive.amqp10.credit import credit, credit_of
 from ...derive.amqp10.deliveries import deliveries, deliveries_of
-from ...derive.amqp10.frames import EMPTY, amqp10_frames
+from ...derive.amqp10.frames import amqp10_frames, empty
 from ...derive.amqp10.handles import links, links_of
 from ...derive.amqp10.links import link_rows, link_rows_of
 from ...derive.amqp10.sessions import sessions, sessions_of
@@ -138,7 +138,7 @@ class Amqp10(Analyzer[list, list]):
 
     def close(self, seen: list, rows: Capture, facts: CaptureFacts) -> list[dict]:
         """The partition's tables, in a list of the partitions'."""
-        f = seen[0] if len(seen) == 1 else pd.concat(seen, ignore_index=True) if seen else EMPTY
+        f = seen[0] if len(seen) == 1 else pd.concat(seen, ignore_index=True) if seen else empty()
         return [part_of(rows, f)]
 
     def merge(self, a: list[dict], b: list[dict]) -> list[dict]:

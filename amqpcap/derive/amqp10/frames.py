@@ -5,12 +5,18 @@ build scenarios with it)."""
 
 from __future__ import annotations
 
+import functools
+
 import pandas as pd
 
 from ...io.load import Capture, empty_table
 
-#: the columns and dtypes of `amqp10_frames`, in the core's order: the core's own empty table's
-DTYPES: dict[str, str] = {c: str(t) for c, t in empty_table("amqp10_frames").dtypes.items()}
+
+@functools.lru_cache(maxsize=1)
+def dtypes() -> dict[str, str]:
+    """The columns and dtypes of `amqp10_frames`, in the core's order: the core's own empty
+    table's (made when first asked, not on import: importing an analyzer decodes nothing)."""
+    return {c: str(t) for c, t in empty_table("amqp10_frames").dtypes.items()}
 
 
 def table(rows: list[dict] | pd.DataFrame) -> pd.DataFrame:
@@ -19,7 +25,7 @@ def table(rows: list[dict] | pd.DataFrame) -> pd.DataFrame:
     if "packet" in df and "first_packet" not in df:  # (a frame within one packet)
         df = df.assign(first_packet=df["packet"])
     out = {}
-    for col, dtype in DTYPES.items():
+    for col, dtype in dtypes().items():
         if col in df:
             s = df[col]
             if dtype.startswith("datetime"):
@@ -34,7 +40,9 @@ def table(rows: list[dict] | pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-EMPTY = table([])
+def empty() -> pd.DataFrame:
+    """An `amqp10_frames` table without rows."""
+    return table([])
 
 
 def as_text(df: pd.DataFrame, columns: tuple[str, ...]) -> None:
