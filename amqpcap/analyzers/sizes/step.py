@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ...derive.frame_spans import frame_spans
 from ...io.load import Capture
 from ...model.facts import CaptureFacts, ns
 from .bins import SEGMENT_SIZE_EDGES, segment_histograms, segment_time_edges, time_bins
@@ -55,7 +56,7 @@ def _seen(cap: Capture, facts: CaptureFacts, seen: _Seen | None, last: bool = Tr
     """`seen` (None: nothing yet) with the packets and frames of `cap` (the partition, or its next
     slice of time; `last`: the last one) added."""
     seen = seen or _Seen.nothing(facts)
-    p, f = cap.packets, cap.frames
+    p, f = cap.packets, frame_spans(cap)
     # Data packets (TCP payload > 0) as plain arrays: filtering the whole table would copy every column.
     payload = p["payload_bytes"].to_numpy()
     is_data = payload > 0
