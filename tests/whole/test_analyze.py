@@ -166,6 +166,11 @@ SITUATIONS = {
     "transactions-busy.pcap": {"transactions"},  # 2,000 transactions of one publish each
     "unroutable-busy.pcap": {"unroutable-messages"},  # 2,000 of 2,020 mandatory publishes NO_ROUTE
     "churn-many.pcap.gz": {"connection-churn"},  # 1,500 connections, one message each
+    # AMQP 1.0 (record.sh stage 9): a receiver granting link-credit 1 after each message
+    "amqp10-credit1.pcap": {"credit-starved"},
+    # 5 rejected and 10 released of 30; then RabbitMQ 3.10 ends the session of the one client
+    # settling as modified with amqp:invalid-field
+    "amqp10-outcomes.pcap": {"delivery-outcomes", "closed-with-error"},
 }
 ALL_FIXTURES = sorted(p.name for p in FIX.iterdir()
                       if p.suffix in (".pcap", ".pcapng", ".gz") and p.name != "tls.pcap")  # tls: below
