@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..analysis.registry import AnalyzerResult
+from ..analysis.registry import AnalyzerResult, Plot
 from ..io.kept_rows import top_rows
 from ..summary.prepared import Prepared
 from .rates_plot import rates_png
@@ -425,10 +425,20 @@ def _img(path: Path, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
 
 
+def _drawn(r: AnalyzerResult, out: Path) -> list[tuple[Plot, Path]]:
+    """An analyzer's plots that were drawn (a plot without data has no file), with their files."""
+    return [(p, png) for p, png in ((p, out / f"{p.name}.png") for p in r.plots) if png.exists()]
+
+
+def _shows_something(r: AnalyzerResult, out: Path) -> bool:
+    """Whether an analyzer has a plot drawn or a table row: one without either (the amqp10
+    analyzer on a capture without AMQP 1.0) gets no section, only its name in the Details intro."""
+    return bool(_drawn(r, out)) or any(len(df) for df in r.tables.values())
+
+
 def _analyzer(prepared: Prepared, r: AnalyzerResult, out: Path) -> str:
     """An analyzer's plots (those drawn) and tables, collapsed."""
-    plots = [(p, out / f"{p.name}.png") for p in r.plots]
-    plots = [(p, png) for p, png in plots if png.exists()]
+    plots = _drawn(r, out)
     body = "".join(f"<h3>{html.escape(p.title)}</h3>{_img(png, p.title)}" for p, png in plots)
     tables = {name: df for name, df in r.tables.items() if len(df)}
     body += "".join(_details(f"table {name}", _table(prepared.labels, f"{r.name}/{name}", df, _file_link(out, f"{r.name}-{name}")),
@@ -489,9 +499,11 @@ def write_report(prepared: Prepared, results: list[AnalyzerResult], out: Path) -
     links = [x for x in (_file_link(out, s) for s in ("frames", "packets")) if x]
     parts.append("</section><h2>Details</h2><p class='note'>Click to open. Tables show a few rows and their key "
                  "columns; the files beside this report hold every row and column"
-                 + (f" (every frame and packet: {', '.join(links)})" if links else "") + ".</p>")
+                 + (f" (every frame and packet: {', '.join(links)})" if links else "") + "."
+                 + (f" Nothing to show in this capture: {html.escape(', '.join(r.name for r in silent))}."
+                    if (silent := [r for r in results if not _shows_something(r, out)]) else "") + "</p>")
     parts += _base_tables(prepared, out)
-    parts += [_analyzer(prepared, r, out) for r in results]
+    parts += [_analyzer(prepared, r, out) for r in results if _shows_something(r, out)]
     parts.append(_redacted(summary["redacted"]))
     parts.append("</body></html>")
     path = out / "report.html"
