@@ -241,13 +241,20 @@ def _errors(cap: Capture, t: dict) -> Finding | None:
                    impact=0.6, subjects=subjects)
 
 
-def _unsettled(cap: Capture, t: dict) -> Finding | None:
+def _links_by(cap: Capture, t: dict, column: str) -> tuple[pd.DataFrame, list[dict]]:
+    """The settlement rows with `column` > 0, the largest first (then by stream), and their
+    subjects (connection, link, client end, the count): the links a settlement note names."""
     s = t["settlement"]
-    m = s[s["unsettled"] > 0].sort_values(["unsettled", "stream"], ascending=[False, True], kind="stable")
+    m = s[s[column] > 0].sort_values([column, "stream"], ascending=[False, True], kind="stable")
+    name = subject_namer(cap)
+    return m, [name(x.stream, link=x.name, client_end=x.client_role, **{column: int(getattr(x, column))})
+               for x in m.itertuples()]
+
+
+def _unsettled(cap: Capture, t: dict) -> Finding | None:
+    m, subjects = _links_by(cap, t, "unsettled")
     if not len(m):
         return None
-    name = subject_namer(cap)
-    subjects = [name(x.stream, link=x.name, client_end=x.client_role, unsettled=int(x.unsettled)) for x in m.itertuples()]
     w = m.iloc[0]
     cut = _cut(t, int(w["stream"]))
     title = (f"{int(m['unsettled'].sum()):,} deliveries were not settled by the end of the capture, "
@@ -262,13 +269,9 @@ def _unsettled(cap: Capture, t: dict) -> Finding | None:
 
 
 def _presettled(cap: Capture, t: dict) -> Finding | None:
-    s = t["settlement"]
-    m = s[s["settled_at_send"] > 0].sort_values(["settled_at_send", "stream"], ascending=[False, True], kind="stable")
+    m, subjects = _links_by(cap, t, "settled_at_send")
     if not len(m):
         return None
-    name = subject_namer(cap)
-    subjects = [name(x.stream, link=x.name, client_end=x.client_role, settled_at_send=int(x.settled_at_send))
-                for x in m.itertuples()]
     w = m.iloc[0]
     sender = "the client" if w["client_role"] == "sender" else "the broker"
     title = (f"{subjects[0]['connection']}'s link {w['name']!r}: {sender} sent {int(w['settled_at_send']):,} "
