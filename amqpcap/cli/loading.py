@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional
 
 from ..model.errors import NoAmqpError, UsageError
-from ..model.wording import counted
+from ..model.wording import counted, frames_counted
 from .consoles import err
 
 if TYPE_CHECKING:
@@ -260,5 +260,5 @@ def _capture_line(cap: Capture) -> str:
 
     c = capture_summary(cap)
     return (f"[bold]{c['path']}[/bold]: {counted(c['packets'], 'packet')}, "
-            f"{counted(c['connections'], 'AMQP connection')}, {counted(c['frames'], 'frame')} "
+            f"{counted(c['connections'], 'AMQP connection')}, {frames_counted(c)} "
             f"over {c['duration_s']:.3f} s")

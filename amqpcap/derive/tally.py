@@ -40,9 +40,10 @@ CONSUMER_KEY = ["stream", "channel", "consumer_tag"]
 
 @dataclass
 class Tally:
-    #: rows of the packets and frames tables
+    #: rows of the packets, frames (AMQP 0-9-1) and amqp10_frames tables
     packets: int
     frames: int
+    amqp10_frames: int
     #: method frames per method (`method` of the frames table)
     methods: pd.Series
     #: bytes of body frames' payload, and of the bodies kept (``--bodies``)
@@ -87,6 +88,7 @@ class Tally:
         queues = pd.concat([p.queues for p in parts]).groupby(level=0, sort=False).sum()
         return Tally(
             packets=sum(p.packets for p in parts), frames=sum(p.frames for p in parts),
+            amqp10_frames=sum(p.amqp10_frames for p in parts),
             methods=_added([p.methods for p in parts]),
             body_bytes_seen=sum(p.body_bytes_seen for p in parts), body_bytes_kept=sum(p.body_bytes_kept for p in parts),
             roles=roles, publishes=publishes,
@@ -130,7 +132,8 @@ def _counted(part: Capture, d: pd.DataFrame, first_order: np.ndarray | None) -> 
     body = (f["type"] == "body").to_numpy(bool)
     publishes = _publish_counts(f)
     return Tally(
-        packets=len(part.packets), frames=len(f), methods=_added([f["method"].value_counts()]),
+        packets=len(part.packets), frames=len(f), amqp10_frames=len(part.amqp10_frames),
+        methods=_added([f["method"].value_counts()]),
         body_bytes_seen=int(f.loc[body, "size_bytes"].sum()),
         body_bytes_kept=0 if part.bodies is None else int(part.bodies["body"].map(len).sum()),
         roles=connection_roles(part) if first_order is None else role_flags(part),
@@ -236,6 +239,12 @@ def frame_count(cap: Capture) -> int:
     """Rows of the capture's frames table (an outline holds none: its tally counts them)."""
     given = cap.context.tally
     return given.frames if given is not None else len(cap.frames)
+
+
+def amqp10_frame_count(cap: Capture) -> int:
+    """Rows of the capture's amqp10_frames table (an outline holds none: its tally counts them)."""
+    given = cap.context.tally
+    return given.amqp10_frames if given is not None else len(cap.amqp10_frames)
 
 
 def packet_count(cap: Capture) -> int:

@@ -10,6 +10,15 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n:,} {noun if n == 1 else (plural or noun + 's')}"
 
 
+def frames_counted(capture: dict) -> str:
+    """The frames of summary.json's `capture`: "419,618 frames" when all are AMQP 0-9-1, else
+    each protocol's ("104 AMQP 0-9-1 frames, 84 AMQP 1.0 frames")."""
+    n10 = capture.get("amqp10_frames", 0)
+    if not n10:
+        return counted(capture["frames"], "frame")
+    return f"{counted(capture['frames'], 'AMQP 0-9-1 frame')}, {counted(n10, 'AMQP 1.0 frame')}"
+
+
 def reply_code(code: int | None, text: str | None = None) -> str:
     """A reply code in words, its name first and the number after it: ``reply_code(312)`` →
     "NO_ROUTE (312)", so that the number never reads as a count beside other counts. The name

@@ -22,7 +22,7 @@ from ..io.kept_rows import top_rows
 from ..summary.prepared import Prepared
 from .rates_plot import rates_png
 from ..model.written_values import PER_S_ACTIVE, iso_utc
-from ..model.wording import counted
+from ..model.wording import counted, frames_counted
 
 #: rows of a table shown in the page (all of them are in the file beside it)
 MAX_ROWS = 10
@@ -478,7 +478,7 @@ def write_report(prepared: Prepared, results: list[AnalyzerResult], out: Path) -
         f"<style>{CSS}</style></head><body>",
         f"<h1>amqpcap report: {name}</h1>",
         f"<p class='meta'>{c['packets']:,} packets ({c['format']}{', gzip' if c['compressed'] else ''}, "
-        f"{', '.join(c['link_types'])}), {counted(c['connections'], 'AMQP connection')}, {counted(c['frames'], 'frame')}, "
+        f"{', '.join(c['link_types'])}), {counted(c['connections'], 'AMQP connection')}, {frames_counted(c)}, "
         f"{c['duration_s']:.3f} s from {html.escape(iso_utc(c['first_ts']) if c['first_ts'] else '')}"
         f"{_files_note(c.get('files', []))}.</p>",
     ]

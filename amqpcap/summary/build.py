@@ -9,7 +9,7 @@ import pandas as pd
 
 from ..analysis.consequences import settled
 from ..analysis.registry import AnalyzerResult, Finding
-from ..derive.tally import capture_tally, frame_count, method_counts
+from ..derive.tally import amqp10_frame_count, capture_tally, frame_count, method_counts
 from ..io.load import Capture
 from ..model.written_values import jsonable
 from .overview import overview
@@ -30,6 +30,7 @@ def capture_summary(cap: Capture) -> dict[str, Any]:
         "link_types": s["link_types"],
         "connections": len(cap.connections),
         "frames": frame_count(cap),
+        "amqp10_frames": amqp10_frame_count(cap),
         "anomalies": {str(k): int(n) for k, n in cap.anomalies["kind"].value_counts().items() if n},
         "warnings": s["warnings"],
         "tls": _tls_summary(cap),
