@@ -504,7 +504,7 @@ def render(console, v: Verification) -> None:
                   f"amqpcap {v.amqpcap_s:.2f} s", highlight=False)
     for s in v.streams:
         t = Table(title=f"stream {s.stream}   [dim]{s.filter}[/dim]", title_justify="left")
-        t.add_column("method / frame type")
+        t.add_column("method / frame type / AMQP 1.0 frames")
         t.add_column("amqpcap", justify="right")
         t.add_column("Wireshark", justify="right")
         t.add_column("")
