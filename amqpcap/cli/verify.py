@@ -20,7 +20,9 @@ def verify(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt,
            json_out: Optional[Path] = typer.Option(None, "--json", help="also write the comparison as JSON here")) -> None:
     """Compare with Wireshark's AMQP dissector (pyshark): per-stream method counts and frame types.
 
-    Exit 0 when they agree or differ only where Wireshark is known wrong (each explained), 1 when
+    An AMQP 1.0 stream is compared per direction: performatives, settled transfers, dispositions
+    by role and outcome, flow link-credit, open, attach and SASL fields (never the initial
+    response). Exit 0 when they agree or differ only where Wireshark is known wrong (each explained), 1 when
     an unexplained difference remains."""
     import json
 

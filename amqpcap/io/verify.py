@@ -1,5 +1,6 @@
 """`amqpcap verify`: decode a capture with Wireshark's AMQP dissector (through pyshark) and
-compare, stream by stream, its method counts and frame types with amqpcap's.
+compare, stream by stream, its method counts and frame types with amqpcap's, and for an AMQP 1.0
+stream, per direction, the performatives and the fields of them listed in `Amqp10Frame`.
 
 Every difference is either explained by a known limit of Wireshark's dissector (found from
 amqpcap's own tables: a capture gap in the stream, a frame over 1 MiB, a stream without its
@@ -9,7 +10,10 @@ difference carries a Wireshark display filter that opens the packets concerned.
 pyshark runs one tshark process and parses its JSON per packet in Python, which is slow; to keep
 it reasonable only packets with AMQP are output (display filter ``amqp``), only the frame, tcp
 and amqp layers and their top-level fields (``-j "frame tcp amqp"``: method arguments and
-content properties are left out), no raw bytes, and no packets kept in memory.
+content properties are left out), no raw bytes, and no packets kept in memory. AMQP 1.0 frames
+need their arguments: when a stream speaks it, a second pass reads only the packets with AMQP 1.0
+frames (display filter ``amqp.doff``) as PDML, whole amqp layers (``-J "tcp amqp"``), where each
+frame is its own layer with its own fields.
 """
 
 from __future__ import annotations
@@ -28,10 +32,22 @@ from ..model.errors import ToolError
 #: AMQP frame type octets (0-9-1 §2.3.5; RabbitMQ's heartbeat is 8) and amqpcap's names.
 FRAME_TYPES = {"1": "method", "2": "header", "3": "body", "8": "heartbeat"}
 TYPE_IDS = {v: k for k, v in FRAME_TYPES.items()}
-#: An AMQP 1.0 connection's frames are compared by their number (amqpcap counts them,
-#: connections.frames; Wireshark's have a data offset, amqp.doff): their type octets (0 AMQP,
-#: 1 SASL) are not 0-9-1's.
+#: An AMQP 1.0 connection's frames are counted apart (amqpcap: connections.frames; Wireshark's
+#: have a data offset, amqp.doff): their type octets (0 AMQP, 1 SASL) are not 0-9-1's. Their
+#: performatives and fields are compared per direction (`amqp10_items`).
 AMQP10_ITEM = "AMQP 1.0 frames"
+#: AMQP 1.0 performatives by the code Wireshark gives them (amqp.performative, Part 2 §2.7; SASL
+#: frames' amqp.sasl.method, Part 5 §5.3.3), named as amqpcap's amqp10_frames.performative
+AMQP10_PERFORMATIVES = {16: "open", 17: "begin", 18: "attach", 19: "flow", 20: "transfer", 21: "disposition",
+                        22: "detach", 23: "end", 24: "close"}
+SASL_FRAMES = {64: "sasl-mechanisms", 65: "sasl-init", 66: "sasl-challenge", 67: "sasl-response",
+               68: "sasl-outcome"}
+#: sasl-outcome codes (Part 5 §5.3.3.6), named as amqp10_frames.sasl_outcome
+SASL_OUTCOMES = {0: "ok", 1: "auth", 2: "sys", 3: "sys-perm", 4: "sys-temp"}
+#: delivery states Wireshark has a field for (amqp.delivery-state.<name>)
+DELIVERY_STATES = ("accepted", "rejected", "released", "modified", "received")
+#: a role as Wireshark's boolean amqp.performative.arguments.role shows it (Part 2 §2.8.1)
+ROLE_BITS = {"sender": 0, "receiver": 1}
 #: Frames above this size confuse Wireshark's dissector: with tshark 4.0.17 a 900 kB body frame
 #: is decoded right, while after a 1.1 MB one the frame's own content is decoded again as
 #: thousands of "type 0" frames (tests/io/test_verify.py crafts it).
@@ -70,6 +86,76 @@ KNOWN_LIMITS: dict[str, tuple[str, str]] = {
         "the stream is TLS; Wireshark shows its AMQP only when given the key log "
         "(--tls-keylog), as amqpcap."),
 }
+
+
+@dataclass(frozen=True)
+class Amqp10Frame:
+    """The fields of one AMQP 1.0 frame that verify compares, as either decoder read them (None
+    where the frame has none). There is no field for a sasl-init's initial response or a
+    sasl-response (they hold the password): neither side reads them, no output can show them."""
+    direction: str                    # "c2s" or "s2c"
+    performative: str | None          # amqpcap's name; None: empty frame or no performative
+    empty: bool = False               # no body (Part 2 §2.4.5: a heartbeat)
+    settled: bool | None = None       # transfer, disposition
+    role: str | None = None           # attach, disposition: "sender" / "receiver"
+    state: str | None = None          # disposition: its delivery state (outcome)
+    link_credit: int | None = None    # flow
+    idle_timeout_ms: int | None = None  # open
+    container_id: str | None = None   # open
+    name: str | None = None           # attach: the link name
+    mechanisms: str | None = None     # sasl-mechanisms: the offered names, space-separated
+    mechanism: str | None = None      # sasl-init: the chosen one
+    sasl_outcome: str | None = None   # sasl-outcome: its code's name ("ok", "auth", ...)
+
+
+def _quoted(text: str) -> str:
+    """A display filter string literal."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def amqp10_items(f: Amqp10Frame) -> list[tuple[str, str]]:
+    """The comparison rows one AMQP 1.0 frame counts in, as (item, display filter of the
+    frame's fields). The item is prefixed with the frame's direction; the same function serves
+    both decoders, so a row means the same on either side."""
+    perf = f.performative
+    a = "amqp.performative.arguments."
+    out = [("frames", "amqp.doff")]
+    if f.empty:
+        out.append(("empty frame", "amqp.doff && amqp.length == 8"))
+    if perf is None:
+        return [(f"{f.direction} {item}", flt) for item, flt in out]
+    code = {v: k for k, v in AMQP10_PERFORMATIVES.items()}.get(perf)
+    sasl = {v: k for k, v in SASL_FRAMES.items()}.get(perf)
+    this = f"amqp.performative == {code}" if code is not None else f"amqp.sasl.method == {sasl}"
+    out.append((perf, this))
+    role = f" && {a}role == {ROLE_BITS[f.role]}" if f.role in ROLE_BITS else ""
+    if perf == "transfer" and f.settled:
+        out.append(("transfer settled=true", f"{this} && {a}settled == 1"))
+    elif perf == "disposition":
+        state = f" && amqp.delivery-state.{f.state}" if f.state in DELIVERY_STATES else ""
+        out.append((f"disposition role={f.role or 'none'} outcome={f.state or 'none'}", this + role + state))
+    elif perf == "flow":
+        credit = f"{a}linkCredit == {f.link_credit}" if f.link_credit is not None else f"!{a}linkCredit"
+        out.append((f"flow link-credit={'none' if f.link_credit is None else f.link_credit}", f"{this} && {credit}"))
+    elif perf == "open":
+        idle = f"{a}idleTimeout == {f.idle_timeout_ms}" if f.idle_timeout_ms is not None else f"!{a}idleTimeout"
+        ms = "none" if f.idle_timeout_ms is None else f"{f.idle_timeout_ms} ms"
+        out.append((f"open idle-time-out={ms}", f"{this} && {idle}"))
+        cid = f"{a}containerId == {_quoted(f.container_id)}" if f.container_id is not None else f"!{a}containerId"
+        out.append((f"open container-id={f.container_id if f.container_id is not None else 'none'}", f"{this} && {cid}"))
+    elif perf == "attach":
+        name = f" && {a}name == {_quoted(f.name)}" if f.name is not None else ""
+        out.append((f"attach role={f.role or 'none'} name={f.name if f.name is not None else 'none'}", this + role + name))
+    elif perf == "sasl-mechanisms":
+        out.append((f"sasl-mechanisms offered={f.mechanisms or 'none'}", this))
+    elif perf == "sasl-init":
+        mech = f" && amqp.sasl.mechanism == {_quoted(f.mechanism)}" if f.mechanism is not None else ""
+        out.append((f"sasl-init mechanism={f.mechanism or 'none'}", this + mech))
+    elif perf == "sasl-outcome":
+        code_of = {v: k for k, v in SASL_OUTCOMES.items()}
+        num = f" && amqp.sasl.saslCode == {code_of[f.sasl_outcome]}" if f.sasl_outcome in code_of else ""
+        out.append((f"sasl-outcome code={f.sasl_outcome or 'none'}", this + num))
+    return [(f"{f.direction} {item}", flt) for item, flt in out]
 
 
 @dataclass
@@ -129,7 +215,8 @@ class Verification:
 
 # --- Wireshark's side (pyshark) ----------------------------------------------------------------
 
-def _wireshark_items(path: str, plain_ports: list[int], tls_ports: list[int], keylog: str | None) -> tuple[dict[int, Counter], int]:
+def _pyshark(path: str, plain_ports: list[int], tls_ports: list[int], keylog: str | None, **kwargs):
+    """A pyshark FileCapture of ``path`` with the AMQP ports decoded as AMQP (and TLS)."""
     try:
         import pyshark
     except ImportError:  # pragma: no cover - a dependency
@@ -144,10 +231,20 @@ def _wireshark_items(path: str, plain_ports: list[int], tls_ports: list[int], ke
                 decode_as[f"tcp.port=={p}"] = "tls"
                 decode_as[f"tls.port=={p}"] = "amqp"
     try:
-        cap = pyshark.FileCapture(path, display_filter="amqp", use_json=True, include_raw=False, keep_packets=False,
-                                  decode_as=decode_as, override_prefs=prefs, custom_parameters=["-j", "frame tcp amqp"])
+        return pyshark.FileCapture(path, include_raw=False, keep_packets=False, decode_as=decode_as,
+                                   override_prefs=prefs, **kwargs)
     except Exception as e:  # pyshark raises its own TSharkNotFoundException etc.
         raise ToolError(f"amqpcap verify needs tshark (Wireshark's command line): {e}") from None
+
+
+def _tshark_failed(path: str, e: Exception) -> None:
+    if "TShark" in type(e).__name__ or "tshark" in str(e).lower():
+        raise ToolError(f"tshark failed on {path}: {e}") from None
+
+
+def _wireshark_items(path: str, plain_ports: list[int], tls_ports: list[int], keylog: str | None) -> tuple[dict[int, Counter], int]:
+    cap = _pyshark(path, plain_ports, tls_ports, keylog, display_filter="amqp", use_json=True,
+                   custom_parameters=["-j", "frame tcp amqp"])
     per_stream: dict[int, Counter] = {}
     packets = 0
     try:
@@ -168,12 +265,94 @@ def _wireshark_items(path: str, plain_ports: list[int], tls_ports: list[int], ke
                 if t == "1" and "amqp.method.class" in f:
                     counts[f"{f['amqp.method.class']}.{f.get('amqp.method.method', '?')}"] += 1
     except Exception as e:
-        if "TShark" in type(e).__name__ or "tshark" in str(e).lower():
-            raise ToolError(f"tshark failed on {path}: {e}") from None
+        _tshark_failed(path, e)
         raise
     finally:
         cap.close()
     return per_stream, packets
+
+
+def _show(layer, name: str) -> str | None:
+    """The first shown value of field ``name`` in a pyshark PDML layer (one AMQP frame)."""
+    f = layer._all_fields.get(name)
+    return None if f is None else str(f.main_field.show)
+
+
+def _wireshark_amqp10_frame(layer, direction: str) -> Amqp10Frame | None:
+    """One AMQP 1.0 frame of Wireshark's (a PDML amqp layer), None for a protocol header or an
+    AMQP 0-9-1 frame. Reads only the fields Amqp10Frame has: never amqp.sasl.initResponse nor
+    amqp.sasl.response."""
+    if _show(layer, "amqp.doff") is None:
+        return None
+    a = "amqp.performative.arguments."
+    perf, sasl = _show(layer, "amqp.performative"), _show(layer, "amqp.sasl.method")
+    if perf is None and sasl is None:
+        return Amqp10Frame(direction, None, empty=_show(layer, "amqp.length") == "8")
+    name = AMQP10_PERFORMATIVES.get(int(perf)) if perf is not None else SASL_FRAMES.get(int(sasl))
+    if name is None:
+        return Amqp10Frame(direction, None)
+
+    def num(field: str) -> int | None:
+        v = _show(layer, a + field)
+        return None if v is None else int(v)
+
+    def flag(field: str) -> bool | None:
+        v = _show(layer, a + field)
+        return None if v is None else v in ("1", "True", "true")
+
+    role = flag("role")
+    fields: dict[str, Any] = {}
+    if name in ("transfer", "disposition"):
+        fields["settled"] = flag("settled")
+    if name in ("attach", "disposition"):
+        fields["role"] = None if role is None else ("receiver" if role else "sender")
+    if name == "disposition":
+        fields["state"] = next((s for s in DELIVERY_STATES if _show(layer, "amqp.delivery-state." + s) is not None), None)
+    elif name == "flow":
+        fields["link_credit"] = num("linkCredit")
+    elif name == "open":
+        fields["idle_timeout_ms"] = num("idleTimeout")
+        fields["container_id"] = _show(layer, a + "containerId")
+    elif name == "attach":
+        fields["name"] = _show(layer, a + "name")
+    elif name == "sasl-mechanisms":
+        # the offered symbols are in the shown names only ("Mechanisms (sym32): PLAIN"), one
+        # amqp.list each for an array, amqp.sasl.mechanisms_sym for a single symbol
+        items = layer._all_fields.get("amqp.list") or layer._all_fields.get("amqp.sasl.mechanisms_sym")
+        shown = [x.showname_value or x.show for x in items.all_fields] if items is not None else []
+        fields["mechanisms"] = " ".join(str(x) for x in shown) or None
+    elif name == "sasl-init":
+        fields["mechanism"] = _show(layer, "amqp.sasl.mechanism")
+    elif name == "sasl-outcome":
+        code = _show(layer, "amqp.sasl.saslCode")
+        fields["sasl_outcome"] = None if code is None else SASL_OUTCOMES.get(int(code), code)
+    return Amqp10Frame(direction, name, **fields)
+
+
+def _wireshark_amqp10(path: str, plain_ports: list[int], tls_ports: list[int], keylog: str | None,
+                      broker_ports: dict[int, int]) -> dict[int, list[Amqp10Frame]]:
+    """Wireshark's AMQP 1.0 frames per stream, each with its direction: towards the broker port
+    amqpcap found for the stream (else any of the AMQP ports)."""
+    cap = _pyshark(path, plain_ports, tls_ports, keylog, display_filter="amqp.doff", use_json=False,
+                   custom_parameters=["-J", "tcp amqp"])
+    ports = set(plain_ports) | set(tls_ports)
+    out: dict[int, list[Amqp10Frame]] = {}
+    try:
+        for pkt in cap:
+            stream = int(_show(pkt.tcp, "tcp.stream"))
+            src = int(_show(pkt.tcp, "tcp.srcport"))
+            direction = "s2c" if src == broker_ports.get(stream, src if src in ports else -1) else "c2s"
+            for layer in pkt.layers:
+                if layer.layer_name == "amqp":
+                    f = _wireshark_amqp10_frame(layer, direction)
+                    if f is not None:
+                        out.setdefault(stream, []).append(f)
+    except Exception as e:
+        _tshark_failed(path, e)
+        raise
+    finally:
+        cap.close()
+    return out
 
 
 # --- amqpcap's side ----------------------------------------------------------------------------
@@ -195,6 +374,45 @@ def _amqpcap_items(cap: Capture) -> tuple[dict[int, Counter], dict[str, str]]:
     names = m.drop_duplicates(["class_id", "method_id"])
     names = {f"{int(c)}.{int(i)}": str(n) for c, i, n in zip(names["class_id"], names["method_id"], names["method"]) if not pd.isna(n)}
     return out, names
+
+
+def _na(v):
+    return None if v is None or pd.isna(v) else v
+
+
+def amqpcap_amqp10_frames(cap: Capture) -> dict[int, list[Amqp10Frame]]:
+    """amqpcap's AMQP 1.0 frames per stream, from its `amqp10_frames` table (which keeps no
+    initial response either)."""
+    t = cap.amqp10_frames
+    out: dict[int, list[Amqp10Frame]] = {}
+    cols = ["stream", "direction", "type", "performative", "settled", "role", "state", "link_credit",
+            "idle_timeout_ms", "container_id", "name", "mechanisms", "mechanism", "sasl_outcome"]
+    for (s, d, typ, perf, settled, role, state, credit, idle, cid, name, mechs, mech, outcome) in \
+            zip(*(t[c].astype(object) for c in cols)):
+        perf = _na(perf)
+        kept = {"settled": _na(settled) if perf in ("transfer", "disposition") else None,
+                "role": _na(role), "state": _na(state) if perf == "disposition" else None,
+                "link_credit": None if _na(credit) is None else int(credit),
+                "idle_timeout_ms": None if _na(idle) is None else int(idle),
+                "container_id": _na(cid), "name": _na(name), "mechanisms": _na(mechs),
+                "mechanism": _na(mech), "sasl_outcome": _na(outcome)}
+        out.setdefault(int(s), []).append(Amqp10Frame(str(d), None if perf is None else str(perf),
+                                                      empty=str(typ) == "empty", **kept))
+    return out
+
+
+def _amqp10_counts(frames: dict[int, list[Amqp10Frame]], counts: dict[int, Counter],
+                   filters: dict[tuple[int, str], str], broker_ports: dict[int, int]) -> None:
+    """Add the AMQP 1.0 rows of ``frames`` to ``counts`` per stream, and each row's display filter."""
+    for s, fs in frames.items():
+        c = counts.setdefault(s, Counter())
+        port = broker_ports.get(s)
+        for f in fs:
+            for item, flt in amqp10_items(f):
+                c[item] += 1
+                if (s, item) not in filters:
+                    side = "" if port is None else f" && tcp.{'dst' if f.direction == 'c2s' else 'src'}port == {port}"
+                    filters[(s, item)] = f"tcp.stream eq {s}{side} && {flt}"
 
 
 def _cause(cap: Capture, stream: int) -> str | None:
@@ -242,9 +460,18 @@ def verify(path: str | os.PathLike[str], ports=None, tls_keylog: str | os.PathLi
     tls = cap.connections[cap.connections["tls"]] if len(cap.connections) else cap.connections
     tls_ports = sorted({int(p) for p in tls["broker_port"]}) if len(tls) else []
     plain_ports = [p for p in cap.ports if p not in tls_ports and p != 5671]
-    theirs, packets = _wireshark_items(path, plain_ports, tls_ports, os.fspath(tls_keylog) if tls_keylog else None)
-    t2 = time.perf_counter()
+    keylog = os.fspath(tls_keylog) if tls_keylog else None
+    theirs, packets = _wireshark_items(path, plain_ports, tls_ports, keylog)
+    wireshark_s = time.perf_counter() - t1
     ours, names = _amqpcap_items(cap)
+    # AMQP 1.0 streams (either side's): their frames field by field, per direction
+    broker_ports = {int(s): int(p) for s, p in zip(cap.connections["stream"], cap.connections["broker_port"])}
+    filters: dict[tuple[int, str], str] = {}
+    if any(c[AMQP10_ITEM] for c in [*theirs.values(), *ours.values()]):
+        t2 = time.perf_counter()
+        _amqp10_counts(_wireshark_amqp10(path, plain_ports, tls_ports, keylog, broker_ports), theirs, filters, broker_ports)
+        wireshark_s += time.perf_counter() - t2
+        _amqp10_counts(amqpcap_amqp10_frames(cap), ours, filters, broker_ports)
     streams = []
     known = {int(x) for x in cap.connections["stream"]}
     for s in sorted(set(ours) | set(theirs) | known):
@@ -253,9 +480,10 @@ def verify(path: str | os.PathLike[str], ports=None, tls_keylog: str | os.PathLi
         diff_items = sorted(k for k in set(a) | set(w) if a[k] != w[k])
         if diff_items:
             cause = _cause(cap, s)
-            comp.differences = [Difference(s, names.get(k, k), a[k], w[k], cause, _item_filter(s, k)) for k in diff_items]
+            comp.differences = [Difference(s, names.get(k, k), a[k], w[k], cause, filters.get((s, k)) or _item_filter(s, k))
+                                for k in diff_items]
         streams.append(comp)
-    v = Verification(path=path, streams=streams, wireshark_packets=packets, wireshark_s=t2 - t1, amqpcap_s=t1 - t0)
+    v = Verification(path=path, streams=streams, wireshark_packets=packets, wireshark_s=wireshark_s, amqpcap_s=t1 - t0)
     v.notes = list(cap.warnings)
     # readable item names in the comparison (ids kept for Wireshark-only methods)
     for comp in streams:
@@ -276,7 +504,7 @@ def render(console, v: Verification) -> None:
                   f"amqpcap {v.amqpcap_s:.2f} s", highlight=False)
     for s in v.streams:
         t = Table(title=f"stream {s.stream}   [dim]{s.filter}[/dim]", title_justify="left")
-        t.add_column("method / frame type")
+        t.add_column("method / frame type / AMQP 1.0 frames")
         t.add_column("amqpcap", justify="right")
         t.add_column("Wireshark", justify="right")
         t.add_column("")

@@ -38,7 +38,9 @@ def forms(secret: str) -> list[bytes]:
     alignments it can have inside a longer encoded string (the characters that depend on the
     neighbouring bytes dropped)."""
     raw = secret.encode()
-    out = [raw, raw.hex().encode(), raw.hex().upper().encode()]
+    out = [raw, raw.hex().encode(), raw.hex().upper().encode(),
+           # as Wireshark shows bytes fields (amqp.sasl.initResponse: "00:67:75:...")
+           raw.hex(":").encode(), raw.hex(":").upper().encode()]
     for pad in range(3):
         enc = base64.b64encode(b"\0" * pad + raw)
         skip = (pad * 4 + 2) // 3  # characters touched by the padding bytes
@@ -55,6 +57,7 @@ def test_forms_find_what_they_should():
     for prefix in (b"", b"x", b"xy", b"\0user\0"):
         assert found(base64.b64encode(prefix + PASSWORD.encode() + b"tail"), PASSWORD)
     assert found(PASSWORD.encode().hex().encode(), PASSWORD)
+    assert found(b"initResponse: " + PASSWORD.encode().hex(":").encode(), PASSWORD)
     assert not found(base64.b64encode(b"something else entirely, long enough"), PASSWORD)
 
 
@@ -231,5 +234,26 @@ def test_amqp10_analyze_outputs_hold_no_plain_response(tmp_path, fmt):
     assert not found(r.stdout + r.stderr, AMQP10_RESPONSE)
     files = _output_bytes(tmp_path)
     assert f"amqp10_frames.{fmt}" in files
+    for name, data in files.items():
+        assert not found(data, AMQP10_RESPONSE), name
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_amqp10_frames_and_verify_outputs_hold_no_plain_response(tmp_path, fmt):
+    """`frames` and `verify` (console and --json) on amqp10.pcap, whose SASL frames verify
+    compares with Wireshark's (which decodes the initial response, amqp.sasl.initResponse): the
+    PLAIN response in no form, while verify's output does hold the sasl-init row it compared."""
+    capture = ROOT / "fixtures" / "amqp10.pcap"
+    assert AMQP10_RESPONSE.encode() in capture.read_bytes()
+    runs = [["frames", str(capture), "-o", str(tmp_path / f"frames.{fmt}")],
+            ["verify", str(capture), "--json", str(tmp_path / f"verify-{fmt}.json")]]
+    results = [_run(argv, {"AMQPCAP_DEBUG": "1"} if fmt == "parquet" else {}) for argv in runs]
+    for argv, r in zip(runs, results):
+        assert r.returncode == 0, (argv, r.stderr.decode()[-2000:])
+        assert not found(r.stdout + r.stderr, AMQP10_RESPONSE), argv
+    assert b"sasl-init mechanism=PLAIN" in results[1].stdout
+    files = _output_bytes(tmp_path)
+    assert set(files) >= {f"frames.{fmt}", f"verify-{fmt}.json"}
+    assert b"c2s sasl-init mechanism=PLAIN" in files[f"verify-{fmt}.json"]
     for name, data in files.items():
         assert not found(data, AMQP10_RESPONSE), name
