@@ -319,12 +319,14 @@ def window_400_capture(path, messages: int = 250, frames_per_message: int = 2, l
 # ---------------------------------------------------------------------------
 
 def alarm_window_closed_capture(path, before: int = 30, after: int = 20, alarm_at_ms: float = 100.0,
-                                alarm_s: float = 2.5) -> str:
+                                alarm_s: float = 2.5, in_flight: int = 0) -> str:
     """A client publishing `before` messages (1 ms apart), then RabbitMQ 4 raises a memory alarm at
     `alarm_at_ms`: a session flow with incoming-window 0. The client has `after` more messages
     and link credit for them but stops, as the window says; `alarm_s` later the alarm clears (a
     flow with incoming-window 400) and it publishes them. The broker's window is 0 for exactly
-    `alarm_s`; it confirms everything at the end. (The capture a `session-window-closed` finding
+    `alarm_s`; it confirms everything at the end. `in_flight` of the `after` messages were on
+    their way when the alarm's flow was written (the capture, taken at the broker, shows them
+    after it; RabbitMQ tolerates up to 400 such). (The capture a `session-window-closed` finding
     can be tested on.)"""
     conv = a.Conversation()
     client = Client(CLIENT_INITIAL_TRANSFER_ID, CLIENT_INITIAL_DELIVERY_ID)
@@ -336,10 +338,11 @@ def alarm_window_closed_capture(path, before: int = 30, after: int = 20, alarm_a
     _publish(conv, client, broker, before, confirm_every=before + 1)
     conv.at(alarm_at_ms)
     conv.send("s2c", broker.conserve_resources(True))
+    _publish(conv, client, broker, in_flight, confirm_every=after + 1, step_ms=0.01)
     conv.at(alarm_at_ms + alarm_s * 1000)
     conv.send("s2c", broker.conserve_resources(False))
     conv.at(alarm_at_ms + alarm_s * 1000 + 1)
-    _publish(conv, client, broker, after, confirm_every=after + 1)
+    _publish(conv, client, broker, after - in_flight, confirm_every=after + 1)
     closing(conv)
     return conv.write(path)
 

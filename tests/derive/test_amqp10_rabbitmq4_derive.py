@@ -92,6 +92,15 @@ def test_an_alarm_window_is_zero_from_the_alarms_flow_to_the_clearing_one(tmp_pa
     assert gap == pytest.approx(0.75) == pytest.approx(window_of(cap, "c2s")["zero_window_s"])
 
 
+def test_transfers_in_flight_when_the_alarm_closed_the_window_count_beyond_it(tmp_path):
+    # seen at the broker, 3 transfers the client wrote before it read the alarm's flow come after
+    # it: the window as the wire states it is below 0 for them (RabbitMQ tolerates 400)
+    cap = crafting.load(r4.alarm_window_closed_capture(tmp_path / "c.pcap", alarm_s=1.0, in_flight=3))
+    w = window_of(cap, "c2s")
+    assert (w["transfers_beyond_window"], w["window_min"]) == (3, -3)
+    assert w["zero_window_s"] == pytest.approx(1.0, abs=1e-9)
+
+
 # --- d. ids near 2^32 ----------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
