@@ -29,9 +29,9 @@ MIN_OUTCOMES = 5
 OUTCOME_SHARE = 0.05
 #: what an error condition names (Part 2 §2.8.15, §2.5.7, §2.6.10)
 CONDITIONS = {
-    "amqp:session:window-violation": "a transfer beyond the peer's session incoming window: the sender's "
-                                     "session accounting (next-outgoing-id, incoming-window), usually the client "
-                                     "library's, is off",
+    "amqp:session:window-violation": "a transfer beyond the peer's session incoming-window (Part 2 §2.5.6): the "
+                                     "sending side's session flow control, in the AMQP 1.0 library, not the "
+                                     "application, is off",
     "amqp:resource-limit-exceeded": "a limit was exceeded; with an idle-time-out it is the sending side "
                                     "declaring that the other side sent nothing within its idle-time-out",
     "amqp:invalid-field": "a field the peer does not accept",
@@ -208,11 +208,35 @@ def _error_why(e, t: dict) -> str:
         if len(mod):
             why = ("the broker refused a modified outcome (packet " f"{int(mod['packet'].iloc[-1])}): RabbitMQ's "
                    "AMQP 1.0 plugin before 4.0 knows accepted, rejected and released only")
+    if e.condition == "amqp:session:window-violation":
+        why = _window_violation_why(e, t)
     if e.condition == "amqp:resource-limit-exceeded" and isinstance(e.description, str) \
             and "idle" in e.description.lower():
         other = "client" if e.side == "broker" else "broker"
         why = f"the {e.side} timed out the {other}: it sent nothing within the {e.side}'s idle-time-out"
     return why
+
+
+def _window_violation_why(e, t: dict) -> str:
+    """Who broke the session window, and how: the other side of the one that ended the session.
+    The count is the transfer frames it sent at a window of 0 or below (`transfers_beyond_window`
+    of the session the end's channel names, docs/amqp10.md)."""
+    other = "client" if e.side == "broker" else "broker"
+    if isinstance(e.description, str) and "next-incoming-id" in e.description:
+        # RabbitMQ 4 (rabbit_amqp_session) checks a flow's next-incoming-id against its own next-outgoing-id
+        start = "; RabbitMQ 4.0 and 4.1 start them at 2^32 − 4, so they wrap at once" if e.side == "broker" else ""
+        return (f"the {other}'s flow gave a next-incoming-id ahead of the {e.side}'s next-outgoing-id: the {other}'s "
+                f"AMQP 1.0 library counts the {e.side}'s transfer ids wrongly (its session accounting, Part 2 "
+                f"§2.5.6{start})")
+    s = t["sessions"]
+    mine = s[(s["stream"] == e.stream) & (s[f"{e.side}_channel"] == e.channel) & (s["begin_packet"] <= e.packet)]
+    sent_by = "c2s" if other == "client" else "s2c"
+    beyond = int(mine[f"{sent_by}_transfers_beyond_window"].iloc[-1]) if len(mine) else 0
+    sent = (f"sent {beyond:,} transfer frame(s) while the {e.side}'s session incoming-window was 0 or spent"
+            if beyond else f"sent a transfer beyond the {e.side}'s session incoming-window")
+    alarm = "; RabbitMQ closes its window under a memory or disk alarm" if e.side == "broker" else ""
+    return (f"the {other} {sent} (Part 2 §2.5.6: a sender stops there until a flow reopens it{alarm}): the "
+            f"session accounting of the {other}'s AMQP 1.0 library is at fault, not the application's code")
 
 
 def _errors(cap: Capture, t: dict) -> Finding | None:
@@ -226,7 +250,8 @@ def _errors(cap: Capture, t: dict) -> Finding | None:
                 for x, why in zip(e.itertuples(), whys)]
     w = e.iloc[0]
     cut = _cut(t, int(w["stream"]))
-    title = (f"{subjects[0]['connection']}: the {w['side']} ended its {w['performative']} with {w['condition']}"
+    closed = {"detach": "detached the link", "end": "ended the session", "close": "closed the connection"}
+    title = (f"{subjects[0]['connection']}: the {w['side']} {closed[w['performative']]} with {w['condition']}"
              + (f": {whys[0]}" if whys[0] else "") + _cut_words(cut)
              + (f"; {len(e) - 1} more error(s)" if len(e) > 1 else ""))
     evidence = {"condition": w["condition"], "description": None if pd.isna(w["description"]) else w["description"],
