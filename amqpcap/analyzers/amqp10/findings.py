@@ -1,6 +1,8 @@
 """The amqp10 analyzer's findings (docs/analyzers/amqp10.md), each from the tables of `analyzer.part_of`
 merged over the partitions. One finding per cause: a link whose credit is starved is not told
-again for settling one delivery per disposition (at credit 1 there is only ever one to settle)."""
+again for settling one delivery per disposition (at credit 1 there is only ever one to settle), and
+a publisher's wait for credit is not told while a closed session window (session-window-closed)
+held it over the same stretch."""
 
 from __future__ import annotations
 
