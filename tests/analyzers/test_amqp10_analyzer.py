@@ -15,11 +15,12 @@ import pytest
 
 import amqpcap
 from amqpcap.analyzers.amqp10 import Amqp10
-from amqpcap.analyzers.amqp10.findings import MIN_DELIVERIES, SMALL_CREDIT
+from amqpcap.analyzers.amqp10.findings import MIN_DELIVERIES, PROMPT_S, SMALL_CREDIT, WAIT_SHARE
 from amqpcap.engine.partitions import run_in_memory
 from amqpcap.io.pieces import facts_of
 
-from amqp10_scenarios import credit1_receiver, frame, frames, opening, u32, NEAR_WRAP
+from amqp10_scenarios import (alarm_publisher, credit1_midstream, credit1_receiver, credit_waiting_publisher, frame,
+                              frames, opening, u32, window_bound_consumer, NEAR_WRAP)
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures"
 
@@ -75,6 +76,114 @@ def test_too_few_deliveries_or_enough_credit_is_not_starved(host):
             for r in credit1_receiver(30)]
     # (credit 11 granted: the transfers no longer use the last credit)
     assert "credit-starved" not in by_id(run(host, rows))
+
+
+def test_credit_starved_on_a_link_attached_before_the_capture(host):
+    # credit1_midstream(30): credit1_receiver(30) without its opening, attaches and first flow; the
+    # first transfer's credit is unknown (no grant seen yet), the other 29 use the last credit, each
+    # refilled 3 ms later by the client's flow (29 refills); the broker's last report before zero i
+    # (i ≥ 1) said n − i = 29..1 available: all 29 refills had messages waiting
+    r = run(host, credit1_midstream(30))
+    f = by_id(r)["credit-starved"]
+    assert f.severity == "warning"
+    e = f.evidence
+    assert e["link"] is None and e["link_attach_seen"] is False and e["client_end"] == "receiver"
+    assert e["granted_credit_max"] == 1 and e["transfers"] == 30 and e["transfers_to_zero"] == 29
+    assert e["refills"] == 29 and abs(e["refill_gap_median_s"] - 0.003) < 1e-9
+    assert e["available_max"] == 29 and e["refills_with_messages_waiting"] == 29
+    assert e["capture_cut"] == "start"  # no open; the client's close is there
+    assert "unnamed link (client handle 0, broker handle 1" in f.title and "name is unknown" in f.title
+    assert "cuts the connection at its start" in f.title
+
+
+def test_not_credit_starved_when_nothing_ties_the_clients_flows_to_the_brokers_transfers(host):
+    # the broker's frames on channel 3, the client's on 0, no begin: two sessions, two one-ended
+    # links; the grants of credit 1 cannot be proven to be the broker's link's
+    assert "credit-starved" not in by_id(run(host, credit1_midstream(30, broker_channel=3)))
+
+
+def test_the_brokers_closed_window_blocks_the_publisher(host):
+    # alarm_publisher(): the broker's window closed at 20 ms after 5 transfers, reopened at 220 ms,
+    # the client's next transfer 0.5 ms later: one wait of 0.2 s; the connection's frames span
+    # 0..229.5 ms (the 5 later transfers 220.5..224.5, the broker's range 225.5, the close 229.5):
+    # 0.2 / 0.2295 = 87 % ≥ WAIT_SHARE: a warning
+    f = by_id(run(host, alarm_publisher()))["session-window-closed"]
+    assert f.severity == "warning"
+    e = f.evidence
+    assert e["closed_side"] == "broker" and e["client_channel"] == 0 and e["broker_channel"] == 3
+    assert e["waits"] == 1 and abs(e["wait_total_s"] - 0.2) < 1e-9 and abs(e["wait_max_s"] - 0.2) < 1e-9
+    assert abs(e["wait_share"] - 0.2 / 0.2295) < 1e-9 and abs(e["zero_window_s"] - 0.2) < 1e-9
+    assert e["closed_by"] == {"flow": 1} and e["closed_at_end"] is False
+    assert abs(e["resume_median_s"] - 0.0005) < 1e-9
+    assert e["packets"] == [13] and e["reopen_packets"] == [14] and e["capture_cut"] is None
+    assert e["filter"] == "tcp.stream eq 0 && amqp.performative in {17, 19, 20}"
+    assert "the publisher was blocked" in f.title and "alarm" in f.advice and "rabbitmq-diagnostics alarms" in f.advice
+    # the credit (1000) never ran out: no other cause told
+    assert "publisher-waiting-for-credit" not in by_id(run(host, alarm_publisher()))
+
+
+def test_a_closed_window_in_a_long_capture_is_a_note_and_one_closed_at_the_end_counts(host):
+    # the same wait with the client's close at 10 s: 0.2 / 10 = 2 % < WAIT_SHARE
+    assert 0.02 < WAIT_SHARE
+    assert by_id(run(host, alarm_publisher(end_ms=10_000)))["session-window-closed"].severity == "info"
+    # never reopened: closed by the broker's flow at 20 ms, the client's last transfer 6 ms before,
+    # the close at 500 ms: 0.48 s closed, more than the 6 ms since its last transfer
+    e = by_id(run(host, alarm_publisher(reopen=False, end_ms=500)))["session-window-closed"].evidence
+    assert e["closed_at_end"] is True and abs(e["wait_total_s"] - 0.48) < 1e-9
+
+
+def test_a_closed_window_the_sender_did_not_wait_on_is_not_told(host):
+    # the client sent its next transfer 0.5 s after the reopening (> PROMPT_S): its own pace
+    assert 0.5 > PROMPT_S
+    assert "session-window-closed" not in by_id(run(host, alarm_publisher(resume_ms=500)))
+    # it sent while the window was 0 (a window violation): the window did not hold it
+    assert "session-window-closed" not in by_id(run(host, alarm_publisher(ignore_window=True)))
+    # it had sent nothing before the window closed
+    assert "session-window-closed" not in by_id(run(host, alarm_publisher(before=0)))
+
+
+def test_the_clients_window_filled_stops_consumption(host):
+    # window_bound_consumer(): 3 rounds; the broker's third transfer fills the client's window of
+    # 3, the client's flow reopens it 49.8 ms later and the broker resumes 10 ms after that (rounds
+    # 1 and 2; after round 3 it has nothing more: not a wait): 2 waits, 99.6 ms; the frames span
+    # 0..195 ms: 51 %
+    f = by_id(run(host, window_bound_consumer()))["session-window-closed"]
+    e = f.evidence
+    assert f.severity == "warning" and e["closed_side"] == "client"
+    assert e["waits"] == 2 and abs(e["wait_total_s"] - 0.0996) < 1e-8
+    assert abs(e["wait_share"] - 0.0996 / 0.195) < 1e-8
+    assert e["closed_by"] == {"transfer": 2} and abs(e["resume_median_s"] - 0.010) < 1e-8
+    assert "consumption stopped" in f.title and "incoming window" in f.advice
+
+
+def test_a_publisher_waiting_for_credit(host):
+    # credit_waiting_publisher(4 rounds, 2 credit per grant): per round the client's second transfer
+    # (t_r + 0.4 ms) uses the last credit; the next grant comes at t_r + 10 (wait 9.6 ms) and the
+    # client sends 0.2 ms after it; rounds 0..2 are waits (3 × 9.6 ms = 28.8 ms); round 3's zero is
+    # refilled by a grant the client never uses (it had no more to send): not a wait. Frames span
+    # 0..55 ms: 52 %; zero packets: the second transfers of rounds 0..2 (9, 13, 17)
+    f = by_id(run(host, credit_waiting_publisher()))["publisher-waiting-for-credit"]
+    assert f.severity == "warning"
+    e = f.evidence
+    assert e["link"] == "P" and e["link_attach_seen"] is True and e["client_end"] == "sender"
+    assert e["waits"] == 3 and abs(e["wait_median_s"] - 0.0096) < 1e-8 and abs(e["wait_max_s"] - 0.0096) < 1e-8
+    assert abs(e["wait_total_s"] - 0.0288) < 1e-8 and abs(e["wait_share"] - 0.0288 / 0.055) < 1e-7
+    assert e["transfers"] == 8 and e["transfers_to_zero"] == 4 and e["flows_granted"] == 5
+    assert e["granted_credit_median"] == 2 and e["granted_credit_max"] == 2
+    assert e["packets"] == [9, 13, 17] and e["waits_told_as_window_closed"] == 0
+    assert e["filter"] == "tcp.stream eq 0 && amqp.performative in {19, 20}"
+
+
+def test_no_credit_wait_without_more_to_send_or_when_the_window_tells_it(host):
+    # one round: its zero is refilled by a grant the client never uses
+    assert "publisher-waiting-for-credit" not in by_id(run(host, credit_waiting_publisher(rounds=1)))
+    # the client sends 300 ms after each grant (> PROMPT_S): its own pace, not a wait
+    assert "publisher-waiting-for-credit" not in by_id(run(host, credit_waiting_publisher(resume_ms=300)))
+    # the broker's window also closed (t_r + 3 ms) over each zero-credit stretch and reopened with
+    # the grant: one cause, told once, as the closed window
+    r = by_id(run(host, credit_waiting_publisher(alarm=True)))
+    assert "publisher-waiting-for-credit" not in r
+    assert r["session-window-closed"].evidence["waits"] == 3
 
 
 def _batch_receiver(n: int, outcome=lambda i: "accepted", first_acquirer=lambda i: True):
@@ -208,6 +317,24 @@ def test_credit1_fixture_is_credit_starved():
     assert "settle-one-by-one" not in by_id(r)
     c2s = facts["amqp10_directions"]["0"]["c2s"]
     assert r.summary["amqp10"]["settled_by_disposition"] == c2s["dispositions_single"] == 200
+
+
+def test_midstream_fixture_is_credit_starved_on_an_unnamed_link():
+    # fixtures/README: the tail of amqp10-credit1.pcap from the broker's transfer of delivery 100:
+    # no open, begin or attach; 100 transfers, 99 client flows with link-credit 1; the client's
+    # first frame is such a flow, so the credit is known before the first transfer is decoded
+    # (the core completes it with packet 4) and every transfer uses the last credit
+    cap, facts = fixture("amqp10-midstream.pcap")
+    r = run_in_memory(Amqp10(), cap)
+    f = by_id(r)["credit-starved"]
+    c2s, s2c = facts["amqp10_directions"]["0"]["c2s"], facts["amqp10_directions"]["0"]["s2c"]
+    assert f.severity == "warning"
+    assert f.evidence["transfers"] == f.evidence["transfers_to_zero"] == s2c["transfers"] == 100
+    assert f.evidence["granted_credit_max"] == max(int(k) for k in c2s["flow_link_credit"]) == 1
+    assert f.evidence["refills"] == c2s["flow_link_credit"]["1"] == 99
+    assert f.evidence["link"] is None and f.evidence["link_attach_seen"] is False
+    assert f.evidence["capture_cut"] == "start" and "name is unknown" in f.title
+    assert "settle-one-by-one" not in by_id(r)
 
 
 def test_outcomes_fixture():

@@ -16,9 +16,10 @@ from amqpcap.derive.amqp10.deliveries import deliveries_of
 from amqpcap.derive.amqp10.frames import amqp10_frames, dtypes, empty
 from amqpcap.derive.amqp10.handles import links_of
 from amqpcap.derive.amqp10.sessions import sessions_of
-from amqpcap.derive.amqp10.windows import windows_of
+from amqpcap.derive.amqp10.windows import closures_of, windows_of
 
-from amqp10_scenarios import NEAR_WRAP, credit1_receiver, frame, frames, opening, u32
+from amqp10_scenarios import (NEAR_WRAP, alarm_publisher, credit1_midstream, credit1_receiver, frame, frames, opening,
+                              u32, window_bound_consumer)
 
 MAX = 2**32 - 1
 
@@ -100,6 +101,51 @@ def test_handles_are_per_direction_and_the_two_ends_share_the_name():
     a, b = t.loc["A", "link"], t.loc["B", "link"]
     # frames 5..11: attach A, attach B, broker attach B, broker attach A, flow (A), transfer (A), detach (B)
     assert h.of_frame[4:].tolist() == [a, b, b, a, a, a, b]
+
+
+def test_a_link_attached_before_the_capture_is_its_handles_paired_by_elimination():
+    # credit1_midstream(4): no begin, no attach; the client's flows and dispositions on channel 0,
+    # handle 0; the broker's transfers and flows on channel 0, handle 1: one implicit session, one
+    # implicit handle each way, only the broker's carrying transfers: one link, the broker its sender
+    f, s, h, *_ = derived(credit1_midstream(4))
+    assert len(s.table) == 1 and not s.table["begun"].iat[0]
+    t = h.table
+    assert len(t) == 1
+    link = t.iloc[0]
+    assert not link["attached"] and link["name"] is None
+    assert (link["client_role"], link["sender_direction"]) == ("receiver", "s2c")
+    assert (link["client_handle"], link["broker_handle"]) == (0, 1)
+    # every flow and transfer (4 transfers, 4 client flows, 4 broker flows) is the link's; the
+    # dispositions and the close are of no link
+    handled = f["performative"].isin(["flow", "transfer"]).to_numpy(bool)
+    assert handled.sum() == 12 and (h.of_frame[handled] == 0).all() and (h.of_frame[~handled] == -1).all()
+
+
+def test_implicit_handles_in_two_sessions_are_not_paired():
+    # the broker on channel 3, the client on 0: two implicit sessions (no begin pairs them), so
+    # nothing ties the client's flows to the broker's transfers: two links, the client's of no role
+    _, s, h, *_ = derived(credit1_midstream(4, broker_channel=3))
+    assert len(s.table) == 2
+    t = h.table.set_index("link")
+    assert len(t) == 2
+    roles = {(r.client_handle if not pd.isna(r.client_handle) else None,
+              r.broker_handle if not pd.isna(r.broker_handle) else None):
+             r.client_role if isinstance(r.client_role, str) else None for r in t.itertuples()}
+    assert roles == {(None, 1): "receiver", (0, None): None}
+
+
+def test_credit_of_a_link_attached_before_the_capture_is_known_from_the_first_grant():
+    # credit1_midstream(4): the broker's first transfer (5 ms) comes before any flow: its credit is
+    # unknown; the client's flow at 8 ms grants 1 (delivery-count taken from it), each later
+    # transfer uses it: 3 of 4 transfers to zero, each refilled 3 ms later (the last one too)
+    *_, c = derived(credit1_midstream(4))
+    ev = c.events
+    assert ev[ev["event"] == "transfer"]["credit"].tolist()[1:] == [0, 0, 0]
+    assert pd.isna(ev[ev["event"] == "transfer"]["credit"].iat[0])
+    link = c.links.iloc[0]
+    assert link["transfers"] == 4 and link["transfers_to_zero"] == 3 and link["refills"] == 3
+    assert link["flows_granted"] == 4 and link["flows_reported"] == 4
+    assert c.refills["refill_gap_s"].round(6).tolist() == [0.003] * 3
 
 
 # --- deliveries -----------------------------------------------------------------------------
@@ -207,3 +253,40 @@ def test_the_remote_incoming_window_shrinks_per_transfer_frame():
     assert w.loc["s2c", "transfers_beyond_window"] == 1
     assert w.loc["s2c", "window_min"] == -1
     assert abs(w.loc["s2c", "zero_window_s"] - 0.008) < 1e-9
+
+
+def test_a_closure_of_the_brokers_window_by_its_flow_and_the_reopening():
+    # alarm_publisher(): 5 client transfers at 10..14 ms (packets 8..12); the broker's flow at 20 ms
+    # (packet 13) sets incoming-window 0: closed by a flow, the broker's window; its flow at 220 ms
+    # (packet 14) reopens it: 0.2 s at 0; the client's next transfer 0.5 ms later (packet 15); the
+    # last transfer before the close 6 ms before it
+    f = frames(alarm_publisher())
+    c = closures_of(f, sessions_of(f).of_frame)
+    assert len(c) == 1
+    x = c.iloc[0]
+    assert (x["direction"], x["closed_side"], x["closed_by"]) == ("c2s", "broker", "flow")
+    assert (x["close_packet"], x["reopen_packet"], x["resume_packet"]) == (13, 14, 15)
+    assert abs(x["zero_s"] - 0.2) < 1e-9 and abs(x["resume_s"] - 0.0005) < 1e-9
+    assert x["transfers_before"] == 5 and abs(x["last_transfer_before_s"] - 0.006) < 1e-9
+    assert x["transfers_while_closed"] == 0
+    # never reopened: it runs to the connection's last frame (the client's close at 500 ms)
+    f = frames(alarm_publisher(reopen=False, end_ms=500))
+    x = closures_of(f, sessions_of(f).of_frame).iloc[0]
+    assert pd.isna(x["reopen_packet"]) and pd.isna(x["resume_packet"]) and abs(x["zero_s"] - 0.48) < 1e-9
+
+
+def test_closures_of_the_clients_window_filled_by_the_brokers_transfers():
+    # window_bound_consumer(3 rounds, window 3, 50 ms): per round the broker's third transfer
+    # (t_r + 0.2 ms) takes the client's last room; the client's flow at t_r + 50 reopens it: 49.8 ms;
+    # the broker resumes 10 ms later, except after the last round
+    f = frames(window_bound_consumer())
+    c = closures_of(f, sessions_of(f).of_frame)
+    assert c["closed_by"].tolist() == ["transfer"] * 3 and set(c["closed_side"]) == {"client"}
+    assert c["direction"].tolist() == ["s2c"] * 3
+    assert c["transfers_before"].tolist() == [3, 6, 9]
+    np.testing.assert_allclose(c["zero_s"], [0.0498] * 3, atol=1e-8)
+    np.testing.assert_allclose(c["resume_s"].to_numpy(np.float64)[:2], [0.010, 0.010], atol=1e-8)
+    assert pd.isna(c["resume_packet"].iat[2])
+    # the windows table agrees: 3 × 49.8 ms at 0 for the broker's transfers, none beyond it
+    w = windows_of(f, sessions_of(f).of_frame).set_index("direction")
+    assert abs(w.loc["s2c", "zero_window_s"] - 3 * 0.0498) < 1e-8 and w.loc["s2c", "transfers_beyond_window"] == 0

@@ -18,7 +18,7 @@ from ...derive.amqp10.frames import amqp10_frames, empty
 from ...derive.amqp10.handles import links, links_of
 from ...derive.amqp10.links import link_rows, link_rows_of
 from ...derive.amqp10.sessions import sessions, sessions_of
-from ...derive.amqp10.windows import windows, windows_of
+from ...derive.amqp10.windows import closures, closures_of, windows, windows_of
 from ...derive.labels import connection_labels
 from ...io.load import Capture
 from ...io.rows import merge_rows
@@ -29,7 +29,8 @@ from .findings import findings
 KEYS = {"links": ["stream", "link"], "settlement": ["stream", "link"], "credit": ["stream", "link"],
         "sessions": ["stream", "session"], "deliveries": ["stream", "session", "direction", "first_packet"],
         "refills": ["stream", "link", "zero_packet"], "dispositions": ["stream", "packet", "session"],
-        "errors": ["stream", "packet", "performative"], "connections": ["stream"]}
+        "errors": ["stream", "packet", "performative"], "connections": ["stream"],
+        "closures": ["stream", "session", "direction", "close_packet"], "handles": ["stream", "link"]}
 #: the tables written (the rest are what the findings read)
 WRITTEN = ("links", "settlement", "credit", "sessions")
 #: the percentiles of settlement latency per link
@@ -42,14 +43,16 @@ def _derived(rows: Capture, f: pd.DataFrame) -> dict:
     """The derivations over `f`: the capture's own (cached, shared) when `f` is its whole table."""
     if f is amqp10_frames(rows):
         s, h, d, c, w, lr = sessions(rows), links(rows), deliveries(rows), credit(rows), windows(rows), link_rows(rows)
+        cl = closures(rows)
     else:
         s = sessions_of(f)
         h = links_of(f, s.of_frame)
         d = deliveries_of(f, s.of_frame, h.of_frame)
         c = credit_of(f, s.of_frame, h.table, h.of_frame, d.table)
         w = windows_of(f, s.of_frame)
+        cl = closures_of(f, s.of_frame)
         lr = link_rows_of(f, h.table, h.of_frame, d.table, d.dispositions, c.links)
-    return {"sessions": s, "links": h, "deliveries": d, "credit": c, "windows": w, "link_rows": lr}
+    return {"sessions": s, "links": h, "deliveries": d, "credit": c, "windows": w, "link_rows": lr, "closures": cl}
 
 
 def _settlement(lr: pd.DataFrame, d: pd.DataFrame) -> pd.DataFrame:
@@ -109,7 +112,10 @@ def _connections(f: pd.DataFrame) -> pd.DataFrame:
     st = f["stream"].to_numpy(np.int64)
     opened = np.isin(streams, st[(perf == "open") & (d == "c2s")])
     closed = np.isin(streams, st[perf == "close"])
-    return pd.DataFrame({"stream": streams, "open_seen": opened, "close_seen": closed})
+    ts = f["ts"].array.asi8
+    # the connection's time in the capture (its first to its last AMQP 1.0 frame): what a wait is a share of
+    seen = np.array([float(np.ptp(ts[st == s])) / 1e9 for s in streams.tolist()], np.float64)
+    return pd.DataFrame({"stream": streams, "open_seen": opened, "close_seen": closed, "seen_s": seen})
 
 
 def part_of(rows: Capture, f: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -122,7 +128,8 @@ def part_of(rows: Capture, f: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return {"links": lr, "settlement": _settlement(lr, d), "credit": cr,
             "sessions": _sessions(x["sessions"].table, x["windows"]), "deliveries": d,
             "refills": x["credit"].refills, "dispositions": x["deliveries"].dispositions, "errors": _errors(f),
-            "connections": _connections(f)}
+            "connections": _connections(f), "closures": x["closures"],
+            "handles": x["links"].table[["stream", "link", "client_handle", "broker_handle"]].copy()}
 
 
 @analyzer("amqp10")

@@ -1,6 +1,8 @@
 """The amqp10 analyzer's findings (docs/analyzers/amqp10.md), each from the tables of `analyzer.part_of`
 merged over the partitions. One finding per cause: a link whose credit is starved is not told
-again for settling one delivery per disposition (at credit 1 there is only ever one to settle)."""
+again for settling one delivery per disposition (at credit 1 there is only ever one to settle), and
+a publisher's wait for credit is not told while a closed session window (session-window-closed)
+held it over the same stretch."""
 
 from __future__ import annotations
 
@@ -27,6 +29,13 @@ SINGLE_SHARE = 0.9
 #: redeliveries) making this share of the link's deliveries; info below
 MIN_OUTCOMES = 5
 OUTCOME_SHARE = 0.05
+#: session-window-closed, publisher-waiting-for-credit: a sender counts as having waited when its
+#: next transfer came within this long of being allowed again (a reopened window, a grant of
+#: credit): later than that it went at its own pace, and the stop proves nothing
+PROMPT_S = 0.1
+#: ... and its waits make a warning when they add up to this share of the connection's time in the
+#: capture (its first to its last AMQP 1.0 frame); info below
+WAIT_SHARE = 0.1
 #: what an error condition names (Part 2 §2.8.15, §2.5.7, §2.6.10)
 CONDITIONS = {
     "amqp:session:window-violation": "a transfer beyond the peer's session incoming-window (Part 2 §2.5.6): the "
@@ -66,11 +75,33 @@ def findings(cap: Capture, t: dict) -> list[Finding]:
     starved = _credit_starved(cap, t)
     if starved:
         out.append(starved[0])
-    for f in (_one_by_one(cap, t, starved[1] if starved else set()), _outcomes(cap, t), _errors(cap, t),
+    closed = _window_closed(cap, t)
+    if closed:
+        out.append(closed[0])
+    for f in (_waiting_for_credit(cap, t, closed[1] if closed else t["closures"].iloc[:0]),
+              _one_by_one(cap, t, starved[1] if starved else set()), _outcomes(cap, t), _errors(cap, t),
               _unsettled(cap, t), _presettled(cap, t)):
         if f is not None:
             out.append(f)
     return out
+
+
+def _link_words(t: dict, stream: int, link: int, name) -> str:
+    """How a title names a link: by its attach's name, or (a capture begun after the attach) by
+    its handles."""
+    if isinstance(name, str):
+        return f"link {name!r}"
+    h = t["handles"]
+    row = h[(h["stream"] == stream) & (h["link"] == link)]
+    ends = [f"{who} handle {int(row[f'{who}_handle'].iat[0])}" for who in ("client", "broker")
+            if len(row) and not pd.isna(row[f"{who}_handle"].iat[0])]
+    return ("an unnamed link (" + ", ".join(ends) + "; its attach came before the capture started mid-connection, "
+            "so its name is unknown)")
+
+
+def _attach_seen(t: dict, stream: int, link: int) -> bool:
+    lk = t["links"]
+    return bool(lk[(lk["stream"] == stream) & (lk["link"] == link)]["attached"].any())
 
 
 def _credit_starved(cap: Capture, t: dict):
@@ -99,13 +130,15 @@ def _credit_starved(cap: Capture, t: dict):
     cut = _cut(t, int(w["stream"]))
     warn = bool((m["waiting_refills"] > 0).any())
     wr = r[(r["stream"] == w["stream"]) & (r["link"] == w["link"])]
-    title = (f"{subjects[0]['connection']}'s receiver on link {w['name']!r} grants {int(w['granted_credit_max'])} "
+    title = (f"{subjects[0]['connection']}'s receiver on {_link_words(t, int(w['stream']), int(w['link']), w['name'])} "
+             f"grants {int(w['granted_credit_max'])} "
              f"credit at a time: {int(w['transfers_to_zero']):,} of {int(w['transfers']):,} deliveries used the last "
              f"credit, and the broker waited a median {w['refill_gap_median_s'] * 1e3:.2f} ms for the next flow"
              + (f" while it reported {int(w['available_max']):,} messages available" if w["waiting_refills"] else "")
              + _cut_words(cut) + (f"; {len(m) - 1} more link(s)" if len(m) > 1 else ""))
     evidence = {
-        "link": w["name"], "client_end": "receiver", "granted_credit_max": int(w["granted_credit_max"]),
+        "link": w["name"], "link_attach_seen": _attach_seen(t, int(w["stream"]), int(w["link"])),
+        "client_end": "receiver", "granted_credit_max": int(w["granted_credit_max"]),
         "transfers": int(w["transfers"]), "transfers_to_zero": int(w["transfers_to_zero"]),
         "refills": int(w["refills"]), "refill_gap_median_s": float(w["refill_gap_median_s"]),
         "refill_gap_total_s": float(w["refill_gap_total_s"]),
@@ -127,6 +160,169 @@ def _credit_starved(cap: Capture, t: dict):
     f = Finding("credit-starved", "warning" if warn else "info", title, evidence, advice,
                 impact=min(1.0, float(w["zero_credit_share"])) if warn else 0.2, subjects=subjects)
     return f, {(int(s), int(k)) for s, k in zip(m["stream"], m["link"])}
+
+
+def _window_waits(cl: pd.DataFrame) -> np.ndarray:
+    """Which closures kept a sender from sending, proven from the frames: it had sent in the session
+    before the window closed, sent nothing while it was closed, and either sent again within
+    PROMPT_S of the receiver's reopening flow, or (the capture ending with it closed) the receiver
+    closed it itself (a flow or begin, not the sender filling it) while the sender's last transfer
+    was more recent than the time it then stayed closed (it was sending at a pace that would have
+    sent again meanwhile)."""
+    reopened = cl["reopen_packet"].notna().to_numpy(bool)
+    base = (cl["transfers_before"].to_numpy(np.int64) > 0) & (cl["transfers_while_closed"].to_numpy(np.int64) == 0)
+    resumed = reopened & (cl["resume_s"].to_numpy(np.float64) <= PROMPT_S)
+    held_at_end = (~reopened & cl["closed_by"].isin(["flow", "begin"]).to_numpy(bool)
+                   & (cl["last_transfer_before_s"].to_numpy(np.float64) <= cl["zero_s"].to_numpy(np.float64)))
+    return base & (resumed | held_at_end)
+
+
+def _window_closed(cap: Capture, t: dict):
+    cl = t["closures"]
+    waits = cl[_window_waits(cl)]
+    if not len(waits):
+        return None
+    conn = t["connections"].set_index("stream")
+    sess = t["sessions"].set_index(["stream", "session"])
+    key = ["stream", "session", "direction"]
+    g = waits.groupby(key).agg(waits=("close_packet", "size"), wait_total_s=("zero_s", "sum"),
+                               wait_max_s=("zero_s", "max"), wait_median_s=("zero_s", "median"),
+                               closed_side=("closed_side", "first"),
+                               closed_at_end=("reopen_packet", lambda x: bool(x.isna().any()))).reset_index()
+    zero = cl.groupby(key)["zero_s"].sum()
+    g["zero_window_s"] = [float(zero.loc[tuple(k)]) for k in g[key].itertuples(index=False)]
+    g["seen_s"] = [float(conn.at[s, "seen_s"]) for s in g["stream"]]
+    g["wait_share"] = np.where(g["seen_s"] > 0, g["wait_total_s"] / g["seen_s"].where(g["seen_s"] > 0, 1), np.nan)
+    g["loud"] = g["wait_share"].fillna(0) >= WAIT_SHARE
+    g = g.sort_values(["wait_total_s", "stream", "session"], ascending=[False, True, True], kind="stable")
+    channel = {k: (sess.at[k, "client_channel"], sess.at[k, "broker_channel"]) for k in sess.index}
+    name = subject_namer(cap)
+
+    def side_words(x) -> str:
+        return "the broker's incoming window (the client's transfers: publishing)" if x == "broker" else \
+            "the client's incoming window (the broker's transfers: deliveries to the consumer)"
+
+    subjects = [name(x.stream, session=int(x.session), closed_side=x.closed_side, waits=int(x.waits),
+                     wait_total_s=float(x.wait_total_s), wait_share=float(x.wait_share),
+                     closed_at_end=bool(x.closed_at_end), severity="warning" if x.loud else "info")
+                for x in g.itertuples()]
+    w = g.iloc[0]
+    s_, k_ = int(w["stream"]), int(w["session"])
+    cut = _cut(t, s_)
+    cc, bc = channel.get((s_, k_), (None, None))
+    where = "" if pd.isna(cc) else f" (session on client channel {int(cc)})"
+    who, sender = (("broker", "client") if w["closed_side"] == "broker" else ("client", "broker"))
+    mine = waits[(waits["stream"] == s_) & (waits["session"] == k_) & (waits["direction"] == w["direction"])]
+    title = (f"{subjects[0]['connection']}: the {who} closed its session incoming window{where} and the {sender}'s "
+             f"transfers stopped while it was closed: {int(w['waits'])} wait(s), {w['wait_total_s']:.3f} s in all "
+             f"({w['wait_share']:.0%} of the connection's time in the capture, the longest {w['wait_max_s']:.3f} s)"
+             + ("; the connection's frames in the capture end with it still closed" if w["closed_at_end"] else "")
+             + (": the publisher was blocked" if who == "broker" else ": consumption stopped")
+             + _cut_words(cut) + (f"; {len(g) - 1} more session(s)" if len(g) > 1 else ""))
+    evidence = {
+        "closed_side": w["closed_side"], "window": side_words(w["closed_side"]),
+        "client_channel": None if pd.isna(cc) else int(cc), "broker_channel": None if pd.isna(bc) else int(bc),
+        "waits": int(w["waits"]), "wait_total_s": float(w["wait_total_s"]), "wait_median_s": float(w["wait_median_s"]),
+        "wait_max_s": float(w["wait_max_s"]), "wait_share": float(w["wait_share"]),
+        "zero_window_s": float(w["zero_window_s"]), "closed_at_end": bool(w["closed_at_end"]),
+        "closed_by": {k: int(v) for k, v in mine["closed_by"].value_counts().sort_index().items()},
+        "resume_median_s": float(mine["resume_s"].median()) if mine["resume_s"].notna().any() else None,
+        "capture_cut": cut, "sessions_with_this_finding": len(g), "streams": sorted({int(x) for x in g["stream"]}),
+        "packets": [int(p) for p in mine["close_packet"].head(5)],
+        "reopen_packets": [int(p) for p in mine["reopen_packet"].dropna().head(5)],
+        **_filter(g["stream"], " && amqp.performative in {17, 19, 20}"),
+    }
+    if who == "broker":
+        advice = ("The broker stopped taking the client's messages at the session level: RabbitMQ 4 sets its "
+                  "incoming window to 0 while a memory or disk alarm is in effect, the likely cause here. "
+                  "RabbitMQ's log (\"memory resource limit alarm set\", \"disk resource limit alarm set\") and "
+                  "`rabbitmq-diagnostics alarms` confirm it; free memory or disk (consumers draining the queues, "
+                  "a higher watermark, more disk) and the window reopens.")
+    else:
+        advice = ("The client let its session incoming window run down to 0 and widened it only later (or never, "
+                  "when the capture ends with it closed), so the broker could not deliver: consumption stops "
+                  "whatever the link credit. Configure the client library's session incoming window larger, or "
+                  "use one that widens it as it processes frames (a flow with a new incoming-window).")
+    f = Finding("session-window-closed", "warning" if bool(g["loud"].any()) else "info", title, evidence, advice,
+                impact=min(1.0, float(w["wait_share"])) if bool(g["loud"].any()) else 0.2, subjects=subjects)
+    return f, waits
+
+
+def _waiting_for_credit(cap: Capture, t: dict, window_waits: pd.DataFrame) -> Finding | None:
+    """A client sender that used its last credit and sent again only after the broker's next grant,
+    promptly (PROMPT_S): each such refill is a wait, unless a closed session window the
+    session-window-closed finding told already held the client then (one cause, told once)."""
+    c, r, lk = t["credit"], t["refills"], t["links"]
+    senders = c[c["client_role"] == "sender"]
+    if not len(senders) or not len(r):
+        return None
+    r = r.merge(senders[["stream", "link"]], on=["stream", "link"]).merge(
+        lk[["stream", "link", "session"]], on=["stream", "link"], how="left")
+    gap, nxt = r["refill_gap_s"].to_numpy(np.float64), r["next_transfer_s"].to_numpy(np.float64)
+    r = r[~np.isnan(gap) & (nxt >= gap) & (nxt - gap <= PROMPT_S)].copy()
+    if not len(r):
+        return None
+    zero_ns = r["zero_ts"].array.asi8
+    end_ns = zero_ns + (r["refill_gap_s"].to_numpy(np.float64) * 1e9).astype(np.int64)
+    ww = window_waits[window_waits["direction"] == "c2s"]
+    explained = np.zeros(len(r), bool)
+    if len(ww):
+        close = ww["close_ts"].array.asi8
+        reopen = ww["reopen_ts"].array.asi8
+        open_end = np.where(ww["reopen_ts"].isna().to_numpy(bool), np.iinfo(np.int64).max, reopen)
+        for i, (s, k) in enumerate(zip(r["stream"].tolist(), r["session"].tolist())):
+            same = (ww["stream"].to_numpy(np.int64) == s) & (ww["session"].to_numpy(np.int64) == k)
+            explained[i] = bool(np.any(same & (close < end_ns[i]) & (open_end > zero_ns[i])))
+    r["explained"] = explained
+    told = r.groupby(["stream", "link"])["explained"].sum()
+    r = r[~r["explained"]]
+    if not len(r):
+        return None
+    conn = t["connections"].set_index("stream")
+    g = r.groupby(["stream", "link"]).agg(waits=("zero_packet", "size"), wait_total_s=("refill_gap_s", "sum"),
+                                          wait_median_s=("refill_gap_s", "median"),
+                                          wait_max_s=("refill_gap_s", "max")).reset_index()
+    g = g.merge(c, on=["stream", "link"], how="left")
+    g["seen_s"] = [float(conn.at[s, "seen_s"]) for s in g["stream"]]
+    g["wait_share"] = np.where(g["seen_s"] > 0, g["wait_total_s"] / g["seen_s"].where(g["seen_s"] > 0, 1), np.nan)
+    g["loud"] = g["wait_share"].fillna(0) >= WAIT_SHARE
+    g = g.sort_values(["wait_total_s", "stream", "link"], ascending=[False, True, True], kind="stable")
+    name = subject_namer(cap)
+    subjects = [name(x.stream, link=x.name, client_end="sender", waits=int(x.waits),
+                     wait_total_s=float(x.wait_total_s), wait_share=float(x.wait_share),
+                     severity="warning" if x.loud else "info") for x in g.itertuples()]
+    w = g.iloc[0]
+    s_, k_ = int(w["stream"]), int(w["link"])
+    cut = _cut(t, s_)
+    mine = r[(r["stream"] == s_) & (r["link"] == k_)]
+    granted = "" if pd.isna(w["granted_credit_median"]) else \
+        f"; the broker granted a median {w['granted_credit_median']:g} credit per flow"
+    title = (f"{subjects[0]['connection']}'s sender on {_link_words(t, s_, k_, w['name'])} ran out of link credit "
+             f"and sent its next message only after the broker's next flow granted more, {int(w['waits']):,} "
+             f"time(s): a median wait of {w['wait_median_s'] * 1e3:.2f} ms, the longest "
+             f"{w['wait_max_s'] * 1e3:.2f} ms, {w['wait_share']:.0%} of the connection's time in the capture"
+             + granted + _cut_words(cut) + (f"; {len(g) - 1} more link(s)" if len(g) > 1 else ""))
+    evidence = {
+        "link": w["name"], "link_attach_seen": _attach_seen(t, s_, k_), "client_end": "sender",
+        "waits": int(w["waits"]), "wait_median_s": float(w["wait_median_s"]), "wait_max_s": float(w["wait_max_s"]),
+        "wait_total_s": float(w["wait_total_s"]), "wait_share": float(w["wait_share"]),
+        "zero_credit_s": float(w["zero_credit_s"]), "transfers": int(w["transfers"]),
+        "transfers_to_zero": int(w["transfers_to_zero"]), "flows_granted": int(w["flows_granted"]),
+        "granted_credit_median": None if pd.isna(w["granted_credit_median"]) else float(w["granted_credit_median"]),
+        "granted_credit_max": None if pd.isna(w["granted_credit_max"]) else int(w["granted_credit_max"]),
+        "waits_told_as_window_closed": int(told.get((s_, k_), 0)),
+        "capture_cut": cut, "links_with_this_finding": len(g), "streams": sorted({int(x) for x in g["stream"]}),
+        "packets": [int(p) for p in mine["zero_packet"].head(5)],
+        **_filter(g["stream"], " && amqp.performative in {19, 20}"),
+    }
+    advice = ("The client had more to send and waited for credit each time: the broker grants a publisher credit "
+              "as its target queues take the messages, so the waits are the broker pacing it (a queue under load "
+              "or in flow control, a slow quorum-queue replica) or grants smaller than the client's bursts. Check "
+              "the target queue's load and the broker's flow-control state; a client cannot send faster than "
+              "the credit it is given.")
+    return Finding("publisher-waiting-for-credit", "warning" if bool(g["loud"].any()) else "info", title, evidence,
+                   advice, impact=min(1.0, float(w["wait_share"])) if bool(g["loud"].any()) else 0.2,
+                   subjects=subjects)
 
 
 def _one_by_one(cap: Capture, t: dict, told: set) -> Finding | None:

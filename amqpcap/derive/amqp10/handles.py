@@ -5,7 +5,14 @@ sender's handle; the frame belongs to the link that handle names in that directi
 A detach releases the handle in its direction (it may name another link after).
 
 A capture that starts after the attach sees a handle no attach named: it opens an implicit link
-(`attached` false) of that direction alone, whose name, role and addresses are unknown."""
+(`attached` false), identified by its session and its handle in that direction, whose name and
+addresses are unknown. Its role comes from the performatives: the direction that sends transfers on
+a handle is the link's sender end (a handle the broker sends transfers on is a broker sender link,
+the client its receiver). The two ends of an implicit link share no name, so they are paired by
+elimination, the way `sessions` pairs channels: in a session with exactly one implicit handle each
+way, one of them carrying transfers and the other none, the two are one link (a guess the frames
+allow and `attached` false says; with more candidates each way they stay apart, each end a link of
+its own, and nothing is claimed about their credit)."""
 
 from __future__ import annotations
 
@@ -89,6 +96,10 @@ def links_of(f: pd.DataFrame, session_of_frame: np.ndarray) -> Links:
             on_handle[key] = link
         elif key in on_handle:
             link = on_handle[key]
+            r = rows[(s, link)]
+            if p == "transfer" and not r["attached"] and r["sender_direction"] is None:
+                r["sender_direction"] = d  # (its first frames were flows)
+                r["client_role"] = "sender" if d == "c2s" else "receiver"
         else:  # attached before the capture began
             link = counter.get(s, 0)
             counter[s] = link + 1
@@ -108,6 +119,7 @@ def links_of(f: pd.DataFrame, session_of_frame: np.ndarray) -> Links:
                          detach_error_description=_text(cols["error_description"][i]), detach_error_side=end)
             del on_handle[key]
             by_name.pop((s, k, r["name"]), None)
+    rows, of_frame = _pair_implicit(rows, of_frame, stream)
     table = pd.DataFrame([rows[k] for k in sorted(rows)], columns=COLUMNS)
     for c in ("client_handle", "broker_handle", "initial_delivery_count", "client_attach_packet",
               "broker_attach_packet", "client_detach_packet", "broker_detach_packet"):
@@ -118,6 +130,51 @@ def links_of(f: pd.DataFrame, session_of_frame: np.ndarray) -> Links:
     as_text(table, ("detach_error_condition", "detach_error_description", "detach_error_side"))
     table["attach_ts"] = pd.to_datetime(table["attach_ts"], utc=True)
     return Links(table, of_frame)
+
+
+def _pair_implicit(rows: dict, of_frame: np.ndarray, stream: np.ndarray) -> tuple[dict, np.ndarray]:
+    """The implicit links' two ends made one link where the session has exactly one implicit
+    handle each way and exactly one of them carries transfers (module doc); the links renumbered
+    per stream in order, without gaps."""
+    ends: dict[tuple[int, int], dict[str, list[int]]] = {}
+    for (s, link), r in rows.items():
+        if not r["attached"] and (r["client_handle"] is None) != (r["broker_handle"] is None):
+            ends.setdefault((s, r["session"]), {"client": [], "broker": []})[
+                "client" if r["client_handle"] is not None else "broker"].append(link)
+    into: dict[tuple[int, int], int] = {}  # (stream, link) -> the link it joins
+    for (s, _), e in ends.items():
+        if len(e["client"]) != 1 or len(e["broker"]) != 1:
+            continue
+        c, b = rows[(s, e["client"][0])], rows[(s, e["broker"][0])]
+        senders = [r for r in (c, b) if r["sender_direction"] is not None]
+        if len(senders) != 1:
+            continue
+        keep, gone = sorted((e["client"][0], e["broker"][0]))
+        kr, gr = rows[(s, keep)], rows[(s, gone)]
+        for col in ("client_handle", "broker_handle", "sender_direction", "client_role", "client_detach_packet",
+                    "broker_detach_packet", "detach_error_condition", "detach_error_description",
+                    "detach_error_side"):
+            if kr[col] is None:
+                kr[col] = gr[col]
+        kr["attach_ts"] = min(kr["attach_ts"], gr["attach_ts"])
+        into[(s, gone)] = keep
+        del rows[(s, gone)]
+    if not into:
+        return rows, of_frame
+    renumber = {}
+    for s in sorted({s for s, _ in rows}):
+        for n, (_, link) in enumerate(sorted(k for k in rows if k[0] == s)):
+            renumber[(s, link)] = n
+    out = of_frame.copy()
+    for i in np.flatnonzero(of_frame >= 0).tolist():
+        key = (int(stream[i]), int(of_frame[i]))
+        key = (key[0], into.get(key, key[1]))
+        out[i] = renumber[key]
+    new = {}
+    for (s, link), r in rows.items():
+        r["link"] = renumber[(s, link)]
+        new[(s, r["link"])] = r
+    return new, out
 
 
 @derivation(CONNECTION)
