@@ -123,7 +123,8 @@ def alarm_publisher(before: int = 5, closed_ms: float = 200, after: int = 5, reo
     at 20+`closed_ms` ms the broker's flow sets it to 100 again and the client sends `after` more
     transfers from `resume_ms` after it, 1 ms apart; then the broker settles all in one range, and
     the client closes at `end_ms` (default: 5 ms after the last frame). `ignore_window`: the client
-    sends one transfer while the window is 0 (at 21 ms), a window violation, not a wait."""
+    sends one transfer while the window is 0, 150 ms after the close (longer than a transfer in
+    flight when the flow was written could take: PROMPT_S), a window violation, not a wait."""
     rows = publisher_opening()
     p = 8
     for j in range(before):
@@ -134,7 +135,7 @@ def alarm_publisher(before: int = 5, closed_ms: float = 200, after: int = 5, reo
     p += 1
     sent = before
     if ignore_window:
-        rows.append(publish(p, 21, sent))
+        rows.append(publish(p, 170, sent))
         p, sent = p + 1, sent + 1
     t = 20.0
     if reopen:

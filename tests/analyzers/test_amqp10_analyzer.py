@@ -96,6 +96,16 @@ def test_credit_starved_on_a_link_attached_before_the_capture(host):
     assert "cuts the connection at its start" in f.title
 
 
+def test_a_note_on_a_link_attached_before_the_capture_names_its_handles(host):
+    # credit1_midstream(5) without its last disposition: delivery 4 is not settled at the end, on
+    # the link the capture saw no attach of (its name unknown, not "None")
+    rows = credit1_midstream(5)
+    last = max(i for i, r in enumerate(rows) if r["performative"] == "disposition")
+    f = by_id(run(host, rows[:last] + rows[last + 1:]))["unsettled-at-end"]
+    assert f.evidence["unsettled"] == 1
+    assert "unnamed link (client handle 0, broker handle 1" in f.title and "None" not in f.title
+
+
 def test_not_credit_starved_when_nothing_ties_the_clients_flows_to_the_brokers_transfers(host):
     # the broker's frames on channel 3, the client's on 0, no begin: two sessions, two one-ended
     # links; the grants of credit 1 cannot be proven to be the broker's link's
@@ -136,7 +146,9 @@ def test_a_closed_window_the_sender_did_not_wait_on_is_not_told(host):
     # the client sent its next transfer 0.5 s after the reopening (> PROMPT_S): its own pace
     assert 0.5 > PROMPT_S
     assert "session-window-closed" not in by_id(run(host, alarm_publisher(resume_ms=500)))
-    # it sent while the window was 0 (a window violation): the window did not hold it
+    # it sent while the window was 0, 150 ms after the close (> PROMPT_S: not in flight when the
+    # flow was written; a window violation): the window did not hold it
+    assert 0.15 > PROMPT_S
     assert "session-window-closed" not in by_id(run(host, alarm_publisher(ignore_window=True)))
     # it had sent nothing before the window closed
     assert "session-window-closed" not in by_id(run(host, alarm_publisher(before=0)))

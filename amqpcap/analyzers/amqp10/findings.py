@@ -164,15 +164,20 @@ def _credit_starved(cap: Capture, t: dict):
 
 def _window_waits(cl: pd.DataFrame) -> np.ndarray:
     """Which closures kept a sender from sending, proven from the frames: it had sent in the session
-    before the window closed, sent nothing while it was closed, and either sent again within
+    before the window closed, sent nothing while it was closed (but transfers in flight when the
+    receiver's flow closed it: within PROMPT_S of the close, as a capture near the receiver shows
+    them; RabbitMQ 4 tolerates 400 of them under an alarm), and either sent again within
     PROMPT_S of the receiver's reopening flow, or (the capture ending with it closed) the receiver
     closed it itself (a flow or begin, not the sender filling it) while the sender's last transfer
     was more recent than the time it then stayed closed (it was sending at a pace that would have
     sent again meanwhile)."""
     reopened = cl["reopen_packet"].notna().to_numpy(bool)
-    base = (cl["transfers_before"].to_numpy(np.int64) > 0) & (cl["transfers_while_closed"].to_numpy(np.int64) == 0)
+    by_receiver = cl["closed_by"].isin(["flow", "begin"]).to_numpy(bool)
+    in_flight = by_receiver & (cl["last_transfer_while_closed_s"].to_numpy(np.float64) <= PROMPT_S)
+    held = (cl["transfers_while_closed"].to_numpy(np.int64) == 0) | in_flight
+    base = (cl["transfers_before"].to_numpy(np.int64) > 0) & held
     resumed = reopened & (cl["resume_s"].to_numpy(np.float64) <= PROMPT_S)
-    held_at_end = (~reopened & cl["closed_by"].isin(["flow", "begin"]).to_numpy(bool)
+    held_at_end = (~reopened & by_receiver
                    & (cl["last_transfer_before_s"].to_numpy(np.float64) <= cl["zero_s"].to_numpy(np.float64)))
     return base & (resumed | held_at_end)
 
@@ -479,7 +484,8 @@ def _unsettled(cap: Capture, t: dict) -> Finding | None:
     w = m.iloc[0]
     cut = _cut(t, int(w["stream"]))
     title = (f"{int(m['unsettled'].sum()):,} deliveries were not settled by the end of the capture, "
-             f"{int(w['unsettled']):,} on {subjects[0]['connection']}'s link {w['name']!r}" + _cut_words(cut))
+             f"{int(w['unsettled']):,} on {subjects[0]['connection']}'s "
+             f"{_link_words(t, int(w['stream']), int(w['link']), w['name'])}" + _cut_words(cut))
     evidence = {"link": w["name"], "unsettled": int(w["unsettled"]), "unsettled_total": int(m["unsettled"].sum()),
                 "capture_cut": cut, "streams": sorted({int(x) for x in m["stream"]}),
                 **_filter(m["stream"], " && amqp.performative in {20, 21}")}
@@ -495,7 +501,8 @@ def _presettled(cap: Capture, t: dict) -> Finding | None:
         return None
     w = m.iloc[0]
     sender = "the client" if w["client_role"] == "sender" else "the broker"
-    title = (f"{subjects[0]['connection']}'s link {w['name']!r}: {sender} sent {int(w['settled_at_send']):,} "
+    title = (f"{subjects[0]['connection']}'s {_link_words(t, int(w['stream']), int(w['link']), w['name'])}: "
+             f"{sender} sent {int(w['settled_at_send']):,} "
              f"deliveries pre-settled (at most once)" + _cut_words(_cut(t, int(w["stream"]))))
     evidence = {"link": w["name"], "client_end": w["client_role"], "settled_at_send": int(w["settled_at_send"]),
                 "capture_cut": _cut(t, int(w["stream"])), "streams": sorted({int(x) for x in m["stream"]}),

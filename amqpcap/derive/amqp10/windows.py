@@ -28,7 +28,7 @@ COLUMNS = ["stream", "session", "direction", "transfer_frames", "window_min", "w
            "transfers_beyond_window"]
 CLOSURE_COLUMNS = ["stream", "session", "direction", "closed_side", "close_packet", "close_ts", "closed_by",
                    "reopen_packet", "reopen_ts", "zero_s", "transfers_before", "last_transfer_before_s",
-                   "transfers_while_closed", "resume_packet", "resume_s"]
+                   "transfers_while_closed", "last_transfer_while_closed_s", "resume_packet", "resume_s"]
 
 
 def windows_of(f: pd.DataFrame, session_of_frame: np.ndarray) -> pd.DataFrame:
@@ -112,7 +112,9 @@ def _walk(f: pd.DataFrame, session_of_frame: np.ndarray) -> tuple[pd.DataFrame, 
                 mine["noid"] = serial.add(mine["noid"], 1)
             key = (s, k, d)
             if key in open_closure:
-                open_closure[key]["transfers_while_closed"] += 1
+                c = open_closure[key]
+                c["transfers_while_closed"] += 1
+                c["last_transfer_while_closed_s"] = (t - c["close_ts"]) / 1e9
             if key in resuming:
                 c = resuming.pop(key)
                 c["resume_packet"], c["resume_s"] = int(packet[i]), (t - c["reopen_ts"]) / 1e9
@@ -130,7 +132,8 @@ def _walk(f: pd.DataFrame, session_of_frame: np.ndarray) -> tuple[pd.DataFrame, 
                     "close_packet": int(packet[i]), "close_ts": t, "closed_by": p, "reopen_packet": None,
                     "reopen_ts": None, "transfers_before": n_sent,
                     "last_transfer_before_s": (t - last_t) / 1e9 if n_sent else np.nan,
-                    "transfers_while_closed": 0, "resume_packet": None, "resume_s": np.nan}
+                    "transfers_while_closed": 0, "last_transfer_while_closed_s": np.nan, "resume_packet": None,
+                    "resume_s": np.nan}
                 resuming.pop(key, None)
                 closures.append(c)
             elif key in open_closure and a["w"] is not None and a["w"] > 0:
@@ -148,7 +151,7 @@ def _walk(f: pd.DataFrame, session_of_frame: np.ndarray) -> tuple[pd.DataFrame, 
         cl[col] = pd.to_datetime(pd.array([pd.NaT if x is None else pd.Timestamp(int(x), tz="UTC") for x in cl[col]],
                                           dtype="datetime64[ns, UTC]"), utc=True) if len(cl) else \
             pd.Series(dtype="datetime64[ns, UTC]")
-    for col in ("zero_s", "last_transfer_before_s", "resume_s"):
+    for col in ("zero_s", "last_transfer_before_s", "last_transfer_while_closed_s", "resume_s"):
         cl[col] = cl[col].astype(np.float64)
     for col in ("stream", "session", "close_packet", "transfers_before", "transfers_while_closed"):
         cl[col] = cl[col].astype(np.int64)
