@@ -8,6 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import amqpcap
@@ -401,3 +402,73 @@ def test_every_column_documented():
         assert f"`nagle-{name}`" in doc
         missing = [col for col in df.columns if f"`{col}`" not in doc]
         assert not missing, (name, missing)
+
+
+# --- AMQP 1.0 connections: what their small segments carry, from the performatives -----------------
+
+def _directions(name: str):
+    d = run(name).tables["directions"]
+    return d.set_index(["stream", "direction"])
+
+
+def test_amqp10_receiver_settling_each_delivery_carries_dispositions():
+    # amqp10-credit1 (record.sh A10_CREDIT1_*): the client receiver grants credit 1 after each of
+    # the 200 deliveries and settles each with a disposition of its own (tshark's amqp10_directions:
+    # 200 dispositions, all of a single delivery, 200 flows of link-credit 1). Counted by hand in
+    # the capture: each disposition goes with the flow in one segment, but the last, written with
+    # the close: 199 small segments carry `disposition`.
+    facts = json.loads((FIXTURES / "amqp10-credit1.pcap.tshark.json").read_text())
+    c2s = facts["amqp10_directions"]["0"]["c2s"]
+    assert c2s["dispositions"] == c2s["dispositions_single"] == c2s["flow_link_credit"]["1"] == 200
+    row = _directions("amqp10-credit1.pcap").loc[(0, "c2s")]
+    assert row["carries"] == "disposition"
+    assert round(row["carries_share"] * row["small_segments"]) == c2s["dispositions"] - 1
+
+
+def test_amqp10_multiframe_messages_carry_transfer_parts():
+    # amqp10-multiframe: max-frame-size 4096 (tshark's open), each message 27 transfer frames (54
+    # transfers, 52 with `more`, each way): a segment holds part of a delivery
+    facts = json.loads((FIXTURES / "amqp10-multiframe.pcap.tshark.json").read_text())
+    s = facts["amqp10_directions"]["0"]
+    assert s["c2s"]["open"]["max_frame_size"] == 4096 and s["c2s"]["transfers_more"] == 52
+    d = _directions("amqp10-multiframe.pcap")
+    assert d.loc[(0, "c2s"), "carries"] == d.loc[(0, "s2c"), "carries"] == "transfer-part"
+
+
+def test_amqp10_idle_connection_carries_heartbeats():
+    # amqp10-idle: idle-timeout 2000 ms, empty frames each way (tshark's empty_frames) and nothing
+    # else after the opening: most small segments are 1.0 heartbeats
+    facts = json.loads((FIXTURES / "amqp10-idle.pcap.tshark.json").read_text())
+    s = facts["amqp10_directions"]["0"]
+    assert s["c2s"]["empty_frames"] > 0 and s["s2c"]["empty_frames"] > 0
+    d = _directions("amqp10-idle.pcap")
+    assert (d["carries"] == "heartbeat").all()
+
+
+def test_amqp10_carries_of_each_performative_pattern():
+    """Hand-written 1.0 frames, one segment per pattern (packets 1..9 on stream 0), each kind
+    counted by hand: flow alone, disposition with flow, two dispositions, a transfer with `more`,
+    a whole delivery, its continuation ending a delivery, a segment completing no frame, an
+    empty frame, an attach."""
+    from types import SimpleNamespace
+
+    from amqpcap.analyzers.nagle.constants import CARRIES
+    from amqpcap.analyzers.nagle.directions import carried
+    from amqpcap.derive.amqp10.frames import table
+    from amqp10_scenarios import frame
+
+    rows = [frame(1, 1, "c2s", "flow", link_credit=1),
+            frame(2, 2, "c2s", "flow", link_credit=1), frame(2, 2, "c2s", "disposition", role="receiver", first=0),
+            frame(3, 3, "c2s", "disposition", role="receiver", first=1),
+            frame(3, 3, "c2s", "disposition", role="receiver", first=2),
+            frame(4, 4, "c2s", "transfer", delivery_id=0, more=True, continuation=False),
+            frame(5, 5, "c2s", "transfer", delivery_id=1, more=False, continuation=False),
+            frame(6, 6, "c2s", "transfer", delivery_id=0, more=False, continuation=True),
+            {**frame(8, 8, "c2s", None), "type": "empty", "performative": None},
+            frame(9, 9, "c2s", "attach", role="sender")]
+    cap = SimpleNamespace(frames=amqpcap.load(FIXTURES / "healthy.pcap").frames.iloc[:0], amqp10_frames=table(rows))
+    packets = np.arange(1, 10, dtype=np.int64)
+    ended = np.array([1, 2, 2, 1, 1, 1, 0, 1, 1])
+    got = [CARRIES[k] for k in carried(cap, packets, ended, np.zeros(9, np.int64))]
+    assert got == ["flow", "disposition", "other", "transfer-part", "message", "transfer-part", "transfer-part",
+                   "heartbeat", "other"]

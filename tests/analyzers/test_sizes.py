@@ -150,8 +150,13 @@ def test_throughput_totals(cap_path, facts_path):
     if "dumpcap" in cap_path.name:
         return  # tshark counts each duplicated packet once there (fixtures/README.md)
     methods = facts["methods"]
-    assert round((tp["published_msgs_s"] * w).sum()) == methods.get("60.40", 0)
-    assert round((tp["delivered_msgs_s"] * w).sum()) == methods.get("60.60", 0) + methods.get("60.71", 0)
+    # AMQP 1.0: a delivery is its transfer frames, all but the last with `more` (Part 2 §2.7.5):
+    # the client's deliveries are published, the broker's delivered (tshark's amqp10_directions)
+    a10 = facts.get("amqp10_directions", {}).values()
+    starts = {d: sum(s[d]["transfers"] - s[d]["transfers_more"] for s in a10) for d in ("c2s", "s2c")}
+    assert round((tp["published_msgs_s"] * w).sum()) == methods.get("60.40", 0) + starts["c2s"]
+    assert round((tp["delivered_msgs_s"] * w).sum()) == (methods.get("60.60", 0) + methods.get("60.71", 0)
+                                                         + starts["s2c"])
 
 
 def test_acked_counts_the_deliveries_multiple_acks_settled():
@@ -192,6 +197,40 @@ def test_acked_counts_the_captured_deliveries_an_ack_settled():
     w = r.summary["throughput"]["bin_s"]
     assert round((tp.loc[tp["direction"] == "c2s", "acked_msgs_s"] * w).sum()) == 2453
     assert round((tp.loc[tp["direction"] == "s2c", "delivered_msgs_s"] * w).sum()) == 2492
+
+
+def _acked(path: Path) -> dict[str, int]:
+    _, r = result(path)
+    tp, w = r.tables["throughput"], r.summary["throughput"]["bin_s"]
+    return {d: round((tp.loc[tp["direction"] == d, "acked_msgs_s"] * w).sum()) for d in ("c2s", "s2c")}
+
+
+def test_acked_counts_the_amqp10_deliveries_a_receiver_accepted():
+    # amqp10.pcap (fixtures/README.md): stream 0 is pika's workload, 10 confirmed publishes
+    # consumed and acked one by one (tshark: 60.40 ×10, 60.80 ×20); stream 1 is AMQP 1.0, 20
+    # transfers each way, accepted by the receiving end's dispositions (tshark's amqp10_directions:
+    # disposition_outcome_deliveries accepted 20 from each side). Acked: 10 + 20 each way.
+    facts = json.loads((FIXTURES / "amqp10.pcap.tshark.json").read_text())
+    a10 = facts["amqp10_directions"]["1"]
+    assert a10["c2s"]["disposition_outcome_deliveries"]["accepted"] == a10["s2c"]["disposition_outcome_deliveries"]["accepted"] == 20
+    assert _acked(FIXTURES / "amqp10.pcap") == {"c2s": 10 + 20, "s2c": 10 + 20}
+
+
+def test_amqp10_acked_counts_accepted_not_rejected_released_or_modified():
+    # amqp10-outcomes (record.sh A10_OUTCOMES_*): the client's dispositions settle 25 deliveries
+    # accepted, 5 rejected, 10 released, and 1 modified on its second connection (tshark's
+    # disposition_outcome_deliveries): acked, as basic.ack alone in 0-9-1, is the 25 accepted.
+    facts = json.loads((FIXTURES / "amqp10-outcomes.pcap.tshark.json").read_text())
+    accepted = sum(s["c2s"]["disposition_outcome_deliveries"]["accepted"] for s in facts["amqp10_directions"].values())
+    assert accepted == 25
+    assert _acked(FIXTURES / "amqp10-outcomes.pcap") == {"c2s": accepted, "s2c": 0}
+
+
+def test_amqp10_presettled_publishes_are_published_never_acked():
+    # amqp10-presettled: 50 transfers sent settled (tshark: transfers_settled 50), no disposition
+    facts = json.loads((FIXTURES / "amqp10-presettled.pcap.tshark.json").read_text())
+    assert facts["amqp10_directions"]["0"]["c2s"]["transfers_settled"] == 50
+    assert _acked(FIXTURES / "amqp10-presettled.pcap") == {"c2s": 0, "s2c": 0}
 
 
 def test_bin_width_gives_about_200_bins():
@@ -298,4 +337,18 @@ def test_a_frame_that_starts_in_a_segment_received_early_spans_the_slices_as_the
     cap, whole, sliced = _sliced_everywhere(tmp_path / "reordered.pcap")
     f = cap.frames
     assert (f["first_packet"].to_numpy()[1:] < f["packet"].to_numpy()[:-1]).any()  # (the hazard is there)
+    assert_same_partial(sliced, whole, "cut before every packet")
+
+
+def test_amqp10_messages_over_slices_are_the_whole_partitions():
+    """amqp10-multiframe: each of the 2 messages each way spans 27 transfer frames (tshark: 54
+    transfers, 52 with `more`), accepted by a disposition after its last frame: cut before every
+    packet, each message is published (delivered) once, by its first frame's slice, and acked
+    once, by the last slice (which has every frame before it), as the whole partition counts."""
+    from test_partition import assert_same_partial
+
+    cap, whole, sliced = _sliced_everywhere(FIXTURES / "amqp10-multiframe.pcap")
+    t = whole.partials[0]["throughput"]
+    assert t["published"][:, 0].sum() == 2 and t["delivered"][:, 1].sum() == 2
+    assert t["acked"][:, 0].sum() == 2 and t["acked"][:, 1].sum() == 2
     assert_same_partial(sliced, whole, "cut before every packet")

@@ -733,3 +733,117 @@ def test_the_context_step_over_slices_is_the_whole_partitions(tmp_path):
             assert_same_partial(getattr(got, field.name), getattr(want, field.name), f"{field.name}, cut at {cuts}")
     whole, sliced = _sliced_everywhere(cap, inside)
     assert_same_partial(sliced, whole, f"partial cut at {inside}")
+
+
+# --- AMQP 1.0: a silence's cause read from the performatives -------------------------------------
+
+def _with_amqp10(rows: list[dict]):
+    """healthy.pcap's packets (stream 0 silent both ways from 21:29:16.6257 to 21:29:19.7324,
+    both directions idle: fixtures/README.md's healthy run pauses its publisher and consumer)
+    with hand-written AMQP 1.0 frames on stream 0 instead of none: the stalls analyzer on both."""
+    from amqp10_scenarios import frames
+
+    cap = amqpcap.load(FIX / "healthy.pcap")
+    cap.amqp10_frames = frames(rows)
+    cap.derived.clear()
+    return stalls(cap).tables["stalls"]
+
+
+def _a10_link(sender: str, t_open: pd.Timestamp) -> list[dict]:
+    """open, begin each way and one link whose sender is `sender` (its handle 0 both ways), all
+    before `t_open`."""
+    from amqp10_scenarios import frame, opening
+
+    rows = opening(0)
+    client_role = "sender" if sender == "c2s" else "receiver"
+    broker_role = "receiver" if sender == "c2s" else "sender"
+    rows += [frame(5, 4, "c2s", "attach", 0, 0, name="L", handle=0, role=client_role, initial_delivery_count=0),
+             frame(6, 5, "s2c", "attach", 3, 0, name="L", handle=0, role=broker_role, initial_delivery_count=0)]
+    for i, r in enumerate(rows):
+        r["ts"] = t_open + pd.Timedelta(milliseconds=i)
+    return rows
+
+
+#: healthy.pcap's stream 0 stall (tshark: frames 11/13 to 1794/1795), and times around it
+STALL_FROM = pd.Timestamp("2026-11-21T21:29:16.625", tz="UTC")
+STALL_TO = pd.Timestamp("2026-11-21T21:29:19.733", tz="UTC")
+
+
+def _receiver_out_of_credit() -> list[dict]:
+    """A client receiver granting credit 1 20 ms before the silence, the broker's transfer using
+    it 10 ms before, the next grant 50 ms after the silence."""
+    from amqp10_scenarios import frame
+
+    rows = _a10_link("s2c", STALL_FROM - pd.Timedelta(seconds=1))
+    rows += [frame(7, 0, "c2s", "flow", 0, 0, handle=0, delivery_count=0, link_credit=1, next_incoming_id=0,
+                   incoming_window=100, next_outgoing_id=0, outgoing_window=100),
+             frame(8, 0, "s2c", "transfer", 3, 0, handle=0, delivery_id=0, delivery_tag="00", settled=False,
+                   more=False, continuation=False),
+             frame(1800, 0, "c2s", "flow", 0, 0, handle=0, delivery_count=1, link_credit=1, next_incoming_id=1,
+                   incoming_window=100, next_outgoing_id=0, outgoing_window=100)]
+    for r, ts in zip(rows[-3:], (STALL_FROM - pd.Timedelta(milliseconds=20), STALL_FROM - pd.Timedelta(milliseconds=10),
+                                 STALL_TO + pd.Timedelta(milliseconds=50))):
+        r["ts"] = ts
+    return rows
+
+
+def test_amqp10_receiver_out_of_credit_is_the_s2c_silence_cause():
+    """The client receiver grants credit 1, the broker's transfer just before the silence uses
+    it (credit 0, Part 2 §2.6.7), the next grant comes after the silence: the broker had no
+    credit to send all through it (the 1.0 twin of a consumer at its prefetch)."""
+    rows = _receiver_out_of_credit()
+    st = _with_amqp10(rows)
+    s2c = st[(st["stream"] == 0) & (st["direction"] == "s2c")].iloc[0]
+    assert s2c["cause"] == "consumer-prefetch"
+    assert s2c["detail"].startswith("a receiver out of link credit (AMQP 1.0: the broker had no credit to send)")
+    c2s = st[(st["stream"] == 0) & (st["direction"] == "c2s")].iloc[0]
+    assert c2s["cause"] == "idle"  # (nothing held the client back)
+
+
+def test_amqp10_sender_awaiting_a_disposition_and_without_credit():
+    """The client's sender: the broker grants credit 1, the client's unsettled transfer just
+    before the silence uses it, and the broker's disposition settling it (and its next grant)
+    come after the silence: the client had no credit all through it (the broker's flow control,
+    checked before settlement) and its delivery awaited the disposition. With a grant of 10
+    instead, credit is left (9): the silence is the disposition awaited."""
+    from amqp10_scenarios import frame
+
+    def scenario(credit: int):
+        rows = _a10_link("c2s", STALL_FROM - pd.Timedelta(seconds=1))
+        rows += [frame(7, 0, "s2c", "flow", 3, 0, handle=0, delivery_count=0, link_credit=credit, next_incoming_id=0,
+                       incoming_window=100, next_outgoing_id=0, outgoing_window=100),
+                 frame(8, 0, "c2s", "transfer", 0, 0, handle=0, delivery_id=0, delivery_tag="00", settled=False,
+                       more=False, continuation=False),
+                 frame(1800, 0, "s2c", "disposition", 3, 0, role="receiver", first=0, last=0, settled=True,
+                       state="accepted")]
+        for r, ts in zip(rows[-3:], (STALL_FROM - pd.Timedelta(milliseconds=20),
+                                     STALL_FROM - pd.Timedelta(milliseconds=10), STALL_TO + pd.Timedelta(milliseconds=50))):
+            r["ts"] = ts
+        st = _with_amqp10(rows)
+        return st[(st["stream"] == 0) & (st["direction"] == "c2s")].iloc[0]
+
+    starved = scenario(1)
+    assert starved["cause"] == "broker-flow"
+    assert starved["detail"].startswith("AMQP 1.0 flow control: the broker gave the client's sender no link credit")
+    waiting = scenario(10)
+    assert waiting["cause"] == "publisher-confirms"
+    assert waiting["detail"].startswith("deliveries awaiting the broker's disposition (AMQP 1.0 settlement)")
+
+
+def test_amqp10_causes_over_slices_are_the_whole_partitions():
+    """The receiver out of credit above, cut every 200 packets: the grant, the transfer that used
+    the last credit and the grant after the silence are in different slices; the last slice
+    derives the 1.0 states from the frames of them all, as the whole partition does."""
+    from test_partition import assert_same_partial
+
+    from amqp10_scenarios import frames
+    from amqpcap.model.facts import clean_cuts, ns
+
+    rows = _receiver_out_of_credit()
+    cap = amqpcap.load(FIX / "healthy.pcap")
+    cap.amqp10_frames = frames(rows)
+    cap.derived.clear()
+    cuts = clean_cuts(cap.packets["packet"].to_numpy(), ns(cap.packets["ts"]), 200)
+    whole, sliced = _sliced_everywhere(cap, cuts)
+    assert (whole["stalls"]["cause"] == "consumer-prefetch").any()
+    assert_same_partial(sliced, whole, "cut every 200 packets")

@@ -61,14 +61,21 @@ AVOIDABLE_RATE_INFO = 200.0
 AVOIDABLE_RATE_WARNING = 1_000.0
 AVOIDABLE_RATE_CRITICAL = 10_000.0
 
-#: What a small segment carries, from the AMQP frames it completes (`frames.packet`), so that
-#: the advice fits the cause; a direction is labelled by what most of its small segments carry:
+#: What a small segment carries, from the AMQP frames it completes (`frames.packet`,
+#: `amqp10_frames.packet`), so that the advice fits the cause; a direction is labelled by what
+#: most of its small segments carry:
 #: `ack` one basic.ack/nack/reject alone (a consumer acknowledging each message);
-#: `message` whole messages (each content method with its header in the segment: batching
-#: across messages would save packets); `split` part of a message (a content method, header or
-#: body without the rest, or no complete frame: one write per frame); `heartbeat` heartbeats
-#: only (tiny by design, never reported); `other` anything else (other methods, several acks).
-CARRIES = ("ack", "message", "split", "heartbeat", "other")
+#: `message` whole messages (each content method with its header in the segment; AMQP 1.0: each
+#: delivery begun in the segment ends in it: batching across messages would save packets);
+#: `split` part of a message (a content method, header or body without the rest, or no complete
+#: frame: one write per frame); `heartbeat` heartbeats only (AMQP 1.0: empty frames; tiny by
+#: design, never reported); `other` anything else (other methods, several acks).
+#: AMQP 1.0's own (Part 2 §2.7): `disposition` one disposition, alone or with flows (a receiver
+#: settling each delivery on its own, the 1.0 twin of `ack`); `flow` flows only (link credit
+#: granted or reported, a little at a time); `transfer-part` part of a delivery (a transfer
+#: frame with `more`, or one continuing a delivery, without the delivery's last frame: the 1.0
+#: twin of `split`).
+CARRIES = ("ack", "message", "split", "heartbeat", "disposition", "flow", "transfer-part", "other")
 ACK_METHODS = ("basic.ack", "basic.nack", "basic.reject")
 CONTENT_METHODS = ("basic.publish", "basic.deliver", "basic.get-ok", "basic.return")
 

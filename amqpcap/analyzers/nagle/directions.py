@@ -20,33 +20,67 @@ from .constants import (
 from .segments import _directions, _in, _ns, _segments, _shifted
 
 
-def carried(cap: Capture, packets: np.ndarray, frames_ended: np.ndarray) -> np.ndarray:
+def carried(cap: Capture, packets: np.ndarray, frames_ended: np.ndarray, streams: np.ndarray | None = None) -> np.ndarray:
     """What each of these data segments carries (an index into CARRIES), from the frames each
-    completes: counts per segment of heartbeats, acks, content methods, headers and bodies,
-    each frame's segment found once by binary search on the packet numbers (a partition's
-    packets are spread over the whole capture's numbers: a count per packet number would be as
-    long as the capture)."""
+    completes: counts per segment of heartbeats, acks, content methods, headers and bodies (and
+    of AMQP 1.0's empty frames, dispositions, flows and transfers: `_amqp10_counts`), each
+    frame's segment found once by binary search on the packet numbers (a partition's packets are
+    spread over the whole capture's numbers: a count per packet number would be as long as the
+    capture). `streams`: the segments' connections (needed with AMQP 1.0 alone: a segment of a
+    1.0 connection that completes no frame holds part of a transfer)."""
     f = cap.frames
     if not len(packets):
         return np.zeros(0, np.int8)
     by = np.argsort(packets, kind="stable")
-    fp = f["packet"].to_numpy(np.int64)
-    seg = np.minimum(np.searchsorted(packets[by], fp), len(packets) - 1)
-    at = np.flatnonzero(packets[by][seg] == fp)  # (the frames completed by these segments)
-    seg = by[seg[at]]
-
-    def count(mask):
-        return np.bincount(seg[mask[at]], minlength=len(packets))
-
+    count = _segment_counter(packets, by, f["packet"].to_numpy(np.int64))
     hb = count(_in(f["type"], ["heartbeat"]))
     ack = count(_in(f["method"], ACK_METHODS))
     content = count(_in(f["method"], CONTENT_METHODS))
     header, body = count(_in(f["type"], ["header"])), count(_in(f["type"], ["body"]))
     whole = (content >= 1) & (header >= content)  # every content method with its header
     part = (frames_ended == 0) | (content + header + body > 0)
-    return np.select([(frames_ended > 0) & (hb == frames_ended), (frames_ended == 1) & (ack == 1), whole, part],
-                     [CARRIES.index("heartbeat"), CARRIES.index("ack"), CARRIES.index("message"),
-                      CARRIES.index("split")], CARRIES.index("other")).astype(np.int8)
+    conds = [(frames_ended > 0) & (hb == frames_ended), (frames_ended == 1) & (ack == 1), whole, part]
+    kinds = ["heartbeat", "ack", "message", "split"]
+    if len(cap.amqp10_frames):  # (no AMQP 1.0: nothing more is looked at)
+        a = _amqp10_counts(cap.amqp10_frames, packets, by)
+        # a segment of a 1.0 connection completing no frame holds part of one: a transfer's
+        # (the only frame a message makes larger than a segment)
+        is10 = np.isin(streams, np.unique(cap.amqp10_frames["stream"].to_numpy()))
+        conds = [(frames_ended > 0) & (hb + a["empty"] == frames_ended), *conds[1:2],
+                 (a["disposition"] == 1) & (a["disposition"] + a["flow"] == frames_ended),
+                 (frames_ended > 0) & (a["flow"] == frames_ended),
+                 # every delivery begun here ends here (a transfer without `more`)
+                 whole | ((a["starts"] >= 1) & (a["ends"] >= a["starts"]) & (a["ends"] == a["transfers"])),
+                 part & ~is10,
+                 (a["transfers"] > 0) | (is10 & (frames_ended == 0))]
+        kinds = ["heartbeat", "ack", "disposition", "flow", "message", "split", "transfer-part"]
+    return np.select(conds, [CARRIES.index(k) for k in kinds], CARRIES.index("other")).astype(np.int8)
+
+
+def _segment_counter(packets: np.ndarray, by: np.ndarray, frame_packets: np.ndarray):
+    """``count(mask)``: per segment (`packets`, sorted by `by`), the frames of `mask` it completes
+    (frames whose last packet, `frame_packets`, is one of them)."""
+    seg = np.minimum(np.searchsorted(packets[by], frame_packets), len(packets) - 1)
+    at = np.flatnonzero(packets[by][seg] == frame_packets)  # (the frames completed by these segments)
+    seg = by[seg[at]]
+
+    def count(mask: np.ndarray) -> np.ndarray:
+        return np.bincount(seg[mask[at]], minlength=len(packets))
+
+    return count
+
+
+def _amqp10_counts(f: pd.DataFrame, packets: np.ndarray, by: np.ndarray) -> dict[str, np.ndarray]:
+    """Per segment, the AMQP 1.0 frames it completes (`amqp10_frames` `f`): empty frames (1.0's
+    heartbeat, Part 2 §2.4.5), dispositions, flows, transfers, the transfers that start a
+    delivery (not a continuation) and those that end one (without `more`)."""
+    count = _segment_counter(packets, by, f["packet"].to_numpy(np.int64))
+    perf = f["performative"]
+    transfer = _in(perf, ["transfer"])
+    return {"empty": count(_in(f["type"], ["empty"])), "disposition": count(_in(perf, ["disposition"])),
+            "flow": count(_in(perf, ["flow"])), "transfers": count(transfer),
+            "starts": count(transfer & ~f["continuation"].to_numpy(bool, na_value=False)),
+            "ends": count(transfer & ~f["more"].to_numpy(bool, na_value=True))}
 
 
 def _slice(cap: Capture, carry: _Carry | None, last: bool) -> tuple[dict[str, np.ndarray], _Carry, dict[str, Any]]:
@@ -194,7 +228,7 @@ def _count(cap: Capture, s: dict[str, np.ndarray], carry: _Carry, gs: np.ndarray
     # What the small segments carry: counts per (direction, kind).
     sm = np.flatnonzero(small)
     sm = sm[~s["again"][sm]]
-    kind = carried(cap, s["packet"][sm].astype(np.int64), s["frames"][sm])
+    kind = carried(cap, s["packet"][sm].astype(np.int64), s["frames"][sm], s["stream"][sm])
     carry.kinds += np.bincount(k[sm] * len(CARRIES) + kind, minlength=carry.kinds.size).reshape(carry.kinds.shape)
 
 

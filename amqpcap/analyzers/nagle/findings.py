@@ -28,6 +28,9 @@ CARRIES_TITLE = {
     "ack": "one basic.ack per TCP segment",
     "message": "one small message per TCP segment",
     "split": "each message's frames (method, header, body) in separate TCP segments",
+    "disposition": "one AMQP 1.0 disposition per TCP segment",
+    "flow": "one AMQP 1.0 flow (link credit) per TCP segment",
+    "transfer-part": "each AMQP 1.0 message's transfer frames in separate TCP segments",
     "other": "many small TCP segments back to back",
 }
 CARRIES_ADVICE = {
@@ -41,6 +44,15 @@ CARRIES_ADVICE = {
               "with TCP_NODELAY on, one segment per frame: build all frames of a message into one buffer and "
               "write it once (a buffered writer flushed per message or per batch, writev). Leaving Nagle on "
               "instead would hold the second write for the peer's delayed ACK (see nagle-delayed-ack)."),
+    "disposition": ("The AMQP 1.0 receiver settles every delivery with a disposition of its own, one segment each: "
+                    "settle in batches (one disposition naming a range first..last of delivery ids every N messages "
+                    "or every few milliseconds), which also cuts the broker's work per message."),
+    "flow": ("The AMQP 1.0 client grants link credit a little at a time, one flow per segment: grant more credit "
+             "at once (a larger credit window, e.g. the receiver's prefetch), so that a flow is written every "
+             "many deliveries, not after each."),
+    "transfer-part": ("The AMQP 1.0 client writes each transfer frame of a message in its own send call: raise "
+                      "max-frame-size so that a message fits one frame, or write all frames of a message (and "
+                      "several messages) in one buffer."),
     "other": ("Many small writes leave back to back: coalesce them into one write per batch (a buffered "
               "output flushed once), or use TCP_CORK / MSG_MORE while a batch is written."),
 }

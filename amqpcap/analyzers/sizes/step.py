@@ -4,7 +4,7 @@ to the next slice of time (`_Seen`), and the partition's partial at its end (`_p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -42,6 +42,10 @@ class _Seen:
     throughput: dict[str, np.ndarray]
     segment_hist: np.ndarray
     segments: np.ndarray
+    #: the AMQP 1.0 frames of the slices so far (none without AMQP 1.0): a disposition of a later
+    #: slice settles deliveries of these (`add_throughput`). Grows with the partition's 1.0
+    #: frames, as the amqp10 analyzer's state does.
+    amqp10: list = field(default_factory=list)
 
     @classmethod
     def nothing(cls, facts: CaptureFacts) -> "_Seen":
@@ -74,7 +78,9 @@ def _seen(cap: Capture, facts: CaptureFacts, seen: _Seen | None, last: bool = Tr
     seen.types = f["type"].cat.categories
     if not last:  # (only frames that end in a later slice need them)
         seen.ranks = _ranks_after(p, is_data, gk, seen.ranks, cap.connections)
-    add_throughput(cap, facts, seen.throughput, last)
+    add_throughput(cap, facts, seen.throughput, last, seen.amqp10)
+    if not last and len(cap.amqp10_frames):
+        seen.amqp10.append(cap.amqp10_frames)
     s2c = d_gk % 2 == 1
     seen.segment_hist += segment_histograms(ns(p["ts"])[is_data], d_size, s2c, facts)
     seen.segments += np.array([int((~s2c).sum()), int(s2c.sum())])

@@ -11,6 +11,10 @@ import pandas as pd
 
 from ...io.load import Capture
 from ...derive.acked import ack_times_ns
+from ...derive.amqp10.deliveries import Deliveries, deliveries, deliveries_of
+from ...derive.amqp10.frames import amqp10_frames
+from ...derive.amqp10.handles import links_of
+from ...derive.amqp10.sessions import sessions_of
 from ...model.facts import CaptureFacts, ns
 from .bins import time_bins
 from .constants import DELIVER_METHODS, DIRECTIONS
@@ -21,12 +25,17 @@ from .counts import _is_method
 THROUGHPUT_SUMS = ("wire_bytes", "payload_bytes", "packets", "published", "delivered", "acked")
 
 
-def add_throughput(cap: Capture, facts: CaptureFacts, sums: dict[str, np.ndarray], last: bool = True) -> None:
+def add_throughput(cap: Capture, facts: CaptureFacts, sums: dict[str, np.ndarray], last: bool = True,
+                   amqp10_before: list[pd.DataFrame] | None = None) -> None:
     """Adds to `sums`, per quantity (THROUGHPUT_SUMS) an (n_bins, 2) array of sums per time bin and
     direction (column D is DIRECTIONS[D]), the packets and frames of `cap` (a partition or the
     next slice of its time; `last`: the last), and the messages acknowledged it tells
     (`ack_times_ns`: each once over the slices). Every value summed is a whole number, so sums
-    of partitions and of slices add up exactly (float64 is exact below 2⁵³)."""
+    of partitions and of slices add up exactly (float64 is exact below 2⁵³).
+
+    AMQP 1.0 connections count alike (`amqp10_messages`): `amqp10_before` holds the partition's
+    `amqp10_frames` of the slices before (their deliveries are settled by dispositions of later
+    slices; the caller gathers them while `last` is false)."""
     p, f = cap.packets, cap.frames
     width_s, n_bins = time_bins(facts)
     w_ns = int(round(width_s * 1e9))
@@ -53,6 +62,50 @@ def add_throughput(cap: Capture, facts: CaptureFacts, sums: dict[str, np.ndarray
     sums["published"] += per_bin(bin_key(f_ns[is_pub], f_s2c[is_pub]))
     sums["delivered"] += per_bin(bin_key(f_ns[is_dlv], f_s2c[is_dlv]))
     sums["acked"] += per_bin(a_key)
+    if len(cap.amqp10_frames) or (last and amqp10_before):  # (no AMQP 1.0: nothing is looked at)
+        pub10, dlv10, acked10 = amqp10_messages(cap, amqp10_before or [], last)
+        sums["published"] += per_bin(bin_key(pub10, 0))
+        sums["delivered"] += per_bin(bin_key(dlv10, 1))
+        sums["acked"] += per_bin(np.concatenate([bin_key(acked10[d], D) for D, d in enumerate(DIRECTIONS)]))
+
+
+def amqp10_messages(cap: Capture, before: list[pd.DataFrame], last: bool
+                    ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """The AMQP 1.0 messages of `cap` (a partition, or a slice of its time after the slices
+    `before`' frames; `last`: the partition's last), as times (int64 ns since the epoch):
+    published, the client's transfers that start a delivery (a continuation frame, Part 2
+    §2.7.5, starts none: `continuation`); delivered, the broker's; and per direction acked
+    (`amqp10_acked_ns`), told at the `last` slice alone (a disposition may settle deliveries of
+    every slice before)."""
+    f = amqp10_frames(cap)
+    starts = ((f["performative"] == "transfer").to_numpy(bool, na_value=False)
+              & ~f["continuation"].to_numpy(bool, na_value=False))
+    s2c = (f["direction"] == "s2c").to_numpy(bool)
+    t_ns = ns(f["ts"])
+    if not last:
+        acked = {d: np.zeros(0, np.int64) for d in DIRECTIONS}
+    elif not before:  # the partition whole: its deliveries, shared with every reader of them
+        acked = amqp10_acked_ns(deliveries(cap))
+    else:
+        whole = pd.concat([*before, f], ignore_index=True)
+        s = sessions_of(whole)
+        acked = amqp10_acked_ns(deliveries_of(whole, s.of_frame, links_of(whole, s.of_frame).of_frame))
+    return t_ns[starts & ~s2c], t_ns[starts & s2c], acked
+
+
+def amqp10_acked_ns(d: Deliveries) -> dict[str, np.ndarray]:
+    """Per direction, the time (int64 ns since the epoch) of the disposition that settled each
+    AMQP 1.0 delivery its receiver accepted: "c2s", the broker's deliveries a client receiver
+    settled (the consumer's ack); "s2c", the client's deliveries the broker settled (a publish
+    confirmed). A delivery settled with another outcome (rejected, released, modified: a nack or
+    reject), settled at send (pre-settled, never acknowledged) or by its own sender is not
+    counted, as 0-9-1 counts basic.ack alone (`amqpcap.derive.acked`)."""
+    t = d.table
+    acked = ((t["settled_by"] == "receiver").to_numpy(bool) & (t["outcome"] == "accepted").to_numpy(bool))
+    sent_by = t["direction"].to_numpy(object)
+    settle = ns(t["settle_ts"]) if len(t) else np.zeros(0, np.int64)
+    # a receiver's disposition travels the other way: c2s settles what the broker sent (s2c)
+    return {"c2s": settle[acked & (sent_by == "s2c")], "s2c": settle[acked & (sent_by == "c2s")]}
 
 
 def throughput_table(bins: dict[str, np.ndarray], t0_ns: int, width_s: float, n_bins: int) -> pd.DataFrame:

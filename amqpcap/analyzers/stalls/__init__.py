@@ -13,6 +13,7 @@ Method and limits: docs/analyzers/stalls.md. The modules, one question each:
 - `tcp_state`: per-packet TCP state of each direction (windows, retransmissions, round trips);
 - `silences`: each direction's silences, which are stalls, and the cause each gets;
 - `causes`: the causes' evidence as intervals (blocks, channel.flow, confirms, prefetch);
+- `amqp10`: the same causes' evidence on AMQP 1.0 connections (link credit, dispositions awaited);
 - `intervals`: interval arithmetic on whole columns;
 - `context`: the context round (what a partition needs of the others);
 - `step`: a partition's step over slices of its time, and what a slice carries to the next;

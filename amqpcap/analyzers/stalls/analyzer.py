@@ -18,6 +18,7 @@ from ...analysis.partition import taken
 from ...io.rows import merge_rows
 from ...model.facts import CaptureFacts
 from .constants import PLOT_MAX_DIRECTIONS
+from .intervals import _overlap_s
 from .context import BLOCKS, StallsContext, _origin
 from .findings import _broker_flow_control, _capture_gaps, _publisher_blocked, _receiver_window, _window_packets
 from .plots import _drawn_points, _life_s, _plot_timeline, _plot_window, _window_directions, _window_series
@@ -46,6 +47,12 @@ def stalls_pieces_joined(pieces: list[dict]) -> dict[str, Any]:
     consumers = np.isin(st["stream"].to_numpy(np.int64), seen.stream[c.delivers])
     xb = (st["d"].to_numpy() == 1) & consumers & pieces[-1]["has_blocks"]
     st["flow_s"] = np.where(xb, np.maximum(st["flow_s"].to_numpy(), st["xb_s"].to_numpy(float)), st["flow_s"])
+    a10 = pieces[-1]["amqp10"]
+    if a10 is not None:  # AMQP 1.0 connections' states (none of 0-9-1's on them: the larger is theirs)
+        states, streams = a10
+        for col, iv in states.items():
+            st[col] = np.maximum(st[col].to_numpy(float), _overlap_s(st, iv))
+        st["amqp10"] = np.isin(st["stream"].to_numpy(np.int64), streams)
     stalls_tbl = _stalls_table(_causes(st))
     tcp = _tcp_table(seen, rtt_stats, path_rtt, median_gap, st)
     sides = _window_sides(pieces[-1]["connections"], c, tcp, stalls_tbl, _episodes(joined("limited")))

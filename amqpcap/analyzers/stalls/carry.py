@@ -4,7 +4,7 @@ made by `amqpcap.analyzers.stalls.step`, read by the causes and the tables built
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -60,6 +60,10 @@ class _Carry:
     #: the window plot's points so far (`_plot_bins`): at most PLOT_FINE_BINS per direction (None
     #: for a partition that is its one slice: its join gathers the drawn directions' only)
     plot: "_PlotPoints | None" = None
+    #: the partition's AMQP 1.0 frames of the slices so far (none without AMQP 1.0): its last
+    #: slice derives the 1.0 cause states from them all (`amqp10.amqp10_states`). Grows with the
+    #: partition's 1.0 frames, as the amqp10 analyzer's state does.
+    amqp10: list = field(default_factory=list)
 
     @classmethod
     def nothing(cls, part: Capture) -> "_Carry":

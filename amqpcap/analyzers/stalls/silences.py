@@ -152,18 +152,28 @@ def _causes(st: pd.DataFrame) -> pd.DataFrame:
              share("flow_s"), share("prefetch_s") & (st["d"] == 1), share("confirm_s") & (st["d"] == 0)]
     st["cause"] = np.select(conds, list(CAUSES[:-1]), default=CAUSES[-1]) if len(st) else []
     r3 = lambda col: st[col].round(3).astype(str)  # noqa: E731
+    # an AMQP 1.0 connection's states are read from its performatives (`amqp10.amqp10_states`)
+    a10 = st["amqp10"].to_numpy(bool) if "amqp10" in st else np.zeros(len(st), bool)
     details = [
         st["gaps_n"].astype(str) + " capture gap(s) on this connection inside it",
         "peer advertised a zero window " + st["zero_window_n"].astype(str) + " time(s); window full or zero for "
         + r3("window_s") + " s",
         st["retrans_n"].astype(str) + " retransmitted segment(s) inside it",
-        "flow control (connection.blocked / channel.flow) active for " + r3("flow_s") + " s",
-        "a consumer at its prefetch limit for " + r3("prefetch_s") + " s",
-        "publishes awaiting confirms for " + r3("confirm_s") + " s",
+        _either(a10, "AMQP 1.0 flow control: the broker gave the client's sender no link credit for "
+                + r3("flow_s") + " s", "flow control (connection.blocked / channel.flow) active for " + r3("flow_s") + " s"),
+        _either(a10, "a receiver out of link credit (AMQP 1.0: the broker had no credit to send) for "
+                + r3("prefetch_s") + " s", "a consumer at its prefetch limit for " + r3("prefetch_s") + " s"),
+        _either(a10, "deliveries awaiting the broker's disposition (AMQP 1.0 settlement) for " + r3("confirm_s") + " s",
+                "publishes awaiting confirms for " + r3("confirm_s") + " s"),
         pd.Series("nothing held it back: the application sent nothing", index=st.index),
     ]
     st["detail"] = np.select(conds + [np.ones(len(st), bool)], details, default="") if len(st) else []
     return st
+
+
+def _either(a10: np.ndarray, amqp10: pd.Series, amqp091: pd.Series) -> pd.Series:
+    """Per stall, the AMQP 1.0 wording on the rows of a 1.0 connection (`a10`), else 0-9-1's."""
+    return amqp091.where(~a10, amqp10) if a10.any() else amqp091
 
 
 def _stalls_table(st: pd.DataFrame) -> pd.DataFrame:

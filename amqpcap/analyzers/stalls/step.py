@@ -12,6 +12,7 @@ from ...model.facts import CaptureFacts
 from .causes import (
     _block_publishes, _blocked, _channel_flow, _confirm_outstanding, _deliveries_in, _flow_events, _frames,
     _prefetch_limited)
+from .amqp10 import amqp10_states
 from .constants import DUPLICATE_S, WINDOW_FULL_PACKETS, ZERO_WINDOW_PACKETS
 from .context import StallsContext, _origin
 from .carry import COUNTED, COVERED, _Carry
@@ -69,6 +70,11 @@ def stalls_slice(part: Capture, facts: CaptureFacts, carry: _Carry | None, last:
     if last:
         piece["carry"], piece["connections"], piece["has_blocks"] = c, part.connections, bool(len(blocks))
         piece["t0_ns"] = facts.packets_t0_ns
+        piece["amqp10"] = None
+        if len(part.amqp10_frames) or c.amqp10:  # (no AMQP 1.0: nothing is derived)
+            piece["amqp10"] = amqp10_states(part, c.amqp10, facts.packets_t0_ns, stream_end)
+    elif len(part.amqp10_frames):
+        c.amqp10.append(part.amqp10_frames)
     return c, piece
 
 
