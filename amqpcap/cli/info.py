@@ -96,7 +96,7 @@ def _connections_table(cap: Capture, all_connections: bool) -> Group:
         n = names.loc[r.stream]
         library = " ".join(x for x in (r.client_product, r.client_version) if isinstance(x, str))
         client = library or ("(TLS, encrypted)" if r.tls and not r.tls_decrypted
-                             else "(AMQP 1.0: amqp10 analyzer only)" if r.protocol == "1.0"
+                             else "(AMQP 1.0)" if r.protocol == "1.0"
                              else "(capture started mid-connection)" if not r.protocol_header_seen else "")
         row = [n["connection"], client, "@".join(x for x in (n["user"], n["vhost"]) if x), roles.loc[r.stream],
                n["client_endpoint"] if one_broker else f"{n['client_endpoint']} → {n['broker_endpoint']}",

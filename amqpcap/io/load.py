@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
 from .. import _core
 from ..model.display_filters import stream_filter
 from ..model.errors import UsageError, from_core
-from ..model.wording import counted
+from ..model.wording import amqp10_readers_words, counted
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -512,8 +512,8 @@ NAMED_STREAMS = 10
 
 def protocol_warnings(connections) -> list[str]:
     """Say which connections speak AMQP 1.0: the core decodes their frames (`amqp10_frames`) and
-    the amqp10 analyzer reads them, but the 0-9-1 analyzers do not yet, so their findings never
-    speak of them. `connections`: a
+    the analyzers of `AMQP10_READERS` read them; the others read 0-9-1 methods only, so their
+    findings never speak of them. `connections`: a
     pandas frame or an Arrow table (`amqpcap.model.table_columns`)."""
     from ..model.table_columns import column_list
 
@@ -524,8 +524,8 @@ def protocol_warnings(connections) -> list[str]:
     n = len(amqp10)
     named = stream_filter(amqp10, NAMED_STREAMS) + (f", the first {NAMED_STREAMS}" if n > NAMED_STREAMS else "")
     return [f"{'1 connection speaks' if n == 1 else f'{n:,} connections speak'} AMQP 1.0 ({named}): "
-            f"{'its' if n == 1 else 'their'} frames are analysed by the amqp10 analyzer only, not by the AMQP 0-9-1 ones "
-            f"(latency, consumers, nagle, stalls, ...)"]
+            f"{'its' if n == 1 else 'their'} frames are read by {amqp10_readers_words()}; the others "
+            f"read AMQP 0-9-1 only"]
 
 
 def tls_warnings(connections, keylog, decryption) -> list[str]:

@@ -12,10 +12,12 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
 
 def frames_counted(capture: dict) -> str:
     """The frames of summary.json's `capture`: "419,618 frames" when all are AMQP 0-9-1, else
-    each protocol's ("104 AMQP 0-9-1 frames, 84 AMQP 1.0 frames")."""
+    each protocol's ("104 AMQP 0-9-1 frames, 84 AMQP 1.0 frames"; "84 AMQP 1.0 frames" without 0-9-1)."""
     n10 = capture.get("amqp10_frames", 0)
     if not n10:
         return counted(capture["frames"], "frame")
+    if not capture["frames"]:
+        return counted(n10, "AMQP 1.0 frame")
     return f"{counted(capture['frames'], 'AMQP 0-9-1 frame')}, {counted(n10, 'AMQP 1.0 frame')}"
 
 
@@ -28,3 +30,16 @@ def reply_code(code: int | None, text: str | None = None) -> str:
         return text or "no reply code"
     name = REPLY_CODE_NAMES.get(int(code)) or (str(text).split()[0] if text and str(text).split() else None)
     return f"{name} ({int(code)})" if name else f"reply code {int(code)}"
+
+
+#: The analyzers that read AMQP 1.0 connections (their frames, `amqp10_frames`); the others read
+#: AMQP 0-9-1 methods only and see a 1.0 connection's TCP at most. Told to the user wherever a
+#: capture has 1.0 connections (the load's warning, `amqpcap info`); tests/core/test_amqp10.py
+#: checks it against what the analyzers do.
+AMQP10_READERS = ("amqp10", "nagle", "sizes", "stalls")
+
+
+def amqp10_readers_words() -> str:
+    """Which analyzers read a 1.0 connection: "the amqp10, nagle, sizes and stalls analyzers"."""
+    *head, last = AMQP10_READERS
+    return f"the {', '.join(head)} and {last} analyzers"
