@@ -59,11 +59,13 @@ def _hwm_kib(pid: int) -> tuple[int, str] | None:
     return None
 
 
-def run_tree_measured(argv: list[str]) -> tuple[int, float, dict[int, tuple[int, str]]]:
-    """(exit code, seconds, {pid: (peak RSS in KiB, command line)}) of `argv` and its descendants."""
+def run_tree_measured(argv: list[str], env: dict | None = None, cwd: str | Path | None = None
+                      ) -> tuple[int, float, dict[int, tuple[int, str]]]:
+    """(exit code, seconds, {pid: (peak RSS in KiB, command line)}) of `argv` and its descendants
+    (run with `env` in `cwd`, when given)."""
     peaks: dict[int, tuple[int, str]] = {}
     t = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
     done = threading.Event()
 
     def sample() -> None:
