@@ -6,8 +6,8 @@ method fields, end to end as a user runs them (start-up, decoding and writing), 
 
 tshark:  tshark -r CAPTURE -Y amqp -T fields -e frame.number -e amqp.method.class
          -e amqp.method.method > file
-Prints the best of --repeat wall times of each, frames per packet, and tshark's time divided
-by each of amqpcap's (the issue's goal: 30x). --baseline DIR also times the amqpcap package
+Prints the best of --repeat wall times of each (and that run's CPU per million packets, user
+and system), frames per packet, and tshark's time divided by each of amqpcap's (the goal: 30x). --baseline DIR also times the amqpcap package
 in DIR (an earlier commit with its core built, as for `benchmarks/scale.py --baseline`).
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -24,15 +25,31 @@ import time
 from pathlib import Path
 
 
-def best(cmd: list[str], repeat: int, cwd: str, stdout=subprocess.DEVNULL, env: dict | None = None) -> float:
+#: the CPU of the run with the best wall time: (user seconds, system seconds)
+CPU: dict[str, tuple[float, float]] = {}
+
+
+def best(cmd: list[str], repeat: int, cwd: str, stdout=subprocess.DEVNULL, env: dict | None = None,
+         label: str = "") -> float:
     """The best wall time of `cmd` run in `cwd`: not the repository's root, whose amqpcap/
-    `python -m` would import before the one of PYTHONPATH (the baseline)."""
+    `python -m` would import before the one of PYTHONPATH (the baseline). That run's CPU (its
+    process and children, getrusage) is kept in CPU[label]."""
     times = []
     for _ in range(repeat):
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t = time.perf_counter()
         subprocess.run(cmd, check=True, stdout=stdout, stderr=subprocess.DEVNULL, env=env, cwd=cwd)
         times.append(time.perf_counter() - t)
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if times[-1] == min(times):
+            CPU[label] = (r1.ru_utime - r0.ru_utime, r1.ru_stime - r0.ru_stime)
     return min(times)
+
+
+def cpu_line(label: str, packets: int) -> str:
+    user, system = CPU[label]
+    per = 1e6 / packets
+    return f"CPU {user + system:.2f} s: {user * per:.2f} s user + {system * per:.2f} s system per M packets"
 
 
 def main() -> int:
@@ -50,22 +67,23 @@ def main() -> int:
         check=True, capture_output=True, text=True).stdout)
     amqpcap = [sys.executable, "-m", "amqpcap", "frames", str(args.capture), "-o"]
     with tempfile.TemporaryDirectory() as d:
-        parquet = best([*amqpcap, f"{d}/frames.parquet"], args.repeat, d)
-        csv = best([*amqpcap, f"{d}/frames.csv"], args.repeat, d)
+        parquet = best([*amqpcap, f"{d}/frames.parquet"], args.repeat, d, label="parquet")
+        csv = best([*amqpcap, f"{d}/frames.csv"], args.repeat, d, label="csv")
         if args.baseline:
             env = {**os.environ, "PYTHONPATH": str(args.baseline)}
-            base = (best([*amqpcap, f"{d}/base.parquet"], args.repeat, d, env=env),
-                    best([*amqpcap, f"{d}/base.csv"], args.repeat, d, env=env))
+            base = (best([*amqpcap, f"{d}/base.parquet"], args.repeat, d, env=env, label="base parquet"),
+                    best([*amqpcap, f"{d}/base.csv"], args.repeat, d, env=env, label="base csv"))
         with open(f"{d}/tshark.txt", "w") as out:
             tshark = best(["tshark", "-r", str(args.capture), "-Y", "amqp", "-T", "fields", "-e", "frame.number",
                            "-e", "amqp.method.class", "-e", "amqp.method.method"], args.repeat, d, stdout=out)
     packets, frames = counts
     print(f"{args.capture}: {packets:,} packets, {frames:,} frames ({frames / packets:.2f} per packet)")
     print(f"  tshark fields      {tshark:7.2f} s")
-    print(f"  amqpcap -o parquet {parquet:7.2f} s   tshark / amqpcap = {tshark / parquet:5.1f}x")
-    print(f"  amqpcap -o csv     {csv:7.2f} s   tshark / amqpcap = {tshark / csv:5.1f}x")
+    print(f"  amqpcap -o parquet {parquet:7.2f} s   tshark / amqpcap = {tshark / parquet:5.1f}x   {cpu_line('parquet', packets)}")
+    print(f"  amqpcap -o csv     {csv:7.2f} s   tshark / amqpcap = {tshark / csv:5.1f}x   {cpu_line('csv', packets)}")
     if args.baseline:
-        print(f"  baseline {args.baseline}: -o parquet {base[0]:.2f} s, -o csv {base[1]:.2f} s; this one takes "
+        print(f"  baseline {args.baseline}: -o parquet {base[0]:.2f} s ({cpu_line('base parquet', packets)}), "
+              f"-o csv {base[1]:.2f} s ({cpu_line('base csv', packets)}); this one takes "
               f"{parquet / base[0]:.2f}x and {csv / base[1]:.2f}x their time")
     return 0
 
