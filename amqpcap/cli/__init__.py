@@ -10,12 +10,22 @@ subcommand), `ingest`, `verify`, `sample`.
 """
 
 import importlib as _importlib
+import os as _os
 
-from .app import app, main
-from .loading import anomaly_warning, parse_limits
-from .options import INFO_CONNECTIONS
+#: BLAS thread pools the command line's processes do not start: no command does linear algebra,
+#: yet numpy's OpenBLAS starts one thread per core at import, which then spin (10% of the
+#: samples of `amqpcap frames X -o`, issue 51). Set before numpy is imported anywhere in the
+#: process, inherited by the processes it starts (Dask's workers); a value the user set is kept.
+#: (Not OMP_NUM_THREADS: Arrow sizes its own thread pool, which reads Parquet, by that one.)
+BLAS_THREADS = {"OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+for _name, _value in BLAS_THREADS.items():
+    _os.environ.setdefault(_name, _value)
+
+from .app import app, main  # noqa: E402 (after the BLAS pools are limited)
+from .loading import anomaly_warning, parse_limits  # noqa: E402
+from .options import INFO_CONNECTIONS  # noqa: E402
 
 for _command in ("frames", "info", "analyze", "ingest", "verify", "sample"):  # each registers its subcommand
     _importlib.import_module(f"{__name__}.{_command}")
 
-__all__ = ["INFO_CONNECTIONS", "anomaly_warning", "app", "main", "parse_limits"]
+__all__ = ["BLAS_THREADS", "INFO_CONNECTIONS", "anomaly_warning", "app", "main", "parse_limits"]

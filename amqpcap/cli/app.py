@@ -41,7 +41,7 @@ class _Commands(TyperGroup):
 app = typer.Typer(
     cls=_Commands,
     name="amqpcap",
-    help="AMQP 0-9-1 traffic analysis from pcap/pcapng captures.",
+    help="AMQP 0-9-1 and AMQP 1.0 traffic analysis from pcap/pcapng captures.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
