@@ -1,8 +1,9 @@
-"""amqpcap: AMQP 0-9-1 traffic analysis from packet captures.
+"""amqpcap: AMQP 0-9-1 and AMQP 1.0 traffic analysis from packet captures.
 
 >>> import amqpcap
 >>> cap = amqpcap.load("capture.pcap")
->>> cap.frames.method.value_counts()
+>>> cap.frames.method.value_counts()             # AMQP 0-9-1: one row per frame
+>>> cap.amqp10_frames.performative.value_counts()  # AMQP 1.0: one row per frame
 """
 
 from __future__ import annotations
