@@ -7,8 +7,9 @@ method fields, end to end as a user runs them (start-up, decoding and writing), 
 tshark:  tshark -r CAPTURE -Y amqp -T fields -e frame.number -e amqp.method.class
          -e amqp.method.method > file
 Prints the best of --repeat wall times of each (and that run's CPU per million packets, user
-and system), frames per packet, and tshark's time divided by each of amqpcap's (the goal: 30x). --baseline DIR also times the amqpcap package
-in DIR (an earlier commit with its core built, as for `benchmarks/scale.py --baseline`).
+and system), frames per packet, and tshark's time divided by each of amqpcap's (the goal:
+30x). --baseline DIR also times the amqpcap package in DIR (an earlier commit with its core
+built, as for `benchmarks/scale.py --baseline`).
 """
 
 from __future__ import annotations
@@ -22,34 +23,35 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 
-#: the CPU of the run with the best wall time: (user seconds, system seconds)
-CPU: dict[str, tuple[float, float]] = {}
+@dataclass
+class Timed:
+    """One run: wall seconds, and the CPU of its process and children (getrusage)."""
+    wall_s: float
+    user_s: float
+    sys_s: float
+
+    def cpu_line(self, packets: int) -> str:
+        per = 1e6 / packets
+        return (f"CPU {self.user_s + self.sys_s:.2f} s: {self.user_s * per:.2f} s user + "
+                f"{self.sys_s * per:.2f} s system per M packets")
 
 
-def best(cmd: list[str], repeat: int, cwd: str, stdout=subprocess.DEVNULL, env: dict | None = None,
-         label: str = "") -> float:
-    """The best wall time of `cmd` run in `cwd`: not the repository's root, whose amqpcap/
-    `python -m` would import before the one of PYTHONPATH (the baseline). That run's CPU (its
-    process and children, getrusage) is kept in CPU[label]."""
-    times = []
+def best(cmd: list[str], repeat: int, cwd: str, stdout=subprocess.DEVNULL, env: dict | None = None) -> Timed:
+    """The run of `cmd` in `cwd` with the best wall time: not the repository's root, whose
+    amqpcap/ `python -m` would import before the one of PYTHONPATH (the baseline)."""
+    runs = []
     for _ in range(repeat):
         r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t = time.perf_counter()
         subprocess.run(cmd, check=True, stdout=stdout, stderr=subprocess.DEVNULL, env=env, cwd=cwd)
-        times.append(time.perf_counter() - t)
+        wall = time.perf_counter() - t
         r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        if times[-1] == min(times):
-            CPU[label] = (r1.ru_utime - r0.ru_utime, r1.ru_stime - r0.ru_stime)
-    return min(times)
-
-
-def cpu_line(label: str, packets: int) -> str:
-    user, system = CPU[label]
-    per = 1e6 / packets
-    return f"CPU {user + system:.2f} s: {user * per:.2f} s user + {system * per:.2f} s system per M packets"
+        runs.append(Timed(wall, r1.ru_utime - r0.ru_utime, r1.ru_stime - r0.ru_stime))
+    return min(runs, key=lambda r: r.wall_s)
 
 
 def main() -> int:
@@ -67,24 +69,25 @@ def main() -> int:
         check=True, capture_output=True, text=True).stdout)
     amqpcap = [sys.executable, "-m", "amqpcap", "frames", str(args.capture), "-o"]
     with tempfile.TemporaryDirectory() as d:
-        parquet = best([*amqpcap, f"{d}/frames.parquet"], args.repeat, d, label="parquet")
-        csv = best([*amqpcap, f"{d}/frames.csv"], args.repeat, d, label="csv")
+        parquet = best([*amqpcap, f"{d}/frames.parquet"], args.repeat, d)
+        csv = best([*amqpcap, f"{d}/frames.csv"], args.repeat, d)
         if args.baseline:
             env = {**os.environ, "PYTHONPATH": str(args.baseline)}
-            base = (best([*amqpcap, f"{d}/base.parquet"], args.repeat, d, env=env, label="base parquet"),
-                    best([*amqpcap, f"{d}/base.csv"], args.repeat, d, env=env, label="base csv"))
+            base = (best([*amqpcap, f"{d}/base.parquet"], args.repeat, d, env=env),
+                    best([*amqpcap, f"{d}/base.csv"], args.repeat, d, env=env))
         with open(f"{d}/tshark.txt", "w") as out:
             tshark = best(["tshark", "-r", str(args.capture), "-Y", "amqp", "-T", "fields", "-e", "frame.number",
-                           "-e", "amqp.method.class", "-e", "amqp.method.method"], args.repeat, d, stdout=out)
+                           "-e", "amqp.method.class", "-e", "amqp.method.method"], args.repeat, d, stdout=out).wall_s
     packets, frames = counts
     print(f"{args.capture}: {packets:,} packets, {frames:,} frames ({frames / packets:.2f} per packet)")
     print(f"  tshark fields      {tshark:7.2f} s")
-    print(f"  amqpcap -o parquet {parquet:7.2f} s   tshark / amqpcap = {tshark / parquet:5.1f}x   {cpu_line('parquet', packets)}")
-    print(f"  amqpcap -o csv     {csv:7.2f} s   tshark / amqpcap = {tshark / csv:5.1f}x   {cpu_line('csv', packets)}")
+    for name, run in (("parquet", parquet), ("csv", csv)):
+        print(f"  amqpcap -o {name:7} {run.wall_s:7.2f} s   tshark / amqpcap = {tshark / run.wall_s:5.1f}x   "
+              f"{run.cpu_line(packets)}")
     if args.baseline:
-        print(f"  baseline {args.baseline}: -o parquet {base[0]:.2f} s ({cpu_line('base parquet', packets)}), "
-              f"-o csv {base[1]:.2f} s ({cpu_line('base csv', packets)}); this one takes "
-              f"{parquet / base[0]:.2f}x and {csv / base[1]:.2f}x their time")
+        print(f"  baseline {args.baseline}: -o parquet {base[0].wall_s:.2f} s ({base[0].cpu_line(packets)}), "
+              f"-o csv {base[1].wall_s:.2f} s ({base[1].cpu_line(packets)}); this one takes "
+              f"{parquet.wall_s / base[0].wall_s:.2f}x and {csv.wall_s / base[1].wall_s:.2f}x their time")
     return 0
 
 
