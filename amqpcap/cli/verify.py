@@ -18,7 +18,7 @@ from .options import AddPortOpt, CaptureArg, KeylogOpt, PortOpt
 def verify(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt,
            add_port: Optional[List[int]] = AddPortOpt, tls_keylog: Optional[Path] = KeylogOpt,
            json_out: Optional[Path] = typer.Option(None, "--json", help="also write the comparison as JSON here")) -> None:
-    """Compare with Wireshark's AMQP dissector (pyshark): per-stream method counts and frame types.
+    """Compare with Wireshark's AMQP dissector (tshark): per-stream method counts and frame types.
 
     An AMQP 1.0 stream is compared per direction: performatives, settled transfers, dispositions
     by role and outcome, flow link-credit, open, attach and SASL fields (never the initial

@@ -1,4 +1,4 @@
-"""`amqpcap verify`: decode a capture with Wireshark's AMQP dissector (through pyshark) and
+"""`amqpcap verify`: decode a capture with Wireshark's AMQP dissector (tshark) and
 compare, stream by stream, its method counts and frame types with amqpcap's, and for an AMQP 1.0
 stream, per direction, the performatives and the fields of them listed in `Amqp10Frame`.
 
@@ -7,13 +7,12 @@ amqpcap's own tables: a capture gap in the stream, a frame over 1 MiB, a stream 
 protocol header, duplicated packets, malformed input) or reported as unexplained. Each
 difference carries a Wireshark display filter that opens the packets concerned.
 
-pyshark runs one tshark process and parses its JSON per packet in Python, which is slow; to keep
-it reasonable only packets with AMQP are output (display filter ``amqp``), only the frame, tcp
-and amqp layers and their top-level fields (``-j "frame tcp amqp"``: method arguments and
-content properties are left out), no raw bytes, and no packets kept in memory. AMQP 1.0 frames
-need their arguments: when a stream speaks it, a second pass reads only the packets with AMQP 1.0
-frames (display filter ``amqp.doff``) as PDML, whole amqp layers (``-J "tcp amqp"``), where each
-frame is its own layer with its own fields.
+tshark's output is PDML read as it streams (`pdml`), which is slow for a large capture; to keep
+it reasonable only packets with AMQP are output (display filter ``amqp``), with only the frame,
+tcp and amqp layers and their top-level fields (``-j "frame tcp amqp"``: method arguments and
+content properties are left out). AMQP 1.0 frames need their arguments: when a stream speaks
+it, a second pass reads only the packets with AMQP 1.0 frames (display filter ``amqp.doff``),
+whole amqp layers (``-J "tcp amqp"``), where each frame is its own layer with its own fields.
 """
 
 from __future__ import annotations
@@ -22,11 +21,13 @@ import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, Literal
 
 import pandas as pd
 
 from .load import DEFAULT_PORTS, Capture, load
+from .tshark_packets import Layer, packets as tshark_packets, tshark_command
 from ..model.errors import ToolError
 
 #: AMQP frame type octets (0-9-1 §2.3.5; RabbitMQ's heartbeat is 8) and amqpcap's names.
@@ -193,7 +194,7 @@ class StreamComparison:
 class Verification:
     path: str
     streams: list[StreamComparison]
-    #: AMQP packets pyshark delivered, and how long the Wireshark side took
+    #: AMQP packets tshark printed, and how long the Wireshark side took
     wireshark_packets: int = 0
     wireshark_s: float = 0.0
     amqpcap_s: float = 0.0
@@ -213,15 +214,15 @@ class Verification:
         return 1 if self.unexplained else 0
 
 
-# --- Wireshark's side (pyshark) ----------------------------------------------------------------
+# --- Wireshark's side (tshark) -----------------------------------------------------------------
 
-def _pyshark(path: str, plain_ports: list[int], tls_ports: list[int], keylog: str | None, **kwargs):
-    """A pyshark FileCapture of ``path`` with the AMQP ports decoded as AMQP (and TLS)."""
-    try:
-        import pyshark
-    except ImportError:  # pragma: no cover - a dependency
-        raise ToolError("amqpcap verify needs pyshark: pip install pyshark") from None
+def _tshark(path: str, plain_ports: list[int], tls_ports: list[int], keylog: str | None, *,
+            output: Literal["json", "pdml"], display_filter: str, protocols: str, whole_layers: bool) -> Iterator[list[Layer]]:
+    """Wireshark's packets of ``path`` (`tshark_packets.packets`), the AMQP ports decoded as AMQP
+    (and TLS)."""
     decode_as = {f"tcp.port=={p}": "amqp" for p in plain_ports}
+    # AMQP frames split over TCP segments are reassembled (the default; set so a user profile
+    # cannot turn it off)
     prefs = {"tcp.desegment_tcp_streams": "TRUE"}
     if keylog:
         prefs["tls.keylog_file"] = keylog
@@ -230,74 +231,55 @@ def _pyshark(path: str, plain_ports: list[int], tls_ports: list[int], keylog: st
             if p != 5671:
                 decode_as[f"tcp.port=={p}"] = "tls"
                 decode_as[f"tls.port=={p}"] = "amqp"
-    try:
-        return pyshark.FileCapture(path, include_raw=False, keep_packets=False, decode_as=decode_as,
-                                   override_prefs=prefs, **kwargs)
-    except Exception as e:  # pyshark raises its own TSharkNotFoundException etc.
-        raise ToolError(f"amqpcap verify needs tshark (Wireshark's command line): {e}") from None
-
-
-def _tshark_failed(path: str, e: Exception) -> None:
-    if "TShark" in type(e).__name__ or "tshark" in str(e).lower():
-        raise ToolError(f"tshark failed on {path}: {e}") from None
+    cmd = tshark_command(path, output=output, display_filter=display_filter, protocols=protocols,
+                         whole_layers=whole_layers, decode_as=decode_as, prefs=prefs)
+    return tshark_packets(cmd, path)
 
 
 def _wireshark_items(path: str, plain_ports: list[int], tls_ports: list[int], keylog: str | None) -> tuple[dict[int, Counter], int]:
-    cap = _pyshark(path, plain_ports, tls_ports, keylog, display_filter="amqp", use_json=True,
-                   custom_parameters=["-j", "frame tcp amqp"])
+    # JSON, only the tcp and amqp layers' top-level fields (-j): method arguments and content
+    # properties are left out
     per_stream: dict[int, Counter] = {}
     packets = 0
-    try:
-        for pkt in cap:
-            packets += 1
-            stream = int(pkt.tcp._all_fields.get("tcp.stream", -1))
-            counts = per_stream.setdefault(stream, Counter())
-            layer = pkt.amqp
-            for frame in [layer, *layer.duplicate_layers]:
-                f = frame._all_fields
-                if "amqp.doff" in f:
-                    counts[AMQP10_ITEM] += 1
-                    continue
-                t = f.get("amqp.type")
-                if t is None:  # the protocol header: shown as AMQP without frame fields
-                    continue
-                counts["type " + FRAME_TYPES.get(t, t)] += 1
-                if t == "1" and "amqp.method.class" in f:
-                    counts[f"{f['amqp.method.class']}.{f.get('amqp.method.method', '?')}"] += 1
-    except Exception as e:
-        _tshark_failed(path, e)
-        raise
-    finally:
-        cap.close()
+    for pkt in _tshark(path, plain_ports, tls_ports, keylog, output="json", display_filter="amqp",
+                       protocols="tcp amqp", whole_layers=False):
+        packets += 1
+        tcp = next(l for l in pkt if l.name == "tcp")
+        counts = per_stream.setdefault(int(tcp.show("tcp.stream") or -1), Counter())
+        for frame in (l for l in pkt if l.name == "amqp"):
+            if frame.show("amqp.doff") is not None:
+                counts[AMQP10_ITEM] += 1
+                continue
+            t = frame.show("amqp.type")
+            if t is None:  # the protocol header: shown as AMQP without frame fields
+                continue
+            counts["type " + FRAME_TYPES.get(t, t)] += 1
+            cls = frame.show("amqp.method.class")
+            if t == "1" and cls is not None:
+                counts[f"{cls}.{frame.show('amqp.method.method') or '?'}"] += 1
     return per_stream, packets
 
 
-def _show(layer, name: str) -> str | None:
-    """The first shown value of field ``name`` in a pyshark PDML layer (one AMQP frame)."""
-    f = layer._all_fields.get(name)
-    return None if f is None else str(f.main_field.show)
-
-
-def _wireshark_amqp10_frame(layer, direction: str) -> Amqp10Frame | None:
+def _wireshark_amqp10_frame(layer: Layer, direction: str) -> Amqp10Frame | None:
     """One AMQP 1.0 frame of Wireshark's (a PDML amqp layer), None for a protocol header or an
     AMQP 0-9-1 frame. Reads only the fields Amqp10Frame has: never amqp.sasl.initResponse nor
     amqp.sasl.response."""
-    if _show(layer, "amqp.doff") is None:
+    if layer.show("amqp.doff") is None:
         return None
     a = "amqp.performative.arguments."
-    perf, sasl = _show(layer, "amqp.performative"), _show(layer, "amqp.sasl.method")
+    perf, sasl = layer.show("amqp.performative"), layer.show("amqp.sasl.method")
     if perf is None and sasl is None:
-        return Amqp10Frame(direction, None, empty=_show(layer, "amqp.length") == "8")
+        return Amqp10Frame(direction, None, empty=layer.show("amqp.length") == "8")
     name = AMQP10_PERFORMATIVES.get(int(perf)) if perf is not None else SASL_FRAMES.get(int(sasl))
     if name is None:
         return Amqp10Frame(direction, None)
 
     def num(field: str) -> int | None:
-        v = _show(layer, a + field)
+        v = layer.show(a + field)
         return None if v is None else int(v)
 
     def flag(field: str) -> bool | None:
-        v = _show(layer, a + field)
+        v = layer.show(a + field)
         return None if v is None else v in ("1", "True", "true")
 
     role = flag("role")
@@ -307,24 +289,23 @@ def _wireshark_amqp10_frame(layer, direction: str) -> Amqp10Frame | None:
     if name in ("attach", "disposition"):
         fields["role"] = None if role is None else ("receiver" if role else "sender")
     if name == "disposition":
-        fields["state"] = next((s for s in DELIVERY_STATES if _show(layer, "amqp.delivery-state." + s) is not None), None)
+        fields["state"] = next((s for s in DELIVERY_STATES if layer.show("amqp.delivery-state." + s) is not None), None)
     elif name == "flow":
         fields["link_credit"] = num("linkCredit")
     elif name == "open":
         fields["idle_timeout_ms"] = num("idleTimeout")
-        fields["container_id"] = _show(layer, a + "containerId")
+        fields["container_id"] = layer.show(a + "containerId")
     elif name == "attach":
-        fields["name"] = _show(layer, a + "name")
+        fields["name"] = layer.show(a + "name")
     elif name == "sasl-mechanisms":
         # the offered symbols are in the shown names only ("Mechanisms (sym32): PLAIN"), one
         # amqp.list each for an array, amqp.sasl.mechanisms_sym for a single symbol
-        items = layer._all_fields.get("amqp.list") or layer._all_fields.get("amqp.sasl.mechanisms_sym")
-        shown = [x.showname_value or x.show for x in items.all_fields] if items is not None else []
-        fields["mechanisms"] = " ".join(str(x) for x in shown) or None
+        items = layer.all("amqp.list") or layer.all("amqp.sasl.mechanisms_sym")
+        fields["mechanisms"] = " ".join(x.shown_value for x in items) or None
     elif name == "sasl-init":
-        fields["mechanism"] = _show(layer, "amqp.sasl.mechanism")
+        fields["mechanism"] = layer.show("amqp.sasl.mechanism")
     elif name == "sasl-outcome":
-        code = _show(layer, "amqp.sasl.saslCode")
+        code = layer.show("amqp.sasl.saslCode")
         fields["sasl_outcome"] = None if code is None else SASL_OUTCOMES.get(int(code), code)
     return Amqp10Frame(direction, name, **fields)
 
@@ -333,25 +314,19 @@ def _wireshark_amqp10(path: str, plain_ports: list[int], tls_ports: list[int], k
                       broker_ports: dict[int, int]) -> dict[int, list[Amqp10Frame]]:
     """Wireshark's AMQP 1.0 frames per stream, each with its direction: towards the broker port
     amqpcap found for the stream (else any of the AMQP ports)."""
-    cap = _pyshark(path, plain_ports, tls_ports, keylog, display_filter="amqp.doff", use_json=False,
-                   custom_parameters=["-J", "tcp amqp"])
     ports = set(plain_ports) | set(tls_ports)
     out: dict[int, list[Amqp10Frame]] = {}
-    try:
-        for pkt in cap:
-            stream = int(_show(pkt.tcp, "tcp.stream"))
-            src = int(_show(pkt.tcp, "tcp.srcport"))
-            direction = "s2c" if src == broker_ports.get(stream, src if src in ports else -1) else "c2s"
-            for layer in pkt.layers:
-                if layer.layer_name == "amqp":
-                    f = _wireshark_amqp10_frame(layer, direction)
-                    if f is not None:
-                        out.setdefault(stream, []).append(f)
-    except Exception as e:
-        _tshark_failed(path, e)
-        raise
-    finally:
-        cap.close()
+    # PDML: the sasl-mechanisms offered are in shown names only
+    for pkt in _tshark(path, plain_ports, tls_ports, keylog, output="pdml", display_filter="amqp.doff",
+                       protocols="tcp amqp", whole_layers=True):
+        tcp = next(l for l in pkt if l.name == "tcp")
+        stream, src = int(tcp.show("tcp.stream")), int(tcp.show("tcp.srcport"))
+        direction = "s2c" if src == broker_ports.get(stream, src if src in ports else -1) else "c2s"
+        for layer in pkt:
+            if layer.name == "amqp":
+                f = _wireshark_amqp10_frame(layer, direction)
+                if f is not None:
+                    out.setdefault(stream, []).append(f)
     return out
 
 
@@ -500,7 +475,7 @@ def render(console, v: Verification) -> None:
     agree = sum(1 for s in v.streams if not s.differences)
     console.print(f"[bold]{v.path}[/bold]: {len(v.streams)} AMQP streams, {agree} agree with Wireshark, "
                   f"{len(v.streams) - agree} differ ({len(v.unexplained)} unexplained differences); "
-                  f"Wireshark (pyshark) {v.wireshark_s:.1f} s for {v.wireshark_packets:,} AMQP packets, "
+                  f"Wireshark (tshark) {v.wireshark_s:.1f} s for {v.wireshark_packets:,} AMQP packets, "
                   f"amqpcap {v.amqpcap_s:.2f} s", highlight=False)
     for s in v.streams:
         t = Table(title=f"stream {s.stream}   [dim]{s.filter}[/dim]", title_justify="left")

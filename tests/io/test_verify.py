@@ -1,6 +1,6 @@
-"""`amqpcap verify`: amqpcap against Wireshark's dissector through pyshark.
+"""`amqpcap verify`: amqpcap against Wireshark's dissector (tshark's PDML).
 
-On every fixture and the nDPI capture the two must agree. pyshark's side is itself checked
+On every fixture and the nDPI capture the two must agree. verify's Wireshark side is itself checked
 against the committed tshark facts (a different tshark invocation: -T fields), and crafted
 captures show the known Wireshark limits being recognised and explained.
 """
@@ -22,7 +22,6 @@ import crafting as c
 from test_fixtures import FACTS, capture_of
 from tiers import one_fast
 
-pytest.importorskip("pyshark")
 if shutil.which("tshark") is None:
     pytest.skip("tshark is installed by scripts/test.sh", allow_module_level=True)
 
@@ -32,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def wireshark_by_id(v: V.Verification, names_to_ids: dict[str, str]) -> tuple[dict, dict]:
-    """pyshark's counts as the facts files key them: methods by "class.method", types by octet
+    """Wireshark's counts as the facts files key them: methods by "class.method", types by octet
     (an AMQP 1.0 stream's frame count is `amqp10_streams`, its per-direction rows
     `amqp10_directions`, compared on their own)."""
     methods, types = {}, {}
@@ -60,7 +59,7 @@ def test_verify_agrees_on_every_real_capture(facts_path):
     facts = json.loads(facts_path.read_text())
     v = V.verify(path)
     assert v.exit_code == 0 and v.differences == [], [d.to_json() for d in v.differences]
-    # pyshark's side equals tshark's committed facts, stream by stream
+    # verify's Wireshark side equals tshark's committed facts, stream by stream
     ids = method_ids(amqpcap.load(path).frames)
     methods, types = wireshark_by_id(v, ids)
     assert methods == facts["streams"]
@@ -171,7 +170,7 @@ def rows(counts, prefix: str) -> dict[str, int]:
 @pytest.mark.parametrize("path", AMQP10_FIXTURES, ids=lambda p: p.name)
 def test_amqp10_fields_agree_and_are_the_tshark_facts(path):
     """Every AMQP 1.0 fixture verifies with no difference, and the rows compared are real: the
-    Wireshark side (pyshark's PDML pass) and amqpcap's both equal the committed tshark facts
+    Wireshark side (verify's second PDML pass) and amqpcap's both equal the committed tshark facts
     (fixtures/record/tshark_facts.py, another tshark invocation), direction by direction."""
     facts = json.loads(Path(str(path) + ".tshark.json").read_text())
     v = V.verify(path)

@@ -116,7 +116,7 @@ def _commands(out: Path) -> list[tuple[list[str], dict]]:
                 runs.append(([name], debug))
             elif name == "frames":
                 runs += [([name, cap, "-o", str(out / f"{tag}frames.{fmt}")], debug) for fmt in ("csv", "parquet")]
-            elif name == "verify":  # Wireshark's view through pyshark, its JSON output too
+            elif name == "verify":  # Wireshark's view (tshark's PDML), its JSON output too
                 runs.append(([name, cap, "--json", str(out / f"{tag}verify.json")], debug))
             elif name == "ingest":  # the dataset: its Parquet tables and manifest.json
                 runs.append(([name, cap, "--out", str(out / f"{tag}ingest")], debug))
