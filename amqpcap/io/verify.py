@@ -7,12 +7,13 @@ amqpcap's own tables: a capture gap in the stream, a frame over 1 MiB, a stream 
 protocol header, duplicated packets, malformed input) or reported as unexplained. Each
 difference carries a Wireshark display filter that opens the packets concerned.
 
-tshark's output is PDML read as it streams (`pdml`), which is slow for a large capture; to keep
-it reasonable only packets with AMQP are output (display filter ``amqp``), with only the frame,
-tcp and amqp layers and their top-level fields (``-j "frame tcp amqp"``: method arguments and
-content properties are left out). AMQP 1.0 frames need their arguments: when a stream speaks
-it, a second pass reads only the packets with AMQP 1.0 frames (display filter ``amqp.doff``),
-whole amqp layers (``-J "tcp amqp"``), where each frame is its own layer with its own fields.
+tshark's output is read in Python as it streams (`tshark_packets`), which is slow for a large
+capture; to keep it reasonable only packets with AMQP are output (display filter ``amqp``), as
+JSON with only the tcp and amqp layers and their top-level fields (``-j "tcp amqp"``: method
+arguments and content properties are left out). AMQP 1.0 frames need their arguments: when a
+stream speaks it, a second pass reads only the packets with AMQP 1.0 frames (display filter
+``amqp.doff``) as PDML (which has the shown names), whole amqp layers (``-J "tcp amqp"``), where
+each frame is its own layer with its own fields.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pandas as pd
