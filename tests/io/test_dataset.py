@@ -6,6 +6,7 @@ unfinished dataset is refused and a failed write leaves no manifest."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -120,6 +121,33 @@ def test_duckdb_and_polars_read_the_dataset_as_tshark_counts_the_capture(tmp_pat
     got = (pl.scan_parquet(frames, hive_partitioning=True).filter(pl.col("method_id").is_not_null())
            .group_by("stream", "class_id", "method_id").len().collect())
     assert {(s, f"{c}.{m}"): n for s, c, m, n in got.iter_rows()} == expected
+
+
+#: dtypes of docs/tables.md that hold no missing value (pandas' nullable ones are capitalised;
+#: categoricals and text can miss). Timestamps and bytes are left out: pandas' datetime64 holds
+#: NaT and object None, missing or not.
+NEVER_MISSING = re.compile(r"u?int\d+|bool")
+
+
+@pytest.mark.parametrize("name", ["ten-consumers.pcap", "amqp10-outcomes.pcap"])
+def test_parquet_columns_are_required_exactly_where_the_documented_dtype_holds_no_missing_value(tmp_path, name):
+    """A column that cannot miss a value is a REQUIRED Parquet column (no definition levels to
+    encode); every other one OPTIONAL: as docs/tables.md gives each column's dtype (timestamps
+    and bytes, either)."""
+    import pyarrow.parquet as pq
+    from test_docs import documented
+
+    dataset.ingest(FIX / name, tmp_path / "ds", buckets=2, bodies=True)
+    checked = 0
+    for f in sorted((tmp_path / "ds").glob("*/bucket=*/*.parquet")):
+        table = f.parent.parent.name
+        doc = documented(table)
+        schema = pq.ParquetFile(f).schema
+        required = {schema.column(i).name: schema.column(i).max_definition_level == 0 for i in range(len(schema))
+                    if not doc[schema.column(i).name].startswith(("datetime64", "object"))}
+        assert required == {c: bool(NEVER_MISSING.fullmatch(doc[c])) for c in required}, (table, f)
+        checked += sum(required.values())
+    assert checked > 0
 
 
 def test_the_split_spills_each_connection_into_its_bucket(tmp_path):

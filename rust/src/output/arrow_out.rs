@@ -197,10 +197,10 @@ pub fn record_batch(t: Table) -> Result<RecordBatch, ArrowError> {
     let mut rows = 0;
     for (name, mut c) in t {
         c.shrink();
+        let nullable = c.holds_nulls();
         let a = array(c)?;
         rows = a.len();
-        // nullable whatever the rows: batches of other buckets of the same table may have nulls
-        fields.push(Field::new(name, a.data_type().clone(), true));
+        fields.push(Field::new(name, a.data_type().clone(), nullable));
         arrays.push(a);
     }
     RecordBatch::try_new_with_options(
