@@ -12,8 +12,8 @@ temporary directory so that no checkout on the current directory shadows the ins
 sides alternating and their order swapped on every repeat (so that a warm page cache or a
 hotter machine favours neither). For each command it prints, per side, the best wall time, the
 CPU (user and system, of the process and every descendant it waited for: getrusage's
-RUSAGE_CHILDREN), the peak RSS of the largest process and the sum of every process's peak,
-then after/before ratios (below 1: faster or smaller). It checks that both sides' outputs
+RUSAGE_CHILDREN; per million packets too when `ingest` ran, whose manifest counts them), the
+peak RSS of the largest process and the sum of every process's peak, then after/before ratios (below 1: faster or smaller). It checks that both sides' outputs
 agree: every Parquet file of the earlier dataset reads back equal in the later one (on the
 earlier one's columns; the tables and columns the later commit added are listed), and the two
 summary.json equal but for the keys the later commit added (listed). To compare two earlier
@@ -68,10 +68,20 @@ def best(runs: list[Run]) -> Run:
     return min(runs, key=lambda r: r.wall_s)
 
 
-def line(label: str, r: Run) -> str:
+def line(label: str, r: Run, packets: int | None) -> str:
     cpu = r.user_s + r.sys_s
+    per_m = "" if not packets else (f"; per M packets {r.user_s * 1e6 / packets:.2f} s user + "
+                                    f"{r.sys_s * 1e6 / packets:.2f} s system ({r.sys_s / cpu:.0%} system)")
     return (f"  {label:6} {r.wall_s:7.1f} s wall, CPU {cpu:7.1f} s ({r.user_s:.1f} user + {r.sys_s:.1f} system), "
-            f"largest process {r.largest_kib / 2**20:.2f} GiB, all processes {r.total_kib / 2**20:.2f} GiB")
+            f"largest process {r.largest_kib / 2**20:.2f} GiB, all processes {r.total_kib / 2**20:.2f} GiB{per_m}")
+
+
+def packets_of(dataset: Path) -> int | None:
+    """The capture's packets, as the dataset's manifest counts them (None without one)."""
+    try:
+        return int(json.loads((dataset / "manifest.json").read_text())["summary"]["packets"])
+    except (OSError, KeyError, ValueError):
+        return None
 
 
 def datasets_differ(a: Path, b: Path) -> tuple[list[str], list[str], list[str]]:
@@ -90,7 +100,8 @@ def datasets_differ(a: Path, b: Path) -> tuple[list[str], list[str], list[str]]:
             continue
         ta, tb = pq.read_table(a / f), pq.read_table(b / f)
         added_columns |= {f"{f.parts[0]}.{c}" for c in tb.column_names if c not in ta.column_names}
-        if not set(ta.column_names) <= set(tb.column_names) or not ta.equals(tb.select(ta.column_names)):
+        # (as the values read back: a column declared non-nullable on one side only is the same)
+        if not set(ta.column_names) <= set(tb.column_names) or not ta.equals(tb.select(ta.column_names).cast(ta.schema)):
             differ.append(str(f))
     return sorted({str(f.parts[0]) for f in fb - fa}), sorted(added_columns), differ
 
@@ -142,11 +153,12 @@ def main() -> int:
                     runs.setdefault((step, side), []).append(r)
                     print(f"{step} {side} (repeat {i + 1}): {r.wall_s:.1f} s", flush=True)
         print()
+        packets = packets_of(tmp / "after" / "dataset")
         for step in steps:
             b, a = best(runs[(step, "before")]), best(runs[(step, "after")])
             print(f"{step} (best of {args.repeat}):")
-            print(line("before", b))
-            print(line("after", a))
+            print(line("before", b, packets))
+            print(line("after", a, packets))
             print(f"  after/before: wall {a.wall_s / b.wall_s:.2f}x, CPU "
                   f"{(a.user_s + a.sys_s) / (b.user_s + b.sys_s):.2f}x, largest process "
                   f"{a.largest_kib / b.largest_kib:.2f}x, all processes {a.total_kib / b.total_kib:.2f}x")
