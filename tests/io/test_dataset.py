@@ -150,6 +150,20 @@ def test_parquet_columns_are_required_exactly_where_the_documented_dtype_holds_n
     assert checked > 0
 
 
+@pytest.mark.parametrize("keep", [0, 1 << 40])
+def test_a_bucket_gives_its_freed_memory_back_only_above_the_kept_bytes(tmp_path, monkeypatch, keep):
+    """After each bucket the freed memory is given back when the process holds more than
+    KEEP_FREED_BYTES, and kept for the next bucket below it."""
+    from amqpcap.io import memory
+
+    released = []
+    monkeypatch.setattr(memory, "release_freed_memory", lambda: released.append(1))
+    monkeypatch.setattr(ingestion, "KEEP_FREED_BYTES", keep)
+    assert memory.resident_bytes() > 0
+    got = dataset.ingest(FIX / "ten-consumers.pcap", tmp_path / "ds", buckets=3)
+    assert len(released) == (got.buckets if keep == 0 else 0) and got.buckets == 3
+
+
 def test_the_split_spills_each_connection_into_its_bucket(tmp_path):
     """The first step of ingest: it decodes no connection but numbers streams as a whole
     decode does (port reuse included), writes every record, and spills each connection's
