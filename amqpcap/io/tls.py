@@ -19,12 +19,12 @@ would describe invented segments.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from dataclasses import dataclass, field
 
 from ..model.display_filters import stream_filter
-from ..model.errors import ToolError, UsageError
+from ..model.errors import UsageError
+from .tshark_packets import tshark_messages, tshark_path
 
 #: Where tshark puts the plaintext: ``-d tls.port==P,data`` hands a port's decrypted application
 #: data to the "data" dissector, whose ``data.data`` field is the raw bytes (one occurrence per
@@ -47,10 +47,7 @@ class Decryption:
 
 
 def tshark_command(path: str, keylog: str, streams: list[int], ports: list[int]) -> list[str]:
-    tshark = shutil.which("tshark")
-    if tshark is None:
-        raise ToolError("decrypting TLS needs tshark (Wireshark's command line; Debian/Ubuntu: apt-get install tshark)")
-    cmd = [tshark, "-r", path, "-n", "-o", f"tls.keylog_file:{keylog}",
+    cmd = [tshark_path("decrypting TLS"), "-r", path, "-n", "-o", f"tls.keylog_file:{keylog}",
            # TLS records spanning several TCP segments are reassembled (both are defaults; set
            # here so a user profile cannot turn them off)
            "-o", "tcp.desegment_tcp_streams:TRUE", "-o", "tls.desegment_ssl_records:TRUE"]
@@ -85,8 +82,8 @@ def decrypt(path: str, keylog: str | os.PathLike[str], streams: list[int], ports
     if proc.returncode != 0:
         # e.g. a capture cut mid-record: tshark still printed what it decoded; the core reports
         # the file's own problems
-        msg = next((l for l in proc.stderr.splitlines() if l.strip() and "Running as user" not in l), "")
-        out.warnings.append(f"tshark exited with status {proc.returncode} while decrypting TLS: {msg.strip()}")
+        msg = next(iter(tshark_messages(proc.stderr)), "")
+        out.warnings.append(f"tshark exited with status {proc.returncode} while decrypting TLS: {msg}")
     streams: set[int] = set()
     chunks: list[bytes] = []
     end = 0

@@ -61,15 +61,25 @@ class Layer:
         return self.fields.get(name, [])
 
 
+def tshark_path(needed_for: str) -> str:
+    """Where tshark is, or a ToolError saying that ``needed_for`` ("amqpcap verify") needs it."""
+    tshark = shutil.which("tshark")
+    if tshark is None:
+        raise ToolError(f"{needed_for} needs tshark (Wireshark's command line; Debian/Ubuntu: apt-get install tshark)")
+    return tshark
+
+
+def tshark_messages(stderr: str) -> list[str]:
+    """tshark's messages in ``stderr``, without its warning about running as root."""
+    return [l.strip() for l in stderr.splitlines() if l.strip() and "Running as user" not in l]
+
+
 def tshark_command(path: str, *, output: Literal["json", "pdml"], display_filter: str, protocols: str,
                    whole_layers: bool, decode_as: dict[str, str], prefs: dict[str, str]) -> list[str]:
     """The tshark command printing the packets of ``path`` that match ``display_filter``, with
     only the layers named in ``protocols``: each with all its fields (``whole_layers``, tshark's
     -J) or only its top-level ones (-j)."""
-    tshark = shutil.which("tshark")
-    if tshark is None:
-        raise ToolError("amqpcap verify needs tshark (Wireshark's command line; Debian/Ubuntu: apt-get install tshark)")
-    cmd = [tshark, "-n", "-r", path, "-Y", display_filter, "-T", output,
+    cmd = [tshark_path("amqpcap verify"), "-n", "-r", path, "-Y", display_filter, "-T", output,
            "-J" if whole_layers else "-j", protocols]
     if output == "json":
         cmd.append("--no-duplicate-keys")  # a packet's several amqp layers as one list
@@ -100,8 +110,7 @@ def packets(cmd: list[str], path: str) -> Iterator[list[Layer]]:
             status = proc.wait()
         if status != 0:
             err.seek(0)
-            lines = [l.strip() for l in err.read().decode(errors="replace").splitlines()
-                     if l.strip() and "Running as user" not in l]
+            lines = tshark_messages(err.read().decode(errors="replace"))
             raise ToolError(f"tshark failed on {path} (exit status {status}): {lines[-1] if lines else 'no message'}")
         if unreadable is not None:
             raise ToolError(f"tshark's output for {path} could not be read: {unreadable}")

@@ -190,9 +190,9 @@ def test_missing_key_log_is_a_usage_error(tmp_path):
 
 
 def test_missing_tshark_is_reported(monkeypatch):
-    import amqpcap.io.tls
+    import amqpcap.io.tshark_packets  # (where tshark is looked for)
 
-    monkeypatch.setattr(amqpcap.io.tls.shutil, "which", lambda name: None)
+    monkeypatch.setattr(amqpcap.io.tshark_packets.shutil, "which", lambda name: None)
     with pytest.raises(ToolError, match="needs tshark"):
         amqpcap.load(TLS, tls_keylog=KEYLOG)
 
