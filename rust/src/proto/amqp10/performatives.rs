@@ -352,24 +352,33 @@ impl<'a> Fields<'a> {
         self.next().map(|_| ())
     }
 
+    /// The next field read by a typed reader of [`Encoded`] (`Encoded::uint`, ...): a field of
+    /// another type is [`Bad::WrongType`].
+    fn typed<T>(&mut self, field: &'static str, f: impl Fn(&Encoded<'a>) -> Option<T>) -> Result<Option<T>, Bad> {
+        match self.next()? {
+            None => Ok(None),
+            Some(e) => f(&e).map(Some).ok_or(Bad::WrongType { field, code: e.code }),
+        }
+    }
+
     fn uint(&mut self, field: &'static str) -> Result<Option<u32>, Bad> {
-        self.read(field, |v| if let Value::Uint(x) = v { Some(x) } else { None })
+        self.typed(field, Encoded::uint)
     }
 
     fn ulong(&mut self, field: &'static str) -> Result<Option<u64>, Bad> {
-        self.read(field, |v| if let Value::Ulong(x) = v { Some(x) } else { None })
+        self.typed(field, Encoded::ulong)
     }
 
     fn ushort(&mut self, field: &'static str) -> Result<Option<u16>, Bad> {
-        self.read(field, |v| if let Value::Ushort(x) = v { Some(x) } else { None })
+        self.typed(field, Encoded::ushort)
     }
 
     fn ubyte(&mut self, field: &'static str) -> Result<Option<u8>, Bad> {
-        self.read(field, |v| if let Value::Ubyte(x) = v { Some(x) } else { None })
+        self.typed(field, Encoded::ubyte)
     }
 
     fn boolean(&mut self, field: &'static str) -> Result<Option<bool>, Bad> {
-        self.read(field, |v| if let Value::Boolean(x) = v { Some(x) } else { None })
+        self.typed(field, Encoded::boolean).and_then(Option::transpose)
     }
 
     fn string(&mut self, field: &'static str) -> Result<Option<&'a str>, Bad> {
@@ -381,7 +390,7 @@ impl<'a> Fields<'a> {
     }
 
     fn binary(&mut self, field: &'static str) -> Result<Option<&'a [u8]>, Bad> {
-        self.read(field, |v| if let Value::Binary(x) = v { Some(x) } else { None })
+        self.typed(field, Encoded::binary)
     }
 
     /// A field left as it is encoded (a map, a described value) for whoever wants it.

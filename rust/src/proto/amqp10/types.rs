@@ -462,6 +462,77 @@ impl<'a> Encoded<'a> {
     }
 }
 
+/// Typed readers for the fields whose type the spec fixes (a transfer's handle, a flow's
+/// link-credit): the value when `self` is a primitive of that type, `None` for any other
+/// (described, null, another type). They read the encodings [`Encoded::value`] reads, without
+/// building a [`Value`]: a transfer, flow or disposition is read field by field this way
+/// (building a [`Value`] for each field cost about 7% of a 1.0 capture's decoding instructions,
+/// `docs/speed.md`). `tests::typed_readers_agree_with_value` holds them to [`Encoded::value`].
+impl<'a> Encoded<'a> {
+    fn primitive(&self) -> Option<(u8, &'a [u8])> {
+        self.chain.is_empty().then_some((self.code, self.data))
+    }
+
+    /// uint0, smalluint, uint (Part 1 §1.6.6).
+    pub fn uint(&self) -> Option<u32> {
+        match self.primitive()? {
+            (0x43, _) => Some(0),
+            (0x52, b) => Some(b[0] as u32),
+            (0x70, b) => Some(be32(b, 0)),
+            _ => None,
+        }
+    }
+
+    /// ulong0, smallulong, ulong (§1.6.7).
+    pub fn ulong(&self) -> Option<u64> {
+        match self.primitive()? {
+            (0x44, _) => Some(0),
+            (0x53, b) => Some(b[0] as u64),
+            (0x80, b) => Some(u64::from_be_bytes(arr(b))),
+            _ => None,
+        }
+    }
+
+    /// ubyte (§1.6.4).
+    pub fn ubyte(&self) -> Option<u8> {
+        match self.primitive()? {
+            (0x50, b) => Some(b[0]),
+            _ => None,
+        }
+    }
+
+    /// ushort (§1.6.5).
+    pub fn ushort(&self) -> Option<u16> {
+        match self.primitive()? {
+            (0x60, b) => Some(u16::from_be_bytes(arr(b))),
+            _ => None,
+        }
+    }
+
+    /// true, false, boolean (§1.6.2); an 0x56 octet other than 0 or 1 is bad.
+    pub fn boolean(&self) -> Option<Result<bool, Bad>> {
+        match self.primitive()? {
+            (0x41, _) => Some(Ok(true)),
+            (0x42, _) => Some(Ok(false)),
+            (0x56, b) => Some(match b[0] {
+                0 => Ok(false),
+                1 => Ok(true),
+                o => Err(Bad::Boolean(o)),
+            }),
+            _ => None,
+        }
+    }
+
+    /// vbin8, vbin32 (§1.6.19).
+    pub fn binary(&self) -> Option<&'a [u8]> {
+        match self.primitive()? {
+            (0xa0, b) => Some(&b[1..]),
+            (0xb0, b) => Some(&b[4..]),
+            _ => None,
+        }
+    }
+}
+
 impl<'a> Compound<'a> {
     pub fn iter(&self) -> Elements<'a> {
         Elements { rest: self.elements, left: self.count, depth: self.depth }
@@ -646,6 +717,45 @@ mod tests {
             more.extend([0x40, 0x99]);
             assert_eq!(decode(&more).unwrap().unwrap().1, b.len());
         }
+    }
+
+    /// The typed readers give what [`Encoded::value`] gives, for every format code that has a
+    /// fixed width or a size (so every code the readers know, and others they must refuse),
+    /// plain and described.
+    #[test]
+    fn typed_readers_agree_with_value() {
+        let mut seen = 0;
+        for code in 0x40..=0xffu8 {
+            for fill in [0x00u8, 0x01, 0x02, 0x7f, 0xff] {
+                let mut b = vec![code];
+                b.extend(match fixed_width(code) {
+                    Some(w) => vec![fill; w],
+                    None if matches!(code, 0xa0 | 0xa1 | 0xa3) => vec![2, fill & 0x7f, b'x'],
+                    None if matches!(code, 0xb0 | 0xb1 | 0xb3) => vec![0, 0, 0, 1, fill & 0x7f],
+                    None => continue,
+                });
+                let described: Vec<u8> = [0x00, 0x53, 0x70].iter().copied().chain(b.iter().copied()).collect();
+                for bytes in [&b, &described] {
+                    let e = whole(bytes);
+                    let v = e.value();
+                    assert_eq!(e.uint(), match v { Ok(Value::Uint(x)) => Some(x), _ => None }, "{bytes:02x?}");
+                    assert_eq!(e.ulong(), match v { Ok(Value::Ulong(x)) => Some(x), _ => None }, "{bytes:02x?}");
+                    assert_eq!(e.ubyte(), match v { Ok(Value::Ubyte(x)) => Some(x), _ => None }, "{bytes:02x?}");
+                    assert_eq!(e.ushort(), match v { Ok(Value::Ushort(x)) => Some(x), _ => None }, "{bytes:02x?}");
+                    assert_eq!(e.binary(), match v { Ok(Value::Binary(x)) => Some(x), _ => None }, "{bytes:02x?}");
+                    let boolean = match v {
+                        Ok(Value::Boolean(x)) => Some(Ok(x)),
+                        Err(Bad::Boolean(o)) => Some(Err(Bad::Boolean(o))),
+                        _ => None,
+                    };
+                    assert_eq!(e.boolean(), boolean, "{bytes:02x?}");
+                    seen += 1;
+                }
+            }
+        }
+        // 0x40-0x45, 0x50-0x56, 0x60-0x61, 0x70-0x74, 0x80-0x84, 0x94, 0x98 and the six sized
+        // codes, five fills each, plain and described
+        assert_eq!(seen, (6 + 7 + 2 + 5 + 5 + 2 + 6) * 5 * 2);
     }
 
     fn list(c: Compound<'_>) -> Vec<Value<'_>> {
