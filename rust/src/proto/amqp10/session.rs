@@ -7,8 +7,6 @@
 //! (`connections.user`, through [`sasl_plain_authcid`]); no column holds the response, the
 //! password, a challenge or a response.
 
-use std::fmt::Write;
-
 use crate::anomaly::AnomalyKind;
 use crate::output::amqp10_frames::{performative_code, Amqp10FramesBuilder};
 use crate::proto::amqp10::decoder::{FrameEvent, FrameSink};
@@ -99,10 +97,14 @@ fn descriptor_name(d: Descriptor) -> String {
     }
 }
 
+/// `b` in lowercase hex, two digits an octet (delivery tags, binary message ids). Not through
+/// `write!`: formatting each octet took about 3% of a 1.0 capture's decoding (perf samples).
 fn hex(b: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(2 * b.len());
-    for x in b {
-        let _ = write!(s, "{x:02x}");
+    for &x in b {
+        s.push(DIGITS[(x >> 4) as usize] as char);
+        s.push(DIGITS[(x & 0x0f) as usize] as char);
     }
     s
 }
@@ -336,4 +338,18 @@ fn push_message(f: &mut Amqp10FramesBuilder, row: usize, payload: &[u8]) -> Opti
         f.content_type.push(row, p.content_type.map(str::as_bytes));
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_is_two_lowercase_digits_an_octet() {
+        assert_eq!(hex(&[]), "");
+        assert_eq!(hex(&[0x00, 0x0f, 0xa5, 0xff]), "000fa5ff");
+        let every: Vec<u8> = (0..=255).collect();
+        let expected: String = every.iter().map(|x| format!("{x:02x}")).collect();
+        assert_eq!(hex(&every), expected);
+    }
 }
