@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional
 
 from ..model.errors import NoAmqpError, UsageError
-from ..model.wording import amqp10_readers_words, counted, frames_counted
+from ..model.wording import counted, frames_counted
 from .consoles import err
 
 if TYPE_CHECKING:
@@ -238,8 +238,9 @@ def undecoded_note(cap: Capture) -> Optional[str]:
         return None
     c, n = cap.connections, len(cap.connections)
     if (c["protocol"] == "1.0").all():
-        return (f"The {'connection speaks' if n == 1 else f'{n:,} connections speak'} AMQP 1.0: "
-                f"{amqp10_readers_words()} read its frames; the others read AMQP 0-9-1 only.")
+        # their frames were decoded and analysed, and the capture's warnings already say which
+        # analyzers read them (`load.protocol_warnings`): said once
+        return None
     encrypted = int((c["tls"] & ~c["tls_decrypted"]).sum()) if "tls" in c else 0
     why = (f"encrypted with TLS: --tls-keylog FILE decrypts {'it' if n == 1 else 'them'}" if encrypted == n
            else "see the warnings above")
