@@ -25,7 +25,7 @@ from ..io.load import Capture
 from ..derive.methods import methods, select
 from ..derive.labels import connection_labels
 from ..model.display_filters import filter_evidence, streams_part
-from ..derive.names import worst_first
+from ..derive.names import amqp091_rows, worst_first
 from ..analysis.contract import Analyzer
 from ..io.rows import merge_rows
 from ..model.facts import CaptureFacts
@@ -198,7 +198,7 @@ class Heartbeats(Analyzer[_Seen, list]):
         return a + b
 
     def finish(self, partitions: list[pd.DataFrame], cap: Capture, facts: CaptureFacts) -> AnalyzerResult:
-        conns = merge_rows(partitions, ["stream"])
+        conns = amqp091_rows(cap, merge_rows(partitions, ["stream"]))
         conns["connection"] = connection_labels(cap, conns["stream"])
         conns = conns[COLUMNS]
         for col in ("connection", "ended_by", "silent_side", "problem"):  # one dtype however many partitions

@@ -27,7 +27,7 @@ from ..derive.columns import counts_added, stable_argsort, value_at
 from ..derive.methods import methods, select
 from ..derive.labels import connection_labels
 from ..model.display_filters import filter_evidence, streams_part
-from ..derive.names import worst_first
+from ..derive.names import amqp091_rows, worst_first
 from ..analysis.contract import Analyzer
 from ..io.rows import merge_rows
 from ..model.facts import CaptureFacts
@@ -503,7 +503,7 @@ def messages_merge(partials: list[dict[str, pd.DataFrame]], cap: Capture) -> Ana
     large.insert(1, "connection", pd.Series(connection_labels(cap, large["stream"]), dtype=object))
     large["direction"] = pd.Series(large["direction"].to_numpy(object), dtype=object)
     large["max_message_size_source"] = pd.Series(large["max_message_size_source"].to_numpy(object), dtype=object)
-    conns = merge_rows([p["connections"] for p in partials], ["stream"])
+    conns = amqp091_rows(cap, merge_rows([p["connections"] for p in partials], ["stream"]))
     # every count by its direction: a message published and delivered in the capture is a
     # content each way, and one total of both would count it twice
     summary = {"messages": {

@@ -182,9 +182,24 @@ def role_flags(cap: Capture) -> pd.DataFrame:
             mask |= (f["method"] == method) & (f["direction"] == direction)
         return pd.Series(streams, index=streams).isin(f.loc[mask.to_numpy(bool), "stream"].unique())
 
-    amqp10 = (cap.connections["protocol"] == "1.0").to_numpy(bool, na_value=False)
     return pd.DataFrame({"publishes": streams_with(PUBLISHING), "consumes": streams_with(CONSUMING),
-                         "amqp10": pd.Series(amqp10, index=streams)})
+                         "amqp10": pd.Series(speaks_amqp10(cap.connections), index=streams)})
+
+
+def speaks_amqp10(connections: pd.DataFrame) -> np.ndarray:
+    """Which of `connections` (rows of the `connections` table) speak AMQP 1.0: a mask."""
+    return (connections["protocol"] == "1.0").to_numpy(bool, na_value=False)
+
+
+def amqp091_rows(cap: Capture, rows: pd.DataFrame) -> pd.DataFrame:
+    """`rows` (with a `stream` column) less those of AMQP 1.0 connections: a per-connection table
+    of an analyzer that reads AMQP 0-9-1 methods only has nothing true to say of them (its
+    counts would read 0 where the connection's 1.0 transfers moved messages)."""
+    c = cap.connections
+    amqp10 = c["stream"].to_numpy(np.int64)[speaks_amqp10(c)]
+    if not len(amqp10):
+        return rows
+    return rows[~np.isin(rows["stream"].to_numpy(np.int64), amqp10)].reset_index(drop=True)
 
 
 def roles_of(flags: pd.DataFrame) -> pd.Series:

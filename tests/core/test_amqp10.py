@@ -86,6 +86,18 @@ def test_only_the_amqp10_readers_speak_of_the_amqp10_connection_and_find_it_heal
     assert a10.findings == []
 
 
+def test_the_0_9_1_readers_tables_list_the_0_9_1_connections_only(cap, facts):
+    """A per-connection table of an analyzer that reads 0-9-1 methods only has no row for the 1.0
+    connection: its counts there would say 0 messages of a connection that moved 40."""
+    amqp10 = {int(s) for s in facts["amqp10_streams"]}
+    results = {r.name: r for r in run_all(cap)}
+    for name in ("clients", "heartbeats", "messages"):
+        assert name not in AMQP10_READERS
+        streams = set(results[name].tables["connections"]["stream"])
+        assert streams == {0} and not streams & amqp10, (name, streams)
+    assert results["clients"].summary["clients"]["connections"] == 1
+
+
 def test_the_user_is_told_once_which_connection_is_not_analysed():
     r = subprocess.run([sys.executable, "-m", "amqpcap", "analyze", str(CAPTURE)], capture_output=True, text=True,
                        timeout=120)

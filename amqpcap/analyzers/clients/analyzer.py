@@ -11,7 +11,7 @@ import pandas as pd
 
 from ...analysis.registry import AnalyzerResult, analyzer
 from ...io.load import Capture
-from ...derive.names import connection_names
+from ...derive.names import amqp091_rows, connection_names
 from ...analysis.contract import Analyzer, Carried
 from ...io.rows import merge_rows
 from ...model.facts import CaptureFacts
@@ -48,7 +48,7 @@ class Clients(Analyzer[Carried, list]):
 
 def _result(partials: list[dict[str, Any]], cap: Capture) -> AnalyzerResult:
     """The connections of every partition, named; the findings and summary from them."""
-    conns = merge_rows([p["connections"] for p in partials], ["stream"])
+    conns = amqp091_rows(cap, merge_rows([p["connections"] for p in partials], ["stream"]))
     names = connection_names(cap)
     for col in NAMED:
         conns[col] = pd.Series(names[col].reindex(conns["stream"]).to_numpy(object), dtype=object)
