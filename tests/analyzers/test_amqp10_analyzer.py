@@ -357,6 +357,8 @@ def test_outcomes_fixture():
     # the scenario: 5 rejected, 10 released, the 10 released ones redelivered with first-acquirer false
     assert (f.evidence["rejected"], f.evidence["released"]) == (5, 10)
     assert f.evidence["redelivered"] == d["s2c"]["transfers_first_acquirer_false"] == 10
+    # the second connection's receiver settled its one message as modified: one more link, in words
+    assert f.evidence["links_with_this_finding"] == 2 and f.title.endswith("; 1 more link"), f.title
     e = by_id(r)["closed-with-error"]
     assert e.evidence["condition"] == "amqp:invalid-field" and e.evidence["side"] == "broker"
     assert e.subjects[0]["stream"] == 1 and "modified" in e.evidence["why"]

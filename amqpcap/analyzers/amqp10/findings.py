@@ -13,6 +13,7 @@ from ...analysis.registry import Finding
 from ...derive.names import subject_namer
 from ...io.load import Capture
 from ...model.display_filters import covered_filter, packets_part, streams_part
+from ...model.wording import counted
 
 #: credit-starved: a client receiver whose largest grant is at most this many messages
 SMALL_CREDIT = 10
@@ -135,7 +136,7 @@ def _credit_starved(cap: Capture, t: dict):
              f"credit at a time: {int(w['transfers_to_zero']):,} of {int(w['transfers']):,} deliveries used the last "
              f"credit, and the broker waited a median {w['refill_gap_median_s'] * 1e3:.2f} ms for the next flow"
              + (f" while it reported {int(w['available_max']):,} messages available" if w["waiting_refills"] else "")
-             + _cut_words(cut) + (f"; {len(m) - 1} more link(s)" if len(m) > 1 else ""))
+             + _cut_words(cut) + (f"; {counted(len(m) - 1, 'more link', 'more links')}" if len(m) > 1 else ""))
     evidence = {
         "link": w["name"], "link_attach_seen": _attach_seen(t, int(w["stream"]), int(w["link"])),
         "client_end": "receiver", "granted_credit_max": int(w["granted_credit_max"]),
@@ -219,11 +220,11 @@ def _window_closed(cap: Capture, t: dict):
     who, sender = (("broker", "client") if w["closed_side"] == "broker" else ("client", "broker"))
     mine = waits[(waits["stream"] == s_) & (waits["session"] == k_) & (waits["direction"] == w["direction"])]
     title = (f"{subjects[0]['connection']}: the {who} closed its session incoming window{where} and the {sender}'s "
-             f"transfers stopped while it was closed: {int(w['waits'])} wait(s), {w['wait_total_s']:.3f} s in all "
+             f"transfers stopped while it was closed: {counted(int(w['waits']), 'wait')}, {w['wait_total_s']:.3f} s in all "
              f"({w['wait_share']:.0%} of the connection's time in the capture, the longest {w['wait_max_s']:.3f} s)"
              + ("; the connection's frames in the capture end with it still closed" if w["closed_at_end"] else "")
              + (": the publisher was blocked" if who == "broker" else ": consumption stopped")
-             + _cut_words(cut) + (f"; {len(g) - 1} more session(s)" if len(g) > 1 else ""))
+             + _cut_words(cut) + (f"; {counted(len(g) - 1, 'more session', 'more sessions')}" if len(g) > 1 else ""))
     evidence = {
         "closed_side": w["closed_side"], "window": side_words(w["closed_side"]),
         "client_channel": None if pd.isna(cc) else int(cc), "broker_channel": None if pd.isna(bc) else int(bc),
@@ -303,10 +304,10 @@ def _waiting_for_credit(cap: Capture, t: dict, window_waits: pd.DataFrame) -> Fi
     granted = "" if pd.isna(w["granted_credit_median"]) else \
         f"; the broker granted a median {w['granted_credit_median']:g} credit per flow"
     title = (f"{subjects[0]['connection']}'s sender on {_link_words(t, s_, k_, w['name'])} ran out of link credit "
-             f"and sent its next message only after the broker's next flow granted more, {int(w['waits']):,} "
-             f"time(s): a median wait of {w['wait_median_s'] * 1e3:.2f} ms, the longest "
+             f"and sent its next message only after the broker's next flow granted more, "
+             f"{counted(int(w['waits']), 'time')}: a median wait of {w['wait_median_s'] * 1e3:.2f} ms, the longest "
              f"{w['wait_max_s'] * 1e3:.2f} ms, {w['wait_share']:.0%} of the connection's time in the capture"
-             + granted + _cut_words(cut) + (f"; {len(g) - 1} more link(s)" if len(g) > 1 else ""))
+             + granted + _cut_words(cut) + (f"; {counted(len(g) - 1, 'more link', 'more links')}" if len(g) > 1 else ""))
     evidence = {
         "link": w["name"], "link_attach_seen": _attach_seen(t, s_, k_), "client_end": "sender",
         "waits": int(w["waits"]), "wait_median_s": float(w["wait_median_s"]), "wait_max_s": float(w["wait_max_s"]),
@@ -382,7 +383,7 @@ def _outcomes(cap: Capture, t: dict) -> Finding | None:
     title = (f"{subjects[0]['connection']}'s {w['client_role']} link {w['name']!r}: {int(w['rejected'])} rejected, "
              f"{int(w['released'])} released, {int(w['modified'])} modified of {int(w['deliveries'])} deliveries, "
              f"{int(w['redelivered'])} redelivered" + _cut_words(cut)
-             + (f"; {len(m) - 1} more link(s)" if len(m) > 1 else ""))
+             + (f"; {counted(len(m) - 1, 'more link', 'more links')}" if len(m) > 1 else ""))
     d = t["deliveries"]
     ex = d[d["outcome"].isin(["rejected", "released", "modified"]) & d["outcome_packet"].notna()]
     evidence = {"link": w["name"], "client_end": w["client_role"], "deliveries": int(w["deliveries"]),
@@ -433,7 +434,7 @@ def _window_violation_why(e, t: dict) -> str:
     mine = s[(s["stream"] == e.stream) & (s[f"{e.side}_channel"] == e.channel) & (s["begin_packet"] <= e.packet)]
     sent_by = "c2s" if other == "client" else "s2c"
     beyond = int(mine[f"{sent_by}_transfers_beyond_window"].iloc[-1]) if len(mine) else 0
-    sent = (f"sent {beyond:,} transfer frame(s) while the {e.side}'s session incoming-window was 0 or spent"
+    sent = (f"sent {counted(beyond, 'transfer frame')} while the {e.side}'s session incoming-window was 0 or spent"
             if beyond else f"sent a transfer beyond the {e.side}'s session incoming-window")
     alarm = "; RabbitMQ closes its window under a memory or disk alarm" if e.side == "broker" else ""
     return (f"the {other} {sent} (Part 2 §2.5.6: a sender stops there until a flow reopens it{alarm}): the "
@@ -454,7 +455,7 @@ def _errors(cap: Capture, t: dict) -> Finding | None:
     closed = {"detach": "detached the link", "end": "ended the session", "close": "closed the connection"}
     title = (f"{subjects[0]['connection']}: the {w['side']} {closed[w['performative']]} with {w['condition']}"
              + (f": {whys[0]}" if whys[0] else "") + _cut_words(cut)
-             + (f"; {len(e) - 1} more error(s)" if len(e) > 1 else ""))
+             + (f"; {counted(len(e) - 1, 'more error', 'more errors')}" if len(e) > 1 else ""))
     evidence = {"condition": w["condition"], "description": None if pd.isna(w["description"]) else w["description"],
                 "performative": w["performative"], "side": w["side"], "why": whys[0] or None,
                 "conditions": {k: int(v) for k, v in e["condition"].value_counts().sort_index().items()},
