@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, List, Optional
 from rich.console import Group
 from rich.table import Table
 
-from ..model.wording import counted
+from ..model.wording import counted, frames_counted
 from .app import app
 from .consoles import out
 from .loading import _load
@@ -45,7 +45,7 @@ def info(capture: List[str] = CapturesArg, port: Optional[List[int]] = PortOpt, 
     head.add_row("packets", f"{s['packets']:,} ({s['tcp_packets']:,} TCP, {len(cap.packets):,} in AMQP connections)")
     if s["first_ts"] is not None:
         head.add_row("time", f"{_fmt_ts(s['first_ts'])} → {_fmt_ts(s['last_ts'])} ({duration:.3f} s)")
-    head.add_row("AMQP", f"{len(cap.connections)} connections, {len(cap.frames):,} frames")
+    head.add_row("AMQP", f"{counted(len(cap.connections), 'connection')}, {_frames_words(cap)}")
     brokers = sorted({_endpoint(a, p) for a, p in zip(cap.connections["broker_addr"], cap.connections["broker_port"])})
     if brokers:
         head.add_row("broker" if len(brokers) == 1 else "brokers", ", ".join(brokers))
@@ -57,15 +57,33 @@ def info(capture: List[str] = CapturesArg, port: Optional[List[int]] = PortOpt, 
         consumers = _consumers_table(cap, all_connections)
         if consumers is not None:
             out.print(consumers)
-        methods = cap.frames["method"].value_counts()
-        methods = methods[methods > 0]
-        if len(methods):
-            m = Table(title="Methods", title_justify="left")
-            m.add_column("method")
-            m.add_column("frames", justify="right")
-            for name, n in methods.items():
-                m.add_row(str(name), f"{n:,}")
-            out.print(m)
+        for title, kind, column in (("Methods", "method", cap.frames["method"]),
+                                    ("AMQP 1.0 performatives", "performative", cap.amqp10_frames["performative"])):
+            counts = _counts_table(title, kind, column)
+            if counts is not None:
+                out.print(counts)
+
+
+def _frames_words(cap: Capture) -> str:
+    """The capture's frames, each protocol's when it has AMQP 1.0 ones ("104 AMQP 0-9-1 frames,
+    84 AMQP 1.0 frames"): one count is not both protocols' sum."""
+    from ..derive.tally import amqp10_frame_count, frame_count
+
+    return frames_counted({"frames": frame_count(cap), "amqp10_frames": amqp10_frame_count(cap)})
+
+
+def _counts_table(title: str, kind: str, column) -> Optional[Table]:
+    """Frames per value of `column` (a method, a performative), most first; None when it has none."""
+    counts = column.value_counts()
+    counts = counts[counts > 0]
+    if not len(counts):
+        return None
+    t = Table(title=title, title_justify="left")
+    t.add_column(kind)
+    t.add_column("frames", justify="right")
+    for name, n in counts.items():
+        t.add_row(str(name), f"{n:,}")
+    return t
 
 
 #: what the line under a table of `info` says of the columns it left out to fit

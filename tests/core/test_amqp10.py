@@ -12,6 +12,7 @@ amqp10 analyzer speaks of it (from the core's `amqp10_frames`).
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -164,6 +165,23 @@ def test_info_lists_it_as_amqp10():
     assert r.returncode == 0, r.stderr
     row = next(line for line in r.stdout.splitlines() if "127.0.0.1:" in line and "│      1 │" in line)
     assert "(AMQP 1.0)" in row and "amqp-1.0" in row
+
+
+def test_info_counts_each_protocols_frames_and_the_performatives_as_tshark_does(facts):
+    """The summary's frame count is each protocol's, and the performatives table has tshark's
+    counts of the 1.0 connection's performatives and SASL frames (by code: Part 2 §2.7, Part 5 §5.3.3)."""
+    r = subprocess.run([sys.executable, "-m", "amqpcap", "info", str(CAPTURE)], capture_output=True, text=True,
+                       timeout=120, env={**__import__("os").environ, "COLUMNS": "200"})
+    assert r.returncode == 0, r.stderr
+    a10 = facts["amqp10_streams"]["1"]
+    n091 = sum(facts["frame_types"].values())  # (tshark's amqp.type of the 0-9-1 connection's frames)
+    assert f"2 connections, {n091} AMQP 0-9-1 frames, {a10['frames']} AMQP 1.0 frames" in r.stdout
+    names = {16: "open", 17: "begin", 18: "attach", 19: "flow", 20: "transfer", 21: "disposition", 22: "detach",
+             23: "end", 24: "close", 64: "sasl-mechanisms", 65: "sasl-init", 66: "sasl-challenge",
+             67: "sasl-response", 68: "sasl-outcome"}
+    table = r.stdout.split("AMQP 1.0 performatives", 1)[1]
+    shown = {m.group(1): int(m.group(2).replace(",", "")) for m in re.finditer(r"│ ([a-z-]+) +│ +([\d,]+) │", table)}
+    assert shown == {names[int(code)]: n for code, n in {**a10["performatives"], **a10["sasl"]}.items()}
 
 
 @pytest.mark.parametrize("name", ["amqp10-credit1", "amqp10-multiframe", "amqp10-outcomes", "amqp10-idle"])
