@@ -28,6 +28,7 @@ def verify(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt,
 
     from ..io.verify import render, verify as run_verify
 
+    _refuse_a_dataset(capture)
     v = run_verify(capture, ports=ports_of(port, add_port), tls_keylog=tls_keylog)
     render(out, v)
     if json_out is not None:
@@ -42,3 +43,14 @@ def verify(capture: Path = CaptureArg, port: Optional[List[int]] = PortOpt,
             raise UsageError(f"cannot write {json_out}: {e.strerror or e}") from None
     if v.exit_code:
         raise typer.Exit(v.exit_code)
+
+
+def _refuse_a_dataset(capture: Path) -> None:
+    """tshark reads capture files: a dataset (`amqpcap ingest`) is refused in words, naming the
+    capture it was made from, rather than with tshark's complaint about a directory."""
+    from ..io.dataset import is_dataset, read_outline
+
+    if is_dataset(capture):
+        made_from = read_outline(capture).summary["path"]
+        raise UsageError(f"amqpcap verify compares a capture file with tshark, and {capture} is a dataset "
+                         f"(amqpcap ingest); verify the capture it was made from: {made_from}")

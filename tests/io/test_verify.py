@@ -266,3 +266,17 @@ def test_amqp10_field_difference_is_reported_with_its_filter(monkeypatch):
     assert "DIFFERS" in text and "unexplained" in text and "4 unexplained differences" in text
     for d in v.differences:
         assert d.filter in text
+
+
+def test_a_dataset_is_refused_in_words_naming_its_capture(tmp_path):
+    """tshark reads files: `verify DATASET` says so in one line (exit 64) and names the capture
+    the dataset was made from, instead of tshark's complaint that a directory is not a file."""
+    capture = ROOT / "fixtures" / "confirms.pcap"
+    ds = tmp_path / "confirms.ds"
+    made = subprocess.run([sys.executable, "-m", "amqpcap", "ingest", str(capture), "--out", str(ds)],
+                          capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    r = subprocess.run([sys.executable, "-m", "amqpcap", "verify", str(ds)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 64, r.stderr
+    [line] = r.stderr.strip().splitlines()
+    assert "is a dataset (amqpcap ingest)" in line and line.endswith(f"made from: {capture}"), line
