@@ -458,7 +458,8 @@ def _base_tables(prepared: Prepared, out: Path) -> list[str]:
     parts = [_details("Connections", _table(prepared.labels, "connections", conns, _file_link(out, "connections")),
                       f"{len(conns):,}: who they are, role, packets")]
     methods = pd.DataFrame(list(summary["methods"].items()), columns=["method", "frames"])
-    parts.append(_details("Methods", _html_table(methods), f"{len(methods):,} kinds of method frame"))
+    if len(methods) or not summary["capture"]["amqp10_frames"]:  # (1.0 only: its performatives are amqp10's)
+        parts.append(_details("Methods", _html_table(methods), f"{len(methods):,} kinds of AMQP 0-9-1 method frame"))
     if len(anomalies):
         parts.append(_details("Anomalies", "<p class='note'>What was not decoded, and why.</p>"
                               + _table(prepared.labels, "anomalies", anomalies, _file_link(out, "anomalies")),

@@ -143,6 +143,22 @@ def test_empty_tables_and_panels_are_not_drawn(sample_report):
     assert text.index('class="rates"') < text.index("id='findings'")
 
 
+def test_methods_are_0_9_1_methods_and_not_shown_for_amqp10_alone(sample_report, tmp_path):
+    """The Methods section counts AMQP 0-9-1 methods (tshark's method counts of the sample); a
+    capture of AMQP 1.0 alone (tshark: no 0-9-1 method) has no Methods section, empty, beside
+    the amqp10 analyzer's section."""
+    out, _ = sample_report
+    kinds = len(json.loads((FIX / "slow-prefetch1.pcap.tshark.json").read_text())["methods"])
+    assert f"{kinds:,} kinds of AMQP 0-9-1 method frame" in (out / "report.html").read_text()
+    name = "amqp10-credit1.pcap"
+    assert not json.loads((FIX / f"{name}.tshark.json").read_text())["methods"]
+    cap = amqpcap.load(FIX / name)
+    results = run_all(cap)
+    write_outputs(cap, results, prepare(cap, results, build_summary(cap, results)), tmp_path)
+    text = (tmp_path / "report.html").read_text()
+    assert "<summary>Methods" not in text and '<summary>amqp10 <span class="note">AMQP 1.0 links' in text
+
+
 def test_finding_card_lists_subjects_names_first_and_how_many_more():
     subjects = [{"connection": f"app-{i}", "stream": i, "channel": 1, "queue": "orders",
                  "consumer_tag": f"amq.ctag-{i}", "share_at_limit": 0.9 - i / 100, "estimated": False,
