@@ -25,6 +25,7 @@ from ..io.load import Capture
 from . import CAPTURE, derivation
 from . import deliveries as D
 from .acked import settled_by_ack
+from .amqp10.messages import amqp10_messages
 from .names import connection_roles, role_flags, roles_of
 from .replay import for_derivations, told
 from .seeds import seeds_of
@@ -68,10 +69,20 @@ class Tally:
     delivered: int
     acked: int
     no_ack_delivered: int
+    #: AMQP 1.0 messages (`amqpcap.derive.amqp10.messages`): the client's, the broker's, the
+    #: broker's the client accepted, the broker's sent settled (pre-settled: the no-ack twin)
+    amqp10_published: int
+    amqp10_delivered: int
+    amqp10_acked: int
+    amqp10_presettled_delivered: int
     #: streams whose publishes the broker may have held back (`held_back_streams`)
     held_back: np.ndarray
-    #: {series: count per time bin of `rate_edges`} over the capture (RATE_SERIES)
+    #: {series: count per time bin of `rate_edges`} over the capture (RATE_SERIES), AMQP 1.0's
+    #: messages counted in as 0-9-1's
     rates: dict[str, np.ndarray]
+    #: a slice's own amqp10_frames rows, kept for the partition's last slice (whose dispositions
+    #: may settle deliveries of every slice before: `amqp10_messages`); None once joined
+    amqp10_rows: pd.DataFrame | None = None
 
     @staticmethod
     def joined(parts: list[Tally]) -> Tally:
@@ -98,6 +109,10 @@ class Tally:
             consumers=concat([p.consumers for p in parts]),
             delivered=sum(p.delivered for p in parts), acked=sum(p.acked for p in parts),
             no_ack_delivered=sum(p.no_ack_delivered for p in parts),
+            amqp10_published=sum(p.amqp10_published for p in parts),
+            amqp10_delivered=sum(p.amqp10_delivered for p in parts),
+            amqp10_acked=sum(p.amqp10_acked for p in parts),
+            amqp10_presettled_delivered=sum(p.amqp10_presettled_delivered for p in parts),
             held_back=np.unique(np.concatenate([p.held_back for p in parts])),
             rates={k: sum(p.rates[k] for p in parts) for k in parts[0].rates})
 
@@ -119,18 +134,21 @@ def rate_edges(cap: Capture) -> np.ndarray | None:
 
 def tally_of(part: Capture) -> Tally:
     """The counts of one partition (some connections whole, or the capture)."""
-    return _counted(part, D.deliveries(part), None)
+    return _counted(part, D.deliveries(part), None, [], True)
 
 
-def _counted(part: Capture, d: pd.DataFrame, first_order: np.ndarray | None) -> Tally:
+def _counted(part: Capture, d: pd.DataFrame, first_order: np.ndarray | None, amqp10_before: list[pd.DataFrame],
+             last: bool) -> Tally:
     """The counts of the partition (or of a slice of its time) `part` whose deliveries are `d`
-    (a slice: those it tells, each at its frame's whole order `first_order`, `_counts_of`).
+    (a slice: those it tells, each at its frame's whole order `first_order`, `_counts_of`; the
+    partition's AMQP 1.0 frames of the slices before `amqp10_before`, `last` its last slice).
     A slice's `publishes` keeps returns without a publish (one may be in another slice) and
     its `consumers` each consumer's first orders, for `_slices_joined`."""
     f = part.frames
     acked = settled_by_ack(d)
     body = (f["type"] == "body").to_numpy(bool)
     publishes = _publish_counts(f)
+    a10 = _amqp10_counts(part, amqp10_before, last)
     return Tally(
         packets=len(part.packets), frames=len(f), amqp10_frames=len(part.amqp10_frames),
         methods=_added([f["method"].value_counts()]),
@@ -142,7 +160,25 @@ def _counted(part: Capture, d: pd.DataFrame, first_order: np.ndarray | None) -> 
         queues=_queue_counts(part, d, acked), unattributed=int(d["queue"].isna().sum()),
         consumers=_consumer_counts(d, acked, first_order),
         delivered=len(d), acked=int(acked.sum()), no_ack_delivered=int(d["no_ack"].to_numpy(bool, na_value=False).sum()),
-        held_back=held_back_streams(part), rates=_rate_counts(part, d, acked))
+        amqp10_published=len(a10["published"]), amqp10_delivered=len(a10["delivered"]),
+        amqp10_acked=len(a10["acked"]), amqp10_presettled_delivered=a10["presettled"],
+        held_back=held_back_streams(part), rates=_rate_counts(part, d, acked, a10),
+        amqp10_rows=None if first_order is None or last else part.amqp10_frames)
+
+
+def _amqp10_counts(part: Capture, before: list[pd.DataFrame], last: bool) -> dict:
+    """The AMQP 1.0 messages of `part` (`amqp10_messages`: times, int64 ns) as the overview counts
+    them: published, delivered, acked (the broker's deliveries a client accepted: the consumer's
+    ack), and how many of the broker's were sent settled (a count)."""
+    none = np.zeros(0, np.int64)
+    if not len(part.amqp10_frames) and not (last and before):
+        return {"published": none, "delivered": none, "acked": none, "presettled": 0}
+    published, delivered, acked = amqp10_messages(part, before, last)
+    f = part.amqp10_frames
+    presettled = ((f["performative"] == "transfer").to_numpy(bool, na_value=False)
+                  & ~f["continuation"].to_numpy(bool, na_value=False)
+                  & f["settled"].to_numpy(bool, na_value=False) & (f["direction"] == "s2c").to_numpy(bool))
+    return {"published": published, "delivered": delivered, "acked": acked["c2s"], "presettled": int(presettled.sum())}
 
 
 @derivation(CAPTURE)
@@ -220,8 +256,9 @@ def held_back_streams(cap: Capture) -> np.ndarray:
     return np.union1d(p["stream"].to_numpy()[zero], f["stream"].to_numpy()[blocked]).astype(np.int64)
 
 
-def _rate_counts(part: Capture, d: pd.DataFrame, acked: np.ndarray) -> dict[str, np.ndarray]:
-    """Messages published, delivered and acked per time bin (`rate_edges`)."""
+def _rate_counts(part: Capture, d: pd.DataFrame, acked: np.ndarray, amqp10: dict) -> dict[str, np.ndarray]:
+    """Messages published, delivered and acked per time bin (`rate_edges`), AMQP 1.0's
+    (`_amqp10_counts`) with 0-9-1's."""
     edges = rate_edges(part)
     if edges is None:
         return {k: np.zeros(0, np.int64) for k in RATE_SERIES}
@@ -232,6 +269,9 @@ def _rate_counts(part: Capture, d: pd.DataFrame, acked: np.ndarray) -> dict[str,
              "delivered": f["method"].isin(D.DELIVER_METHODS).to_numpy(bool) & s2c}
     counts = {k: np.histogram(t[m], edges)[0] for k, m in kinds.items()}
     counts["acked"] = np.histogram((d.loc[acked, "settle_ts"] - t0).dt.total_seconds().to_numpy(), edges)[0]
+    for k in RATE_SERIES:
+        if len(amqp10[k]):
+            counts[k] = counts[k] + np.histogram((amqp10[k] - t0.value) / 1e9, edges)[0]
     return counts
 
 
@@ -273,7 +313,8 @@ class TallyCounts(Analyzer[list, list]):
         return []
 
     def step(self, pieces: list[Tally], rows: Capture, facts: CaptureFacts, last: bool) -> list[Tally]:
-        return [*pieces, _counts_of(rows, last)]
+        before = [p.amqp10_rows for p in pieces if p.amqp10_rows is not None and len(p.amqp10_rows)]
+        return [*pieces, _counts_of(rows, last, before)]
 
     def close(self, pieces: list[Tally], rows: Capture, facts: CaptureFacts) -> list[Tally]:
         """The partition's tally, in a list of the partitions'."""
@@ -287,7 +328,7 @@ class TallyCounts(Analyzer[list, list]):
         return Tally.joined(parts)
 
 
-def _counts_of(rows: Capture, last: bool) -> Tally:
+def _counts_of(rows: Capture, last: bool, amqp10_before: list[pd.DataFrame]) -> Tally:
     """The counts of a partition whole (`tally_of`), or of a slice of its time: its own packets
     and frames, and the deliveries it tells (`amqpcap.derive.replay.told`: a delivery once it is
     settled or final). Nothing is carried: what is still open at the cut is replayed to the next
@@ -298,7 +339,7 @@ def _counts_of(rows: Capture, last: bool) -> Tally:
     d = D.deliveries(view)
     keep = told(view, d["order"].to_numpy(np.int64), last)
     d = d[keep]
-    return _counted(rows, d, seeds_of(view).whole_orders(d["order"].to_numpy(np.int64)))
+    return _counted(rows, d, seeds_of(view).whole_orders(d["order"].to_numpy(np.int64)), amqp10_before, last)
 
 
 def _slices_joined(pieces: list[Tally]) -> Tally:
@@ -317,6 +358,6 @@ def _slices_joined(pieces: list[Tally]) -> Tally:
     queues = pd.concat([p.queues for p in pieces]).groupby(level=0, sort=True).sum()
     queues.index = queues.index.astype(object)  # (text, as each slice's; the groupby makes it str)
     flags = pd.concat([p.roles for p in pieces]).groupby(level=0, sort=True).any()
-    return replace(whole, roles=roles_of(flags),
+    return replace(whole, roles=roles_of(flags), amqp10_rows=None,
                    publishes=_published(pd.concat([p.publishes for p in pieces], ignore_index=True)),
                    consumers=consumers, queues=queues)

@@ -52,13 +52,17 @@ def overview(cap: Capture, results: list[AnalyzerResult]) -> dict[str, Any]:
     routed = _routed(pubs, _routes(t))
     lossy = lossy_streams(cap)
     roles = t.roles.value_counts()
+    published = int(pubs["published"].sum()) + t.amqp10_published
+    delivered, acked = t.delivered + t.amqp10_delivered, t.acked + t.amqp10_acked
     out: dict[str, Any] = {
         "duration_s": duration,
         "connections": {"total": int(len(cap.connections)), **{r: int(roles.get(r, 0)) for r in ROLES}},
-        "published": int(pubs["published"].sum()), "published_msgs_per_capture_s": rate(pubs["published"].sum()),
-        "delivered": t.delivered, "delivered_msgs_per_capture_s": rate(t.delivered),
-        "acked": t.acked, "acked_msgs_per_capture_s": rate(t.acked),
-        "no_ack_delivered": t.no_ack_delivered,
+        # AMQP 1.0's messages counted in as 0-9-1's (`amqpcap.derive.amqp10.messages`): one count
+        # of messages whatever the protocol, the same as the throughput timeline's
+        "published": published, "published_msgs_per_capture_s": rate(published),
+        "delivered": delivered, "delivered_msgs_per_capture_s": rate(delivered),
+        "acked": acked, "acked_msgs_per_capture_s": rate(acked),
+        "no_ack_delivered": t.no_ack_delivered + t.amqp10_presettled_delivered,
         "queues": _queues(t, routed, lossy, rate),
         "connections_with_lost_bytes": int(len(lossy)),
     }
@@ -192,7 +196,7 @@ def _verdict(results: list[AnalyzerResult], o: dict[str, Any]) -> dict[str, Any]
         w = problems[0]
         return {"severity": w.severity, "finding": w.id, "problems": len(problems), "notes": notes, "text": w.title}
     return {"severity": None, "finding": None, "problems": 0, "notes": notes,
-            "text": f"no problem found: {o['connections']['total']:,} connections, "
+            "text": f"no problem found: {counted(o['connections']['total'], 'connection')}, "
                     f"{_num(o['published_msgs_per_capture_s'])} msgs/s published, "
                     f"{_num(o['delivered_msgs_per_capture_s'])} delivered"}
 
