@@ -33,7 +33,7 @@ from ..io.load import Capture
 from ..analysis.consequences import settled
 from ..derive.rates import capture_s, msgs_per_capture_s, msgs_per_s_active
 from ..derive.names import consumer_label
-from ..derive.tally import Tally, capture_tally, frame_count, lossy_streams, rate_edges
+from ..derive.tally import Tally, amqp10_frame_count, capture_tally, frame_count, lossy_streams, rate_edges
 from ..model.wording import counted
 
 #: rows of the per queue, per publish destination and per consumer lists (the busiest)
@@ -239,7 +239,7 @@ def rate_bins(cap: Capture) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
     seconds since the capture's start, {"published"|"delivered"|"acked": count per bin}), for the
     plot at the top of the report. None without packets, AMQP frames, publishes or deliveries."""
     edges = rate_edges(cap)
-    if edges is None or not frame_count(cap):  # no packets, or no AMQP frame
+    if edges is None or not (frame_count(cap) or amqp10_frame_count(cap)):  # no packets, or no AMQP frame
         return None
     counts = capture_tally(cap).rates
     if not (counts["published"].any() or counts["delivered"].any()):

@@ -13,7 +13,7 @@ import pytest
 import amqpcap
 from amqpcap.engine.registered import run_all
 from amqpcap.engine.registered import in_memory
-from amqpcap.summary.overview import overview
+from amqpcap.summary.overview import overview, rate_bins
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures"
 
@@ -90,6 +90,8 @@ def test_amqp10_messages_are_counted_as_tshark_counts_them(name):
     assert (o["published"], o["delivered"], o["acked"]) == (published, delivered, acked)
     assert o["no_ack_delivered"] == each("s2c", lambda x: x["transfers_settled"])
     assert o["published_msgs_per_capture_s"] == pytest.approx(published / duration)
+    _, bins = rate_bins(cap)  # (the plot at the top of the report, drawn for 1.0 alone too)
+    assert [int(bins[k].sum()) for k in ("published", "delivered", "acked")] == [published, delivered, acked]
     n = len(cap.connections)
     said = f"no problem found: {n} connection{'s' if n != 1 else ''}, "
     text = o["verdict"]["text"]  # (no results given: no finding)
