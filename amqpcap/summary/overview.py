@@ -219,10 +219,17 @@ def story(o: dict[str, Any]) -> str:
     text = [f"{dur}, {c['total']:,} connection{'s' if c['total'] != 1 else ''}"
             + (f" ({who})" if who else "") + "."]
     if o["published"] or o["delivered"]:
-        text.append(f"Publishers sent {_num(o['published_msgs_per_capture_s'])} msg/s ({o['published']:,} messages); "
-                    f"consumers were delivered {_num(o['delivered_msgs_per_capture_s'])} msg/s ({o['delivered']:,}) "
-                    f"and acked {_num(o['acked_msgs_per_capture_s'])} msg/s"
-                    + (f" ({o['no_ack_delivered']:,} deliveries were no-ack)." if o["no_ack_delivered"] else "."))
+        # (a side with no message is not given a rate of 0: "Publishers sent 0 msg/s" reads as a stop)
+        said = [f"Publishers sent {_num(o['published_msgs_per_capture_s'])} msg/s ({o['published']:,} messages)"
+                ] if o["published"] else []
+        if o["delivered"]:
+            said.append(f"{'consumers' if said else 'Consumers'} were delivered "
+                        f"{_num(o['delivered_msgs_per_capture_s'])} msg/s ({o['delivered']:,}) "
+                        f"and acked {_num(o['acked_msgs_per_capture_s'])} msg/s"
+                        + (f" ({o['no_ack_delivered']:,} deliveries were no-ack)" if o["no_ack_delivered"] else ""))
+        else:
+            said.append("none was delivered in the capture")
+        text.append("; ".join(said) + ".")
     if o["connections_with_lost_bytes"]:
         text.append(f"The capture lost bytes of {counted(o['connections_with_lost_bytes'], 'connection')}: "
                     "their counts here are lower bounds.")

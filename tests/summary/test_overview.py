@@ -92,6 +92,9 @@ def test_amqp10_messages_are_counted_as_tshark_counts_them(name):
     assert o["published_msgs_per_capture_s"] == pytest.approx(published / duration)
     _, bins = rate_bins(cap)  # (the plot at the top of the report, drawn for 1.0 alone too)
     assert [int(bins[k].sum()) for k in ("published", "delivered", "acked")] == [published, delivered, acked]
+    # the story gives no side a rate of 0: a consumer-only capture has no publishers' sentence
+    assert ("Publishers sent" in o["story"]) == (published > 0), o["story"]
+    assert ("none was delivered in the capture" in o["story"]) == (published > 0 and delivered == 0), o["story"]
     n = len(cap.connections)
     said = f"no problem found: {n} connection{'s' if n != 1 else ''}, "
     text = o["verdict"]["text"]  # (no results given: no finding)
