@@ -25,7 +25,7 @@ from ..io.load import Capture
 from . import CAPTURE, derivation
 from . import deliveries as D
 from .acked import settled_by_ack
-from .amqp10.messages import amqp10_messages
+from .amqp10.messages import amqp10_messages, delivery_starts
 from .names import connection_roles, role_flags, roles_of
 from .replay import for_derivations, told
 from .seeds import seeds_of
@@ -175,9 +175,7 @@ def _amqp10_counts(part: Capture, before: list[pd.DataFrame], last: bool) -> dic
         return {"published": none, "delivered": none, "acked": none, "presettled": 0}
     published, delivered, acked = amqp10_messages(part, before, last)
     f = part.amqp10_frames
-    presettled = ((f["performative"] == "transfer").to_numpy(bool, na_value=False)
-                  & ~f["continuation"].to_numpy(bool, na_value=False)
-                  & f["settled"].to_numpy(bool, na_value=False) & (f["direction"] == "s2c").to_numpy(bool))
+    presettled = delivery_starts(f) & f["settled"].to_numpy(bool, na_value=False) & (f["direction"] == "s2c").to_numpy(bool)
     return {"published": published, "delivered": delivered, "acked": acked["c2s"], "presettled": int(presettled.sum())}
 
 

@@ -29,8 +29,7 @@ def amqp10_messages(cap: Capture, before: list[pd.DataFrame], last: bool
     delivered, the broker's; and per direction acked (`amqp10_acked_ns`), told at the `last`
     slice alone (a disposition may settle deliveries of every slice before)."""
     f = amqp10_frames(cap)
-    starts = ((f["performative"] == "transfer").to_numpy(bool, na_value=False)
-              & ~f["continuation"].to_numpy(bool, na_value=False))
+    starts = delivery_starts(f)
     s2c = (f["direction"] == "s2c").to_numpy(bool)
     t_ns = ns(f["ts"])
     if not last:
@@ -42,6 +41,13 @@ def amqp10_messages(cap: Capture, before: list[pd.DataFrame], last: bool
         s = sessions_of(whole)
         acked = amqp10_acked_ns(deliveries_of(whole, s.of_frame, links_of(whole, s.of_frame).of_frame))
     return t_ns[starts & ~s2c], t_ns[starts & s2c], acked
+
+
+def delivery_starts(f: pd.DataFrame) -> np.ndarray:
+    """Which rows of an amqp10_frames table start a delivery: a transfer that is not the
+    continuation of one sent with `more` (Part 2 §2.7.5). A mask."""
+    return ((f["performative"] == "transfer").to_numpy(bool, na_value=False)
+            & ~f["continuation"].to_numpy(bool, na_value=False))
 
 
 def amqp10_acked_ns(d: Deliveries) -> dict[str, np.ndarray]:
