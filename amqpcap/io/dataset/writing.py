@@ -86,17 +86,20 @@ def write_connections(tables: dict, out: Path, buckets: int, kept: list[int]) ->
 
     rows: dict[str, int] = {}
     loose: dict = {}
+    writes = []
     with ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="amqpcap-parquet") as pool:
         for name in list(tables):
-            t = tables.pop(name)  # (released once written: one table's copies alive at once)
+            t = tables.pop(name)  # (released once its writes are done)
             own = pc.is_valid(t.column("stream"))
             n_own = pc.sum(own).as_py() or 0
             if n_own < t.num_rows:
                 loose[name] = t.filter(pc.invert(own))
                 t = t.filter(own)
-            for w in _write_buckets(t, buckets, kept, out / name, pool):
-                w.result()  # (a write's error, a full disk, is raised here)
+            writes += _write_buckets(t, buckets, kept, out / name, pool)
             rows[name] = n_own
+            del t
+        for w in writes:
+            w.result()  # (a write's error, a full disk, is raised here)
     return rows, loose
 
 
