@@ -146,6 +146,7 @@ impl<'l> Ingest<'l> {
     /// and the last ones at the end: the `records` table of the output is then empty, and the
     /// rows never all in memory at once.
     pub fn set_records_sink(&mut self, sink: TableSink<'l>, batch_rows: usize) {
+        self.records.reserve(batch_rows);
         self.records_sink = Some((sink, batch_rows.max(1)));
     }
 

@@ -23,6 +23,7 @@ impl Ingest<'_> {
         if let Some((sink, batch_rows)) = self.records_sink.as_mut() {
             if self.records.rows() >= *batch_rows {
                 sink(self.records.take_rows());
+                self.records.reserve(*batch_rows);
             }
         }
         if !link::linktype_supported(rec.linktype) {
