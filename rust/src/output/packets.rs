@@ -45,6 +45,32 @@ pub(crate) struct Segment<'a> {
 }
 
 impl PacketsBuilder {
+    /// Room for `rows` more rows at once, when they are known ahead (a bucket's spill file
+    /// counts its packets): its columns are made at their final size instead of doubling,
+    /// each doubling a copy into freshly faulted memory.
+    pub(crate) fn reserve_exact(&mut self, rows: usize) {
+        let PacketsBuilder {
+            packet, ts, stream, from_a, frame_len, payload_bytes, seq, ack, flags, window, tsval, tsecr, sack_blocks,
+            frames_ended, retransmission, gap_before,
+        } = self;
+        packet.reserve_exact(rows);
+        ts.reserve_exact(rows);
+        stream.reserve_exact(rows);
+        from_a.reserve_exact(rows);
+        frame_len.reserve_exact(rows);
+        payload_bytes.reserve_exact(rows);
+        seq.reserve_exact(rows);
+        ack.reserve_exact(rows);
+        flags.reserve_exact(rows);
+        window.reserve_exact(rows);
+        tsval.reserve_exact(rows);
+        tsecr.reserve_exact(rows);
+        sack_blocks.reserve_exact(rows);
+        frames_ended.reserve_exact(rows);
+        retransmission.reserve_exact(rows);
+        gap_before.reserve_exact(rows);
+    }
+
     /// A row for the segment; its row index. What decoding it adds later (frames ended, the
     /// retransmission flag, bytes missing before it) starts at zero.
     pub(crate) fn push_segment(&mut self, s: Segment<'_>) -> u32 {

@@ -220,6 +220,10 @@ impl<T: Default + Copy> OptCol<T> {
         keep_rows(&mut self.values, keep);
         keep_rows(&mut self.valid, keep);
     }
+    pub fn reserve_exact(&mut self, rows: usize) {
+        self.values.reserve_exact(rows);
+        self.valid.reserve_exact(rows);
+    }
 }
 
 impl OptCol<i16> {

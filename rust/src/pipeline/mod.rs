@@ -136,6 +136,12 @@ impl<'l> Ingest<'l> {
         self.from_spill = Some(FromSpill { capture_records, ..Default::default() });
     }
 
+    /// Room for `packets` packets rows at once: a bucket's spill file counts its packets, an
+    /// upper bound of its rows (those of conversations that turn out not to be AMQP are dropped).
+    pub fn reserve_packets(&mut self, packets: usize) {
+        self.tables.packets.reserve_exact(packets);
+    }
+
     /// Output only the connections `partition` keeps (see [`Partition`]).
     pub fn set_partition(&mut self, partition: Partition) {
         self.records = RecordsBuilder::new(partition.capture_rows);
