@@ -105,11 +105,13 @@ def decode_spilled(
     arrow: bool = True,
     frames_sink: Callable[[ArrowBatch], None] | None = None,
     frames_batch_rows: int = 1 << 20,
+    packets: int = 0,
 ) -> dict[str, Any]:
     """Decode one bucket spilled by `decode(..., spill=...)` from its spill file: the tables of
     its connections as a whole decode of the capture (`capture_records` records) gives them
     (capture-wide packet and stream numbers), in `decode`'s dict (records empty; the summary's
-    only meaningful key is "warnings"). `frames_sink` as `decode`'s.
+    only meaningful key is "warnings"). `frames_sink` as `decode`'s. `packets`: the packets
+    spilled into the bucket (the split's count), for which its packets columns are made at once.
     Raises OSError when the file cannot be read."""
 
 def spill_path(dir: str, bucket: int) -> Path:

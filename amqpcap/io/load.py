@@ -342,15 +342,16 @@ def _string_array(texts: list[str]):
 
 def decode_spilled(path: str | os.PathLike[str], capture_records: int, ports=DEFAULT_PORTS, limits: Limits | None = None,
                    bodies: bool = False, frames_sink: Callable[[Any], None] | None = None,
-                   frames_batch_rows: int = FRAMES_BATCH_ROWS, **_whole_capture_args: Any) -> Decoded:
+                   frames_batch_rows: int = FRAMES_BATCH_ROWS, packets: int = 0, **_whole_capture_args: Any) -> Decoded:
     """One bucket of `amqpcap.io.dataset.ingest`, decoded from the spill file `decode_arrow`'s
     ``spill`` wrote (`rust/src/buckets/spill.rs`): the tables of its connections (pyarrow Tables), as a
     whole decode of the capture (of ``capture_records`` packets) gives them. The summary has
     only the warnings of this decode; ``strict`` and ``tls_keylog`` concern the capture's files
-    and are not used here. ``frames_sink``: as `decode_arrow`'s."""
+    and are not used here. ``frames_sink``: as `decode_arrow`'s. ``packets``: the packets spilled into
+    the bucket (``tables["spilled"]``), for which the core makes its packets columns at once."""
     port_list = _ports(ports)
     raw = _core.decode_spilled(os.fspath(path), list(port_list), int(capture_records), asdict(limits or Limits()),
-                               bool(bodies), True, _batch_sink(frames_sink), frames_batch_rows)
+                               bool(bodies), True, _batch_sink(frames_sink), frames_batch_rows, int(packets))
     _arrow_tables(raw)
     summary = {"warnings": list(raw.pop("summary")["warnings"])}
     return Decoded(raw, _tls_columns(raw["connections"]), summary, port_list, [])

@@ -114,7 +114,7 @@ def _decode_bucket(out, buckets: int, k: int, capture_records: int, load_args: d
     from ..load import decode_spilled
     from ..table_files import batches_from_sink, write_arrow_file
 
-    decode = functools.partial(decode_spilled, spill_path(out, k), capture_records, **load_args)
+    decode = functools.partial(decode_spilled, spill_path(out, k), capture_records, packets=packets, **load_args)
     if packets <= FRAMES_STREAM_MIN_PACKETS:
         return decode()
     reader, finished = batches_from_sink(lambda sink: decode(frames_sink=sink, frames_batch_rows=FRAMES_BATCH_ROWS))

@@ -190,7 +190,8 @@ fn tables_dict<'py>(
 /// Decode one bucket of a spilled ingest from its spill file. See `amqpcap/_core.pyi`.
 #[pyfunction]
 #[pyo3(signature = (
-    path, ports, capture_records, limits=None, bodies=false, arrow=true, frames_sink=None, frames_batch_rows=1 << 20
+    path, ports, capture_records, limits=None, bodies=false, arrow=true, frames_sink=None, frames_batch_rows=1 << 20,
+    packets=0
 ))]
 #[allow(clippy::too_many_arguments)]
 fn decode_spilled<'py>(
@@ -203,6 +204,7 @@ fn decode_spilled<'py>(
     arrow: bool,
     frames_sink: Option<Bound<'py, PyAny>>,
     frames_batch_rows: usize,
+    packets: usize,
 ) -> PyResult<Bound<'py, PyDict>> {
     let limits = limits_from(limits)?;
     let frames_sink = frames_sink.map(Bound::unbind);
@@ -210,7 +212,7 @@ fn decode_spilled<'py>(
     let out = py.detach(|| {
         let path = std::path::Path::new(&path);
         let frames_sink = frames_sink.as_ref().map(|obj| (table_sink(obj, &failed), frames_batch_rows));
-        crate::buckets::spill::decode_spilled(path, &ports, &limits, bodies, capture_records, frames_sink)
+        crate::buckets::spill::decode_spilled(path, &ports, &limits, bodies, capture_records, packets, frames_sink)
     });
     if let Some(e) = failed.into_inner().expect("not poisoned") {
         return Err(e);

@@ -10,9 +10,8 @@
 //! capture once and from a spill file once), and a bucket's decode holds one bucket's rows.
 //!
 //! A spill file is an Arrow IPC file (the Arrow columnar format on disk, arrow-rs'
-//! `arrow-ipc`), one per bucket, of the columns in [`spill_schema`], its footer counting its
-//! packets ([`SpillFile::packets`]: the bucket's decode sizes its `packets` columns once). It is
-//! a temporary file: the ingest deletes it once its bucket is written.
+//! `arrow-ipc`), one per bucket, of the columns in [`spill_schema`]. It is a temporary file: the
+//! ingest deletes it once its bucket is written.
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter};
@@ -165,20 +164,13 @@ fn io_error(e: ArrowError) -> std::io::Error {
     }
 }
 
-/// The key of a spill file's footer metadata that counts its packets ([`SpillFile::packets`]).
-const PACKETS_KEY: &str = "packets";
-
-/// The writing thread: each batch appended to its bucket's file, then every file finished,
-/// its packets counted in its footer.
+/// The writing thread: each batch appended to its bucket's file, then every file finished.
 fn write_batches(mut writers: Vec<FileWriter<BufWriter<File>>>, batches: Receiver<(usize, RecordBatch)>) -> std::io::Result<()> {
     use std::io::Write;
-    let mut packets = vec![0usize; writers.len()];
     for (k, batch) in batches {
         writers[k].write(&batch).map_err(io_error)?;
-        packets[k] += batch.num_rows();
     }
-    for (mut w, n) in writers.into_iter().zip(packets) {
-        w.write_metadata(PACKETS_KEY, n.to_string());
+    for mut w in writers {
         w.finish().map_err(io_error)?;
         w.into_inner().map_err(io_error)?.flush()?;
     }
@@ -277,76 +269,55 @@ impl SpillWriter {
 
 /// Hand each packet of the spill file at `path` to `f(number, stream, record)`, in the order
 /// they were spilled (capture order).
-pub fn read_spill(path: &Path, f: impl FnMut(u32, u32, Record<'_>)) -> std::io::Result<()> {
-    SpillFile::open(path)?.for_each_packet(f)
-}
-
-/// A spill file opened for reading.
-pub struct SpillFile {
-    reader: FileReader<BufReader<File>>,
-    path: PathBuf,
-}
-
-impl SpillFile {
-    pub fn open(path: &Path) -> std::io::Result<Self> {
-        let file = BufReader::with_capacity(1 << 16, File::open(path)?);
-        let reader = FileReader::try_new(file, None).map_err(io_error)?;
-        if reader.schema() != spill_schema() {
-            return Err(std::io::Error::other(format!("{} is not an amqpcap spill file", path.display())));
+pub fn read_spill(path: &Path, mut f: impl FnMut(u32, u32, Record<'_>)) -> std::io::Result<()> {
+    let file = BufReader::with_capacity(1 << 16, File::open(path)?);
+    let reader = FileReader::try_new(file, None).map_err(io_error)?;
+    if reader.schema() != spill_schema() {
+        return Err(std::io::Error::other(format!("{} is not an amqpcap spill file", path.display())));
+    }
+    for batch in reader {
+        let b = batch.map_err(io_error)?;
+        let col = |i: usize| b.column(i).as_any();
+        let (Some(packet), Some(stream), Some(ts), Some(linktype), Some(origlen), Some(data)) = (
+            col(0).downcast_ref::<UInt32Array>(),
+            col(1).downcast_ref::<UInt32Array>(),
+            col(2).downcast_ref::<Int64Array>(),
+            col(3).downcast_ref::<UInt32Array>(),
+            col(4).downcast_ref::<UInt32Array>(),
+            col(5).downcast_ref::<BinaryArray>(),
+        ) else {
+            return Err(std::io::Error::other(format!("{}: a batch of other column types", path.display())));
+        };
+        for i in 0..b.num_rows() {
+            let rec = Record { ts_ns: ts.value(i), linktype: linktype.value(i), origlen: origlen.value(i), data: data.value(i) };
+            f(packet.value(i), stream.value(i), rec);
         }
-        Ok(SpillFile { reader, path: path.to_path_buf() })
     }
-
-    /// Its packets, as its footer counts them (0 if it does not).
-    pub fn packets(&self) -> usize {
-        self.reader.custom_metadata().get(PACKETS_KEY).and_then(|n| n.parse().ok()).unwrap_or(0)
-    }
-
-    /// Hand each packet to `f(number, stream, record)`, in the order they were spilled.
-    pub fn for_each_packet(self, mut f: impl FnMut(u32, u32, Record<'_>)) -> std::io::Result<()> {
-        let path = self.path;
-        for batch in self.reader {
-            let b = batch.map_err(io_error)?;
-            let col = |i: usize| b.column(i).as_any();
-            let (Some(packet), Some(stream), Some(ts), Some(linktype), Some(origlen), Some(data)) = (
-                col(0).downcast_ref::<UInt32Array>(),
-                col(1).downcast_ref::<UInt32Array>(),
-                col(2).downcast_ref::<Int64Array>(),
-                col(3).downcast_ref::<UInt32Array>(),
-                col(4).downcast_ref::<UInt32Array>(),
-                col(5).downcast_ref::<BinaryArray>(),
-            ) else {
-                return Err(std::io::Error::other(format!("{}: a batch of other column types", path.display())));
-            };
-            for i in 0..b.num_rows() {
-                let rec = Record { ts_ns: ts.value(i), linktype: linktype.value(i), origlen: origlen.value(i), data: data.value(i) };
-                f(packet.value(i), stream.value(i), rec);
-            }
-        }
-        Ok(())
-    }
+    Ok(())
 }
 
 /// Decode the bucket spilled into `path`: the tables of its connections, as a whole decode of
 /// the capture (`capture_records` records in all) gives them for these connections. Its rows
 /// of no connection are the anomalies past `max_anomalies`, summed per kind (caps count per
-/// bucket). With `frames_sink`, the frames go there as they settle (`Ingest::set_frames_sink`).
+/// bucket). `packets`: the packets the split spilled into it ([`Spilled`]), for which its
+/// `packets` columns are made at once ([`Ingest::reserve_packets`]; 0 if not known). With
+/// `frames_sink`, the frames go there as they settle (`Ingest::set_frames_sink`).
 pub fn decode_spilled(
     path: &Path,
     ports: &[u16],
     limits: &Limits,
     bodies: bool,
     capture_records: u32,
+    packets: usize,
     frames_sink: Option<(TableSink<'_>, usize)>,
 ) -> std::io::Result<Output> {
     let mut ing = Ingest::new(ports, limits, bodies);
     ing.set_spilled(capture_records);
+    ing.reserve_packets(packets);
     if let Some((sink, batch_rows)) = frames_sink {
         ing.set_frames_sink(sink, batch_rows);
     }
-    let spill = SpillFile::open(path)?;
-    ing.reserve_packets(spill.packets());
-    spill.for_each_packet(|number, stream, rec| ing.spilled_record(number, stream, rec))?;
+    read_spill(path, |number, stream, rec| ing.spilled_record(number, stream, rec))?;
     Ok(ing.finish(ReadSummary::default()))
 }
 
@@ -370,7 +341,6 @@ mod tests {
         assert_eq!(spilled.iter().map(|s| s.packets).sum::<u64>(), 40);
         for k in 0..3 {
             let mut got = Vec::new();
-            assert_eq!(SpillFile::open(&spill_path(&dir, k)).unwrap().packets(), sent.iter().filter(|x| x.0 == k).count());
             read_spill(&spill_path(&dir, k), |n, s, r| {
                 assert_eq!((r.ts_ns, r.linktype, r.origlen as usize), (n as i64 * 10, 1, r.data.len() + 4));
                 got.push((k, n, s, r.data.to_vec()));

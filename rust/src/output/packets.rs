@@ -45,8 +45,8 @@ pub(crate) struct Segment<'a> {
 }
 
 impl PacketsBuilder {
-    /// Room for `rows` more rows at once, when they are known ahead (a bucket's spill file
-    /// counts its packets): its columns are made at their final size instead of doubling,
+    /// Room for `rows` more rows at once, when they are known ahead (the packets the split
+    /// spilled into a bucket): its columns are made at their final size instead of doubling,
     /// each doubling a copy into freshly faulted memory.
     pub(crate) fn reserve_exact(&mut self, rows: usize) {
         let PacketsBuilder {

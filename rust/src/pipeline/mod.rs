@@ -136,7 +136,7 @@ impl<'l> Ingest<'l> {
         self.from_spill = Some(FromSpill { capture_records, ..Default::default() });
     }
 
-    /// Room for `packets` packets rows at once: a bucket's spill file counts its packets, an
+    /// Room for `packets` packets rows at once: the packets the split spilled into a bucket, an
     /// upper bound of its rows (those of conversations that turn out not to be AMQP are dropped).
     pub fn reserve_packets(&mut self, packets: usize) {
         self.tables.packets.reserve_exact(packets);
