@@ -12,6 +12,7 @@ use std::io::Read;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::capture::drop_behind::{self, CaptureFile};
 use crate::capture::reader::{open_capture, ReadSummary, Record, RecordReader, BUFFER_BYTES};
 use crate::error::CaptureError;
 
@@ -97,7 +98,7 @@ pub struct Progress {
 
 /// A file that adds what is read from it to a [`Progress`].
 struct Counted {
-    file: File,
+    file: CaptureFile,
     bytes: Arc<AtomicU64>,
 }
 
@@ -109,9 +110,24 @@ impl Read for Counted {
     }
 }
 
-/// Stream the records of the files at `paths`, merged by time, to `f(record, file index)`.
+/// Stream the records of the files at `paths`, merged by time, to `f(record, file index)`. A set
+/// too large for the page cache hands its pages back as it is read ([`drop_behind`]).
 pub fn read_captures(
     paths: &[String],
+    max_record_bytes: u64,
+    strict: bool,
+    progress: &Progress,
+    mut f: impl FnMut(Record<'_>, usize),
+) -> Result<MergeSummary, CaptureError> {
+    let set_bytes = paths.iter().filter_map(|p| std::fs::metadata(p).ok()).map(|m| m.len()).sum();
+    let dropping = drop_behind::drops_behind(set_bytes, drop_behind::physical_memory_bytes());
+    read_files(paths, dropping, max_record_bytes, strict, progress, f)
+}
+
+/// [`read_captures`], its pages handed back as they are read when `dropping`.
+fn read_files(
+    paths: &[String],
+    dropping: bool,
     max_record_bytes: u64,
     strict: bool,
     progress: &Progress,
@@ -120,7 +136,9 @@ pub fn read_captures(
     let sources = paths
         .iter()
         .map(|p| {
-            let counted = |file: File| Box::new(Counted { file, bytes: progress.bytes.clone() }) as Box<dyn Read + Send>;
+            let counted = |file: File| {
+                Box::new(Counted { file: CaptureFile::new(file, dropping), bytes: progress.bytes.clone() }) as Box<dyn Read + Send>
+            };
             (p.clone(), open_capture(p).map(counted))
         })
         .collect();
@@ -200,4 +218,45 @@ fn combined(files: &[FileRead]) -> ReadSummary {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A set read dropping its pages gives the records it gives otherwise, and leaves none of its
+    /// files' pages in the page cache.
+    #[test]
+    fn a_set_read_dropping_its_pages_reads_the_same_records() {
+        // (copies, written back to the disk: the pages of a file not yet written back are not
+        // dropped, and no other test reads these)
+        let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures");
+        let dir = std::env::temp_dir().join(format!("amqpcap-merge-dropping-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let paths: Vec<String> = ["ten-consumers.pcap", "prefetch-consumers.pcap"]
+            .iter()
+            .map(|name| {
+                let copy = dir.join(name);
+                std::fs::copy(format!("{fixtures}/{name}"), &copy).unwrap();
+                File::open(&copy).unwrap().sync_all().unwrap();
+                copy.to_string_lossy().into_owned()
+            })
+            .collect();
+        let read = |dropping: bool| {
+            let mut records = Vec::new();
+            read_files(&paths, dropping, 16 << 20, true, &Progress::default(), |r, file| {
+                records.push((file, r.ts_ns, r.linktype, r.origlen, r.data.to_vec()))
+            })
+            .unwrap();
+            records
+        };
+        let kept = read(false);
+        assert!(kept.len() > 1000);
+        assert!(read(true) == kept);
+        #[cfg(target_os = "linux")]
+        for p in &paths {
+            assert_eq!(drop_behind::cached_pages(std::path::Path::new(p)), 0, "{p}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
