@@ -58,10 +58,11 @@ def measured(argv: list[str], cwd: Path) -> Run:
     return Run(wall, after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime, max(kib), sum(kib))
 
 
-def commands(python: str, capture: Path, out: Path) -> dict[str, list[str]]:
+def commands(python: str, capture: Path, out: Path, limits: list[str]) -> dict[str, list[str]]:
+    caps = [a for cap in limits for a in ("--limit", cap)]
     return {"load": [python, "-c", LOAD, str(capture)],
-            "ingest": [python, "-m", "amqpcap", "ingest", str(capture), "--out", str(out / "dataset")],
-            "analyze": [python, "-m", "amqpcap", "analyze", str(capture), "--out", str(out / "report")]}
+            "ingest": [python, "-m", "amqpcap", "ingest", str(capture), "--out", str(out / "dataset"), *caps],
+            "analyze": [python, "-m", "amqpcap", "analyze", str(capture), "--out", str(out / "report"), *caps]}
 
 
 def best(runs: list[Run]) -> Run:
@@ -130,6 +131,8 @@ def main() -> int:
     ap.add_argument("--before", required=True, help="the Python of the earlier install")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--only", choices=("load", "ingest", "analyze"), action="append")
+    ap.add_argument("--limit", action="append", default=[], metavar="NAME=VALUE",
+                    help="a cap given to ingest and analyze (the 100M ring: max_streams=1000000)")
     args = ap.parse_args()
     capture = args.capture.resolve()
     sides = {"before": args.before, "after": sys.executable}
@@ -145,7 +148,7 @@ def main() -> int:
                     out = tmp / side
                     work = tmp / "cwd"
                     work.mkdir(exist_ok=True)
-                    argv = commands(sides[side], capture, out)[step]
+                    argv = commands(sides[side], capture, out, args.limit)[step]
                     target = {"ingest": out / "dataset", "analyze": out / "report"}.get(step)
                     if target is not None and target.exists():
                         shutil.rmtree(target)  # each run writes afresh; the last repeat's stay, to compare
