@@ -117,7 +117,7 @@ pub fn read_captures(
     max_record_bytes: u64,
     strict: bool,
     progress: &Progress,
-    mut f: impl FnMut(Record<'_>, usize),
+    f: impl FnMut(Record<'_>, usize),
 ) -> Result<MergeSummary, CaptureError> {
     let set_bytes = paths.iter().filter_map(|p| std::fs::metadata(p).ok()).map(|m| m.len()).sum();
     let dropping = drop_behind::drops_behind(set_bytes, drop_behind::physical_memory_bytes());
