@@ -3,8 +3,8 @@
 //! the kernel keeps it cached. When the set is a large share of the machine's memory, those pages
 //! crowd out what the ingest needs next (the spill files it reads back, the dataset it writes),
 //! and the kernel reclaims pages inside the ingest's own system calls. Measured on the 100M-packet
-//! ring (18 GB, 51 files, on a machine of 24 GB: docs/dataset.md): 100-106 s instead of
-//! 113-118 s, 20-25 s of system CPU instead of 33-36 s, a third of the blocks read from disk.
+//! ring (18 GB on a machine of 24 GB) in docs/dataset.md, "A capture set too large for the page
+//! cache".
 //!
 //! A set of at most [`MEMORY_SHARE_DIVISOR`]th of the memory keeps its pages: reading the
 //! capture or the set whole sits well in the page cache, and a second command over it reads
